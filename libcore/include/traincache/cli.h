@@ -1,0 +1,62 @@
+// What every traincache tool's main() shares: common options, one error path, one exit-code map.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "traincache/error.h"
+#include "traincache/progress.h"
+
+namespace traincache::cli {
+
+/// Options every tool accepts. Defaults are the behaviour without the flag.
+struct CommonOptions {
+  int verbose = 0;                           ///< -v (repeatable); -vv also prints HDF5 error stacks
+  bool quiet = false;                        ///< -q: no informational messages on stderr
+  bool json = false;                         ///< --json: machine-readable output on stdout
+  std::string progress = "auto";             ///< --progress=auto|always|never
+  int threads = 0;                           ///< --threads (0 = library default)
+  std::string device = "cpu";               ///< --device cpu|cuda[:N]
+
+  ProgressMode progress_mode() const { return parse_progress_mode(progress); }
+};
+
+/// Which of the compute options (--threads, --device) a tool takes.
+enum class Compute { none, threads_only, full };
+
+/// Adds -v/-q, --json, --progress, --version and, per `compute`, --threads/--device to `app`.
+/// `version_extra` supplies lines appended to the version banner (LibTorch version, BLAS).
+void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
+                        std::function<std::string()> version_extra = {});
+
+/// Parses argv and runs `body`, mapping every outcome to an exit code in one place:
+/// --help/--version -> 0 on stdout; CLI11 errors -> 64; traincache::Error -> its code;
+/// any other exception -> 70. Messages are one line: "tool: error: <what>" after flushing stdout.
+/// A write error on stdout discovered at the end -> 74.
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
+             const std::function<int()>& body);
+
+/// Prints "tool: error: msg" to stderr (stdout is flushed first).
+void print_error(const std::string& tool, const std::string& msg);
+
+/// Prints "tool: warning: msg" to stderr.
+void print_warning(const std::string& tool, const std::string& msg);
+
+/// Parses "A:B" (either side may be empty: ":B", "A:") into [A, B); B = -1 means "to the end".
+std::pair<int64_t, int64_t> parse_row_range(const std::string& spec);
+
+/// Splits "NAME=VALUE" into {NAME, VALUE}; without '=' returns {nullopt, spec}.
+std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec);
+
+/// Splits on `sep`, dropping empty parts.
+std::vector<std::string> split(const std::string& s, char sep);
+
+/// The exit code as an int.
+inline int code(Exit e) { return static_cast<int>(e); }
+
+}  // namespace traincache::cli

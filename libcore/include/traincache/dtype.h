@@ -1,0 +1,27 @@
+// Element types of datasets and tensors, independent of HDF5 and torch.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace traincache {
+
+/// Element type of a dataset, a slab or a tensor.
+enum class DType { u8, i8, u16, i16, u32, i32, u64, i64, f16, f32, f64, string, other };
+
+/// Short lower-case name: "uint8", "float32", "string", ...
+const char* dtype_name(DType t);
+
+/// Parses a name produced by dtype_name(); throws Error(usage) for anything else.
+DType parse_dtype(const std::string& name);
+
+/// Bytes per element (0 for string and other).
+std::size_t dtype_size(DType t);
+
+/// True for the integer types.
+bool is_integer(DType t);
+
+/// True for f16, f32 and f64.
+bool is_float(DType t);
+
+}  // namespace traincache

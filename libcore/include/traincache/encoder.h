@@ -1,0 +1,67 @@
+// Frozen TorchScript encoders and the input conversion rules shared by cache-fill and
+// cache-inspect --verify. Needs LibTorch: include only from torch translation units.
+#pragma once
+
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/h5.h"
+
+namespace traincache::encode {
+
+/// Parses "cpu", "cuda" or "cuda:N". Malformed -> Error(usage); CUDA not available -> Error(unavailable).
+torch::Device parse_device(const std::string& spec);
+
+/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core. (Debian's OpenMP
+/// LibTorch otherwise starts with a single thread in C++ programs.)
+void configure_threads(int threads);
+
+/// Reads rows [start, start+count) of an input dataset as a model input tensor, by the documented
+/// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
+/// Strings and other types -> Error(data).
+torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count,
+                              double scale);
+
+/// Throws Error(data) when `info` cannot be fed to an encoder (strings, compound types, 0-d).
+void require_numeric_input(const h5::DatasetInfo& info, const std::string& file);
+
+/// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
+struct OptimizeOutcome {
+  bool used = false;          ///< the optimised module is now in use
+  double max_abs_diff = 0;    ///< between plain and optimised outputs on the sample
+  std::string why_not;        ///< reason for falling back, when !used
+};
+
+/// A frozen TorchScript encoder in eval mode, run under c10::InferenceMode.
+class Encoder {
+ public:
+  /// Loads `path` onto `device`. Missing file -> Error(no_input); not TorchScript -> Error(data).
+  Encoder(std::string name, std::string path, torch::Device device, std::string output = "");
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+  const std::string& output() const { return output_; }
+  /// "optimized" or "plain": which module forward() runs.
+  const char* inference() const { return optimized_ ? "optimized" : "plain"; }
+
+  /// Runs the encoder and selects the output tensor (--output). Rejected inputs and non-tensor
+  /// outputs -> Error(data) naming the encoder.
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
+
+  /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
+  /// within `rtol` x max(1, max|plain|).
+  OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);
+
+ private:
+  torch::Tensor run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs);
+
+  std::string name_, path_, output_;
+  torch::Device device_;
+  torch::jit::Module plain_;
+  std::optional<torch::jit::Module> optimized_;
+};
+
+}  // namespace traincache::encode

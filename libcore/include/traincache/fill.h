@@ -1,0 +1,89 @@
+// cache-fill's engine: encode an HDF5 dataset with frozen TorchScript encoders into a cache file.
+// This header is torch-free; the implementation lives in the torch part of libcore.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/dtype.h"
+
+namespace traincache::fill {
+
+/// One encoder: a name (the /embeddings/<name> dataset), a TorchScript file, and optionally its own
+/// input datasets and output selector.
+struct EncoderSpec {
+  std::string name;
+  std::string path;
+  std::vector<std::string> features;  ///< empty = FillOptions::features
+  std::string output;                 ///< "" = whole output; else a dict key or tuple/list index
+};
+
+/// Everything that controls a fill. Defaults match the command line's.
+struct FillOptions {
+  std::string input;
+  std::vector<EncoderSpec> encoders;
+  std::vector<std::string> features;  ///< default input datasets, passed in this order
+  std::string labels;                 ///< "" = none
+  std::string keys;                   ///< "" = none (key = input row number)
+  std::string out;
+  int64_t batch_size = 256;
+  int workers = 2;                    ///< reader/converter threads
+  int threads = 0;                    ///< intra-op threads (0 = LibTorch default)
+  std::string device = "cpu";
+  DType dtype = DType::f32;           ///< storage type: f32 or f16
+  int64_t row_begin = 0;
+  int64_t row_end = -1;               ///< -1 = to the end
+  double input_scale = 1.0 / 255.0;   ///< applied to uint8 inputs
+  bool optimize = true;               ///< freeze + optimize_for_inference
+  bool force = false;                 ///< overwrite a cache or partial with another fingerprint
+  bool check_determinism = false;
+  int64_t commit_rows = 16384;        ///< rows between durable progress commits
+};
+
+/// How a fill ended.
+enum class FillStatus { done, up_to_date, interrupted };
+
+/// What a fill did.
+struct FillResult {
+  FillStatus status = FillStatus::done;
+  int64_t rows = 0;                   ///< rows in the cache
+  int64_t rows_encoded = 0;           ///< rows encoded by this run (0 when up to date)
+  int64_t resumed_from = 0;           ///< rows already committed by an earlier run
+  double seconds = 0;
+  double encode_seconds = 0;          ///< time inside encoder forward calls
+  uint64_t bytes_written = 0;         ///< embedding bytes written by this run
+  std::string partial_path;           ///< where progress is kept (when interrupted)
+  std::string fingerprint;
+  struct Encoder {
+    std::string name;
+    std::vector<int64_t> shape;       ///< [rows, ...]
+    std::string inference;            ///< "optimized" or "plain"
+    double optimize_max_abs_diff = 0;
+  };
+  std::vector<Encoder> encoders;
+};
+
+/// Callbacks: progress(done, total) from the calling thread; warn(message) for fallbacks.
+struct FillCallbacks {
+  std::function<void(int64_t, int64_t)> progress;
+  std::function<void(const std::string&)> warn;
+};
+
+/// Relative tolerance of the optimised-vs-plain comparison on the first batch.
+inline constexpr double kOptimizeTolerance = 1e-4;
+
+/// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
+/// output file exists and the partial progress is kept only if the run could be resumed.
+FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
+
+/// Partial-progress directory used for `out`.
+std::string partial_path(const std::string& out);
+
+/// "LibTorch 1.13.1, BLAS: ..., CUDA: no" for --version.
+std::string runtime_info();
+
+}  // namespace traincache::fill

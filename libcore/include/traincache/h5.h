@@ -1,0 +1,106 @@
+// Thin RAII layer over the HDF5 C API. Every HDF5 failure becomes one traincache::Error with a
+// one-line message; HDF5's automatic error-stack printing is turned off (h5::set_verbose re-enables it).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/dtype.h"
+#include "traincache/error.h"
+
+namespace traincache::h5 {
+
+/// Turns HDF5's automatic error printing off (or on, for -vv). Called by every open function.
+void set_verbose(bool print_stack);
+
+/// Owns one HDF5 identifier and closes it with the matching H5?close.
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  Id(Id&& o) noexcept : id_(o.id_) { o.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& o) noexcept;
+  ~Id() { reset(); }
+
+  /// The raw identifier, for HDF5 calls.
+  hid_t get() const { return id_; }
+  /// True when an object is held.
+  explicit operator bool() const { return id_ >= 0; }
+  /// Closes the object now (no-op when empty).
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+/// The innermost message on HDF5's error stack for this thread ("" when empty).
+std::string last_error();
+
+/// Throws Error(code, subject, what + ": " + HDF5 detail) when `status` < 0; returns it otherwise.
+hid_t check(hid_t status, Exit code, const std::string& subject, const std::string& what);
+
+/// Opens an existing HDF5 file. Missing/unreadable -> Error(no_input); not HDF5 -> Error(data).
+Id open_file(const std::string& path, bool writable = false);
+
+/// Creates (truncates) a file for writing; failures -> Error(cant_create).
+Id create_file(const std::string& path);
+
+/// True when `path` names a link below `loc` (intermediate groups are checked too).
+bool exists(hid_t loc, const std::string& path);
+
+/// What an input dataset holds.
+struct DatasetInfo {
+  std::string name;                 ///< path inside the file
+  std::vector<int64_t> shape;       ///< dimensions, shape[0] = rows
+  DType dtype = DType::other;       ///< element type
+  bool vlen_string = false;         ///< variable-length strings
+  std::size_t type_size = 0;        ///< file element size in bytes (fixed strings: their length)
+
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  /// Elements in one row (product of shape[1:]).
+  int64_t row_elements() const;
+};
+
+/// Opens dataset `name` of `file` (the path is used in messages). Missing -> Error(data).
+Id open_dataset(hid_t file, const std::string& file_path, const std::string& name);
+
+/// Describes an open dataset.
+DatasetInfo describe(hid_t dset, const std::string& name);
+
+/// The in-memory HDF5 type for a numeric dtype (a shared id: do not close it).
+hid_t native_type(DType t);
+
+/// A new IEEE half-precision float type (HDF5 has no predefined one; h5py reads it as float16).
+Id float16_type();
+
+/// Reads rows [start, start+count) of `dset` into `buf` converting to `mem_type`.
+void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
+               void* buf);
+
+/// Writes rows [start, start+count) of `dset` from `buf` held as `mem_type`.
+void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
+                const void* buf);
+
+/// Attribute helpers on any object. Writers replace an existing attribute.
+void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr(hid_t obj, const std::string& name, double value);
+/// Readers return nullopt when the attribute is absent or of another class.
+std::optional<std::string> read_attr_string(hid_t obj, const std::string& name);
+std::optional<int64_t> read_attr_int(hid_t obj, const std::string& name);
+std::optional<double> read_attr_double(hid_t obj, const std::string& name);
+
+/// Group/dataset creation property list without modification times, so that two runs that write
+/// the same data produce byte-identical files.
+Id untimed_create_plist(hid_t cls);
+
+/// Names of the links directly below group `path` of `file`, in name order.
+std::vector<std::string> list_group(hid_t file, const std::string& path);
+
+}  // namespace traincache::h5

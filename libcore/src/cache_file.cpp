@@ -1,0 +1,407 @@
+#include "traincache/cache_file.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "traincache/error.h"
+#include "traincache/h5.h"
+
+namespace traincache::cache {
+
+namespace {
+
+std::vector<std::string> json_string_list(const std::string& text) {
+  std::vector<std::string> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_array())
+    for (const auto& v : j)
+      if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+std::string label_text(const h5::DatasetInfo& info, const void* p) {
+  switch (info.dtype) {
+    case DType::f32: return std::to_string(*static_cast<const float*>(p));
+    case DType::f64: return std::to_string(*static_cast<const double*>(p));
+    default: return std::to_string(*static_cast<const int64_t*>(p));
+  }
+}
+
+// Reads rows [start, start+count) of a string or numeric 1-D dataset as text.
+std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, int64_t start,
+                                      int64_t count) {
+  std::vector<std::string> out;
+  if (info.dtype == DType::string) {
+    h5::Id ftype(H5Dget_type(dset));
+    if (info.vlen_string) {
+      std::vector<char*> ptrs(static_cast<std::size_t>(count));
+      h5::read_rows(dset, info.name, start, count, ftype.get(), ptrs.data());
+      for (auto* p : ptrs) {
+        out.emplace_back(p ? p : "");
+        H5free_memory(p);
+      }
+    } else {
+      std::vector<char> buf(static_cast<std::size_t>(count) * info.type_size);
+      h5::read_rows(dset, info.name, start, count, ftype.get(), buf.data());
+      for (int64_t i = 0; i < count; ++i) {
+        const char* p = buf.data() + i * info.type_size;
+        out.emplace_back(p, strnlen(p, info.type_size));
+      }
+    }
+  } else if (is_float(info.dtype)) {
+    std::vector<double> v(static_cast<std::size_t>(count));
+    h5::read_rows(dset, info.name, start, count, H5T_NATIVE_DOUBLE, v.data());
+    for (double d : v) out.push_back(std::to_string(d));
+  } else {
+    std::vector<int64_t> v(static_cast<std::size_t>(count));
+    h5::read_rows(dset, info.name, start, count, H5T_NATIVE_INT64, v.data());
+    for (auto x : v) out.push_back(std::to_string(x));
+  }
+  (void)label_text;
+  return out;
+}
+
+}  // namespace
+
+CacheInfo read_info(const std::string& path, bool count_labels) {
+  h5::Id file = h5::open_file(path);
+  hid_t f = file.get();
+  CacheInfo info;
+  info.path = path;
+  auto format = h5::read_attr_string(f, "format");
+  if (!format || *format != kFormatName)
+    throw Error(Exit::data, path, "not a traincache cache (no format=\"traincache\" attribute)");
+  auto version = h5::read_attr_int(f, "format_version");
+  if (!version) throw Error(Exit::data, path, "missing format_version attribute");
+  if (*version > kFormatVersion)
+    throw Error(Exit::data, path,
+                "format version " + std::to_string(*version) + " is newer than this tool reads (" +
+                    std::to_string(kFormatVersion) + ")");
+  info.format_version = *version;
+  info.complete = h5::read_attr_int(f, "complete").value_or(0) == 1;
+  info.rows = h5::read_attr_int(f, "rows").value_or(-1);
+  info.row_start = h5::read_attr_int(f, "row_start").value_or(0);
+  info.fingerprint = h5::read_attr_string(f, "fingerprint").value_or("");
+  info.fingerprint_json = h5::read_attr_string(f, "fingerprint_json").value_or("");
+  info.created_by = h5::read_attr_string(f, "created_by").value_or("");
+  info.input_path = h5::read_attr_string(f, "input_path").value_or("");
+  info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
+  info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
+
+  for (const auto& name : h5::list_group(f, "/embeddings")) {
+    std::string dpath = "/embeddings/" + name;
+    h5::Id d = h5::open_dataset(f, path, dpath);
+    auto di = h5::describe(d.get(), dpath);
+    EmbeddingInfo e;
+    e.name = name;
+    e.shape = di.shape;
+    e.dtype = di.dtype;
+    e.bytes = di.type_size;
+    for (auto s : di.shape) e.bytes *= static_cast<uint64_t>(s);
+    e.encoder_path = h5::read_attr_string(d.get(), "encoder_path").value_or("");
+    e.encoder_sha256 = h5::read_attr_string(d.get(), "encoder_sha256").value_or("");
+    e.features = json_string_list(h5::read_attr_string(d.get(), "features").value_or("[]"));
+    e.output = h5::read_attr_string(d.get(), "output").value_or("");
+    e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
+    info.embeddings.push_back(std::move(e));
+  }
+
+  if (h5::exists(f, "/labels")) {
+    h5::Id d = h5::open_dataset(f, path, "/labels");
+    auto di = h5::describe(d.get(), "/labels");
+    LabelInfo li;
+    li.source = h5::read_attr_string(d.get(), "source").value_or("");
+    li.dtype = di.dtype;
+    li.rows = di.rows();
+    if (count_labels && is_integer(di.dtype) && di.shape.size() == 1) {
+      constexpr int64_t kBlock = 1 << 16;
+      std::vector<int64_t> buf;
+      for (int64_t s = 0; s < li.rows; s += kBlock) {
+        int64_t n = std::min(kBlock, li.rows - s);
+        buf.resize(static_cast<std::size_t>(n));
+        h5::read_rows(d.get(), path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
+        for (auto v : buf) ++li.counts[v];
+      }
+    }
+    info.labels = li;
+  }
+  if (h5::exists(f, "/keys")) {
+    h5::Id d = h5::open_dataset(f, path, "/keys");
+    info.keys_source = h5::read_attr_string(d.get(), "source").value_or("");
+    info.keys_dtype = h5::describe(d.get(), "/keys").dtype;
+  }
+  return info;
+}
+
+namespace {
+
+// Calls fn(block_start, block_rows, float* data) over every row of an embedding, in blocks.
+template <class Fn>
+void for_each_block(hid_t file, const std::string& path, const std::string& dpath, Fn fn) {
+  h5::Id d = h5::open_dataset(file, path, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  int64_t per_row = di.row_elements();
+  int64_t block = std::max<int64_t>(1, (4 << 20) / std::max<int64_t>(1, per_row * 4));
+  std::vector<float> buf;
+  for (int64_t s = 0; s < di.rows(); s += block) {
+    int64_t n = std::min(block, di.rows() - s);
+    buf.resize(static_cast<std::size_t>(n * per_row));
+    h5::read_rows(d.get(), path + ": " + dpath, s, n, H5T_NATIVE_FLOAT, buf.data());
+    fn(s, n, per_row, buf.data());
+  }
+}
+
+}  // namespace
+
+std::vector<EmbeddingStats> compute_stats(const std::string& path) {
+  CacheInfo info = read_info(path, false);
+  h5::Id file = h5::open_file(path);
+  std::vector<EmbeddingStats> out;
+  for (const auto& e : info.embeddings) {
+    EmbeddingStats st;
+    st.name = e.name;
+    double sum = 0, sumsq = 0;
+    int64_t finite_rows = 0;
+    st.norm_min = INFINITY;
+    st.norm_max = -INFINITY;
+    for_each_block(file.get(), path, "/embeddings/" + e.name,
+                   [&](int64_t, int64_t n, int64_t per_row, const float* data) {
+                     for (int64_t r = 0; r < n; ++r) {
+                       double sq = 0;
+                       bool finite = true;
+                       for (int64_t k = 0; k < per_row; ++k) {
+                         float v = data[r * per_row + k];
+                         if (std::isnan(v)) ++st.nan_count, finite = false;
+                         else if (std::isinf(v)) ++st.inf_count, finite = false;
+                         else sq += double(v) * v;
+                       }
+                       ++st.rows;
+                       if (!finite) continue;
+                       double norm = std::sqrt(sq);
+                       sum += norm;
+                       sumsq += norm * norm;
+                       ++finite_rows;
+                       st.norm_min = std::min(st.norm_min, norm);
+                       st.norm_max = std::max(st.norm_max, norm);
+                     }
+                   });
+    if (finite_rows > 0) {
+      st.norm_mean = sum / finite_rows;
+      st.norm_std = std::sqrt(std::max(0.0, sumsq / finite_rows - st.norm_mean * st.norm_mean));
+    } else {
+      st.norm_min = st.norm_max = 0;
+    }
+    out.push_back(st);
+  }
+  return out;
+}
+
+CheckReport check(const std::string& path) {
+  CheckReport rep;
+  rep.path = path;
+  try {
+    CacheInfo info = read_info(path, false);
+    if (!info.complete) rep.problems.push_back("incomplete (complete attribute is not 1)");
+    if (info.rows < 0) rep.problems.push_back("missing rows attribute");
+    if (info.fingerprint.empty()) rep.problems.push_back("missing fingerprint attribute");
+    if (info.embeddings.empty()) rep.problems.push_back("no datasets under /embeddings");
+    for (const auto& e : info.embeddings)
+      if (e.shape.empty() || e.shape[0] != info.rows)
+        rep.problems.push_back("/embeddings/" + e.name + " has " +
+                               std::to_string(e.shape.empty() ? 0 : e.shape[0]) + " rows, expected " +
+                               std::to_string(info.rows));
+    if (info.labels && info.labels->rows != info.rows)
+      rep.problems.push_back("/labels has " + std::to_string(info.labels->rows) + " rows, expected " +
+                             std::to_string(info.rows));
+    if (!rep.problems.empty()) return rep;
+    for (const auto& st : compute_stats(path))
+      if (st.nan_count || st.inf_count)
+        rep.problems.push_back("/embeddings/" + st.name + " holds " + std::to_string(st.nan_count) +
+                               " NaN and " + std::to_string(st.inf_count) + " Inf values");
+  } catch (const Error& e) {
+    rep.problems.push_back(e.what());
+  }
+  return rep;
+}
+
+std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
+  CacheInfo info = read_info(path, false);
+  h5::Id file = h5::open_file(path);
+  n = std::max<int64_t>(0, std::min(n, info.rows));
+  std::vector<CacheRow> rows(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    rows[i].index = i;
+    rows[i].key = std::to_string(info.row_start + i);
+  }
+  if (n == 0) return rows;
+  if (info.keys_dtype) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/keys");
+    auto keys = read_as_text(d.get(), h5::describe(d.get(), "/keys"), 0, n);
+    for (int64_t i = 0; i < n; ++i) rows[i].key = keys[i];
+  }
+  if (info.labels) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/labels");
+    auto di = h5::describe(d.get(), "/labels");
+    if (di.shape.size() == 1) {
+      auto labels = read_as_text(d.get(), di, 0, n);
+      for (int64_t i = 0; i < n; ++i) rows[i].label = labels[i];
+    }
+  }
+  for (const auto& e : info.embeddings) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/embeddings/" + e.name);
+    auto di = h5::describe(d.get(), e.name);
+    int64_t per_row = di.row_elements();
+    std::vector<float> buf(static_cast<std::size_t>(n * per_row));
+    h5::read_rows(d.get(), path, 0, n, H5T_NATIVE_FLOAT, buf.data());
+    for (int64_t i = 0; i < n; ++i)
+      rows[i].embeddings[e.name].assign(buf.begin() + i * per_row, buf.begin() + (i + 1) * per_row);
+  }
+  return rows;
+}
+
+std::vector<float> read_embedding_rows(const std::string& path, const std::string& name,
+                                       const std::vector<int64_t>& indices) {
+  h5::Id file = h5::open_file(path);
+  std::string dpath = "/embeddings/" + name;
+  h5::Id d = h5::open_dataset(file.get(), path, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  int64_t per_row = di.row_elements();
+  std::vector<float> out(indices.size() * static_cast<std::size_t>(per_row));
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= di.rows())
+      throw Error(Exit::usage, path, "row " + std::to_string(indices[i]) + " out of range");
+    h5::read_rows(d.get(), path + ": " + dpath, indices[i], 1, H5T_NATIVE_FLOAT,
+                  out.data() + i * per_row);
+  }
+  return out;
+}
+
+// ---- writing -------------------------------------------------------------------------------
+
+int64_t chunk_rows(int64_t row_bytes, int64_t rows) {
+  int64_t r = (1 << 20) / std::max<int64_t>(1, row_bytes);
+  return std::max<int64_t>(1, std::min(r, std::max<int64_t>(1, rows)));
+}
+
+namespace {
+
+void write_attrs(hid_t obj, const Attrs& attrs) {
+  for (const auto& [name, value] : attrs)
+    std::visit([&](const auto& v) { h5::write_attr(obj, name, v); }, value);
+}
+
+h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
+                      const std::vector<int64_t>& shape, int64_t row_bytes) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  std::vector<hsize_t> chunk = dims;
+  chunk[0] = static_cast<hsize_t>(chunk_rows(row_bytes, shape[0]));
+  h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  h5::Id dcpl = h5::untimed_create_plist(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  h5::Id lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  hid_t id = H5Dcreate2(file, name.c_str(), ftype, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT);
+  h5::check(id, Exit::io, name, "cannot create dataset");
+  return h5::Id(id);
+}
+
+// Copies rows [start, start+rows) of input dataset `src` into a new dataset `dst` of `out`.
+void copy_rows(hid_t in, const std::string& in_path, const std::string& src, hid_t out,
+               const std::string& dst, int64_t start, int64_t rows) {
+  h5::Id sd = h5::open_dataset(in, in_path, src);
+  auto di = h5::describe(sd.get(), src);
+  h5::Id ftype(H5Dget_type(sd.get()));
+  h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get())
+                                         : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+  std::vector<int64_t> shape = di.shape;
+  shape[0] = rows;
+  int64_t elem = static_cast<int64_t>(H5Tget_size(mtype.get()));
+  int64_t row_bytes = elem * di.row_elements();
+  h5::Id dd = create_dataset(out, dst, ftype.get(), shape, row_bytes);
+  h5::write_attr(dd.get(), "source", src);
+  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  std::vector<char> buf;
+  for (int64_t s = 0; s < rows; s += block) {
+    int64_t n = std::min(block, rows - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    h5::read_rows(sd.get(), in_path + ": " + src, start + s, n, mtype.get(), buf.data());
+    h5::write_rows(dd.get(), dst, s, n, mtype.get(), buf.data());
+    if (di.vlen_string) {
+      h5::Id space(H5Screate_simple(1, std::vector<hsize_t>{static_cast<hsize_t>(n)}.data(), nullptr));
+      H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, buf.data());
+    }
+  }
+}
+
+}  // namespace
+
+void assemble(const AssemblySpec& spec) {
+  std::string tmp = spec.out_path + ".tmp";
+  {
+    h5::Id file = h5::create_file(tmp);
+    hid_t f = file.get();
+    h5::write_attr(f, "format", std::string(kFormatName));
+    h5::write_attr(f, "format_version", kFormatVersion);
+    h5::write_attr(f, "complete", int64_t{0});
+    h5::write_attr(f, "rows", spec.rows);
+    h5::write_attr(f, "row_start", spec.row_start);
+    write_attrs(f, spec.root_attrs);
+
+    h5::Id half = h5::float16_type();
+    for (const auto& e : spec.embeddings) {
+      std::vector<int64_t> shape{spec.rows};
+      shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
+      int64_t per_row = 1;
+      for (auto d : e.row_shape) per_row *= d;
+      hid_t type = e.dtype == DType::f16 ? half.get() : H5T_IEEE_F32LE;
+      int64_t row_bytes = per_row * static_cast<int64_t>(dtype_size(e.dtype));
+      std::string dname = "/embeddings/" + e.name;
+      h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
+      write_attrs(d.get(), e.attrs);
+      std::FILE* raw = std::fopen(e.raw_path.c_str(), "rb");
+      if (!raw) throw Error(Exit::io, e.raw_path, std::strerror(errno));
+      int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+      std::vector<char> buf;
+      for (int64_t s = 0; s < spec.rows; s += block) {
+        int64_t n = std::min(block, spec.rows - s);
+        buf.resize(static_cast<std::size_t>(n * row_bytes));
+        if (std::fread(buf.data(), 1, buf.size(), raw) != buf.size()) {
+          std::fclose(raw);
+          throw Error(Exit::io, e.raw_path, "journal shorter than its committed rows");
+        }
+        h5::write_rows(d.get(), dname, s, n, type, buf.data());
+      }
+      std::fclose(raw);
+    }
+    if (!spec.labels_dataset.empty() || !spec.keys_dataset.empty()) {
+      h5::Id in = h5::open_file(spec.input_path);
+      if (!spec.labels_dataset.empty())
+        copy_rows(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start,
+                  spec.rows);
+      if (!spec.keys_dataset.empty())
+        copy_rows(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start,
+                  spec.rows);
+    }
+    h5::write_attr(f, "complete", int64_t{1});
+    h5::check(H5Fflush(f, H5F_SCOPE_GLOBAL), Exit::io, tmp, "flush failed");
+  }
+  // Make the data durable before the rename publishes it.
+  if (std::FILE* fp = std::fopen(tmp.c_str(), "rb")) {
+    fsync(fileno(fp));
+    std::fclose(fp);
+  }
+  if (std::rename(tmp.c_str(), spec.out_path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    throw Error(Exit::cant_create, spec.out_path, std::string("cannot rename into place: ") +
+                                                      std::strerror(err));
+  }
+}
+
+}  // namespace traincache::cache

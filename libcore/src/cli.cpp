@@ -1,0 +1,119 @@
+#include "traincache/cli.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "traincache/h5.h"
+#include "traincache/version.h"
+
+namespace traincache::cli {
+
+void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
+                        std::function<std::string()> version_extra) {
+  std::string name = app.get_name();
+  app.set_version_flag("--version", [name, version_extra] {
+    std::string s = version_banner(name);
+    if (version_extra) s += "\n" + version_extra();
+    return s;
+  });
+  app.add_flag("-v,--verbose", opts.verbose, "More messages on stderr (-vv: HDF5 error stacks)");
+  app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
+  app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
+  app.add_option("--progress", opts.progress, "Progress bar on stderr: auto (terminal only), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  if (compute != Compute::none)
+    app.add_option("--threads", opts.threads, "Intra-op threads (0: all cores)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+  if (compute == Compute::full)
+    app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")
+        ->capture_default_str();
+}
+
+void print_error(const std::string& tool, const std::string& msg) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), msg.c_str());
+}
+
+void print_warning(const std::string& tool, const std::string& msg) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: warning: %s\n", tool.c_str(), msg.c_str());
+}
+
+namespace {
+std::string first_line_lower(std::string s) {
+  auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+  while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+}  // namespace
+
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
+             const std::function<int()>& body) {
+  int status = 0;
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version: stdout, exit 0
+      print_error(tool, first_line_lower(e.what()) + " (see --help)");
+      return code(Exit::usage);
+    }
+    status = body();
+  } catch (const Error& e) {
+    print_error(tool, e.what());
+    status = code(e.code());
+  } catch (const std::exception& e) {
+    print_error(tool, std::string("internal error: ") + first_line_lower(e.what()));
+    status = code(Exit::internal);
+  }
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "%s: error: stdout: write error\n", tool.c_str());
+    if (status == 0) status = code(Exit::io);
+  }
+  return status;
+}
+
+std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
+  auto colon = spec.find(':');
+  if (colon == std::string::npos) throw Error(Exit::usage, "--rows", "expected A:B, got '" + spec + "'");
+  auto num = [&](const std::string& s, int64_t dflt) -> int64_t {
+    if (s.empty()) return dflt;
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != s.size() || v < 0) throw Error(Exit::usage, "--rows", "not a row number: '" + s + "'");
+    return v;
+  };
+  int64_t a = num(spec.substr(0, colon), 0);
+  int64_t b = num(spec.substr(colon + 1), -1);
+  if (b >= 0 && b <= a) throw Error(Exit::usage, "--rows", "empty range '" + spec + "'");
+  return {a, b};
+}
+
+std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos) return {std::nullopt, spec};
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    std::size_t next = s.find(sep, pos);
+    if (next == std::string::npos) next = s.size();
+    if (next > pos) out.push_back(s.substr(pos, next - pos));
+    pos = next + 1;
+  }
+  return out;
+}
+
+}  // namespace traincache::cli

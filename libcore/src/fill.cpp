@@ -1,0 +1,585 @@
+#include "traincache/fill.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <torch/version.h>
+
+#include "traincache/cache_file.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/h5.h"
+#include "traincache/interrupt.h"
+#include "traincache/sha256.h"
+#include "traincache/version.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace traincache::fill {
+
+std::string partial_path(const std::string& out) { return out + ".partial"; }
+
+std::string runtime_info() {
+  std::string s = std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + active_blas() +
+                  "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
+                  "\ncores: " + std::to_string(std::thread::hardware_concurrency()) +
+                  " (intra-op threads default to one per core; see --threads)";
+  return s;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string absolute_path(const std::string& p) {
+  char buf[PATH_MAX];
+  if (realpath(p.c_str(), buf)) return buf;
+  return p;
+}
+
+// An input dataset the fill reads, with its open handle.
+struct Input {
+  h5::DatasetInfo info;
+  h5::Id dset;
+};
+
+// Feeds rows [a, b) of a dataset to a digest, block by block, in its native representation.
+void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Sha256& h) {
+  h.update(info.name + '\0');
+  h5::Id ftype(H5Dget_type(dset));
+  bool str = info.dtype == DType::string;
+  h5::Id mtype(str ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+  int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * info.row_elements();
+  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  std::vector<char> buf;
+  for (int64_t s = a; s < b; s += block) {
+    int64_t n = std::min(block, b - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    h5::read_rows(dset, info.name, s, n, mtype.get(), buf.data());
+    if (info.vlen_string) {
+      auto* ptrs = reinterpret_cast<char**>(buf.data());
+      for (int64_t i = 0; i < n * info.row_elements(); ++i) {
+        h.update(ptrs[i], ptrs[i] ? std::strlen(ptrs[i]) + 1 : 0);
+        H5free_memory(ptrs[i]);
+      }
+    } else {
+      h.update(buf.data(), buf.size());
+    }
+  }
+}
+
+json describe_json(const h5::DatasetInfo& info) {
+  return json{{"shape", info.shape}, {"dtype", dtype_name(info.dtype)}};
+}
+
+// Paths of the fingerprint JSON that differ between two fingerprints ("/encoders/cnn/sha256").
+std::string fingerprint_diff(const std::string& old_json, const json& now) {
+  json old = json::parse(old_json, nullptr, false);
+  if (old.is_discarded()) return "unreadable stored fingerprint";
+  std::set<std::string> paths;
+  for (const auto& op : json::diff(old, now)) {
+    std::string p = op.value("path", "");
+    // Report one setting, not an element of an array setting ("/input/rows/1" -> "input/rows").
+    auto slash = p.rfind('/');
+    if (slash != std::string::npos && slash + 1 < p.size() &&
+        p.find_first_not_of("0123456789", slash + 1) == std::string::npos)
+      p.resize(slash);
+    paths.insert(p.size() > 1 ? p.substr(1) : "everything");
+  }
+  std::string s;
+  for (const auto& p : paths) s += (s.empty() ? "" : ", ") + p;
+  return s.empty() ? "unknown" : s;
+}
+
+// The partial-progress journal: raw embedding files plus journal.json, which is replaced
+// atomically (write, fsync, rename) after the raw files are fsynced. Its committed_rows is the
+// only progress a resume trusts; raw bytes beyond it are discarded.
+struct Journal {
+  std::string dir;
+  std::string fingerprint;
+  int64_t committed_rows = 0;
+  json encoders = json::object();  // name -> {row_shape, inference, optimize_max_abs_diff}
+
+  std::string file() const { return dir + "/journal.json"; }
+  std::string raw(const std::string& name) const { return dir + "/" + name + ".raw"; }
+
+  bool load() {
+    std::ifstream in(file());
+    if (!in) return false;
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("fingerprint")) return false;
+    fingerprint = j.value("fingerprint", "");
+    committed_rows = j.value("committed_rows", int64_t{0});
+    encoders = j.value("encoders", json::object());
+    return true;
+  }
+
+  void save() const {
+    json j{{"format", "traincache-journal"},
+           {"fingerprint", fingerprint},
+           {"committed_rows", committed_rows},
+           {"encoders", encoders}};
+    std::string tmp = file() + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) throw Error(Exit::io, tmp, std::strerror(errno));
+    std::string text = j.dump(1) + "\n";
+    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = ::fsync(fd) == 0 && ok;
+    ::close(fd);
+    if (!ok || std::rename(tmp.c_str(), file().c_str()) != 0)
+      throw Error(Exit::io, file(), std::string("cannot commit progress: ") + std::strerror(errno));
+  }
+};
+
+// One batch of converted inputs, keyed by dataset name.
+struct Batch {
+  int64_t start = 0, count = 0;
+  std::map<std::string, torch::Tensor> inputs;
+};
+
+// Reads batches ahead on `workers` threads and hands them out in order. Batch k is read by
+// thread k % workers; at most `depth` batches are in flight.
+class Prefetcher {
+ public:
+  Prefetcher(std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row,
+             int64_t batch_size, int workers, double scale)
+      : inputs_(inputs), first_(first_row), end_(end_row), bs_(batch_size), scale_(scale) {
+    n_batches_ = (end_ - first_ + bs_ - 1) / bs_;
+    workers = std::max(1, workers);
+    depth_ = 2 * workers;
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w, workers] { work(w, workers); });
+  }
+
+  ~Prefetcher() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  int64_t batches() const { return n_batches_; }
+
+  // Blocks until batch `next_` is ready; rethrows a reader's error.
+  Batch next() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return ready_.count(next_) || error_; });
+    if (error_ && !ready_.count(next_)) std::rethrow_exception(error_);
+    Batch b = std::move(ready_[next_]);
+    ready_.erase(next_++);
+    cv_.notify_all();
+    return b;
+  }
+
+ private:
+  void work(int w, int workers) {
+    for (int64_t k = w; k < n_batches_; k += workers) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || k < next_ + depth_; });
+        if (stop_) return;
+      }
+      Batch b;
+      b.start = first_ + k * bs_;
+      b.count = std::min(bs_, end_ - b.start);
+      try {
+        for (auto& [name, in] : inputs_)
+          b.inputs[name] = encode::read_input_rows(in.dset.get(), in.info, b.start, b.count, scale_);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+        cv_.notify_all();
+        return;
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      ready_[k] = std::move(b);
+      cv_.notify_all();
+    }
+  }
+
+  std::map<std::string, Input>& inputs_;
+  int64_t first_, end_, bs_;
+  double scale_;
+  int64_t n_batches_ = 0, depth_ = 2, next_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, Batch> ready_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+struct RawFile {
+  std::FILE* f = nullptr;
+  ~RawFile() {
+    if (f) std::fclose(f);
+  }
+};
+
+}  // namespace
+
+FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
+  auto t_start = Clock::now();
+  auto warn = [&](const std::string& m) {
+    if (cb.warn) cb.warn(m);
+  };
+  if (opts.encoders.empty()) throw Error(Exit::usage, "--encoder", "at least one encoder is required");
+  if (opts.out.empty()) throw Error(Exit::usage, "--out", "an output file is required");
+  if (opts.batch_size <= 0) throw Error(Exit::usage, "--batch-size", "must be positive");
+  if (opts.dtype != DType::f32 && opts.dtype != DType::f16)
+    throw Error(Exit::usage, "--dtype", "must be float32 or float16");
+  std::set<std::string> names;
+  for (const auto& e : opts.encoders) {
+    if (e.name.empty() || e.name.find_first_of("/.") != std::string::npos)
+      throw Error(Exit::usage, "--encoder", "invalid encoder name '" + e.name + "'");
+    if (!names.insert(e.name).second)
+      throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");
+  }
+  torch::Device device = encode::parse_device(opts.device);
+  encode::configure_threads(opts.threads);
+
+  // ---- inputs
+  h5::Id in_file = h5::open_file(opts.input);
+  std::map<std::string, Input> inputs;
+  std::map<std::string, std::vector<std::string>> enc_features;
+  for (const auto& e : opts.encoders) {
+    auto feats = e.features.empty() ? opts.features : e.features;
+    if (feats.empty())
+      throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
+    enc_features[e.name] = feats;
+    for (const auto& f : feats) {
+      if (inputs.count(f)) continue;
+      Input in;
+      in.dset = h5::open_dataset(in_file.get(), opts.input, f);
+      in.info = h5::describe(in.dset.get(), f);
+      encode::require_numeric_input(in.info, opts.input);
+      inputs.emplace(f, std::move(in));
+    }
+  }
+  const h5::DatasetInfo& first = inputs.begin()->second.info;
+  int64_t n_input = first.rows();
+  auto same_rows = [&](const h5::DatasetInfo& info) {
+    if (info.rows() != n_input)
+      throw Error(Exit::data, opts.input,
+                  "rows mismatch: '" + first.name + "' has " + std::to_string(n_input) + " rows but '" +
+                      info.name + "' has " + std::to_string(info.rows()));
+  };
+  for (const auto& [name, in] : inputs) same_rows(in.info);
+  std::optional<Input> labels, keys;
+  for (auto [which, name] : {std::pair{&labels, opts.labels}, std::pair{&keys, opts.keys}}) {
+    if (name.empty()) continue;
+    Input in;
+    in.dset = h5::open_dataset(in_file.get(), opts.input, name);
+    in.info = h5::describe(in.dset.get(), name);
+    if (in.info.dtype == DType::other)
+      throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
+    same_rows(in.info);
+    *which = std::move(in);
+  }
+  if (keys && (keys->info.shape.size() != 1 ||
+               !(is_integer(keys->info.dtype) || keys->info.dtype == DType::string)))
+    throw Error(Exit::data, opts.input, "key dataset '" + opts.keys + "' must be 1-D integers or strings");
+  int64_t a = opts.row_begin, b = opts.row_end < 0 ? n_input : opts.row_end;
+  if (a >= n_input || b > n_input || a >= b)
+    throw Error(Exit::usage, "--rows",
+                std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " +
+                    std::to_string(n_input) + " rows");
+  const int64_t rows = b - a;
+
+  // ---- encoders (digest first: a missing file is reported before a load error)
+  std::vector<std::string> enc_sha;
+  for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
+  std::vector<std::unique_ptr<encode::Encoder>> encoders;
+  for (const auto& e : opts.encoders)
+    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+
+  // ---- fingerprint: every input byte and every option that changes the stored values
+  Sha256 content;
+  for (const auto& [name, in] : inputs) hash_rows(in.dset.get(), in.info, a, b, content);
+  if (labels) hash_rows(labels->dset.get(), labels->info, a, b, content);
+  if (keys) hash_rows(keys->dset.get(), keys->info, a, b, content);
+  json fp;
+  fp["format_version"] = cache::kFormatVersion;
+  fp["input"]["path"] = absolute_path(opts.input);
+  for (const auto& [name, in] : inputs) fp["input"]["features"][name] = describe_json(in.info);
+  fp["input"]["labels"] = labels ? describe_json(labels->info) : json(nullptr);
+  if (labels) fp["input"]["labels"]["name"] = opts.labels;
+  fp["input"]["keys"] = keys ? describe_json(keys->info) : json(nullptr);
+  if (keys) fp["input"]["keys"]["name"] = opts.keys;
+  fp["input"]["rows"] = {a, b};
+  fp["input"]["content_sha256"] = content.hex_digest();
+  for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
+    const auto& e = opts.encoders[i];
+    fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", enc_features[e.name]}, {"output", e.output}};
+  }
+  fp["options"] = {{"input_scale", opts.input_scale},
+                   {"dtype", dtype_name(opts.dtype)},
+                   {"batch_size", opts.batch_size},
+                   {"optimize", opts.optimize},
+                   {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
+  const std::string fp_json = fp.dump();
+  const std::string fingerprint = sha256_hex(fp_json);
+
+  FillResult result;
+  result.fingerprint = fingerprint;
+  result.rows = rows;
+  const std::string partial = partial_path(opts.out);
+
+  // ---- an existing cache: up to date, or in the way
+  struct stat st;
+  if (stat(opts.out.c_str(), &st) == 0) {
+    std::optional<cache::CacheInfo> old;
+    try {
+      old = cache::read_info(opts.out, false);
+    } catch (const Error&) {
+      if (!opts.force)
+        throw Error(Exit::cant_create, opts.out,
+                    "exists and is not a readable traincache cache; use --force to overwrite it");
+    }
+    if (old && !opts.force) {
+      if (old->complete && old->fingerprint == fingerprint) {
+        std::error_code ec;
+        fs::remove_all(partial, ec);  // left over from a run killed after its rename
+        result.status = FillStatus::up_to_date;
+        result.seconds = seconds_since(t_start);
+        for (const auto& e : old->embeddings)
+          result.encoders.push_back({e.name, e.shape, e.inference, 0});
+        return result;
+      }
+      throw Error(Exit::cant_create, opts.out,
+                  "exists with another fingerprint (changed: " +
+                      fingerprint_diff(old->fingerprint_json, fp) + "); use --force to overwrite it");
+    }
+  }
+
+  // ---- partial progress: resume, or refuse to mix fingerprints
+  Journal journal;
+  journal.dir = partial;
+  if (journal.load()) {
+    if (journal.fingerprint != fingerprint) {
+      if (!opts.force)
+        throw Error(Exit::cant_create, partial,
+                    "holds progress of a run with another fingerprint; use --force to discard it");
+      std::error_code ec;
+      fs::remove_all(partial, ec);
+      journal = Journal{};
+      journal.dir = partial;
+    }
+  }
+  if (!fs::exists(partial)) {
+    std::error_code ec;
+    fs::create_directory(partial, ec);
+    if (ec) throw Error(Exit::cant_create, partial, ec.message());
+  }
+  journal.fingerprint = fingerprint;
+  result.resumed_from = journal.committed_rows;
+  bool keep_partial_on_error = journal.committed_rows > 0;
+  auto discard_partial = [&] {
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+  };
+
+  std::vector<RawFile> raws(encoders.size());
+  std::vector<std::vector<int64_t>> row_shapes(encoders.size());
+  std::vector<int64_t> row_bytes(encoders.size(), 0);
+  int64_t done = journal.committed_rows;
+  bool interrupted = false;
+  try {
+    for (std::size_t i = 0; i < encoders.size(); ++i) {
+      std::string raw = journal.raw(encoders[i]->name());
+      const json& je = journal.encoders.contains(encoders[i]->name()) ? journal.encoders[encoders[i]->name()]
+                                                                      : json(nullptr);
+      int64_t keep = 0;
+      if (je.is_object()) {
+        row_shapes[i] = je.at("row_shape").get<std::vector<int64_t>>();
+        row_bytes[i] = static_cast<int64_t>(dtype_size(opts.dtype));
+        for (auto d : row_shapes[i]) row_bytes[i] *= d;
+        keep = journal.committed_rows * row_bytes[i];
+      }
+      if (::truncate(raw.c_str(), keep) != 0 && errno != ENOENT)
+        throw Error(Exit::io, raw, std::strerror(errno));
+      raws[i].f = std::fopen(raw.c_str(), keep > 0 ? "ab" : "wb");
+      if (!raws[i].f) throw Error(Exit::io, raw, std::strerror(errno));
+    }
+
+    auto commit = [&](int64_t committed) {
+      for (auto& r : raws)
+        if (std::fflush(r.f) != 0 || ::fsync(fileno(r.f)) != 0)
+          throw Error(Exit::io, partial, std::string("cannot write progress: ") + std::strerror(errno));
+      journal.committed_rows = committed;
+      journal.save();
+      keep_partial_on_error = committed > 0;
+    };
+
+    if (done < rows) {
+      Prefetcher pf(inputs, a + done, b, opts.batch_size, opts.workers, opts.input_scale);
+      int64_t last_commit = done;
+      bool first_batch = true;
+      for (int64_t k = 0; k < pf.batches(); ++k) {
+        if (interrupt_requested()) {
+          interrupted = true;
+          break;
+        }
+        Batch batch = pf.next();
+        for (std::size_t i = 0; i < encoders.size(); ++i) {
+          auto& enc = *encoders[i];
+          std::vector<torch::Tensor> args;
+          for (const auto& f : enc_features[enc.name()]) args.push_back(batch.inputs.at(f));
+          const json& je = journal.encoders.contains(enc.name()) ? journal.encoders[enc.name()] : json(nullptr);
+          if (first_batch) {
+            bool want_opt = je.is_object() ? je.value("inference", "plain") == "optimized" : opts.optimize;
+            if (want_opt) {
+              auto o = enc.try_optimize(args, kOptimizeTolerance);
+              if (!o.used && je.is_object())
+                throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                            "the optimised module used for the committed rows is no longer usable (" +
+                                o.why_not + "); use --force to start over");
+              if (!o.used) warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
+              if (!je.is_object()) journal.encoders[enc.name()]["optimize_max_abs_diff"] = o.max_abs_diff;
+            }
+          }
+          auto t_enc = Clock::now();
+          torch::Tensor out = enc.forward(args);
+          if (first_batch && opts.check_determinism) {
+            torch::Tensor again = enc.forward(args);
+            if (!torch::equal(out, again))
+              throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                          "not deterministic: two runs on the first batch differ (dropout or "
+                          "randomness left on?)");
+          }
+          out = out.to(torch::kCPU, opts.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32)
+                    .contiguous();
+          result.encode_seconds += seconds_since(t_enc);
+          if (out.dim() < 1 || out.size(0) != batch.count)
+            throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                        "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
+                            " rows for a batch of " + std::to_string(batch.count));
+          std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
+          if (row_shapes[i].empty() && !je.is_object()) {
+            row_shapes[i] = shape;
+            row_bytes[i] = out.numel() / std::max<int64_t>(1, batch.count) *
+                           static_cast<int64_t>(dtype_size(opts.dtype));
+            journal.encoders[enc.name()]["row_shape"] = shape;
+            journal.encoders[enc.name()]["inference"] = enc.inference();
+          } else if (shape != row_shapes[i]) {
+            throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                        "output row shape changed between batches");
+          }
+          if (!torch::isfinite(out).all().item<bool>()) {
+            auto bad = (~torch::isfinite(out.reshape({batch.count, -1})).all(1)).nonzero();
+            int64_t row = batch.start + bad[0][0].item<int64_t>();
+            throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                        "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
+          }
+          std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
+          if (std::fwrite(out.data_ptr(), 1, nbytes, raws[i].f) != nbytes)
+            throw Error(Exit::io, partial, std::string("write failed: ") + std::strerror(errno));
+          result.bytes_written += nbytes;
+        }
+        first_batch = false;
+        done += batch.count;
+        result.rows_encoded += batch.count;
+        if (done - last_commit >= opts.commit_rows || done == rows) {
+          commit(done);
+          last_commit = done;
+        }
+        if (cb.progress) cb.progress(done, rows);
+      }
+      if (interrupted && done > last_commit) commit(done);
+    }
+    if (interrupted) {
+      result.status = FillStatus::interrupted;
+      result.partial_path = partial;
+      result.rows = done;
+      result.seconds = seconds_since(t_start);
+      return result;
+    }
+    for (auto& r : raws) {
+      std::fclose(r.f);
+      r.f = nullptr;
+    }
+
+    // ---- publish: build the HDF5 file from the journal and rename it into place
+    cache::AssemblySpec spec;
+    spec.out_path = opts.out;
+    spec.rows = rows;
+    spec.input_path = opts.input;
+    spec.row_start = a;
+    spec.labels_dataset = opts.labels;
+    spec.keys_dataset = opts.keys;
+    json all_features = json::array();
+    for (const auto& [name, in] : inputs) all_features.push_back(name);
+    spec.root_attrs = {{"created_by", version_banner("cache-fill")},
+                       {"fingerprint", fingerprint},
+                       {"fingerprint_json", fp_json},
+                       {"input_path", absolute_path(opts.input)},
+                       {"features", all_features.dump()},
+                       {"input_scale", opts.input_scale},
+                       {"labels_source", opts.labels},
+                       {"keys_source", opts.keys},
+                       {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
+                       {"batch_size", opts.batch_size}};
+    for (std::size_t i = 0; i < encoders.size(); ++i) {
+      const auto& enc = *encoders[i];
+      const json& je = journal.encoders[enc.name()];
+      cache::EmbeddingSource src;
+      src.name = enc.name();
+      src.raw_path = journal.raw(enc.name());
+      src.row_shape = row_shapes[i];
+      src.dtype = opts.dtype;
+      src.attrs = {{"encoder_path", absolute_path(enc.path())},
+                   {"encoder_sha256", enc_sha[i]},
+                   {"features", json(enc_features[enc.name()]).dump()},
+                   {"output", enc.output()},
+                   {"inference", je.value("inference", std::string("plain"))},
+                   {"optimize_max_abs_diff", je.value("optimize_max_abs_diff", 0.0)}};
+      spec.embeddings.push_back(src);
+      std::vector<int64_t> shape{rows};
+      shape.insert(shape.end(), row_shapes[i].begin(), row_shapes[i].end());
+      result.encoders.push_back({enc.name(), shape, je.value("inference", std::string("plain")),
+                                 je.value("optimize_max_abs_diff", 0.0)});
+    }
+    cache::assemble(spec);
+    discard_partial();
+  } catch (const Error& e) {
+    for (auto& r : raws)
+      if (r.f) {
+        std::fclose(r.f);
+        r.f = nullptr;
+      }
+    std::remove((opts.out + ".tmp").c_str());
+    bool resumable = keep_partial_on_error && (e.code() == Exit::io || e.code() == Exit::cant_create ||
+                                               e.code() == Exit::temp_failure);
+    if (!resumable) {
+      discard_partial();
+      throw;
+    }
+    throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial +
+                                 " (run again to resume)");
+  }
+  result.seconds = seconds_since(t_start);
+  return result;
+}
+
+}  // namespace traincache::fill

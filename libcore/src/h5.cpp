@@ -1,0 +1,339 @@
+#include "traincache/h5.h"
+
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
+
+namespace traincache::h5 {
+
+namespace {
+std::atomic<bool> g_print_stack{false};
+}
+
+void set_verbose(bool print_stack) {
+  g_print_stack = print_stack;
+  if (print_stack)
+    H5Eset_auto2(H5E_DEFAULT, reinterpret_cast<H5E_auto2_t>(H5Eprint2), stderr);
+  else
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+namespace {
+// HDF5's error-stack settings are per thread in thread-safe builds: configure each thread once.
+thread_local bool t_configured = false;
+void init() {
+  if (!t_configured) {
+    t_configured = true;
+    set_verbose(g_print_stack);
+  }
+}
+
+herr_t close_any(hid_t id) {
+  switch (H5Iget_type(id)) {
+    case H5I_FILE: return H5Fclose(id);
+    case H5I_GROUP: return H5Gclose(id);
+    case H5I_DATASET: return H5Dclose(id);
+    case H5I_DATASPACE: return H5Sclose(id);
+    case H5I_DATATYPE: return H5Tclose(id);
+    case H5I_ATTR: return H5Aclose(id);
+    case H5I_GENPROP_LST: return H5Pclose(id);
+    default: return H5Idec_ref(id);
+  }
+}
+
+herr_t walk_cb(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (n == 0 && err->desc) *out = err->desc;  // innermost: the most specific cause
+  return 0;
+}
+}  // namespace
+
+Id& Id::operator=(Id&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    o.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+void Id::reset() {
+  if (id_ >= 0) close_any(id_);
+  id_ = H5I_INVALID_HID;
+}
+
+std::string last_error() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &msg);
+  for (auto& c : msg) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return msg;
+}
+
+hid_t check(hid_t status, Exit code, const std::string& subject, const std::string& what) {
+  if (status < 0) {
+    std::string detail = last_error();
+    throw Error(code, subject, detail.empty() ? what : what + ": " + detail);
+  }
+  return status;
+}
+
+Id open_file(const std::string& path, bool writable) {
+  init();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw Error(Exit::no_input, path, "is a directory");
+  htri_t is_h5 = H5Fis_hdf5(path.c_str());
+  if (is_h5 <= 0) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw Error(Exit::no_input, path, std::strerror(errno));
+    std::fclose(f);
+    throw Error(Exit::data, path, "not an HDF5 file");
+  }
+  hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
+  check(id, Exit::data, path, "cannot open HDF5 file (corrupt?)");
+  return Id(id);
+}
+
+Id create_file(const std::string& path) {
+  init();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  check(id, Exit::cant_create, path, "cannot create HDF5 file");
+  return Id(id);
+}
+
+bool exists(hid_t loc, const std::string& path) {
+  std::string prefix;
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t next = path.find('/', pos);
+    std::string part = path.substr(0, next);
+    if (!part.empty() && part != "/") {
+      if (H5Lexists(loc, part.c_str(), H5P_DEFAULT) <= 0) return false;
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return !path.empty();
+}
+
+int64_t DatasetInfo::row_elements() const {
+  int64_t n = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+Id open_dataset(hid_t file, const std::string& file_path, const std::string& name) {
+  init();
+  if (!exists(file, name)) throw Error(Exit::data, file_path, "no dataset '" + name + "'");
+  H5O_info_t oinfo;
+  if (H5Oget_info_by_name2(file, name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+      oinfo.type != H5O_TYPE_DATASET)
+    throw Error(Exit::data, file_path, "'" + name + "' is not a dataset");
+  hid_t id = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  check(id, Exit::data, file_path, "cannot open dataset '" + name + "'");
+  return Id(id);
+}
+
+DatasetInfo describe(hid_t dset, const std::string& name) {
+  DatasetInfo info;
+  info.name = name;
+  Id space(H5Dget_space(dset));
+  int nd = H5Sget_simple_extent_ndims(space.get());
+  if (nd < 0) throw Error(Exit::data, name, "unreadable dataspace");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  for (auto d : dims) info.shape.push_back(static_cast<int64_t>(d));
+  Id type(H5Dget_type(dset));
+  info.type_size = H5Tget_size(type.get());
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: {
+      bool is_signed = H5Tget_sign(type.get()) == H5T_SGN_2;
+      switch (info.type_size) {
+        case 1: info.dtype = is_signed ? DType::i8 : DType::u8; break;
+        case 2: info.dtype = is_signed ? DType::i16 : DType::u16; break;
+        case 4: info.dtype = is_signed ? DType::i32 : DType::u32; break;
+        case 8: info.dtype = is_signed ? DType::i64 : DType::u64; break;
+        default: info.dtype = DType::other;
+      }
+      break;
+    }
+    case H5T_FLOAT:
+      info.dtype = info.type_size == 2 ? DType::f16
+                   : info.type_size == 4 ? DType::f32
+                   : info.type_size == 8 ? DType::f64
+                                         : DType::other;
+      break;
+    case H5T_STRING:
+      info.dtype = DType::string;
+      info.vlen_string = H5Tis_variable_str(type.get()) > 0;
+      break;
+    default:
+      info.dtype = DType::other;
+  }
+  return info;
+}
+
+hid_t native_type(DType t) {
+  switch (t) {
+    case DType::u8: return H5T_NATIVE_UINT8;
+    case DType::i8: return H5T_NATIVE_INT8;
+    case DType::u16: return H5T_NATIVE_UINT16;
+    case DType::i16: return H5T_NATIVE_INT16;
+    case DType::u32: return H5T_NATIVE_UINT32;
+    case DType::i32: return H5T_NATIVE_INT32;
+    case DType::u64: return H5T_NATIVE_UINT64;
+    case DType::i64: return H5T_NATIVE_INT64;
+    case DType::f32: return H5T_NATIVE_FLOAT;
+    case DType::f64: return H5T_NATIVE_DOUBLE;
+    default: throw Error(Exit::internal, "", std::string("no native HDF5 type for ") + dtype_name(t));
+  }
+}
+
+Id float16_type() {
+  Id t(H5Tcopy(H5T_IEEE_F32LE));
+  // sign bit 15, exponent at 10 (5 bits), mantissa at 0 (10 bits), bias 15.
+  H5Tset_fields(t.get(), 15, 10, 5, 0, 10);
+  H5Tset_precision(t.get(), 16);
+  H5Tset_size(t.get(), 2);
+  H5Tset_ebias(t.get(), 15);
+  return t;
+}
+
+namespace {
+Id row_selection(hid_t dset, int64_t start, int64_t count, Id* mem_space) {
+  Id space(H5Dget_space(dset));
+  int nd = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  std::vector<hsize_t> off(dims.size(), 0), cnt = dims;
+  off[0] = static_cast<hsize_t>(start);
+  cnt[0] = static_cast<hsize_t>(count);
+  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
+  *mem_space = Id(H5Screate_simple(nd, cnt.data(), nullptr));
+  return space;
+}
+}  // namespace
+
+void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
+               void* buf) {
+  init();
+  if (count == 0) return;
+  Id mem;
+  Id file_space = row_selection(dset, start, count, &mem);
+  check(H5Dread(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::data, what,
+        "cannot read rows " + std::to_string(start) + ".." + std::to_string(start + count));
+}
+
+void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
+                const void* buf) {
+  init();
+  if (count == 0) return;
+  Id mem;
+  Id file_space = row_selection(dset, start, count, &mem);
+  check(H5Dwrite(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::io, what,
+        "cannot write rows");
+}
+
+namespace {
+void write_attr_raw(hid_t obj, const std::string& name, hid_t type, const void* value) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Id space(H5Screate(H5S_SCALAR));
+  Id attr(check(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                Exit::io, name, "cannot create attribute"));
+  check(H5Awrite(attr.get(), type, value), Exit::io, name, "cannot write attribute");
+}
+
+Id open_attr(hid_t obj, const std::string& name) {
+  if (H5Aexists(obj, name.c_str()) <= 0) return Id();
+  return Id(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
+}
+}  // namespace
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  const char* p = value.c_str();
+  write_attr_raw(obj, name, type.get(), &p);
+}
+
+void write_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_attr_raw(obj, name, H5T_NATIVE_INT64, &value);
+}
+
+void write_attr(hid_t obj, const std::string& name, double value) {
+  write_attr_raw(obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+std::optional<std::string> read_attr_string(hid_t obj, const std::string& name) {
+  Id attr = open_attr(obj, name);
+  if (!attr) return std::nullopt;
+  Id ftype(H5Aget_type(attr.get()));
+  if (H5Tget_class(ftype.get()) != H5T_STRING) return std::nullopt;
+  Id space(H5Aget_space(attr.get()));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;
+  if (H5Tis_variable_str(ftype.get()) > 0) {
+    Id mtype(H5Tcopy(H5T_C_S1));
+    H5Tset_size(mtype.get(), H5T_VARIABLE);
+    H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get()));
+    char* p = nullptr;
+    if (H5Aread(attr.get(), mtype.get(), &p) < 0) return std::nullopt;
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  std::size_t n = H5Tget_size(ftype.get());
+  std::string s(n, '\0');
+  if (H5Aread(attr.get(), ftype.get(), s.data()) < 0) return std::nullopt;
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+std::optional<int64_t> read_attr_int(hid_t obj, const std::string& name) {
+  Id attr = open_attr(obj, name);
+  if (!attr) return std::nullopt;
+  Id ftype(H5Aget_type(attr.get()));
+  if (H5Tget_class(ftype.get()) != H5T_INTEGER) return std::nullopt;
+  Id space(H5Aget_space(attr.get()));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) return std::nullopt;
+  int64_t v = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<double> read_attr_double(hid_t obj, const std::string& name) {
+  Id attr = open_attr(obj, name);
+  if (!attr) return std::nullopt;
+  Id ftype(H5Aget_type(attr.get()));
+  auto cls = H5Tget_class(ftype.get());
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) return std::nullopt;
+  double v = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v) < 0) return std::nullopt;
+  return v;
+}
+
+Id untimed_create_plist(hid_t cls) {
+  Id plist(H5Pcreate(cls));
+  H5Pset_obj_track_times(plist.get(), false);
+  return plist;
+}
+
+std::vector<std::string> list_group(hid_t file, const std::string& path) {
+  std::vector<std::string> names;
+  if (!exists(file, path)) return names;
+  Id group(H5Gopen2(file, path.c_str(), H5P_DEFAULT));
+  if (!group) return names;
+  H5Literate(
+      group.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->push_back(name);
+        return 0;
+      },
+      &names);
+  return names;
+}
+
+}  // namespace traincache::h5

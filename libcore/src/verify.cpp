@@ -1,0 +1,84 @@
+#include "traincache/verify.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "traincache/cache_file.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/h5.h"
+#include "traincache/sha256.h"
+
+namespace traincache::verify {
+
+bool VerifyReport::ok() const {
+  return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
+}
+
+VerifyReport run_verify(const VerifyOptions& opts) {
+  if (opts.samples <= 0) throw Error(Exit::usage, "--verify", "the number of rows must be positive");
+  torch::Device device = encode::parse_device(opts.device);
+  encode::configure_threads(opts.threads);
+  cache::CacheInfo info = cache::read_info(opts.cache, false);
+  if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
+  for (const auto& [name, path] : opts.encoders)
+    if (std::none_of(info.embeddings.begin(), info.embeddings.end(),
+                     [&](const auto& e) { return e.name == name; }))
+      throw Error(Exit::usage, "--encoder", "the cache has no encoder named '" + name + "'");
+
+  VerifyReport rep;
+  rep.path = opts.cache;
+  std::mt19937_64 rng(opts.seed);
+  int64_t k = std::min<int64_t>(opts.samples, info.rows);
+  std::set<int64_t> picked;
+  std::uniform_int_distribution<int64_t> dist(0, info.rows - 1);
+  while (static_cast<int64_t>(picked.size()) < k) picked.insert(dist(rng));
+  rep.rows.assign(picked.begin(), picked.end());
+
+  std::string input = opts.input.empty() ? info.input_path : opts.input;
+  h5::Id in_file = h5::open_file(input);
+  for (const auto& e : info.embeddings) {
+    EncoderVerdict v;
+    v.name = e.name;
+    auto it = opts.encoders.find(e.name);
+    v.encoder_path = it != opts.encoders.end() ? it->second : e.encoder_path;
+    v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
+    v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 ? 2e-3 : 1e-4);
+    v.atol = opts.atol;
+
+    std::vector<torch::Tensor> args;
+    for (const auto& f : e.features) {
+      h5::Id d = h5::open_dataset(in_file.get(), input, f);
+      auto di = h5::describe(d.get(), f);
+      encode::require_numeric_input(di, input);
+      if (di.rows() < info.row_start + info.rows)
+        throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
+      std::vector<torch::Tensor> rows;
+      for (int64_t r : rep.rows)
+        rows.push_back(encode::read_input_rows(d.get(), di, info.row_start + r, 1, info.input_scale));
+      args.push_back(torch::cat(rows));
+    }
+    encode::Encoder enc(e.name, v.encoder_path, device, e.output);
+    if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
+    torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
+    std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rep.rows);
+    torch::Tensor want =
+        torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
+                         torch::kFloat32)
+            .to(torch::kFloat64);
+    if (got.sizes() != want.sizes())
+      throw Error(Exit::negative, "encoder '" + e.name + "'",
+                  "re-encoded rows have another shape than the cached ones");
+    auto diff = (got - want).abs();
+    auto bad_rows = (diff > (v.atol + v.rtol * want.abs())).any(1);
+    v.checked = k;
+    v.mismatched = bad_rows.sum().item<int64_t>();
+    v.max_abs_diff = diff.max().item<double>();
+    if (v.mismatched > 0) v.first_bad_row = rep.rows[bad_rows.nonzero()[0][0].item<int64_t>()];
+    rep.encoders.push_back(v);
+  }
+  return rep;
+}
+
+}  // namespace traincache::verify

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install every Debian package that traincache's build, tests, demo and benchmarks need.
+# Idempotent: when everything is present it only says so. Needs root (or sudo) to install.
+#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh --check  exit 1 (and list them) when packages are missing
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build git ccache pkg-config
+  libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the c10d headers
+  libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
+  libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev
+  python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
+  dataset-fashion-mnist             # demo data
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  [ "${1:-}" = "--check" ] || echo "install-deps: all ${#PACKAGES[@]} packages are installed" >&2
+  exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+  echo "install-deps: missing: ${missing[*]}" >&2
+  exit 1
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: error: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+"${SUDO[@]}" apt-get update -q
+DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
