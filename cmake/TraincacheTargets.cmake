@@ -44,7 +44,7 @@ endfunction()
 # tc_add_unit_test(NAME SOURCES ... DEPS ... [TORCH] [LABELS ...])
 function(tc_add_unit_test name)
   cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;LABELS" ${ARGN})
-  add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/unit/catch_main.cpp)
+  add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${TRAINCACHE_WARNINGS})
   target_compile_definitions(${name} PRIVATE CATCH_CONFIG_PREFIX_ALL
                              TRAINCACHE_TEST_DATA_DIR="${PROJECT_BINARY_DIR}/tests/data")

@@ -365,7 +365,7 @@ void assemble(const AssemblySpec& spec) {
       h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
       write_attrs(d.get(), e.attrs);
       std::FILE* raw = std::fopen(e.raw_path.c_str(), "rb");
-      if (!raw) throw Error(Exit::io, e.raw_path, std::strerror(errno));
+      if (!raw) throw Error(Exit::io, e.raw_path, errno_text(errno));
       int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
       std::vector<char> buf;
       for (int64_t s = 0; s < spec.rows; s += block) {
@@ -400,7 +400,7 @@ void assemble(const AssemblySpec& spec) {
     int err = errno;
     std::remove(tmp.c_str());
     throw Error(Exit::cant_create, spec.out_path, std::string("cannot rename into place: ") +
-                                                      std::strerror(err));
+                                                      errno_text(err));
   }
 }
 

@@ -98,6 +98,22 @@ std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
   return {a, b};
 }
 
+CLI::Validator positive_integer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != s.size() || v < 1) return "must be a positive integer, got '" + s + "'";
+        return "";
+      },
+      "POSITIVE");
+}
+
 std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec) {
   auto eq = spec.find('=');
   if (eq == std::string::npos) return {std::nullopt, spec};

@@ -2,6 +2,9 @@
 
 #include "traincache/error.h"
 
+#include <cctype>
+#include <cstring>
+
 namespace traincache {
 
 namespace {
@@ -45,6 +48,12 @@ bool is_integer(DType t) {
     default:
       return false;
   }
+}
+
+std::string errno_text(int err) {
+  std::string s = std::strerror(err);
+  if (!s.empty()) s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+  return s;
 }
 
 bool is_float(DType t) { return t == DType::f16 || t == DType::f32 || t == DType::f64; }

@@ -18,8 +18,7 @@ std::string first_line(const std::string& s) {
 }
 
 // c10::Error's what() carries a C++ stack trace; its message without it is more useful.
-std::string torch_message(const c10::Error& e) {
-  std::string msg = e.what_without_backtrace();
+std::string torch_message(const std::string& msg) {
   // TorchScript errors start with "The following operation failed in the TorchScript
   // interpreter." and end with the Python-level exception; keep the last meaningful line.
   std::vector<std::string> lines;
@@ -103,13 +102,13 @@ torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t s
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)
     : name_(std::move(name)), path_(std::move(path)), output_(std::move(output)), device_(device) {
   struct stat st;
-  if (stat(path_.c_str(), &st) != 0) throw Error(Exit::no_input, path_, std::strerror(errno));
+  if (stat(path_.c_str(), &st) != 0) throw Error(Exit::no_input, path_, errno_text(errno));
   try {
     plain_ = torch::jit::load(path_, device_);
   } catch (const c10::Error& e) {
-    throw Error(Exit::data, path_, "cannot load TorchScript module: " + torch_message(e));
+    throw Error(Exit::data, path_, "cannot load TorchScript module: " + torch_message(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw Error(Exit::data, path_, std::string("cannot load TorchScript module: ") + e.what());
+    throw Error(Exit::data, path_, "cannot load TorchScript module: " + torch_message(e.what()));
   }
   plain_.eval();
   for (auto p : plain_.parameters()) p.set_requires_grad(false);
@@ -123,9 +122,9 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
   try {
     out = m.forward(args);
   } catch (const c10::Error& e) {
-    throw Error(Exit::data, "encoder '" + name_ + "'", "rejected the input: " + torch_message(e));
+    throw Error(Exit::data, "encoder '" + name_ + "'", "rejected the input: " + torch_message(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw Error(Exit::data, "encoder '" + name_ + "'", std::string("rejected the input: ") + e.what());
+    throw Error(Exit::data, "encoder '" + name_ + "'", "rejected the input: " + torch_message(e.what()));
   }
   if (!output_.empty()) {
     bool numeric = output_.find_first_not_of("0123456789") == std::string::npos;
@@ -167,6 +166,11 @@ torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
 OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol) {
   OptimizeOutcome r;
   torch::Tensor want = run(plain_, sample);
+  if (!torch::isfinite(want).all().item<bool>()) {
+    r.plain_nonfinite = true;
+    r.why_not = "the plain module's output holds NaN or Inf";
+    return r;
+  }
   try {
     torch::jit::Module frozen = torch::jit::freeze(plain_);
     torch::jit::Module opt = torch::jit::optimize_for_inference(frozen);
@@ -188,7 +192,9 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
   } catch (const Error& e) {
     r.why_not = e.what();
   } catch (const c10::Error& e) {
-    r.why_not = "optimisation failed: " + torch_message(e);
+    r.why_not = "optimisation failed: " + torch_message(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    r.why_not = "optimisation failed: " + torch_message(e.what());
   }
   return r;
 }

@@ -141,13 +141,13 @@ struct Journal {
            {"encoders", encoders}};
     std::string tmp = file() + ".tmp";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw Error(Exit::io, tmp, std::strerror(errno));
+    if (fd < 0) throw Error(Exit::io, tmp, errno_text(errno));
     std::string text = j.dump(1) + "\n";
     bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     ok = ::fsync(fd) == 0 && ok;
     ::close(fd);
     if (!ok || std::rename(tmp.c_str(), file().c_str()) != 0)
-      throw Error(Exit::io, file(), std::string("cannot commit progress: ") + std::strerror(errno));
+      throw Error(Exit::io, file(), std::string("cannot commit progress: ") + errno_text(errno));
   }
 };
 
@@ -418,15 +418,15 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
         keep = journal.committed_rows * row_bytes[i];
       }
       if (::truncate(raw.c_str(), keep) != 0 && errno != ENOENT)
-        throw Error(Exit::io, raw, std::strerror(errno));
+        throw Error(Exit::io, raw, errno_text(errno));
       raws[i].f = std::fopen(raw.c_str(), keep > 0 ? "ab" : "wb");
-      if (!raws[i].f) throw Error(Exit::io, raw, std::strerror(errno));
+      if (!raws[i].f) throw Error(Exit::io, raw, errno_text(errno));
     }
 
     auto commit = [&](int64_t committed) {
       for (auto& r : raws)
         if (std::fflush(r.f) != 0 || ::fsync(fileno(r.f)) != 0)
-          throw Error(Exit::io, partial, std::string("cannot write progress: ") + std::strerror(errno));
+          throw Error(Exit::io, partial, std::string("cannot write progress: ") + errno_text(errno));
       journal.committed_rows = committed;
       journal.save();
       keep_partial_on_error = committed > 0;
@@ -455,7 +455,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                 throw Error(Exit::data, "encoder '" + enc.name() + "'",
                             "the optimised module used for the committed rows is no longer usable (" +
                                 o.why_not + "); use --force to start over");
-              if (!o.used) warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
+              if (!o.used && !o.plain_nonfinite) warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
               if (!je.is_object()) journal.encoders[enc.name()]["optimize_max_abs_diff"] = o.max_abs_diff;
             }
           }
@@ -494,7 +494,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
           }
           std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
           if (std::fwrite(out.data_ptr(), 1, nbytes, raws[i].f) != nbytes)
-            throw Error(Exit::io, partial, std::string("write failed: ") + std::strerror(errno));
+            throw Error(Exit::io, partial, std::string("write failed: ") + errno_text(errno));
           result.bytes_written += nbytes;
         }
         first_batch = false;

@@ -83,12 +83,12 @@ hid_t check(hid_t status, Exit code, const std::string& subject, const std::stri
 Id open_file(const std::string& path, bool writable) {
   init();
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, std::strerror(errno));
+  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
   if (S_ISDIR(st.st_mode)) throw Error(Exit::no_input, path, "is a directory");
   htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 <= 0) {
     FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw Error(Exit::no_input, path, std::strerror(errno));
+    if (!f) throw Error(Exit::no_input, path, errno_text(errno));
     std::fclose(f);
     throw Error(Exit::data, path, "not an HDF5 file");
   }

@@ -47,7 +47,7 @@ std::string sha256_hex(const std::string& data) {
 
 std::string sha256_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(Exit::no_input, path, std::strerror(errno));
+  if (!f) throw Error(Exit::no_input, path, errno_text(errno));
   Sha256 h;
   std::vector<char> buf(1 << 20);
   std::size_t n;

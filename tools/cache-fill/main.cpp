@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--out", o.fill.out, "Output cache file")->required();
   app.add_option("--output", o.outputs, "[NAME=]KEY|INDEX: the tensor to keep from a tuple/dict output");
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::positive_integer())->capture_default_str();
   app.add_option("--workers", o.fill.workers, "Reader/converter threads prefetching batches")
       ->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--dtype", o.dtype, "Storage dtype")->check(CLI::IsMember({"float32", "float16"}))
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   app.add_option("--input-scale", o.input_scale, "Scale applied to uint8 inputs (number or A/B)")
       ->capture_default_str();
   app.add_option("--commit-rows", o.fill.commit_rows, "Rows between durable progress commits")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(cli::positive_integer())->capture_default_str();
   app.add_flag("--force", o.fill.force, "Overwrite a cache or partial progress with another fingerprint");
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");

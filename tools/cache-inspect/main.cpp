@@ -268,8 +268,8 @@ int main(int argc, char** argv) {
   auto* check = app.add_flag("--check", o.check,
                              "Exit 1 and list each file that is incomplete, inconsistent or non-finite");
   app.add_option("--verify", o.verify, "Re-encode K random rows with the recorded encoder and compare")
-      ->check(CLI::PositiveNumber)->excludes(check);
-  app.add_option("--head", o.head, "Print the first N rows")->check(CLI::PositiveNumber)->excludes(check);
+      ->check(cli::positive_integer())->excludes(check);
+  app.add_option("--head", o.head, "Print the first N rows")->check(cli::positive_integer())->excludes(check);
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();
   app.add_option("--encoder", o.encoders, "NAME=PATH: verify with this encoder file instead of the recorded one");
   app.add_option("--input", o.input, "Verify against this input file instead of the recorded one");

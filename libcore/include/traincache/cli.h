@@ -56,6 +56,9 @@ std::pair<std::optional<std::string>, std::string> split_assignment(const std::s
 /// Splits on `sep`, dropping empty parts.
 std::vector<std::string> split(const std::string& s, char sep);
 
+/// A CLI11 check for integers >= 1 with a readable message ("must be a positive integer").
+CLI::Validator positive_integer();
+
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }
 

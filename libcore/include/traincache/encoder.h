@@ -33,6 +33,7 @@ struct OptimizeOutcome {
   bool used = false;          ///< the optimised module is now in use
   double max_abs_diff = 0;    ///< between plain and optimised outputs on the sample
   std::string why_not;        ///< reason for falling back, when !used
+  bool plain_nonfinite = false;  ///< the plain output already holds NaN/Inf (nothing to compare)
 };
 
 /// A frozen TorchScript encoder in eval mode, run under c10::InferenceMode.

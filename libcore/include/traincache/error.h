@@ -36,6 +36,9 @@ class Error : public std::runtime_error {
   Exit code_;
 };
 
+/// strerror(err) with a lower-case first letter, as messages want it.
+std::string errno_text(int err);
+
 /// The exit code as the integer passed to exit().
 inline int exit_status(Exit e) { return static_cast<int>(e); }
 

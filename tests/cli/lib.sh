@@ -1,0 +1,47 @@
+# Helpers for the CLI tests: run a command, then assert its exit code, stdout and stderr exactly.
+# Each test file sources this, calls `run ...` and `expect_* ...`, and ends with `finish`.
+set -u
+: "${TC_BIN:?}" "${TC_DATA:?}" "${TC_PYTHON:?}"
+export LC_ALL=C
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tc-cli.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+PASSED=0
+FAILED=0
+rc=0
+out=""
+err=""
+
+# run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
+run() {
+  "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
+  rc=$?
+  out=$(cat "$WORK/.out")
+  err=$(cat "$WORK/.err")
+}
+
+_ok() { PASSED=$((PASSED + 1)); }
+_fail() {
+  FAILED=$((FAILED + 1))
+  printf 'FAIL (%s:%s): %s\n' "${BASH_SOURCE[2]##*/}" "${BASH_LINENO[1]}" "$1" >&2
+  printf '  exit: %s\n  stdout: %s\n  stderr: %s\n' "$rc" "${out:0:2000}" "${err:0:2000}" >&2
+}
+
+expect_rc() { [ "$rc" -eq "$1" ] && _ok || _fail "expected exit $1, got $rc"; }
+expect_err() { [ "$err" = "$1" ] && _ok || _fail "expected stderr exactly: $1"; }
+expect_err_has() { [[ "$err" == *"$1"* ]] && _ok || _fail "expected stderr to contain: $1"; }
+expect_out() { [ "$out" = "$1" ] && _ok || _fail "expected stdout exactly: $1"; }
+expect_out_has() { [[ "$out" == *"$1"* ]] && _ok || _fail "expected stdout to contain: $1"; }
+expect_no_out() { [ -z "$out" ] && _ok || _fail "expected empty stdout"; }
+expect_one_line_err() { [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && _ok || _fail "expected a one-line stderr"; }
+expect_file() { [ -e "$1" ] && _ok || _fail "expected file $1 to exist"; }
+expect_no_file() { [ ! -e "$1" ] && _ok || _fail "expected no file $1"; }
+expect_same() { cmp -s "$1" "$2" && _ok || _fail "expected $1 and $2 to be byte-identical"; }
+expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)}"; }
+
+# py CODE: runs python3 (with torch, h5py, numpy) and captures its stdout in $out.
+py() { run "$TC_PYTHON" -c "$1"; }
+
+finish() {
+  echo "${0##*/}: $PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}

@@ -1,0 +1,60 @@
+#include <catch2/catch.hpp>
+
+#include "traincache/cli.h"
+
+using namespace traincache;
+
+CATCH_TEST_CASE("cli: --rows A:B parses half-open ranges with open ends", "[cli]") {
+  CATCH_CHECK(cli::parse_row_range("10:50") == std::pair<int64_t, int64_t>{10, 50});
+  CATCH_CHECK(cli::parse_row_range(":50") == std::pair<int64_t, int64_t>{0, 50});
+  CATCH_CHECK(cli::parse_row_range("7:") == std::pair<int64_t, int64_t>{7, -1});
+}
+
+CATCH_TEST_CASE("cli: malformed or empty --rows is a usage error", "[cli]") {
+  for (const char* bad : {"10", "a:5", "5:5", "9:3", "-1:4", "1:2x"}) {
+    CATCH_INFO(bad);
+    try {
+      cli::parse_row_range(bad);
+      CATCH_FAIL("accepted");
+    } catch (const Error& e) {
+      CATCH_CHECK(e.code() == Exit::usage);
+      CATCH_CHECK(std::string(e.what()).rfind("--rows: ", 0) == 0);
+    }
+  }
+}
+
+CATCH_TEST_CASE("cli: NAME=VALUE splits at the first '='", "[cli]") {
+  auto [n1, v1] = cli::split_assignment("cnn=models/a=b.pt");
+  CATCH_CHECK(n1.value() == "cnn");
+  CATCH_CHECK(v1 == "models/a=b.pt");
+  auto [n2, v2] = cli::split_assignment("model.pt");
+  CATCH_CHECK(!n2);
+  CATCH_CHECK(v2 == "model.pt");
+}
+
+CATCH_TEST_CASE("cli: split drops empty parts", "[cli]") {
+  CATCH_CHECK(cli::split("a,,b,", ',') == std::vector<std::string>{"a", "b"});
+  CATCH_CHECK(cli::split("", ',').empty());
+}
+
+CATCH_TEST_CASE("cli: run_tool maps errors to exit codes and one-line messages", "[cli]") {
+  CLI::App app{"t", "t"};
+  char arg0[] = "t";
+  char* argv[] = {arg0};
+  CATCH_CHECK(cli::run_tool("t", app, 1, argv, [] { return 0; }) == 0);
+  CATCH_CHECK(cli::run_tool("t", app, 1, argv, []() -> int {
+                throw Error(Exit::no_input, "x.h5", "no such file or directory");
+              }) == 66);
+  CATCH_CHECK(cli::run_tool("t", app, 1, argv, []() -> int { throw std::runtime_error("boom"); }) == 70);
+  char bad[] = "--nope";
+  char* argv2[] = {arg0, bad};
+  CATCH_CHECK(cli::run_tool("t", app, 2, argv2, [] { return 0; }) == 64);
+}
+
+CATCH_TEST_CASE("cli: --progress accepts auto, always, never only", "[cli]") {
+  CATCH_CHECK(parse_progress_mode("auto") == ProgressMode::automatic);
+  CATCH_CHECK(parse_progress_mode("never") == ProgressMode::never);
+  CATCH_CHECK_THROWS_AS(parse_progress_mode("sometimes"), Error);
+  Progress off("x", 10, ProgressMode::never);
+  CATCH_CHECK_FALSE(off.enabled());
+}
