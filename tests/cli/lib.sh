@@ -45,3 +45,6 @@ finish() {
   echo "${0##*/}: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
 }
+
+expect_err_re() { [[ "$err" =~ $1 ]] && _ok || _fail "expected stderr to match: $1"; }
+expect_out_re() { [[ "$out" =~ $1 ]] && _ok || _fail "expected stdout to match: $1"; }

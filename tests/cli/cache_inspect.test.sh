@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# cache-inspect: summary, --json, --stats, --head, --check, --verify, and bad files.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+C="$WORK/c.h5"
+cp "$D/cnn.pt" "$WORK/enc.pt"
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$WORK/enc.pt" --features images \
+  --labels labels --key skeys --out "$C" || _fail "cache-fill failed"
+
+run "$TC_BIN/cache-inspect" "$C"
+expect_rc 0
+expect_out_has $'\n  format       traincache v1, complete\n  rows         300 (input rows 0..300)\n'
+expect_out_has $'\n  labels       int64 from \'labels\', 5 classes: 0:60 1:60 2:60 3:60 4:60\n  keys         string from \'skeys\''
+expect_out_re "embeddings/cnn  \[300,32\] float32 37.50 KiB, optimized, from $WORK/enc.pt"
+expect_err ""
+
+run "$TC_BIN/cache-inspect" --json --stats "$C"
+expect_rc 0
+echo "$out" > "$WORK/doc.json"
+# Stats against numpy: both sides sum float32 values in double precision, in different orders,
+# so they agree to ~1e-15 relative; 1e-9 (1e-12 absolute for min/max) leaves room for that only.
+py "
+import json, h5py, numpy as np
+j = json.load(open('$WORK/doc.json')); f = j['files'][0]
+e = h5py.File('$C', 'r')['embeddings/cnn'][:].astype(np.float64); n = np.linalg.norm(e, axis=1)
+s = f['stats'][0]
+print(j['schema'], f['rows'], f['embeddings'][0]['shape'], f['labels']['counts']['3'], f['keys']['dtype'],
+      abs(s['norm_mean'] - n.mean()) < 1e-9 * n.mean(), abs(s['norm_std'] - n.std()) < 1e-9 * n.mean(),
+      abs(s['norm_min'] - n.min()) < 1e-12, abs(s['norm_max'] - n.max()) < 1e-12, s['nan_count'])
+"
+expect_out "cache-inspect/1 300 [300, 32] 60 string True True True True 0"
+
+run "$TC_BIN/cache-inspect" --head 2 "$C"
+expect_rc 0
+py "
+import h5py
+f = h5py.File('$C', 'r'); e = f['embeddings/cnn']
+print('row\tkey\tlabel\tcnn')
+for i in range(2):
+    vals = ','.join('%.6g' % v for v in e[i][:8])
+    print('%d\t%s\t%d\t%s,...(32)' % (i, f['keys'].asstr()[i], f['labels'][i], vals))
+"
+want=$out
+run "$TC_BIN/cache-inspect" --head 2 "$C"
+expect_out "$want"
+
+# --check: silent success; one line per bad file and exit 1.
+run "$TC_BIN/cache-inspect" --check "$C"
+expect_rc 0
+expect_no_out
+run "$TC_BIN/cache-inspect" --check -v "$C"
+expect_out "$C	ok"
+cp "$C" "$WORK/incomplete.h5"
+"$TC_PYTHON" -c "import h5py; h5py.File('$WORK/incomplete.h5', 'r+').attrs['complete'] = 0"
+cp "$C" "$WORK/nan.h5"
+"$TC_PYTHON" -c "import h5py, numpy as np; f = h5py.File('$WORK/nan.h5', 'r+'); f['embeddings/cnn'][3, 5] = np.nan"
+cp "$C" "$WORK/short.h5"
+"$TC_PYTHON" -c "import h5py; h5py.File('$WORK/short.h5', 'r+').attrs['rows'] = 301"
+run "$TC_BIN/cache-inspect" --check "$C" "$WORK/incomplete.h5" "$WORK/nan.h5" "$WORK/short.h5" \
+  "$D/foreign.h5" "$WORK/missing.h5"
+expect_rc 1
+expect_out "$WORK/incomplete.h5	incomplete (complete attribute is not 1)
+$WORK/nan.h5	/embeddings/cnn holds 1 NaN and 0 Inf values
+$WORK/short.h5	/embeddings/cnn has 300 rows, expected 301; /labels has 300 rows, expected 301
+$D/foreign.h5	$D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)
+$WORK/missing.h5	$WORK/missing.h5: no such file or directory"
+run "$TC_BIN/cache-inspect" --check --json "$C" "$WORK/nan.h5"
+expect_rc 1
+expect_out_has '"path": "'"$WORK"'/nan.h5",
+      "ok": false,'
+
+# Bad files outside --check: their own exit codes, one line each, and the other files still shown.
+run "$TC_BIN/cache-inspect" "$D/foreign.h5"
+expect_rc 65
+expect_err "cache-inspect: error: $D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)"
+run "$TC_BIN/cache-inspect" "$D/truncated.h5"
+expect_rc 65
+expect_err "cache-inspect: error: $D/truncated.h5: cannot open HDF5 file (corrupt?): unable to open file"
+run "$TC_BIN/cache-inspect" "$D/notes.txt"
+expect_rc 65
+expect_err "cache-inspect: error: $D/notes.txt: not an HDF5 file"
+run "$TC_BIN/cache-inspect" "$WORK/missing.h5" "$C"
+expect_rc 66
+expect_err "cache-inspect: error: $WORK/missing.h5: no such file or directory"
+expect_out_has "$C"
+cp "$C" "$WORK/future.h5"
+"$TC_PYTHON" -c "import h5py; h5py.File('$WORK/future.h5', 'r+').attrs['format_version'] = 99"
+run "$TC_BIN/cache-inspect" "$WORK/future.h5"
+expect_rc 65
+expect_err "cache-inspect: error: $WORK/future.h5: format version 99 is newer than this tool reads (1)"
+run "$TC_BIN/cache-inspect" --check --verify 3 "$C"
+expect_rc 64
+expect_err "cache-inspect: error: --check excludes --verify (see --help)"
+
+# --verify: the recorded encoder reproduces the rows; another encoder or changed data does not.
+run "$TC_BIN/cache-inspect" --verify 8 "$C"
+expect_rc 0
+expect_out_re "^$C	cnn	ok: 8 rows match \(max abs diff [0-9.e-]+, tolerance 1e-05 \+ 0.0001\*\|x\|\)$"
+run "$TC_BIN/cache-inspect" --verify 8 --encoder cnn="$D/cnn_other.pt" "$C"
+expect_rc 1
+expect_out_re "^$C	cnn	MISMATCH: 8 of 8 rows differ \(first row [0-9]+, max abs diff [0-9.e-]+\); encoder file changed$"
+cp "$D/cnn_other.pt" "$WORK/enc.pt"
+run "$TC_BIN/cache-inspect" --verify 4 --json "$C"
+expect_rc 1
+expect_out_has '"encoder_changed": true'
+cp "$D/cnn.pt" "$WORK/enc.pt"
+cp "$D/images.h5" "$WORK/changed.h5"
+"$TC_PYTHON" -c "import h5py; f = h5py.File('$WORK/changed.h5', 'r+'); f['images'][:] = 255 - f['images'][:]"
+run "$TC_BIN/cache-inspect" --verify 8 --input "$WORK/changed.h5" "$C"
+expect_rc 1
+expect_out_re "	MISMATCH: 8 of 8 rows differ \(first row [0-9]+, max abs diff [0-9.e-]+\)$"
+run "$TC_BIN/cache-inspect" --verify 8 --encoder nope=x.pt "$C"
+expect_rc 64
+expect_err "cache-inspect: error: --encoder: the cache has no encoder named 'nope'"
+finish
