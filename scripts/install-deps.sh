@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build git ccache pkg-config
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the c10d headers
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
-  libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev
+  libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
   dataset-fashion-mnist             # demo data
 )

@@ -14,9 +14,9 @@ class ImageCNN(nn.Module):
 
     def __init__(self, dim: int = 64):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc = nn.Linear(32 * 7 * 7, dim)
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.fc = nn.Linear(64 * 7 * 7, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)

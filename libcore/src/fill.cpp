@@ -21,6 +21,7 @@
 #include <torch/version.h>
 
 #include "traincache/cache_file.h"
+#include "traincache/content_hash.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
@@ -64,7 +65,7 @@ struct Input {
 };
 
 // Feeds rows [a, b) of a dataset to a digest, block by block, in its native representation.
-void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Sha256& h) {
+void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h) {
   h.update(info.name + '\0');
   h5::Id ftype(H5Dget_type(dset));
   bool str = info.dtype == DType::string;
@@ -310,12 +311,15 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   // ---- encoders (digest first: a missing file is reported before a load error)
   std::vector<std::string> enc_sha;
   for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
+  auto t_load = Clock::now();
   std::vector<std::unique_ptr<encode::Encoder>> encoders;
   for (const auto& e : opts.encoders)
     encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+  double model_setup_seconds = seconds_since(t_load);
 
   // ---- fingerprint: every input byte and every option that changes the stored values
-  Sha256 content;
+  auto t_digest = Clock::now();
+  ContentHash content;
   for (const auto& [name, in] : inputs) hash_rows(in.dset.get(), in.info, a, b, content);
   if (labels) hash_rows(labels->dset.get(), labels->info, a, b, content);
   if (keys) hash_rows(keys->dset.get(), keys->info, a, b, content);
@@ -328,7 +332,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   fp["input"]["keys"] = keys ? describe_json(keys->info) : json(nullptr);
   if (keys) fp["input"]["keys"]["name"] = opts.keys;
   fp["input"]["rows"] = {a, b};
-  fp["input"]["content_sha256"] = content.hex_digest();
+  fp["input"]["content_xxh3"] = content.hex_digest();
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
     const auto& e = opts.encoders[i];
     fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", enc_features[e.name]}, {"output", e.output}};
@@ -339,10 +343,13 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
   const std::string fp_json = fp.dump();
+  const double digest_seconds = seconds_since(t_digest);
   const std::string fingerprint = sha256_hex(fp_json);
 
   FillResult result;
   result.fingerprint = fingerprint;
+  result.digest_seconds = digest_seconds;
+  result.model_setup_seconds = model_setup_seconds;
   result.rows = rows;
   const std::string partial = partial_path(opts.out);
 
@@ -447,6 +454,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
           std::vector<torch::Tensor> args;
           for (const auto& f : enc_features[enc.name()]) args.push_back(batch.inputs.at(f));
           const json& je = journal.encoders.contains(enc.name()) ? journal.encoders[enc.name()] : json(nullptr);
+          auto t_setup = Clock::now();
           if (first_batch) {
             bool want_opt = je.is_object() ? je.value("inference", "plain") == "optimized" : opts.optimize;
             if (want_opt) {
@@ -459,15 +467,16 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
               if (!je.is_object()) journal.encoders[enc.name()]["optimize_max_abs_diff"] = o.max_abs_diff;
             }
           }
-          auto t_enc = Clock::now();
-          torch::Tensor out = enc.forward(args);
           if (first_batch && opts.check_determinism) {
-            torch::Tensor again = enc.forward(args);
-            if (!torch::equal(out, again))
+            torch::Tensor once = enc.forward(args), again = enc.forward(args);
+            if (!torch::equal(once, again))
               throw Error(Exit::data, "encoder '" + enc.name() + "'",
                           "not deterministic: two runs on the first batch differ (dropout or "
                           "randomness left on?)");
           }
+          result.model_setup_seconds += seconds_since(t_setup);
+          auto t_enc = Clock::now();
+          torch::Tensor out = enc.forward(args);
           out = out.to(torch::kCPU, opts.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32)
                     .contiguous();
           result.encode_seconds += seconds_since(t_enc);
@@ -560,8 +569,10 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       result.encoders.push_back({enc.name(), shape, je.value("inference", std::string("plain")),
                                  je.value("optimize_max_abs_diff", 0.0)});
     }
+    auto t_publish = Clock::now();
     cache::assemble(spec);
     discard_partial();
+    result.publish_seconds = seconds_since(t_publish);
   } catch (const Error& e) {
     for (auto& r : raws)
       if (r.f) {

@@ -56,4 +56,12 @@ with torch.no_grad():
 print(e.dtype, bool(np.allclose(e[:], want, rtol=1e-3, atol=1e-4)))
 "
 expect_out "float16 True"
+
+# Progress goes to stderr only: never without a terminal (above), forced with --progress always.
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --encoder "$D/cnn.pt" --features images \
+  --out "$WORK/p.h5" --progress always --batch-size 100 -q
+expect_rc 0
+expect_no_out
+expect_err_re $'^\rencoding \[#+\.*\] 100/300  [0-9]+ rows/s'
+expect_err_re $'\rencoding \[#{30}\] 300/300  [0-9]+ rows/s[^\n]*\n$'
 finish

@@ -28,7 +28,7 @@ expect_same "$WORK/c.h5" "$WORK/first.h5"
 
 fill --rows 0:100 --batch-size 32
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_sha256, input/rows, options/batch_size); use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3, input/rows, options/batch_size); use --force to overwrite it"
 
 cp "$D/cnn_other.pt" "$WORK/enc.pt"
 fill
@@ -39,7 +39,7 @@ cp "$D/cnn.pt" "$WORK/enc.pt"
 "$TC_PYTHON" -c "import h5py; f = h5py.File('$WORK/in.h5', 'r+'); f['images'][7, 0, 0, 0] ^= 1"
 fill
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_sha256); use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3); use --force to overwrite it"
 expect_same "$WORK/c.h5" "$WORK/first.h5"
 
 fill --force

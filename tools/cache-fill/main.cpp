@@ -80,6 +80,9 @@ nlohmann::ordered_json summary_json(const fill::FillResult& r, const std::string
                    {"resumed_from", r.resumed_from},
                    {"seconds", r.seconds},
                    {"encode_seconds", r.encode_seconds},
+                   {"model_setup_seconds", r.model_setup_seconds},
+                   {"digest_seconds", r.digest_seconds},
+                   {"publish_seconds", r.publish_seconds},
                    {"rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0},
                    {"bytes_written", r.bytes_written},
                    {"fingerprint", r.fingerprint}};

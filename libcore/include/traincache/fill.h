@@ -31,7 +31,7 @@ struct FillOptions {
   std::string keys;                   ///< "" = none (key = input row number)
   std::string out;
   int64_t batch_size = 256;
-  int workers = 2;                    ///< reader/converter threads
+  int workers = 1;                    ///< reader/converter threads
   int threads = 0;                    ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
   DType dtype = DType::f32;           ///< storage type: f32 or f16
@@ -55,6 +55,9 @@ struct FillResult {
   int64_t resumed_from = 0;           ///< rows already committed by an earlier run
   double seconds = 0;
   double encode_seconds = 0;          ///< time inside encoder forward calls
+  double model_setup_seconds = 0;     ///< loading, optimising and checking the encoders (once per run)
+  double digest_seconds = 0;          ///< fingerprinting the input (one read of every row used)
+  double publish_seconds = 0;         ///< building the HDF5 file from the journal and renaming it
   uint64_t bytes_written = 0;         ///< embedding bytes written by this run
   std::string partial_path;           ///< where progress is kept (when interrupted)
   std::string fingerprint;

@@ -1,0 +1,31 @@
+// Fast content digest (XXH3-128 from libxxhash) for fingerprinting input rows. Not a security
+// hash: it detects changed data. Encoder files are identified with SHA-256 (sha256.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace traincache {
+
+/// Incremental XXH3-128.
+class ContentHash {
+ public:
+  ContentHash();
+  ~ContentHash();
+  ContentHash(const ContentHash&) = delete;
+  ContentHash& operator=(const ContentHash&) = delete;
+
+  /// Feeds `n` bytes.
+  void update(const void* data, std::size_t n);
+  /// Feeds a string's bytes.
+  void update(const std::string& s) { update(s.data(), s.size()); }
+  /// The digest of everything fed so far, as 32 lower-case hex digits.
+  std::string hex_digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace traincache
