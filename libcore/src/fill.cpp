@@ -443,6 +443,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       Prefetcher pf(inputs, a + done, b, opts.batch_size, opts.workers, opts.input_scale);
       int64_t last_commit = done;
       bool first_batch = true;
+      if (cb.progress) cb.progress(done, rows);
       for (int64_t k = 0; k < pf.batches(); ++k) {
         if (interrupt_requested()) {
           interrupted = true;
