@@ -1,0 +1,89 @@
+// gc-train's engine: gradient-cached contrastive training on raw inputs (trainable TorchScript
+// encoders) or on cached embeddings (a trainable head). Torch-free interface.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace traincache::train {
+
+/// Everything that controls a training run. Defaults match the command line's.
+struct TrainOptions {
+  // Raw inputs: aligned datasets of one HDF5 file and trainable encoders.
+  std::string data;
+  std::vector<std::string> query, passage, negatives;  ///< datasets (several = several forward() args)
+  std::string encoder;                                  ///< tied: one encoder for both sides
+  std::string query_encoder, passage_encoder;           ///< separate encoders
+  double input_scale = 1.0 / 255.0;
+  // Cached embeddings (after cache-fill) and a trainable head.
+  std::string cache;
+  std::string query_embeddings, passage_embeddings;     ///< aligned pairing: two encoders' names
+  std::string embeddings;                               ///< grouped pairing: one encoder + labels
+  std::string head = "mlp:256,128";                     ///< built-in spec or a TorchScript file
+  std::string cache_device = "cpu";
+  // Loss.
+  std::string similarity = "cos";
+  double temperature = 0.05;
+  bool symmetric = false;
+  int64_t loss_chunk = 0;                               ///< anchor rows per loss chunk (0 = chunk size)
+  // Batches.
+  int64_t batch_size = 64;
+  int64_t query_chunk = 16, passage_chunk = 16;
+  bool gradcache = true;
+  bool drop_last = true;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  int64_t steps = 0;                                    ///< 0: use epochs
+  int64_t epochs = 1;
+  // Optimiser and schedule.
+  std::string optimizer = "adamw";
+  double lr = 1e-3, momentum = 0, weight_decay = 0, clip_norm = 0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "constant";                    ///< constant, linear or cosine decay after warmup
+  // Checkpoints, outputs, evaluation.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string out, passage_out, metrics;
+  int64_t eval_begin = 0, eval_end = -1;                ///< held-out rows [begin, end) when end > 0
+  std::string device = "cpu";
+  int threads = 0;
+  std::string dtype = "float32";                        ///< float32 or float64 (parameters and inputs)
+};
+
+/// Retrieval or nearest-neighbour metrics on the held-out rows.
+struct EvalMetrics {
+  bool present = false;
+  int64_t rows = 0;
+  double recall_at_1 = 0, recall_at_10 = 0, mrr = 0;   ///< pair modes
+  double nn_accuracy = 0;                               ///< grouped mode
+};
+
+/// What a run did.
+struct TrainResult {
+  bool interrupted = false;
+  int64_t steps_done = 0;       ///< global step reached
+  int64_t start_step = 0;       ///< where this run started (resume)
+  int64_t total_steps = 0;
+  double last_loss = 0;
+  double seconds = 0;
+  double samples_per_second = 0;
+  double seconds_per_epoch = 0;
+  std::string mode;             ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
+  EvalMetrics eval_before, eval_after;
+  std::string checkpoint;       ///< last checkpoint written or loaded
+};
+
+/// Per-step callback (step, total, loss) and informational messages.
+struct TrainCallbacks {
+  std::function<void(int64_t, int64_t, double)> progress;
+  std::function<void(const std::string&)> info;
+};
+
+/// Runs training. Throws traincache::Error with its exit code on failure.
+TrainResult run_train(const TrainOptions& opts, const TrainCallbacks& cb = {});
+
+}  // namespace traincache::train

@@ -1,0 +1,202 @@
+#include "traincache/gradcache.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+
+#include "traincache/error.h"
+
+namespace traincache::gc {
+
+Similarity parse_similarity(const std::string& s) {
+  if (s == "cos") return Similarity::cos;
+  if (s == "dot") return Similarity::dot;
+  throw Error(Exit::usage, "--similarity", "expected cos or dot, got '" + s + "'");
+}
+
+namespace {
+
+torch::Tensor prepare(const torch::Tensor& x, Similarity sim) {
+  return sim == Similarity::cos ? torch::nn::functional::normalize(
+                                      x, torch::nn::functional::NormalizeFuncOptions().dim(1).eps(1e-12))
+                                : x;
+}
+
+int64_t chunk_of(int64_t chunk, int64_t rows) { return chunk > 0 ? std::min(chunk, rows) : rows; }
+
+// Sum over anchors [a, b) of the per-anchor loss, divided by the number of anchors that count;
+// summing over all chunks gives the loss.
+torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const torch::Tensor& labels,
+                         const LossConfig& cfg, int64_t a, int64_t b, double denom) {
+  const double inv_t = 1.0 / cfg.temperature;
+  if (cfg.kind == LossKind::supcon) {
+    auto logits = torch::matmul(qn.slice(0, a, b), qn.t()) * inv_t;  // [c, B]
+    auto rows = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device()));
+    auto self = torch::zeros_like(logits, torch::kBool);
+    self.index_put_({torch::arange(b - a, rows.options()), rows}, true);
+    logits = logits.masked_fill(self, -std::numeric_limits<double>::infinity());
+    auto log_prob = logits - torch::logsumexp(logits, 1, true);
+    auto pos = labels.slice(0, a, b).unsqueeze(1).eq(labels.unsqueeze(0)) & ~self;
+    auto n_pos = pos.sum(1);
+    auto per_anchor = -(log_prob.masked_fill(~pos, 0.0)).sum(1) / n_pos.clamp_min(1).to(log_prob.dtype());
+    return per_anchor.masked_fill(n_pos.eq(0), 0.0).sum() / denom;
+  }
+  const int64_t group = pn.size(0) / qn.size(0);
+  auto target = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device())) * group;
+  auto logits = torch::matmul(qn.slice(0, a, b), pn.t()) * inv_t;  // [c, B*group]
+  auto l = torch::nn::functional::cross_entropy(
+      logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  if (cfg.kind == LossKind::symmetric) {
+    // Positives as anchors against every query.
+    auto pos = pn.index_select(0, target);
+    auto rows = torch::arange(a, b, target.options());
+    auto back = torch::matmul(pos, qn.t()) * inv_t;  // [c, B]
+    auto l2 = torch::nn::functional::cross_entropy(
+        back, rows, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    l = (l + l2) * 0.5;
+  }
+  return l / denom;
+}
+
+double denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
+  if (cfg.kind != LossKind::supcon) return static_cast<double>(q.size(0));
+  auto same = labels.unsqueeze(1).eq(labels.unsqueeze(0)).sum(1) - 1;  // positives per anchor
+  return std::max<double>(1.0, same.gt(0).sum().item<double>());
+}
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
+                  const LossConfig& cfg) {
+  if (q.dim() != 2) throw Error(Exit::data, "loss", "representations must be [rows, dim]");
+  if (cfg.kind == LossKind::supcon) {
+    if (!labels.defined() || labels.size(0) != q.size(0))
+      throw Error(Exit::data, "loss", "supervised contrastive loss needs one label per row");
+    return;
+  }
+  if (p.dim() != 2 || p.size(1) != q.size(1))
+    throw Error(Exit::data, "loss",
+                "query and passage representations differ in width (" + std::to_string(q.size(1)) +
+                    " vs " + std::to_string(p.dim() == 2 ? p.size(1) : -1) + ")");
+  if (p.size(0) % q.size(0) != 0)
+    throw Error(Exit::data, "loss", "passages must be a whole number of groups per query");
+}
+
+}  // namespace
+
+torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
+                   const LossConfig& cfg) {
+  check_shapes(q, p, labels, cfg);
+  auto qn = prepare(q, cfg.similarity);
+  auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
+  double denom = denominator(q, labels, cfg);
+  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  torch::Tensor total;
+  for (int64_t a = 0; a < q.size(0); a += c) {
+    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
+    total = total.defined() ? total + l : l;
+  }
+  return total;
+}
+
+double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
+                           const LossConfig& cfg) {
+  check_shapes(q, p, labels, cfg);
+  double denom = denominator(q, labels, cfg);
+  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  double value = 0;
+  for (int64_t a = 0; a < q.size(0); a += c) {
+    // Normalisation is recomputed per chunk so that no graph outlives its chunk.
+    auto qn = prepare(q, cfg.similarity);
+    auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
+    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
+    value += l.item<double>();
+    l.backward();
+  }
+  return value;
+}
+
+std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, int64_t a, int64_t b) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : inputs) out.push_back(t.slice(0, a, b));
+  return out;
+}
+
+namespace {
+
+// The default CPU generator's state (dropout on CPU draws from it). CUDA generators would be saved
+// the same way per device; this build is CPU-only (see docs/gc-train.md).
+struct RngState {
+  torch::Tensor cpu;
+};
+
+RngState save_rng() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return {gen.get_state()};
+}
+
+void restore_rng(const RngState& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s.cpu);
+}
+
+// Pass 1: representations of every chunk, without a graph.
+torch::Tensor encode_no_grad(SideBatch& side, std::vector<RngState>& states) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> reps;
+  int64_t c = chunk_of(side.chunk, side.rows());
+  for (int64_t a = 0; a < side.rows(); a += c) {
+    states.push_back(save_rng());
+    std::vector<torch::Tensor> in;
+    // Clones: a model that modifies its input in place cannot change what the replay sees.
+    for (auto& t : slice_rows(side.inputs, a, std::min(a + c, side.rows()))) in.push_back(t.clone());
+    reps.push_back(side.tower(in));
+  }
+  return torch::cat(reps);
+}
+
+// Pass 3: replay every chunk with a graph and push the cached gradients into the parameters.
+void replay(SideBatch& side, const std::vector<RngState>& states, const torch::Tensor& grads,
+            bool restore) {
+  int64_t c = chunk_of(side.chunk, side.rows());
+  std::size_t k = 0;
+  for (int64_t a = 0; a < side.rows(); a += c, ++k) {
+    int64_t b = std::min(a + c, side.rows());
+    if (restore) restore_rng(states[k]);
+    auto rep = side.tower(slice_rows(side.inputs, a, b));
+    rep.backward(grads.slice(0, a, b));
+  }
+}
+
+torch::Tensor encode_with_graph(SideBatch& side, bool chunked) {
+  int64_t c = chunked ? chunk_of(side.chunk, side.rows()) : side.rows();
+  std::vector<torch::Tensor> reps;
+  for (int64_t a = 0; a < side.rows(); a += c)
+    reps.push_back(side.tower(slice_rows(side.inputs, a, std::min(a + c, side.rows()))));
+  return reps.size() == 1 ? reps.front() : torch::cat(reps);
+}
+
+}  // namespace
+
+double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+            const StepMode& mode) {
+  const bool pairs = cfg.kind != LossKind::supcon;
+  if (!mode.gradcache) {
+    auto q = encode_with_graph(query, mode.keep_chunk_graphs);
+    auto p = pairs ? encode_with_graph(passage, mode.keep_chunk_graphs) : torch::Tensor();
+    auto l = loss(q, p, labels, cfg);
+    l.backward();
+    return l.item<double>();
+  }
+  std::vector<RngState> q_states, p_states;
+  auto q = encode_no_grad(query, q_states).detach().requires_grad_(true);
+  auto p = pairs ? encode_no_grad(passage, p_states).detach().requires_grad_(true) : torch::Tensor();
+  RngState after = save_rng();
+  double value = loss_with_rep_grads(q, p, labels, cfg);
+  replay(query, q_states, q.grad(), mode.restore_rng);
+  if (pairs) replay(passage, p_states, p.grad(), mode.restore_rng);
+  if (mode.restore_rng) restore_rng(after);
+  return value;
+}
+
+}  // namespace traincache::gc

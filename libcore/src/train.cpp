@@ -1,0 +1,586 @@
+#include "traincache/train.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "traincache/cache_file.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/gradcache.h"
+#include "traincache/h5.h"
+#include "traincache/interrupt.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace traincache::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// ---- models -------------------------------------------------------------------------------
+
+// A built-in head "mlp:H1,...,Hn" (ReLU between layers) or "linear:D", as a TorchScript module so
+// that --out is loadable with torch.jit.load. Weights are initialised like nn.Linear.
+torch::jit::Module build_head(const std::string& spec, int64_t in_dim) {
+  auto colon = spec.find(':');
+  std::string kind = spec.substr(0, colon);
+  if (kind != "mlp" && kind != "linear")
+    throw Error(Exit::usage, "--head", "expected mlp:H1,...,Hn, linear:D or a TorchScript file, got '" + spec + "'");
+  std::vector<int64_t> dims;
+  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  std::size_t pos = 0;
+  while (pos < rest.size()) {
+    std::size_t next = rest.find(',', pos);
+    if (next == std::string::npos) next = rest.size();
+    try {
+      dims.push_back(std::stoll(rest.substr(pos, next - pos)));
+    } catch (const std::exception&) {
+      throw Error(Exit::usage, "--head", "not a layer width in '" + spec + "'");
+    }
+    if (dims.back() <= 0) throw Error(Exit::usage, "--head", "layer widths must be positive");
+    pos = next + 1;
+  }
+  if (dims.empty() || (kind == "linear" && dims.size() != 1))
+    throw Error(Exit::usage, "--head", "'" + spec + "' names no layer widths");
+  torch::jit::Module m("TraincacheHead");
+  std::string body = "def forward(self, x):\n  h = x\n";
+  int64_t fan_in = in_dim;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    auto w = torch::empty({dims[i], fan_in}).uniform_(-bound, bound);
+    auto b = torch::empty({dims[i]}).uniform_(-bound, bound);
+    m.register_parameter("weight" + std::to_string(i), w, false);
+    m.register_parameter("bias" + std::to_string(i), b, false);
+    body += "  h = torch.matmul(h, self.weight" + std::to_string(i) + ".t()) + self.bias" + std::to_string(i) + "\n";
+    if (i + 1 < dims.size()) body += "  h = torch.relu(h)\n";
+    fan_in = dims[i];
+  }
+  body += "  return h\n";
+  m.define(body);
+  return m;
+}
+
+torch::jit::Module load_module(const std::string& path, torch::Device device) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  try {
+    return torch::jit::load(path, device);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + msg.substr(0, msg.find('\n')));
+  }
+}
+
+void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
+  for (const auto& b : m.named_buffers())
+    if (b.name.find("running_mean") != std::string::npos)
+      throw Error(Exit::data, what,
+                  "has BatchNorm layers (" + b.name +
+                      "); gradient caching would update their running statistics twice: use "
+                      "LayerNorm/GroupNorm, or --no-gradcache");
+}
+
+gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
+  return [m, name](const std::vector<torch::Tensor>& inputs) {
+    std::vector<torch::jit::IValue> args(inputs.begin(), inputs.end());
+    torch::jit::IValue out;
+    try {
+      out = m->forward(args);
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      auto p = msg.rfind("Error: ");
+      std::string line = p == std::string::npos ? msg.substr(0, msg.find('\n')) : msg.substr(p);
+      throw Error(Exit::data, name, "rejected the input: " + line.substr(0, line.find('\n')));
+    }
+    if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
+    auto t = out.toTensor();
+    return t.dim() == 2 ? t : t.reshape({t.size(0), -1});
+  };
+}
+
+// ---- data ---------------------------------------------------------------------------------
+
+struct Data {
+  std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
+  torch::Tensor labels;                                   // grouped mode
+  int64_t rows = 0;
+  int64_t hard_negatives = 0;
+};
+
+torch::Tensor read_all(hid_t file, const std::string& path, const std::string& ds, double scale,
+                       torch::Device device, torch::Dtype float_type) {
+  h5::Id d = h5::open_dataset(file, path, ds);
+  auto info = h5::describe(d.get(), ds);
+  encode::require_numeric_input(info, path);
+  auto t = encode::read_input_rows(d.get(), info, 0, info.rows(), scale);
+  if (t.is_floating_point()) t = t.to(float_type);
+  return t.to(device);
+}
+
+void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
+  if (na != nb)
+    throw Error(Exit::data, path,
+                "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " +
+                    std::to_string(nb));
+}
+
+// Rows `idx` of every tensor.
+std::vector<torch::Tensor> gather(const std::vector<torch::Tensor>& ts, const torch::Tensor& idx) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.index_select(0, idx.to(t.device())));
+  return out;
+}
+
+// Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...].
+std::vector<torch::Tensor> passage_group(const Data& d, const torch::Tensor& idx) {
+  auto pos = gather(d.passage, idx);
+  if (d.negatives.empty()) return pos;
+  auto neg = gather(d.negatives, idx);
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    auto g = torch::cat({pos[i].unsqueeze(1), neg[i]}, 1);  // [B, 1+k, ...]
+    std::vector<int64_t> shape{-1};
+    for (int64_t s = 2; s < g.dim(); ++s) shape.push_back(g.size(s));
+    out.push_back(g.reshape(shape));
+  }
+  return out;
+}
+
+// ---- checkpoints --------------------------------------------------------------------------
+
+std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>& mods) {
+  std::vector<torch::Tensor> params;
+  std::set<const void*> seen;
+  for (auto* m : mods)
+    for (const auto& p : m->parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  return params;
+}
+
+torch::Tensor rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_rng_state(const torch::Tensor& s) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s);
+}
+
+void save_checkpoint(const std::string& dir, int64_t step, const std::vector<torch::Tensor>& params,
+                     torch::optim::Optimizer& opt, const std::string& config) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(Exit::cant_create, dir, ec.message());
+  torch::serialize::OutputArchive ar;
+  ar.write("step", torch::tensor(step));
+  ar.write("rng", rng_state());
+  ar.write("config", c10::IValue(config));
+  for (std::size_t i = 0; i < params.size(); ++i) ar.write("param" + std::to_string(i), params[i].detach());
+  torch::serialize::OutputArchive opt_ar;
+  opt.save(opt_ar);
+  ar.write("optimizer", opt_ar);
+  std::string path = dir + "/checkpoint.pt", tmp = path + ".tmp";
+  try {
+    ar.save_to(tmp);
+  } catch (const std::exception& e) {
+    throw Error(Exit::io, tmp, "cannot write checkpoint");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::io, path, errno_text(errno));
+}
+
+// Returns the step stored in the checkpoint.
+int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params,
+                        torch::optim::Optimizer& opt, const std::string& config) {
+  torch::serialize::InputArchive ar;
+  torch::Tensor step, rng;
+  c10::IValue stored;
+  try {
+    ar.load_from(path);
+    ar.read("step", step);
+    ar.read("rng", rng);
+    ar.read("config", stored);
+  } catch (const std::exception&) {
+    throw Error(Exit::data, path, "unreadable checkpoint");
+  }
+  if (!stored.isString() || stored.toStringRef() != config)
+    throw Error(Exit::data, path, "checkpoint was written with other settings (model, data or loss)");
+  try {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor t;
+      ar.read("param" + std::to_string(i), t);
+      if (t.sizes() != params[i].sizes()) throw Error(Exit::data, path, "parameter shapes differ");
+      params[i].copy_(t);
+    }
+    torch::serialize::InputArchive opt_ar;
+    ar.read("optimizer", opt_ar);
+    opt.load(opt_ar);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception&) {
+    throw Error(Exit::data, path, "unreadable checkpoint");
+  }
+  set_rng_state(rng);
+  return step.item<int64_t>();
+}
+
+void save_module(torch::jit::Module& m, const std::string& path) {
+  std::string tmp = path + ".tmp";
+  try {
+    m.save(tmp);
+  } catch (const std::exception&) {
+    throw Error(Exit::cant_create, path, "cannot write the trained model");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::cant_create, path, errno_text(errno));
+}
+
+// ---- evaluation ---------------------------------------------------------------------------
+
+torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> reps;
+  int64_t n = inputs.front().size(0);
+  for (int64_t a = 0; a < n; a += chunk) reps.push_back(tower(gc::slice_rows(inputs, a, std::min(a + chunk, n))));
+  return torch::cat(reps);
+}
+
+EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower,
+                     const gc::Tower& p_tower, bool grouped, gc::Similarity sim, int64_t chunk) {
+  EvalMetrics m;
+  m.present = true;
+  m.rows = idx.size(0);
+  torch::NoGradGuard no_grad;
+  auto norm = [&](torch::Tensor x) {
+    return sim == gc::Similarity::cos ? torch::nn::functional::normalize(
+                                            x, torch::nn::functional::NormalizeFuncOptions().dim(1))
+                                      : x;
+  };
+  auto q = norm(encode_eval(q_tower, gather(d.query, idx), chunk)).to(torch::kFloat64);
+  if (grouped) {
+    auto labels = d.labels.index_select(0, idx.to(d.labels.device())).cpu();
+    int64_t correct = 0;
+    for (int64_t a = 0; a < q.size(0); a += 1024) {
+      int64_t b = std::min(a + 1024, q.size(0));
+      auto s = torch::matmul(q.slice(0, a, b), q.t());
+      auto rows = torch::arange(a, b, torch::kLong);
+      s.index_put_({torch::arange(b - a, torch::kLong), rows}, -INFINITY);
+      auto nn = s.argmax(1).cpu();
+      correct += labels.index_select(0, nn).eq(labels.slice(0, a, b)).sum().item<int64_t>();
+    }
+    m.nn_accuracy = static_cast<double>(correct) / std::max<int64_t>(1, q.size(0));
+    return m;
+  }
+  auto p = norm(encode_eval(p_tower, gather(d.passage, idx), chunk)).to(torch::kFloat64);
+  double r1 = 0, r10 = 0, mrr = 0;
+  for (int64_t a = 0; a < q.size(0); a += 1024) {
+    int64_t b = std::min(a + 1024, q.size(0));
+    auto s = torch::matmul(q.slice(0, a, b), p.t());
+    auto diag = s.gather(1, torch::arange(a, b, torch::kLong).unsqueeze(1));
+    auto rank = s.gt(diag).sum(1).to(torch::kFloat64);  // passages scored above the right one
+    r1 += rank.lt(1).sum().item<double>();
+    r10 += rank.lt(10).sum().item<double>();
+    mrr += (1.0 / (rank + 1)).sum().item<double>();
+  }
+  double n = static_cast<double>(std::max<int64_t>(1, q.size(0)));
+  m.recall_at_1 = r1 / n;
+  m.recall_at_10 = r10 / n;
+  m.mrr = mrr / n;
+  return m;
+}
+
+double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total) {
+  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
+  if (o.schedule == "constant") return o.lr;
+  double span = std::max<int64_t>(1, total - o.warmup_steps);
+  double t = std::min(1.0, (step - o.warmup_steps) / span);
+  if (o.schedule == "linear") return o.lr * (1.0 - t);
+  return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));
+}
+
+}  // namespace
+
+TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
+  auto info = [&](const std::string& m) {
+    if (cb.info) cb.info(m);
+  };
+  auto t_start = Clock::now();
+  TrainResult result;
+  torch::Device device = encode::parse_device(o.device);
+  torch::Device cache_device = encode::parse_device(o.cache_device);
+  encode::configure_threads(o.threads);
+  if (o.dtype != "float32" && o.dtype != "float64")
+    throw Error(Exit::usage, "--dtype", "expected float32 or float64");
+  torch::Dtype float_type = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  if (o.optimizer != "sgd" && o.optimizer != "adamw")
+    throw Error(Exit::usage, "--optimizer", "expected sgd or adamw, got '" + o.optimizer + "'");
+  if (o.schedule != "constant" && o.schedule != "linear" && o.schedule != "cosine")
+    throw Error(Exit::usage, "--schedule", "expected constant, linear or cosine");
+  if (!(o.temperature > 0)) throw Error(Exit::usage, "--temperature", "must be positive");
+  if (o.batch_size <= 0 || o.query_chunk <= 0 || o.passage_chunk <= 0)
+    throw Error(Exit::usage, "--batch-size", "batch and chunk sizes must be positive");
+  const bool cached = !o.cache.empty();
+  if (cached == !o.data.empty())
+    throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
+  torch::manual_seed(o.seed);
+
+  gc::LossConfig loss_cfg;
+  loss_cfg.similarity = gc::parse_similarity(o.similarity);
+  loss_cfg.temperature = o.temperature;
+  loss_cfg.kind = o.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+  loss_cfg.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
+
+  // ---- data and models
+  Data data;
+  std::vector<torch::jit::Module> modules;  // 1 (tied or head) or 2 (separate)
+  modules.reserve(2);
+  bool grouped = false;
+  json config;
+  if (!cached) {
+    if (o.query.empty() || o.passage.empty())
+      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
+    h5::Id f = h5::open_file(o.data);
+    for (const auto& q : o.query) data.query.push_back(read_all(f.get(), o.data, q, o.input_scale, device, float_type));
+    for (const auto& p : o.passage) data.passage.push_back(read_all(f.get(), o.data, p, o.input_scale, device, float_type));
+    for (const auto& n : o.negatives) data.negatives.push_back(read_all(f.get(), o.data, n, o.input_scale, device, float_type));
+    data.rows = data.query.front().size(0);
+    for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.query[i], data.query[i].size(0));
+    for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.passage[i], data.passage[i].size(0));
+    if (!o.negatives.empty()) {
+      if (o.negatives.size() != o.passage.size())
+        throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
+      for (std::size_t i = 0; i < o.negatives.size(); ++i) {
+        same_rows(o.data, o.query[0], data.rows, o.negatives[i], data.negatives[i].size(0));
+        if (data.negatives[i].dim() != data.passage[i].dim() + 1)
+          throw Error(Exit::data, o.data, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
+      }
+      data.hard_negatives = data.negatives.front().size(1);
+    }
+    bool tied = !o.encoder.empty();
+    if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
+      throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
+    if (!tied && (o.query_encoder.empty() || o.passage_encoder.empty()))
+      throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
+    if (!tied && !o.out.empty() && o.passage_out.empty())
+      throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
+    if (tied) modules.push_back(load_module(o.encoder, device));
+    else {
+      modules.push_back(load_module(o.query_encoder, device));
+      modules.push_back(load_module(o.passage_encoder, device));
+    }
+    result.mode = tied ? "raw-tied" : "raw-separate";
+    config["encoders"] = tied ? json{o.encoder} : json{o.query_encoder, o.passage_encoder};
+  } else {
+    auto cinfo = cache::read_info(o.cache, false);
+    if (!cinfo.complete) throw Error(Exit::data, o.cache, "incomplete cache");
+    h5::Id f = h5::open_file(o.cache);
+    auto read_emb = [&](const std::string& name) {
+      if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
+        throw Error(Exit::data, o.cache, "no encoder named '" + name + "' in the cache");
+      return read_all(f.get(), o.cache, "/embeddings/" + name, 1.0, cache_device, float_type).reshape({cinfo.rows, -1});
+    };
+    grouped = !o.embeddings.empty();
+    if (grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
+      throw Error(Exit::usage, "--embeddings",
+                  "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
+    if (grouped) {
+      if (!cinfo.labels) throw Error(Exit::data, o.cache, "grouped mode needs labels in the cache (cache-fill --labels)");
+      data.query.push_back(read_emb(o.embeddings));
+      data.labels = read_all(f.get(), o.cache, "/labels", 1.0, torch::kCPU, float_type).to(torch::kLong).reshape({-1});
+      loss_cfg.kind = gc::LossKind::supcon;
+    } else {
+      if (o.query_embeddings.empty() || o.passage_embeddings.empty())
+        throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+      data.query.push_back(read_emb(o.query_embeddings));
+      data.passage.push_back(read_emb(o.passage_embeddings));
+      if (data.query[0].size(1) != data.passage[0].size(1))
+        throw Error(Exit::data, o.cache,
+                    "embedding widths differ between sides (" + std::to_string(data.query[0].size(1)) + " vs " +
+                        std::to_string(data.passage[0].size(1)) + "); one head cannot serve both");
+    }
+    data.rows = cinfo.rows;
+    int64_t in_dim = data.query[0].size(1);
+    struct stat st;
+    bool head_file = stat(o.head.c_str(), &st) == 0;
+    modules.push_back(head_file ? load_module(o.head, device) : build_head(o.head, in_dim));
+    result.mode = grouped ? "cached-grouped" : "cached-aligned";
+    config["cache_fingerprint"] = cinfo.fingerprint;
+    config["head"] = o.head;
+  }
+  for (auto& m : modules) {
+    m.to(device);
+    m.to(float_type);
+    m.train();
+    if (o.gradcache) refuse_batchnorm(m, cached ? "--head" : "encoder");
+  }
+  torch::jit::Module* qm = &modules[0];
+  torch::jit::Module* pm = modules.size() > 1 ? &modules[1] : &modules[0];
+  std::vector<torch::jit::Module*> mods{qm};
+  if (pm != qm) mods.push_back(pm);
+  auto params = unique_params(mods);
+  for (auto& p : params) p.set_requires_grad(true);
+  gc::Tower q_tower = tower_of(qm, "query encoder"), p_tower = tower_of(pm, "passage encoder");
+  if (cached) {
+    auto dev = device;
+    q_tower = [t = tower_of(qm, "head"), dev](const std::vector<torch::Tensor>& in) {
+      return t({in[0].to(dev)});
+    };
+    p_tower = q_tower;
+  }
+
+  // ---- rows: held-out evaluation rows are excluded from training
+  std::vector<int64_t> train_rows, eval_rows;
+  int64_t eb = o.eval_end > 0 ? std::min(o.eval_end, data.rows) : 0, ea = o.eval_begin;
+  if (o.eval_end > 0 && (ea >= eb || ea >= data.rows))
+    throw Error(Exit::usage, "--eval-rows", "outside the data's " + std::to_string(data.rows) + " rows");
+  for (int64_t i = 0; i < data.rows; ++i) (i >= ea && i < eb ? eval_rows : train_rows).push_back(i);
+  auto train_idx = torch::tensor(train_rows, torch::kLong);
+  const int64_t n_train = static_cast<int64_t>(train_rows.size());
+  if (o.batch_size > n_train && o.drop_last)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " is larger than the " + std::to_string(n_train) +
+                    " training rows (use a smaller batch or --no-drop-last)");
+  const int64_t per_epoch = o.drop_last ? n_train / o.batch_size : (n_train + o.batch_size - 1) / o.batch_size;
+  const int64_t total = o.steps > 0 ? o.steps : per_epoch * o.epochs;
+  result.total_steps = total;
+
+  // ---- optimiser
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (o.optimizer == "sgd")
+    opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  else
+    opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+
+  config["mode"] = result.mode;
+  config["data"] = cached ? o.cache : o.data;
+  config["loss"] = {o.similarity, o.temperature, o.symmetric};
+  config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
+  config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
+  config["eval"] = {ea, eb};
+  config["dtype"] = o.dtype;
+  const std::string config_text = config.dump();
+
+  // ---- resume
+  int64_t start = 0;
+  const std::string ckpt = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
+  if (o.resume) {
+    if (ckpt.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
+    if (fs::exists(ckpt)) {
+      start = load_checkpoint(ckpt, params, *opt, config_text);
+      result.checkpoint = ckpt;
+      info("resuming at step " + std::to_string(start) + " from " + ckpt);
+    } else {
+      info("no checkpoint in " + o.checkpoint_dir + "; starting from step 0");
+    }
+  }
+  result.start_step = start;
+
+  auto eval_idx = torch::tensor(eval_rows, torch::kLong);
+  auto run_eval = [&] {
+    for (auto* m : mods) m->eval();
+    auto r = evaluate(data, eval_idx, q_tower, p_tower, grouped, loss_cfg.similarity,
+                      std::max(o.query_chunk, o.passage_chunk));
+    for (auto* m : mods) m->train();
+    return r;
+  };
+  if (!eval_rows.empty() && start == 0) result.eval_before = run_eval();
+
+  std::unique_ptr<std::ofstream> metrics;
+  if (!o.metrics.empty()) {
+    metrics = std::make_unique<std::ofstream>(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
+    if (!*metrics) throw Error(Exit::cant_create, o.metrics, errno_text(errno));
+  }
+
+  // ---- the loop: batch b of epoch e is rows perm_e[bB, (b+1)B) (perm_e = identity without shuffle)
+  int64_t current_epoch = -1;
+  torch::Tensor perm;
+  auto t_loop = Clock::now();
+  int64_t samples = 0;
+  gc::StepMode mode;
+  mode.gradcache = o.gradcache;
+  int64_t s = start;
+  for (; s < total; ++s) {
+    if (interrupt_requested()) {
+      result.interrupted = true;
+      break;
+    }
+    int64_t epoch = s / per_epoch, b = s % per_epoch;
+    if (epoch != current_epoch) {
+      current_epoch = epoch;
+      if (o.shuffle) {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ull + static_cast<uint64_t>(epoch));
+        perm = train_idx.index_select(0, torch::randperm(n_train, gen, torch::kLong));
+      } else {
+        perm = train_idx;
+      }
+    }
+    auto idx = perm.slice(0, b * o.batch_size, std::min((b + 1) * o.batch_size, n_train));
+    auto t_step = Clock::now();
+    double lr = scheduled_lr(o, s, total);
+    for (auto& g : opt->param_groups()) g.options().set_lr(lr);
+    opt->zero_grad();
+    gc::SideBatch qb{q_tower, gather(data.query, idx), o.query_chunk};
+    gc::SideBatch pb{p_tower, grouped ? std::vector<torch::Tensor>{} : passage_group(data, idx), o.passage_chunk};
+    torch::Tensor labels = grouped ? data.labels.index_select(0, idx) : torch::Tensor();
+    double l = gc::step(qb, pb, labels, loss_cfg, mode);
+    if (!std::isfinite(l))
+      throw Error(Exit::data, "step " + std::to_string(s),
+                  "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
+                      (ckpt.empty() ? "" : "; the last good checkpoint is kept in " + ckpt));
+    if (o.clip_norm > 0) torch::nn::utils::clip_grad_norm_(params, o.clip_norm);
+    opt->step();
+    result.last_loss = l;
+    samples += idx.size(0);
+    double step_s = seconds_since(t_step);
+    if (metrics) {
+      json line{{"step", s + 1}, {"epoch", epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
+                {"samples_per_second", idx.size(0) / step_s}};
+      *metrics << line.dump() << "\n";
+      metrics->flush();
+    }
+    if (cb.progress) cb.progress(s + 1, total, l);
+    if (!ckpt.empty() && o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
+      save_checkpoint(o.checkpoint_dir, s + 1, params, *opt, config_text);
+      result.checkpoint = ckpt;
+    }
+  }
+  result.steps_done = s;
+  double loop_s = seconds_since(t_loop);
+  result.samples_per_second = loop_s > 0 ? samples / loop_s : 0;
+  result.seconds_per_epoch = s > start ? loop_s / (s - start) * per_epoch : 0;
+  if (!ckpt.empty() && (result.interrupted || s == total) && s > start) {
+    save_checkpoint(o.checkpoint_dir, s, params, *opt, config_text);
+    result.checkpoint = ckpt;
+  }
+  if (result.interrupted) {
+    result.seconds = seconds_since(t_start);
+    return result;
+  }
+  if (!eval_rows.empty()) result.eval_after = run_eval();
+  if (!o.out.empty()) {
+    qm->eval();
+    save_module(*qm, o.out);
+  }
+  if (pm != qm && !o.passage_out.empty()) {
+    pm->eval();
+    save_module(*pm, o.passage_out);
+  }
+  result.seconds = seconds_since(t_start);
+  return result;
+}
+
+}  // namespace traincache::train

@@ -1,0 +1,185 @@
+// gc-train: gradient-cached contrastive training on cached embeddings or raw inputs.
+// See docs/gc-train.md.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "traincache/cli.h"
+#include "traincache/fill.h"
+#include "traincache/h5.h"
+#include "traincache/interrupt.h"
+#include "traincache/train.h"
+
+using namespace traincache;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kTool = "gc-train";
+
+struct Options {
+  cli::CommonOptions common;
+  train::TrainOptions t;
+  std::string query, passage, negatives, chunk, eval_rows, input_scale = "1/255";
+  bool no_gradcache = false, no_shuffle = false, no_drop_last = false;
+};
+
+json eval_json(const train::EvalMetrics& m, bool grouped) {
+  if (!m.present) return nullptr;
+  if (grouped) return {{"rows", m.rows}, {"nn_accuracy", m.nn_accuracy}};
+  return {{"rows", m.rows}, {"recall_at_1", m.recall_at_1}, {"recall_at_10", m.recall_at_10}, {"mrr", m.mrr}};
+}
+
+std::string eval_text(const train::EvalMetrics& m, bool grouped) {
+  char buf[160];
+  if (grouped) std::snprintf(buf, sizeof buf, "nearest-neighbour accuracy %.4f", m.nn_accuracy);
+  else std::snprintf(buf, sizeof buf, "recall@1 %.4f, recall@10 %.4f, MRR %.4f", m.recall_at_1, m.recall_at_10, m.mrr);
+  return buf;
+}
+
+int run(Options& o) {
+  auto& t = o.t;
+  t.query = cli::split(o.query, ',');
+  t.passage = cli::split(o.passage, ',');
+  t.negatives = cli::split(o.negatives, ',');
+  if (!o.chunk.empty()) {
+    auto [q, p] = cli::split_assignment(o.chunk);
+    (void)q;
+    auto parts = cli::split(o.chunk, ',');
+    try {
+      t.query_chunk = std::stoll(parts.at(0));
+      t.passage_chunk = parts.size() > 1 ? std::stoll(parts.at(1)) : t.query_chunk;
+    } catch (const std::exception&) {
+      throw Error(Exit::usage, "--chunk-size", "expected C or QC,PC, got '" + o.chunk + "'");
+    }
+    if (t.query_chunk <= 0 || t.passage_chunk <= 0) throw Error(Exit::usage, "--chunk-size", "must be positive");
+  }
+  if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
+  if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
+  {
+    auto slash = o.input_scale.find('/');
+    try {
+      t.input_scale = slash == std::string::npos ? std::stod(o.input_scale)
+                                                 : std::stod(o.input_scale.substr(0, slash)) /
+                                                       std::stod(o.input_scale.substr(slash + 1));
+    } catch (const std::exception&) {
+      throw Error(Exit::usage, "--input-scale", "not a number: '" + o.input_scale + "'");
+    }
+  }
+  t.gradcache = !o.no_gradcache;
+  t.shuffle = !o.no_shuffle;
+  t.drop_last = !o.no_drop_last;
+  t.threads = o.common.threads;
+  t.device = o.common.device;
+  h5::set_verbose(o.common.verbose >= 2);
+  install_interrupt_handlers();
+
+  std::unique_ptr<Progress> bar;
+  train::TrainCallbacks cb;
+  cb.progress = [&](int64_t step, int64_t total, double loss) {
+    if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
+    char extra[48];
+    std::snprintf(extra, sizeof extra, "loss %.4f", loss);
+    bar->update(step, extra);
+  };
+  cb.info = [&](const std::string& m) {
+    if (!o.common.quiet) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
+  };
+  auto r = train::run_train(t, cb);
+  if (bar) bar->finish();
+  bool grouped = r.mode == "cached-grouped";
+  if (o.common.json) {
+    json j{{"schema", "gc-train/1"},
+           {"status", r.interrupted ? "interrupted" : "done"},
+           {"mode", r.mode},
+           {"start_step", r.start_step},
+           {"steps", r.steps_done},
+           {"total_steps", r.total_steps},
+           {"loss", r.last_loss},
+           {"seconds", r.seconds},
+           {"samples_per_second", r.samples_per_second},
+           {"seconds_per_epoch", r.seconds_per_epoch},
+           {"eval_before", eval_json(r.eval_before, grouped)},
+           {"eval_after", eval_json(r.eval_after, grouped)},
+           {"checkpoint", r.checkpoint}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  if (r.interrupted) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: interrupted at step %lld%s\n", kTool, static_cast<long long>(r.steps_done),
+                 r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
+                                      : ("; checkpoint " + r.checkpoint + " (rerun with --resume)").c_str());
+    return cli::code(Exit::interrupted);
+  }
+  if (!o.common.quiet && !o.common.json) {
+    if (r.eval_before.present)
+      std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(r.eval_before, grouped).c_str());
+    if (r.eval_after.present)
+      std::fprintf(stderr, "%s: after training:  %s\n", kTool, eval_text(r.eval_after, grouped).c_str());
+    std::fprintf(stderr, "%s: %s: %lld steps, loss %.6g, %.2f s, %.0f samples/s, %.2f s per epoch\n", kTool,
+                 r.mode.c_str(), static_cast<long long>(r.steps_done), r.last_loss, r.seconds,
+                 r.samples_per_second, r.seconds_per_epoch);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
+  Options o;
+  auto& t = o.t;
+  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info);
+  auto* g_raw = "Raw inputs";
+  app.add_option("--data", t.data, "HDF5 file with aligned query/passage datasets")->group(g_raw);
+  app.add_option("--query", o.query, "Query dataset(s), comma-separated")->group(g_raw);
+  app.add_option("--passage", o.passage, "Passage dataset(s), comma-separated")->group(g_raw);
+  app.add_option("--negatives", o.negatives, "Hard-negative dataset(s) [rows, k, ...]")->group(g_raw);
+  app.add_option("--encoder", t.encoder, "TorchScript encoder for both sides (tied)")->group(g_raw);
+  app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);
+  app.add_option("--passage-encoder", t.passage_encoder, "TorchScript passage encoder (separate)")->group(g_raw);
+  app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
+  auto* g_cache = "Cached embeddings";
+  app.add_option("--cache", t.cache, "Cache file from cache-fill")->group(g_cache);
+  app.add_option("--embeddings", t.embeddings, "Grouped mode: the encoder whose embeddings are grouped by label")->group(g_cache);
+  app.add_option("--query-embeddings", t.query_embeddings, "Aligned mode: the query side's encoder")->group(g_cache);
+  app.add_option("--passage-embeddings", t.passage_embeddings, "Aligned mode: the passage side's encoder")->group(g_cache);
+  app.add_option("--head", t.head, "mlp:H1,...,Hn, linear:D, or a TorchScript file")->capture_default_str()->group(g_cache);
+  app.add_option("--cache-device", t.cache_device, "Where cached embeddings live")->capture_default_str()->group(g_cache);
+  auto* g_loss = "Loss and batches";
+  app.add_option("--similarity", t.similarity, "cos or dot")->check(CLI::IsMember({"cos", "dot"}))->capture_default_str()->group(g_loss);
+  app.add_option("--temperature", t.temperature, "Logit temperature")->capture_default_str()->group(g_loss);
+  app.add_flag("--symmetric", t.symmetric, "Also score positives against all queries")->group(g_loss);
+  app.add_option("-b,--batch-size", t.batch_size, "Rows per step (global batch)")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
+  app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")->group(g_loss);
+  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")->group(g_loss);
+  app.add_flag("--no-gradcache", o.no_gradcache, "Plain full-batch step (reference and baseline)")->group(g_loss);
+  app.add_flag("--no-drop-last", o.no_drop_last, "Keep the last partial batch of an epoch")->group(g_loss);
+  app.add_flag("--no-shuffle", o.no_shuffle, "Batches are rows [bB, (b+1)B) in order")->group(g_loss);
+  app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")->capture_default_str()->group(g_loss);
+  app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")->group(g_loss);
+  app.add_option("--epochs", t.epochs, "Epochs to train")->capture_default_str()->group(g_loss);
+  app.add_option("--dtype", t.dtype, "float32 or float64")->check(CLI::IsMember({"float32", "float64"}))->capture_default_str()->group(g_loss);
+  auto* g_opt = "Optimiser";
+  app.add_option("--optimizer", t.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str()->group(g_opt);
+  app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->group(g_opt);
+  app.add_option("--momentum", t.momentum, "SGD momentum")->capture_default_str()->group(g_opt);
+  app.add_option("--weight-decay", t.weight_decay, "Weight decay")->capture_default_str()->group(g_opt);
+  app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")->capture_default_str()->group(g_opt);
+  app.add_option("--schedule", t.schedule, "constant, linear or cosine decay after warmup")
+      ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()->group(g_opt);
+  app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->capture_default_str()->group(g_opt);
+  auto* g_out = "Checkpoints and outputs";
+  app.add_option("--checkpoint-dir", t.checkpoint_dir, "Directory of checkpoint.pt")->group(g_out);
+  app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->group(g_out);
+  app.add_flag("--resume", t.resume, "Continue from the checkpoint in --checkpoint-dir")->group(g_out);
+  app.add_option("-o,--out", t.out, "Trained encoder or head as TorchScript")->group(g_out);
+  app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);
+  app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
+  app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")->group(g_out);
+  app.footer(
+      "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
+      "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
+      "  69 CUDA unavailable; 70 internal; 73/74 output or I/O error; 130 interrupted (checkpoint saved).\n"
+      "See docs/gc-train.md.");
+  return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
+}
