@@ -421,11 +421,15 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     config["cache_fingerprint"] = cinfo.fingerprint;
     config["head"] = o.head;
   }
-  for (auto& m : modules) {
-    m.to(device);
-    m.to(float_type);
-    m.train();
-    if (o.gradcache) refuse_batchnorm(m, cached ? "--head" : "encoder");
+  std::vector<std::string> module_names =
+      cached ? std::vector<std::string>{o.head}
+             : (!o.encoder.empty() ? std::vector<std::string>{o.encoder}
+                                   : std::vector<std::string>{o.query_encoder, o.passage_encoder});
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    modules[i].to(device);
+    modules[i].to(float_type);
+    modules[i].train();
+    if (o.gradcache) refuse_batchnorm(modules[i], module_names[i]);
   }
   torch::jit::Module* qm = &modules[0];
   torch::jit::Module* pm = modules.size() > 1 ? &modules[1] : &modules[0];
@@ -547,7 +551,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     samples += idx.size(0);
     double step_s = seconds_since(t_step);
     if (metrics) {
-      json line{{"step", s + 1}, {"epoch", epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
+      nlohmann::ordered_json line{{"step", s + 1}, {"epoch", epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
                 {"samples_per_second", idx.size(0) / step_s}};
       *metrics << line.dump() << "\n";
       metrics->flush();

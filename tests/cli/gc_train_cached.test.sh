@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# gc-train on cached embeddings: grouped (labels) and aligned (two encoders) pairings, built-in head.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder mlp="$D/mlp.pt" \
+  --features cnn=images --features mlp=vec --labels labels --out "$WORK/c.h5" || _fail "cache-fill"
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder t="$D/tuple.pt" --encoder d="$D/dict.pt" \
+  --features vec --output t=0 --output d=emb --out "$WORK/pairs.h5" || _fail "cache-fill pairs"
+
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
+  --epochs 3 --eval-rows 250: --out "$WORK/head.pt" --json --seed 3
+expect_rc 0
+echo "$out" > "$WORK/sum.json"
+# The head is TorchScript with named parameters, and maps 32-wide embeddings to 16.
+py "
+import json, h5py, torch
+j = json.load(open('$WORK/sum.json'))
+h = torch.jit.load('$WORK/head.pt')
+e = torch.from_numpy(h5py.File('$WORK/c.h5', 'r')['embeddings/cnn'][:4])
+print(j['mode'], j['steps'], sorted(j['eval_before']), j['eval_before']['rows'],
+      [n for n, _ in h.named_parameters()], tuple(h(e).shape))
+"
+expect_out "cached-grouped 9 ['nn_accuracy', 'rows'] 50 ['weight0', 'bias0', 'weight1', 'bias1'] (4, 16)"
+
+run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings t --passage-embeddings d --head linear:8 \
+  --batch-size 50 --chunk-size 16 --epochs 2 --eval-rows :50 --json
+expect_rc 0
+expect_out_re '"mode":"cached-aligned".*"eval_after":\{"rows":50,"recall_at_1":[0-9.]+'
+
+# Errors specific to cached mode.
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --query-embeddings cnn --passage-embeddings mlp
+expect_rc 65
+expect_err "gc-train: error: $WORK/c.h5: embedding widths differ between sides (32 vs 8); one head cannot serve both"
+run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --embeddings t
+expect_rc 65
+expect_err "gc-train: error: $WORK/pairs.h5: grouped mode needs labels in the cache (cache-fill --labels)"
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings nope
+expect_rc 65
+expect_err "gc-train: error: $WORK/c.h5: no encoder named 'nope' in the cache"
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head conv:3
+expect_rc 64
+expect_err "gc-train: error: --head: expected mlp:H1,...,Hn, linear:D or a TorchScript file, got 'conv:3'"
+run "$TC_BIN/gc-train" --cache "$D/foreign.h5" --embeddings cnn
+expect_rc 65
+expect_err "gc-train: error: $D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)"
+finish

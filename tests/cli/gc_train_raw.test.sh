@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# gc-train on raw inputs: exactness against the full-batch step through the CLI, outputs,
+# checkpoint/resume equality, SIGINT, and every bad-input error.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+COMMON=(--data "$D/pairs.h5" --query q64 --passage p64 --batch-size 40 --chunk-size 7 --dtype float64
+        --optimizer sgd --lr 0.5 --similarity dot --temperature 0.5 --no-shuffle --threads 1 -q)
+
+# Gradient caching through the whole tool gives the full-batch parameters (float64, 1e-12).
+run "$TC_BIN/gc-train" "${COMMON[@]}" --encoder "$D/tower.pt" --negatives negs --steps 4 --out "$WORK/gc.pt"
+expect_rc 0
+run "$TC_BIN/gc-train" "${COMMON[@]}" --encoder "$D/tower.pt" --negatives negs --steps 4 --out "$WORK/full.pt" --no-gradcache
+expect_rc 0
+# torch.jit.load reads the output, with the parameter names of the original module.
+py "
+import torch
+a = dict(torch.jit.load('$WORK/gc.pt').named_parameters()); b = dict(torch.jit.load('$WORK/full.pt').named_parameters())
+s = dict(torch.jit.load('$D/tower.pt').named_parameters())
+print(sorted(a) == sorted(s), max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-12,
+      max(float((a[k].double() - s[k].double()).abs().max()) for k in a) > 1e-3)
+"
+expect_out "True True True"
+
+# Separate encoders, symmetric loss, JSON summary and held-out evaluation.
+run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --query-encoder "$D/tower.pt" \
+  --passage-encoder "$D/tower_b.pt" --symmetric --batch-size 50 --chunk-size 8,13 --epochs 3 \
+  --eval-rows 200: --out "$WORK/q.pt" --passage-out "$WORK/p.pt" --metrics "$WORK/m.jsonl" --json
+expect_rc 0
+expect_err ""
+echo "$out" > "$WORK/sum.json"
+py "
+import json, torch
+j = json.load(open('$WORK/sum.json'))
+lines = [json.loads(l) for l in open('$WORK/m.jsonl')]
+print(j['schema'], j['mode'], j['steps'], j['total_steps'], sorted(j['eval_after']), j['eval_after']['rows'],
+      len(lines), list(lines[0]), lines[-1]['step'],
+      j['eval_after']['mrr'] > j['eval_before']['mrr'])
+torch.jit.load('$WORK/q.pt'); torch.jit.load('$WORK/p.pt')
+"
+expect_out "gc-train/1 raw-separate 12 12 ['mrr', 'recall_at_1', 'recall_at_10', 'rows'] 40 12 ['step', 'epoch', 'loss', 'lr', 'seconds', 'samples_per_second'] 12 True"
+
+# Checkpoint/resume: killed after a checkpoint, resumed, ends with the same parameters as an
+# uninterrupted run (model, optimizer state, schedule, RNG and data position are restored).
+RES=(--data "$D/pairs.h5" --query q --passage p --encoder "$D/tower_dropout.pt" --batch-size 30
+     --chunk-size 7 --optimizer adamw --warmup-steps 3 --schedule cosine --threads 1)
+run "$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 300 --out "$WORK/straight.pt" -q
+expect_rc 0
+# Kill -9 after the checkpoint of step 20 exists (every 10 steps), then resume.
+"$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 300 --checkpoint-dir "$WORK/ck" --checkpoint-every 20 \
+  --metrics "$WORK/ck.jsonl" -q 2>/dev/null &
+pid=$!
+for i in $(seq 1 1000); do
+  [ "$(wc -l < "$WORK/ck.jsonl" 2>/dev/null || echo 0)" -ge 61 ] && break
+  sleep 0.01
+done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+run "$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 300 --checkpoint-dir "$WORK/ck" --checkpoint-every 20 \
+  --resume --out "$WORK/resumed.pt"
+expect_rc 0
+expect_err_re "^gc-train: resuming at step [0-9]+ from $WORK/ck/checkpoint.pt"
+resumed_at=$(printf '%s' "$err" | grep -o 'resuming at step [0-9]*' | grep -o '[0-9]*$')
+[ -n "$resumed_at" ] && [ "$resumed_at" -ge 60 ] && [ "$resumed_at" -lt 300 ] && _ok || _fail "resume must start mid-run, at $resumed_at"
+py "
+import torch
+a = dict(torch.jit.load('$WORK/straight.pt').named_parameters()); b = dict(torch.jit.load('$WORK/resumed.pt').named_parameters())
+print(all(torch.equal(a[k], b[k]) for k in a))
+"
+expect_out "True"
+
+# SIGINT: a checkpoint is saved and the exit status is 130.
+"$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 100000 --checkpoint-dir "$WORK/int" 2>"$WORK/int.err" &
+pid=$!
+sleep 3
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+err=$(cat "$WORK/int.err")
+expect_rc 130
+expect_err_re "^gc-train: interrupted at step [0-9]+; checkpoint $WORK/int/checkpoint.pt \(rerun with --resume\)$"
+expect_file "$WORK/int/checkpoint.pt"
+
+# Bad input.
+expect_fail() {
+  local code=$1 msg=$2
+  shift 2
+  run "$TC_BIN/gc-train" "$@"
+  expect_rc "$code"
+  expect_err "$msg"
+}
+expect_fail 65 "gc-train: error: $D/pairs.h5: rows mismatch: 'q' has 240 rows but 'p_short' has 200" \
+  --data "$D/pairs.h5" --query q --passage p_short --encoder "$D/tower.pt"
+expect_fail 65 "gc-train: error: $D/tower_bn.pt: has BatchNorm layers (norm.running_mean); gradient caching would update their running statistics twice: use LayerNorm/GroupNorm, or --no-gradcache" \
+  --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower_bn.pt"
+expect_fail 64 "gc-train: error: --batch-size: 500 is larger than the 240 training rows (use a smaller batch or --no-drop-last)" \
+  --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 500
+expect_fail 66 "gc-train: error: $WORK/none.h5: no such file or directory" \
+  --data "$WORK/none.h5" --query q --passage p --encoder "$D/tower.pt"
+expect_fail 64 "gc-train: error: --encoder: give --encoder (tied) or both --query-encoder and --passage-encoder" \
+  --data "$D/pairs.h5" --query q --passage p
+expect_fail 64 "gc-train: error: --data: give exactly one of --data (raw inputs) and --cache (embeddings)" \
+  --query q --passage p --encoder "$D/tower.pt"
+expect_fail 69 "gc-train: error: --device cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)" \
+  --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --device cuda:0
+expect_fail 65 "gc-train: error: loss: query and passage representations differ in width (8 vs 16)" \
+  --data "$D/pairs.h5" --query q --passage negs --encoder "$D/tower.pt" --chunk-size 7 --batch-size 32
+mkdir -p "$WORK/bad"
+echo "not a checkpoint" > "$WORK/bad/checkpoint.pt"
+expect_fail 65 "gc-train: error: $WORK/bad/checkpoint.pt: unreadable checkpoint" \
+  --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --checkpoint-dir "$WORK/bad" --resume
+expect_fail 65 "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written with other settings (model, data or loss)" \
+  "${RES[@]}" --lr 0.5 --steps 300 --checkpoint-dir "$WORK/ck" --resume
+# A diverging run stops at the first non-finite loss and keeps the last good checkpoint.
+run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 32 \
+  --similarity dot --temperature 1 --optimizer sgd --lr 1e9 --steps 20 --checkpoint-dir "$WORK/nan" --checkpoint-every 1
+expect_rc 65
+expect_err_re "^gc-train: error: step [0-9]+: loss is NaN; the last good checkpoint is kept in $WORK/nan/checkpoint.pt$"
+# A chunk larger than the batch is allowed: one chunk.
+run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 16 \
+  --chunk-size 64 --steps 2 -q
+expect_rc 0
+finish
