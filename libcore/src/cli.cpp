@@ -82,15 +82,9 @@ std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
   if (colon == std::string::npos) throw Error(Exit::usage, "--rows", "expected A:B, got '" + spec + "'");
   auto num = [&](const std::string& s, int64_t dflt) -> int64_t {
     if (s.empty()) return dflt;
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != s.size() || v < 0) throw Error(Exit::usage, "--rows", "not a row number: '" + s + "'");
-    return v;
+    auto v = parse_int(s);
+    if (!v || *v < 0) throw Error(Exit::usage, "--rows", "not a row number: '" + s + "'");
+    return *v;
   };
   int64_t a = num(spec.substr(0, colon), 0);
   int64_t b = num(spec.substr(colon + 1), -1);
@@ -98,17 +92,43 @@ std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
   return {a, b};
 }
 
+std::optional<int64_t> parse_int(const std::string& s) {
+  std::size_t used = 0;
+  try {
+    long long v = std::stoll(s, &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+double parse_fraction(const std::string& s, const std::string& option) {
+  auto decimal = [](const std::string& t) -> std::optional<double> {
+    std::size_t used = 0;
+    try {
+      double v = std::stod(t, &used);
+      if (used == t.size()) return v;
+    } catch (const std::exception&) {
+    }
+    return std::nullopt;
+  };
+  auto slash = s.find('/');
+  std::optional<double> v;
+  if (slash == std::string::npos) {
+    v = decimal(s);
+  } else {
+    auto num = decimal(s.substr(0, slash)), den = decimal(s.substr(slash + 1));
+    if (num && den && *den != 0) v = *num / *den;
+  }
+  if (!v) throw Error(Exit::usage, option, "not a number: '" + s + "'");
+  return *v;
+}
+
 CLI::Validator positive_integer() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        std::size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(s, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used != s.size() || v < 1) return "must be a positive integer, got '" + s + "'";
+        auto v = parse_int(s);
+        if (!v || *v < 1) return "must be a positive integer, got '" + s + "'";
         return "";
       },
       "POSITIVE");

@@ -122,22 +122,35 @@ std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, 
 
 namespace {
 
-// The default CPU generator's state (dropout on CPU draws from it). CUDA generators would be saved
-// the same way per device; this build is CPU-only (see docs/gc-train.md).
+// The default generators' states: the CPU one, and each CUDA device's when CUDA is present
+// (dropout draws from the generator of the device it runs on).
 struct RngState {
-  torch::Tensor cpu;
+  std::vector<torch::Tensor> states;
 };
 
+std::vector<at::Generator> generators() {
+  std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
+  if (torch::cuda::is_available())
+    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+      gens.push_back(at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
+  return gens;
+}
+
 RngState save_rng() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return {gen.get_state()};
+  RngState s;
+  for (auto& gen : generators()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.states.push_back(gen.get_state());
+  }
+  return s;
 }
 
 void restore_rng(const RngState& s) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(s.cpu);
+  auto gens = generators();
+  for (std::size_t i = 0; i < gens.size() && i < s.states.size(); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    gens[i].set_state(s.states[i]);
+  }
 }
 
 // Pass 1: representations of every chunk, without a graph.

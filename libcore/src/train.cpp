@@ -435,8 +435,15 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   torch::jit::Module* pm = modules.size() > 1 ? &modules[1] : &modules[0];
   std::vector<torch::jit::Module*> mods{qm};
   if (pm != qm) mods.push_back(pm);
-  auto params = unique_params(mods);
-  for (auto& p : params) p.set_requires_grad(true);
+  // Built-in heads are trained whole; a loaded module keeps its own requires_grad flags, so a
+  // frozen part (requires_grad=False when it was saved) stays frozen.
+  bool builtin_head = cached && !fs::exists(o.head);
+  std::vector<torch::Tensor> params;
+  for (auto& p : unique_params(mods)) {
+    if (builtin_head) p.set_requires_grad(true);
+    if (p.requires_grad()) params.push_back(p);
+  }
+  if (params.empty()) throw Error(Exit::data, module_names[0], "has no parameter that requires grad: nothing to train");
   gc::Tower q_tower = tower_of(qm, "query encoder"), p_tower = tower_of(pm, "passage encoder");
   if (cached) {
     auto dev = device;

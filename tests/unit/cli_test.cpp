@@ -58,3 +58,20 @@ CATCH_TEST_CASE("cli: --progress accepts auto, always, never only", "[cli]") {
   Progress off("x", 10, ProgressMode::never);
   CATCH_CHECK_FALSE(off.enabled());
 }
+
+CATCH_TEST_CASE("cli: integers must be whole strings", "[cli]") {
+  CATCH_CHECK(cli::parse_int("42").value() == 42);
+  CATCH_CHECK(cli::parse_int("-3").value() == -3);
+  CATCH_CHECK_FALSE(cli::parse_int("4x"));
+  CATCH_CHECK_FALSE(cli::parse_int(""));
+  CATCH_CHECK_FALSE(cli::parse_int("99999999999999999999"));
+}
+
+CATCH_TEST_CASE("cli: scales are decimals or fractions", "[cli]") {
+  CATCH_CHECK(cli::parse_fraction("0.5", "--s") == 0.5);
+  CATCH_CHECK(cli::parse_fraction("1/255", "--s") == 1.0 / 255);
+  for (const char* bad : {"half", "1/0", "1/", "/2", "1/2/3"}) {
+    CATCH_INFO(bad);
+    CATCH_CHECK_THROWS_WITH(cli::parse_fraction(bad, "--s"), "--s: not a number: '" + std::string(bad) + "'");
+  }
+}

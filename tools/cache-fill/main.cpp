@@ -22,20 +22,6 @@ struct Options {
   bool no_optimize = false;
 };
 
-double parse_scale(const std::string& s) {
-  try {
-    std::size_t used = 0;
-    auto slash = s.find('/');
-    double v = slash == std::string::npos
-                   ? std::stod(s, &used)
-                   : std::stod(s.substr(0, slash)) / std::stod(s.substr(slash + 1), &used);
-    if (slash != std::string::npos) used += slash + 1;
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw Error(Exit::usage, "--input-scale", "not a number: '" + s + "'");
-}
-
 std::string stem(const std::string& path) {
   auto slash = path.rfind('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -106,7 +92,7 @@ int run(Options& o) {
   o.fill.optimize = !o.no_optimize;
   o.fill.threads = o.common.threads;
   o.fill.device = o.common.device;
-  o.fill.input_scale = parse_scale(o.input_scale);
+  o.fill.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   if (!o.rows.empty()) std::tie(o.fill.row_begin, o.fill.row_end) = cli::parse_row_range(o.rows);
   h5::set_verbose(o.common.verbose >= 2);
   install_interrupt_handlers();

@@ -1,5 +1,6 @@
 // gc-train: gradient-cached contrastive training on cached embeddings or raw inputs.
 // See docs/gc-train.md.
+#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -42,29 +43,17 @@ int run(Options& o) {
   t.passage = cli::split(o.passage, ',');
   t.negatives = cli::split(o.negatives, ',');
   if (!o.chunk.empty()) {
-    auto [q, p] = cli::split_assignment(o.chunk);
-    (void)q;
     auto parts = cli::split(o.chunk, ',');
-    try {
-      t.query_chunk = std::stoll(parts.at(0));
-      t.passage_chunk = parts.size() > 1 ? std::stoll(parts.at(1)) : t.query_chunk;
-    } catch (const std::exception&) {
-      throw Error(Exit::usage, "--chunk-size", "expected C or QC,PC, got '" + o.chunk + "'");
-    }
-    if (t.query_chunk <= 0 || t.passage_chunk <= 0) throw Error(Exit::usage, "--chunk-size", "must be positive");
+    auto qc = parts.empty() ? std::nullopt : cli::parse_int(parts[0]);
+    auto pc = parts.size() > 1 ? cli::parse_int(parts[1]) : qc;
+    if (parts.size() > 2 || !qc || !pc || *qc <= 0 || *pc <= 0)
+      throw Error(Exit::usage, "--chunk-size", "expected C or QC,PC (positive), got '" + o.chunk + "'");
+    t.query_chunk = *qc;
+    t.passage_chunk = *pc;
   }
   if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
-  {
-    auto slash = o.input_scale.find('/');
-    try {
-      t.input_scale = slash == std::string::npos ? std::stod(o.input_scale)
-                                                 : std::stod(o.input_scale.substr(0, slash)) /
-                                                       std::stod(o.input_scale.substr(slash + 1));
-    } catch (const std::exception&) {
-      throw Error(Exit::usage, "--input-scale", "not a number: '" + o.input_scale + "'");
-    }
-  }
+  t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   t.gradcache = !o.no_gradcache;
   t.shuffle = !o.no_shuffle;
   t.drop_last = !o.no_drop_last;
@@ -74,11 +63,14 @@ int run(Options& o) {
   install_interrupt_handlers();
 
   std::unique_ptr<Progress> bar;
+  auto t0 = std::chrono::steady_clock::now();
   train::TrainCallbacks cb;
   cb.progress = [&](int64_t step, int64_t total, double loss) {
     if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
-    char extra[48];
-    std::snprintf(extra, sizeof extra, "loss %.4f", loss);
+    char extra[80];
+    std::snprintf(extra, sizeof extra, "loss %.4f  %.0f samples/s", loss,
+                  o.t.batch_size * step / std::max(1e-9, std::chrono::duration<double>(
+                                                              std::chrono::steady_clock::now() - t0).count()));
     bar->update(step, extra);
   };
   cb.info = [&](const std::string& m) {

@@ -56,6 +56,12 @@ std::pair<std::optional<std::string>, std::string> split_assignment(const std::s
 /// Splits on `sep`, dropping empty parts.
 std::vector<std::string> split(const std::string& s, char sep);
 
+/// The whole string as a base-10 integer, or nullopt (trailing characters, overflow, empty).
+std::optional<int64_t> parse_int(const std::string& s);
+
+/// A number given as a decimal ("0.5") or a fraction ("1/255"); throws Error(usage) naming `option`.
+double parse_fraction(const std::string& s, const std::string& option);
+
 /// A CLI11 check for integers >= 1 with a readable message ("must be a positive integer").
 CLI::Validator positive_integer();
 
