@@ -1,0 +1,163 @@
+// Shared-memory slabs: a named POSIX shared-memory object under /dev/shm that any number of
+// processes on one machine fill and read concurrently, without copies and without locks.
+// Torch-free. Layout and guarantees: docs/shm-cache.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/dtype.h"
+
+namespace traincache::shm {
+
+/// Object names are "<prefix><name>" in the shm directory. The prefix is "traincache-" unless the
+/// TRAINCACHE_SHM_PREFIX environment variable says otherwise (tests use their own).
+std::string object_prefix();
+
+/// The directory of POSIX shared memory ("/dev/shm").
+std::string shm_dir();
+
+/// Throws Error(usage) unless `name` is 1-200 characters of [A-Za-z0-9._-] and not "." or "..".
+void validate_name(const std::string& name);
+
+/// Item layout.
+enum class Layout : uint32_t { fixed = 0, variable = 1 };
+
+/// Which dataset indices are cacheable.
+enum class Selection : uint32_t { first = 0, hashed = 1 };
+
+/// State of one slot. A slot goes EMPTY -> WRITING -> FILLED; a writer that dies leaves WRITING,
+/// which readers treat as a miss and repair() returns to EMPTY.
+enum class SlotState : uint32_t { empty = 0, writing = 1, filled = 2 };
+
+/// How to create a slab.
+struct CreateOptions {
+  std::string name;
+  uint64_t length = 0;                ///< dataset length (indices [0, length))
+  Layout layout = Layout::fixed;
+  DType dtype = DType::u8;            ///< element type (fixed and variable)
+  std::vector<uint64_t> dims;         ///< item shape (fixed layout)
+  uint64_t limit_bytes = 0;           ///< byte budget for the data (slots derived from it), or
+  uint64_t slots = 0;                 ///< the number of cacheable items
+  Selection selection = Selection::first;
+  uint64_t seed = 0;                  ///< for Selection::hashed
+  unsigned mode = 0600;               ///< permission bits of the object
+};
+
+/// What a slab holds (read from its header).
+struct SlabInfo {
+  std::string name;
+  std::string path;
+  Layout layout = Layout::fixed;
+  DType dtype = DType::u8;
+  std::vector<uint64_t> dims;
+  uint64_t length = 0, slots = 0;
+  uint64_t item_bytes = 0;            ///< fixed layout: bytes per item
+  uint64_t arena_bytes = 0, arena_used = 0;  ///< variable layout
+  uint64_t total_bytes = 0;           ///< size of the object
+  uint64_t map_offset = 0, states_offset = 0, index_offset = 0, data_offset = 0;  ///< regions
+  Selection selection = Selection::first;
+  uint64_t seed = 0;
+  int64_t created_unix = 0;
+  std::string creator;
+  unsigned mode = 0;
+};
+
+/// Counts of slot states.
+struct SlotCounts {
+  uint64_t empty = 0, writing = 0, filled = 0;
+  uint64_t filled_bytes = 0;
+};
+
+/// Size and free space of the shm directory.
+struct FsSpace {
+  uint64_t total = 0, free = 0;
+};
+FsSpace shm_space();
+
+/// A mapped slab. Move-only; unmaps on destruction (the object stays until remove()).
+class Slab {
+ public:
+  /// The on-memory header at offset 0 (layout in docs/shm-cache.md; defined in shm_slab.cpp).
+  struct Header;
+
+  /// Creates a slab. Checks free space first (Error(cant_create) when it would not fit) and never
+  /// touches the data pages, so creation is fast for any size. Existing name -> Error(cant_create).
+  static Slab create(const CreateOptions& opts);
+  /// Attaches to an existing slab, validating the header against the object's size before
+  /// trusting any offset. Missing -> Error(unavailable); foreign or corrupt -> Error(data).
+  static Slab attach(const std::string& name, bool writable = true);
+
+  Slab(Slab&& o) noexcept;
+  Slab& operator=(Slab&& o) noexcept;
+  Slab(const Slab&) = delete;
+  Slab& operator=(const Slab&) = delete;
+  ~Slab();
+
+  /// The header's description.
+  SlabInfo info() const;
+
+  /// The slot of dataset index `index`, or nullopt when it is not cacheable (or out of range).
+  std::optional<uint64_t> slot_of(uint64_t index) const;
+
+  /// State of the slot of `index` (empty for non-cacheable indices).
+  SlotState state(uint64_t index) const;
+
+  /// Stores an item. A no-op returning false when the index is not cacheable, the slot is not
+  /// empty (filled, or being written by someone else), the size is wrong (fixed layout) or the
+  /// arena is full (variable layout). Data is published with release ordering.
+  bool set(uint64_t index, const void* data, std::size_t bytes);
+
+  /// A zero-copy view of a filled item, or an empty view for a miss (any other state).
+  struct View {
+    const void* data = nullptr;
+    std::size_t bytes = 0;
+    explicit operator bool() const { return data != nullptr; }
+  };
+  View view(uint64_t index) const;
+
+  /// Copies a filled item into `out` (resized); false for a miss.
+  bool get(uint64_t index, std::vector<unsigned char>& out) const;
+
+  /// Returns WRITING slots whose writer process no longer exists to EMPTY; returns how many.
+  uint64_t repair();
+
+  /// Per-state counts (a scan of the state array).
+  SlotCounts counts() const;
+
+  /// Test hook: claims the slot of `index` for writing and copies `bytes` of `data`, but does not
+  /// publish it (what a writer killed inside a write leaves behind). Returns false like set().
+  bool begin_write_for_test(uint64_t index, const void* data, std::size_t bytes);
+
+ private:
+  Slab() = default;
+  Header* header() const;
+  bool claim(uint64_t slot);
+  void* slot_data(uint64_t slot) const;
+
+  std::string name_;
+  int fd_ = -1;
+  void* base_ = nullptr;
+  std::size_t size_ = 0;
+  bool writable_ = false;
+};
+
+/// Names (without prefix) of every slab in the shm directory with this process's prefix.
+std::vector<std::string> list_slabs();
+
+/// Bytes of memory a slab's object occupies now (pages touched so far), 0 when missing.
+uint64_t resident_bytes(const std::string& name);
+
+/// Removes a slab's object. Missing -> Error(unavailable).
+void remove_slab(const std::string& name);
+
+/// Parses "2GiB", "512MiB", "1000000" (bytes), "1.5G"; throws Error(usage).
+uint64_t parse_size(const std::string& s);
+
+/// "1.50 GiB"-style text.
+std::string format_size(uint64_t bytes);
+
+}  // namespace traincache::shm

@@ -1,0 +1,509 @@
+#include "traincache/shm_slab.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <numeric>
+#include <random>
+
+#include "traincache/error.h"
+
+namespace traincache::shm {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'C', 'S', 'L', 'A', 'B', '\0', '\1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kAlign = 64;
+constexpr int kMaxDims = 8;
+
+uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// State word of a slot: low 8 bits the SlotState, the rest the writer's pid while WRITING.
+uint64_t word(SlotState s, uint64_t pid = 0) { return static_cast<uint64_t>(s) | (pid << 8); }
+SlotState state_of(uint64_t w) { return static_cast<SlotState>(w & 0xff); }
+
+bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
+
+}  // namespace
+
+// The on-memory header, at offset 0 of the object (docs/shm-cache.md).
+struct Slab::Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t layout;
+  uint32_t dtype;
+  uint32_t ndims;
+  uint64_t dims[kMaxDims];
+  uint64_t length;
+  uint64_t slots;
+  uint64_t item_bytes;
+  uint64_t arena_bytes;
+  uint64_t arena_used;  // atomic (GCC builtins): bump pointer of the variable layout
+  uint32_t selection;
+  uint32_t mode;
+  uint64_t seed;
+  int64_t created_unix;
+  char creator[128];
+  uint64_t map_offset;     // hashed selection: int64 slot per dataset index (-1: not cacheable)
+  uint64_t states_offset;  // uint64 state word per slot
+  uint64_t index_offset;   // variable layout: {offset, length} per slot, relative to data_offset
+  uint64_t data_offset;
+  uint64_t total_bytes;
+};
+static_assert(sizeof(Slab::Header) <= kHeaderBytes, "header must fit its page");
+
+namespace {
+
+// Offsets of every region for a header's sizes; false on overflow.
+bool compute_layout(Slab::Header& h) {
+  uint64_t off = kHeaderBytes, n = 0;
+  h.map_offset = 0;
+  if (h.selection == static_cast<uint32_t>(Selection::hashed)) {
+    h.map_offset = off;
+    if (!mul_ok(h.length, 8, &n) || !add_ok(off, n, &off)) return false;
+    off = align_up(off);
+  }
+  h.states_offset = off;
+  if (!mul_ok(h.slots, 8, &n) || !add_ok(off, n, &off)) return false;
+  off = align_up(off);
+  h.index_offset = 0;
+  if (h.layout == static_cast<uint32_t>(Layout::variable)) {
+    h.index_offset = off;
+    if (!mul_ok(h.slots, 16, &n) || !add_ok(off, n, &off)) return false;
+    off = align_up(off);
+  }
+  h.data_offset = off;
+  uint64_t data = 0;
+  if (h.layout == static_cast<uint32_t>(Layout::fixed)) {
+    if (!mul_ok(h.slots, h.item_bytes, &data)) return false;
+  } else {
+    data = h.arena_bytes;
+  }
+  if (!add_ok(off, data, &off)) return false;
+  h.total_bytes = std::max<uint64_t>(off, kHeaderBytes);
+  return true;
+}
+
+std::string path_of(const std::string& name) { return shm_dir() + "/" + object_prefix() + name; }
+
+std::string creator_text() {
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  const char* user = std::getenv("USER");
+  return std::string(user ? user : "uid" + std::to_string(getuid())) + "@" + host + " pid " +
+         std::to_string(getpid());
+}
+
+}  // namespace
+
+std::string object_prefix() {
+  const char* p = std::getenv("TRAINCACHE_SHM_PREFIX");
+  return p && *p ? p : "traincache-";
+}
+
+std::string shm_dir() { return "/dev/shm"; }
+
+void validate_name(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name == "." || name == ".." ||
+      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+          std::string::npos)
+    throw Error(Exit::usage, "'" + name + "'", "invalid slab name (use 1-200 of A-Z a-z 0-9 . _ -)");
+}
+
+FsSpace shm_space() {
+  struct statvfs sv;
+  if (statvfs(shm_dir().c_str(), &sv) != 0) throw Error(Exit::unavailable, shm_dir(), errno_text(errno));
+  return {static_cast<uint64_t>(sv.f_blocks) * sv.f_frsize, static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize};
+}
+
+Slab::Header* Slab::header() const { return static_cast<Header*>(base_); }
+
+Slab Slab::create(const CreateOptions& o) {
+  validate_name(o.name);
+  if (o.length == 0) throw Error(Exit::usage, "--len", "the dataset length must be positive");
+  if (dtype_size(o.dtype) == 0) throw Error(Exit::usage, "--dtype", "a numeric dtype is required");
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kVersion;
+  h.layout = static_cast<uint32_t>(o.layout);
+  h.dtype = static_cast<uint32_t>(o.dtype);
+  h.length = o.length;
+  h.selection = static_cast<uint32_t>(o.selection);
+  h.seed = o.seed;
+  h.mode = o.mode & 0777;
+  h.created_unix = static_cast<int64_t>(std::time(nullptr));
+  std::snprintf(h.creator, sizeof h.creator, "%s", creator_text().c_str());
+  if (o.layout == Layout::fixed) {
+    if (o.dims.empty() || o.dims.size() > kMaxDims)
+      throw Error(Exit::usage, "--dims", "a fixed layout needs 1 to 8 item dimensions");
+    h.ndims = static_cast<uint32_t>(o.dims.size());
+    h.item_bytes = dtype_size(o.dtype);
+    for (std::size_t i = 0; i < o.dims.size(); ++i) {
+      if (o.dims[i] == 0 || !mul_ok(h.item_bytes, o.dims[i], &h.item_bytes))
+        throw Error(Exit::usage, "--dims", "item dimensions must be positive and fit 64 bits");
+      h.dims[i] = o.dims[i];
+    }
+    if ((o.limit_bytes > 0) == (o.slots > 0)) throw Error(Exit::usage, "--limit", "give exactly one of --limit and --slots");
+    h.slots = std::min<uint64_t>(o.length, o.slots > 0 ? o.slots : o.limit_bytes / h.item_bytes);
+    if (h.slots == 0) throw Error(Exit::usage, "--limit", "the budget holds no item of " + format_size(h.item_bytes));
+  } else {
+    if (o.limit_bytes == 0) throw Error(Exit::usage, "--limit", "a variable layout needs --limit (its arena)");
+    h.ndims = 0;
+    h.arena_bytes = o.limit_bytes;
+    h.slots = o.slots > 0 ? std::min(o.slots, o.length) : o.length;
+  }
+  if (!compute_layout(h)) throw Error(Exit::usage, "--limit", "the slab size does not fit 64 bits");
+
+  FsSpace space = shm_space();
+  if (h.total_bytes > space.free)
+    throw Error(Exit::cant_create, o.name,
+                "needs " + format_size(h.total_bytes) + " but " + shm_dir() + " has " +
+                    format_size(space.free) + " free");
+
+  // Build under a temporary name, then link it into place: nobody attaches to a half-made slab.
+  std::string final_path = path_of(o.name);
+  std::string tmp = shm_dir() + "/." + object_prefix() + o.name + "." + std::to_string(getpid()) + ".tmp";
+  struct stat st;
+  if (stat(final_path.c_str(), &st) == 0) throw Error(Exit::cant_create, o.name, "a slab with this name exists");
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error(Exit::cant_create, tmp, errno_text(errno));
+  auto fail = [&](Exit code, const std::string& what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(code, o.name, what + ": " + errno_text(err));
+  };
+  if (fchmod(fd, h.mode) != 0) fail(Exit::cant_create, "cannot set permissions");
+  if (ftruncate(fd, static_cast<off_t>(h.total_bytes)) != 0) fail(Exit::cant_create, "cannot size the object");
+  Slab s;
+  s.name_ = o.name;
+  s.fd_ = fd;
+  s.size_ = h.total_bytes;
+  s.writable_ = true;
+  s.base_ = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (s.base_ == MAP_FAILED) {
+    s.base_ = nullptr;
+    s.fd_ = -1;
+    fail(Exit::cant_create, "cannot map the object");
+  }
+  std::memcpy(s.base_, &h, sizeof h);
+  if (o.selection == Selection::hashed) {
+    // A seeded choice of `slots` indices (partial Fisher-Yates), written as index -> slot.
+    auto* map = reinterpret_cast<int64_t*>(static_cast<char*>(s.base_) + h.map_offset);
+    std::vector<uint64_t> order(h.length);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(o.seed);
+    for (uint64_t i = 0; i < h.slots; ++i) {
+      std::uniform_int_distribution<uint64_t> pick(i, h.length - 1);
+      std::swap(order[i], order[pick(rng)]);
+    }
+    std::fill(map, map + h.length, -1);
+    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(h.slots));
+    for (uint64_t i = 0; i < h.slots; ++i) map[order[i]] = static_cast<int64_t>(i);
+  }
+  if (::link(tmp.c_str(), final_path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(Exit::cant_create, o.name, err == EEXIST ? "a slab with this name exists" : errno_text(err));
+  }
+  ::unlink(tmp.c_str());
+  return s;
+}
+
+Slab Slab::attach(const std::string& name, bool writable) {
+  validate_name(name);
+  std::string path = path_of(name);
+  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(Exit::unavailable, name, "no such slab in " + shm_dir());
+    throw Error(Exit::no_input, name, errno_text(errno));
+  }
+  Slab s;
+  s.name_ = name;
+  s.fd_ = fd;
+  s.writable_ = writable;
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw Error(Exit::io, name, errno_text(errno));
+  if (static_cast<uint64_t>(st.st_size) < kHeaderBytes)
+    throw Error(Exit::data, name, "not a traincache slab (too small for a header)");
+  Header h;
+  if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) throw Error(Exit::io, name, errno_text(errno));
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw Error(Exit::data, name, "not a traincache slab (bad magic)");
+  if (h.version != kVersion)
+    throw Error(Exit::data, name, "slab format version " + std::to_string(h.version) + " is not supported");
+  Header want = h;
+  bool sane = h.layout <= 1 && h.selection <= 1 && h.ndims <= kMaxDims && h.slots <= h.length &&
+              dtype_size(static_cast<DType>(h.dtype)) > 0 && h.dtype < static_cast<uint32_t>(DType::string) &&
+              compute_layout(want);
+  if (sane && h.layout == static_cast<uint32_t>(Layout::fixed)) {
+    uint64_t item = dtype_size(static_cast<DType>(h.dtype));
+    for (uint32_t i = 0; i < h.ndims && sane; ++i) sane = h.dims[i] > 0 && mul_ok(item, h.dims[i], &item);
+    sane = sane && h.ndims > 0 && item == h.item_bytes;
+  }
+  sane = sane && want.map_offset == h.map_offset && want.states_offset == h.states_offset &&
+         want.index_offset == h.index_offset && want.data_offset == h.data_offset &&
+         want.total_bytes == h.total_bytes && h.total_bytes == static_cast<uint64_t>(st.st_size);
+  if (!sane) throw Error(Exit::data, name, "corrupt slab header (sizes and offsets do not match the object)");
+  s.size_ = h.total_bytes;
+  s.base_ = mmap(nullptr, s.size_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  if (s.base_ == MAP_FAILED) {
+    s.base_ = nullptr;
+    throw Error(Exit::io, name, "cannot map: " + errno_text(errno));
+  }
+  return s;
+}
+
+Slab::Slab(Slab&& o) noexcept
+    : name_(std::move(o.name_)), fd_(o.fd_), base_(o.base_), size_(o.size_), writable_(o.writable_) {
+  o.fd_ = -1;
+  o.base_ = nullptr;
+}
+
+Slab& Slab::operator=(Slab&& o) noexcept {
+  if (this != &o) {
+    this->~Slab();
+    new (this) Slab(std::move(o));
+  }
+  return *this;
+}
+
+Slab::~Slab() {
+  if (base_) munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+SlabInfo Slab::info() const {
+  const Header& h = *header();
+  SlabInfo i;
+  i.name = name_;
+  i.path = path_of(name_);
+  i.layout = static_cast<Layout>(h.layout);
+  i.dtype = static_cast<DType>(h.dtype);
+  i.dims.assign(h.dims, h.dims + h.ndims);
+  i.length = h.length;
+  i.slots = h.slots;
+  i.item_bytes = h.item_bytes;
+  i.arena_bytes = h.arena_bytes;
+  i.arena_used = std::min(__atomic_load_n(&header()->arena_used, __ATOMIC_ACQUIRE), h.arena_bytes);
+  i.total_bytes = h.total_bytes;
+  i.map_offset = h.map_offset;
+  i.states_offset = h.states_offset;
+  i.index_offset = h.index_offset;
+  i.data_offset = h.data_offset;
+  i.selection = static_cast<Selection>(h.selection);
+  i.seed = h.seed;
+  i.created_unix = h.created_unix;
+  i.creator.assign(h.creator, strnlen(h.creator, sizeof h.creator));
+  struct stat st;
+  if (fstat(fd_, &st) == 0) i.mode = st.st_mode & 0777;
+  return i;
+}
+
+std::optional<uint64_t> Slab::slot_of(uint64_t index) const {
+  const Header& h = *header();
+  if (index >= h.length) return std::nullopt;
+  if (h.selection == static_cast<uint32_t>(Selection::hashed)) {
+    int64_t s = reinterpret_cast<const int64_t*>(static_cast<const char*>(base_) + h.map_offset)[index];
+    if (s < 0 || static_cast<uint64_t>(s) >= h.slots) return std::nullopt;
+    return static_cast<uint64_t>(s);
+  }
+  if (index >= h.slots) return std::nullopt;
+  return index;
+}
+
+SlotState Slab::state(uint64_t index) const {
+  auto slot = slot_of(index);
+  if (!slot) return SlotState::empty;
+  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  return state_of(__atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE));
+}
+
+bool Slab::claim(uint64_t slot) {
+  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  uint64_t expected = word(SlotState::empty);
+  return __atomic_compare_exchange_n(&st[slot], &expected, word(SlotState::writing, static_cast<uint64_t>(getpid())),
+                                     false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+void* Slab::slot_data(uint64_t slot) const {
+  const Header& h = *header();
+  char* data = static_cast<char*>(base_) + h.data_offset;
+  if (h.layout == static_cast<uint32_t>(Layout::fixed)) return data + slot * h.item_bytes;
+  auto* idx = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.index_offset);
+  return data + idx[2 * slot];
+}
+
+bool Slab::begin_write_for_test(uint64_t index, const void* data, std::size_t bytes) {
+  if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
+  const Header& h = *header();
+  auto slot = slot_of(index);
+  if (!slot) return false;
+  if (h.layout == static_cast<uint32_t>(Layout::fixed) && bytes != h.item_bytes) return false;
+  if (!claim(*slot)) return false;
+  uint64_t offset = 0;
+  if (h.layout == static_cast<uint32_t>(Layout::variable)) {
+    // Bump allocation that never moves past the end, so a later, smaller item can still fit.
+    offset = __atomic_load_n(&header()->arena_used, __ATOMIC_ACQUIRE);
+    bool fits;
+    do {
+      fits = bytes <= h.arena_bytes && offset <= h.arena_bytes - bytes;
+    } while (fits && !__atomic_compare_exchange_n(&header()->arena_used, &offset, offset + bytes, true,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    if (!fits) {
+      // The arena is full: give the slot back.
+      auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+      __atomic_store_n(&st[*slot], word(SlotState::empty), __ATOMIC_RELEASE);
+      return false;
+    }
+  }
+  char* dst;
+  if (h.layout == static_cast<uint32_t>(Layout::variable)) {
+    auto* idx = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.index_offset);
+    idx[2 * *slot] = offset;
+    idx[2 * *slot + 1] = bytes;
+    dst = static_cast<char*>(base_) + h.data_offset + offset;
+  } else {
+    dst = static_cast<char*>(slot_data(*slot));
+  }
+  std::memcpy(dst, data, bytes);
+  return true;
+}
+
+bool Slab::set(uint64_t index, const void* data, std::size_t bytes) {
+  if (!begin_write_for_test(index, data, bytes)) return false;
+  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  __atomic_store_n(&st[*slot_of(index)], word(SlotState::filled), __ATOMIC_RELEASE);
+  return true;
+}
+
+Slab::View Slab::view(uint64_t index) const {
+  auto slot = slot_of(index);
+  if (!slot) return {};
+  const Header& h = *header();
+  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+  if (state_of(__atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE)) != SlotState::filled) return {};
+  if (h.layout == static_cast<uint32_t>(Layout::fixed)) return {slot_data(*slot), h.item_bytes};
+  auto* idx = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.index_offset);
+  uint64_t off = idx[2 * *slot], len = idx[2 * *slot + 1];
+  if (off > h.arena_bytes || len > h.arena_bytes - off) return {};  // never read out of bounds
+  return {static_cast<const char*>(base_) + h.data_offset + off, len};
+}
+
+bool Slab::get(uint64_t index, std::vector<unsigned char>& out) const {
+  View v = view(index);
+  if (!v) return false;
+  out.assign(static_cast<const unsigned char*>(v.data), static_cast<const unsigned char*>(v.data) + v.bytes);
+  return true;
+}
+
+uint64_t Slab::repair() {
+  if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
+  const Header& h = *header();
+  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+  uint64_t fixed = 0;
+  for (uint64_t i = 0; i < h.slots; ++i) {
+    uint64_t w = __atomic_load_n(&st[i], __ATOMIC_ACQUIRE);
+    if (state_of(w) != SlotState::writing) continue;
+    pid_t pid = static_cast<pid_t>(w >> 8);
+    if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;  // the writer is alive
+    if (__atomic_compare_exchange_n(&st[i], &w, word(SlotState::empty), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      ++fixed;
+  }
+  return fixed;
+}
+
+SlotCounts Slab::counts() const {
+  const Header& h = *header();
+  auto* st = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.states_offset);
+  auto* idx = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.index_offset);
+  SlotCounts c;
+  for (uint64_t i = 0; i < h.slots; ++i) {
+    switch (state_of(__atomic_load_n(&st[i], __ATOMIC_ACQUIRE))) {
+      case SlotState::empty: ++c.empty; break;
+      case SlotState::writing: ++c.writing; break;
+      case SlotState::filled:
+        ++c.filled;
+        c.filled_bytes += h.layout == static_cast<uint32_t>(Layout::fixed) ? h.item_bytes : idx[2 * i + 1];
+        break;
+    }
+  }
+  return c;
+}
+
+std::vector<std::string> list_slabs() {
+  std::vector<std::string> names;
+  std::string prefix = object_prefix();
+  DIR* d = opendir(shm_dir().c_str());
+  if (!d) throw Error(Exit::unavailable, shm_dir(), errno_text(errno));
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > prefix.size() && n.compare(0, prefix.size(), prefix) == 0) names.push_back(n.substr(prefix.size()));
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+uint64_t resident_bytes(const std::string& name) {
+  struct stat st;
+  if (stat(path_of(name).c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+void remove_slab(const std::string& name) {
+  validate_name(name);
+  if (::unlink(path_of(name).c_str()) != 0) {
+    if (errno == ENOENT) throw Error(Exit::unavailable, name, "no such slab in " + shm_dir());
+    throw Error(Exit::io, name, errno_text(errno));
+  }
+}
+
+uint64_t parse_size(const std::string& s) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = s.substr(used);
+  double mult = 0;
+  if (used == 0 || v < 0) mult = 0;
+  else if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  if (mult == 0 || v * mult >= 1.8e19) throw Error(Exit::usage, "'" + s + "'", "not a size (examples: 512MiB, 2GiB, 1000000)");
+  return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+std::string format_size(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+}  // namespace traincache::shm

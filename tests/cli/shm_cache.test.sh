@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# shm-cache: create, fill (also 4 processes at once), list, stat, get, repair, rm, df; errors.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+export TRAINCACHE_SHM_PREFIX="tccli-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+S="$TC_BIN/shm-cache"
+
+run "$S" create img --len 300 --dims 1,28,28 --dtype uint8 --slots 200
+expect_rc 0
+expect_err "shm-cache: created img: fixed [1,28,28] uint8, 300 indices, 200 cacheable, 158.69 KiB (/dev/shm/${TRAINCACHE_SHM_PREFIX}img)"
+expect_file "/dev/shm/${TRAINCACHE_SHM_PREFIX}img"
+expect_eq "$(stat -c %a "/dev/shm/${TRAINCACHE_SHM_PREFIX}img")" "600" "default mode"
+
+# Four fill processes at once on overlapping rows.
+for r in 0:150 50:200 100:300 0:300; do
+  "$S" fill img --from "$D/images.h5" --dataset images --rows "$r" --workers 2 -q &
+done
+wait
+run "$S" stat img --json
+expect_rc 0
+echo "$out" > "$WORK/stat.json"
+# Read the object with numpy through the documented layout and compare with the source rows.
+py "
+import json, h5py, numpy as np
+j = json.load(open('$WORK/stat.json'))['slab']
+raw = np.fromfile(j['path'], dtype=np.uint8)
+states = raw[j['offsets']['states']:j['offsets']['states'] + 8 * j['slots']].view(np.uint64) & 0xff
+data = raw[j['offsets']['data']:j['offsets']['data'] + j['item_bytes'] * j['slots']].reshape(j['slots'], 1, 28, 28)
+src = h5py.File('$D/images.h5', 'r')['images'][:200]
+print(j['counts']['filled'], j['counts']['writing'], int((states == 2).sum()), bool((data == src).all()))
+"
+expect_out "200 0 200 True"
+
+"$S" get img 7 > "$WORK/item7" && _ok || _fail "get img 7"
+py "import h5py, sys; sys.stdout.write(h5py.File('$D/images.h5', 'r')['images'][7].tobytes().hex())"
+want=$out
+run bash -c "'$S' get img 7 | od -An -tx1 -v | tr -d ' \n'"
+expect_out "$want"
+run "$S" get img 250
+expect_rc 1
+expect_no_out
+expect_err "shm-cache: error: img: index 250: miss (not cacheable)"
+run "$S" get img 250 --json
+expect_rc 1
+expect_out_has '"state": "not cacheable"'
+
+run "$S" list
+expect_rc 0
+expect_out_re $'^NAME +LAYOUT +SIZE +FILLED +CREATOR +AGE\nimg +fixed \\[1,28,28\\] uint8 +158.69 KiB +100.0%'
+run "$S" repair img
+expect_rc 0
+expect_err "shm-cache: img: 0 slots left by dead writers returned to empty"
+
+# Variable-size items from a variable-length HDF5 dataset.
+"$TC_PYTHON" -c "
+import h5py, numpy as np
+with h5py.File('$WORK/seq.h5', 'w') as f:
+    d = f.create_dataset('tokens', (50,), dtype=h5py.vlen_dtype(np.int64))
+    for i in range(50): d[i] = np.arange(i % 7 + 1, dtype=np.int64) * i
+"
+run "$S" create seq --len 50 --variable --dtype int64 --limit 1KiB --mode 0640
+expect_rc 0
+expect_eq "$(stat -c %a "/dev/shm/${TRAINCACHE_SHM_PREFIX}seq")" "640" "--mode"
+run "$S" fill seq --from "$WORK/seq.h5" --dataset tokens --json
+expect_rc 0
+fill_json=$out
+# Greedy first-fit in row order into a 1 KiB arena (items of (i % 7 + 1) int64 values).
+py "
+used = stored = 0
+for i in range(50):
+    b = (i % 7 + 1) * 8
+    if used + b <= 1024: used += b; stored += 1
+print(stored)
+"
+expected_stored=$out
+out=$fill_json
+expect_out_has "\"stored\": $expected_stored"
+run bash -c "'$S' get seq 13 | od -An -td8 -v | tr -s ' \n' '  ' | sed 's/^ //; s/ \$//'"
+expect_out "0 13 26 39 52 65 78"
+
+# Errors, each with its exit code; nothing is created by a refused create.
+run "$S" create img --len 3 --dims 1 --slots 3
+expect_rc 73
+expect_err "shm-cache: error: img: a slab with this name exists"
+run "$S" create huge --len 1000000 --dims 1000000 --limit 100TiB
+expect_rc 73
+expect_err_re "^shm-cache: error: huge: needs [0-9.]+ GiB but /dev/shm has [0-9.]+ [GMK]iB free$"
+expect_no_file "/dev/shm/${TRAINCACHE_SHM_PREFIX}huge"
+run "$S" create ../etc --len 3 --dims 1 --slots 3
+expect_rc 64
+expect_err "shm-cache: error: '../etc': invalid slab name (use 1-200 of A-Z a-z 0-9 . _ -)"
+run "$S" create x --len 3 --dims 1 --limit lots
+expect_rc 64
+expect_err "shm-cache: error: 'lots': not a size (examples: 512MiB, 2GiB, 1000000)"
+run "$S" stat nope
+expect_rc 69
+expect_err "shm-cache: error: nope: no such slab in /dev/shm"
+head -c 10000 /dev/urandom > "/dev/shm/${TRAINCACHE_SHM_PREFIX}junk"
+run "$S" stat junk
+expect_rc 65
+expect_err "shm-cache: error: junk: not a traincache slab (bad magic)"
+cp "/dev/shm/${TRAINCACHE_SHM_PREFIX}img" "/dev/shm/${TRAINCACHE_SHM_PREFIX}cut"
+truncate -s 9000 "/dev/shm/${TRAINCACHE_SHM_PREFIX}cut"
+run "$S" get cut 1
+expect_rc 65
+expect_err "shm-cache: error: cut: corrupt slab header (sizes and offsets do not match the object)"
+run "$S" fill img --from "$D/images.h5" --dataset vec
+expect_rc 65
+expect_err "shm-cache: error: $D/images.h5: dataset 'vec' rows are [16]; the slab holds [1,28,28]"
+run "$S" fill img --from "$WORK/none.h5" --dataset images
+expect_rc 66
+run "$S"
+expect_rc 64
+expect_err "shm-cache: error: a subcommand is required (see --help)"
+
+run "$S" df --json
+expect_rc 0
+expect_out_has '"slabs": 4'
+run "$S" rm --all
+expect_rc 0
+run "$S" list --json
+expect_out_has '"slabs": []'
+finish

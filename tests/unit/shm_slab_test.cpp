@@ -1,0 +1,283 @@
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "traincache/error.h"
+#include "traincache/shm_slab.h"
+
+using namespace traincache;
+
+namespace {
+
+// Every test uses its own object prefix so that parallel test runs never meet.
+struct Prefix {
+  Prefix() {
+    std::string p = "tcunit-" + std::to_string(getpid()) + "-";
+    setenv("TRAINCACHE_SHM_PREFIX", p.c_str(), 1);
+  }
+  ~Prefix() {
+    for (const auto& n : shm::list_slabs()) shm::remove_slab(n);
+  }
+};
+
+shm::CreateOptions fixed(const std::string& name, uint64_t len, std::vector<uint64_t> dims, uint64_t slots,
+                         DType dt = DType::u8) {
+  shm::CreateOptions o;
+  o.name = name;
+  o.length = len;
+  o.dims = std::move(dims);
+  o.slots = slots;
+  o.dtype = dt;
+  return o;
+}
+
+std::vector<unsigned char> item(uint64_t index, std::size_t bytes) {
+  std::vector<unsigned char> v(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((index * 131 + i * 7) & 0xff);
+  return v;
+}
+
+Exit code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return Exit::ok;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("shm slab: the header round-trips through attach", "[shm]") {
+  Prefix p;
+  auto o = fixed("hdr", 100, {1, 28, 28}, 40);
+  o.mode = 0640;
+  { shm::Slab::create(o); }
+  auto s = shm::Slab::attach("hdr");
+  auto i = s.info();
+  CATCH_CHECK(i.layout == shm::Layout::fixed);
+  CATCH_CHECK(i.dtype == DType::u8);
+  CATCH_CHECK(i.dims == std::vector<uint64_t>{1, 28, 28});
+  CATCH_CHECK(i.length == 100);
+  CATCH_CHECK(i.slots == 40);
+  CATCH_CHECK(i.item_bytes == 784);
+  CATCH_CHECK(i.mode == 0640);
+  CATCH_CHECK(i.creator.find("pid " + std::to_string(getpid())) != std::string::npos);
+  CATCH_CHECK(i.data_offset % 64 == 0);
+  CATCH_CHECK(i.total_bytes == i.data_offset + 40 * 784);
+  auto c = s.counts();
+  CATCH_CHECK(c.empty == 40);
+  CATCH_CHECK(c.filled == 0);
+}
+
+CATCH_TEST_CASE("shm slab: every dtype stores and returns its bytes", "[shm]") {
+  Prefix p;
+  for (DType t : {DType::u8, DType::i8, DType::u16, DType::i16, DType::u32, DType::i32, DType::u64, DType::i64,
+                  DType::f16, DType::f32, DType::f64}) {
+    CATCH_INFO(dtype_name(t));
+    std::string name = std::string("dt-") + dtype_name(t);
+    auto s = shm::Slab::create(fixed(name, 4, {3}, 4, t));
+    auto v = item(2, 3 * dtype_size(t));
+    CATCH_CHECK(s.set(2, v.data(), v.size()));
+    std::vector<unsigned char> out;
+    CATCH_CHECK(s.get(2, out));
+    CATCH_CHECK(out == v);
+    CATCH_CHECK_FALSE(s.set(1, v.data(), v.size() - 1));  // wrong size: a no-op
+    CATCH_CHECK(s.state(1) == shm::SlotState::empty);
+  }
+}
+
+CATCH_TEST_CASE("shm slab: gets and sets outside the cacheable range are misses and no-ops", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("range", 10, {4}, 6));
+  auto v = item(7, 4);
+  CATCH_CHECK_FALSE(s.set(7, v.data(), 4));   // index 7 >= 6 slots
+  CATCH_CHECK_FALSE(s.set(10, v.data(), 4));  // beyond the dataset
+  CATCH_CHECK_FALSE(s.view(7));
+  CATCH_CHECK_FALSE(s.view(3));               // empty slot
+  CATCH_CHECK(s.set(3, v.data(), 4));
+  auto w = item(8, 4);
+  CATCH_CHECK_FALSE(s.set(3, w.data(), 4));   // filled slots are never overwritten
+  std::vector<unsigned char> out;
+  CATCH_CHECK(s.get(3, out));
+  CATCH_CHECK(out == v);
+}
+
+CATCH_TEST_CASE("shm slab: a hashed selection caches exactly `slots` indices, fixed by the seed", "[shm]") {
+  Prefix p;
+  auto o = fixed("hash1", 1000, {1}, 250);
+  o.selection = shm::Selection::hashed;
+  o.seed = 5;
+  auto a = shm::Slab::create(o);
+  o.name = "hash2";
+  auto b = shm::Slab::create(o);
+  o.name = "hash3";
+  o.seed = 6;
+  auto c = shm::Slab::create(o);
+  int n = 0, same = 0, other = 0;
+  std::vector<bool> seen(250, false);
+  for (uint64_t i = 0; i < 1000; ++i) {
+    auto sa = a.slot_of(i);
+    if (sa) {
+      ++n;
+      CATCH_REQUIRE(*sa < 250);
+      CATCH_CHECK_FALSE(seen[*sa]);
+      seen[*sa] = true;
+    }
+    same += sa == b.slot_of(i);
+    other += bool(sa) != bool(c.slot_of(i));
+  }
+  CATCH_CHECK(n == 250);
+  CATCH_CHECK(same == 1000);
+  CATCH_CHECK(other > 0);
+}
+
+CATCH_TEST_CASE("shm slab: variable-size items share an arena; a full arena refuses without claiming", "[shm]") {
+  Prefix p;
+  shm::CreateOptions o;
+  o.name = "var";
+  o.length = 10;
+  o.layout = shm::Layout::variable;
+  o.dtype = DType::i64;
+  o.limit_bytes = 100;
+  auto s = shm::Slab::create(o);
+  auto a = item(0, 40), b = item(1, 8), c = item(2, 60);
+  CATCH_CHECK(s.set(0, a.data(), a.size()));
+  CATCH_CHECK(s.set(1, b.data(), b.size()));
+  CATCH_CHECK_FALSE(s.set(2, c.data(), c.size()));  // 48 + 60 > 100
+  CATCH_CHECK(s.state(2) == shm::SlotState::empty);
+  std::vector<unsigned char> out;
+  CATCH_CHECK(s.get(1, out));
+  CATCH_CHECK(out == b);
+  CATCH_CHECK(s.get(0, out));
+  CATCH_CHECK(out == a);
+  CATCH_CHECK(s.counts().filled_bytes == 48);
+}
+
+CATCH_TEST_CASE("shm slab: a writer killed inside a write leaves a miss, and repair recovers the slot", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("crash", 8, {16}, 8));
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto child = shm::Slab::attach("crash");
+    auto v = item(5, 16);
+    child.begin_write_for_test(5, v.data(), 16);  // claimed and copied, never published
+    raise(SIGKILL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CATCH_REQUIRE(WIFSIGNALED(status));
+  CATCH_CHECK(s.state(5) == shm::SlotState::writing);
+  CATCH_CHECK_FALSE(s.view(5));
+  CATCH_CHECK(s.counts().writing == 1);
+  CATCH_CHECK(s.counts().filled == 0);
+  auto v = item(5, 16);
+  CATCH_CHECK_FALSE(s.set(5, v.data(), 16));  // still claimed
+  CATCH_CHECK(s.repair() == 1);
+  CATCH_CHECK(s.state(5) == shm::SlotState::empty);
+  CATCH_CHECK(s.set(5, v.data(), 16));
+  std::vector<unsigned char> out;
+  CATCH_CHECK(s.get(5, out));
+  CATCH_CHECK(out == v);
+  // A live writer's slot is left alone.
+  auto w = item(6, 16);
+  CATCH_CHECK(s.begin_write_for_test(6, w.data(), 16));
+  CATCH_CHECK(s.repair() == 0);
+}
+
+CATCH_TEST_CASE("shm slab: 4 processes filling overlapping rows leave every slot byte-identical", "[shm]") {
+  Prefix p;
+  const uint64_t n = 4000, bytes = 256;
+  { shm::Slab::create(fixed("race", n, {bytes}, n)); }
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 4; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto s = shm::Slab::attach("race");
+      // Overlapping ranges, in different orders.
+      uint64_t lo = k * n / 8, hi = std::min<uint64_t>(n, lo + n * 5 / 8);
+      for (uint64_t i = 0; i < hi - lo; ++i) {
+        uint64_t idx = k % 2 ? hi - 1 - i : lo + i;
+        auto v = item(idx, bytes);
+        s.set(idx, v.data(), bytes);
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) waitpid(pid, nullptr, 0);
+  auto s = shm::Slab::attach("race", false);
+  uint64_t filled = 0, bad = 0;
+  std::vector<unsigned char> out;
+  for (uint64_t i = 0; i < n; ++i)
+    if (s.get(i, out)) {
+      ++filled;
+      bad += out != item(i, bytes);
+    }
+  CATCH_CHECK(bad == 0);
+  CATCH_CHECK(filled == n);  // the ranges cover [0, n)
+  CATCH_CHECK(s.counts().writing == 0);
+}
+
+CATCH_TEST_CASE("shm slab: truncated and foreign objects are refused as bad data", "[shm]") {
+  Prefix p;
+  { shm::Slab::create(fixed("trunc", 10, {100}, 10)); }
+  std::string path = shm::shm_dir() + "/" + shm::object_prefix() + "trunc";
+  CATCH_REQUIRE(truncate(path.c_str(), 5000) == 0);
+  CATCH_CHECK(code_of([] { shm::Slab::attach("trunc"); }) == Exit::data);
+  std::string foreign = shm::shm_dir() + "/" + shm::object_prefix() + "foreign";
+  int fd = open(foreign.c_str(), O_CREAT | O_WRONLY, 0600);
+  std::vector<char> junk(8192, 'x');
+  CATCH_REQUIRE(write(fd, junk.data(), junk.size()) == 8192);
+  close(fd);
+  try {
+    shm::Slab::attach("foreign");
+    CATCH_FAIL("accepted");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::data);
+    CATCH_CHECK(std::string(e.what()) == "foreign: not a traincache slab (bad magic)");
+  }
+  CATCH_CHECK(code_of([] { shm::Slab::attach("absent"); }) == Exit::unavailable);
+}
+
+CATCH_TEST_CASE("shm slab: a slab larger than free /dev/shm is refused before anything is written", "[shm]") {
+  Prefix p;
+  auto o = fixed("huge", 1ull << 20, {1ull << 20}, 1ull << 20);  // 1 TiB
+  try {
+    shm::Slab::create(o);
+    CATCH_FAIL("created");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::cant_create);
+    std::string msg = e.what();
+    CATCH_CHECK(msg.rfind("huge: needs 1024.", 0) == 0);
+    CATCH_CHECK(msg.find(" GiB but /dev/shm has ") != std::string::npos);
+  }
+  CATCH_CHECK(shm::list_slabs().empty());
+}
+
+CATCH_TEST_CASE("shm slab: names are checked, existing names are not reused", "[shm]") {
+  Prefix p;
+  for (const char* bad : {"", ".", "..", "../x", "a/b", "a b", "ü"})
+    CATCH_CHECK(code_of([&] { shm::validate_name(bad); }) == Exit::usage);
+  shm::validate_name("fashion-mnist_v1.2");
+  { shm::Slab::create(fixed("dup", 2, {1}, 2)); }
+  CATCH_CHECK(code_of([] { shm::Slab::create(fixed("dup", 2, {1}, 2)); }) == Exit::cant_create);
+}
+
+CATCH_TEST_CASE("shm slab: sizes parse with binary and decimal units", "[shm]") {
+  CATCH_CHECK(shm::parse_size("2GiB") == 2ull << 30);
+  CATCH_CHECK(shm::parse_size("512MiB") == 512ull << 20);
+  CATCH_CHECK(shm::parse_size("1.5G") == 3ull << 29);
+  CATCH_CHECK(shm::parse_size("1000") == 1000);
+  CATCH_CHECK(shm::parse_size("3MB") == 3000000);
+  CATCH_CHECK(code_of([] { shm::parse_size("lots"); }) == Exit::usage);
+  CATCH_CHECK(code_of([] { shm::parse_size("5XB"); }) == Exit::usage);
+}

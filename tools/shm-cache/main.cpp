@@ -1,0 +1,301 @@
+// shm-cache: create, fill, list, inspect and remove shared-memory slabs under /dev/shm.
+// See docs/shm-cache.md.
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "traincache/cli.h"
+#include "traincache/h5.h"
+#include "traincache/shm_fill.h"
+#include "traincache/shm_slab.h"
+
+using namespace traincache;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kTool = "shm-cache";
+
+std::string dims_text(const std::vector<uint64_t>& d) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < d.size(); ++i) t += (i ? "," : "") + std::to_string(d[i]);
+  return t + "]";
+}
+
+json info_json(const shm::SlabInfo& i, const shm::SlotCounts* c) {
+  json j{{"name", i.name},
+         {"path", i.path},
+         {"layout", i.layout == shm::Layout::fixed ? "fixed" : "variable"},
+         {"dtype", dtype_name(i.dtype)},
+         {"dims", i.dims},
+         {"length", i.length},
+         {"slots", i.slots},
+         {"selection", i.selection == shm::Selection::first ? "first" : "hashed"},
+         {"item_bytes", i.item_bytes},
+         {"arena_bytes", i.arena_bytes},
+         {"arena_used_bytes", i.arena_used},
+         {"total_bytes", i.total_bytes},
+         {"offsets", {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset},
+                      {"data", i.data_offset}}},
+         {"mode", i.mode},
+         {"creator", i.creator},
+         {"created_unix", i.created_unix}};
+  if (c)
+    j["counts"] = {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled},
+                   {"filled_bytes", c->filled_bytes},
+                   {"filled_fraction", i.slots ? double(c->filled) / i.slots : 0.0}};
+  return j;
+}
+
+std::string layout_text(const shm::SlabInfo& i) {
+  if (i.layout == shm::Layout::fixed) return std::string("fixed ") + dims_text(i.dims) + " " + dtype_name(i.dtype);
+  return std::string("variable ") + dtype_name(i.dtype);
+}
+
+std::string age_text(int64_t created) {
+  int64_t s = static_cast<int64_t>(std::time(nullptr)) - created;
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%lldm", static_cast<long long>(s / 60));
+  else if (s < 172800) std::snprintf(buf, sizeof buf, "%lldh", static_cast<long long>(s / 3600));
+  else std::snprintf(buf, sizeof buf, "%lldd", static_cast<long long>(s / 86400));
+  return buf;
+}
+
+struct Options {
+  cli::CommonOptions common;
+  // create
+  std::string name, dims, dtype = "uint8", limit, mode = "0600", select = "first";
+  uint64_t len = 0, slots = 0, seed = 0;
+  bool variable = false;
+  // fill / get / rm
+  std::string from, dataset, rows;
+  int workers = 1;
+  uint64_t index = 0;
+  std::vector<std::string> names;
+  bool all = false;
+};
+
+void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+
+int do_create(Options& o) {
+  shm::CreateOptions c;
+  c.name = o.name;
+  c.length = o.len;
+  c.layout = o.variable ? shm::Layout::variable : shm::Layout::fixed;
+  c.dtype = parse_dtype(o.dtype);
+  if (!o.variable) {
+    if (o.dims.empty()) throw Error(Exit::usage, "--dims", "a fixed layout needs --dims (or use --variable)");
+    for (const auto& d : cli::split(o.dims, ',')) {
+      auto v = cli::parse_int(d);
+      if (!v || *v <= 0) throw Error(Exit::usage, "--dims", "expected positive integers like 1,28,28, got '" + o.dims + "'");
+      c.dims.push_back(static_cast<uint64_t>(*v));
+    }
+  } else if (!o.dims.empty()) {
+    throw Error(Exit::usage, "--dims", "a variable layout has no fixed item shape");
+  }
+  if (!o.limit.empty()) c.limit_bytes = shm::parse_size(o.limit);
+  c.slots = o.slots;
+  c.selection = o.select == "hashed" ? shm::Selection::hashed : shm::Selection::first;
+  c.seed = o.seed;
+  try {
+    std::size_t used = 0;
+    c.mode = static_cast<unsigned>(std::stoul(o.mode, &used, 8));
+    if (used != o.mode.size() || c.mode > 0777) throw std::invalid_argument("mode");
+  } catch (const std::exception&) {
+    throw Error(Exit::usage, "--mode", "expected octal permission bits like 0640, got '" + o.mode + "'");
+  }
+  auto slab = shm::Slab::create(c);
+  auto i = slab.info();
+  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"created", info_json(i, nullptr)}});
+  else if (!o.common.quiet)
+    std::fprintf(stderr, "%s: created %s: %s, %" PRIu64 " indices, %" PRIu64 " cacheable, %s (%s)\n", kTool,
+                 i.name.c_str(), layout_text(i).c_str(), i.length, i.slots, shm::format_size(i.total_bytes).c_str(),
+                 i.path.c_str());
+  return 0;
+}
+
+int do_list(Options& o) {
+  json arr = json::array();
+  if (!o.common.json) std::printf("%-24s %-28s %10s %7s  %-28s %s\n", "NAME", "LAYOUT", "SIZE", "FILLED", "CREATOR", "AGE");
+  for (const auto& n : shm::list_slabs()) {
+    try {
+      auto slab = shm::Slab::attach(n, false);
+      auto i = slab.info();
+      auto c = slab.counts();
+      if (o.common.json) arr.push_back(info_json(i, &c));
+      else
+        std::printf("%-24s %-28s %10s %6.1f%%  %-28s %s\n", n.c_str(), layout_text(i).c_str(),
+                    shm::format_size(i.total_bytes).c_str(), i.slots ? 100.0 * c.filled / i.slots : 0.0,
+                    i.creator.c_str(), age_text(i.created_unix).c_str());
+    } catch (const Error& e) {
+      if (o.common.json) arr.push_back({{"name", n}, {"error", e.what()}});
+      else std::printf("%-24s %s\n", n.c_str(), e.what());
+    }
+  }
+  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"slabs", arr}});
+  return 0;
+}
+
+int do_stat(Options& o) {
+  auto slab = shm::Slab::attach(o.name, false);
+  auto i = slab.info();
+  auto c = slab.counts();
+  if (o.common.json) {
+    print_json(json{{"schema", "shm-cache/1"}, {"slab", info_json(i, &c)}});
+    return 0;
+  }
+  std::printf("%s\n  path       %s\n  layout     %s, %s selection\n  indices    %" PRIu64 " (%" PRIu64 " cacheable)\n",
+              i.name.c_str(), i.path.c_str(), layout_text(i).c_str(),
+              i.selection == shm::Selection::first ? "first-N" : "hashed", i.length, i.slots);
+  std::printf("  size       %s", shm::format_size(i.total_bytes).c_str());
+  if (i.layout == shm::Layout::variable)
+    std::printf(" (arena %s, %s used)", shm::format_size(i.arena_bytes).c_str(), shm::format_size(i.arena_used).c_str());
+  std::printf("\n  slots      %" PRIu64 " filled, %" PRIu64 " writing, %" PRIu64 " empty; %s of data\n", c.filled,
+              c.writing, c.empty, shm::format_size(c.filled_bytes).c_str());
+  std::printf("  creator    %s, %s ago, mode %04o\n", i.creator.c_str(), age_text(i.created_unix).c_str(), i.mode);
+  return 0;
+}
+
+int do_fill(Options& o) {
+  shm::FillFromOptions f;
+  f.slab = o.name;
+  f.file = o.from;
+  f.dataset = o.dataset;
+  f.workers = o.workers;
+  if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
+  h5::set_verbose(o.common.verbose >= 2);
+  auto r = shm::fill_from_hdf5(f);
+  if (o.common.json)
+    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"rows", r.rows}, {"stored", r.stored},
+                    {"skipped", r.skipped}, {"bytes", r.bytes}, {"seconds", r.seconds},
+                    {"bytes_per_second", r.seconds > 0 ? r.bytes / r.seconds : 0.0}});
+  else if (!o.common.quiet)
+    std::fprintf(stderr, "%s: %s: %" PRIu64 " rows, %" PRIu64 " stored, %" PRIu64 " skipped, %s in %.2f s\n", kTool,
+                 o.name.c_str(), r.rows, r.stored, r.skipped, shm::format_size(r.bytes).c_str(), r.seconds);
+  return 0;
+}
+
+int do_get(Options& o) {
+  auto slab = shm::Slab::attach(o.name, false);
+  auto view = slab.view(o.index);
+  static const char* names[] = {"empty", "writing", "filled"};
+  auto slot = slab.slot_of(o.index);
+  const char* state = !slot ? "not cacheable" : names[static_cast<int>(slab.state(o.index))];
+  if (o.common.json) {
+    auto i = slab.info();
+    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"index", o.index},
+                    {"slot", slot ? json(*slot) : json(nullptr)}, {"state", state}, {"hit", bool(view)},
+                    {"bytes", view.bytes}, {"dtype", dtype_name(i.dtype)}, {"dims", i.dims}});
+  } else if (view) {
+    if (std::fwrite(view.data, 1, view.bytes, stdout) != view.bytes) throw Error(Exit::io, "stdout", "write error");
+  }
+  if (!view) {
+    if (!o.common.json) cli::print_error(kTool, o.name + ": index " + std::to_string(o.index) + ": miss (" + state + ")");
+    return cli::code(Exit::negative);
+  }
+  return 0;
+}
+
+int do_repair(Options& o) {
+  auto slab = shm::Slab::attach(o.name, true);
+  uint64_t n = slab.repair();
+  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"repaired", n}});
+  else if (!o.common.quiet)
+    std::fprintf(stderr, "%s: %s: %" PRIu64 " slot%s left by dead writers returned to empty\n", kTool, o.name.c_str(),
+                 n, n == 1 ? "" : "s");
+  return 0;
+}
+
+int do_rm(Options& o) {
+  if (o.all == !o.names.empty()) throw Error(Exit::usage, "rm", "give slab names or --all");
+  auto names = o.all ? shm::list_slabs() : o.names;
+  int status = 0;
+  json removed = json::array();
+  for (const auto& n : names) {
+    try {
+      shm::remove_slab(n);
+      removed.push_back(n);
+    } catch (const Error& e) {
+      cli::print_error(kTool, e.what());
+      if (status == 0) status = cli::code(e.code());
+    }
+  }
+  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"removed", removed}});
+  else if (!o.common.quiet)
+    for (const auto& n : removed) std::fprintf(stderr, "%s: removed %s\n", kTool, n.get<std::string>().c_str());
+  return status;
+}
+
+int do_df(Options& o) {
+  auto space = shm::shm_space();
+  uint64_t used = 0;
+  auto names = shm::list_slabs();
+  for (const auto& n : names) used += shm::resident_bytes(n);
+  if (o.common.json)
+    print_json(json{{"schema", "shm-cache/1"}, {"path", shm::shm_dir()}, {"total_bytes", space.total},
+                    {"free_bytes", space.free}, {"slabs", names.size()}, {"slab_resident_bytes", used}});
+  else
+    std::printf("%s: %s total, %s free; %zu slab%s holding %s\n", shm::shm_dir().c_str(),
+                shm::format_size(space.total).c_str(), shm::format_size(space.free).c_str(), names.size(),
+                names.size() == 1 ? "" : "s", shm::format_size(used).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Shared-memory slabs under /dev/shm that every process on a machine shares without copies.", kTool};
+  Options o;
+  cli::add_common_options(app, o.common, cli::Compute::none);
+  app.require_subcommand(1);
+  auto* create = app.add_subcommand("create", "Create a slab");
+  create->add_option("name", o.name, "Slab name ([A-Za-z0-9._-])")->required();
+  create->add_option("--len", o.len, "Dataset length (indices 0..len-1)")->required();
+  create->add_option("--dims", o.dims, "Item shape of a fixed layout, e.g. 1,28,28");
+  create->add_option("--dtype", o.dtype, "Element type")->capture_default_str();
+  create->add_flag("--variable", o.variable, "Variable-size items (an arena with per-index offset/length)");
+  create->add_option("--limit", o.limit, "Byte budget for the data, e.g. 2GiB");
+  create->add_option("--slots", o.slots, "Number of cacheable items (fixed layout; instead of --limit)");
+  create->add_option("--select", o.select, "Cacheable indices: the first N, or a seeded hashed subset")
+      ->check(CLI::IsMember({"first", "hashed"}))->capture_default_str();
+  create->add_option("--seed", o.seed, "Seed of --select hashed")->capture_default_str();
+  create->add_option("--mode", o.mode, "Permission bits, e.g. 0640 to share with a group")->capture_default_str();
+  app.add_subcommand("list", "List slabs: name, layout, size, filled %, creator, age");
+  auto* stat_cmd = app.add_subcommand("stat", "Slot counts per state and bytes of one slab");
+  stat_cmd->add_option("name", o.name)->required();
+  auto* fill = app.add_subcommand("fill", "Fill a slab from an HDF5 dataset (rows = indices)");
+  fill->add_option("name", o.name)->required();
+  fill->add_option("--from", o.from, "HDF5 file")->required();
+  fill->add_option("--dataset", o.dataset, "Dataset in the file")->required();
+  fill->add_option("--rows", o.rows, "Only rows A:B");
+  fill->add_option("--workers", o.workers, "Threads")->check(CLI::Range(1, 256))->capture_default_str();
+  auto* get = app.add_subcommand("get", "Write one item's raw bytes to stdout (--json: its metadata)");
+  get->add_option("name", o.name)->required();
+  get->add_option("index", o.index)->required();
+  auto* repair = app.add_subcommand("repair", "Return slots left WRITING by dead writers to EMPTY");
+  repair->add_option("name", o.name)->required();
+  auto* rm = app.add_subcommand("rm", "Remove slabs");
+  rm->add_option("names", o.names);
+  rm->add_flag("--all", o.all, "Remove every slab");
+  app.add_subcommand("df", "Size and free space of /dev/shm");
+  // Common options are accepted after the subcommand too.
+  for (auto* sub : app.get_subcommands({})) sub->fallthrough();
+  app.footer(
+      "EXIT STATUS\n  0 ok; 1 get: a miss; 64 usage (bad name, size or option); 65 a corrupt or foreign object,\n"
+      "  a dataset whose shape does not fit; 66 input file missing; 69 no such slab; 70 internal;\n"
+      "  73 cannot create (exists, or /dev/shm too small); 74 I/O error. See docs/shm-cache.md.");
+  return cli::run_tool(kTool, app, argc, argv, [&]() -> int {
+    if (create->parsed()) return do_create(o);
+    if (app.got_subcommand("list")) return do_list(o);
+    if (stat_cmd->parsed()) return do_stat(o);
+    if (fill->parsed()) return do_fill(o);
+    if (get->parsed()) return do_get(o);
+    if (repair->parsed()) return do_repair(o);
+    if (rm->parsed()) return do_rm(o);
+    return do_df(o);
+  });
+}
