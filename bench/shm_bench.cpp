@@ -1,0 +1,214 @@
+// shm-bench: what a shared-memory slab buys, measured side by side in one run.
+//  1. read throughput of filled slots (view + copy out) against memcpy of the same bytes;
+//  2. second-epoch time of a loader over per-sample files on disk with 0, 25, 50 and 100% of the
+//     samples cached in a slab (files are dropped from the page cache with posix_fadvise(DONTNEED)
+//     after every read, so an uncached sample really costs a storage read);
+//  3. creation time of an 8 GiB slab (pages are not touched).
+// Prints one JSON document; exit 1 when a target is missed.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "traincache/cli.h"
+#include "traincache/shm_slab.h"
+
+using namespace traincache;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Options {
+  cli::CommonOptions common;
+  std::string dir = "shm-bench-files";
+  uint64_t samples = 2000, sample_bytes = 64 << 10;
+  uint64_t read_items = 4096, read_item_bytes = 64 << 10;
+  std::string create_size = "8GiB";
+};
+
+std::vector<unsigned char> sample(uint64_t i, uint64_t bytes) {
+  std::vector<unsigned char> v(bytes);
+  std::mt19937 rng(static_cast<unsigned>(i));
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}
+
+void read_file(const std::string& path, std::vector<unsigned char>& buf) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(Exit::io, path, errno_text(errno));
+  ssize_t n = ::read(fd, buf.data(), buf.size());
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (n != static_cast<ssize_t>(buf.size())) throw Error(Exit::io, path, "short read");
+}
+
+int run(Options& o) {
+  nlohmann::ordered_json j{{"schema", "shm-bench/1"}};
+  bool ok = true;
+  std::string tag = std::to_string(getpid());
+
+  // 1. read throughput
+  {
+    std::string name = "bench-read-" + tag;
+    shm::CreateOptions c;
+    c.name = name;
+    c.length = o.read_items;
+    c.dims = {o.read_item_bytes};
+    c.slots = o.read_items;
+    auto slab = shm::Slab::create(c);
+    std::vector<unsigned char> src(o.read_items * o.read_item_bytes), dst(o.read_item_bytes);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 31);
+    for (uint64_t i = 0; i < o.read_items; ++i) slab.set(i, src.data() + i * o.read_item_bytes, o.read_item_bytes);
+    double slab_best = 0, copy_best = 0, total = double(src.size());
+    uint64_t check = 0;
+    for (int round = 0; round < 5; ++round) {
+      auto t = Clock::now();
+      for (uint64_t i = 0; i < o.read_items; ++i) {
+        auto v = slab.view(i);
+        std::memcpy(dst.data(), v.data, v.bytes);
+        check += dst[i % dst.size()];
+      }
+      slab_best = std::max(slab_best, total / since(t));
+      t = Clock::now();
+      for (uint64_t i = 0; i < o.read_items; ++i) {
+        std::memcpy(dst.data(), src.data() + i * o.read_item_bytes, o.read_item_bytes);
+        check += dst[i % dst.size()];
+      }
+      copy_best = std::max(copy_best, total / since(t));
+    }
+    shm::remove_slab(name);
+    double ratio = slab_best / copy_best;
+    ok = ok && ratio >= 0.8;
+    j["read"] = {{"items", o.read_items}, {"item_bytes", o.read_item_bytes},
+                 {"slab_read_bytes_per_second", slab_best}, {"memcpy_bytes_per_second", copy_best},
+                 {"ratio", ratio}, {"target_ratio_min", 0.8}, {"checksum", check}};
+  }
+
+  // 2. second epoch of a file loader with part of the samples cached
+  {
+    fs::create_directories(o.dir);
+    for (uint64_t i = 0; i < o.samples; ++i) {
+      std::string p = o.dir + "/" + std::to_string(i) + ".bin";
+      if (fs::exists(p) && fs::file_size(p) == o.sample_bytes) continue;
+      auto v = sample(i, o.sample_bytes);
+      std::FILE* f = std::fopen(p.c_str(), "wb");
+      std::fwrite(v.data(), 1, v.size(), f);
+      std::fclose(f);
+    }
+    // Written pages are dirty, and DONTNEED cannot drop dirty pages: flush every file first so that
+    // each uncached read below really goes to storage.
+    for (uint64_t i = 0; i < o.samples; ++i) {
+      int fd = ::open((o.dir + "/" + std::to_string(i) + ".bin").c_str(), O_RDONLY);
+      if (fd < 0) continue;
+      fdatasync(fd);
+      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+      ::close(fd);
+    }
+    std::vector<uint64_t> order(o.samples);
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<unsigned char> buf(o.sample_bytes);
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    double t0 = 0;
+    std::vector<std::pair<double, double>> points;
+    for (double fraction : {0.0, 0.25, 0.5, 1.0}) {
+      std::string name = "bench-epoch-" + tag;
+      shm::CreateOptions c;
+      c.name = name;
+      c.length = o.samples;
+      c.dims = {o.sample_bytes};
+      c.slots = static_cast<uint64_t>(fraction * o.samples);
+      c.selection = shm::Selection::hashed;  // the cached part spread over the dataset
+      double second = 0;
+      uint64_t hits = 0;
+      {
+        std::unique_ptr<shm::Slab> slab;
+        if (c.slots > 0) slab = std::make_unique<shm::Slab>(shm::Slab::create(c));
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          std::mt19937 rng(static_cast<unsigned>(epoch));
+          std::shuffle(order.begin(), order.end(), rng);
+          auto t = Clock::now();
+          for (uint64_t i : order) {
+            auto v = slab ? slab->view(i) : shm::Slab::View{};
+            if (v) {
+              std::memcpy(buf.data(), v.data, v.bytes);
+              hits += epoch == 1;
+              continue;
+            }
+            read_file(o.dir + "/" + std::to_string(i) + ".bin", buf);
+            if (slab) slab->set(i, buf.data(), buf.size());
+          }
+          if (epoch == 1) second = since(t);
+        }
+      }
+      if (c.slots > 0) shm::remove_slab(name);
+      if (fraction == 0) t0 = second;
+      points.push_back({fraction, second});
+      rows.push_back({{"cached_fraction", fraction}, {"second_epoch_seconds", second},
+                      {"hit_rate", double(hits) / o.samples}, {"speedup", t0 / second}});
+    }
+    // Linear in the cached fraction: the 25% and 50% times lie near the line through 0% and 100%.
+    double worst = 0;
+    for (auto [f, t] : points) {
+      double line = points.front().second + f * (points.back().second - points.front().second);
+      worst = std::max(worst, std::abs(t - line) / points.front().second);
+    }
+    bool linear = worst <= 0.2 && points.back().second < points.front().second;
+    ok = ok && linear;
+    j["second_epoch"] = {{"samples", o.samples}, {"sample_bytes", o.sample_bytes}, {"rows", rows},
+                         {"max_deviation_from_linear", worst}, {"target_deviation_max", 0.2}};
+  }
+
+  // 3. creation of a large slab
+  {
+    std::string name = "bench-create-" + tag;
+    shm::CreateOptions c;
+    c.name = name;
+    c.limit_bytes = shm::parse_size(o.create_size);
+    c.length = c.limit_bytes / (1 << 20);
+    c.dims = {1 << 20};
+    auto t = Clock::now();
+    bool created = true;
+    try {
+      shm::Slab::create(c);
+    } catch (const Error& e) {
+      created = false;
+      j["create"] = {{"bytes", c.limit_bytes}, {"skipped", e.what()}};
+    }
+    if (created) {
+      double s = since(t);
+      uint64_t resident = shm::resident_bytes(name);
+      shm::remove_slab(name);
+      ok = ok && s < 1.0;
+      j["create"] = {{"bytes", c.limit_bytes}, {"seconds", s}, {"resident_bytes_after_create", resident},
+                     {"target_seconds_max", 1.0}};
+    }
+  }
+  j["pass"] = ok;
+  std::printf("%s\n", j.dump(2).c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Benchmark shared-memory slabs.", "shm-bench"};
+  Options o;
+  cli::add_common_options(app, o.common, cli::Compute::none);
+  app.add_option("--dir", o.dir, "Directory for the per-sample files")->capture_default_str();
+  app.add_option("--samples", o.samples, "Per-sample files")->capture_default_str();
+  app.add_option("--sample-bytes", o.sample_bytes, "Bytes per sample file")->capture_default_str();
+  app.add_option("--create-size", o.create_size, "Size of the creation benchmark's slab")->capture_default_str();
+  app.footer("EXIT STATUS\n  0 targets met; 1 a target missed; 64 usage; 73/74 cannot create or I/O error.");
+  return cli::run_tool("shm-bench", app, argc, argv, [&] { return run(o); });
+}
