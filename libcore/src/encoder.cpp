@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "traincache/error.h"
@@ -97,6 +98,37 @@ torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t s
     return t;
   }
   throw Error(Exit::data, what, std::string("cannot feed dtype ") + dtype_name(info.dtype));
+}
+
+torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count, double scale) {
+  auto si = slab.info();
+  if (si.layout != shm::Layout::fixed) throw Error(Exit::data, si.name, "an encoder input slab must have a fixed layout");
+  std::vector<int64_t> shape{count};
+  for (auto d : si.dims) shape.push_back(static_cast<int64_t>(d));
+  static const std::map<DType, torch::Dtype> kTypes = {
+      {DType::u8, torch::kUInt8},   {DType::i8, torch::kInt8},     {DType::i16, torch::kInt16},
+      {DType::i32, torch::kInt32},  {DType::i64, torch::kInt64},   {DType::f16, torch::kFloat16},
+      {DType::f32, torch::kFloat32}, {DType::f64, torch::kFloat64}};
+  auto it = kTypes.find(si.dtype);
+  if (it == kTypes.end())
+    throw Error(Exit::data, si.name, std::string("slab dtype ") + dtype_name(si.dtype) + " cannot be fed to an encoder");
+  auto raw = torch::empty(shape, it->second);
+  auto* dst = static_cast<char*>(raw.data_ptr());
+  for (int64_t i = 0; i < count; ++i) {
+    auto v = slab.view(static_cast<uint64_t>(start + i));
+    if (!v)
+      throw Error(Exit::data, si.name, "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
+    std::memcpy(dst + i * si.item_bytes, v.data, v.bytes);
+  }
+  if (si.dtype == DType::u8) {
+    auto t = torch::empty(shape, torch::kFloat32);
+    const auto* in = raw.data_ptr<uint8_t>();
+    float* out = t.data_ptr<float>();
+    const float s = static_cast<float>(scale);
+    for (int64_t i = 0; i < raw.numel(); ++i) out[i] = in[i] * s;
+    return t;
+  }
+  return is_integer(si.dtype) ? raw.to(torch::kInt64) : raw.to(torch::kFloat32);
 }
 
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)

@@ -27,6 +27,7 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/sha256.h"
+#include "traincache/shm_slab.h"
 #include "traincache/version.h"
 
 namespace fs = std::filesystem;
@@ -62,7 +63,16 @@ std::string absolute_path(const std::string& p) {
 struct Input {
   h5::DatasetInfo info;
   h5::Id dset;
+  std::shared_ptr<shm::Slab> slab;  // set for --input shm:NAME
+
+  torch::Tensor read(int64_t start, int64_t count, double scale) const {
+    return slab ? encode::read_slab_rows(*slab, start, count, scale)
+                : encode::read_input_rows(dset.get(), info, start, count, scale);
+  }
 };
+
+constexpr const char* kShmScheme = "shm:";
+bool is_shm(const std::string& input) { return input.rfind(kShmScheme, 0) == 0; }
 
 // Feeds rows [a, b) of a dataset to a digest, block by block, in its native representation.
 void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h) {
@@ -86,6 +96,16 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
     } else {
       h.update(buf.data(), buf.size());
     }
+  }
+}
+
+// Feeds items [a, b) of a slab to a digest; every item must be cached.
+void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h) {
+  for (int64_t i = a; i < b; ++i) {
+    auto v = slab.view(static_cast<uint64_t>(i));
+    if (!v)
+      throw Error(Exit::data, slab.info().name, "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
+    h.update(v.data, v.bytes);
   }
 }
 
@@ -206,7 +226,7 @@ class Prefetcher {
       b.count = std::min(bs_, end_ - b.start);
       try {
         for (auto& [name, in] : inputs_)
-          b.inputs[name] = encode::read_input_rows(in.dset.get(), in.info, b.start, b.count, scale_);
+          b.inputs[name] = in.read(b.start, b.count, scale_);
       } catch (...) {
         std::lock_guard<std::mutex> lk(mu_);
         if (!error_) error_ = std::current_exception();
@@ -261,10 +281,35 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   encode::configure_threads(opts.threads);
 
   // ---- inputs
-  h5::Id in_file = h5::open_file(opts.input);
+  const bool from_slab = is_shm(opts.input);
+  h5::Id in_file;
   std::map<std::string, Input> inputs;
   std::map<std::string, std::vector<std::string>> enc_features;
+  if (from_slab) {
+    // A shared-memory slab: its items are the one input of every encoder.
+    if (!opts.labels.empty() || !opts.keys.empty())
+      throw Error(Exit::usage, "--labels", "labels and keys need an HDF5 input, not " + opts.input);
+    Input in;
+    in.slab = std::make_shared<shm::Slab>(shm::Slab::attach(opts.input.substr(std::strlen(kShmScheme)), false));
+    auto si = in.slab->info();
+    if (si.layout != shm::Layout::fixed)
+      throw Error(Exit::data, opts.input, "an encoder input slab must have a fixed layout");
+    in.info.name = opts.input;
+    in.info.dtype = si.dtype;
+    in.info.shape = {static_cast<int64_t>(si.length)};
+    for (auto d : si.dims) in.info.shape.push_back(static_cast<int64_t>(d));
+    for (const auto& e : opts.encoders) {
+      auto feats = e.features.empty() ? opts.features : e.features;
+      if (!feats.empty() && feats != std::vector<std::string>{opts.input})
+        throw Error(Exit::usage, "--features", "with --input " + opts.input + " the slab is the only input");
+      enc_features[e.name] = {opts.input};
+    }
+    inputs.emplace(opts.input, std::move(in));
+  } else {
+    in_file = h5::open_file(opts.input);
+  }
   for (const auto& e : opts.encoders) {
+    if (from_slab) break;
     auto feats = e.features.empty() ? opts.features : e.features;
     if (feats.empty())
       throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
@@ -320,12 +365,15 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   // ---- fingerprint: every input byte and every option that changes the stored values
   auto t_digest = Clock::now();
   ContentHash content;
-  for (const auto& [name, in] : inputs) hash_rows(in.dset.get(), in.info, a, b, content);
+  for (const auto& [name, in] : inputs) {
+    if (in.slab) hash_slab_rows(*in.slab, a, b, content);
+    else hash_rows(in.dset.get(), in.info, a, b, content);
+  }
   if (labels) hash_rows(labels->dset.get(), labels->info, a, b, content);
   if (keys) hash_rows(keys->dset.get(), keys->info, a, b, content);
   json fp;
   fp["format_version"] = cache::kFormatVersion;
-  fp["input"]["path"] = absolute_path(opts.input);
+  fp["input"]["path"] = from_slab ? opts.input : absolute_path(opts.input);
   for (const auto& [name, in] : inputs) fp["input"]["features"][name] = describe_json(in.info);
   fp["input"]["labels"] = labels ? describe_json(labels->info) : json(nullptr);
   if (labels) fp["input"]["labels"]["name"] = opts.labels;
@@ -543,7 +591,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     spec.root_attrs = {{"created_by", version_banner("cache-fill")},
                        {"fingerprint", fingerprint},
                        {"fingerprint_json", fp_json},
-                       {"input_path", absolute_path(opts.input)},
+                       {"input_path", from_slab ? opts.input : absolute_path(opts.input)},
                        {"features", all_features.dump()},
                        {"input_scale", opts.input_scale},
                        {"labels_source", opts.labels},

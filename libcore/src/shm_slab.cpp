@@ -404,6 +404,8 @@ Slab::View Slab::view(uint64_t index) const {
   return {static_cast<const char*>(base_) + h.data_offset + off, len};
 }
 
+const void* Slab::items() const { return static_cast<const char*>(base_) + header()->data_offset; }
+
 bool Slab::get(uint64_t index, std::vector<unsigned char>& out) const {
   View v = view(index);
   if (!v) return false;

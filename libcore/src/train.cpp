@@ -11,6 +11,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
+#include <cstring>
 
 #include "traincache/cache_file.h"
 #include "traincache/encoder.h"
@@ -18,6 +20,7 @@
 #include "traincache/gradcache.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/shm_slab.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -113,6 +116,7 @@ gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
 // ---- data ---------------------------------------------------------------------------------
 
 struct Data {
+  std::vector<std::shared_ptr<shm::Slab>> slabs;          // keep shared embeddings mapped
   std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
   torch::Tensor labels;                                   // grouped mode
   int64_t rows = 0;
@@ -156,6 +160,70 @@ std::vector<torch::Tensor> passage_group(const Data& d, const torch::Tensor& idx
     out.push_back(g.reshape(shape));
   }
   return out;
+}
+
+// Embeddings `name` of the cache placed in the slab "<shm>-<name>", shared by every process on
+// the machine: the first one creates and fills it, the others attach (and help fill). Returns a
+// zero-copy [rows, dim] float32 view of the slab.
+torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, const std::string& cache,
+                                const std::string& name, int64_t rows) {
+  std::string slab_name = shm_name + "-" + name;
+  h5::Id f = h5::open_file(cache);
+  std::string dpath = "/embeddings/" + name;
+  h5::Id d = h5::open_dataset(f.get(), cache, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  const int64_t dim = di.row_elements();
+  std::shared_ptr<shm::Slab> slab;
+  try {
+    slab = std::make_shared<shm::Slab>(shm::Slab::attach(slab_name, true));
+  } catch (const Error& e) {
+    if (e.code() != Exit::unavailable) throw;
+  }
+  if (!slab) {
+    shm::CreateOptions c;
+    c.name = slab_name;
+    c.length = static_cast<uint64_t>(rows);
+    c.dtype = DType::f32;
+    c.dims = {static_cast<uint64_t>(dim)};
+    c.slots = c.length;
+    try {
+      slab = std::make_shared<shm::Slab>(shm::Slab::create(c));
+    } catch (const Error& e) {
+      if (e.code() != Exit::cant_create) throw;
+      slab = std::make_shared<shm::Slab>(shm::Slab::attach(slab_name, true));  // lost a race
+    }
+  }
+  auto si = slab->info();
+  if (si.layout != shm::Layout::fixed || si.dtype != DType::f32 || si.dims != std::vector<uint64_t>{uint64_t(dim)} ||
+      si.length != uint64_t(rows) || si.slots != uint64_t(rows) || si.selection != shm::Selection::first)
+    throw Error(Exit::data, slab_name, "slab does not have the shape of the cache's '" + name + "' embeddings");
+  // Fill what is missing (set() skips filled slots, so concurrent processes cooperate).
+  constexpr int64_t kBlock = 4096;
+  std::vector<float> buf;
+  for (int64_t s = 0; s < rows; s += kBlock) {
+    int64_t n = std::min(kBlock, rows - s);
+    bool missing = false;
+    for (int64_t i = 0; i < n && !missing; ++i) missing = slab->state(uint64_t(s + i)) != shm::SlotState::filled;
+    if (!missing) continue;
+    buf.resize(static_cast<std::size_t>(n * dim));
+    h5::read_rows(d.get(), cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+    for (int64_t i = 0; i < n; ++i) slab->set(uint64_t(s + i), buf.data() + i * dim, dim * sizeof(float));
+  }
+  for (int tries = 0; slab->counts().filled < uint64_t(rows); ++tries) {
+    if (tries > 12000)
+      throw Error(Exit::temp_failure, slab_name, "still being filled by another process (run shm-cache repair if it died)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The slab must hold this cache's values: compare a sample of rows exactly.
+  std::vector<float> row(static_cast<std::size_t>(dim));
+  for (int64_t k = 0; k < 33; ++k) {
+    int64_t i = k == 0 ? 0 : k == 1 ? rows - 1 : (k * 7919) % rows;
+    h5::read_rows(d.get(), cache, i, 1, H5T_NATIVE_FLOAT, row.data());
+    if (std::memcmp(slab->view(uint64_t(i)).data, row.data(), row.size() * sizeof(float)) != 0)
+      throw Error(Exit::data, slab_name, "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + slab_name + ")");
+  }
+  data.slabs.push_back(slab);
+  return torch::from_blob(const_cast<void*>(slab->items()), {rows, dim}, torch::kFloat32);
 }
 
 // ---- checkpoints --------------------------------------------------------------------------
@@ -391,6 +459,8 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     auto read_emb = [&](const std::string& name) {
       if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
         throw Error(Exit::data, o.cache, "no encoder named '" + name + "' in the cache");
+      if (!o.cache_shm.empty())
+        return shared_embeddings(data, o.cache_shm, o.cache, name, cinfo.rows).to(cache_device, float_type);
       return read_all(f.get(), o.cache, "/embeddings/" + name, 1.0, cache_device, float_type).reshape({cinfo.rows, -1});
     };
     grouped = !o.embeddings.empty();

@@ -37,6 +37,8 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   rep.rows.assign(picked.begin(), picked.end());
 
   std::string input = opts.input.empty() ? info.input_path : opts.input;
+  if (input.rfind("shm:", 0) == 0)
+    throw Error(Exit::usage, opts.cache, "built from slab " + input + "; give the same data as an HDF5 file with --input");
   h5::Id in_file = h5::open_file(input);
   for (const auto& e : info.embeddings) {
     EncoderVerdict v;

@@ -136,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--query-embeddings", t.query_embeddings, "Aligned mode: the query side's encoder")->group(g_cache);
   app.add_option("--passage-embeddings", t.passage_embeddings, "Aligned mode: the passage side's encoder")->group(g_cache);
   app.add_option("--head", t.head, "mlp:H1,...,Hn, linear:D, or a TorchScript file")->capture_default_str()->group(g_cache);
+  app.add_option("--cache-shm", t.cache_shm,
+                 "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
+      ->group(g_cache);
   app.add_option("--cache-device", t.cache_device, "Where cached embeddings live")->capture_default_str()->group(g_cache);
   auto* g_loss = "Loss and batches";
   app.add_option("--similarity", t.similarity, "cos or dot")->check(CLI::IsMember({"cos", "dot"}))->capture_default_str()->group(g_loss);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "traincache/h5.h"
+#include "traincache/shm_slab.h"
 
 namespace traincache::encode {
 
@@ -24,6 +25,10 @@ void configure_threads(int threads);
 /// Strings and other types -> Error(data).
 torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count,
                               double scale);
+
+/// Items [start, start+count) of a fixed-layout shared-memory slab as a model input tensor, by the
+/// same conversion rules. An item that is not cached -> Error(data) naming it.
+torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count, double scale);
 
 /// Throws Error(data) when `info` cannot be fed to an encoder (strings, compound types, 0-d).
 void require_numeric_input(const h5::DatasetInfo& info, const std::string& file);

@@ -119,6 +119,10 @@ class Slab {
   };
   View view(uint64_t index) const;
 
+  /// Start of the item region of a fixed layout: slot i at items() + i * item_bytes. With the
+  /// first-N selection, slot i holds index i, so a full slab is one contiguous [slots, dims] array.
+  const void* items() const;
+
   /// Copies a filled item into `out` (resized); false for a miss.
   bool get(uint64_t index, std::vector<unsigned char>& out) const;
 

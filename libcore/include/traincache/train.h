@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string embeddings;                               ///< grouped pairing: one encoder + labels
   std::string head = "mlp:256,128";                     ///< built-in spec or a TorchScript file
   std::string cache_device = "cpu";
+  std::string cache_shm;                                ///< share embeddings through slabs "<name>-<encoder>"
   // Loss.
   std::string similarity = "cos";
   double temperature = 0.05;
