@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
-      "  69 CUDA unavailable; 70 internal; 73/74 output or I/O error; 130 interrupted (checkpoint saved).\n"
+      "  69 CUDA unavailable; 70 internal; 73/74 output or I/O error; 75 --cache-shm slab busy;\n"
+      "  130 interrupted (checkpoint saved).\n"
       "See docs/gc-train.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
 }
