@@ -402,7 +402,12 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   if (o.batch_size <= 0 || o.query_chunk <= 0 || o.passage_chunk <= 0)
     throw Error(Exit::usage, "--batch-size", "batch and chunk sizes must be positive");
   const bool cached = !o.cache.empty();
-  if (cached == !o.data.empty())
+  // Raw datasets may also be shared-memory slabs ("shm:NAME"); --data is needed for the others.
+  auto is_slab = [](const std::string& ds) { return ds.rfind("shm:", 0) == 0; };
+  bool all_slabs = !o.query.empty() && !o.passage.empty();
+  for (const auto* list : {&o.query, &o.passage, &o.negatives})
+    for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
+  if (cached == (!o.data.empty() || all_slabs))
     throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
   torch::manual_seed(o.seed);
 
@@ -421,10 +426,20 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   if (!cached) {
     if (o.query.empty() || o.passage.empty())
       throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
-    h5::Id f = h5::open_file(o.data);
-    for (const auto& q : o.query) data.query.push_back(read_all(f.get(), o.data, q, o.input_scale, device, float_type));
-    for (const auto& p : o.passage) data.passage.push_back(read_all(f.get(), o.data, p, o.input_scale, device, float_type));
-    for (const auto& n : o.negatives) data.negatives.push_back(read_all(f.get(), o.data, n, o.input_scale, device, float_type));
+    h5::Id f = o.data.empty() ? h5::Id() : h5::open_file(o.data);
+    auto load = [&](const std::string& ds) {
+      if (is_slab(ds)) {
+        auto slab = shm::Slab::attach(ds.substr(4), false);
+        auto t = encode::read_slab_rows(slab, 0, static_cast<int64_t>(slab.info().length), o.input_scale);
+        if (t.is_floating_point()) t = t.to(float_type);
+        return t.to(device);
+      }
+      if (o.data.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
+      return read_all(f.get(), o.data, ds, o.input_scale, device, float_type);
+    };
+    for (const auto& q : o.query) data.query.push_back(load(q));
+    for (const auto& p : o.passage) data.passage.push_back(load(p));
+    for (const auto& n : o.negatives) data.negatives.push_back(load(n));
     data.rows = data.query.front().size(0);
     for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.query[i], data.query[i].size(0));
     for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.passage[i], data.passage[i].size(0));

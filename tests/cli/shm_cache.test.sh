@@ -158,9 +158,25 @@ run "$TC_BIN/gc-train" --cache "$WORK/c2.h5" --embeddings cnn -b 50 --steps 1 --
 expect_rc 65
 expect_err "gc-train: error: shared-cnn: slab holds other embeddings than $WORK/c2.h5 (remove it: shm-cache rm shared-cnn)"
 
+# gc-train reads raw datasets from slabs too: the same training as from the HDF5 file.
+run "$S" create q --len 240 --dims 6 --dtype float32 --slots 240 -q
+run "$S" create p --len 240 --dims 6 --dtype float32 --slots 240 -q
+"$S" fill q --from "$D/pairs.h5" --dataset q -q
+"$S" fill p --from "$D/pairs.h5" --dataset p -q
+run "$TC_BIN/gc-train" --query shm:q --passage shm:p --encoder "$D/tower.pt" -b 40 -c 7 --steps 3 --out "$WORK/ts.pt" -q
+expect_rc 0
+run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" -b 40 -c 7 --steps 3 --out "$WORK/th.pt" -q
+expect_rc 0
+py "
+import torch
+a = dict(torch.jit.load('$WORK/ts.pt').named_parameters()); b = dict(torch.jit.load('$WORK/th.pt').named_parameters())
+print(all(torch.equal(a[k], b[k]) for k in a))
+"
+expect_out "True"
+
 run "$S" df --json
 expect_rc 0
-expect_out_has '"slabs": 6'
+expect_out_has '"slabs": 8'
 run "$S" rm --all
 expect_rc 0
 run "$S" list --json
