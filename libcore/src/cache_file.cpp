@@ -25,14 +25,6 @@ std::vector<std::string> json_string_list(const std::string& text) {
   return out;
 }
 
-std::string label_text(const h5::DatasetInfo& info, const void* p) {
-  switch (info.dtype) {
-    case DType::f32: return std::to_string(*static_cast<const float*>(p));
-    case DType::f64: return std::to_string(*static_cast<const double*>(p));
-    default: return std::to_string(*static_cast<const int64_t*>(p));
-  }
-}
-
 // Reads rows [start, start+count) of a string or numeric 1-D dataset as text.
 std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, int64_t start,
                                       int64_t count) {
@@ -63,7 +55,6 @@ std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, i
     h5::read_rows(dset, info.name, start, count, H5T_NATIVE_INT64, v.data());
     for (auto x : v) out.push_back(std::to_string(x));
   }
-  (void)label_text;
   return out;
 }
 

@@ -105,7 +105,6 @@ Id create_file(const std::string& path) {
 }
 
 bool exists(hid_t loc, const std::string& path) {
-  std::string prefix;
   std::size_t pos = 0;
   while (true) {
     std::size_t next = path.find('/', pos);
