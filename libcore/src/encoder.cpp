@@ -37,22 +37,23 @@ std::string torch_message(const std::string& msg) {
 }
 }  // namespace
 
-torch::Device parse_device(const std::string& spec) {
+torch::Device parse_device(const std::string& spec, const std::string& option) {
   std::optional<torch::Device> dev;
   try {
     dev = torch::Device(spec);
   } catch (const c10::Error&) {
-    throw Error(Exit::usage, "--device", "expected cpu or cuda[:N], got '" + spec + "'");
+    throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
   }
+  const std::string subject = option.back() == '=' ? option + spec : option + " " + spec;
   if (dev->is_cuda()) {
     if (!torch::cuda::is_available())
-      throw Error(Exit::unavailable, "--device " + spec,
+      throw Error(Exit::unavailable, subject,
                   "CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)");
     if (dev->has_index() && dev->index() >= static_cast<int>(torch::cuda::device_count()))
-      throw Error(Exit::unavailable, "--device " + spec,
+      throw Error(Exit::unavailable, subject,
                   "only " + std::to_string(torch::cuda::device_count()) + " CUDA devices");
   } else if (!dev->is_cpu()) {
-    throw Error(Exit::usage, "--device", "expected cpu or cuda[:N], got '" + spec + "'");
+    throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
   }
   return *dev;
 }

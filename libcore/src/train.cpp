@@ -389,7 +389,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   auto t_start = Clock::now();
   TrainResult result;
   torch::Device device = encode::parse_device(o.device);
-  torch::Device cache_device = encode::parse_device(o.cache_device);
+  torch::Device cache_device = encode::parse_device(o.cache_device, "--cache-device");
   encode::configure_threads(o.threads);
   if (o.dtype != "float32" && o.dtype != "float64")
     throw Error(Exit::usage, "--dtype", "expected float32 or float64");
@@ -419,14 +419,11 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
 
   // ---- data and models
   Data data;
-  std::vector<torch::jit::Module> modules;  // 1 (tied or head) or 2 (separate)
-  modules.reserve(2);
   bool grouped = false;
-  json config;
-  if (!cached) {
-    if (o.query.empty() || o.passage.empty())
-      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
-    h5::Id f = o.data.empty() ? h5::Id() : h5::open_file(o.data);
+  // Raw datasets of `file` (slabs for names "shm:NAME").
+  auto load_raw = [&](const std::string& file) {
+    Data d;
+    h5::Id f = file.empty() ? h5::Id() : h5::open_file(file);
     auto load = [&](const std::string& ds) {
       if (is_slab(ds)) {
         auto slab = shm::Slab::attach(ds.substr(4), false);
@@ -434,25 +431,65 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
         if (t.is_floating_point()) t = t.to(float_type);
         return t.to(device);
       }
-      if (o.data.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-      return read_all(f.get(), o.data, ds, o.input_scale, device, float_type);
+      if (file.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
+      return read_all(f.get(), file, ds, o.input_scale, device, float_type);
     };
-    for (const auto& q : o.query) data.query.push_back(load(q));
-    for (const auto& p : o.passage) data.passage.push_back(load(p));
-    for (const auto& n : o.negatives) data.negatives.push_back(load(n));
-    data.rows = data.query.front().size(0);
-    for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.query[i], data.query[i].size(0));
-    for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(o.data, o.query[0], data.rows, o.passage[i], data.passage[i].size(0));
+    for (const auto& q : o.query) d.query.push_back(load(q));
+    for (const auto& p : o.passage) d.passage.push_back(load(p));
+    for (const auto& n : o.negatives) d.negatives.push_back(load(n));
+    d.rows = d.query.front().size(0);
+    for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
+    for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
     if (!o.negatives.empty()) {
       if (o.negatives.size() != o.passage.size())
         throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
       for (std::size_t i = 0; i < o.negatives.size(); ++i) {
-        same_rows(o.data, o.query[0], data.rows, o.negatives[i], data.negatives[i].size(0));
-        if (data.negatives[i].dim() != data.passage[i].dim() + 1)
-          throw Error(Exit::data, o.data, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
+        same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
+        if (d.negatives[i].dim() != d.passage[i].dim() + 1)
+          throw Error(Exit::data, file, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
       }
-      data.hard_negatives = data.negatives.front().size(1);
+      d.hard_negatives = d.negatives.front().size(1);
     }
+    return d;
+  };
+  // Embeddings (and labels) of a cache file; through slabs when `shared`.
+  auto load_cached = [&](const std::string& path, bool shared, std::string* fingerprint) {
+    Data d;
+    auto cinfo = cache::read_info(path, false);
+    if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
+    if (fingerprint) *fingerprint = cinfo.fingerprint;
+    h5::Id f = h5::open_file(path);
+    auto read_emb = [&](const std::string& name) {
+      if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
+        throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache");
+      auto dev_it = o.cache_devices.find(name);
+      torch::Device dev = dev_it == o.cache_devices.end() ? cache_device : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
+      if (shared) return shared_embeddings(d, o.cache_shm, path, name, cinfo.rows).to(dev, float_type);
+      return read_all(f.get(), path, "/embeddings/" + name, 1.0, dev, float_type).reshape({cinfo.rows, -1});
+    };
+    if (grouped) {
+      if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
+      d.query.push_back(read_emb(o.embeddings));
+      d.labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, float_type).to(torch::kLong).reshape({-1});
+    } else {
+      d.query.push_back(read_emb(o.query_embeddings));
+      d.passage.push_back(read_emb(o.passage_embeddings));
+      if (d.query[0].size(1) != d.passage[0].size(1))
+        throw Error(Exit::data, path,
+                    "embedding widths differ between sides (" + std::to_string(d.query[0].size(1)) + " vs " +
+                        std::to_string(d.passage[0].size(1)) + "); one head cannot serve both");
+    }
+    d.rows = cinfo.rows;
+    return d;
+  };
+
+  std::vector<torch::jit::Module> modules;  // 1 (tied or head) or 2 (separate)
+  modules.reserve(2);
+  json config;
+  if (!cached) {
+    if (o.query.empty() || o.passage.empty())
+      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
+    data = load_raw(o.data);
     bool tied = !o.encoder.empty();
     if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
       throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
@@ -468,42 +505,21 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     result.mode = tied ? "raw-tied" : "raw-separate";
     config["encoders"] = tied ? json{o.encoder} : json{o.query_encoder, o.passage_encoder};
   } else {
-    auto cinfo = cache::read_info(o.cache, false);
-    if (!cinfo.complete) throw Error(Exit::data, o.cache, "incomplete cache");
-    h5::Id f = h5::open_file(o.cache);
-    auto read_emb = [&](const std::string& name) {
-      if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
-        throw Error(Exit::data, o.cache, "no encoder named '" + name + "' in the cache");
-      if (!o.cache_shm.empty())
-        return shared_embeddings(data, o.cache_shm, o.cache, name, cinfo.rows).to(cache_device, float_type);
-      return read_all(f.get(), o.cache, "/embeddings/" + name, 1.0, cache_device, float_type).reshape({cinfo.rows, -1});
-    };
     grouped = !o.embeddings.empty();
     if (grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
       throw Error(Exit::usage, "--embeddings",
                   "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
-    if (grouped) {
-      if (!cinfo.labels) throw Error(Exit::data, o.cache, "grouped mode needs labels in the cache (cache-fill --labels)");
-      data.query.push_back(read_emb(o.embeddings));
-      data.labels = read_all(f.get(), o.cache, "/labels", 1.0, torch::kCPU, float_type).to(torch::kLong).reshape({-1});
-      loss_cfg.kind = gc::LossKind::supcon;
-    } else {
-      if (o.query_embeddings.empty() || o.passage_embeddings.empty())
-        throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
-      data.query.push_back(read_emb(o.query_embeddings));
-      data.passage.push_back(read_emb(o.passage_embeddings));
-      if (data.query[0].size(1) != data.passage[0].size(1))
-        throw Error(Exit::data, o.cache,
-                    "embedding widths differ between sides (" + std::to_string(data.query[0].size(1)) + " vs " +
-                        std::to_string(data.passage[0].size(1)) + "); one head cannot serve both");
-    }
-    data.rows = cinfo.rows;
+    if (!grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
+      throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+    if (grouped) loss_cfg.kind = gc::LossKind::supcon;
+    std::string fingerprint;
+    data = load_cached(o.cache, !o.cache_shm.empty(), &fingerprint);
     int64_t in_dim = data.query[0].size(1);
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
     modules.push_back(head_file ? load_module(o.head, device) : build_head(o.head, in_dim));
     result.mode = grouped ? "cached-grouped" : "cached-aligned";
-    config["cache_fingerprint"] = cinfo.fingerprint;
+    config["cache_fingerprint"] = fingerprint;
     config["head"] = o.head;
   }
   std::vector<std::string> module_names =
@@ -566,7 +582,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   config["loss"] = {o.similarity, o.temperature, o.symmetric};
   config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
   config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
-  config["eval"] = {ea, eb};
+  config["eval"] = {ea, eb, o.eval_data};
   config["dtype"] = o.dtype;
   const std::string config_text = config.dump();
 
@@ -585,15 +601,26 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   }
   result.start_step = start;
 
-  auto eval_idx = torch::tensor(eval_rows, torch::kLong);
+  // Evaluation: held-out rows of the training data, or a separate file with the same layout.
+  Data eval_set;
+  const bool external_eval = !o.eval_data.empty();
+  if (external_eval) {
+    if (o.eval_end > 0) throw Error(Exit::usage, "--eval-data", "give --eval-data or --eval-rows, not both");
+    eval_set = cached ? load_cached(o.eval_data, false, nullptr) : load_raw(o.eval_data);
+    for (std::size_t i = 0; i < data.query.size(); ++i)
+      if (eval_set.query[i].sizes().slice(1) != data.query[i].sizes().slice(1))
+        throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
+  }
+  auto eval_idx = external_eval ? torch::arange(eval_set.rows, torch::kLong) : torch::tensor(eval_rows, torch::kLong);
+  const bool evaluating = external_eval || !eval_rows.empty();
   auto run_eval = [&] {
     for (auto* m : mods) m->eval();
-    auto r = evaluate(data, eval_idx, q_tower, p_tower, grouped, loss_cfg.similarity,
+    auto r = evaluate(external_eval ? eval_set : data, eval_idx, q_tower, p_tower, grouped, loss_cfg.similarity,
                       std::max(o.query_chunk, o.passage_chunk));
     for (auto* m : mods) m->train();
     return r;
   };
-  if (!eval_rows.empty() && start == 0) result.eval_before = run_eval();
+  if (evaluating && start == 0) result.eval_before = run_eval();
 
   std::unique_ptr<std::ofstream> metrics;
   if (!o.metrics.empty()) {
@@ -666,7 +693,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     result.seconds = seconds_since(t_start);
     return result;
   }
-  if (!eval_rows.empty()) result.eval_after = run_eval();
+  if (evaluating) result.eval_after = run_eval();
   if (!o.out.empty()) {
     qm->eval();
     save_module(*qm, o.out);

@@ -27,6 +27,25 @@ run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings t --passage-e
 expect_rc 0
 expect_out_re '"mode":"cached-aligned".*"eval_after":\{"rows":50,"recall_at_1":[0-9.]+'
 
+# --eval-data: a separate cache with the same encoder (here: rows 250.. of the same images).
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+  --rows 250: --out "$WORK/eval.h5" || _fail "cache-fill eval"
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
+  --epochs 1 --eval-data "$WORK/eval.h5" --json
+expect_rc 0
+expect_out_re '"eval_before":\{"rows":50,"nn_accuracy":[0-9.]+\},"eval_after":\{"rows":50,'
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings mlp --epochs 1 --eval-data "$WORK/eval.h5"
+expect_rc 65
+expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache"
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --epochs 1 --eval-data "$WORK/eval.h5" --eval-rows 0:10
+expect_rc 64
+expect_err "gc-train: error: --eval-data: give --eval-data or --eval-rows, not both"
+
+# Per-encoder --cache-device is applied (there is no GPU here, so CUDA is refused).
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --cache-device cnn=cuda:0 --steps 1
+expect_rc 69
+expect_err "gc-train: error: --cache-device cnn=cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)"
+
 # Errors specific to cached mode.
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --query-embeddings cnn --passage-embeddings mlp
 expect_rc 65

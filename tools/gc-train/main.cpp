@@ -22,6 +22,7 @@ struct Options {
   train::TrainOptions t;
   std::string query, passage, negatives, chunk, eval_rows, input_scale = "1/255";
   bool no_gradcache = false, no_shuffle = false, no_drop_last = false;
+  std::vector<std::string> cache_devices;
 };
 
 json eval_json(const train::EvalMetrics& m, bool grouped) {
@@ -54,6 +55,11 @@ int run(Options& o) {
   if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
+  for (const auto& spec : o.cache_devices) {
+    auto [name, dev] = cli::split_assignment(spec);
+    if (name) t.cache_devices[*name] = dev;
+    else t.cache_device = dev;
+  }
   t.gradcache = !o.no_gradcache;
   t.shuffle = !o.no_shuffle;
   t.drop_last = !o.no_drop_last;
@@ -139,7 +145,8 @@ int main(int argc, char** argv) {
   app.add_option("--cache-shm", t.cache_shm,
                  "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
       ->group(g_cache);
-  app.add_option("--cache-device", t.cache_device, "Where cached embeddings live")->capture_default_str()->group(g_cache);
+  app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
+      ->group(g_cache);
   auto* g_loss = "Loss and batches";
   app.add_option("--similarity", t.similarity, "cos or dot")->check(CLI::IsMember({"cos", "dot"}))->capture_default_str()->group(g_loss);
   app.add_option("--temperature", t.temperature, "Logit temperature")->capture_default_str()->group(g_loss);
@@ -171,6 +178,7 @@ int main(int argc, char** argv) {
   app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);
   app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
   app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")->group(g_out);
+  app.add_option("--eval-data", t.eval_data, "Evaluate on this file instead (same datasets, or a cache with the same encoders)")->group(g_out);
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"

@@ -14,7 +14,8 @@
 namespace traincache::encode {
 
 /// Parses "cpu", "cuda" or "cuda:N". Malformed -> Error(usage); CUDA not available -> Error(unavailable).
-torch::Device parse_device(const std::string& spec);
+/// `option` names the flag in messages.
+torch::Device parse_device(const std::string& spec, const std::string& option = "--device");
 
 /// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core. (Debian's OpenMP
 /// LibTorch otherwise starts with a single thread in C++ programs.)

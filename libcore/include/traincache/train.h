@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,8 @@ struct TrainOptions {
   std::string query_embeddings, passage_embeddings;     ///< aligned pairing: two encoders' names
   std::string embeddings;                               ///< grouped pairing: one encoder + labels
   std::string head = "mlp:256,128";                     ///< built-in spec or a TorchScript file
-  std::string cache_device = "cpu";
+  std::string cache_device = "cpu";                     ///< where cached embeddings live
+  std::map<std::string, std::string> cache_devices;     ///< per encoder name, overriding cache_device
   std::string cache_shm;                                ///< share embeddings through slabs "<name>-<encoder>"
   // Loss.
   std::string similarity = "cos";
@@ -50,6 +52,7 @@ struct TrainOptions {
   bool resume = false;
   std::string out, passage_out, metrics;
   int64_t eval_begin = 0, eval_end = -1;                ///< held-out rows [begin, end) when end > 0
+  std::string eval_data;                                ///< or a separate file (same datasets/encoders)
   std::string device = "cpu";
   int threads = 0;
   std::string dtype = "float32";                        ///< float32 or float64 (parameters and inputs)
