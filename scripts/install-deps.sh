@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
   libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
+  python3-matplotlib                # scripts/plot-bench
   dataset-fashion-mnist             # demo data
 )
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every tool: --help (stdout, exit 0, EXIT STATUS), --version (git, LibTorch, BLAS), bad flags.
 source "$(dirname "$0")/lib.sh"
-for tool in cache-fill cache-inspect gc-train shm-cache; do
+for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   run "$TC_BIN/$tool" --help
   expect_rc 0
   expect_out_has "Usage: $tool"

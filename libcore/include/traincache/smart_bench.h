@@ -1,0 +1,64 @@
+// smart-bench's engine: a data pipeline (read -> deterministic transform -> random transform ->
+// batch -> model step) run under several caching strategies, measured per epoch. Torch-free
+// interface; implemented in the torch part of libcore. See docs/smart-bench.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace traincache::sbench {
+
+/// The workload and the strategies to compare. Defaults match the command line's.
+struct BenchOptions {
+  // Where items come from (exactly one).
+  std::string data, dataset = "images", labels;  ///< an HDF5 dataset (and optional labels)
+  std::string files;                             ///< a directory of per-sample files (see docs)
+  std::string shm;                               ///< a fixed-layout shared-memory slab
+  int64_t items = 0;                             ///< use the first N items (0 = all)
+  bool page_cache = false;                       ///< let file reads be served from the page cache
+  int64_t read_latency_us = 0;                   ///< added per read: emulates slow storage
+  int64_t deterministic_cost_us = 0;             ///< added per deterministic transform: heavy preprocessing
+  std::vector<int64_t> resize;                   ///< H,W of the deterministic resize (empty: keep)
+  // The step.
+  std::string model;                             ///< TorchScript model trained with SGD, or
+  double model_ms = 1.0;                         ///< synthetic compute per batch (when no model)
+  double lr = 0.01;
+  // The loop.
+  int64_t batch_size = 64, epochs = 3;
+  int workers = 2;                               ///< loader threads
+  uint64_t seed = 0;
+  int threads = 0;
+  // Strategies.
+  std::vector<std::string> strategies{"none", "full", "stochastic", "smart"};
+  double cache_fraction = 0.5;                   ///< stochastic: share of items in the slab
+  int64_t cache_num = 0;                         ///< smart: window size (0 = half the items)
+  double replace_rate = 0.2;                     ///< smart: r
+  int replace_workers = 1;                       ///< smart: replacer threads
+};
+
+/// One strategy's epoch.
+struct EpochRecord {
+  std::string strategy;
+  int64_t epoch = 0;
+  int64_t samples = 0;
+  double wall_seconds = 0, samples_per_second = 0;
+  double step_ms_mean = 0, step_ms_p50 = 0, step_ms_p95 = 0;  ///< model step time
+  double data_wait_seconds = 0;       ///< the step waited for data this long
+  double model_idle_fraction = 0;     ///< data_wait_seconds / wall_seconds
+  double hit_rate = 0;                ///< items served from the cache
+  uint64_t bytes_cached = 0;
+  uint64_t peak_rss_bytes = 0;
+  double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start
+};
+
+/// Names of the strategies this build knows.
+const std::vector<std::string>& known_strategies();
+
+/// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
+/// progress messages. Throws traincache::Error.
+void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
+         const std::function<void(const std::string&)>& info = {});
+
+}  // namespace traincache::sbench

@@ -1,0 +1,511 @@
+#include "traincache/smart_bench.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/h5.h"
+#include "traincache/shm_slab.h"
+#include "traincache/smart_cache.h"
+
+namespace traincache::sbench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Burns CPU for `us` microseconds: emulated preprocessing or model compute.
+void spin_us(double us) {
+  if (us <= 0) return;
+  auto end = Clock::now() + std::chrono::duration<double, std::micro>(us);
+  volatile uint64_t x = 0;
+  while (Clock::now() < end) x = x + 1;
+}
+
+uint64_t peak_rss() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// ---- sources: raw uint8 (or other) items by index ------------------------------------------
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual int64_t size() const = 0;
+  virtual std::vector<int64_t> dims() const = 0;  // item shape
+  virtual void read(int64_t i, std::vector<unsigned char>& out) = 0;
+  std::vector<int64_t> labels;  // one per item (zeros when the source has none)
+};
+
+class H5Source : public Source {
+ public:
+  H5Source(const std::string& path, const std::string& ds, const std::string& labels_ds) : path_(path) {
+    file_ = h5::open_file(path);
+    dset_ = h5::open_dataset(file_.get(), path, ds);
+    info_ = h5::describe(dset_.get(), ds);
+    if (info_.dtype != DType::u8) throw Error(Exit::data, path, "dataset '" + ds + "' must be uint8 images");
+    labels.assign(static_cast<std::size_t>(info_.rows()), 0);
+    if (!labels_ds.empty()) {
+      h5::Id l = h5::open_dataset(file_.get(), path, labels_ds);
+      auto li = h5::describe(l.get(), labels_ds);
+      if (li.rows() != info_.rows())
+        throw Error(Exit::data, path, "rows mismatch between '" + ds + "' and '" + labels_ds + "'");
+      h5::read_rows(l.get(), path, 0, li.rows(), H5T_NATIVE_INT64, labels.data());
+    }
+  }
+  int64_t size() const override { return info_.rows(); }
+  std::vector<int64_t> dims() const override { return {info_.shape.begin() + 1, info_.shape.end()}; }
+  void read(int64_t i, std::vector<unsigned char>& out) override {
+    out.resize(static_cast<std::size_t>(info_.row_elements()));
+    h5::read_rows(dset_.get(), path_, i, 1, H5T_NATIVE_UINT8, out.data());
+  }
+
+ private:
+  std::string path_;
+  h5::Id file_, dset_;
+  h5::DatasetInfo info_;
+};
+
+// A directory with meta.json ({"count": N, "dims": [...], "labels": [...]}) and one file
+// "<index>.bin" of raw uint8 values per item.
+class FileSource : public Source {
+ public:
+  FileSource(std::string dir, bool page_cache) : dir_(std::move(dir)), page_cache_(page_cache) {
+    std::ifstream in(dir_ + "/meta.json");
+    if (!in) throw Error(Exit::no_input, dir_ + "/meta.json", "cannot open (see docs/smart-bench.md)");
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("count") || !j.contains("dims"))
+      throw Error(Exit::data, dir_ + "/meta.json", "expected {\"count\": N, \"dims\": [...]}");
+    count_ = j["count"].get<int64_t>();
+    dims_ = j["dims"].get<std::vector<int64_t>>();
+    labels = j.value("labels", std::vector<int64_t>(static_cast<std::size_t>(count_), 0));
+    if (static_cast<int64_t>(labels.size()) != count_) throw Error(Exit::data, dir_ + "/meta.json", "one label per item");
+  }
+  int64_t size() const override { return count_; }
+  std::vector<int64_t> dims() const override { return dims_; }
+  void read(int64_t i, std::vector<unsigned char>& out) override {
+    int64_t n = std::accumulate(dims_.begin(), dims_.end(), int64_t{1}, std::multiplies<int64_t>());
+    out.resize(static_cast<std::size_t>(n));
+    std::string p = dir_ + "/" + std::to_string(i) + ".bin";
+    int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) throw Error(Exit::no_input, p, errno_text(errno));
+    ssize_t got = ::read(fd, out.data(), out.size());
+    // Drop the pages so that the next epoch reads storage again, unless asked not to.
+    if (!page_cache_) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (got != static_cast<ssize_t>(out.size())) throw Error(Exit::data, p, "short file");
+  }
+
+ private:
+  std::string dir_;
+  bool page_cache_;
+  int64_t count_ = 0;
+  std::vector<int64_t> dims_;
+};
+
+class ShmSource : public Source {
+ public:
+  explicit ShmSource(const std::string& name) : slab_(shm::Slab::attach(name, false)) {
+    auto i = slab_.info();
+    if (i.layout != shm::Layout::fixed || i.dtype != DType::u8)
+      throw Error(Exit::data, name, "the slab must hold fixed-shape uint8 items");
+    for (auto d : i.dims) dims_.push_back(static_cast<int64_t>(d));
+    labels.assign(i.length, 0);
+  }
+  int64_t size() const override { return static_cast<int64_t>(slab_.info().length); }
+  std::vector<int64_t> dims() const override { return dims_; }
+  void read(int64_t i, std::vector<unsigned char>& out) override {
+    if (!slab_.get(static_cast<uint64_t>(i), out))
+      throw Error(Exit::data, slab_.info().name, "item " + std::to_string(i) + " is not cached");
+  }
+
+ private:
+  shm::Slab slab_;
+  std::vector<int64_t> dims_;
+};
+
+// ---- the pipeline stages ------------------------------------------------------------------
+
+struct Pipeline {
+  const BenchOptions& o;
+  Source& src;
+  std::mutex read_mu;  // sources are read one item at a time (HDF5 is serialised anyway)
+
+  torch::Tensor deterministic(int64_t i) {
+    std::vector<unsigned char> raw;
+    {
+      std::lock_guard<std::mutex> lk(read_mu);
+      src.read(i, raw);
+    }
+    if (o.read_latency_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.read_latency_us));
+    auto dims = src.dims();
+    auto x = torch::from_blob(raw.data(), dims, torch::kUInt8).to(torch::kFloat32).div_(255.0).sub_(0.5).div_(0.5);
+    if (!o.resize.empty()) {
+      auto img = x.dim() == 2 ? x.unsqueeze(0) : x;  // [C, H, W]
+      x = torch::nn::functional::interpolate(
+              img.unsqueeze(0), torch::nn::functional::InterpolateFuncOptions()
+                                    .size(std::vector<int64_t>{o.resize[0], o.resize[1]})
+                                    .mode(torch::kBilinear)
+                                    .align_corners(false))
+              .squeeze(0);
+    }
+    spin_us(static_cast<double>(o.deterministic_cost_us));
+    return x.contiguous();
+  }
+
+  // Random flip, shift and noise, seeded by (seed, epoch, index).
+  torch::Tensor random(const torch::Tensor& x, int64_t epoch, int64_t i) const {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ull + static_cast<uint64_t>(epoch) * 7919ull +
+                                                        static_cast<uint64_t>(i));
+    std::mt19937 rng(static_cast<unsigned>(o.seed + 31 * epoch + 131 * i));
+    auto y = x;
+    if (rng() & 1) y = y.flip({-1});
+    int64_t dy = static_cast<int64_t>(rng() % 5) - 2, dx = static_cast<int64_t>(rng() % 5) - 2;
+    y = y.roll({dy, dx}, {-2, -1});
+    return y + torch::randn(y.sizes(), gen) * 0.01;
+  }
+};
+
+// ---- strategies: where the deterministic prefix of an item comes from ------------------------
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // Items of epoch `e`, in training order.
+  virtual std::vector<int64_t> epoch_items(int64_t e) = 0;
+  // The deterministic prefix of item i; sets *hit when it came from the cache.
+  virtual torch::Tensor prefix(int64_t i, bool* hit) = 0;
+  // Called before epoch e; returns seconds blocked.
+  virtual double begin_epoch(int64_t e) { return 0; }
+  virtual uint64_t bytes() const { return 0; }
+};
+
+std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
+  std::vector<int64_t> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+class NoCache : public Strategy {
+ public:
+  NoCache(Pipeline& p, int64_t n, uint64_t seed) : p_(p), n_(n), seed_(seed) {}
+  std::vector<int64_t> epoch_items(int64_t e) override { return shuffled(n_, seed_ + static_cast<uint64_t>(e)); }
+  torch::Tensor prefix(int64_t i, bool* hit) override {
+    *hit = false;
+    return p_.deterministic(i);
+  }
+
+ protected:
+  Pipeline& p_;
+  int64_t n_;
+  uint64_t seed_;
+};
+
+// MONAI CacheDataset: the deterministic prefix of every item, kept in memory after first use.
+class FullCache : public NoCache {
+ public:
+  FullCache(Pipeline& p, int64_t n, uint64_t seed) : NoCache(p, n, seed), items_(static_cast<std::size_t>(n)) {}
+  torch::Tensor prefix(int64_t i, bool* hit) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (items_[i].defined()) {
+        *hit = true;
+        return items_[i];
+      }
+    }
+    *hit = false;
+    auto t = p_.deterministic(i);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!items_[i].defined()) bytes_ += static_cast<uint64_t>(t.numel() * t.element_size());
+    items_[i] = t;
+    return t;
+  }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  std::mutex mu_;
+  std::vector<torch::Tensor> items_;
+  uint64_t bytes_ = 0;
+};
+
+// stocaching: a shared-memory slab holding a fraction of the items, filled lazily.
+class StochasticCache : public NoCache {
+ public:
+  StochasticCache(Pipeline& p, int64_t n, uint64_t seed, double fraction, std::vector<int64_t> shape)
+      : NoCache(p, n, seed), shape_(std::move(shape)) {
+    name_ = "smart-bench-" + std::to_string(getpid());
+    shm::CreateOptions c;
+    c.name = name_;
+    c.length = static_cast<uint64_t>(n);
+    c.dtype = DType::f32;
+    for (auto d : shape_) c.dims.push_back(static_cast<uint64_t>(d));
+    c.slots = std::max<uint64_t>(1, static_cast<uint64_t>(fraction * static_cast<double>(n)));
+    slab_ = std::make_unique<shm::Slab>(shm::Slab::create(c));
+  }
+  ~StochasticCache() override {
+    slab_.reset();
+    try {
+      shm::remove_slab(name_);
+    } catch (const Error&) {
+    }
+  }
+  torch::Tensor prefix(int64_t i, bool* hit) override {
+    auto v = slab_->view(static_cast<uint64_t>(i));
+    if (v) {
+      *hit = true;
+      return torch::from_blob(const_cast<void*>(v.data), shape_, torch::kFloat32).clone();
+    }
+    *hit = false;
+    auto t = p_.deterministic(i);
+    slab_->set(static_cast<uint64_t>(i), t.data_ptr(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+    return t;
+  }
+  uint64_t bytes() const override { return slab_->counts().filled_bytes; }
+
+ private:
+  std::vector<int64_t> shape_;
+  std::string name_;
+  std::unique_ptr<shm::Slab> slab_;
+};
+
+// MONAI SmartCache: each epoch trains on the window; the replacer prepares the next items.
+class SmartStrategy : public Strategy {
+ public:
+  SmartStrategy(Pipeline& p, int64_t n, const BenchOptions& o, std::vector<int64_t> shape)
+      : shape_(std::move(shape)), seed_(o.seed) {
+    auto plan = smart::make_plan(n, o.cache_num > 0 ? o.cache_num : std::max<int64_t>(1, n / 2), o.replace_rate);
+    cache_ = std::make_unique<smart::SmartCache>(
+        plan, shuffled(n, o.seed + 999),
+        [&p](int64_t i) {
+          auto t = p.deterministic(i);
+          std::vector<unsigned char> b(static_cast<std::size_t>(t.numel()) * sizeof(float));
+          std::memcpy(b.data(), t.data_ptr(), b.size());
+          return b;
+        },
+        o.replace_workers);
+  }
+  double begin_epoch(int64_t e) override {
+    auto t = Clock::now();
+    if (e == 0) cache_->start();
+    else cache_->advance();
+    return since(t);
+  }
+  std::vector<int64_t> epoch_items(int64_t e) override {
+    auto w = cache_->window_indices();
+    std::mt19937_64 rng(seed_ + static_cast<uint64_t>(e));
+    std::shuffle(w.begin(), w.end(), rng);
+    return w;
+  }
+  torch::Tensor prefix(int64_t i, bool* hit) override {
+    *hit = true;
+    const auto& b = cache_->item(i);
+    return torch::from_blob(const_cast<unsigned char*>(b.data()), shape_, torch::kFloat32).clone();
+  }
+  uint64_t bytes() const override { return cache_->bytes_cached(); }
+
+ private:
+  std::vector<int64_t> shape_;
+  uint64_t seed_;
+  std::unique_ptr<smart::SmartCache> cache_;
+};
+
+// ---- the model step -------------------------------------------------------------------------
+
+class Step {
+ public:
+  Step(const BenchOptions& o) : o_(o) {
+    if (!o.model.empty()) {
+      model_ = torch::jit::load(o.model);
+      model_.train();
+      for (auto p : model_.parameters()) {
+        p.set_requires_grad(true);
+        params_.push_back(p);
+      }
+      opt_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(o.lr));
+    }
+  }
+  void run(const torch::Tensor& batch, const torch::Tensor& labels) {
+    if (o_.model.empty()) {
+      spin_us(o_.model_ms * 1000.0);
+      return;
+    }
+    opt_->zero_grad();
+    auto out = model_.forward({batch}).toTensor();
+    auto loss = out.dim() == 2 && out.size(1) > labels.max().item<int64_t>()
+                    ? torch::nn::functional::cross_entropy(out, labels)
+                    : out.pow(2).mean();
+    loss.backward();
+    opt_->step();
+  }
+
+ private:
+  const BenchOptions& o_;
+  torch::jit::Module model_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::SGD> opt_;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto k = static_cast<std::size_t>(std::min<double>(v.size() - 1, q * (v.size() - 1) + 0.5));
+  return v[k];
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_strategies() {
+  static const std::vector<std::string> s{"none", "full", "stochastic", "smart"};
+  return s;
+}
+
+void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
+         const std::function<void(const std::string&)>& info) {
+  int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
+  if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
+  for (const auto& s : o.strategies)
+    if (std::find(known_strategies().begin(), known_strategies().end(), s) == known_strategies().end())
+      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: none, full, stochastic, smart)");
+  if (o.batch_size <= 0 || o.epochs <= 0) throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
+  if (!(o.cache_fraction > 0) || o.cache_fraction > 1) throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
+  if (!o.resize.empty() && o.resize.size() != 2) throw Error(Exit::usage, "--resize", "expected H,W");
+  encode::configure_threads(o.threads);
+
+  std::unique_ptr<Source> src;
+  if (!o.data.empty()) src = std::make_unique<H5Source>(o.data, o.dataset, o.labels);
+  else if (!o.files.empty()) src = std::make_unique<FileSource>(o.files, o.page_cache);
+  else src = std::make_unique<ShmSource>(o.shm);
+  const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
+  Pipeline pipe{o, *src, {}};
+  const auto shape = pipe.deterministic(0).sizes().vec();
+  Step step(o);
+
+  for (const auto& name : o.strategies) {
+    std::unique_ptr<Strategy> strat;
+    if (name == "none") strat = std::make_unique<NoCache>(pipe, n, o.seed);
+    else if (name == "full") strat = std::make_unique<FullCache>(pipe, n, o.seed);
+    else if (name == "stochastic") strat = std::make_unique<StochasticCache>(pipe, n, o.seed, o.cache_fraction, shape);
+    else strat = std::make_unique<SmartStrategy>(pipe, n, o, shape);
+
+    for (int64_t e = 0; e < o.epochs; ++e) {
+      if (info) info(name + ": epoch " + std::to_string(e + 1) + "/" + std::to_string(o.epochs));
+      EpochRecord r;
+      r.strategy = name;
+      r.epoch = e + 1;
+      auto t_epoch = Clock::now();
+      r.boundary_blocked_seconds = strat->begin_epoch(e);
+      auto items = strat->epoch_items(e);
+      const int64_t m = static_cast<int64_t>(items.size());
+      const int64_t batches = (m + o.batch_size - 1) / o.batch_size;
+
+      // Loader threads prepare samples in order, at most 4 batches ahead of the step.
+      std::vector<torch::Tensor> samples(static_cast<std::size_t>(m));
+      std::vector<char> ready(static_cast<std::size_t>(m), 0);
+      std::atomic<int64_t> next{0}, hits{0};
+      int64_t consumed = 0;
+      std::mutex mu;
+      std::condition_variable cv;
+      std::exception_ptr error;
+      bool stop = false;
+      auto loader = [&] {
+        while (true) {
+          int64_t k = next++;
+          if (k >= m) return;
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] { return stop || k < consumed + 4 * o.batch_size; });
+            if (stop) return;
+          }
+          try {
+            bool hit = false;
+            auto x = pipe.random(strat->prefix(items[k], &hit), e, items[k]);
+            hits += hit;
+            std::lock_guard<std::mutex> lk(mu);
+            samples[k] = x;
+            ready[k] = 1;
+          } catch (...) {
+            std::lock_guard<std::mutex> lk(mu);
+            if (!error) error = std::current_exception();
+            stop = true;
+          }
+          cv.notify_all();
+        }
+      };
+      std::vector<std::thread> threads;
+      for (int w = 0; w < std::max(1, o.workers); ++w) threads.emplace_back(loader);
+      std::vector<double> step_ms;
+      double wait = 0;
+      try {
+        for (int64_t b = 0; b < batches; ++b) {
+          int64_t lo = b * o.batch_size, hi = std::min(m, lo + o.batch_size);
+          auto t_wait = Clock::now();
+          std::vector<torch::Tensor> xs;
+          std::vector<int64_t> ys;
+          {
+            std::unique_lock<std::mutex> lk(mu);
+            cv.wait(lk, [&] {
+              if (error) return true;
+              for (int64_t k = lo; k < hi; ++k)
+                if (!ready[k]) return false;
+              return true;
+            });
+            if (error) std::rethrow_exception(error);
+            for (int64_t k = lo; k < hi; ++k) {
+              xs.push_back(std::move(samples[k]));
+              ys.push_back(src->labels[items[k]]);
+            }
+            consumed = hi;
+          }
+          cv.notify_all();
+          wait += since(t_wait);
+          auto t_step = Clock::now();
+          step.run(torch::stack(xs), torch::tensor(ys, torch::kLong));
+          step_ms.push_back(since(t_step) * 1000);
+        }
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          stop = true;
+        }
+        cv.notify_all();
+        for (auto& t : threads) t.join();
+        throw;
+      }
+      for (auto& t : threads) t.join();
+      r.samples = m;
+      r.wall_seconds = since(t_epoch);
+      r.samples_per_second = m / r.wall_seconds;
+      r.step_ms_mean = step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
+      r.step_ms_p50 = percentile(step_ms, 0.5);
+      r.step_ms_p95 = percentile(step_ms, 0.95);
+      r.data_wait_seconds = wait + r.boundary_blocked_seconds;
+      r.model_idle_fraction = r.data_wait_seconds / r.wall_seconds;
+      r.hit_rate = m ? static_cast<double>(hits) / m : 0;
+      r.bytes_cached = strat->bytes();
+      r.peak_rss_bytes = peak_rss();
+      record(r);
+    }
+  }
+}
+
+}  // namespace traincache::sbench

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# smart-bench: strategies, output formats from one field list, the CI regression gate, errors.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+export TRAINCACHE_SHM_PREFIX="tcsb-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"* /dev/shm/traincache-smart-bench-*; rm -rf "$WORK"' EXIT
+SB=("$TC_BIN/smart-bench" --data "$D/images.h5" --labels labels --epochs 2 -b 32 --model-ms 0.2
+    --cache-num 100 --replace-rate 0.2 --cache-fraction 0.5)
+
+run "${SB[@]}" --json
+expect_rc 0
+echo "$out" > "$WORK/run.json"
+py "
+import json
+d = json.load(open('$WORK/run.json'))
+recs = d['records']
+by = {(r['strategy'], r['epoch']): r for r in recs}
+print(d['schema'], len(recs), sorted(d['samples_per_second']), list(recs[0])[:5],
+      by[('none', 2)]['hit_rate'], by[('full', 1)]['hit_rate'], by[('full', 2)]['hit_rate'],
+      by[('stochastic', 2)]['hit_rate'], by[('smart', 2)]['samples'], by[('smart', 2)]['hit_rate'],
+      by[('full', 2)]['bytes_cached'], by[('stochastic', 2)]['bytes_cached'])
+"
+# 300 items of [1,28,28] float32 = 3136 bytes each; stochastic caches the first 150.
+expect_out "smart-bench/1 8 ['full', 'none', 'smart', 'stochastic'] ['strategy', 'epoch', 'samples', 'wall_seconds', 'samples_per_second'] 0.0 0.0 1.0 0.5 100 1.0 940800 470400"
+
+# A TorchScript model's training step, resized inputs, files as the source; JSON Lines as records finish.
+"$TC_PYTHON" "$TC_SOURCE/scripts/h5-to-files" "$D/images.h5" "$WORK/files" --items 120 2>/dev/null
+run "$TC_BIN/smart-bench" --files "$WORK/files" --strategy none,full --epochs 2 -b 40 --model "$D/cnn.pt" \
+  --resize 28,28 --jsonl
+expect_rc 0
+expect_eq "$(printf '%s\n' "$out" | wc -l)" "4" "one line per strategy and epoch"
+expect_out_re '^\{"strategy":"none","epoch":1,"samples":120,'
+
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model-ms 0 --csv
+expect_rc 0
+expect_out_re '^strategy,epoch,samples,wall_seconds,samples_per_second,step_ms_mean,step_ms_p50,step_ms_p95,data_wait_seconds,model_idle_fraction,hit_rate,bytes_cached,peak_rss_bytes,boundary_blocked_seconds
+none,1,300,'
+
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy full --epochs 2 -b 50 --model-ms 0
+expect_rc 0
+expect_out_re '^  strategy epoch  samples   wall s  samples/s'
+
+# The gate: exit 1 against a baseline far faster than this run, 0 against a far slower one.
+py "
+import json
+d = json.load(open('$WORK/run.json'))
+for name, k in (('fast', 1000.0), ('slow', 0.001)):
+    e = dict(d); e['records'] = [dict(r, samples_per_second=r['samples_per_second'] * k) for r in d['records']]
+    json.dump(e, open('$WORK/%s.json' % name, 'w'))
+"
+run "${SB[@]}" --strategy none,full --baseline "$WORK/fast.json"
+expect_rc 1
+expect_err_re "smart-bench: regression: full: [0-9.]+ -> [0-9.]+ samples/s \(-[0-9.]+%, limit -10.0%\)"
+run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" -q
+expect_rc 0
+expect_err ""
+
+# Errors.
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none,lru
+expect_rc 64
+expect_err "smart-bench: error: --strategy: unknown strategy 'lru' (known: none, full, stochastic, smart)"
+run "$TC_BIN/smart-bench" --strategy none
+expect_rc 64
+expect_err "smart-bench: error: --data: give exactly one of --data, --files and --shm"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy smart --replace-rate 0
+expect_rc 64
+expect_err "smart-bench: error: --replace-rate: must be in (0, 1]"
+run "$TC_BIN/smart-bench" --files "$WORK/nothing" --strategy none
+expect_rc 66
+expect_err "smart-bench: error: $WORK/nothing/meta.json: cannot open (see docs/smart-bench.md)"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --dataset vec --strategy none
+expect_rc 65
+expect_err "smart-bench: error: $D/images.h5: dataset 'vec' must be uint8 images"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --baseline "$D/images.h5"
+expect_rc 65
+expect_err "smart-bench: error: $D/images.h5: not a smart-bench --json document"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --json --csv
+expect_rc 64
+finish

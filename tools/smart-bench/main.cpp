@@ -1,0 +1,222 @@
+// smart-bench: measure what each caching strategy buys on a workload, and gate CI on it.
+// See docs/smart-bench.md.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "traincache/cli.h"
+#include "traincache/fill.h"
+#include "traincache/h5.h"
+#include "traincache/smart_bench.h"
+#include "traincache/version.h"
+
+using namespace traincache;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kTool = "smart-bench";
+
+// The result fields, declared once: every printer (text, JSON, JSON Lines, CSV) walks this list.
+struct Field {
+  const char* name;
+  const char* header;
+  int width;
+  json (*get)(const sbench::EpochRecord&);
+};
+const std::vector<Field>& fields() {
+  static const std::vector<Field> f = {
+      {"strategy", "strategy", 10, [](const sbench::EpochRecord& r) { return json(r.strategy); }},
+      {"epoch", "epoch", 5, [](const sbench::EpochRecord& r) { return json(r.epoch); }},
+      {"samples", "samples", 8, [](const sbench::EpochRecord& r) { return json(r.samples); }},
+      {"wall_seconds", "wall s", 8, [](const sbench::EpochRecord& r) { return json(r.wall_seconds); }},
+      {"samples_per_second", "samples/s", 10, [](const sbench::EpochRecord& r) { return json(r.samples_per_second); }},
+      {"step_ms_mean", "step ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_mean); }},
+      {"step_ms_p50", "p50 ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_p50); }},
+      {"step_ms_p95", "p95 ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_p95); }},
+      {"data_wait_seconds", "wait s", 8, [](const sbench::EpochRecord& r) { return json(r.data_wait_seconds); }},
+      {"model_idle_fraction", "idle", 6, [](const sbench::EpochRecord& r) { return json(r.model_idle_fraction); }},
+      {"hit_rate", "hits", 6, [](const sbench::EpochRecord& r) { return json(r.hit_rate); }},
+      {"bytes_cached", "cached MiB", 10, [](const sbench::EpochRecord& r) { return json(r.bytes_cached); }},
+      {"peak_rss_bytes", "RSS MiB", 8, [](const sbench::EpochRecord& r) { return json(r.peak_rss_bytes); }},
+      {"boundary_blocked_seconds", "blocked s", 9,
+       [](const sbench::EpochRecord& r) { return json(r.boundary_blocked_seconds); }},
+  };
+  return f;
+}
+
+std::string cell(const Field& f, const json& v) {
+  char buf[64];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    std::string n = f.name;
+    if (n.find("bytes") != std::string::npos) {
+      std::snprintf(buf, sizeof buf, "%.1f", v.get<double>() / (1 << 20));
+      return buf;
+    }
+    return std::to_string(v.get<int64_t>());
+  }
+  std::snprintf(buf, sizeof buf, v.get<double>() < 10 ? "%.3f" : "%.1f", v.get<double>());
+  return buf;
+}
+
+struct Options {
+  cli::CommonOptions common;
+  sbench::BenchOptions b;
+  std::string strategies = "none,full,stochastic,smart", resize, format = "text", baseline;
+  bool jsonl = false, csv = false;
+  double max_regression = 0.10;
+};
+
+// Mean samples/s per strategy over epochs after the first (all epochs when there is one).
+std::map<std::string, double> throughput(const json& records) {
+  std::map<std::string, std::pair<double, int>> acc, first;
+  for (const auto& r : records) {
+    auto& a = r.value("epoch", 1) > 1 ? acc[r["strategy"]] : first[r["strategy"]];
+    a.first += r.value("samples_per_second", 0.0);
+    a.second += 1;
+  }
+  std::map<std::string, double> out;
+  for (auto& [s, a] : first) out[s] = a.first / a.second;
+  for (auto& [s, a] : acc) out[s] = a.first / a.second;
+  return out;
+}
+
+int run(Options& o) {
+  o.b.strategies = cli::split(o.strategies, ',');
+  for (const auto& d : cli::split(o.resize, ',')) {
+    auto v = cli::parse_int(d);
+    if (!v || *v <= 0) throw Error(Exit::usage, "--resize", "expected H,W, got '" + o.resize + "'");
+    o.b.resize.push_back(*v);
+  }
+  o.b.threads = o.common.threads;
+  h5::set_verbose(o.common.verbose >= 2);
+  json baseline;
+  if (!o.baseline.empty()) {
+    std::ifstream in(o.baseline);
+    if (!in) throw Error(Exit::no_input, o.baseline, errno_text(errno));
+    baseline = json::parse(in, nullptr, false);
+    if (baseline.is_discarded() || !baseline.contains("records"))
+      throw Error(Exit::data, o.baseline, "not a smart-bench --json document");
+  }
+
+  json records = json::array();
+  bool header_done = false;
+  auto on_record = [&](const sbench::EpochRecord& r) {
+    json rec;
+    for (const auto& f : fields()) rec[f.name] = f.get(r);
+    records.push_back(rec);
+    if (o.jsonl) {
+      std::printf("%s\n", rec.dump().c_str());
+    } else if (o.csv) {
+      if (!header_done)
+        for (std::size_t i = 0; i < fields().size(); ++i) std::printf("%s%s", i ? "," : "", fields()[i].name);
+      if (!header_done) std::printf("\n");
+      for (std::size_t i = 0; i < fields().size(); ++i)
+        std::printf("%s%s", i ? "," : "", rec[fields()[i].name].is_string() ? rec[fields()[i].name].get<std::string>().c_str()
+                                                                             : rec[fields()[i].name].dump().c_str());
+      std::printf("\n");
+    } else if (!o.common.json) {
+      if (!header_done) {
+        for (const auto& f : fields()) std::printf("%*s ", f.width, f.header);
+        std::printf("\n");
+      }
+      for (const auto& f : fields()) std::printf("%*s ", f.width, cell(f, rec[f.name]).c_str());
+      std::printf("\n");
+    }
+    header_done = true;
+    std::fflush(stdout);  // records as they finish
+  };
+  auto info = [&](const std::string& m) {
+    if (o.common.verbose) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
+  };
+  sbench::run(o.b, on_record, info);
+
+  if (o.common.json) {
+    json doc{{"schema", "smart-bench/1"},
+             {"version", version_banner(kTool)},
+             {"blas", active_blas()},
+             {"config",
+              {{"source", !o.b.data.empty() ? o.b.data : !o.b.files.empty() ? o.b.files : "shm:" + o.b.shm},
+               {"items", o.b.items},
+               {"batch_size", o.b.batch_size},
+               {"epochs", o.b.epochs},
+               {"workers", o.b.workers},
+               {"read_latency_us", o.b.read_latency_us},
+               {"deterministic_cost_us", o.b.deterministic_cost_us},
+               {"model", o.b.model.empty() ? json(nullptr) : json(o.b.model)},
+               {"model_ms", o.b.model_ms},
+               {"cache_fraction", o.b.cache_fraction},
+               {"cache_num", o.b.cache_num},
+               {"replace_rate", o.b.replace_rate},
+               {"seed", o.b.seed}}},
+             {"records", records},
+             {"samples_per_second", throughput(records)}};
+    std::printf("%s\n", doc.dump(2).c_str());
+  }
+
+  int status = 0;
+  if (!baseline.is_null()) {
+    auto now = throughput(records), before = throughput(baseline["records"]);
+    for (const auto& [s, rate] : now) {
+      auto it = before.find(s);
+      if (it == before.end() || it->second <= 0) continue;
+      double change = rate / it->second - 1;
+      if (change < -o.max_regression) {
+        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f samples/s (%+.1f%%, limit -%.1f%%)\n", kTool, s.c_str(),
+                     it->second, rate, 100 * change, 100 * o.max_regression);
+        status = 1;
+      } else if (!o.common.quiet) {
+        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, s.c_str(), it->second, rate,
+                     100 * change);
+      }
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Benchmark caching strategies on a data pipeline; gate CI on throughput.", kTool};
+  Options o;
+  auto& b = o.b;
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, fill::runtime_info);
+  app.add_option("--data", b.data, "HDF5 file with uint8 items")->group("Source");
+  app.add_option("--dataset", b.dataset, "Item dataset in --data")->capture_default_str()->group("Source");
+  app.add_option("--labels", b.labels, "Label dataset in --data")->group("Source");
+  app.add_option("--files", b.files, "Directory of per-sample files (meta.json + <i>.bin)")->group("Source");
+  app.add_option("--shm", b.shm, "Fixed-layout uint8 shared-memory slab")->group("Source");
+  app.add_option("--items", b.items, "Use the first N items (0: all)")->capture_default_str()->group("Source");
+  app.add_flag("--page-cache", b.page_cache, "Let file reads hit the page cache (default: drop pages)")->group("Source");
+  app.add_option("--read-latency-us", b.read_latency_us, "Emulated storage latency per read")->capture_default_str()->group("Cost");
+  app.add_option("--deterministic-cost-us", b.deterministic_cost_us, "Emulated CPU cost per deterministic transform")
+      ->capture_default_str()->group("Cost");
+  app.add_option("--resize", o.resize, "H,W of the deterministic bilinear resize")->group("Cost");
+  app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
+  app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
+      ->capture_default_str()->group("Cost");
+  app.add_option("--strategy", o.strategies, "Comma-separated: none, full, stochastic, smart")->capture_default_str();
+  app.add_option("--cache-fraction", b.cache_fraction, "stochastic: share of items cached")->capture_default_str();
+  app.add_option("--cache-num", b.cache_num, "smart: window size N (0: half the items)")->capture_default_str();
+  app.add_option("--replace-rate", b.replace_rate, "smart: replace rate r (R = ceil(N r) per epoch)")->capture_default_str();
+  app.add_option("--replace-workers", b.replace_workers, "smart: replacer threads")->capture_default_str();
+  app.add_option("-b,--batch-size", b.batch_size, "Samples per step")->check(cli::positive_integer())->capture_default_str();
+  app.add_option("--epochs", b.epochs, "Epochs per strategy")->check(cli::positive_integer())->capture_default_str();
+  app.add_option("--workers", b.workers, "Loader threads")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--seed", b.seed, "Seed of shuffling and random transforms")->capture_default_str();
+  app.add_flag("--jsonl", o.jsonl, "One JSON record per line, as each epoch finishes");
+  app.add_flag("--csv", o.csv, "CSV with a header line");
+  app.add_option("--baseline", o.baseline, "A previous --json result: exit 1 on a throughput regression");
+  app.add_option("--max-regression", o.max_regression, "Allowed relative drop of samples/s per strategy")
+      ->capture_default_str();
+  app.footer(
+      "EXIT STATUS\n  0 done (no regression); 1 a strategy regressed beyond --max-regression; 64 usage;\n"
+      "  65 bad data; 66 input missing; 69 slab missing; 70 internal; 73 cannot create the stochastic slab.\n"
+      "See docs/smart-bench.md.");
+  return cli::run_tool(kTool, app, argc, argv, [&] {
+    if (o.common.json + o.jsonl + o.csv > 1) throw Error(Exit::usage, "--json", "choose one of --json, --jsonl, --csv");
+    return run(o);
+  });
+}
