@@ -196,6 +196,10 @@ class Strategy {
   // Called before epoch e; returns seconds blocked.
   virtual double begin_epoch(int64_t e) { return 0; }
   virtual uint64_t bytes() const { return 0; }
+  // Whether samples get the random transform (embeddings do not).
+  virtual bool augment() const { return true; }
+  // What the model step trains on, from a batch of samples (the embed strategies' encoder).
+  virtual torch::Tensor features(const torch::Tensor& batch) { return batch; }
 };
 
 std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
@@ -329,6 +333,54 @@ class SmartStrategy : public Strategy {
   std::unique_ptr<smart::SmartCache> cache_;
 };
 
+// The embed strategies: a frozen encoder run on every batch, or its embeddings read from a
+// cache-fill cache; both train the same linear head.
+class EmbedEncoder : public NoCache {
+ public:
+  EmbedEncoder(Pipeline& p, int64_t n, uint64_t seed, const std::string& encoder)
+      : NoCache(p, n, seed), enc_("frozen", encoder, torch::kCPU) {
+    auto sample = p.deterministic(0).unsqueeze(0);
+    enc_.try_optimize({sample}, 1e-4);
+  }
+  bool augment() const override { return false; }
+  torch::Tensor features(const torch::Tensor& batch) override { return enc_.forward({batch}).reshape({batch.size(0), -1}); }
+
+ private:
+  encode::Encoder enc_;
+};
+
+class EmbedCache : public Strategy {
+ public:
+  EmbedCache(int64_t n, uint64_t seed, const std::string& cache, std::string name) : n_(n), seed_(seed), path_(cache) {
+    file_ = h5::open_file(cache);
+    if (name.empty()) {
+      auto names = h5::list_group(file_.get(), "/embeddings");
+      if (names.size() != 1) throw Error(Exit::usage, "--embeddings", "the cache has several encoders; name one");
+      name = names[0];
+    }
+    dset_ = h5::open_dataset(file_.get(), cache, "/embeddings/" + name);
+    info_ = h5::describe(dset_.get(), name);
+    if (info_.rows() < n) throw Error(Exit::data, cache, "has fewer rows than the benchmark's items");
+  }
+  std::vector<int64_t> epoch_items(int64_t e) override { return shuffled(n_, seed_ + static_cast<uint64_t>(e)); }
+  torch::Tensor prefix(int64_t i, bool* hit) override {
+    *hit = true;
+    auto t = torch::empty({info_.row_elements()}, torch::kFloat32);
+    std::lock_guard<std::mutex> lk(mu_);
+    h5::read_rows(dset_.get(), path_, i, 1, H5T_NATIVE_FLOAT, t.data_ptr());
+    return t;
+  }
+  bool augment() const override { return false; }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+  std::string path_;
+  std::mutex mu_;
+  h5::Id file_, dset_;
+  h5::DatasetInfo info_;
+};
+
 // ---- the model step -------------------------------------------------------------------------
 
 class Step {
@@ -344,6 +396,18 @@ class Step {
       opt_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(o.lr));
     }
   }
+  // A linear classifier on features (the embed strategies), trained with SGD.
+  void run_head(const torch::Tensor& features, const torch::Tensor& labels, int64_t classes) {
+    if (!head_) {
+      head_ = torch::nn::Linear(features.size(1), classes);
+      head_opt_ = std::make_unique<torch::optim::SGD>(head_->parameters(), torch::optim::SGDOptions(o_.lr));
+    }
+    head_opt_->zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(head_->forward(features), labels);
+    loss.backward();
+    head_opt_->step();
+  }
+
   void run(const torch::Tensor& batch, const torch::Tensor& labels) {
     if (o_.model.empty()) {
       spin_us(o_.model_ms * 1000.0);
@@ -363,6 +427,8 @@ class Step {
   torch::jit::Module model_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<torch::optim::SGD> opt_;
+  torch::nn::Linear head_{nullptr};
+  std::unique_ptr<torch::optim::SGD> head_opt_;
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -375,7 +441,7 @@ double percentile(std::vector<double> v, double q) {
 }  // namespace
 
 const std::vector<std::string>& known_strategies() {
-  static const std::vector<std::string> s{"none", "full", "stochastic", "smart"};
+  static const std::vector<std::string> s{"none", "full", "stochastic", "smart", "embed"};
   return s;
 }
 
@@ -385,7 +451,10 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
   for (const auto& s : o.strategies)
     if (std::find(known_strategies().begin(), known_strategies().end(), s) == known_strategies().end())
-      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: none, full, stochastic, smart)");
+      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: none, full, stochastic, smart, embed)");
+  bool embed = std::find(o.strategies.begin(), o.strategies.end(), "embed") != o.strategies.end();
+  if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
+    throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
   if (o.batch_size <= 0 || o.epochs <= 0) throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
   if (!(o.cache_fraction > 0) || o.cache_fraction > 1) throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
   if (!o.resize.empty() && o.resize.size() != 2) throw Error(Exit::usage, "--resize", "expected H,W");
@@ -400,9 +469,23 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   const auto shape = pipe.deterministic(0).sizes().vec();
   Step step(o);
 
-  for (const auto& name : o.strategies) {
+  std::vector<std::string> runs;
+  for (const auto& s : o.strategies) {
+    if (s == "embed") {
+      runs.push_back("embed_encoder");
+      runs.push_back("embed_cache");
+    } else {
+      runs.push_back(s);
+    }
+  }
+  int64_t classes = 1;
+  for (int64_t i = 0; i < n; ++i) classes = std::max(classes, src->labels[i] + 1);
+  for (const auto& name : runs) {
     std::unique_ptr<Strategy> strat;
-    if (name == "none") strat = std::make_unique<NoCache>(pipe, n, o.seed);
+    const bool head = name.rfind("embed_", 0) == 0;
+    if (name == "embed_encoder") strat = std::make_unique<EmbedEncoder>(pipe, n, o.seed, o.frozen_encoder);
+    else if (name == "embed_cache") strat = std::make_unique<EmbedCache>(n, o.seed, o.cache, o.embeddings);
+    else if (name == "none") strat = std::make_unique<NoCache>(pipe, n, o.seed);
     else if (name == "full") strat = std::make_unique<FullCache>(pipe, n, o.seed);
     else if (name == "stochastic") strat = std::make_unique<StochasticCache>(pipe, n, o.seed, o.cache_fraction, shape);
     else strat = std::make_unique<SmartStrategy>(pipe, n, o, shape);
@@ -438,7 +521,8 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
           }
           try {
             bool hit = false;
-            auto x = pipe.random(strat->prefix(items[k], &hit), e, items[k]);
+            auto x = strat->prefix(items[k], &hit);
+            if (strat->augment()) x = pipe.random(x, e, items[k]);
             hits += hit;
             std::lock_guard<std::mutex> lk(mu);
             samples[k] = x;
@@ -479,7 +563,18 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
           cv.notify_all();
           wait += since(t_wait);
           auto t_step = Clock::now();
-          step.run(torch::stack(xs), torch::tensor(ys, torch::kLong));
+          auto batch = torch::stack(xs);
+          auto labels = torch::tensor(ys, torch::kLong);
+          if (head) {
+            torch::Tensor f;
+            {
+              c10::InferenceMode guard;
+              f = strat->features(batch);
+            }
+            step.run_head(f.clone(), labels, classes);
+          } else {
+            step.run(batch, labels);
+          }
           step_ms.push_back(since(t_step) * 1000);
         }
       } catch (...) {

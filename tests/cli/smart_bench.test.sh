@@ -55,10 +55,26 @@ run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" -q
 expect_rc 0
 expect_err ""
 
+# embed: the frozen encoder every step against its embeddings read from a cache-fill cache.
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --out "$WORK/c.h5"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --labels labels --strategy embed --frozen-encoder "$D/cnn.pt" \
+  --cache "$WORK/c.h5" --epochs 1 -b 50 --json
+expect_rc 0
+echo "$out" > "$WORK/embed.json"
+py "
+import json
+r = {x['strategy']: x for x in json.load(open('$WORK/embed.json'))['records']}
+print(sorted(r), r['embed_encoder']['hit_rate'], r['embed_cache']['hit_rate'], r['embed_cache']['samples'])
+"
+expect_out "['embed_cache', 'embed_encoder'] 0.0 1.0 300"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy embed
+expect_rc 64
+expect_err "smart-bench: error: --strategy: embed needs --frozen-encoder and --cache"
+
 # Errors.
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none,lru
 expect_rc 64
-expect_err "smart-bench: error: --strategy: unknown strategy 'lru' (known: none, full, stochastic, smart)"
+expect_err "smart-bench: error: --strategy: unknown strategy 'lru' (known: none, full, stochastic, smart, embed)"
 run "$TC_BIN/smart-bench" --strategy none
 expect_rc 64
 expect_err "smart-bench: error: --data: give exactly one of --data, --files and --shm"

@@ -27,7 +27,7 @@ struct Field {
 };
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      {"strategy", "strategy", 10, [](const sbench::EpochRecord& r) { return json(r.strategy); }},
+      {"strategy", "strategy", 13, [](const sbench::EpochRecord& r) { return json(r.strategy); }},
       {"epoch", "epoch", 5, [](const sbench::EpochRecord& r) { return json(r.epoch); }},
       {"samples", "samples", 8, [](const sbench::EpochRecord& r) { return json(r.samples); }},
       {"wall_seconds", "wall s", 8, [](const sbench::EpochRecord& r) { return json(r.wall_seconds); }},
@@ -197,7 +197,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
       ->capture_default_str()->group("Cost");
-  app.add_option("--strategy", o.strategies, "Comma-separated: none, full, stochastic, smart")->capture_default_str();
+  app.add_option("--strategy", o.strategies, "Comma-separated: none, full, stochastic, smart, embed")->capture_default_str();
+  app.add_option("--frozen-encoder", b.frozen_encoder, "embed: frozen TorchScript encoder run every step")->group("embed");
+  app.add_option("--cache", b.cache, "embed: cache-fill cache of the same items")->group("embed");
+  app.add_option("--embeddings", b.embeddings, "embed: encoder name in the cache (default: the only one)")->group("embed");
   app.add_option("--cache-fraction", b.cache_fraction, "stochastic: share of items cached")->capture_default_str();
   app.add_option("--cache-num", b.cache_num, "smart: window size N (0: half the items)")->capture_default_str();
   app.add_option("--replace-rate", b.replace_rate, "smart: replace rate r (R = ceil(N r) per epoch)")->capture_default_str();

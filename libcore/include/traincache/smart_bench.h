@@ -32,6 +32,9 @@ struct BenchOptions {
   int threads = 0;
   // Strategies.
   std::vector<std::string> strategies{"none", "full", "stochastic", "smart"};
+  std::string frozen_encoder;                    ///< embed: the frozen TorchScript encoder, and
+  std::string cache;                             ///< embed: its cache-fill cache of the same items
+  std::string embeddings;                        ///< embed: the encoder's name in the cache ("" = the only one)
   double cache_fraction = 0.5;                   ///< stochastic: share of items in the slab
   int64_t cache_num = 0;                         ///< smart: window size (0 = half the items)
   double replace_rate = 0.2;                     ///< smart: r
@@ -53,7 +56,8 @@ struct EpochRecord {
   double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start
 };
 
-/// Names of the strategies this build knows.
+/// Names of the strategies this build knows. "embed" runs as two records per epoch:
+/// "embed_encoder" (the frozen encoder every step) and "embed_cache" (embeddings read from the cache).
 const std::vector<std::string>& known_strategies();
 
 /// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
