@@ -38,7 +38,7 @@ none,1,300,'
 
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy full --epochs 2 -b 50 --model-ms 0
 expect_rc 0
-expect_out_re '^  strategy epoch  samples   wall s  samples/s'
+expect_out_re '^     strategy epoch  samples   wall s  samples/s'
 
 # The gate: exit 1 against a baseline far faster than this run, 0 against a far slower one.
 py "
