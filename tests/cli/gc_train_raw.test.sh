@@ -69,9 +69,13 @@ print(all(torch.equal(a[k], b[k]) for k in a))
 expect_out "True"
 
 # SIGINT: a checkpoint is saved and the exit status is 130.
-"$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 100000 --checkpoint-dir "$WORK/int" 2>"$WORK/int.err" &
+"$TC_BIN/gc-train" "${RES[@]}" --lr 0.01 --steps 100000 --checkpoint-dir "$WORK/int" --metrics "$WORK/int.jsonl" \
+  2>"$WORK/int.err" &
 pid=$!
-sleep 3
+for i in $(seq 1 3000); do  # until a few steps have run (not a fixed sleep: start-up time varies)
+  [ "$(wc -l < "$WORK/int.jsonl" 2>/dev/null || echo 0)" -ge 5 ] && break
+  sleep 0.01
+done
 kill -INT "$pid"
 wait "$pid"
 rc=$?
