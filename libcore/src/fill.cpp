@@ -37,6 +37,10 @@ namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
 
+std::string shard_path(const std::string& out, int index, int count) {
+  return out + ".shard-" + std::to_string(index) + "-of-" + std::to_string(count);
+}
+
 std::string runtime_info() {
   std::string s = std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + active_blas() +
                   "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
@@ -351,6 +355,22 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     throw Error(Exit::usage, "--rows",
                 std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " +
                     std::to_string(n_input) + " rows");
+  // Sharding: a contiguous, balanced range of whole batches, so that every row is encoded in the
+  // same batch as by a single process.
+  const int64_t job_begin = a, job_end = b;
+  const bool sharded = opts.shard_count > 0;
+  if (sharded) {
+    if (opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
+      throw Error(Exit::usage, "--shard", "expected I/N with 0 <= I < N");
+    const int64_t nb = (b - a + opts.batch_size - 1) / opts.batch_size;
+    const int64_t lo = nb * opts.shard_index / opts.shard_count, hi = nb * (opts.shard_index + 1) / opts.shard_count;
+    if (lo >= hi)
+      throw Error(Exit::usage, "--shard",
+                  std::to_string(opts.shard_count) + " shards for only " + std::to_string(nb) + " batches");
+    a = job_begin + lo * opts.batch_size;
+    b = std::min(job_end, job_begin + hi * opts.batch_size);
+  }
+  const std::string out = sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   const int64_t rows = b - a;
 
   // ---- encoders (digest first: a missing file is reported before a load error)
@@ -391,25 +411,33 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
   const std::string fp_json = fp.dump();
+  // What every shard of one job shares: everything but its own rows and their digest.
+  json job = fp;
+  job["input"].erase("rows");
+  job["input"].erase("content_xxh3");
+  job["input"]["job_rows"] = {job_begin, job_end};
+  job["shards"] = opts.shard_count;
+  const std::string job_fingerprint = sha256_hex(job.dump());
   const double digest_seconds = seconds_since(t_digest);
   const std::string fingerprint = sha256_hex(fp_json);
 
   FillResult result;
+  result.out = out;
   result.fingerprint = fingerprint;
   result.digest_seconds = digest_seconds;
   result.model_setup_seconds = model_setup_seconds;
   result.rows = rows;
-  const std::string partial = partial_path(opts.out);
+  const std::string partial = partial_path(out);
 
   // ---- an existing cache: up to date, or in the way
   struct stat st;
-  if (stat(opts.out.c_str(), &st) == 0) {
+  if (stat(out.c_str(), &st) == 0) {
     std::optional<cache::CacheInfo> old;
     try {
-      old = cache::read_info(opts.out, false);
+      old = cache::read_info(out, false);
     } catch (const Error&) {
       if (!opts.force)
-        throw Error(Exit::cant_create, opts.out,
+        throw Error(Exit::cant_create, out,
                     "exists and is not a readable traincache cache; use --force to overwrite it");
     }
     if (old && !opts.force) {
@@ -422,7 +450,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
           result.encoders.push_back({e.name, e.shape, e.inference, 0});
         return result;
       }
-      throw Error(Exit::cant_create, opts.out,
+      throw Error(Exit::cant_create, out,
                   "exists with another fingerprint (changed: " +
                       fingerprint_diff(old->fingerprint_json, fp) + "); use --force to overwrite it");
     }
@@ -580,7 +608,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
 
     // ---- publish: build the HDF5 file from the journal and rename it into place
     cache::AssemblySpec spec;
-    spec.out_path = opts.out;
+    spec.out_path = out;
     spec.rows = rows;
     spec.input_path = opts.input;
     spec.row_start = a;
@@ -598,6 +626,14 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                        {"keys_source", opts.keys},
                        {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
                        {"batch_size", opts.batch_size}};
+    if (sharded) {
+      spec.root_attrs.push_back({"job_fingerprint", job_fingerprint});
+      spec.root_attrs.push_back({"job_fingerprint_json", job.dump()});
+      spec.root_attrs.push_back({"shard_index", int64_t{opts.shard_index}});
+      spec.root_attrs.push_back({"shard_count", int64_t{opts.shard_count}});
+      spec.root_attrs.push_back({"job_row_start", job_begin});
+      spec.root_attrs.push_back({"job_row_end", job_end});
+    }
     for (std::size_t i = 0; i < encoders.size(); ++i) {
       const auto& enc = *encoders[i];
       const json& je = journal.encoders[enc.name()];
@@ -628,7 +664,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
         std::fclose(r.f);
         r.f = nullptr;
       }
-    std::remove((opts.out + ".tmp").c_str());
+    std::remove((out + ".tmp").c_str());
     bool resumable = keep_partial_on_error && (e.code() == Exit::io || e.code() == Exit::cant_create ||
                                                e.code() == Exit::temp_failure);
     if (!resumable) {

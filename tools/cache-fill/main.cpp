@@ -7,6 +7,12 @@
 #include "traincache/fill.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/merge.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <sys/stat.h>
+#include <thread>
 
 using namespace traincache;
 
@@ -18,9 +24,49 @@ struct Options {
   cli::CommonOptions common;
   fill::FillOptions fill;
   std::vector<std::string> encoders, features, outputs;
-  std::string dtype = "float32", rows, input_scale = "1/255";
-  bool no_optimize = false;
+  std::string dtype = "float32", rows, input_scale = "1/255", shard;
+  bool no_optimize = false, merge_after = false;
+  cache::MergeOptions merge;
 };
+
+// "I/N", or RANK and WORLD_SIZE from the environment (torchrun and other launchers set them).
+void resolve_shard(Options& o) {
+  std::string spec = o.shard;
+  if (spec.empty()) {
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    if (!world || std::string(world) == "1") return;
+    if (!rank) throw Error(Exit::usage, "WORLD_SIZE", "is set but RANK is not");
+    spec = std::string(rank) + "/" + world;
+  }
+  auto slash = spec.find('/');
+  auto i = slash == std::string::npos ? std::nullopt : cli::parse_int(spec.substr(0, slash));
+  auto n = slash == std::string::npos ? std::nullopt : cli::parse_int(spec.substr(slash + 1));
+  if (!i || !n || *n <= 0 || *i < 0 || *i >= *n)
+    throw Error(Exit::usage, "--shard", "expected I/N with 0 <= I < N, got '" + spec + "'");
+  o.fill.shard_index = static_cast<int>(*i);
+  o.fill.shard_count = static_cast<int>(*n);
+}
+
+// Rank 0 with --merge: wait until every shard file is a complete cache, then merge them.
+void merge_when_complete(Options& o) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < o.fill.shard_count; ++i) paths.push_back(fill::shard_path(o.fill.out, i, o.fill.shard_count));
+  for (bool all = false; !all;) {
+    all = true;
+    for (const auto& p : paths) {
+      struct stat st;
+      all = all && stat(p.c_str(), &st) == 0;
+    }
+    if (!all) {
+      if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  cache::merge_shards({o.fill.out, paths, false});
+  if (!o.common.quiet)
+    std::fprintf(stderr, "%s: %s: merged %d shards\n", kTool, o.fill.out.c_str(), o.fill.shard_count);
+}
 
 std::string stem(const std::string& path) {
   auto slash = path.rfind('/');
@@ -87,6 +133,11 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 int run(Options& o) {
+  for (auto [given, flag] : {std::pair{!o.fill.input.empty(), "--input"}, std::pair{!o.encoders.empty(), "--encoder"},
+                             std::pair{!o.fill.out.empty(), "--out"}})
+    if (!given) throw Error(Exit::usage, "", std::string(flag) + " is required (see --help)");
+  resolve_shard(o);
+  if (o.merge_after && o.fill.shard_count <= 0) throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
   o.fill.dtype = parse_dtype(o.dtype);
   o.fill.optimize = !o.no_optimize;
@@ -109,7 +160,7 @@ int run(Options& o) {
   fill::FillResult r = fill::run_fill(o.fill, cb);
   if (progress) progress->finish();
 
-  if (o.common.json) std::printf("%s\n", summary_json(r, o.fill.out).dump().c_str());
+  if (o.common.json) std::printf("%s\n", summary_json(r, r.out).dump().c_str());
   if (r.status == fill::FillStatus::interrupted) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: interrupted after %lld rows; progress kept in %s (run the same command "
@@ -119,18 +170,33 @@ int run(Options& o) {
   if (!o.common.quiet && !o.common.json) {
     if (r.status == fill::FillStatus::up_to_date) {
       std::fprintf(stderr, "%s: %s: up to date (%lld rows, fingerprint %.12s)\n", kTool,
-                   o.fill.out.c_str(), static_cast<long long>(r.rows), r.fingerprint.c_str());
+                   r.out.c_str(), static_cast<long long>(r.rows), r.fingerprint.c_str());
     } else {
       std::string encs;
       for (const auto& e : r.encoders)
         encs += (encs.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
       std::fprintf(stderr, "%s: %s: %lld rows (%lld encoded%s) in %.2f s, %.0f rows/s; %s\n", kTool,
-                   o.fill.out.c_str(), static_cast<long long>(r.rows),
+                   r.out.c_str(), static_cast<long long>(r.rows),
                    static_cast<long long>(r.rows_encoded),
                    r.resumed_from ? (", resumed at " + std::to_string(r.resumed_from)).c_str() : "",
                    r.seconds, r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0, encs.c_str());
     }
   }
+  if (o.merge_after && o.fill.shard_index == 0) merge_when_complete(o);
+  return 0;
+}
+
+int run_merge(Options& o) {
+  h5::set_verbose(o.common.verbose >= 2);
+  cache::merge_shards(o.merge);
+  if (o.common.json)
+    std::printf("%s\n", nlohmann::ordered_json{{"schema", "cache-fill/1"}, {"status", "merged"}, {"out", o.merge.out},
+                                               {"shards", o.merge.shards.size()}, {"copy", o.merge.copy}}
+                            .dump()
+                            .c_str());
+  else if (!o.common.quiet)
+    std::fprintf(stderr, "%s: %s: merged %zu shards (%s)\n", kTool, o.merge.out.c_str(), o.merge.shards.size(),
+                 o.merge.copy ? "copied" : "virtual datasets");
   return 0;
 }
 
@@ -141,14 +207,20 @@ int main(int argc, char** argv) {
                kTool};
   Options o;
   cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info);
-  app.add_option("-i,--input", o.fill.input, "Input HDF5 file")->required();
-  app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem)")
-      ->required();
+  app.add_option("-i,--input", o.fill.input, "Input HDF5 file or shm:NAME (required)");
+  app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem; required)");
   app.add_option("-f,--features", o.features,
                  "[NAME=]DATASET[,DATASET...]: input datasets fed to the encoders (NAME= for one encoder)");
   app.add_option("--labels", o.fill.labels, "Label dataset copied into the cache");
   app.add_option("--key", o.fill.keys, "Per-row key dataset (integers or strings)");
-  app.add_option("-o,--out", o.fill.out, "Output cache file")->required();
+  app.add_option("-o,--out", o.fill.out, "Output cache file (required)");
+  app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
+  app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");
+  auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
+  merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
+  merge->add_option("shards", o.merge.shards, "Shard files")->required();
+  merge->add_flag("--copy", o.merge.copy, "Copy the data (default: HDF5 virtual datasets over the shard files)");
+  merge->fallthrough();
   app.add_option("--output", o.outputs, "[NAME=]KEY|INDEX: the tensor to keep from a tuple/dict output");
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
       ->check(cli::positive_integer())->capture_default_str();
@@ -170,5 +242,5 @@ int main(int argc, char** argv) {
       "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "
       "73 output in the way or not creatable;\n  74 I/O error; 130 interrupted (progress kept, run again "
       "to resume).\nSee docs/cache-fill.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
+  return cli::run_tool(kTool, app, argc, argv, [&] { return merge->parsed() ? run_merge(o) : run(o); });
 }

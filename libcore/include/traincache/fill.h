@@ -42,6 +42,8 @@ struct FillOptions {
   bool force = false;                 ///< overwrite a cache or partial with another fingerprint
   bool check_determinism = false;
   int64_t commit_rows = 16384;        ///< rows between durable progress commits
+  int shard_index = -1;               ///< with shard_count > 0: encode shard I of N (batch-aligned)
+  int shard_count = 0;
 };
 
 /// How a fill ended.
@@ -59,6 +61,7 @@ struct FillResult {
   double digest_seconds = 0;          ///< fingerprinting the input (one read of every row used)
   double publish_seconds = 0;         ///< building the HDF5 file from the journal and renaming it
   uint64_t bytes_written = 0;         ///< embedding bytes written by this run
+  std::string out;                    ///< the file written (the shard file when sharded)
   std::string partial_path;           ///< where progress is kept (when interrupted)
   std::string fingerprint;
   struct Encoder {
@@ -82,6 +85,9 @@ inline constexpr double kOptimizeTolerance = 1e-4;
 /// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
 /// output file exists and the partial progress is kept only if the run could be resumed.
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
+
+/// The file shard I of N writes: "<out>.shard-I-of-N".
+std::string shard_path(const std::string& out, int index, int count);
 
 /// Partial-progress directory used for `out`.
 std::string partial_path(const std::string& out);

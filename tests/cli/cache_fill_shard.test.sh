@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Sharded cache-fill (--shard I/N or RANK/WORLD_SIZE) and cache-fill merge: the merged cache holds
+# exactly what a single-process fill writes; gaps, overlaps and mismatched shards are refused.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+A=(--input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels --key skeys
+   --batch-size 64 --threads 1 -q)
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/single.h5"
+expect_rc 0
+
+same_as_single() {  # FILE: datasets equal to the single-process fill, bit for bit
+  py "
+import h5py, numpy as np
+a = h5py.File('$WORK/single.h5', 'r'); b = h5py.File('$1', 'r')
+print(all(np.array_equal(a[k][:], b[k][:]) for k in ('embeddings/cnn', 'labels', 'keys')),
+      int(b.attrs['rows']), int(b.attrs['row_start']), int(b.attrs['complete']))
+"
+  expect_out "True 300 0 1"
+}
+
+# Three shards one after another; shard ranges are whole batches (64 rows): 0..64, 64..192, 192..300.
+for i in 0 1 2; do
+  run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/s.h5" --shard "$i/3"
+  expect_rc 0
+done
+py "
+import h5py
+print([(int(f.attrs['row_start']), int(f.attrs['rows'])) for f in (h5py.File('$WORK/s.h5.shard-%d-of-3' % i, 'r') for i in range(3))])
+"
+expect_out "[(0, 64), (64, 128), (192, 108)]"
+# A complete shard is not encoded again.
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/s.h5" --shard 1/3 -v
+expect_rc 0
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/s.h5" --shard 1/3 --json
+expect_out_has '"status":"up_to_date"'
+
+run "$TC_BIN/cache-fill" merge --out "$WORK/virtual.h5" "$WORK"/s.h5.shard-2-of-3 "$WORK"/s.h5.shard-0-of-3 "$WORK"/s.h5.shard-1-of-3
+expect_rc 0
+expect_err "cache-fill: $WORK/virtual.h5: merged 3 shards (virtual datasets)"
+same_as_single "$WORK/virtual.h5"
+run "$TC_BIN/cache-fill" merge --copy --out "$WORK/copy.h5" "$WORK"/s.h5.shard-*
+expect_rc 0
+same_as_single "$WORK/copy.h5"
+run "$TC_BIN/cache-inspect" --check -v "$WORK/virtual.h5" "$WORK/copy.h5"
+expect_rc 0
+expect_out "$WORK/virtual.h5	ok
+$WORK/copy.h5	ok"
+
+# Two processes at once, as a launcher starts them (RANK/WORLD_SIZE), rank 0 merging.
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/w.h5" --merge &
+done
+wait
+same_as_single "$WORK/w.h5"
+
+# Refusals.
+run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/s.h5.shard-0-of-3" "$WORK/s.h5.shard-2-of-3"
+expect_rc 65
+expect_err "cache-fill: error: merge: gap: rows 64..192 are in no shard (before $WORK/s.h5.shard-2-of-3)"
+run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/s.h5.shard-0-of-3" "$WORK/s.h5.shard-1-of-3"
+expect_rc 65
+expect_err "cache-fill: error: merge: gap: rows 192..300 are in no shard (after $WORK/s.h5.shard-1-of-3)"
+run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK"/s.h5.shard-* "$WORK/s.h5.shard-1-of-3"
+expect_rc 65
+expect_err "cache-fill: error: merge: overlap: rows 64..192 of $WORK/s.h5.shard-1-of-3 are also in $WORK/s.h5.shard-1-of-3"
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/o.h5" --shard 0/3 --encoder cnn2="$D/cnn_other.pt" --features cnn2=images
+expect_rc 0
+run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/o.h5.shard-0-of-3" "$WORK/s.h5.shard-1-of-3" "$WORK/s.h5.shard-2-of-3"
+expect_rc 65
+expect_err_re "^cache-fill: error: $WORK/s.h5.shard-[12]-of-3: belongs to another job than $WORK/o.h5.shard-0-of-3 \(encoders, options, input or shard count differ\)$"
+run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/single.h5"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/single.h5: not a shard (no job_fingerprint; was it written with --shard?)"
+expect_no_file "$WORK/bad.h5"
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/x.h5" --shard 3/3
+expect_rc 64
+expect_err "cache-fill: error: --shard: expected I/N with 0 <= I < N, got '3/3'"
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/x.h5" --shard 0/10
+expect_rc 64
+expect_err "cache-fill: error: --shard: 10 shards for only 5 batches"
+finish
