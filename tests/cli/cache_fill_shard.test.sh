@@ -53,6 +53,16 @@ done
 wait
 same_as_single "$WORK/w.h5"
 
+# The documented torchrun launch (Debian's torch 1.13: see docs/distributed.md for the flags).
+if command -v torchrun >/dev/null; then
+  run timeout 180 torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 --log_dir "$WORK/tr-logs" \
+    --no_python "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/tr.h5" --merge
+  expect_rc 0
+  same_as_single "$WORK/tr.h5"
+else
+  _fail "torchrun is missing (python3-torch)"
+fi
+
 # Refusals.
 run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/s.h5.shard-0-of-3" "$WORK/s.h5.shard-2-of-3"
 expect_rc 65
