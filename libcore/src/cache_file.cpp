@@ -303,8 +303,8 @@ h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
 }
 
 // Copies rows [start, start+rows) of input dataset `src` into a new dataset `dst` of `out`.
-void copy_rows(hid_t in, const std::string& in_path, const std::string& src, hid_t out,
-               const std::string& dst, int64_t start, int64_t rows) {
+void copy_dataset(hid_t in, const std::string& in_path, const std::string& src, hid_t out,
+                  const std::string& dst, int64_t start, int64_t rows) {
   h5::Id sd = h5::open_dataset(in, in_path, src);
   auto di = h5::describe(sd.get(), src);
   h5::Id ftype(H5Dget_type(sd.get()));
@@ -316,18 +316,7 @@ void copy_rows(hid_t in, const std::string& in_path, const std::string& src, hid
   int64_t row_bytes = elem * di.row_elements();
   h5::Id dd = create_dataset(out, dst, ftype.get(), shape, row_bytes);
   h5::write_attr(dd.get(), "source", src);
-  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
-  std::vector<char> buf;
-  for (int64_t s = 0; s < rows; s += block) {
-    int64_t n = std::min(block, rows - s);
-    buf.resize(static_cast<std::size_t>(n * row_bytes));
-    h5::read_rows(sd.get(), in_path + ": " + src, start + s, n, mtype.get(), buf.data());
-    h5::write_rows(dd.get(), dst, s, n, mtype.get(), buf.data());
-    if (di.vlen_string) {
-      h5::Id space(H5Screate_simple(1, std::vector<hsize_t>{static_cast<hsize_t>(n)}.data(), nullptr));
-      H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, buf.data());
-    }
-  }
+  h5::copy_rows(sd.get(), in_path + ": " + src, start, dd.get(), dst, 0, rows);
 }
 
 }  // namespace
@@ -373,10 +362,10 @@ void assemble(const AssemblySpec& spec) {
     if (!spec.labels_dataset.empty() || !spec.keys_dataset.empty()) {
       h5::Id in = h5::open_file(spec.input_path);
       if (!spec.labels_dataset.empty())
-        copy_rows(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start,
+        copy_dataset(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start,
                   spec.rows);
       if (!spec.keys_dataset.empty())
-        copy_rows(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start,
+        copy_dataset(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start,
                   spec.rows);
     }
     h5::write_attr(f, "complete", int64_t{1});

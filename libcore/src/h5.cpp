@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <atomic>
 
 namespace traincache::h5 {
@@ -234,6 +235,28 @@ void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t coun
   Id file_space = row_selection(dset, start, count, &mem);
   check(H5Dwrite(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::io, what,
         "cannot write rows");
+}
+
+void copy_rows(hid_t src, const std::string& src_what, int64_t src_start, hid_t dst, const std::string& dst_what,
+               int64_t dst_start, int64_t count) {
+  init();
+  auto info = describe(src, src_what);
+  Id ftype(H5Dget_type(src));
+  Id mtype(info.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+  const int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * info.row_elements();
+  const int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  std::vector<char> buf;
+  for (int64_t s = 0; s < count; s += block) {
+    int64_t n = std::min(block, count - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    read_rows(src, src_what, src_start + s, n, mtype.get(), buf.data());
+    write_rows(dst, dst_what, dst_start + s, n, mtype.get(), buf.data());
+    if (info.vlen_string) {
+      hsize_t dims[1] = {static_cast<hsize_t>(n * info.row_elements())};
+      Id space(H5Screate_simple(1, dims, nullptr));
+      H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, buf.data());
+    }
+  }
 }
 
 namespace {

@@ -164,25 +164,11 @@ void merge_shards(const MergeOptions& o) {
       h5::check(d.get(), Exit::cant_create, o.out, "cannot create " + name);
       copy_attributes(src0.get(), d.get());
       if (!o.copy) continue;
-      bool is_string = di.dtype == DType::string;
-      h5::Id mtype(is_string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
-      int64_t mem_row = static_cast<int64_t>(H5Tget_size(mtype.get())) * di.row_elements();
-      int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, mem_row));
-      std::vector<char> buf;
       for (const auto& s : shards) {
         h5::Id sf = h5::open_file(s.path);
         h5::Id sd = h5::open_dataset(sf.get(), s.path, name);
-        for (int64_t r = 0; r < s.info.rows; r += block) {
-          int64_t n = std::min(block, s.info.rows - r);
-          buf.resize(static_cast<std::size_t>(n * mem_row));
-          h5::read_rows(sd.get(), s.path, r, n, mtype.get(), buf.data());
-          h5::write_rows(d.get(), o.out, s.info.row_start - ref.job_begin + r, n, mtype.get(), buf.data());
-          if (di.vlen_string) {
-            hsize_t vd[1] = {static_cast<hsize_t>(n)};
-            h5::Id vs(H5Screate_simple(1, vd, nullptr));
-            H5Dvlen_reclaim(mtype.get(), vs.get(), H5P_DEFAULT, buf.data());
-          }
-        }
+        h5::copy_rows(sd.get(), s.path + ": " + name, 0, d.get(), o.out + ": " + name, s.info.row_start - ref.job_begin,
+                      s.info.rows);
       }
     }
     h5::write_attr(out.get(), "complete", int64_t{1});

@@ -87,6 +87,11 @@ void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count
 void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
                 const void* buf);
 
+/// Copies rows [src_start, src_start+count) of `src` to rows starting at `dst_start` of `dst` (same
+/// element type and row shape), in blocks of about 8 MiB; variable-length strings are freed per block.
+void copy_rows(hid_t src, const std::string& src_what, int64_t src_start, hid_t dst, const std::string& dst_what,
+               int64_t dst_start, int64_t count);
+
 /// Attribute helpers on any object. Writers replace an existing attribute.
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, int64_t value);
