@@ -11,18 +11,9 @@
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/shm_slab.h"
+#include "traincache/text.h"
 
 namespace traincache::shm {
-
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
-}  // namespace
 
 FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   auto t0 = std::chrono::steady_clock::now();

@@ -8,6 +8,7 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/merge.h"
+#include "traincache/text.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -126,11 +127,6 @@ nlohmann::ordered_json summary_json(const fill::FillResult& r, const std::string
   return j;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 int run(Options& o) {
   for (auto [given, flag] : {std::pair{!o.fill.input.empty(), "--input"}, std::pair{!o.encoders.empty(), "--encoder"},

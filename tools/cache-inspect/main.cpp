@@ -7,6 +7,7 @@
 #include "traincache/cli.h"
 #include "traincache/fill.h"
 #include "traincache/h5.h"
+#include "traincache/text.h"
 #include "traincache/verify.h"
 
 using namespace traincache;
@@ -27,20 +28,7 @@ struct Options {
   double rtol = -1, atol = 1e-5;
 };
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
-std::string bytes_text(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
-  return buf;
-}
 
 json info_json(const cache::CacheInfo& c) {
   json j{{"path", c.path},
@@ -94,7 +82,7 @@ void print_info(const cache::CacheInfo& c) {
   std::printf("  fingerprint  %s\n", c.fingerprint.c_str());
   for (const auto& e : c.embeddings) {
     std::printf("  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
-                shape_text(e.shape).c_str(), dtype_name(e.dtype), bytes_text(e.bytes).c_str(),
+                shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(),
                 e.inference.c_str(), e.encoder_path.c_str(), e.encoder_sha256.c_str());
   }
   if (c.labels) {

@@ -19,11 +19,6 @@ namespace {
 
 constexpr const char* kTool = "shm-cache";
 
-std::string dims_text(const std::vector<uint64_t>& d) {
-  std::string t = "[";
-  for (std::size_t i = 0; i < d.size(); ++i) t += (i ? "," : "") + std::to_string(d[i]);
-  return t + "]";
-}
 
 json info_json(const shm::SlabInfo& i, const shm::SlotCounts* c) {
   json j{{"name", i.name},
@@ -51,7 +46,7 @@ json info_json(const shm::SlabInfo& i, const shm::SlotCounts* c) {
 }
 
 std::string layout_text(const shm::SlabInfo& i) {
-  if (i.layout == shm::Layout::fixed) return std::string("fixed ") + dims_text(i.dims) + " " + dtype_name(i.dtype);
+  if (i.layout == shm::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
   return std::string("variable ") + dtype_name(i.dtype);
 }
 
@@ -113,7 +108,7 @@ int do_create(Options& o) {
   if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"created", info_json(i, nullptr)}});
   else if (!o.common.quiet)
     std::fprintf(stderr, "%s: created %s: %s, %" PRIu64 " indices, %" PRIu64 " cacheable, %s (%s)\n", kTool,
-                 i.name.c_str(), layout_text(i).c_str(), i.length, i.slots, shm::format_size(i.total_bytes).c_str(),
+                 i.name.c_str(), layout_text(i).c_str(), i.length, i.slots, format_size(i.total_bytes).c_str(),
                  i.path.c_str());
   return 0;
 }
@@ -129,7 +124,7 @@ int do_list(Options& o) {
       if (o.common.json) arr.push_back(info_json(i, &c));
       else
         std::printf("%-24s %-28s %10s %6.1f%%  %-28s %s\n", n.c_str(), layout_text(i).c_str(),
-                    shm::format_size(i.total_bytes).c_str(), i.slots ? 100.0 * c.filled / i.slots : 0.0,
+                    format_size(i.total_bytes).c_str(), i.slots ? 100.0 * c.filled / i.slots : 0.0,
                     i.creator.c_str(), age_text(i.created_unix).c_str());
     } catch (const Error& e) {
       if (o.common.json) arr.push_back({{"name", n}, {"error", e.what()}});
@@ -151,11 +146,11 @@ int do_stat(Options& o) {
   std::printf("%s\n  path       %s\n  layout     %s, %s selection\n  indices    %" PRIu64 " (%" PRIu64 " cacheable)\n",
               i.name.c_str(), i.path.c_str(), layout_text(i).c_str(),
               i.selection == shm::Selection::first ? "first-N" : "hashed", i.length, i.slots);
-  std::printf("  size       %s", shm::format_size(i.total_bytes).c_str());
+  std::printf("  size       %s", format_size(i.total_bytes).c_str());
   if (i.layout == shm::Layout::variable)
-    std::printf(" (arena %s, %s used)", shm::format_size(i.arena_bytes).c_str(), shm::format_size(i.arena_used).c_str());
+    std::printf(" (arena %s, %s used)", format_size(i.arena_bytes).c_str(), format_size(i.arena_used).c_str());
   std::printf("\n  slots      %" PRIu64 " filled, %" PRIu64 " writing, %" PRIu64 " empty; %s of data\n", c.filled,
-              c.writing, c.empty, shm::format_size(c.filled_bytes).c_str());
+              c.writing, c.empty, format_size(c.filled_bytes).c_str());
   std::printf("  creator    %s, %s ago, mode %04o\n", i.creator.c_str(), age_text(i.created_unix).c_str(), i.mode);
   return 0;
 }
@@ -175,7 +170,7 @@ int do_fill(Options& o) {
                     {"bytes_per_second", r.seconds > 0 ? r.bytes / r.seconds : 0.0}});
   else if (!o.common.quiet)
     std::fprintf(stderr, "%s: %s: %" PRIu64 " rows, %" PRIu64 " stored, %" PRIu64 " skipped, %s in %.2f s\n", kTool,
-                 o.name.c_str(), r.rows, r.stored, r.skipped, shm::format_size(r.bytes).c_str(), r.seconds);
+                 o.name.c_str(), r.rows, r.stored, r.skipped, format_size(r.bytes).c_str(), r.seconds);
   return 0;
 }
 
@@ -240,8 +235,8 @@ int do_df(Options& o) {
                     {"free_bytes", space.free}, {"slabs", names.size()}, {"slab_resident_bytes", used}});
   else
     std::printf("%s: %s total, %s free; %zu slab%s holding %s\n", shm::shm_dir().c_str(),
-                shm::format_size(space.total).c_str(), shm::format_size(space.free).c_str(), names.size(),
-                names.size() == 1 ? "" : "s", shm::format_size(used).c_str());
+                format_size(space.total).c_str(), format_size(space.free).c_str(), names.size(),
+                names.size() == 1 ? "" : "s", format_size(used).c_str());
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "traincache/dtype.h"
+#include "traincache/text.h"
 
 namespace traincache::shm {
 
@@ -160,8 +161,5 @@ void remove_slab(const std::string& name);
 
 /// Parses "2GiB", "512MiB", "1000000" (bytes), "1.5G"; throws Error(usage).
 uint64_t parse_size(const std::string& s);
-
-/// "1.50 GiB"-style text.
-std::string format_size(uint64_t bytes);
 
 }  // namespace traincache::shm
