@@ -37,6 +37,20 @@ std::string torch_message(const std::string& msg) {
 }
 }  // namespace
 
+std::string torch_error_message(const std::string& what) { return torch_message(what); }
+
+torch::jit::Module load_module(const std::string& path, torch::Device device) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  try {
+    return torch::jit::load(path, device);
+  } catch (const c10::Error& e) {
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what()));
+  }
+}
+
 torch::Device parse_device(const std::string& spec, const std::string& option) {
   std::optional<torch::Device> dev;
   try {
@@ -134,15 +148,7 @@ torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count
 
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)
     : name_(std::move(name)), path_(std::move(path)), output_(std::move(output)), device_(device) {
-  struct stat st;
-  if (stat(path_.c_str(), &st) != 0) throw Error(Exit::no_input, path_, errno_text(errno));
-  try {
-    plain_ = torch::jit::load(path_, device_);
-  } catch (const c10::Error& e) {
-    throw Error(Exit::data, path_, "cannot load TorchScript module: " + torch_message(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    throw Error(Exit::data, path_, "cannot load TorchScript module: " + torch_message(e.what()));
-  }
+  plain_ = load_module(path_, device_);
   plain_.eval();
   for (auto p : plain_.parameters()) p.set_requires_grad(false);
 }

@@ -75,16 +75,6 @@ torch::jit::Module build_head(const std::string& spec, int64_t in_dim) {
   return m;
 }
 
-torch::jit::Module load_module(const std::string& path, torch::Device device) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
-  try {
-    return torch::jit::load(path, device);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    throw Error(Exit::data, path, "cannot load TorchScript module: " + msg.substr(0, msg.find('\n')));
-  }
-}
 
 void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
   for (const auto& b : m.named_buffers())
@@ -101,11 +91,10 @@ gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
     torch::jit::IValue out;
     try {
       out = m->forward(args);
+    } catch (const c10::Error& e) {
+      throw Error(Exit::data, name, "rejected the input: " + encode::torch_error_message(e.what_without_backtrace()));
     } catch (const std::exception& e) {
-      std::string msg = e.what();
-      auto p = msg.rfind("Error: ");
-      std::string line = p == std::string::npos ? msg.substr(0, msg.find('\n')) : msg.substr(p);
-      throw Error(Exit::data, name, "rejected the input: " + line.substr(0, line.find('\n')));
+      throw Error(Exit::data, name, "rejected the input: " + encode::torch_error_message(e.what()));
     }
     if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
     auto t = out.toTensor();
@@ -497,10 +486,10 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
     if (!tied && !o.out.empty() && o.passage_out.empty())
       throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
-    if (tied) modules.push_back(load_module(o.encoder, device));
+    if (tied) modules.push_back(encode::load_module(o.encoder, device));
     else {
-      modules.push_back(load_module(o.query_encoder, device));
-      modules.push_back(load_module(o.passage_encoder, device));
+      modules.push_back(encode::load_module(o.query_encoder, device));
+      modules.push_back(encode::load_module(o.passage_encoder, device));
     }
     result.mode = tied ? "raw-tied" : "raw-separate";
     config["encoders"] = tied ? json{o.encoder} : json{o.query_encoder, o.passage_encoder};
@@ -517,7 +506,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     int64_t in_dim = data.query[0].size(1);
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
-    modules.push_back(head_file ? load_module(o.head, device) : build_head(o.head, in_dim));
+    modules.push_back(head_file ? encode::load_module(o.head, device) : build_head(o.head, in_dim));
     result.mode = grouped ? "cached-grouped" : "cached-aligned";
     config["cache_fingerprint"] = fingerprint;
     config["head"] = o.head;

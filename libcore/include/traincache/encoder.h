@@ -21,6 +21,14 @@ torch::Device parse_device(const std::string& spec, const std::string& option = 
 /// LibTorch otherwise starts with a single thread in C++ programs.)
 void configure_threads(int threads);
 
+/// Loads a TorchScript file as it was saved (training mode and requires_grad untouched).
+/// Missing file -> Error(no_input); not TorchScript -> Error(data).
+torch::jit::Module load_module(const std::string& path, torch::Device device);
+
+/// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
+/// without the C++ backtrace and the TorchScript traceback.
+std::string torch_error_message(const std::string& what);
+
 /// Reads rows [start, start+count) of an input dataset as a model input tensor, by the documented
 /// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
 /// Strings and other types -> Error(data).
