@@ -11,6 +11,9 @@ namespace traincache::cli {
 void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
                         std::function<std::string()> version_extra) {
   std::string name = app.get_name();
+  // A repeated single-value option takes its last value, as in most Unix tools, so that scripts
+  // can append overrides (list options still collect every value).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", [name, version_extra] {
     std::string s = version_banner(name);
     if (version_extra) s += "\n" + version_extra();

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+#include <numeric>
 
 #include "traincache/error.h"
 
@@ -98,16 +99,17 @@ torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::
 }
 
 double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
-                           const LossConfig& cfg) {
+                           const LossConfig& cfg, int64_t anchor_begin, int64_t anchor_end) {
   check_shapes(q, p, labels, cfg);
   double denom = denominator(q, labels, cfg);
   int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  const int64_t end = anchor_end < 0 ? q.size(0) : std::min(anchor_end, q.size(0));
   double value = 0;
-  for (int64_t a = 0; a < q.size(0); a += c) {
+  for (int64_t a = anchor_begin; a < end; a += c) {
     // Normalisation is recomputed per chunk so that no graph outlives its chunk.
     auto qn = prepare(q, cfg.similarity);
     auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
-    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
+    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
     value += l.item<double>();
     l.backward();
   }
@@ -189,10 +191,76 @@ torch::Tensor encode_with_graph(SideBatch& side, bool chunked) {
   return reps.size() == 1 ? reps.front() : torch::cat(reps);
 }
 
+// The data-parallel step (see Parallel in gradcache.h).
+double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+                     const StepMode& mode, const Parallel& par) {
+  const bool pairs = cfg.kind != LossKind::supcon;
+  const int64_t n = query.rows();
+  if (par.rank < 0 || par.rank >= static_cast<int>(par.rows.size()) || par.rows[par.rank] != n || n == 0)
+    throw Error(Exit::internal, "step", "this rank's share does not match the batch split");
+  const int64_t group = pairs ? passage.rows() / n : 0;  // passages per query: positive + hard negatives
+  // 1. This rank's representations: without a graph (gradient cache) or keeping it (plain step).
+  std::vector<RngState> q_states, p_states;
+  torch::Tensor q_graph, p_graph, q_loc, p_loc;
+  if (mode.gradcache) {
+    q_loc = encode_no_grad(query, q_states);
+    if (pairs) p_loc = encode_no_grad(passage, p_states);
+  } else {
+    q_graph = encode_with_graph(query, mode.keep_chunk_graphs);
+    q_loc = q_graph.detach();
+    if (pairs) {
+      p_graph = encode_with_graph(passage, mode.keep_chunk_graphs);
+      p_loc = p_graph.detach();
+    }
+  }
+  RngState after = save_rng();
+  // 2. One all-gather: every rank sends its queries followed by its passages.
+  std::vector<int64_t> sent;
+  for (int64_t r : par.rows) sent.push_back(r * (1 + group));
+  auto all = par.all_gather_rows(pairs ? torch::cat({q_loc, p_loc}) : q_loc, sent);
+  std::vector<torch::Tensor> qs, ps;
+  const int64_t offset = std::accumulate(par.rows.begin(), par.rows.begin() + par.rank, int64_t{0});
+  int64_t at = 0;
+  for (std::size_t r = 0; r < par.rows.size(); ++r) {
+    qs.push_back(all.slice(0, at, at + par.rows[r]));
+    at += par.rows[r];
+    if (pairs) {
+      ps.push_back(all.slice(0, at, at + par.rows[r] * group));
+      at += par.rows[r] * group;
+    }
+  }
+  auto q = torch::cat(qs).detach().requires_grad_(true);
+  auto p = pairs ? torch::cat(ps).detach().requires_grad_(true) : torch::Tensor();
+  // 3. This rank's anchors' loss terms against every rank's candidates; the representation
+  // gradients and the loss are summed over ranks in one all-reduce.
+  double value = loss_with_rep_grads(q, p, labels, cfg, offset, offset + n);
+  auto gq = q.grad().defined() ? q.grad() : torch::zeros_like(q);
+  std::vector<torch::Tensor> reduced{gq};
+  torch::Tensor gp;
+  if (pairs) reduced.push_back(gp = p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  auto total = torch::full({1}, value, gq.options());
+  reduced.push_back(total);
+  par.all_reduce_sum(reduced);
+  // 4. Back-propagate the rows this rank encoded.
+  auto gq_own = gq.slice(0, offset, offset + n);
+  auto gp_own = pairs ? gp.slice(0, offset * group, (offset + n) * group) : torch::Tensor();
+  if (mode.gradcache) {
+    replay(query, q_states, gq_own, mode.restore_rng);
+    if (pairs) replay(passage, p_states, gp_own, mode.restore_rng);
+    if (mode.restore_rng) restore_rng(after);
+  } else if (pairs) {
+    torch::autograd::backward({q_graph, p_graph}, {gq_own, gp_own});
+  } else {
+    q_graph.backward(gq_own);
+  }
+  return total.item<double>();
+}
+
 }  // namespace
 
 double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
-            const StepMode& mode) {
+            const StepMode& mode, const Parallel* par) {
+  if (par) return parallel_step(query, passage, labels, cfg, mode, *par);
   const bool pairs = cfg.kind != LossKind::supcon;
   if (!mode.gradcache) {
     auto q = encode_with_graph(query, mode.keep_chunk_graphs);

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "traincache/cache_file.h"
+#include "traincache/dist.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/gradcache.h"
@@ -238,14 +239,17 @@ void set_rng_state(const torch::Tensor& s) {
   gen.set_state(s);
 }
 
+// `rngs` holds every rank's generator state, one row per rank ([1, n] for one process).
 void save_checkpoint(const std::string& dir, int64_t step, const std::vector<torch::Tensor>& params,
-                     torch::optim::Optimizer& opt, const std::string& config) {
+                     torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(Exit::cant_create, dir, ec.message());
   torch::serialize::OutputArchive ar;
   ar.write("step", torch::tensor(step));
-  ar.write("rng", rng_state());
+  ar.write("rng", rngs[0].contiguous());
+  ar.write("rng_ranks", rngs.contiguous());
+  ar.write("world_size", torch::tensor(rngs.size(0)));
   ar.write("config", c10::IValue(config));
   for (std::size_t i = 0; i < params.size(); ++i) ar.write("param" + std::to_string(i), params[i].detach());
   torch::serialize::OutputArchive opt_ar;
@@ -260,22 +264,29 @@ void save_checkpoint(const std::string& dir, int64_t step, const std::vector<tor
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::io, path, errno_text(errno));
 }
 
-// Returns the step stored in the checkpoint.
+// Returns the step stored in the checkpoint. Rank `rank` of `world_size` takes its own generator state.
 int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params,
-                        torch::optim::Optimizer& opt, const std::string& config) {
+                        torch::optim::Optimizer& opt, const std::string& config, int rank, int world_size) {
   torch::serialize::InputArchive ar;
-  torch::Tensor step, rng;
+  torch::Tensor step, rng, world;
   c10::IValue stored;
   try {
     ar.load_from(path);
     ar.read("step", step);
-    ar.read("rng", rng);
+    ar.read("rng_ranks", rng);
+    ar.read("world_size", world);
     ar.read("config", stored);
   } catch (const std::exception&) {
     throw Error(Exit::data, path, "unreadable checkpoint");
   }
   if (!stored.isString() || stored.toStringRef() != config)
     throw Error(Exit::data, path, "checkpoint was written with other settings (model, data or loss)");
+  if (world.item<int64_t>() != world_size || rng.size(0) != world_size)
+    throw Error(Exit::usage, path,
+                "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
+                    " process(es); resume it with WORLD_SIZE=" + std::to_string(world.item<int64_t>()) +
+                    " (this run has " + std::to_string(world_size) + ")");
+  rng = rng[rank];
   try {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -372,14 +383,24 @@ double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total) {
 }  // namespace
 
 TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
+  const dist::Launch launch = dist::read_launch();
+  const int rank = launch.rank, world = launch.world_size;
   auto info = [&](const std::string& m) {
-    if (cb.info) cb.info(m);
+    if (cb.info && rank == 0) cb.info(m);
   };
   auto t_start = Clock::now();
   TrainResult result;
+  result.rank = rank;
+  result.world_size = world;
   torch::Device device = encode::parse_device(o.device);
+  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK.
+  if (launch.distributed() && device.is_cuda() && !device.has_index())
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
   torch::Device cache_device = encode::parse_device(o.cache_device, "--cache-device");
-  encode::configure_threads(o.threads);
+  // Processes of one machine share its cores unless --threads says otherwise.
+  encode::configure_threads(o.threads > 0 || launch.local_world_size <= 1
+                                ? o.threads
+                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size));
   if (o.dtype != "float32" && o.dtype != "float64")
     throw Error(Exit::usage, "--dtype", "expected float32 or float64");
   torch::Dtype float_type = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
@@ -398,6 +419,22 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
   if (cached == (!o.data.empty() || all_slabs))
     throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
+
+  // ---- data parallelism: connect before anything can fail on one rank only, so that a rank that
+  // stops is seen by the others in their next collective instead of leaving them waiting.
+  std::unique_ptr<dist::Group> group;
+  if (launch.distributed()) {
+    std::string backend = dist::choose_backend(o.dist_backend, device);
+    if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
+    if (o.batch_size < world)
+      throw Error(Exit::usage, "--batch-size",
+                  std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(world) + " ranks");
+    group = std::make_unique<dist::Group>(
+        launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), device);
+    result.backend = backend;
+    info("rank 0 of " + std::to_string(world) + " (" + backend + "); every rank encodes 1/" +
+         std::to_string(world) + " of each batch of " + std::to_string(o.batch_size));
+  }
   torch::manual_seed(o.seed);
 
   gc::LossConfig loss_cfg;
@@ -534,6 +571,11 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     if (p.requires_grad()) params.push_back(p);
   }
   if (params.empty()) throw Error(Exit::data, module_names[0], "has no parameter that requires grad: nothing to train");
+  if (group) {
+    // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
+    group->broadcast(unique_params(mods), 0);
+    if (rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(rank));
+  }
   gc::Tower q_tower = tower_of(qm, "query encoder"), p_tower = tower_of(pm, "passage encoder");
   if (cached) {
     auto dev = device;
@@ -581,11 +623,21 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   if (o.resume) {
     if (ckpt.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
     if (fs::exists(ckpt)) {
-      start = load_checkpoint(ckpt, params, *opt, config_text);
+      start = load_checkpoint(ckpt, params, *opt, config_text, rank, world);
       result.checkpoint = ckpt;
       info("resuming at step " + std::to_string(start) + " from " + ckpt);
     } else {
       info("no checkpoint in " + o.checkpoint_dir + "; starting from step 0");
+    }
+  }
+  if (group) {
+    auto starts = group->all_gather_rows(torch::tensor({start}, torch::kLong).view({1, 1}), std::vector<int64_t>(world, 1));
+    if (!starts.eq(start).all().item<bool>()) {
+      std::string steps;
+      for (int r = 0; r < world; ++r) steps += (r ? ", " : "") + std::to_string(starts[r][0].item<int64_t>());
+      throw Error(Exit::data, o.checkpoint_dir.empty() ? "--resume" : o.checkpoint_dir,
+                  "ranks would start at different steps (" + steps +
+                      "): every rank must see the same checkpoint directory");
     }
   }
   result.start_step = start;
@@ -609,10 +661,10 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     for (auto* m : mods) m->train();
     return r;
   };
-  if (evaluating && start == 0) result.eval_before = run_eval();
+  if (evaluating && start == 0 && rank == 0) result.eval_before = run_eval();
 
   std::unique_ptr<std::ofstream> metrics;
-  if (!o.metrics.empty()) {
+  if (!o.metrics.empty() && rank == 0) {
     metrics = std::make_unique<std::ofstream>(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
     if (!*metrics) throw Error(Exit::cant_create, o.metrics, errno_text(errno));
   }
@@ -624,9 +676,23 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   int64_t samples = 0;
   gc::StepMode mode;
   mode.gradcache = o.gradcache;
+  gc::Parallel par;
+  if (group) {
+    par.rank = rank;
+    par.all_gather_rows = [&](const torch::Tensor& t, const std::vector<int64_t>& rows) {
+      return group->all_gather_rows(t, rows);
+    };
+    par.all_reduce_sum = [&](const std::vector<torch::Tensor>& ts) { group->all_reduce_sum(ts); };
+  }
+  // Every rank's generator state, one row per rank, for checkpoints (a collective).
+  auto rng_states = [&] {
+    auto mine = rng_state().unsqueeze(0);
+    return group ? group->all_gather_rows(mine, std::vector<int64_t>(world, 1)) : mine;
+  };
+  bool stop_all = false;  // data parallel: some rank was interrupted, all stop after the same step
   int64_t s = start;
   for (; s < total; ++s) {
-    if (interrupt_requested()) {
+    if (group ? stop_all : interrupt_requested()) {
       result.interrupted = true;
       break;
     }
@@ -641,14 +707,39 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       }
     }
     auto idx = perm.slice(0, b * o.batch_size, std::min((b + 1) * o.batch_size, n_train));
+    auto own = idx;  // the rows this process encodes: rank r has [rB/W, (r+1)B/W) of the batch
+    if (group) {
+      group->set_context("step " + std::to_string(s + 1));
+      const int64_t n = idx.size(0);
+      if (n < world) {
+        info("step " + std::to_string(s + 1) + ": skipped, its " + std::to_string(n) + " rows are fewer than the ranks");
+        continue;
+      }
+      par.rows.clear();
+      for (int r = 0; r < world; ++r) par.rows.push_back((r + 1) * n / world - r * n / world);
+      own = idx.slice(0, rank * n / world, (rank + 1) * n / world);
+    }
     auto t_step = Clock::now();
     double lr = scheduled_lr(o, s, total);
     for (auto& g : opt->param_groups()) g.options().set_lr(lr);
     opt->zero_grad();
-    gc::SideBatch qb{q_tower, gather(data.query, idx), o.query_chunk};
-    gc::SideBatch pb{p_tower, grouped ? std::vector<torch::Tensor>{} : passage_group(data, idx), o.passage_chunk};
+    gc::SideBatch qb{q_tower, gather(data.query, own), o.query_chunk};
+    gc::SideBatch pb{p_tower, grouped ? std::vector<torch::Tensor>{} : passage_group(data, own), o.passage_chunk};
     torch::Tensor labels = grouped ? data.labels.index_select(0, idx) : torch::Tensor();
-    double l = gc::step(qb, pb, labels, loss_cfg, mode);
+    double l = gc::step(qb, pb, labels, loss_cfg, mode, group ? &par : nullptr);
+    if (group) {
+      // The one all-reduce of parameter gradients per step; an interrupt flag rides along.
+      std::vector<torch::Tensor> sums;
+      for (auto& p : params) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        sums.push_back(p.grad());
+      }
+      auto flag = torch::full({1}, interrupt_requested() ? 1.0 : 0.0,
+                              torch::TensorOptions().dtype(params[0].dtype()).device(params[0].device()));
+      sums.push_back(flag);
+      group->all_reduce_sum(sums);
+      stop_all = flag.item<double>() > 0;
+    }
     if (!std::isfinite(l))
       throw Error(Exit::data, "step " + std::to_string(s),
                   "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
@@ -666,7 +757,8 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     }
     if (cb.progress) cb.progress(s + 1, total, l);
     if (!ckpt.empty() && o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
-      save_checkpoint(o.checkpoint_dir, s + 1, params, *opt, config_text);
+      auto rngs = rng_states();
+      if (rank == 0) save_checkpoint(o.checkpoint_dir, s + 1, params, *opt, config_text, rngs);
       result.checkpoint = ckpt;
     }
   }
@@ -675,10 +767,16 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   result.samples_per_second = loop_s > 0 ? samples / loop_s : 0;
   result.seconds_per_epoch = s > start ? loop_s / (s - start) * per_epoch : 0;
   if (!ckpt.empty() && (result.interrupted || s == total) && s > start) {
-    save_checkpoint(o.checkpoint_dir, s, params, *opt, config_text);
+    if (group) group->set_context("final checkpoint");
+    auto rngs = rng_states();
+    if (rank == 0) save_checkpoint(o.checkpoint_dir, s, params, *opt, config_text, rngs);
     result.checkpoint = ckpt;
   }
   if (result.interrupted) {
+    result.seconds = seconds_since(t_start);
+    return result;
+  }
+  if (rank > 0) {  // outputs, evaluation and the summary are rank 0's
     result.seconds = seconds_since(t_start);
     return result;
   }

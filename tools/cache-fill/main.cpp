@@ -7,6 +7,7 @@
 #include "traincache/fill.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/launch.h"
 #include "traincache/merge.h"
 #include "traincache/text.h"
 
@@ -34,11 +35,9 @@ struct Options {
 void resolve_shard(Options& o) {
   std::string spec = o.shard;
   if (spec.empty()) {
-    const char* rank = std::getenv("RANK");
-    const char* world = std::getenv("WORLD_SIZE");
-    if (!world || std::string(world) == "1") return;
-    if (!rank) throw Error(Exit::usage, "WORLD_SIZE", "is set but RANK is not");
-    spec = std::string(rank) + "/" + world;
+    auto launch = dist::read_launch();
+    if (!launch.distributed()) return;
+    spec = std::to_string(launch.rank) + "/" + std::to_string(launch.world_size);
   }
   auto slash = spec.find('/');
   auto i = slash == std::string::npos ? std::nullopt : cli::parse_int(spec.substr(0, slash));

@@ -85,10 +85,12 @@ int run(Options& o) {
   auto r = train::run_train(t, cb);
   if (bar) bar->finish();
   bool grouped = r.mode == "cached-grouped";
+  if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
   if (o.common.json) {
     json j{{"schema", "gc-train/1"},
            {"status", r.interrupted ? "interrupted" : "done"},
            {"mode", r.mode},
+           {"world_size", r.world_size},
            {"start_step", r.start_step},
            {"steps", r.steps_done},
            {"total_steps", r.total_steps},
@@ -170,6 +172,11 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", t.schedule, "constant, linear or cosine decay after warmup")
       ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()->group(g_opt);
   app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->capture_default_str()->group(g_opt);
+  auto* g_dist = "Data parallel (with WORLD_SIZE > 1; see docs/distributed.md)";
+  app.add_option("--dist-backend", t.dist_backend, "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str()->group(g_dist);
+  app.add_option("--dist-timeout", t.dist_timeout, "Seconds a rank waits for the others before failing")
+      ->check(CLI::PositiveNumber)->capture_default_str()->group(g_dist);
   auto* g_out = "Checkpoints and outputs";
   app.add_option("--checkpoint-dir", t.checkpoint_dir, "Directory of checkpoint.pt")->group(g_out);
   app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->group(g_out);
@@ -182,7 +189,8 @@ int main(int argc, char** argv) {
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
-      "  69 CUDA unavailable; 70 internal; 73/74 output or I/O error; 75 --cache-shm slab busy;\n"
+      "  69 CUDA or NCCL unavailable, or another rank failed, hung or was unreachable (data parallel);\n"
+      "  70 internal; 73/74 output or I/O error; 75 --cache-shm slab busy;\n"
       "  130 interrupted (checkpoint saved).\n"
       "See docs/gc-train.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });

@@ -46,8 +46,11 @@ torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::
 /// Computes the loss on leaf tensors q and p (requires_grad) one anchor chunk at a time,
 /// back-propagating each chunk at once, so that at most anchor_chunk x |candidates| logits exist.
 /// Leaves d(loss)/dq in q.grad() and d(loss)/dp in p.grad(); returns the loss value.
+/// With an anchor range [anchor_begin, anchor_end), only those anchors' terms are computed (the
+/// loss is their sum over the same denominator): ranks that split the anchors and sum the results
+/// get the whole loss and its gradients.
 double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
-                           const LossConfig& cfg);
+                           const LossConfig& cfg, int64_t anchor_begin = 0, int64_t anchor_end = -1);
 
 /// A trainable encoder: maps input tensors (row-aligned, one chunk) to representations [rows, d].
 using Tower = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
@@ -70,9 +73,29 @@ struct SideBatch {
   int64_t rows() const { return inputs.empty() ? 0 : inputs.front().size(0); }
 };
 
+/// Data parallelism: this process holds one rank's share of the global batch (consecutive rows;
+/// rank r's queries are rows [sum(rows[0..r)), +rows[r]) of the batch, its passages the matching
+/// groups) and exchanges representations with the others through two collectives.
+struct Parallel {
+  int rank = 0;
+  std::vector<int64_t> rows;  ///< query rows of every rank's share
+  /// Every rank's rows of `local`, concatenated in rank order (row counts given).
+  std::function<torch::Tensor(const torch::Tensor& local, const std::vector<int64_t>& rows)> all_gather_rows;
+  /// In-place sum over ranks of every tensor (one collective).
+  std::function<void(const std::vector<torch::Tensor>&)> all_reduce_sum;
+};
+
 /// Runs forward + backward for one batch, leaving parameter gradients in .grad() (accumulated:
 /// zero them first). `passage` is ignored for supcon. Returns the loss value.
+///
+/// With `par`, the sides hold this rank's share and `labels` the whole batch's (supcon). Each rank
+/// encodes its share, the representations are all-gathered so that every rank's rows are
+/// candidates for every anchor, each rank computes the loss terms of its own anchors, and the
+/// representation gradients are summed over ranks; each rank then back-propagates the rows it
+/// encoded. The parameter gradients left here are this rank's part: their sum over ranks (one
+/// all-reduce, by the caller) is the single-process gradient of the whole batch. Returns the
+/// whole batch's loss.
 double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
-            const StepMode& mode = {});
+            const StepMode& mode = {}, const Parallel* par = nullptr);
 
 }  // namespace traincache::gc

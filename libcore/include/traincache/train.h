@@ -55,6 +55,9 @@ struct TrainOptions {
   std::string eval_data;                                ///< or a separate file (same datasets/encoders)
   std::string device = "cpu";
   int threads = 0;
+  // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
+  std::string dist_backend = "auto";                    ///< auto, gloo or nccl
+  double dist_timeout = 1800;                           ///< seconds a rank waits for the others
   std::string dtype = "float32";                        ///< float32 or float64 (parameters and inputs)
 };
 
@@ -79,6 +82,8 @@ struct TrainResult {
   std::string mode;             ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
   EvalMetrics eval_before, eval_after;
   std::string checkpoint;       ///< last checkpoint written or loaded
+  int rank = 0, world_size = 1; ///< data parallelism: only rank 0 writes outputs
+  std::string backend;          ///< the process group's backend when world_size > 1
 };
 
 /// Per-step callback (step, total, loss) and informational messages.

@@ -1,0 +1,66 @@
+// Data parallelism over torch.distributed (c10d): a process group of the ranks of one job, created
+// from the launcher's environment (torchrun, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT by hand).
+// Gloo on CPU, NCCL on CUDA when LibTorch was built with it. The c10d headers stay in dist.cpp.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "traincache/launch.h"
+
+namespace traincache::dist {
+
+/// "auto" (NCCL for CUDA devices, Gloo otherwise), "gloo" or "nccl" -> the backend to use;
+/// Error(usage) for other names, Error(unavailable) for NCCL in a LibTorch built without it.
+std::string choose_backend(const std::string& requested, const torch::Device& device);
+
+/// One process group. Every collective must be called by every rank in the same order. A failed
+/// or timed-out collective (a rank died, hung or disconnected) throws Error(unavailable) naming this
+/// rank, the collective and the context set with set_context().
+class Group {
+ public:
+  /// Connects to the others (rank 0 hosts the TCP store unless torchrun's agent does); waits at
+  /// most `timeout` for them, and the same for every later collective. Tensors travel on
+  /// `device` for NCCL and on the CPU for Gloo; results come back where the inputs were.
+  Group(const Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
+        const torch::Device& device);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backend() const { return backend_; }
+
+  /// What the ranks are doing, for error messages ("step 12").
+  void set_context(std::string context) { context_ = std::move(context); }
+
+  /// Every rank's `local` rows, concatenated in rank order. rows[r] is rank r's row count (shapes
+  /// past the first dimension agree); shorter shares are padded for the transfer.
+  torch::Tensor all_gather_rows(const torch::Tensor& local, const std::vector<int64_t>& rows);
+
+  /// Element-wise sum over the ranks, in place, as one collective: the tensors are packed into
+  /// one buffer (they must share dtype and device) and unpacked again.
+  void all_reduce_sum(const std::vector<torch::Tensor>& tensors);
+
+  /// Overwrites `tensors` with rank `root`'s values, as one collective.
+  void broadcast(const std::vector<torch::Tensor>& tensors, int root);
+
+  /// Waits until every rank arrives.
+  void barrier();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, size_ = 1;
+  std::string backend_;
+  torch::Device comm_device_ = torch::kCPU;
+  std::string context_ = "start-up";
+  void wait(const char* op, const std::function<void()>& run);
+};
+
+}  // namespace traincache::dist

@@ -1,0 +1,182 @@
+#include "traincache/dist.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef TRAINCACHE_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <glog/logging.h>
+
+#include <cstdlib>
+
+#include "traincache/cli.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+
+namespace traincache::dist {
+
+std::string choose_backend(const std::string& requested, const torch::Device& device) {
+  if (requested != "auto" && requested != "gloo" && requested != "nccl")
+    throw Error(Exit::usage, "--dist-backend", "expected auto, gloo or nccl, got '" + requested + "'");
+  std::string b = requested == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : requested;
+#ifndef TRAINCACHE_WITH_NCCL
+  if (b == "nccl")
+    throw Error(Exit::unavailable, "--dist-backend",
+                "this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)");
+#endif
+  if (b == "nccl" && !device.is_cuda())
+    throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
+  return b;
+}
+
+struct Group::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+
+namespace {
+
+// The Gloo transport devices: one per interface in GLOO_SOCKET_IFNAME (as torch.distributed does),
+// else the address this host's name resolves to (loopback when it resolves to nothing).
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices() {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME"); ifs && *ifs) {
+    for (const auto& name : cli::split(ifs, ','))
+      devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  } else {
+    devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return devices;
+}
+
+// The exception's message without Gloo's "[file.cc:line] " prefix.
+std::string message_of(const std::exception& e) {
+  auto* c = dynamic_cast<const c10::Error*>(&e);
+  std::string m = encode::torch_error_message(c ? c->what_without_backtrace() : e.what());
+  if (m.size() > 2 && m[0] == '[') {
+    auto close = m.find("] ");
+    if (close != std::string::npos && m.find(':') < close) m.erase(0, close + 2);
+  }
+  return m;
+}
+
+}  // namespace
+
+Group::Group(const Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
+             const torch::Device& device)
+    : impl_(std::make_unique<Impl>()),
+      rank_(launch.rank),
+      size_(launch.world_size),
+      backend_(backend),
+      comm_device_(backend == "nccl" ? device : torch::Device(torch::kCPU)) {
+  // c10d logs failures through glog as well as throwing them; the exception becomes our one-line
+  // error, so glog stays quiet unless TORCH_CPP_LOG_LEVEL asks for it.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_minloglevel = std::max(FLAGS_minloglevel, google::GLOG_FATAL);
+  wait("connecting", [&] {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(launch.master_port);
+    so.numWorkers = launch.world_size;
+    so.timeout = timeout;
+    if (launch.agent_store) {
+      // torchrun's agent already serves the store on MASTER_PORT; its workers use a prefix per attempt.
+      so.isServer = false;
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+      impl_->store = c10::make_intrusive<c10d::PrefixStore>(
+          "/worker/attempt_" + std::to_string(launch.restart_count), tcp);
+    } else {
+      so.isServer = launch.rank == 0;
+      so.multiTenant = true;
+      impl_->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    }
+    auto store = c10::make_intrusive<c10d::PrefixStore>("traincache", impl_->store);
+#ifdef TRAINCACHE_WITH_NCCL
+    if (backend == "nccl") {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, size_, opts);
+      return;
+    }
+#endif
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    opts->devices = gloo_devices();
+    opts->threads = 2;
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, opts);
+  });
+  context_ = "start-up";
+}
+
+Group::~Group() = default;
+
+void Group::wait(const char* op, const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+                std::string(op) + " (" + context_ + ") failed: " + message_of(e) +
+                    " (another rank exited, hung or cannot be reached)");
+  }
+}
+
+torch::Tensor Group::all_gather_rows(const torch::Tensor& local, const std::vector<int64_t>& rows) {
+  if (static_cast<int>(rows.size()) != size_ || rows[rank_] != local.size(0))
+    throw Error(Exit::internal, "all_gather_rows", "row counts do not match the group");
+  torch::NoGradGuard no_grad;
+  const int64_t most = *std::max_element(rows.begin(), rows.end());
+  auto shape = local.sizes().vec();
+  shape[0] = most;
+  auto options = local.options().device(comm_device_);
+  std::vector<torch::Tensor> in{torch::zeros(shape, options)};
+  in[0].slice(0, 0, local.size(0)).copy_(local);
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int r = 0; r < size_; ++r) out[0].push_back(torch::empty(shape, options));
+  wait("all-gather", [&] { impl_->pg->allgather(out, in)->wait(); });
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < size_; ++r) parts.push_back(out[0][r].slice(0, 0, rows[r]));
+  return torch::cat(parts).to(local.device());
+}
+
+namespace {
+
+torch::Tensor pack(const std::vector<torch::Tensor>& ts, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : ts) flat.push_back(t.reshape({-1}).to(device));
+  return torch::cat(flat);
+}
+
+void unpack(const torch::Tensor& buf, const std::vector<torch::Tensor>& ts) {
+  torch::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (const auto& t : ts) {
+    const_cast<torch::Tensor&>(t).copy_(buf.slice(0, at, at + t.numel()).view(t.sizes()).to(t.device()));
+    at += t.numel();
+  }
+}
+
+}  // namespace
+
+void Group::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return;
+  std::vector<torch::Tensor> buf{pack(tensors, comm_device_)};
+  wait("all-reduce", [&] { impl_->pg->allreduce(buf)->wait(); });
+  unpack(buf[0], tensors);
+}
+
+void Group::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
+  if (tensors.empty()) return;
+  std::vector<torch::Tensor> buf{pack(tensors, comm_device_)};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  wait("broadcast", [&] { impl_->pg->broadcast(buf, opts)->wait(); });
+  unpack(buf[0], tensors);
+}
+
+void Group::barrier() {
+  wait("barrier", [&] { impl_->pg->barrier()->wait(); });
+}
+
+}  // namespace traincache::dist

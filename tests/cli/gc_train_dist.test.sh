@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# Data-parallel gc-train over c10d/Gloo on loopback: W ranks x B/W rows train exactly like one
+# process with batch B; checkpoints, resume, SIGINT, failing and hanging ranks, torchrun.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+export MASTER_ADDR=127.0.0.1
+export TRAINCACHE_SHM_PREFIX="tcdist-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+
+free_port() { "$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# launch W NAME ARGS...: starts W ranks of gc-train ARGS (each bounded by `timeout`) and waits;
+# rank r's exit code, stdout and stderr go to $WORK/NAME.rc.r, .out.r and .err.r.
+launch() {
+  local w=$1 name=$2 port r
+  shift 2
+  port=$(free_port)
+  local pids=()
+  for ((r = 0; r < w; r++)); do
+    RANK=$r WORLD_SIZE=$w MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "$@" --dist-timeout 60 \
+      >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
+    pids+=($!)
+  done
+  for ((r = 0; r < w; r++)); do
+    wait "${pids[$r]}"
+    echo $? >"$WORK/$name.rc.$r"
+  done
+}
+
+# wait_lines FILE N: waits (at most 30 s) until FILE has N lines.
+wait_lines() {
+  local _
+  for _ in $(seq 300); do
+    [ "$({ wc -l <"$1"; } 2>/dev/null || echo 0)" -ge "$2" ] && return
+    sleep 0.1
+  done
+}
+
+# expect_ranks_ok W NAME: every rank exited 0; only rank 0 wrote to stdout.
+expect_ranks_ok() {
+  local r
+  for ((r = 0; r < $1; r++)); do
+    expect_eq "$(cat "$WORK/$2.rc.$r")" 0 "$2 rank $r exit (stderr: $(head -c 600 "$WORK/$2.err.$r"))"
+    [ "$r" -gt 0 ] && expect_eq "$(cat "$WORK/$2.out.$r")" "" "$2 rank $r stdout"
+  done
+}
+
+# same_params A B [TOL]: the TorchScript files' parameters agree within TOL relative (max |a-b| / max |a|).
+same_params() {
+  py "
+import torch
+a = dict(torch.jit.load('$1').named_parameters()); b = dict(torch.jit.load('$2').named_parameters())
+assert sorted(a) == sorted(b)
+worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
+moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load('${3:-}').named_parameters()) if '${3:-}' else 1
+print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved))
+"
+  expect_out "ok"
+}
+
+# ---- exactness: raw tied encoder with hard negatives, float32, 4 SGD steps over shuffled batches
+RAW=(--data "$D/pairs.h5" --query q --passage p --negatives negs --encoder "$D/tower.pt" --batch-size 40
+     --chunk-size 7 --optimizer sgd --lr 0.5 --similarity dot --temperature 0.5 --steps 4 --seed 5 --threads 1)
+run "$TC_BIN/gc-train" "${RAW[@]}" --out "$WORK/raw1.pt" --json
+expect_rc 0
+loss1=$(printf '%s' "$out" | "$TC_PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+launch 2 raw2 "${RAW[@]}" --out "$WORK/raw2.pt" --json
+expect_ranks_ok 2 raw2
+same_params "$WORK/raw1.pt" "$WORK/raw2.pt" "$D/tower.pt"
+# 40 rows over 3 ranks: shares of 13, 13 and 14.
+launch 3 raw3 "${RAW[@]}" --out "$WORK/raw3.pt" --json
+expect_ranks_ok 3 raw3
+same_params "$WORK/raw1.pt" "$WORK/raw3.pt" "$D/tower.pt"
+py "
+import json
+j = json.load(open('$WORK/raw3.out.0'))
+print(j['world_size'], j['steps'], abs(j['loss'] - $loss1) <= 1e-5 * abs($loss1))
+"
+expect_out "3 4 True"
+expect_eq "$(cat "$WORK/raw3.err.0")" "gc-train: rank 0 of 3 (gloo); every rank encodes 1/3 of each batch of 40" "rank 0 log"
+expect_eq "$(cat "$WORK/raw3.err.1")" "" "rank 1 log"
+
+# Separate encoders, symmetric loss, cosine similarity, AdamW: 2 ranks.
+SEP=(--data "$D/pairs.h5" --query q --passage p --query-encoder "$D/tower.pt" --passage-encoder "$D/tower_b.pt"
+     --symmetric --batch-size 24 --chunk-size 5 --optimizer sgd --momentum 0.9 --lr 0.2 --steps 3 --threads 1 -q)
+run "$TC_BIN/gc-train" "${SEP[@]}" --out "$WORK/sq1.pt" --passage-out "$WORK/sp1.pt"
+expect_rc 0
+launch 2 sep2 "${SEP[@]}" --out "$WORK/sq2.pt" --passage-out "$WORK/sp2.pt"
+expect_ranks_ok 2 sep2
+same_params "$WORK/sq1.pt" "$WORK/sq2.pt" "$D/tower.pt"
+same_params "$WORK/sp1.pt" "$WORK/sp2.pt" "$D/tower_b.pt"
+
+# The plain (--no-gradcache) step is data parallel too.
+launch 2 full2 "${RAW[@]}" --no-gradcache --out "$WORK/full2.pt"
+expect_ranks_ok 2 full2
+same_params "$WORK/raw1.pt" "$WORK/full2.pt" "$D/tower.pt"
+
+# ---- cached embeddings, grouped (supervised contrastive): 3 ranks sharing one slab
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+  --out "$WORK/c.h5" || _fail "cache-fill"
+CACHED=(--cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 8 --steps 6
+        --optimizer sgd --lr 0.5 --seed 2 --threads 1)
+run "$TC_BIN/gc-train" "${CACHED[@]}" --out "$WORK/h1.pt" --metrics "$WORK/h1.jsonl"
+expect_rc 0
+launch 3 h3 "${CACHED[@]}" --out "$WORK/h3.pt" --metrics "$WORK/h3.jsonl" --cache-shm dist
+expect_ranks_ok 3 h3
+same_params "$WORK/h1.pt" "$WORK/h3.pt"
+# One slab for the three ranks; the metrics (rank 0's) show the same losses as one process.
+"$TC_BIN/shm-cache" list --json >"$WORK/slabs.json"
+py "
+import json
+print([(s['name'], s['counts']['filled'], s['length']) for s in json.load(open('$WORK/slabs.json'))['slabs']])
+"
+expect_out "[('dist-cnn', 300, 300)]"
+py "
+import json
+a = [json.loads(l)['loss'] for l in open('$WORK/h1.jsonl')]
+b = [json.loads(l)['loss'] for l in open('$WORK/h3.jsonl')]
+print(len(a), len(b), max(abs(x - y) / abs(x) for x, y in zip(a, b)) <= 1e-5)
+"
+expect_out "6 6 True"
+
+# ---- checkpoints: rank 0 writes them; resuming with the same world size continues exactly
+CK=("${CACHED[@]}" --steps 8 --checkpoint-dir "$WORK/ck")
+launch 2 straight "${CACHED[@]}" --steps 8 --checkpoint-dir "$WORK/ck0" --out "$WORK/straight.pt"
+expect_ranks_ok 2 straight
+launch 2 first "${CK[@]}" --steps 4
+expect_ranks_ok 2 first
+launch 2 second "${CK[@]}" --resume --out "$WORK/resumed.pt"
+expect_ranks_ok 2 second
+same_params "$WORK/straight.pt" "$WORK/resumed.pt" "" 0
+launch 3 wrong "${CK[@]}" --resume
+for r in 0 1 2; do
+  expect_eq "$(cat "$WORK/wrong.rc.$r")" 64 "resume with another world size, rank $r"
+  expect_eq "$(tail -1 "$WORK/wrong.err.$r")" \
+    "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written by 2 process(es); resume it with WORLD_SIZE=2 (this run has 3)"
+done
+
+# ---- SIGINT to one rank: every rank stops after the same step, rank 0 saves the checkpoint
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
+    --checkpoint-dir "$WORK/int" --metrics "$WORK/int.jsonl" >/dev/null 2>"$WORK/int.err.$r" <&- &
+  pids+=($!)
+done
+wait_lines "$WORK/int.jsonl" 20
+kill -INT "$(pgrep -P "${pids[1]}")"  # rank 1 only; pids are timeout's, gc-train its child
+for r in 0 1; do
+  wait "${pids[$r]}"
+  expect_eq "$?" 130 "interrupted rank $r exit"
+done
+err=$(cat "$WORK/int.err.0")
+expect_err_re "interrupted at step ([0-9]+); checkpoint $WORK/int/checkpoint.pt \(rerun with --resume\)$"
+stopped=${BASH_REMATCH[1]:-0}
+expect_eq "$(wc -l <"$WORK/int.jsonl")" "$stopped" "metrics lines = the step rank 0 reported"
+launch 2 intres "${CACHED[@]}" --lr 0.01 --checkpoint-dir "$WORK/int" --resume --steps $((stopped + 2))
+expect_ranks_ok 2 intres
+expect_eq "$(head -2 "$WORK/intres.err.0" | tail -1)" "gc-train: resuming at step $stopped from $WORK/int/checkpoint.pt"
+
+# ---- a rank killed mid-run: the others stop at once with a clear error, not hang
+port=$(free_port)
+pids=()
+for r in 0 1 2; do
+  RANK=$r WORLD_SIZE=3 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
+    --dist-timeout 60 --metrics "$WORK/kill.$r.jsonl" >/dev/null 2>"$WORK/kill.err.$r" <&- &
+  pids+=($!)
+done
+wait_lines "$WORK/kill.0.jsonl" 20
+kill -KILL "$(pgrep -P "${pids[1]}")"
+start=$SECONDS
+for r in 0 2; do
+  wait "${pids[$r]}"
+  expect_eq "$?" 69 "survivor rank $r exit"
+  err=$(cat "$WORK/kill.err.$r")
+  expect_err_re "gc-train: error: rank $r of 3: (all-gather|all-reduce) \(step [0-9]+\) failed: .*\(another rank exited, hung or cannot be reached\)$"
+done
+wait "${pids[1]}"
+expect_eq "$((SECONDS - start <= 20))" 1 "survivors exited within 20 s (took $((SECONDS - start)) s)"
+
+# A hung rank (stopped, sockets open): the others give up after --dist-timeout.
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
+    --dist-timeout 3 --metrics "$WORK/hang.$r.jsonl" >/dev/null 2>"$WORK/hang.err.$r" <&- &
+  pids+=($!)
+done
+wait_lines "$WORK/hang.0.jsonl" 20
+hung=$(pgrep -P "${pids[1]}")
+kill -STOP "$hung"
+start=$SECONDS
+wait "${pids[0]}"
+expect_eq "$?" 69 "rank 0 exit when rank 1 hangs"
+expect_eq "$((SECONDS - start <= 15))" 1 "rank 0 gave up within 15 s (took $((SECONDS - start)) s)"
+err=$(cat "$WORK/hang.err.0")
+expect_err_re "gc-train: error: rank 0 of 2: (all-gather|all-reduce) \(step [0-9]+\) failed: Timed out waiting 3000ms"
+kill -KILL "$hung"
+kill -CONT "$hung"
+wait "${pids[1]}"
+
+# A rank whose peers never come: bounded by --dist-timeout as well.
+start=$SECONDS
+run env RANK=1 WORLD_SIZE=2 MASTER_PORT="$(free_port)" "$TC_BIN/gc-train" "${CACHED[@]}" --dist-timeout 2
+expect_rc 69
+expect_err_re "gc-train: error: rank 1 of 2: connecting \(start-up\) failed: .*timed out.*\(another rank exited, hung or cannot be reached\)$"
+expect_eq "$((SECONDS - start <= 15))" 1 "lonely rank gave up within 15 s"
+
+# ---- launcher environment and option errors (before any connection is tried)
+run env RANK=2 WORLD_SIZE=2 "$TC_BIN/gc-train" "${CACHED[@]}"
+expect_rc 64
+expect_err "gc-train: error: RANK: 2 is not below WORLD_SIZE 2"
+run env WORLD_SIZE=two "$TC_BIN/gc-train" "${CACHED[@]}"
+expect_rc 64
+expect_err "gc-train: error: WORLD_SIZE: expected an integer >= 1, got 'two'"
+run env -u RANK WORLD_SIZE=2 "$TC_BIN/gc-train" "${CACHED[@]}"
+expect_rc 64
+expect_err "gc-train: error: WORLD_SIZE: is set but RANK is not"
+run env RANK=0 WORLD_SIZE=2 "$TC_BIN/gc-train" "${CACHED[@]}" --dist-backend nccl
+expect_rc 69
+expect_err "gc-train: error: --dist-backend: this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)"
+run env RANK=0 WORLD_SIZE=3 "$TC_BIN/gc-train" "${CACHED[@]}" --batch-size 2
+expect_rc 64
+expect_err "gc-train: error: --batch-size: 2 rows cannot be shared by 3 ranks"
+
+# ---- torchrun: --standalone (rank 0 hosts the store) and a static rendezvous (torchrun's agent does)
+TORCHRUN=$(dirname "$TC_PYTHON")/torchrun
+if [ -x "$TORCHRUN" ]; then
+  export PATH="$TC_BIN:$PATH"
+  run timeout 120 "$TORCHRUN" --standalone --nproc_per_node 2 --redirects 2 --tee 2 --log_dir "$WORK/tr1" \
+    --no_python gc-train "${CACHED[@]}" --out "$WORK/tr1.pt" --json
+  expect_rc 0
+  expect_out_re '^\{"schema":"gc-train/1","status":"done","mode":"cached-grouped","world_size":2,'
+  same_params "$WORK/h1.pt" "$WORK/tr1.pt"
+  run timeout 120 "$TORCHRUN" --nnodes 1 --node_rank 0 --nproc_per_node 3 --master_addr 127.0.0.1 \
+    --master_port "$(free_port)" --redirects 2 --tee 2 --log_dir "$WORK/tr2" \
+    --no_python gc-train "${CACHED[@]}" --out "$WORK/tr2.pt" --json
+  expect_rc 0
+  expect_out_re '"world_size":3,'
+  same_params "$WORK/h1.pt" "$WORK/tr2.pt"
+else
+  _fail "torchrun is missing (python3-torch)"
+fi
+
+finish
