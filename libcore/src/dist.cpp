@@ -105,11 +105,13 @@ Group::Group(const Launch& launch, const std::string& backend, std::chrono::mill
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, opts);
   });
   context_ = "start-up";
+  collectives_ = 0;
 }
 
 Group::~Group() = default;
 
 void Group::wait(const char* op, const std::function<void()>& run) {
+  ++collectives_;
   try {
     run();
   } catch (const Error&) {

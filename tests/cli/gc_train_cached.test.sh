@@ -27,6 +27,11 @@ run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings t --passage-e
 expect_rc 0
 expect_out_re '"mode":"cached-aligned".*"eval_after":\{"rows":50,"recall_at_1":[0-9.]+'
 
+# A repeated option takes its last value (scripts append overrides).
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --steps 2 --json
+expect_rc 0
+expect_out_re '"steps":2,"total_steps":2,'
+
 # --eval-data: a separate cache with the same encoder (here: rows 250.. of the same images).
 "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --rows 250: --out "$WORK/eval.h5" || _fail "cache-fill eval"

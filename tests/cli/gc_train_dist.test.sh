@@ -77,6 +77,16 @@ j = json.load(open('$WORK/raw3.out.0'))
 print(j['world_size'], j['steps'], abs(j['loss'] - $loss1) <= 1e-5 * abs($loss1))
 "
 expect_out "3 4 True"
+# Collectives per run: a broadcast of the weights and a check of the start step, then three per
+# step (representations gathered, their gradients summed, parameter gradients summed), whatever
+# the chunk size: 2 + 3 x 4 = 14.
+launch 2 chunks "${RAW[@]}" --chunk-size 2 --json
+expect_ranks_ok 2 chunks
+py "
+import json
+print([json.load(open(f))['collectives'] for f in ('$WORK/raw2.out.0', '$WORK/raw3.out.0', '$WORK/chunks.out.0')])
+"
+expect_out "[14, 14, 14]"
 expect_eq "$(cat "$WORK/raw3.err.0")" "gc-train: rank 0 of 3 (gloo); every rank encodes 1/3 of each batch of 40" "rank 0 log"
 expect_eq "$(cat "$WORK/raw3.err.1")" "" "rank 1 log"
 

@@ -91,6 +91,7 @@ int run(Options& o) {
            {"status", r.interrupted ? "interrupted" : "done"},
            {"mode", r.mode},
            {"world_size", r.world_size},
+           {"collectives", r.collectives},
            {"start_step", r.start_step},
            {"steps", r.steps_done},
            {"total_steps", r.total_steps},

@@ -36,6 +36,9 @@ class Group {
   int size() const { return size_; }
   const std::string& backend() const { return backend_; }
 
+  /// Collectives run so far (each all_gather_rows, all_reduce_sum, broadcast or barrier is one).
+  int64_t collectives() const { return collectives_; }
+
   /// What the ranks are doing, for error messages ("step 12").
   void set_context(std::string context) { context_ = std::move(context); }
 
@@ -60,6 +63,7 @@ class Group {
   std::string backend_;
   torch::Device comm_device_ = torch::kCPU;
   std::string context_ = "start-up";
+  int64_t collectives_ = 0;
   void wait(const char* op, const std::function<void()>& run);
 };
 

@@ -84,6 +84,7 @@ struct TrainResult {
   std::string checkpoint;       ///< last checkpoint written or loaded
   int rank = 0, world_size = 1; ///< data parallelism: only rank 0 writes outputs
   std::string backend;          ///< the process group's backend when world_size > 1
+  int64_t collectives = 0;      ///< collective operations this rank took part in
 };
 
 /// Per-step callback (step, total, loss) and informational messages.
