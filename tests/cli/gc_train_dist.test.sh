@@ -146,6 +146,23 @@ for r in 0 1 2; do
     "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written by 2 process(es); resume it with WORLD_SIZE=2 (this run has 3)"
 done
 
+# Ranks that do not see the same checkpoint would diverge: refused on every rank.
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  dir="$WORK/ck"
+  [ "$r" -eq 1 ] && dir="$WORK/elsewhere"
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CK[@]}" --checkpoint-dir "$dir" --resume \
+    >/dev/null 2>"$WORK/apart.err.$r" <&- &
+  pids+=($!)
+done
+for r in 0 1; do
+  wait "${pids[$r]}"
+  expect_eq "$?" 65 "rank $r exit when ranks see different checkpoints"
+done
+expect_eq "$(tail -1 "$WORK/apart.err.0")" \
+  "gc-train: error: $WORK/ck: ranks would start at different steps (8, 0): every rank must see the same checkpoint directory"
+
 # ---- SIGINT to one rank: every rank stops after the same step, rank 0 saves the checkpoint
 port=$(free_port)
 pids=()
