@@ -2,6 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "traincache/gradcache.h"
 
 using namespace traincache;
@@ -198,4 +202,176 @@ CATCH_TEST_CASE("loss: sides of different widths are refused", "[gradcache]") {
   gc::LossConfig cfg;
   CATCH_CHECK_THROWS_WITH(gc::loss(torch::zeros({2, 3}), torch::zeros({2, 4}), {}, cfg),
                           "loss: query and passage representations differ in width (3 vs 4)");
+}
+
+namespace {
+
+// W ranks as threads of this process, exchanging tensors through memory: the collectives of
+// gc::Parallel without a network, to check the data-parallel arithmetic for every loss.
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int size) : size_(size), slots_(size) {}
+
+  gc::Parallel parallel(int rank, std::vector<int64_t> rows) {
+    gc::Parallel p;
+    p.rank = rank;
+    p.rows = std::move(rows);
+    p.all_gather_rows = [this, rank](const torch::Tensor& t, const std::vector<int64_t>&) {
+      return exchange(rank, {t}, [](const std::vector<std::vector<torch::Tensor>>& all) {
+               std::vector<torch::Tensor> parts;
+               for (const auto& s : all) parts.push_back(s[0]);
+               return std::vector<torch::Tensor>{torch::cat(parts)};
+             })[0];
+    };
+    p.all_reduce_sum = [this, rank](const std::vector<torch::Tensor>& ts) { sum(rank, ts); };
+    return p;
+  }
+
+  void sum(int rank, const std::vector<torch::Tensor>& ts) {
+    auto out = exchange(rank, ts, [](const std::vector<std::vector<torch::Tensor>>& all) {
+      std::vector<torch::Tensor> total;
+      for (std::size_t i = 0; i < all[0].size(); ++i) {
+        auto t = all[0][i].clone();
+        for (std::size_t r = 1; r < all.size(); ++r) t += all[r][i];
+        total.push_back(t);
+      }
+      return total;
+    });
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < ts.size(); ++i) const_cast<torch::Tensor&>(ts[i]).copy_(out[i]);
+  }
+
+ private:
+  using Combine = std::function<std::vector<torch::Tensor>(const std::vector<std::vector<torch::Tensor>>&)>;
+
+  // Every rank deposits its tensors; when all have, each computes the combination of all.
+  std::vector<torch::Tensor> exchange(int rank, const std::vector<torch::Tensor>& mine, const Combine& combine) {
+    std::vector<torch::Tensor> copy;
+    for (const auto& t : mine) copy.push_back(t.detach().clone());
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Wait until the previous exchange has been read by everyone.
+    cv_.wait(lock, [&] { return leaving_ == 0; });
+    slots_[rank] = copy;
+    if (++arrived_ == size_) cv_.notify_all();
+    cv_.wait(lock, [&] { return arrived_ == size_; });
+    auto out = combine(slots_);
+    if (++leaving_ == size_) {
+      arrived_ = 0;
+      leaving_ = 0;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return leaving_ == 0; });
+    }
+    return out;
+  }
+
+  int size_;
+  std::vector<std::vector<torch::Tensor>> slots_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0, leaving_ = 0;
+};
+
+// `steps` SGD steps of Setup s on `world` ranks (threads), each with its own copy of the models
+// and rank r's share of every batch; returns rank 0's parameters (every rank's are compared).
+std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtype dtype, int steps, bool gradcache) {
+  std::vector<torch::jit::Module> qms, pms;
+  for (int r = 0; r < world; ++r) {
+    qms.push_back(mlp(1, 0, dtype));
+    pms.push_back(mlp(2, 0, dtype));
+  }
+  torch::manual_seed(99);
+  auto q_all = torch::randn({steps, s.batch, 6}, dtype);
+  auto p_all = torch::randn({steps, s.batch * (1 + s.k), 6}, dtype);
+  auto labels = torch::tensor({0, 1, 0, 2, 1, 1, 0, 2, 2, 0}, torch::kLong).slice(0, 0, s.batch);
+  std::vector<int64_t> rows;
+  for (int r = 0; r < world; ++r) rows.push_back((r + 1) * s.batch / world - r * s.batch / world);
+  ThreadGroup group(world);
+  std::vector<std::vector<torch::Tensor>> result(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      torch::jit::Module& qm = qms[r];
+      torch::jit::Module& pmod = s.tied ? qms[r] : pms[r];
+      std::vector<torch::Tensor> params;
+      for (auto p : qm.parameters()) params.push_back(p);
+      if (!s.tied)
+        for (auto p : pmod.parameters()) params.push_back(p);
+      auto par = group.parallel(r, rows);
+      const int64_t a = r * s.batch / world, b = (r + 1) * s.batch / world, g = 1 + s.k;
+      gc::StepMode mode;
+      mode.gradcache = gradcache;
+      for (int i = 0; i < steps; ++i) {
+        for (auto& p : params)
+          if (p.grad().defined()) p.grad().zero_();
+        gc::SideBatch qb{tower(qm), {q_all[i].slice(0, a, b)}, s.qchunk};
+        gc::SideBatch pb{tower(pmod), {p_all[i].slice(0, a * g, b * g)}, s.pchunk};
+        gc::step(qb, pb, labels, s.loss, mode, &par);
+        std::vector<torch::Tensor> grads;
+        for (auto& p : params) grads.push_back(p.grad());
+        group.sum(r, grads);  // the caller's one all-reduce of parameter gradients
+        torch::NoGradGuard no_grad;
+        for (auto& p : params) p.sub_(p.grad() * 0.1);
+      }
+      for (auto& p : params) result[r].push_back(p.detach().clone());
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 1; r < world; ++r) CATCH_CHECK(max_abs_diff(result[r], result[0]) == 0);
+  return result[0];
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("data parallel: W ranks with B/W rows each equal one process with batch B (float64, 1e-12)",
+                "[gradcache][parallel]") {
+  for (const auto& [name, s] : setups()) {
+    CATCH_INFO(name);
+    gc::StepMode full;
+    full.gradcache = false;
+    auto single = train(s, full, torch::kFloat64, 3);
+    for (int world : {2, 3}) {
+      CATCH_INFO("world size " << world);
+      CATCH_CHECK(max_abs_diff(train_parallel(s, world, torch::kFloat64, 3, true), single) <= 1e-12);
+      CATCH_CHECK(max_abs_diff(train_parallel(s, world, torch::kFloat64, 3, false), single) <= 1e-12);
+    }
+  }
+}
+
+CATCH_TEST_CASE("data parallel: without summing representation gradients the result is wrong",
+                "[gradcache][parallel]") {
+  // Negative control: ranks that only back-propagate their own anchors' terms (the naive split,
+  // which drops every other rank's anchors' gradient into this rank's rows) do not match.
+  Setup s;
+  gc::StepMode full;
+  full.gradcache = false;
+  auto single = train(s, full, torch::kFloat64, 3);
+  std::vector<torch::jit::Module> qms{mlp(1, 0, torch::kFloat64), mlp(1, 0, torch::kFloat64)};
+  torch::manual_seed(99);
+  auto q_all = torch::randn({3, s.batch, 6}, torch::kFloat64);
+  auto p_all = torch::randn({3, s.batch, 6}, torch::kFloat64);
+  ThreadGroup group(2);
+  std::vector<std::vector<torch::Tensor>> result(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto par = group.parallel(r, {5, 5});
+      par.all_reduce_sum = [](const std::vector<torch::Tensor>&) {};  // the missing collective
+      std::vector<torch::Tensor> params;
+      for (auto p : qms[r].parameters()) params.push_back(p);
+      for (int i = 0; i < 3; ++i) {
+        for (auto& p : params)
+          if (p.grad().defined()) p.grad().zero_();
+        gc::SideBatch qb{tower(qms[r]), {q_all[i].slice(0, 5 * r, 5 * r + 5)}, s.qchunk};
+        gc::SideBatch pb{tower(qms[r]), {p_all[i].slice(0, 5 * r, 5 * r + 5)}, s.pchunk};
+        gc::step(qb, pb, {}, s.loss, {}, &par);
+        std::vector<torch::Tensor> grads;
+        for (auto& p : params) grads.push_back(p.grad());
+        group.sum(r, grads);
+        torch::NoGradGuard no_grad;
+        for (auto& p : params) p.sub_(p.grad() * 0.1);
+      }
+      for (auto& p : params) result[r].push_back(p.detach().clone());
+    });
+  for (auto& t : threads) t.join();
+  CATCH_CHECK(max_abs_diff(result[0], single) > 1e-6);
 }
