@@ -755,7 +755,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       *metrics << line.dump() << "\n";
       metrics->flush();
     }
-    if (cb.progress) cb.progress(s + 1, total, l);
+    if (cb.progress && rank == 0) cb.progress(s + 1, total, l);
     if (!ckpt.empty() && o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
       auto rngs = rng_states();
       if (rank == 0) save_checkpoint(o.checkpoint_dir, s + 1, params, *opt, config_text, rngs);

@@ -80,8 +80,11 @@ expect_out "3 4 True"
 # Collectives per run: a broadcast of the weights and a check of the start step, then three per
 # step (representations gathered, their gradients summed, parameter gradients summed), whatever
 # the chunk size: 2 + 3 x 4 = 14.
-launch 2 chunks "${RAW[@]}" --chunk-size 2 --json
+launch 2 chunks "${RAW[@]}" --chunk-size 2 --json --progress always
 expect_ranks_ok 2 chunks
+# Progress bars and messages are rank 0's alone.
+expect_eq "$(grep -c 'training' "$WORK/chunks.err.0")" 1 "rank 0 draws the progress bar"
+expect_eq "$(cat "$WORK/chunks.err.1")" "" "rank 1 stays quiet"
 py "
 import json
 print([json.load(open(f))['collectives'] for f in ('$WORK/raw2.out.0', '$WORK/raw3.out.0', '$WORK/chunks.out.0')])

@@ -89,8 +89,8 @@ struct TrainResult {
 
 /// Per-step callback (step, total, loss) and informational messages.
 struct TrainCallbacks {
-  std::function<void(int64_t, int64_t, double)> progress;
-  std::function<void(const std::string&)> info;
+  std::function<void(int64_t, int64_t, double)> progress;  ///< rank 0 only in a data-parallel run
+  std::function<void(const std::string&)> info;            ///< rank 0 only in a data-parallel run
 };
 
 /// Runs training. Throws traincache::Error with its exit code on failure.
