@@ -106,14 +106,17 @@ Group::Group(const Launch& launch, const std::string& backend, std::chrono::mill
   });
   context_ = "start-up";
   collectives_ = 0;
+  collective_seconds_ = 0;
 }
 
 Group::~Group() = default;
 
 void Group::wait(const char* op, const std::function<void()>& run) {
   ++collectives_;
+  auto t0 = std::chrono::steady_clock::now();
   try {
     run();
+    collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

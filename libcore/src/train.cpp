@@ -772,7 +772,10 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     if (rank == 0) save_checkpoint(o.checkpoint_dir, s, params, *opt, config_text, rngs);
     result.checkpoint = ckpt;
   }
-  if (group) result.collectives = group->collectives();
+  if (group) {
+    result.collectives = group->collectives();
+    result.collective_seconds = group->collective_seconds();
+  }
   if (result.interrupted) {
     result.seconds = seconds_since(t_start);
     return result;

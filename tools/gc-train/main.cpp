@@ -92,6 +92,7 @@ int run(Options& o) {
            {"mode", r.mode},
            {"world_size", r.world_size},
            {"collectives", r.collectives},
+           {"collective_seconds", r.collective_seconds},
            {"start_step", r.start_step},
            {"steps", r.steps_done},
            {"total_steps", r.total_steps},

@@ -38,6 +38,8 @@ class Group {
 
   /// Collectives run so far (each all_gather_rows, all_reduce_sum, broadcast or barrier is one).
   int64_t collectives() const { return collectives_; }
+  /// Seconds spent in them: transfer plus waiting for slower ranks.
+  double collective_seconds() const { return collective_seconds_; }
 
   /// What the ranks are doing, for error messages ("step 12").
   void set_context(std::string context) { context_ = std::move(context); }
@@ -64,6 +66,7 @@ class Group {
   torch::Device comm_device_ = torch::kCPU;
   std::string context_ = "start-up";
   int64_t collectives_ = 0;
+  double collective_seconds_ = 0;
   void wait(const char* op, const std::function<void()>& run);
 };
 

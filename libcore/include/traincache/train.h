@@ -85,6 +85,7 @@ struct TrainResult {
   int rank = 0, world_size = 1; ///< data parallelism: only rank 0 writes outputs
   std::string backend;          ///< the process group's backend when world_size > 1
   int64_t collectives = 0;      ///< collective operations this rank took part in
+  double collective_seconds = 0;  ///< time in them (transfers and waiting for other ranks)
 };
 
 /// Per-step callback (step, total, loss) and informational messages.
