@@ -28,6 +28,7 @@ struct Options {
   std::vector<std::string> encoders, features, outputs;
   std::string dtype = "float32", rows, input_scale = "1/255", shard;
   bool no_optimize = false, merge_after = false;
+  double merge_timeout = 3600;
   cache::MergeOptions merge;
 };
 
@@ -48,20 +49,36 @@ void resolve_shard(Options& o) {
   o.fill.shard_count = static_cast<int>(*n);
 }
 
-// Rank 0 with --merge: wait until every shard file is a complete cache, then merge them.
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// Rank 0 with --merge: wait (at most --merge-timeout seconds; 0 = no limit) until every shard
+// file is a complete cache, then merge them.
 void merge_when_complete(Options& o) {
   std::vector<std::string> paths;
   for (int i = 0; i < o.fill.shard_count; ++i) paths.push_back(fill::shard_path(o.fill.out, i, o.fill.shard_count));
-  for (bool all = false; !all;) {
-    all = true;
-    for (const auto& p : paths) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::vector<std::string> missing = paths; !missing.empty();) {
+    std::vector<std::string> still;
+    for (const auto& p : missing) {
       struct stat st;
-      all = all && stat(p.c_str(), &st) == 0;
+      if (stat(p.c_str(), &st) != 0) still.push_back(p);
     }
-    if (!all) {
-      if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    missing = still;
+    if (missing.empty()) break;
+    if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.merge_timeout > 0 && waited >= o.merge_timeout) {
+      std::string list;
+      for (const auto& p : missing) list += (list.empty() ? "" : ", ") + p;
+      throw Error(Exit::temp_failure, "--merge",
+                  "gave up after " + seconds_text(o.merge_timeout) + " s waiting for " + list +
+                      " (run their shards, then cache-fill merge)");
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   cache::merge_shards({o.fill.out, paths, false});
   if (!o.common.quiet)
@@ -211,6 +228,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--out", o.fill.out, "Output cache file (required)");
   app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
   app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");
+  app.add_option("--merge-timeout", o.merge_timeout, "Seconds shard 0 waits for the others with --merge (0: no limit)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
   merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
   merge->add_option("shards", o.merge.shards, "Shard files")->required();
@@ -235,7 +254,7 @@ int main(int argc, char** argv) {
   app.footer(
       "EXIT STATUS\n  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, "
       "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "
-      "73 output in the way or not creatable;\n  74 I/O error; 130 interrupted (progress kept, run again "
+      "73 output in the way or not creatable;\n  74 I/O error; 75 --merge gave up waiting for shards; 130 interrupted (progress kept, run again "
       "to resume).\nSee docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return merge->parsed() ? run_merge(o) : run(o); });
 }
