@@ -213,7 +213,7 @@ port=$(free_port)
 pids=()
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
-    --dist-timeout 3 --metrics "$WORK/hang.$r.jsonl" >/dev/null 2>"$WORK/hang.err.$r" <&- &
+    --dist-timeout 5 --metrics "$WORK/hang.$r.jsonl" >/dev/null 2>"$WORK/hang.err.$r" <&- &
   pids+=($!)
 done
 wait_lines "$WORK/hang.0.jsonl" 20
@@ -222,9 +222,10 @@ kill -STOP "$hung"
 start=$SECONDS
 wait "${pids[0]}"
 expect_eq "$?" 69 "rank 0 exit when rank 1 hangs"
-expect_eq "$((SECONDS - start <= 15))" 1 "rank 0 gave up within 15 s (took $((SECONDS - start)) s)"
+took=$((SECONDS - start))
+expect_eq "$((took >= 4 && took <= 20))" 1 "rank 0 gave up after the 5 s timeout, within 20 s (took $took s)"
 err=$(cat "$WORK/hang.err.0")
-expect_err_re "gc-train: error: rank 0 of 2: (all-gather|all-reduce) \(step [0-9]+\) failed: Timed out waiting 3000ms"
+expect_err_re "gc-train: error: rank 0 of 2: (all-gather|all-reduce) \(step [0-9]+\) failed: Timed out waiting 5000ms"
 kill -KILL "$hung"
 kill -CONT "$hung"
 wait "${pids[1]}"
