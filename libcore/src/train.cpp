@@ -712,7 +712,8 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       group->set_context("step " + std::to_string(s + 1));
       const int64_t n = idx.size(0);
       if (n < world) {
-        info("step " + std::to_string(s + 1) + ": skipped, its " + std::to_string(n) + " rows are fewer than the ranks");
+        info("step " + std::to_string(s + 1) + ": skipped: its batch has " + std::to_string(n) + " row(s), fewer than the " +
+             std::to_string(world) + " ranks");
         continue;
       }
       par.rows.clear();

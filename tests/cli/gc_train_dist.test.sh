@@ -133,6 +133,18 @@ print(len(a), len(b), max(abs(x - y) / abs(x) for x, y in zip(a, b)) <= 1e-5)
 "
 expect_out "6 6 True"
 
+# A last partial batch with fewer rows than ranks (--no-drop-last) is skipped on every rank.
+launch 2 tail "${CACHED[@]}" --batch-size 299 --no-drop-last --epochs 2 --steps 0 --json
+expect_ranks_ok 2 tail
+expect_eq "$(grep -c 'skipped' "$WORK/tail.err.0")" 2 "skipped steps"
+expect_eq "$(sed -n 2p "$WORK/tail.err.0")" "gc-train: step 2: skipped: its batch has 1 row(s), fewer than the 2 ranks"
+py "
+import json
+j = json.load(open('$WORK/tail.out.0'))
+print(j['steps'], j['collectives'])
+"
+expect_out "4 8"
+
 # ---- checkpoints: rank 0 writes them; resuming with the same world size continues exactly
 CK=("${CACHED[@]}" --steps 8 --checkpoint-dir "$WORK/ck")
 launch 2 straight "${CACHED[@]}" --steps 8 --checkpoint-dir "$WORK/ck0" --out "$WORK/straight.pt"
