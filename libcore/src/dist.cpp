@@ -157,7 +157,7 @@ void unpack(const torch::Tensor& buf, const std::vector<torch::Tensor>& ts) {
   torch::NoGradGuard no_grad;
   int64_t at = 0;
   for (const auto& t : ts) {
-    const_cast<torch::Tensor&>(t).copy_(buf.slice(0, at, at + t.numel()).view(t.sizes()).to(t.device()));
+    t.copy_(buf.slice(0, at, at + t.numel()).view(t.sizes()).to(t.device()));
     at += t.numel();
   }
 }

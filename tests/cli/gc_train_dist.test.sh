@@ -9,22 +9,31 @@ trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
 
 free_port() { "$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# launch W NAME ARGS...: starts W ranks of gc-train ARGS (each bounded by `timeout`) and waits;
-# rank r's exit code, stdout and stderr go to $WORK/NAME.rc.r, .out.r and .err.r.
-launch() {
+# start_ranks W NAME ARGS...: starts W ranks of gc-train ARGS in the background, each bounded by
+# `timeout` (PIDS[r] is rank r's timeout process, gc-train its child); rank r's stdout and stderr
+# go to $WORK/NAME.out.r and .err.r. wait_ranks W NAME: waits for them, exit codes to NAME.rc.r.
+# launch W NAME ARGS...: both.
+start_ranks() {
   local w=$1 name=$2 port r
   shift 2
   port=$(free_port)
-  local pids=()
+  PIDS=()
   for ((r = 0; r < w; r++)); do
-    RANK=$r WORLD_SIZE=$w MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "$@" --dist-timeout 60 \
+    RANK=$r WORLD_SIZE=$w MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" --dist-timeout 60 "$@" \
       >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
-    pids+=($!)
+    PIDS+=($!)
   done
-  for ((r = 0; r < w; r++)); do
-    wait "${pids[$r]}"
-    echo $? >"$WORK/$name.rc.$r"
+}
+wait_ranks() {
+  local r
+  for ((r = 0; r < $1; r++)); do
+    wait "${PIDS[$r]}"
+    echo $? >"$WORK/$2.rc.$r"
   done
+}
+launch() {
+  start_ranks "$@"
+  wait_ranks "$1" "$2"
 }
 
 # wait_lines FILE N: waits (at most 30 s) until FILE has N lines.
@@ -164,7 +173,7 @@ done
 # Ranks that do not see the same checkpoint would diverge: refused on every rank.
 port=$(free_port)
 pids=()
-for r in 0 1; do
+for r in 0 1; do  # by hand: rank 1 is given another directory
   dir="$WORK/ck"
   [ "$r" -eq 1 ] && dir="$WORK/elsewhere"
   RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CK[@]}" --checkpoint-dir "$dir" --resume \
@@ -179,18 +188,12 @@ expect_eq "$(tail -1 "$WORK/apart.err.0")" \
   "gc-train: error: $WORK/ck: ranks would start at different steps (8, 0): every rank must see the same checkpoint directory"
 
 # ---- SIGINT to one rank: every rank stops after the same step, rank 0 saves the checkpoint
-port=$(free_port)
-pids=()
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
-    --checkpoint-dir "$WORK/int" --metrics "$WORK/int.jsonl" >/dev/null 2>"$WORK/int.err.$r" <&- &
-  pids+=($!)
-done
+start_ranks 2 int "${CACHED[@]}" --steps 1000000 --lr 0.01 --checkpoint-dir "$WORK/int" --metrics "$WORK/int.jsonl"
 wait_lines "$WORK/int.jsonl" 20
-kill -INT "$(pgrep -P "${pids[1]}")"  # rank 1 only; pids are timeout's, gc-train its child
+kill -INT "$(pgrep -P "${PIDS[1]}")"  # rank 1 only
+wait_ranks 2 int
 for r in 0 1; do
-  wait "${pids[$r]}"
-  expect_eq "$?" 130 "interrupted rank $r exit"
+  expect_eq "$(cat "$WORK/int.rc.$r")" 130 "interrupted rank $r exit"
 done
 err=$(cat "$WORK/int.err.0")
 expect_err_re "interrupted at step ([0-9]+); checkpoint $WORK/int/checkpoint.pt \(rerun with --resume\)$"
@@ -201,38 +204,25 @@ expect_ranks_ok 2 intres
 expect_eq "$(head -2 "$WORK/intres.err.0" | tail -1)" "gc-train: resuming at step $stopped from $WORK/int/checkpoint.pt"
 
 # ---- a rank killed mid-run: the others stop at once with a clear error, not hang
-port=$(free_port)
-pids=()
-for r in 0 1 2; do
-  RANK=$r WORLD_SIZE=3 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
-    --dist-timeout 60 --metrics "$WORK/kill.$r.jsonl" >/dev/null 2>"$WORK/kill.err.$r" <&- &
-  pids+=($!)
-done
-wait_lines "$WORK/kill.0.jsonl" 20
-kill -KILL "$(pgrep -P "${pids[1]}")"
+start_ranks 3 kill "${CACHED[@]}" --steps 1000000 --lr 0.01 --metrics "$WORK/kill.jsonl"
+wait_lines "$WORK/kill.jsonl" 20
+kill -KILL "$(pgrep -P "${PIDS[1]}")"
 start=$SECONDS
+wait_ranks 3 kill
+expect_eq "$((SECONDS - start <= 20))" 1 "survivors exited within 20 s (took $((SECONDS - start)) s)"
 for r in 0 2; do
-  wait "${pids[$r]}"
-  expect_eq "$?" 69 "survivor rank $r exit"
+  expect_eq "$(cat "$WORK/kill.rc.$r")" 69 "survivor rank $r exit"
   err=$(cat "$WORK/kill.err.$r")
   expect_err_re "gc-train: error: rank $r of 3: (all-gather|all-reduce) \(step [0-9]+\) failed: .*\(another rank exited, hung or cannot be reached\)$"
 done
-wait "${pids[1]}"
-expect_eq "$((SECONDS - start <= 20))" 1 "survivors exited within 20 s (took $((SECONDS - start)) s)"
 
 # A hung rank (stopped, sockets open): the others give up after --dist-timeout.
-port=$(free_port)
-pids=()
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --steps 1000000 --lr 0.01 \
-    --dist-timeout 5 --metrics "$WORK/hang.$r.jsonl" >/dev/null 2>"$WORK/hang.err.$r" <&- &
-  pids+=($!)
-done
-wait_lines "$WORK/hang.0.jsonl" 20
-hung=$(pgrep -P "${pids[1]}")
+start_ranks 2 hang "${CACHED[@]}" --steps 1000000 --lr 0.01 --dist-timeout 5 --metrics "$WORK/hang.jsonl"
+wait_lines "$WORK/hang.jsonl" 20
+hung=$(pgrep -P "${PIDS[1]}")
 kill -STOP "$hung"
 start=$SECONDS
-wait "${pids[0]}"
+wait "${PIDS[0]}"
 expect_eq "$?" 69 "rank 0 exit when rank 1 hangs"
 took=$((SECONDS - start))
 expect_eq "$((took >= 4 && took <= 20))" 1 "rank 0 gave up after the 5 s timeout, within 20 s (took $took s)"
@@ -240,7 +230,7 @@ err=$(cat "$WORK/hang.err.0")
 expect_err_re "gc-train: error: rank 0 of 2: (all-gather|all-reduce) \(step [0-9]+\) failed: Timed out waiting 5000ms"
 kill -KILL "$hung"
 kill -CONT "$hung"
-wait "${pids[1]}"
+wait "${PIDS[1]}"
 
 # A rank whose peers never come: bounded by --dist-timeout as well.
 start=$SECONDS
