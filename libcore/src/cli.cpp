@@ -1,6 +1,8 @@
 #include "traincache/cli.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "traincache/h5.h"
@@ -27,7 +29,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
       ->capture_default_str();
   if (compute != Compute::none)
     app.add_option("--threads", opts.threads, "Intra-op threads (0: all cores)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(positive_number(true))
         ->capture_default_str();
   if (compute == Compute::full)
     app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")
@@ -135,6 +137,18 @@ CLI::Validator positive_integer() {
         return "";
       },
       "POSITIVE");
+}
+
+CLI::Validator positive_number(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& s) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        bool ok = !s.empty() && end && *end == '\0' && std::isfinite(v) && (zero_ok ? v >= 0 : v > 0);
+        if (!ok) return std::string(zero_ok ? "must be a number >= 0" : "must be a positive number") + ", got '" + s + "'";
+        return "";
+      },
+      zero_ok ? "NONNEGATIVE" : "POSITIVE");
 }
 
 std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec) {

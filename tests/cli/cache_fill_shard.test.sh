@@ -69,6 +69,9 @@ expect_rc 75
 expect_err "cache-fill: error: --merge: gave up after 1 s waiting for $WORK/lone.h5.shard-1-of-2 (run their shards, then cache-fill merge)"
 expect_file "$WORK/lone.h5.shard-0-of-2"
 expect_no_file "$WORK/lone.h5"
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/lone.h5" --shard 0/2 --merge --merge-timeout -1
+expect_rc 64
+expect_err "cache-fill: error: --merge-timeout: must be a number >= 0, got '-1' (see --help)"
 
 # Refusals.
 run "$TC_BIN/cache-fill" merge --out "$WORK/bad.h5" "$WORK/s.h5.shard-0-of-3" "$WORK/s.h5.shard-2-of-3"

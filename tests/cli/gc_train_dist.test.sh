@@ -252,6 +252,12 @@ expect_err "gc-train: error: WORLD_SIZE: is set but RANK is not"
 run env RANK=0 WORLD_SIZE=2 "$TC_BIN/gc-train" "${CACHED[@]}" --dist-backend nccl
 expect_rc 69
 expect_err "gc-train: error: --dist-backend: this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)"
+run "$TC_BIN/gc-train" "${CACHED[@]}" --dist-timeout 0
+expect_rc 64
+expect_err "gc-train: error: --dist-timeout: must be a positive number, got '0' (see --help)"
+run "$TC_BIN/gc-train" "${CACHED[@]}" --threads -1
+expect_rc 64
+expect_err "gc-train: error: --threads: must be a number >= 0, got '-1' (see --help)"
 run env RANK=0 WORLD_SIZE=3 "$TC_BIN/gc-train" "${CACHED[@]}" --batch-size 2
 expect_rc 64
 expect_err "gc-train: error: --batch-size: 2 rows cannot be shared by 3 ranks"

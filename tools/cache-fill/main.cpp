@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
   app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
   app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");
   app.add_option("--merge-timeout", o.merge_timeout, "Seconds shard 0 waits for the others with --merge (0: no limit)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(cli::positive_number(true))->capture_default_str();
   auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
   merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
   merge->add_option("shards", o.merge.shards, "Shard files")->required();

@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   app.add_option("--dist-backend", t.dist_backend, "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str()->group(g_dist);
   app.add_option("--dist-timeout", t.dist_timeout, "Seconds a rank waits for the others before failing")
-      ->check(CLI::PositiveNumber)->capture_default_str()->group(g_dist);
+      ->check(cli::positive_number())->capture_default_str()->group(g_dist);
   auto* g_out = "Checkpoints and outputs";
   app.add_option("--checkpoint-dir", t.checkpoint_dir, "Directory of checkpoint.pt")->group(g_out);
   app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->group(g_out);

@@ -65,6 +65,9 @@ double parse_fraction(const std::string& s, const std::string& option);
 /// A CLI11 check for integers >= 1 with a readable message ("must be a positive integer").
 CLI::Validator positive_integer();
 
+/// A CLI11 check for numbers > 0 (or >= 0 with `zero_ok`), with a readable message.
+CLI::Validator positive_number(bool zero_ok = false);
+
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }
 
