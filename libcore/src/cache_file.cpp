@@ -1,5 +1,7 @@
 #include "traincache/cache_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,9 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/safe_file.h"
 
 namespace traincache::cache {
 
@@ -58,6 +62,61 @@ std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, i
   return out;
 }
 
+
+// Checks a dataset's storage before anything reads it: a contiguous or chunked dataset cannot
+// hold more bytes than the whole file (a small file claiming terabytes is corrupt, and reading it
+// would take hours); a virtual dataset's sources are collected for check_virtual_sources().
+void check_storage(hid_t d, const std::string& path, const std::string& dpath, const h5::DatasetInfo& di,
+                   int64_t file_size, std::set<std::string>& virtual_sources) {
+  h5::Id dcpl(H5Dget_create_plist(d));
+  if (!dcpl) throw Error(Exit::data, path, dpath + ": cannot read its storage layout");
+  if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {
+    size_t count = 0;
+    if (H5Pget_virtual_count(dcpl.get(), &count) < 0)
+      throw Error(Exit::data, path, dpath + ": cannot read its virtual mapping");
+    for (size_t i = 0; i < count; ++i) {
+      ssize_t n = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+      if (n < 0) throw Error(Exit::data, path, dpath + ": cannot read its virtual mapping");
+      std::string name(static_cast<std::size_t>(n) + 1, '\0');
+      H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
+      name.resize(static_cast<std::size_t>(n));
+      virtual_sources.insert(name);
+    }
+    return;
+  }
+  if (H5Pget_nfilters(dcpl.get()) > 0) return;  // compressed: the stored size says nothing
+  uint64_t claimed = di.type_size;
+  for (auto dim : di.shape)
+    if (dim < 0 || __builtin_mul_overflow(claimed, static_cast<uint64_t>(dim), &claimed))
+      throw Error(Exit::data, path, dpath + ": its shape does not fit 64 bits");
+  if (claimed > static_cast<uint64_t>(file_size))
+    throw Error(Exit::data, path,
+                dpath + " claims " + std::to_string(claimed) + " bytes but the file has only " +
+                    std::to_string(file_size) + " (truncated or corrupt)");
+}
+
+// A merged cache reads its rows from shard files through virtual datasets: every source must be
+// another file that exists and is a complete shard of the same job; a missing one would read as
+// zeros, and one that maps back onto this file would recurse until the stack overflows.
+void check_virtual_sources(hid_t f, const std::string& path, const std::set<std::string>& sources) {
+  if (sources.empty()) return;
+  auto job = h5::read_attr_string(f, "job_fingerprint");
+  for (const auto& name : sources) {
+    std::string src = name.empty() || name[0] == '/' ? name : files::dir_name(path) + "/" + name;
+    if (name == "." || files::same_file(src, path))
+      throw Error(Exit::data, path, "a virtual dataset maps onto its own file (self-referencing merge)");
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0)
+      throw Error(Exit::data, path, "virtual source " + src + " is missing (" + errno_text(errno) + ")");
+    h5::Id sf = h5::open_file(src);
+    auto complete = h5::read_attr_int(sf.get(), "complete");
+    auto src_job = h5::read_attr_string(sf.get(), "job_fingerprint");
+    if (h5::read_attr_string(sf.get(), "format").value_or("") != kFormatName || complete.value_or(0) != 1 ||
+        !src_job || (job && *src_job != *job))
+      throw Error(Exit::data, path, "virtual source " + src + " is not a complete shard of this cache's job");
+  }
+}
+
 }  // namespace
 
 CacheInfo read_info(const std::string& path, bool count_labels) {
@@ -84,11 +143,21 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   info.input_path = h5::read_attr_string(f, "input_path").value_or("");
   info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
   info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
+  struct stat fst;
+  if (::stat(path.c_str(), &fst) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  std::set<std::string> sources;
 
-  for (const auto& name : h5::list_group(f, "/embeddings")) {
+  std::vector<std::string> names;
+  try {
+    names = h5::list_group(f, "/embeddings");
+  } catch (const Error& e) {
+    throw Error(Exit::data, path, e.what());
+  }
+  for (const auto& name : names) {
     std::string dpath = "/embeddings/" + name;
     h5::Id d = h5::open_dataset(f, path, dpath);
     auto di = h5::describe(d.get(), dpath);
+    check_storage(d.get(), path, dpath, di, fst.st_size, sources);
     EmbeddingInfo e;
     e.name = name;
     e.shape = di.shape;
@@ -103,29 +172,36 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     info.embeddings.push_back(std::move(e));
   }
 
+  h5::Id labels;
   if (h5::exists(f, "/labels")) {
-    h5::Id d = h5::open_dataset(f, path, "/labels");
-    auto di = h5::describe(d.get(), "/labels");
+    labels = h5::open_dataset(f, path, "/labels");
+    auto di = h5::describe(labels.get(), "/labels");
+    check_storage(labels.get(), path, "/labels", di, fst.st_size, sources);
     LabelInfo li;
-    li.source = h5::read_attr_string(d.get(), "source").value_or("");
+    li.source = h5::read_attr_string(labels.get(), "source").value_or("");
     li.dtype = di.dtype;
     li.rows = di.rows();
-    if (count_labels && is_integer(di.dtype) && di.shape.size() == 1) {
-      constexpr int64_t kBlock = 1 << 16;
-      std::vector<int64_t> buf;
-      for (int64_t s = 0; s < li.rows; s += kBlock) {
-        int64_t n = std::min(kBlock, li.rows - s);
-        buf.resize(static_cast<std::size_t>(n));
-        h5::read_rows(d.get(), path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
-        for (auto v : buf) ++li.counts[v];
-      }
-    }
+    li.shape = di.shape;
     info.labels = li;
   }
   if (h5::exists(f, "/keys")) {
     h5::Id d = h5::open_dataset(f, path, "/keys");
     info.keys_source = h5::read_attr_string(d.get(), "source").value_or("");
-    info.keys_dtype = h5::describe(d.get(), "/keys").dtype;
+    auto di = h5::describe(d.get(), "/keys");
+    check_storage(d.get(), path, "/keys", di, fst.st_size, sources);
+    info.keys_dtype = di.dtype;
+  }
+  check_virtual_sources(f, path, sources);
+  // Only now, with sizes and sources checked, is any data read.
+  if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1) {
+    constexpr int64_t kBlock = 1 << 16;
+    std::vector<int64_t> buf;
+    for (int64_t s = 0; s < info.labels->rows; s += kBlock) {
+      int64_t n = std::min(kBlock, info.labels->rows - s);
+      buf.resize(static_cast<std::size_t>(n));
+      h5::read_rows(labels.get(), path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
+      for (auto v : buf) ++info.labels->counts[v];
+    }
   }
   return info;
 }
@@ -321,67 +397,68 @@ void copy_dataset(hid_t in, const std::string& in_path, const std::string& src, 
 
 }  // namespace
 
-void assemble(const AssemblySpec& spec) {
-  std::string tmp = spec.out_path + ".tmp";
-  {
-    h5::Id file = h5::create_file(tmp);
-    hid_t f = file.get();
-    h5::write_attr(f, "format", std::string(kFormatName));
-    h5::write_attr(f, "format_version", kFormatVersion);
-    h5::write_attr(f, "complete", int64_t{0});
-    h5::write_attr(f, "rows", spec.rows);
-    h5::write_attr(f, "row_start", spec.row_start);
-    write_attrs(f, spec.root_attrs);
+namespace {
 
+// Writes the rows of one journal raw file into a new dataset of `f`.
+void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
+  int64_t per_row = 1;
+  for (auto d : e.row_shape) per_row *= d;
+  hid_t type = e.dtype == DType::f16 ? half : H5T_IEEE_F32LE;
+  int64_t row_bytes = per_row * static_cast<int64_t>(dtype_size(e.dtype));
+  std::string dname = "/embeddings/" + e.name;
+  h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
+  write_attrs(d.get(), e.attrs);
+  int fd = ::open(e.raw_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  std::vector<char> buf;
+  for (int64_t s = 0; s < rows; s += block) {
+    int64_t n = std::min(block, rows - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    std::size_t got = 0;
+    while (got < buf.size()) {
+      ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
+      if (r == 0) throw Error(Exit::data, e.raw_path, "journal shorter than its committed rows");
+      got += static_cast<std::size_t>(r);
+    }
+    h5::write_rows(d.get(), dname, s, n, type, buf.data());
+  }
+}
+
+}  // namespace
+
+void assemble(const AssemblySpec& spec) {
+  files::TempPath tmp(spec.out_path);
+  h5::Id file = h5::create_temp_file(tmp);
+  hid_t f = file.get();
+  h5::write_attr(f, "format", std::string(kFormatName));
+  h5::write_attr(f, "format_version", kFormatVersion);
+  h5::write_attr(f, "complete", int64_t{0});
+  h5::write_attr(f, "rows", spec.rows);
+  h5::write_attr(f, "row_start", spec.row_start);
+  write_attrs(f, spec.root_attrs);
+  {
     h5::Id half = h5::float16_type();
-    for (const auto& e : spec.embeddings) {
-      std::vector<int64_t> shape{spec.rows};
-      shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
-      int64_t per_row = 1;
-      for (auto d : e.row_shape) per_row *= d;
-      hid_t type = e.dtype == DType::f16 ? half.get() : H5T_IEEE_F32LE;
-      int64_t row_bytes = per_row * static_cast<int64_t>(dtype_size(e.dtype));
-      std::string dname = "/embeddings/" + e.name;
-      h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
-      write_attrs(d.get(), e.attrs);
-      std::FILE* raw = std::fopen(e.raw_path.c_str(), "rb");
-      if (!raw) throw Error(Exit::io, e.raw_path, errno_text(errno));
-      int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
-      std::vector<char> buf;
-      for (int64_t s = 0; s < spec.rows; s += block) {
-        int64_t n = std::min(block, spec.rows - s);
-        buf.resize(static_cast<std::size_t>(n * row_bytes));
-        if (std::fread(buf.data(), 1, buf.size(), raw) != buf.size()) {
-          std::fclose(raw);
-          throw Error(Exit::io, e.raw_path, "journal shorter than its committed rows");
-        }
-        h5::write_rows(d.get(), dname, s, n, type, buf.data());
-      }
-      std::fclose(raw);
-    }
-    if (!spec.labels_dataset.empty() || !spec.keys_dataset.empty()) {
-      h5::Id in = h5::open_file(spec.input_path);
-      if (!spec.labels_dataset.empty())
-        copy_dataset(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start,
-                  spec.rows);
-      if (!spec.keys_dataset.empty())
-        copy_dataset(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start,
-                  spec.rows);
-    }
-    h5::write_attr(f, "complete", int64_t{1});
-    h5::check(H5Fflush(f, H5F_SCOPE_GLOBAL), Exit::io, tmp, "flush failed");
+    for (const auto& e : spec.embeddings) write_embedding(f, e, spec.rows, half.get());
   }
-  // Make the data durable before the rename publishes it.
-  if (std::FILE* fp = std::fopen(tmp.c_str(), "rb")) {
-    fsync(fileno(fp));
-    std::fclose(fp);
+  if (!spec.labels_dataset.empty() || !spec.keys_dataset.empty()) {
+    h5::Id in = h5::open_file(spec.input_path);
+    if (!spec.labels_dataset.empty())
+      copy_dataset(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start, spec.rows);
+    if (!spec.keys_dataset.empty())
+      copy_dataset(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start, spec.rows);
   }
-  if (std::rename(tmp.c_str(), spec.out_path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(Exit::cant_create, spec.out_path, std::string("cannot rename into place: ") +
-                                                      errno_text(err));
-  }
+  h5::write_attr(f, "complete", int64_t{1});
+  h5::close_file(file, spec.out_path);
+  tmp.publish();  // fsync, then rename: a reader sees no file or a complete one
 }
 
 }  // namespace traincache::cache

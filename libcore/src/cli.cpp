@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "traincache/h5.h"
+#include "traincache/shm_slab.h"
 #include "traincache/version.h"
 
 namespace traincache::cli {
@@ -29,7 +30,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
       ->capture_default_str();
   if (compute != Compute::none)
     app.add_option("--threads", opts.threads, "Intra-op threads (0: all cores)")
-        ->check(positive_number(true))
+        ->check(integer_range(0, kMaxThreads))
         ->capture_default_str();
   if (compute == Compute::full)
     app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")
@@ -59,6 +60,8 @@ std::string first_line_lower(std::string s) {
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
              const std::function<int()>& body) {
   int status = 0;
+  shm::install_sigbus_handler(tool);
+  h5::skip_exit_cleanup();
   try {
     try {
       app.parse(argc, argv);
@@ -126,6 +129,7 @@ double parse_fraction(const std::string& s, const std::string& option) {
     if (num && den && *den != 0) v = *num / *den;
   }
   if (!v) throw Error(Exit::usage, option, "not a number: '" + s + "'");
+  if (!std::isfinite(*v)) throw Error(Exit::usage, option, "must be a finite number, got '" + s + "'");
   return *v;
 }
 
@@ -137,6 +141,19 @@ CLI::Validator positive_integer() {
         return "";
       },
       "POSITIVE");
+}
+
+CLI::Validator integer_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        auto v = parse_int(s);
+        if (!v || *v < lo || *v > hi)
+          return (hi == INT64_MAX ? "must be an integer >= " + std::to_string(lo)
+                                  : "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi)) +
+                 ", got '" + s + "'";
+        return "";
+      },
+      "INT[" + std::to_string(lo) + "-" + std::to_string(hi) + "]");
 }
 
 CLI::Validator positive_number(bool zero_ok) {

@@ -26,6 +26,9 @@
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/journal.h"
+#include "traincache/row_digest.h"
+#include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
 #include "traincache/version.h"
@@ -78,41 +81,6 @@ struct Input {
 constexpr const char* kShmScheme = "shm:";
 bool is_shm(const std::string& input) { return input.rfind(kShmScheme, 0) == 0; }
 
-// Feeds rows [a, b) of a dataset to a digest, block by block, in its native representation.
-void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h) {
-  h.update(info.name + '\0');
-  h5::Id ftype(H5Dget_type(dset));
-  bool str = info.dtype == DType::string;
-  h5::Id mtype(str ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
-  int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * info.row_elements();
-  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
-  std::vector<char> buf;
-  for (int64_t s = a; s < b; s += block) {
-    int64_t n = std::min(block, b - s);
-    buf.resize(static_cast<std::size_t>(n * row_bytes));
-    h5::read_rows(dset, info.name, s, n, mtype.get(), buf.data());
-    if (info.vlen_string) {
-      auto* ptrs = reinterpret_cast<char**>(buf.data());
-      for (int64_t i = 0; i < n * info.row_elements(); ++i) {
-        h.update(ptrs[i], ptrs[i] ? std::strlen(ptrs[i]) + 1 : 0);
-        H5free_memory(ptrs[i]);
-      }
-    } else {
-      h.update(buf.data(), buf.size());
-    }
-  }
-}
-
-// Feeds items [a, b) of a slab to a digest; every item must be cached.
-void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h) {
-  for (int64_t i = a; i < b; ++i) {
-    auto v = slab.view(static_cast<uint64_t>(i));
-    if (!v)
-      throw Error(Exit::data, slab.info().name, "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
-    h.update(v.data, v.bytes);
-  }
-}
-
 json describe_json(const h5::DatasetInfo& info) {
   return json{{"shape", info.shape}, {"dtype", dtype_name(info.dtype)}};
 }
@@ -135,46 +103,6 @@ std::string fingerprint_diff(const std::string& old_json, const json& now) {
   for (const auto& p : paths) s += (s.empty() ? "" : ", ") + p;
   return s.empty() ? "unknown" : s;
 }
-
-// The partial-progress journal: raw embedding files plus journal.json, which is replaced
-// atomically (write, fsync, rename) after the raw files are fsynced. Its committed_rows is the
-// only progress a resume trusts; raw bytes beyond it are discarded.
-struct Journal {
-  std::string dir;
-  std::string fingerprint;
-  int64_t committed_rows = 0;
-  json encoders = json::object();  // name -> {row_shape, inference, optimize_max_abs_diff}
-
-  std::string file() const { return dir + "/journal.json"; }
-  std::string raw(const std::string& name) const { return dir + "/" + name + ".raw"; }
-
-  bool load() {
-    std::ifstream in(file());
-    if (!in) return false;
-    json j = json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.contains("fingerprint")) return false;
-    fingerprint = j.value("fingerprint", "");
-    committed_rows = j.value("committed_rows", int64_t{0});
-    encoders = j.value("encoders", json::object());
-    return true;
-  }
-
-  void save() const {
-    json j{{"format", "traincache-journal"},
-           {"fingerprint", fingerprint},
-           {"committed_rows", committed_rows},
-           {"encoders", encoders}};
-    std::string tmp = file() + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw Error(Exit::io, tmp, errno_text(errno));
-    std::string text = j.dump(1) + "\n";
-    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ok = ::fsync(fd) == 0 && ok;
-    ::close(fd);
-    if (!ok || std::rename(tmp.c_str(), file().c_str()) != 0)
-      throw Error(Exit::io, file(), std::string("cannot commit progress: ") + errno_text(errno));
-  }
-};
 
 // One batch of converted inputs, keyed by dataset name.
 struct Batch {
@@ -255,12 +183,45 @@ class Prefetcher {
   std::vector<std::thread> threads_;
 };
 
-struct RawFile {
-  std::FILE* f = nullptr;
-  ~RawFile() {
-    if (f) std::fclose(f);
+// The journal in `partial`: adopted only when the directory is private to this user and the
+// journal validates against this run. With --force, a foreign, damaged or other run's journal is
+// discarded instead of refused.
+Journal open_journal(const std::string& partial, const std::string& fingerprint,
+                     const std::vector<std::string>& encoder_names, int64_t rows, const FillOptions& opts) {
+  auto start_over = [&] {
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+    if (ec) throw Error(Exit::cant_create, partial, "cannot discard it: " + ec.message());
+    files::make_or_adopt_private_dir(partial);
+    return Journal(partial);
+  };
+  try {
+    files::make_or_adopt_private_dir(partial);
+  } catch (const Error&) {
+    if (!opts.force) throw;
+    return start_over();
   }
-};
+  Journal journal(partial);
+  try {
+    if (!journal.load()) return journal;
+  } catch (const Error& e) {
+    if (!opts.force || e.code() != Exit::data) throw;
+    return start_over();
+  }
+  if (journal.fingerprint != fingerprint) {
+    if (!opts.force)
+      throw Error(Exit::cant_create, partial,
+                  "holds progress of a run with another fingerprint; use --force to discard it");
+    return start_over();
+  }
+  try {
+    journal.validate(encoder_names, rows, opts.batch_size, dtype_size(opts.dtype));
+  } catch (const Error& e) {
+    if (!opts.force || e.code() != Exit::data) throw;
+    return start_over();
+  }
+  return journal;
+}
 
 }  // namespace
 
@@ -329,6 +290,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   }
   const h5::DatasetInfo& first = inputs.begin()->second.info;
   int64_t n_input = first.rows();
+  if (n_input == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
   auto same_rows = [&](const h5::DatasetInfo& info) {
     if (info.rows() != n_input)
       throw Error(Exit::data, opts.input,
@@ -372,6 +334,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   }
   const std::string out = sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   const int64_t rows = b - a;
+  // One run per output at a time: a second one would share the journal and publish torn rows.
+  files::OutputLock lock(out, "cache-fill");
 
   // ---- encoders (digest first: a missing file is reported before a load error)
   std::vector<std::string> enc_sha;
@@ -456,26 +420,14 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     }
   }
 
-  // ---- partial progress: resume, or refuse to mix fingerprints
-  Journal journal;
-  journal.dir = partial;
-  if (journal.load()) {
-    if (journal.fingerprint != fingerprint) {
-      if (!opts.force)
-        throw Error(Exit::cant_create, partial,
-                    "holds progress of a run with another fingerprint; use --force to discard it");
-      std::error_code ec;
-      fs::remove_all(partial, ec);
-      journal = Journal{};
-      journal.dir = partial;
-    }
-  }
-  if (!fs::exists(partial)) {
-    std::error_code ec;
-    fs::create_directory(partial, ec);
-    if (ec) throw Error(Exit::cant_create, partial, ec.message());
-  }
+  // ---- partial progress: resume (after validating the journal), or refuse to mix fingerprints
+  std::vector<std::string> encoder_names;
+  for (const auto& e : opts.encoders) encoder_names.push_back(e.name);
+  Journal journal = open_journal(partial, fingerprint, encoder_names, rows, opts);
   journal.fingerprint = fingerprint;
+  const std::map<std::string, JournalEncoder> committed_encoders =
+      journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{};
+  if (journal.committed_rows == 0) journal.encoders.clear();
   result.resumed_from = journal.committed_rows;
   bool keep_partial_on_error = journal.committed_rows > 0;
   auto discard_partial = [&] {
@@ -483,33 +435,23 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     fs::remove_all(partial, ec);
   };
 
-  std::vector<RawFile> raws(encoders.size());
+  std::vector<RawFile> raws;
   std::vector<std::vector<int64_t>> row_shapes(encoders.size());
-  std::vector<int64_t> row_bytes(encoders.size(), 0);
   int64_t done = journal.committed_rows;
   bool interrupted = false;
   try {
     for (std::size_t i = 0; i < encoders.size(); ++i) {
-      std::string raw = journal.raw(encoders[i]->name());
-      const json& je = journal.encoders.contains(encoders[i]->name()) ? journal.encoders[encoders[i]->name()]
-                                                                      : json(nullptr);
+      auto it = committed_encoders.find(encoders[i]->name());
       int64_t keep = 0;
-      if (je.is_object()) {
-        row_shapes[i] = je.at("row_shape").get<std::vector<int64_t>>();
-        row_bytes[i] = static_cast<int64_t>(dtype_size(opts.dtype));
-        for (auto d : row_shapes[i]) row_bytes[i] *= d;
-        keep = journal.committed_rows * row_bytes[i];
+      if (it != committed_encoders.end()) {
+        row_shapes[i] = it->second.row_shape;
+        keep = journal.committed_rows * row_bytes_of(row_shapes[i], dtype_size(opts.dtype));
       }
-      if (::truncate(raw.c_str(), keep) != 0 && errno != ENOENT)
-        throw Error(Exit::io, raw, errno_text(errno));
-      raws[i].f = std::fopen(raw.c_str(), keep > 0 ? "ab" : "wb");
-      if (!raws[i].f) throw Error(Exit::io, raw, errno_text(errno));
+      raws.emplace_back(journal.raw(encoders[i]->name()), keep);
     }
 
     auto commit = [&](int64_t committed) {
-      for (auto& r : raws)
-        if (std::fflush(r.f) != 0 || ::fsync(fileno(r.f)) != 0)
-          throw Error(Exit::io, partial, std::string("cannot write progress: ") + errno_text(errno));
+      for (auto& r : raws) r.sync();
       journal.committed_rows = committed;
       journal.save();
       keep_partial_on_error = committed > 0;
@@ -530,18 +472,20 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
           auto& enc = *encoders[i];
           std::vector<torch::Tensor> args;
           for (const auto& f : enc_features[enc.name()]) args.push_back(batch.inputs.at(f));
-          const json& je = journal.encoders.contains(enc.name()) ? journal.encoders[enc.name()] : json(nullptr);
+          auto committed = committed_encoders.find(enc.name());
+          const bool resumed = committed != committed_encoders.end();
+          JournalEncoder& je = journal.encoders[enc.name()];
           auto t_setup = Clock::now();
           if (first_batch) {
-            bool want_opt = je.is_object() ? je.value("inference", "plain") == "optimized" : opts.optimize;
+            bool want_opt = resumed ? committed->second.inference == "optimized" : opts.optimize;
             if (want_opt) {
               auto o = enc.try_optimize(args, kOptimizeTolerance);
-              if (!o.used && je.is_object())
+              if (!o.used && resumed)
                 throw Error(Exit::data, "encoder '" + enc.name() + "'",
                             "the optimised module used for the committed rows is no longer usable (" +
                                 o.why_not + "); use --force to start over");
               if (!o.used && !o.plain_nonfinite) warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
-              if (!je.is_object()) journal.encoders[enc.name()]["optimize_max_abs_diff"] = o.max_abs_diff;
+              if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
             }
           }
           if (first_batch && opts.check_determinism) {
@@ -562,12 +506,11 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                         "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
                             " rows for a batch of " + std::to_string(batch.count));
           std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
-          if (row_shapes[i].empty() && !je.is_object()) {
+          if (!je.has_shape) {
             row_shapes[i] = shape;
-            row_bytes[i] = out.numel() / std::max<int64_t>(1, batch.count) *
-                           static_cast<int64_t>(dtype_size(opts.dtype));
-            journal.encoders[enc.name()]["row_shape"] = shape;
-            journal.encoders[enc.name()]["inference"] = enc.inference();
+            je.has_shape = true;
+            je.row_shape = shape;
+            je.inference = enc.inference();
           } else if (shape != row_shapes[i]) {
             throw Error(Exit::data, "encoder '" + enc.name() + "'",
                         "output row shape changed between batches");
@@ -579,8 +522,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                         "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
           }
           std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
-          if (std::fwrite(out.data_ptr(), 1, nbytes, raws[i].f) != nbytes)
-            throw Error(Exit::io, partial, std::string("write failed: ") + errno_text(errno));
+          raws[i].append(out.data_ptr(), nbytes);
           result.bytes_written += nbytes;
         }
         first_batch = false;
@@ -601,10 +543,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       result.seconds = seconds_since(t_start);
       return result;
     }
-    for (auto& r : raws) {
-      std::fclose(r.f);
-      r.f = nullptr;
-    }
+    for (auto& r : raws) r.close();
 
     // ---- publish: build the HDF5 file from the journal and rename it into place
     cache::AssemblySpec spec;
@@ -636,7 +575,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     }
     for (std::size_t i = 0; i < encoders.size(); ++i) {
       const auto& enc = *encoders[i];
-      const json& je = journal.encoders[enc.name()];
+      const JournalEncoder& je = journal.encoders[enc.name()];
       cache::EmbeddingSource src;
       src.name = enc.name();
       src.raw_path = journal.raw(enc.name());
@@ -646,25 +585,19 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
                    {"encoder_sha256", enc_sha[i]},
                    {"features", json(enc_features[enc.name()]).dump()},
                    {"output", enc.output()},
-                   {"inference", je.value("inference", std::string("plain"))},
-                   {"optimize_max_abs_diff", je.value("optimize_max_abs_diff", 0.0)}};
+                   {"inference", je.inference},
+                   {"optimize_max_abs_diff", je.optimize_max_abs_diff}};
       spec.embeddings.push_back(src);
       std::vector<int64_t> shape{rows};
       shape.insert(shape.end(), row_shapes[i].begin(), row_shapes[i].end());
-      result.encoders.push_back({enc.name(), shape, je.value("inference", std::string("plain")),
-                                 je.value("optimize_max_abs_diff", 0.0)});
+      result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff});
     }
     auto t_publish = Clock::now();
     cache::assemble(spec);
     discard_partial();
     result.publish_seconds = seconds_since(t_publish);
   } catch (const Error& e) {
-    for (auto& r : raws)
-      if (r.f) {
-        std::fclose(r.f);
-        r.f = nullptr;
-      }
-    std::remove((out + ".tmp").c_str());
+    raws.clear();
     bool resumable = keep_partial_on_error && (e.code() == Exit::io || e.code() == Exit::cant_create ||
                                                e.code() == Exit::temp_failure);
     if (!resumable) {

@@ -61,8 +61,11 @@ torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const
 
 double denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
   if (cfg.kind != LossKind::supcon) return static_cast<double>(q.size(0));
-  auto same = labels.unsqueeze(1).eq(labels.unsqueeze(0)).sum(1) - 1;  // positives per anchor
-  return std::max<double>(1.0, same.gt(0).sum().item<double>());
+  // Anchors with at least one positive: those whose label occurs more than once. Counted per
+  // distinct label (O(B) memory), never through a B x B mask.
+  auto [values, inverse, counts] = at::_unique2(labels.reshape({-1}), true, true, true);
+  auto per_anchor = counts.index_select(0, inverse.reshape({-1})) - 1;  // positives per anchor
+  return std::max<double>(1.0, per_anchor.gt(0).sum().item<double>());
 }
 
 void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,

@@ -14,6 +14,8 @@ namespace {
 std::atomic<bool> g_print_stack{false};
 }
 
+void skip_exit_cleanup() { H5dont_atexit(); }
+
 void set_verbose(bool print_stack) {
   g_print_stack = print_stack;
   if (print_stack)
@@ -86,6 +88,7 @@ Id open_file(const std::string& path, bool writable) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
   if (S_ISDIR(st.st_mode)) throw Error(Exit::no_input, path, "is a directory");
+  if (!S_ISREG(st.st_mode)) throw Error(Exit::no_input, path, "not a regular file");
   htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 <= 0) {
     FILE* f = std::fopen(path.c_str(), "rb");
@@ -103,6 +106,41 @@ Id create_file(const std::string& path) {
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   check(id, Exit::cant_create, path, "cannot create HDF5 file");
   return Id(id);
+}
+
+Id create_temp_file(files::TempPath& tmp) {
+  init();
+  for (int tries = 0; tries < 100; ++tries) {
+    struct stat st;
+    if (lstat(tmp.path().c_str(), &st) == 0) {
+      tmp.rename_candidate();
+      continue;
+    }
+    hid_t id = H5Fcreate(tmp.path().c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (id >= 0) return Id(id);
+    if (lstat(tmp.path().c_str(), &st) == 0 && tries < 99) {  // someone else's file appeared
+      tmp.rename_candidate();
+      continue;
+    }
+    check(id, Exit::cant_create, tmp.dest(), "cannot create a temporary file beside it");
+  }
+  tmp.forget();
+  throw Error(Exit::cant_create, tmp.dest(), "cannot find a free temporary name");
+}
+
+void close_file(Id& file, const std::string& path) {
+  hid_t id = file.get();
+  file.release();
+  if (id < 0) return;
+  errno = 0;
+  herr_t flushed = H5Fflush(id, H5F_SCOPE_LOCAL);
+  int err = errno;
+  std::string detail = flushed < 0 ? last_error() : "";
+  if (flushed < 0 && (err == ENOSPC || err == EDQUOT || err == EIO)) detail += " (" + errno_text(err) + ")";
+  herr_t closed = H5Fclose(id);
+  if (closed < 0 && detail.empty()) detail = last_error();
+  if (flushed < 0 || closed < 0)
+    throw Error(Exit::io, path, "cannot write the file" + (detail.empty() ? "" : ": " + detail));
 }
 
 bool exists(hid_t loc, const std::string& path) {
@@ -347,14 +385,15 @@ std::vector<std::string> list_group(hid_t file, const std::string& path) {
   std::vector<std::string> names;
   if (!exists(file, path)) return names;
   Id group(H5Gopen2(file, path.c_str(), H5P_DEFAULT));
-  if (!group) return names;
-  H5Literate(
+  if (!group) throw Error(Exit::data, path, "cannot open group: " + last_error());
+  herr_t status = H5Literate(
       group.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
       [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
         static_cast<std::vector<std::string>*>(data)->push_back(name);
         return 0;
       },
       &names);
+  if (status < 0) throw Error(Exit::data, path, "cannot list group: " + last_error());
   return names;
 }
 

@@ -12,6 +12,7 @@
 #include "traincache/cache_file.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 
 namespace traincache::cache {
@@ -65,6 +66,10 @@ void copy_attributes(hid_t src, hid_t dst) {
 
 void merge_shards(const MergeOptions& o) {
   if (o.shards.empty()) throw Error(Exit::usage, "merge", "no shard files given");
+  for (const auto& p : o.shards)
+    if (files::same_file(p, o.out))
+      throw Error(Exit::usage, o.out, "is also one of the shards to merge (" + p + "); choose another output");
+  files::OutputLock lock(o.out, "cache-fill merge");
   std::vector<Shard> shards;
   for (const auto& p : o.shards) {
     Shard s;
@@ -110,9 +115,9 @@ void merge_shards(const MergeOptions& o) {
     throw Error(Exit::data, "merge", std::to_string(shards.size()) + " shards given, the job has " + std::to_string(ref.count));
 
   const int64_t rows = ref.job_end - ref.job_begin;
-  std::string tmp = o.out + ".tmp";
+  files::TempPath tmp(o.out);
   {
-    h5::Id out = h5::create_file(tmp);
+    h5::Id out = h5::create_temp_file(tmp);
     h5::Id first = h5::open_file(ref.path);
     copy_attributes(first.get(), out.get());
     for (const char* a : {"shard_index", "shard_count", "job_row_start", "job_row_end"})
@@ -121,11 +126,9 @@ void merge_shards(const MergeOptions& o) {
     h5::write_attr(out.get(), "rows", rows);
     h5::write_attr(out.get(), "row_start", ref.job_begin);
     nlohmann::json parts = nlohmann::json::array();
-    std::string prints;
     for (const auto& s : shards) {
       parts.push_back({{"path", s.abs_path}, {"fingerprint", s.info.fingerprint}, {"row_start", s.info.row_start},
                        {"rows", s.info.rows}});
-      prints += s.info.fingerprint;
     }
     nlohmann::json fp{{"job_fingerprint", ref.job}, {"shards", parts}};
     h5::write_attr(out.get(), "fingerprint", sha256_hex(fp.dump()));
@@ -172,13 +175,9 @@ void merge_shards(const MergeOptions& o) {
       }
     }
     h5::write_attr(out.get(), "complete", int64_t{1});
-    h5::check(H5Fflush(out.get(), H5F_SCOPE_GLOBAL), Exit::io, tmp, "flush failed");
+    h5::close_file(out, o.out);
   }
-  if (std::rename(tmp.c_str(), o.out.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    throw Error(Exit::cant_create, o.out, "cannot rename into place: " + errno_text(err));
-  }
+  tmp.publish();
 }
 
 }  // namespace traincache::cache

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -18,7 +19,9 @@
 #include <numeric>
 #include <random>
 
+#include "traincache/content_hash.h"
 #include "traincache/error.h"
+#include "traincache/safe_file.h"
 
 namespace traincache::shm {
 
@@ -34,7 +37,67 @@ uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // State word of a slot: low 8 bits the SlotState, the rest the writer's pid while WRITING.
 uint64_t word(SlotState s, uint64_t pid = 0) { return static_cast<uint64_t>(s) | (pid << 8); }
-SlotState state_of(uint64_t w) { return static_cast<SlotState>(w & 0xff); }
+SlotState state_of(uint64_t w) {
+  uint64_t v = w & 0xff;
+  return v <= 2 ? static_cast<SlotState>(v) : SlotState::invalid;
+}
+
+constexpr uint32_t kFlagTemporary = 1;
+
+// Mapped slabs, for the SIGBUS handler: a fixed table written with atomics (signal-safe reads).
+struct Mapping {
+  std::atomic<const char*> base{nullptr};
+  std::atomic<std::size_t> size{0};
+  char name[224] = "";
+};
+Mapping g_mappings[64];
+std::atomic<int> g_claims{0};
+char g_tool[64] = "traincache";
+
+void register_mapping(const void* base, std::size_t size, const std::string& name) {
+  for (auto& m : g_mappings) {
+    const char* expected = nullptr;
+    // Claim a free entry by storing a placeholder, then fill it and publish the real base.
+    static const char placeholder = 0;
+    if (!m.base.compare_exchange_strong(expected, &placeholder)) continue;
+    std::snprintf(m.name, sizeof m.name, "%s", name.c_str());
+    m.size.store(size);
+    m.base.store(static_cast<const char*>(base), std::memory_order_release);
+    return;
+  }
+}
+
+void unregister_mapping(const void* base) {
+  for (auto& m : g_mappings)
+    if (m.base.load() == base) {
+      m.size.store(0);
+      m.base.store(nullptr, std::memory_order_release);
+      return;
+    }
+}
+
+void write_str(const char* s) {
+  if (::write(2, s, strlen(s)) < 0) {
+    // nothing more can be said from a signal handler
+  }
+}
+
+void on_sigbus(int sig, siginfo_t* si, void*) {
+  const char* addr = static_cast<const char*>(si->si_addr);
+  for (auto& m : g_mappings) {
+    const char* base = m.base.load(std::memory_order_acquire);
+    std::size_t size = m.size.load();
+    if (base && size && addr >= base && addr < base + size) {
+      write_str(g_tool);
+      write_str(": error: ");
+      write_str(m.name);
+      write_str(": the slab was truncated while in use (bus error reading it); remove and recreate it\n");
+      _exit(74);
+    }
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
 
 bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 bool add_ok(uint64_t a, uint64_t b, uint64_t* out) { return !__builtin_add_overflow(a, b, out); }
@@ -64,6 +127,14 @@ struct Slab::Header {
   uint64_t index_offset;   // variable layout: {offset, length} per slot, relative to data_offset
   uint64_t data_offset;
   uint64_t total_bytes;
+  // Later fields, in the header page's reserved bytes (zero in slabs made before them).
+  char content_id[128];  // what the slab holds, as its creator said
+  uint64_t sealed;       // 1 once data_digest holds the digest of the complete data
+  char data_digest[40];  // hex XXH3-128 of the data region, NUL-terminated
+  int64_t creator_pid;
+  uint32_t flags;        // kFlagTemporary
+  uint32_t reserved0;
+  char creator_host[64];
 };
 static_assert(sizeof(Slab::Header) <= kHeaderBytes, "header must fit its page");
 
@@ -101,19 +172,33 @@ bool compute_layout(Slab::Header& h) {
 
 std::string path_of(const std::string& name) { return shm_dir() + "/" + object_prefix() + name; }
 
-std::string creator_text() {
+std::string creator_text(const std::string& tool) {
   char host[64] = "";
   gethostname(host, sizeof host - 1);
   const char* user = std::getenv("USER");
   return std::string(user ? user : "uid" + std::to_string(getuid())) + "@" + host + " pid " +
-         std::to_string(getpid());
+         std::to_string(getpid()) + (tool.empty() ? "" : " (" + tool + ")");
 }
 
 }  // namespace
 
 std::string object_prefix() {
   const char* p = std::getenv("TRAINCACHE_SHM_PREFIX");
-  return p && *p ? p : "traincache-";
+  std::string prefix = p && *p ? p : "traincache-";
+  if (prefix.size() > 64 || prefix == "." || prefix == ".." || prefix[0] == '.' ||
+      prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
+    throw Error(Exit::usage, "TRAINCACHE_SHM_PREFIX",
+                "invalid prefix '" + prefix + "' (use 1-64 of A-Z a-z 0-9 . _ -, not starting with '.')");
+  return prefix;
+}
+
+const char* state_name(SlotState s) {
+  switch (s) {
+    case SlotState::empty: return "empty";
+    case SlotState::writing: return "writing";
+    case SlotState::filled: return "filled";
+    default: return "invalid";
+  }
 }
 
 std::string shm_dir() { return "/dev/shm"; }
@@ -147,7 +232,13 @@ Slab Slab::create(const CreateOptions& o) {
   h.seed = o.seed;
   h.mode = o.mode & 0777;
   h.created_unix = static_cast<int64_t>(std::time(nullptr));
-  std::snprintf(h.creator, sizeof h.creator, "%s", creator_text().c_str());
+  std::snprintf(h.creator, sizeof h.creator, "%s", creator_text(o.tool).c_str());
+  if (o.content_id.size() >= sizeof h.content_id)
+    throw Error(Exit::usage, o.name, "content id longer than " + std::to_string(sizeof h.content_id - 1) + " bytes");
+  std::snprintf(h.content_id, sizeof h.content_id, "%s", o.content_id.c_str());
+  h.creator_pid = getpid();
+  h.flags = o.temporary ? kFlagTemporary : 0;
+  gethostname(h.creator_host, sizeof h.creator_host - 1);
   if (o.layout == Layout::fixed) {
     if (o.dims.empty() || o.dims.size() > kMaxDims)
       throw Error(Exit::usage, "--dims", "a fixed layout needs 1 to 8 item dimensions");
@@ -177,7 +268,7 @@ Slab Slab::create(const CreateOptions& o) {
 
   // Build under a temporary name, then link it into place: nobody attaches to a half-made slab.
   std::string final_path = path_of(o.name);
-  std::string tmp = shm_dir() + "/." + object_prefix() + o.name + "." + std::to_string(getpid()) + ".tmp";
+  std::string tmp = files::unpredictable_name(final_path);
   struct stat st;
   if (stat(final_path.c_str(), &st) == 0) throw Error(Exit::cant_create, o.name, "a slab with this name exists");
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -222,6 +313,7 @@ Slab Slab::create(const CreateOptions& o) {
     throw Error(Exit::cant_create, o.name, err == EEXIST ? "a slab with this name exists" : errno_text(err));
   }
   ::unlink(tmp.c_str());
+  register_mapping(s.base_, s.size_, o.name);
   return s;
 }
 
@@ -265,6 +357,7 @@ Slab Slab::attach(const std::string& name, bool writable) {
     s.base_ = nullptr;
     throw Error(Exit::io, name, "cannot map: " + errno_text(errno));
   }
+  register_mapping(s.base_, s.size_, name);
   return s;
 }
 
@@ -275,15 +368,20 @@ Slab::Slab(Slab&& o) noexcept
 }
 
 Slab& Slab::operator=(Slab&& o) noexcept {
-  if (this != &o) {
-    this->~Slab();
-    new (this) Slab(std::move(o));
-  }
-  return *this;
+  Slab moved(std::move(o));
+  std::swap(name_, moved.name_);
+  std::swap(fd_, moved.fd_);
+  std::swap(base_, moved.base_);
+  std::swap(size_, moved.size_);
+  std::swap(writable_, moved.writable_);
+  return *this;  // `moved` now holds (and releases) what this slab had
 }
 
 Slab::~Slab() {
-  if (base_) munmap(base_, size_);
+  if (base_) {
+    unregister_mapping(base_);
+    munmap(base_, size_);
+  }
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -310,7 +408,16 @@ SlabInfo Slab::info() const {
   i.created_unix = h.created_unix;
   i.creator.assign(h.creator, strnlen(h.creator, sizeof h.creator));
   struct stat st;
-  if (fstat(fd_, &st) == 0) i.mode = st.st_mode & 0777;
+  if (fstat(fd_, &st) == 0) {
+    i.mode = st.st_mode & 0777;
+    i.uid = st.st_uid;
+  }
+  i.content_id.assign(h.content_id, strnlen(h.content_id, sizeof h.content_id));
+  i.temporary = (h.flags & kFlagTemporary) != 0;
+  i.creator_pid = h.creator_pid;
+  i.creator_host.assign(h.creator_host, strnlen(h.creator_host, sizeof h.creator_host));
+  if (__atomic_load_n(&header()->sealed, __ATOMIC_ACQUIRE) == 1)
+    i.sealed_digest = std::string(h.data_digest, strnlen(h.data_digest, sizeof h.data_digest));
   return i;
 }
 
@@ -420,9 +527,11 @@ uint64_t Slab::repair() {
   uint64_t fixed = 0;
   for (uint64_t i = 0; i < h.slots; ++i) {
     uint64_t w = __atomic_load_n(&st[i], __ATOMIC_ACQUIRE);
-    if (state_of(w) != SlotState::writing) continue;
+    SlotState state = state_of(w);
+    if (state != SlotState::writing && state != SlotState::invalid) continue;
     pid_t pid = static_cast<pid_t>(w >> 8);
-    if (pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM)) continue;  // the writer is alive
+    if (state == SlotState::writing && pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM))
+      continue;  // the writer is alive
     if (__atomic_compare_exchange_n(&st[i], &w, word(SlotState::empty), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       ++fixed;
   }
@@ -438,6 +547,7 @@ SlotCounts Slab::counts() const {
     switch (state_of(__atomic_load_n(&st[i], __ATOMIC_ACQUIRE))) {
       case SlotState::empty: ++c.empty; break;
       case SlotState::writing: ++c.writing; break;
+      case SlotState::invalid: ++c.invalid; break;
       case SlotState::filled:
         ++c.filled;
         c.filled_bytes += h.layout == static_cast<uint32_t>(Layout::fixed) ? h.item_bytes : idx[2 * i + 1];
@@ -445,6 +555,56 @@ SlotCounts Slab::counts() const {
     }
   }
   return c;
+}
+
+std::string Slab::data_digest() const {
+  const Header& h = *header();
+  check_size();
+  ContentHash hash;
+  hash.update(static_cast<const char*>(base_) + h.data_offset, h.total_bytes - h.data_offset);
+  return hash.hex_digest();
+}
+
+void Slab::seal(const std::string& digest) {
+  if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
+  Header* h = header();
+  std::snprintf(h->data_digest, sizeof h->data_digest, "%s", digest.c_str());
+  __atomic_store_n(&h->sealed, uint64_t{1}, __ATOMIC_RELEASE);
+}
+
+void Slab::check_size() const {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) throw Error(Exit::io, name_, errno_text(errno));
+  if (static_cast<uint64_t>(st.st_size) != size_)
+    throw Error(Exit::io, name_,
+                "the slab was truncated to " + std::to_string(st.st_size) + " bytes while in use (it had " +
+                    std::to_string(size_) + "); remove and recreate it");
+}
+
+std::vector<std::string> stale_slabs() {
+  std::vector<std::string> out;
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  for (const auto& n : list_slabs()) {
+    try {
+      auto info = Slab::attach(n, false).info();
+      if (!info.temporary || info.creator_pid <= 0 || info.creator_host != host) continue;
+      if (::kill(static_cast<pid_t>(info.creator_pid), 0) == 0 || errno == EPERM) continue;
+      out.push_back(n);
+    } catch (const Error&) {
+      // corrupt or vanished: not ours to judge here
+    }
+  }
+  return out;
+}
+
+void install_sigbus_handler(const std::string& tool) {
+  std::snprintf(g_tool, sizeof g_tool, "%s", tool.c_str());
+  struct sigaction sa {};
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, nullptr);
 }
 
 std::vector<std::string> list_slabs() {

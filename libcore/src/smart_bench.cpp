@@ -20,6 +20,7 @@
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/interrupt.h"
 #include "traincache/shm_slab.h"
 #include "traincache/smart_cache.h"
 
@@ -257,9 +258,11 @@ class StochasticCache : public NoCache {
  public:
   StochasticCache(Pipeline& p, int64_t n, uint64_t seed, double fraction, std::vector<int64_t> shape)
       : NoCache(p, n, seed), shape_(std::move(shape)) {
-    name_ = "smart-bench-" + std::to_string(getpid());
+    name_ = "smart-bench-stochastic-" + std::to_string(getpid());
     shm::CreateOptions c;
     c.name = name_;
+    c.temporary = true;  // removed on exit and on SIGINT/SIGTERM; `shm-cache rm --stale` if killed
+    c.tool = "smart-bench";
     c.length = static_cast<uint64_t>(n);
     c.dtype = DType::f32;
     for (auto d : shape_) c.dims.push_back(static_cast<uint64_t>(d));
@@ -541,6 +544,8 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
       double wait = 0;
       try {
         for (int64_t b = 0; b < batches; ++b) {
+          // Unwinding from here removes the strategy's temporary slab.
+          if (interrupt_requested()) throw Error(Exit::interrupted, "", "interrupted");
           int64_t lo = b * o.batch_size, hi = std::min(m, lo + o.batch_size);
           auto t_wait = Clock::now();
           std::vector<torch::Tensor> xs;

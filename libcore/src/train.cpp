@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -11,17 +12,22 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <cstring>
+#include <cerrno>
 
 #include "traincache/cache_file.h"
+#include "traincache/content_hash.h"
 #include "traincache/dist.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/gradcache.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/safe_file.h"
 #include "traincache/shm_slab.h"
+#include "traincache/text.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -152,68 +158,122 @@ std::vector<torch::Tensor> passage_group(const Data& d, const torch::Tensor& idx
   return out;
 }
 
+// Attaches to slab `slab_name` when it exists and may be trusted (this user's, or any owner's with
+// --trust-slab-owner; made for the same cache contents), or creates it.
+std::shared_ptr<shm::Slab> shared_slab(const shm::CreateOptions& want, bool trust_owner, const std::string& cache) {
+  std::shared_ptr<shm::Slab> slab;
+  try {
+    slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));
+  } catch (const Error& e) {
+    if (e.code() != Exit::unavailable) throw;
+  }
+  if (!slab) {
+    try {
+      return std::make_shared<shm::Slab>(shm::Slab::create(want));
+    } catch (const Error& e) {
+      if (e.code() != Exit::cant_create) throw;
+      slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));  // lost a race
+    }
+  }
+  auto si = slab->info();
+  if (si.uid != ::geteuid() && !trust_owner)
+    throw Error(Exit::data, want.name,
+                "slab is owned by another user (uid " + std::to_string(si.uid) +
+                    "); use --trust-slab-owner to share it, or another --cache-shm name");
+  if (si.content_id != want.content_id)
+    throw Error(Exit::data, want.name,
+                "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + want.name + ")");
+  if (si.layout != shm::Layout::fixed || si.dtype != DType::f32 || si.dims != want.dims || si.length != want.length ||
+      si.slots != want.length || si.selection != shm::Selection::first)
+    throw Error(Exit::data, want.name, "slab does not have the shape of the cache's embeddings");
+  return slab;
+}
+
+// Fills the slab's missing rows from dataset `d` of `cache` (set() skips filled slots, so
+// concurrent processes cooperate) until every row is filled. Slots left WRITING by a dead process
+// are repaired and refilled at once; an invalid slot state means a corrupt slab.
+void fill_shared(shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+  constexpr int64_t kBlock = 4096;
+  std::vector<float> buf;
+  for (int tries = 0;; ++tries) {
+    for (int64_t s = 0; s < rows; s += kBlock) {
+      int64_t n = std::min(kBlock, rows - s);
+      bool missing = false;
+      for (int64_t i = 0; i < n && !missing; ++i) missing = slab.state(uint64_t(s + i)) == shm::SlotState::empty;
+      if (!missing) continue;
+      buf.resize(static_cast<std::size_t>(n * dim));
+      h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+      for (int64_t i = 0; i < n; ++i) slab.set(uint64_t(s + i), buf.data() + i * dim, dim * sizeof(float));
+    }
+    auto c = slab.counts();
+    if (c.invalid > 0)
+      throw Error(Exit::data, slab.info().name,
+                  std::to_string(c.invalid) + " slot(s) hold an invalid state: corrupt slab (remove it: shm-cache rm " +
+                      slab.info().name + ")");
+    if (c.filled == uint64_t(rows)) return;
+    if (slab.repair() > 0) continue;  // writers that died mid-row: their rows are ours to write
+    if (tries > 12000)
+      throw Error(Exit::temp_failure, slab.info().name, "still being filled by another process after 120 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// The whole slab against the cache file, block by block; Error(data) at the first difference.
+void compare_with_cache(const shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+  constexpr int64_t kBlock = 4096;
+  std::vector<float> buf;
+  const char* items = static_cast<const char*>(slab.items());
+  for (int64_t s = 0; s < rows; s += kBlock) {
+    int64_t n = std::min(kBlock, rows - s);
+    buf.resize(static_cast<std::size_t>(n * dim));
+    h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+    if (std::memcmp(items + s * dim * sizeof(float), buf.data(), buf.size() * sizeof(float)) != 0)
+      throw Error(Exit::data, slab.info().name,
+                  "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + slab.info().name + ")");
+  }
+}
+
 // Embeddings `name` of the cache placed in the slab "<shm>-<name>", shared by every process on
-// the machine: the first one creates and fills it, the others attach (and help fill). Returns a
-// zero-copy [rows, dim] float32 view of the slab.
-torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, const std::string& cache,
-                                const std::string& name, int64_t rows) {
-  std::string slab_name = shm_name + "-" + name;
+// the machine: the first one creates and fills it, the others attach (and help fill). The first
+// process to see it complete compares it with the cache file in full and seals it with a digest;
+// later ones check the digest. Returns a zero-copy [rows, dim] float32 view of the slab.
+torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
+                                const std::string& fingerprint, const std::string& name, int64_t rows) {
   h5::Id f = h5::open_file(cache);
   std::string dpath = "/embeddings/" + name;
   h5::Id d = h5::open_dataset(f.get(), cache, dpath);
   auto di = h5::describe(d.get(), dpath);
   const int64_t dim = di.row_elements();
-  std::shared_ptr<shm::Slab> slab;
-  try {
-    slab = std::make_shared<shm::Slab>(shm::Slab::attach(slab_name, true));
-  } catch (const Error& e) {
-    if (e.code() != Exit::unavailable) throw;
-  }
-  if (!slab) {
-    shm::CreateOptions c;
-    c.name = slab_name;
-    c.length = static_cast<uint64_t>(rows);
-    c.dtype = DType::f32;
-    c.dims = {static_cast<uint64_t>(dim)};
-    c.slots = c.length;
-    try {
-      slab = std::make_shared<shm::Slab>(shm::Slab::create(c));
-    } catch (const Error& e) {
-      if (e.code() != Exit::cant_create) throw;
-      slab = std::make_shared<shm::Slab>(shm::Slab::attach(slab_name, true));  // lost a race
-    }
-  }
-  auto si = slab->info();
-  if (si.layout != shm::Layout::fixed || si.dtype != DType::f32 || si.dims != std::vector<uint64_t>{uint64_t(dim)} ||
-      si.length != uint64_t(rows) || si.slots != uint64_t(rows) || si.selection != shm::Selection::first)
-    throw Error(Exit::data, slab_name, "slab does not have the shape of the cache's '" + name + "' embeddings");
-  // Fill what is missing (set() skips filled slots, so concurrent processes cooperate).
-  constexpr int64_t kBlock = 4096;
-  std::vector<float> buf;
-  for (int64_t s = 0; s < rows; s += kBlock) {
-    int64_t n = std::min(kBlock, rows - s);
-    bool missing = false;
-    for (int64_t i = 0; i < n && !missing; ++i) missing = slab->state(uint64_t(s + i)) != shm::SlotState::filled;
-    if (!missing) continue;
-    buf.resize(static_cast<std::size_t>(n * dim));
-    h5::read_rows(d.get(), cache, s, n, H5T_NATIVE_FLOAT, buf.data());
-    for (int64_t i = 0; i < n; ++i) slab->set(uint64_t(s + i), buf.data() + i * dim, dim * sizeof(float));
-  }
-  for (int tries = 0; slab->counts().filled < uint64_t(rows); ++tries) {
-    if (tries > 12000)
-      throw Error(Exit::temp_failure, slab_name, "still being filled by another process (run shm-cache repair if it died)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  // The slab must hold this cache's values: compare a sample of rows exactly.
-  std::vector<float> row(static_cast<std::size_t>(dim));
-  for (int64_t k = 0; k < 33; ++k) {
-    int64_t i = k == 0 ? 0 : k == 1 ? rows - 1 : (k * 7919) % rows;
-    h5::read_rows(d.get(), cache, i, 1, H5T_NATIVE_FLOAT, row.data());
-    if (std::memcmp(slab->view(uint64_t(i)).data, row.data(), row.size() * sizeof(float)) != 0)
-      throw Error(Exit::data, slab_name, "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + slab_name + ")");
+  shm::CreateOptions c;
+  c.name = shm_name + "-" + name;
+  c.length = static_cast<uint64_t>(rows);
+  c.dtype = DType::f32;
+  c.dims = {static_cast<uint64_t>(dim)};
+  c.slots = c.length;
+  c.content_id = fingerprint.substr(0, 64) + "/" + name.substr(0, 60);
+  c.tool = "gc-train";
+  auto slab = shared_slab(c, trust_owner, cache);
+  fill_shared(*slab, d.get(), cache, rows, dim);
+  auto sealed = slab->info().sealed_digest;
+  std::string digest = slab->data_digest();
+  if (!sealed) {
+    compare_with_cache(*slab, d.get(), cache, rows, dim);
+    slab->seal(digest);
+  } else if (*sealed != digest) {
+    throw Error(Exit::data, c.name,
+                "slab contents changed after it was filled and sealed (remove it: shm-cache rm " + c.name + ")");
   }
   data.slabs.push_back(slab);
   return torch::from_blob(const_cast<void*>(slab->items()), {rows, dim}, torch::kFloat32);
+}
+
+// A path as the file system resolves it (so that "./a.h5" and "a.h5" are one setting); a value
+// that names no file (a built-in head spec) stays as it is.
+std::string canonical(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  auto p = fs::canonical(path, ec);
+  return ec ? path : p.string();
 }
 
 // ---- checkpoints --------------------------------------------------------------------------
@@ -239,12 +299,27 @@ void set_rng_state(const torch::Tensor& s) {
   gen.set_state(s);
 }
 
+// Checkpoint files wrap the archive of the training state in an outer archive that carries its
+// digest, so that a flipped byte anywhere is refused on resume instead of trained on.
+constexpr const char* kCheckpointFormat = "traincache-checkpoint/2";
+
+std::string payload_digest(const std::string& bytes) {
+  ContentHash h;
+  h.update(bytes);
+  return h.hex_digest();
+}
+
+// Writes `bytes` to `path` through an unpredictable temporary name, renamed into place when
+// complete; write errors (a full disk) -> Error(io), the old file left as it was.
+void write_atomically(const std::string& path, const std::string& bytes) {
+  files::TempFile tmp(path);
+  tmp.write_all(bytes.data(), bytes.size());
+  tmp.commit();
+}
+
 // `rngs` holds every rank's generator state, one row per rank ([1, n] for one process).
 void save_checkpoint(const std::string& dir, int64_t step, const std::vector<torch::Tensor>& params,
                      torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(Exit::cant_create, dir, ec.message());
   torch::serialize::OutputArchive ar;
   ar.write("step", torch::tensor(step));
   ar.write("rng", rngs[0].contiguous());
@@ -255,23 +330,63 @@ void save_checkpoint(const std::string& dir, int64_t step, const std::vector<tor
   torch::serialize::OutputArchive opt_ar;
   opt.save(opt_ar);
   ar.write("optimizer", opt_ar);
-  std::string path = dir + "/checkpoint.pt", tmp = path + ".tmp";
+  std::ostringstream inner;
+  ar.save_to(inner);
+  std::string payload = inner.str();
+  torch::serialize::OutputArchive outer;
+  outer.write("format", c10::IValue(std::string(kCheckpointFormat)));
+  outer.write("payload", torch::from_blob(payload.data(), {static_cast<int64_t>(payload.size())}, torch::kUInt8));
+  outer.write("payload_xxh3", c10::IValue(payload_digest(payload)));
+  std::ostringstream bytes;
+  outer.save_to(bytes);
+  write_atomically(dir + "/checkpoint.pt", bytes.str());
+}
+
+// The training state inside a checkpoint file, after its digest was checked.
+std::string checkpoint_payload(const std::string& path) {
+  torch::serialize::InputArchive outer;
+  c10::IValue format, digest;
+  torch::Tensor payload;
   try {
-    ar.save_to(tmp);
-  } catch (const std::exception& e) {
-    throw Error(Exit::io, tmp, "cannot write checkpoint");
+    outer.load_from(path);
+    outer.read("format", format);
+    outer.read("payload", payload);
+    outer.read("payload_xxh3", digest);
+  } catch (const std::exception&) {
+    throw Error(Exit::data, path, "unreadable checkpoint (damaged, or written by an older gc-train)");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::io, path, errno_text(errno));
+  if (!format.isString() || format.toStringRef() != kCheckpointFormat || !digest.isString() ||
+      payload.scalar_type() != torch::kUInt8 || payload.dim() != 1)
+    throw Error(Exit::data, path, "unreadable checkpoint (not a " + std::string(kCheckpointFormat) + " file)");
+  payload = payload.contiguous();
+  std::string bytes(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(payload.numel()));
+  if (payload_digest(bytes) != digest.toStringRef())
+    throw Error(Exit::data, path, "checkpoint damaged: its contents do not match their digest");
+  return bytes;
+}
+
+// Settings whose values differ between two config documents ("data, optimizer").
+std::string config_diff(const std::string& stored, const std::string& now) {
+  json a = json::parse(stored, nullptr, false), b = json::parse(now, nullptr, false);
+  if (a.is_discarded() || !a.is_object()) return "unknown";
+  std::string out;
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a.items()) keys.insert(k);
+  for (const auto& [k, v] : b.items()) keys.insert(k);
+  for (const auto& k : keys)
+    if (a.value(k, json()) != b.value(k, json())) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "unknown" : out;
 }
 
 // Returns the step stored in the checkpoint. Rank `rank` of `world_size` takes its own generator state.
 int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params,
                         torch::optim::Optimizer& opt, const std::string& config, int rank, int world_size) {
+  const std::string payload = checkpoint_payload(path);
   torch::serialize::InputArchive ar;
   torch::Tensor step, rng, world;
   c10::IValue stored;
   try {
-    ar.load_from(path);
+    ar.load_from(payload.data(), payload.size());
     ar.read("step", step);
     ar.read("rng_ranks", rng);
     ar.read("world_size", world);
@@ -279,8 +394,11 @@ int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor
   } catch (const std::exception&) {
     throw Error(Exit::data, path, "unreadable checkpoint");
   }
-  if (!stored.isString() || stored.toStringRef() != config)
-    throw Error(Exit::data, path, "checkpoint was written with other settings (model, data or loss)");
+  if (!stored.isString()) throw Error(Exit::data, path, "unreadable checkpoint (no settings)");
+  if (stored.toStringRef() != config)
+    throw Error(Exit::data, path,
+                "checkpoint was written with other settings (changed: " + config_diff(stored.toStringRef(), config) +
+                    ")");
   if (world.item<int64_t>() != world_size || rng.size(0) != world_size)
     throw Error(Exit::usage, path,
                 "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
@@ -308,13 +426,13 @@ int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor
 }
 
 void save_module(torch::jit::Module& m, const std::string& path) {
-  std::string tmp = path + ".tmp";
+  std::ostringstream bytes;
   try {
-    m.save(tmp);
-  } catch (const std::exception&) {
-    throw Error(Exit::cant_create, path, "cannot write the trained model");
+    m.save(bytes);
+  } catch (const std::exception& e) {
+    throw Error(Exit::internal, path, "cannot serialise the trained model: " + encode::torch_error_message(e.what()));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(Exit::cant_create, path, errno_text(errno));
+  write_atomically(path, bytes.str());
 }
 
 // ---- evaluation ---------------------------------------------------------------------------
@@ -471,7 +589,9 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
         throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
       for (std::size_t i = 0; i < o.negatives.size(); ++i) {
         same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
-        if (d.negatives[i].dim() != d.passage[i].dim() + 1)
+        if (d.negatives[i].dim() != d.passage[i].dim() + 1 ||
+            d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
+            d.negatives[i].size(1) != d.negatives.front().size(1))
           throw Error(Exit::data, file, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
       }
       d.hard_negatives = d.negatives.front().size(1);
@@ -490,13 +610,20 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
         throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache");
       auto dev_it = o.cache_devices.find(name);
       torch::Device dev = dev_it == o.cache_devices.end() ? cache_device : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
-      if (shared) return shared_embeddings(d, o.cache_shm, path, name, cinfo.rows).to(dev, float_type);
+      if (shared)
+        return shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
+            .to(dev, float_type);
       return read_all(f.get(), path, "/embeddings/" + name, 1.0, dev, float_type).reshape({cinfo.rows, -1});
     };
     if (grouped) {
       if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
       d.query.push_back(read_emb(o.embeddings));
-      d.labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, float_type).to(torch::kLong).reshape({-1});
+      auto labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, float_type);
+      if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
+        throw Error(Exit::data, path,
+                    "/labels must hold one value per row, not rows of shape " +
+                        shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
+      d.labels = labels.to(torch::kLong).reshape({-1});
     } else {
       d.query.push_back(read_emb(o.query_embeddings));
       d.passage.push_back(read_emb(o.passage_embeddings));
@@ -529,7 +656,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       modules.push_back(encode::load_module(o.passage_encoder, device));
     }
     result.mode = tied ? "raw-tied" : "raw-separate";
-    config["encoders"] = tied ? json{o.encoder} : json{o.query_encoder, o.passage_encoder};
+    config["encoders"] = tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
   } else {
     grouped = !o.embeddings.empty();
     if (grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
@@ -546,7 +673,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     modules.push_back(head_file ? encode::load_module(o.head, device) : build_head(o.head, in_dim));
     result.mode = grouped ? "cached-grouped" : "cached-aligned";
     config["cache_fingerprint"] = fingerprint;
-    config["head"] = o.head;
+    config["head"] = canonical(o.head);
   }
   std::vector<std::string> module_names =
       cached ? std::vector<std::string>{o.head}
@@ -593,6 +720,8 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   for (int64_t i = 0; i < data.rows; ++i) (i >= ea && i < eb ? eval_rows : train_rows).push_back(i);
   auto train_idx = torch::tensor(train_rows, torch::kLong);
   const int64_t n_train = static_cast<int64_t>(train_rows.size());
+  if (n_train == 0)
+    throw Error(Exit::usage, "--eval-rows", "leaves no training rows (the data has " + std::to_string(data.rows) + ")");
   if (o.batch_size > n_train && o.drop_last)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " is larger than the " + std::to_string(n_train) +
@@ -609,17 +738,25 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
 
   config["mode"] = result.mode;
-  config["data"] = cached ? o.cache : o.data;
+  config["data"] = canonical(cached ? o.cache : o.data);
   config["loss"] = {o.similarity, o.temperature, o.symmetric};
   config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
   config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
-  config["eval"] = {ea, eb, o.eval_data};
+  config["eval"] = {ea, eb, canonical(o.eval_data)};
   config["dtype"] = o.dtype;
   const std::string config_text = config.dump();
 
   // ---- resume
   int64_t start = 0;
   const std::string ckpt = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
+  // One run per checkpoint directory at a time (rank 0 writes it): a second run exits 75.
+  std::unique_ptr<files::OutputLock> ckpt_lock;
+  if (!ckpt.empty() && rank == 0) {
+    std::error_code ec;
+    fs::create_directories(o.checkpoint_dir, ec);
+    if (ec) throw Error(Exit::cant_create, o.checkpoint_dir, ec.message());
+    ckpt_lock = std::make_unique<files::OutputLock>(ckpt, "gc-train");
+  }
   if (o.resume) {
     if (ckpt.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
     if (fs::exists(ckpt)) {
@@ -667,6 +804,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   if (!o.metrics.empty() && rank == 0) {
     metrics = std::make_unique<std::ofstream>(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
     if (!*metrics) throw Error(Exit::cant_create, o.metrics, errno_text(errno));
+    metrics->exceptions(std::ios::goodbit);
   }
 
   // ---- the loop: batch b of epoch e is rows perm_e[bB, (b+1)B) (perm_e = identity without shuffle)
@@ -753,8 +891,10 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     if (metrics) {
       nlohmann::ordered_json line{{"step", s + 1}, {"epoch", epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
                 {"samples_per_second", idx.size(0) / step_s}};
+      errno = 0;
       *metrics << line.dump() << "\n";
       metrics->flush();
+      if (!*metrics) throw Error(Exit::io, o.metrics, "write failed: " + errno_text(errno ? errno : EIO));
     }
     if (cb.progress && rank == 0) cb.progress(s + 1, total, l);
     if (!ckpt.empty() && o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {

@@ -22,6 +22,7 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   encode::configure_threads(opts.threads);
   cache::CacheInfo info = cache::read_info(opts.cache, false);
   if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
+  if (info.embeddings.empty()) throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
   for (const auto& [name, path] : opts.encoders)
     if (std::none_of(info.embeddings.begin(), info.embeddings.end(),
                      [&](const auto& e) { return e.name == name; }))
@@ -73,7 +74,8 @@ VerifyReport run_verify(const VerifyOptions& opts) {
       throw Error(Exit::negative, "encoder '" + e.name + "'",
                   "re-encoded rows have another shape than the cached ones");
     auto diff = (got - want).abs();
-    auto bad_rows = (diff > (v.atol + v.rtol * want.abs())).any(1);
+    // Written as "not within" so that NaN, on either side, never counts as a match.
+    auto bad_rows = (~(diff <= (v.atol + v.rtol * want.abs()))).any(1);
     v.checked = k;
     v.mismatched = bad_rows.sum().item<int64_t>();
     v.max_abs_diff = diff.max().item<double>();

@@ -110,9 +110,9 @@ expect_fail 65 "gc-train: error: loss: query and passage representations differ 
   --data "$D/pairs.h5" --query q --passage negs --encoder "$D/tower.pt" --chunk-size 7 --batch-size 32
 mkdir -p "$WORK/bad"
 echo "not a checkpoint" > "$WORK/bad/checkpoint.pt"
-expect_fail 65 "gc-train: error: $WORK/bad/checkpoint.pt: unreadable checkpoint" \
+expect_fail 65 "gc-train: error: $WORK/bad/checkpoint.pt: unreadable checkpoint (damaged, or written by an older gc-train)" \
   --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --checkpoint-dir "$WORK/bad" --resume
-expect_fail 65 "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written with other settings (model, data or loss)" \
+expect_fail 65 "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written with other settings (changed: optimizer)" \
   "${RES[@]}" --lr 0.5 --steps 300 --checkpoint-dir "$WORK/ck" --resume
 # A diverging run stops at the first non-finite loss and keeps the last good checkpoint.
 run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 32 \

@@ -261,8 +261,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();
   app.add_option("--encoder", o.encoders, "NAME=PATH: verify with this encoder file instead of the recorded one");
   app.add_option("--input", o.input, "Verify against this input file instead of the recorded one");
-  app.add_option("--rtol", o.rtol, "Relative tolerance of --verify (default 1e-4 float32, 2e-3 float16)");
-  app.add_option("--atol", o.atol, "Absolute tolerance of --verify")->capture_default_str();
+  app.add_option("--rtol", o.rtol, "Relative tolerance of --verify (default 1e-4 float32, 2e-3 float16)")
+      ->check(cli::positive_number(true));
+  app.add_option("--atol", o.atol, "Absolute tolerance of --verify")->check(cli::positive_number(true))->capture_default_str();
   app.footer(
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA unavailable;\n"

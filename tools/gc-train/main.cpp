@@ -149,31 +149,34 @@ int main(int argc, char** argv) {
   app.add_option("--cache-shm", t.cache_shm,
                  "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
       ->group(g_cache);
+  app.add_flag("--trust-slab-owner", t.trust_slab_owner,
+               "Use --cache-shm slabs made by another user (refused otherwise)")
+      ->group(g_cache);
   app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
       ->group(g_cache);
   auto* g_loss = "Loss and batches";
   app.add_option("--similarity", t.similarity, "cos or dot")->check(CLI::IsMember({"cos", "dot"}))->capture_default_str()->group(g_loss);
-  app.add_option("--temperature", t.temperature, "Logit temperature")->capture_default_str()->group(g_loss);
+  app.add_option("--temperature", t.temperature, "Logit temperature")->check(cli::positive_number())->capture_default_str()->group(g_loss);
   app.add_flag("--symmetric", t.symmetric, "Also score positives against all queries")->group(g_loss);
   app.add_option("-b,--batch-size", t.batch_size, "Rows per step (global batch)")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
   app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")->group(g_loss);
-  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")->group(g_loss);
+  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")->check(cli::positive_integer())->group(g_loss);
   app.add_flag("--no-gradcache", o.no_gradcache, "Plain full-batch step (reference and baseline)")->group(g_loss);
   app.add_flag("--no-drop-last", o.no_drop_last, "Keep the last partial batch of an epoch")->group(g_loss);
   app.add_flag("--no-shuffle", o.no_shuffle, "Batches are rows [bB, (b+1)B) in order")->group(g_loss);
   app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")->capture_default_str()->group(g_loss);
-  app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")->group(g_loss);
-  app.add_option("--epochs", t.epochs, "Epochs to train")->capture_default_str()->group(g_loss);
+  app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")->check(cli::positive_integer())->group(g_loss);
+  app.add_option("--epochs", t.epochs, "Epochs to train")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
   app.add_option("--dtype", t.dtype, "float32 or float64")->check(CLI::IsMember({"float32", "float64"}))->capture_default_str()->group(g_loss);
   auto* g_opt = "Optimiser";
   app.add_option("--optimizer", t.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str()->group(g_opt);
-  app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str()->group(g_opt);
-  app.add_option("--momentum", t.momentum, "SGD momentum")->capture_default_str()->group(g_opt);
-  app.add_option("--weight-decay", t.weight_decay, "Weight decay")->capture_default_str()->group(g_opt);
-  app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")->capture_default_str()->group(g_opt);
+  app.add_option("--lr", t.lr, "Peak learning rate")->check(cli::positive_number())->capture_default_str()->group(g_opt);
+  app.add_option("--momentum", t.momentum, "SGD momentum")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
+  app.add_option("--weight-decay", t.weight_decay, "Weight decay")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
+  app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")->check(cli::integer_range(0, INT64_MAX))->capture_default_str()->group(g_opt);
   app.add_option("--schedule", t.schedule, "constant, linear or cosine decay after warmup")
       ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()->group(g_opt);
-  app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->capture_default_str()->group(g_opt);
+  app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
   auto* g_dist = "Data parallel (with WORLD_SIZE > 1; see docs/distributed.md)";
   app.add_option("--dist-backend", t.dist_backend, "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str()->group(g_dist);
@@ -181,7 +184,7 @@ int main(int argc, char** argv) {
       ->check(cli::positive_number())->capture_default_str()->group(g_dist);
   auto* g_out = "Checkpoints and outputs";
   app.add_option("--checkpoint-dir", t.checkpoint_dir, "Directory of checkpoint.pt")->group(g_out);
-  app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->group(g_out);
+  app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->check(cli::integer_range(0, INT64_MAX))->group(g_out);
   app.add_flag("--resume", t.resume, "Continue from the checkpoint in --checkpoint-dir")->group(g_out);
   app.add_option("-o,--out", t.out, "Trained encoder or head as TorchScript")->group(g_out);
   app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);

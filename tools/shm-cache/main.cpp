@@ -36,10 +36,15 @@ json info_json(const shm::SlabInfo& i, const shm::SlotCounts* c) {
          {"offsets", {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset},
                       {"data", i.data_offset}}},
          {"mode", i.mode},
+         {"uid", i.uid},
          {"creator", i.creator},
+         {"creator_pid", i.creator_pid},
+         {"temporary", i.temporary},
+         {"content_id", i.content_id},
+         {"sealed", i.sealed_digest.has_value()},
          {"created_unix", i.created_unix}};
   if (c)
-    j["counts"] = {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled},
+    j["counts"] = {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled}, {"invalid", c->invalid},
                    {"filled_bytes", c->filled_bytes},
                    {"filled_fraction", i.slots ? double(c->filled) / i.slots : 0.0}};
   return j;
@@ -69,9 +74,9 @@ struct Options {
   // fill / get / rm
   std::string from, dataset, rows;
   int workers = 1;
-  uint64_t index = 0;
+  std::string index;
   std::vector<std::string> names;
-  bool all = false;
+  bool all = false, stale = false;
 };
 
 void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
@@ -149,9 +154,11 @@ int do_stat(Options& o) {
   std::printf("  size       %s", format_size(i.total_bytes).c_str());
   if (i.layout == shm::Layout::variable)
     std::printf(" (arena %s, %s used)", format_size(i.arena_bytes).c_str(), format_size(i.arena_used).c_str());
-  std::printf("\n  slots      %" PRIu64 " filled, %" PRIu64 " writing, %" PRIu64 " empty; %s of data\n", c.filled,
-              c.writing, c.empty, format_size(c.filled_bytes).c_str());
-  std::printf("  creator    %s, %s ago, mode %04o\n", i.creator.c_str(), age_text(i.created_unix).c_str(), i.mode);
+  std::printf("\n  slots      %" PRIu64 " filled, %" PRIu64 " writing, %" PRIu64 " empty", c.filled, c.writing, c.empty);
+  if (c.invalid) std::printf(", %" PRIu64 " invalid (corrupt; repair resets them)", c.invalid);
+  std::printf("; %s of data\n", format_size(c.filled_bytes).c_str());
+  std::printf("  creator    %s, %s ago, mode %04o%s\n", i.creator.c_str(), age_text(i.created_unix).c_str(), i.mode,
+              i.temporary ? ", temporary" : "");
   return 0;
 }
 
@@ -176,20 +183,26 @@ int do_fill(Options& o) {
 
 int do_get(Options& o) {
   auto slab = shm::Slab::attach(o.name, false);
-  auto view = slab.view(o.index);
-  static const char* names[] = {"empty", "writing", "filled"};
-  auto slot = slab.slot_of(o.index);
-  const char* state = !slot ? "not cacheable" : names[static_cast<int>(slab.state(o.index))];
+  auto parsed = cli::parse_int(o.index);
+  if (!parsed || *parsed < 0) throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
+  const auto index = static_cast<uint64_t>(*parsed);
+  auto view = slab.view(index);
+  auto slot = slab.slot_of(index);
+  if (slot && slab.state(index) == shm::SlotState::invalid)
+    throw Error(Exit::data, o.name,
+                "slot " + std::to_string(*slot) + " of index " + std::to_string(index) +
+                    " holds an invalid state: corrupt slab (shm-cache repair resets it)");
+  const char* state = !slot ? "not cacheable" : shm::state_name(slab.state(index));
   if (o.common.json) {
     auto i = slab.info();
-    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"index", o.index},
+    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"index", index},
                     {"slot", slot ? json(*slot) : json(nullptr)}, {"state", state}, {"hit", bool(view)},
                     {"bytes", view.bytes}, {"dtype", dtype_name(i.dtype)}, {"dims", i.dims}});
   } else if (view) {
     if (std::fwrite(view.data, 1, view.bytes, stdout) != view.bytes) throw Error(Exit::io, "stdout", "write error");
   }
   if (!view) {
-    if (!o.common.json) cli::print_error(kTool, o.name + ": index " + std::to_string(o.index) + ": miss (" + state + ")");
+    if (!o.common.json) cli::print_error(kTool, o.name + ": index " + std::to_string(index) + ": miss (" + state + ")");
     return cli::code(Exit::negative);
   }
   return 0;
@@ -206,8 +219,9 @@ int do_repair(Options& o) {
 }
 
 int do_rm(Options& o) {
-  if (o.all == !o.names.empty()) throw Error(Exit::usage, "rm", "give slab names or --all");
-  auto names = o.all ? shm::list_slabs() : o.names;
+  if (int(o.all) + int(o.stale) + int(!o.names.empty()) != 1)
+    throw Error(Exit::usage, "rm", "give slab names, --all or --stale");
+  auto names = o.all ? shm::list_slabs() : o.stale ? shm::stale_slabs() : o.names;
   int status = 0;
   json removed = json::array();
   for (const auto& n : names) {
@@ -271,11 +285,12 @@ int main(int argc, char** argv) {
   auto* get = app.add_subcommand("get", "Write one item's raw bytes to stdout (--json: its metadata)");
   get->add_option("name", o.name)->required();
   get->add_option("index", o.index)->required();
-  auto* repair = app.add_subcommand("repair", "Return slots left WRITING by dead writers to EMPTY");
+  auto* repair = app.add_subcommand("repair", "Return slots left WRITING by dead writers (or invalid) to EMPTY");
   repair->add_option("name", o.name)->required();
   auto* rm = app.add_subcommand("rm", "Remove slabs");
   rm->add_option("names", o.names);
   rm->add_flag("--all", o.all, "Remove every slab");
+  rm->add_flag("--stale", o.stale, "Remove temporary slabs whose creating process has died (smart-bench's orphans)");
   app.add_subcommand("df", "Size and free space of /dev/shm");
   // Common options are accepted after the subcommand too.
   for (auto* sub : app.get_subcommands({})) sub->fallthrough();

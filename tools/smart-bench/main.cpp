@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
+#include "traincache/interrupt.h"
 #include "traincache/fill.h"
 #include "traincache/h5.h"
 #include "traincache/smart_bench.h"
@@ -216,10 +217,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.footer(
       "EXIT STATUS\n  0 done (no regression); 1 a strategy regressed beyond --max-regression; 64 usage;\n"
-      "  65 bad data; 66 input missing; 69 slab missing; 70 internal; 73 cannot create the stochastic slab.\n"
+      "  65 bad data; 66 input missing; 69 slab missing; 70 internal; 73 cannot create the stochastic slab;\n"
+      "  130 interrupted (SIGINT/SIGTERM; the temporary slab is removed).\n"
       "See docs/smart-bench.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {
     if (o.common.json + o.jsonl + o.csv > 1) throw Error(Exit::usage, "--json", "choose one of --json, --jsonl, --csv");
+    install_interrupt_handlers();  // the loop stops at the next batch; the stochastic slab is removed
     return run(o);
   });
 }

@@ -36,6 +36,7 @@ struct LabelInfo {
   std::string source;              ///< the input dataset they were copied from
   DType dtype = DType::other;
   int64_t rows = 0;
+  std::vector<int64_t> shape;      ///< dataset shape ([rows] for one label per row)
   std::map<int64_t, int64_t> counts;  ///< per class, for integer labels (when counted)
 };
 

@@ -65,6 +65,13 @@ double parse_fraction(const std::string& s, const std::string& option);
 /// A CLI11 check for integers >= 1 with a readable message ("must be a positive integer").
 CLI::Validator positive_integer();
 
+/// The most intra-op threads --threads accepts (like --workers, a bound that stops a typo from
+/// starting thousands of threads).
+inline constexpr int64_t kMaxThreads = 256;
+
+/// A CLI11 check for integers in [lo, hi] ("must be an integer from 0 to 256").
+CLI::Validator integer_range(int64_t lo, int64_t hi);
+
 /// A CLI11 check for numbers > 0 (or >= 0 with `zero_ok`), with a readable message.
 CLI::Validator positive_number(bool zero_ok = false);
 

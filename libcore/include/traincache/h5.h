@@ -11,8 +11,14 @@
 
 #include "traincache/dtype.h"
 #include "traincache/error.h"
+#include "traincache/safe_file.h"
 
 namespace traincache::h5 {
+
+/// Keeps HDF5 from closing files again at process exit. A file whose close failed (a full disk)
+/// stays half-closed inside HDF5, whose exit handler then crashes on it; every tool closes its
+/// files through RAII, so nothing needs that handler. Call before any other HDF5 call.
+void skip_exit_cleanup();
 
 /// Turns HDF5's automatic error printing off (or on, for -vv). Called by every open function.
 void set_verbose(bool print_stack);
@@ -34,6 +40,12 @@ class Id {
   explicit operator bool() const { return id_ >= 0; }
   /// Closes the object now (no-op when empty).
   void reset();
+  /// Gives up ownership without closing.
+  hid_t release() {
+    hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -45,11 +57,21 @@ std::string last_error();
 /// Throws Error(code, subject, what + ": " + HDF5 detail) when `status` < 0; returns it otherwise.
 hid_t check(hid_t status, Exit code, const std::string& subject, const std::string& what);
 
-/// Opens an existing HDF5 file. Missing/unreadable -> Error(no_input); not HDF5 -> Error(data).
+/// Opens an existing HDF5 file. Missing/unreadable or not a regular file (a FIFO, a device) ->
+/// Error(no_input); not HDF5 -> Error(data).
 Id open_file(const std::string& path, bool writable = false);
 
-/// Creates (truncates) a file for writing; failures -> Error(cant_create).
+/// Creates (truncates) a file at a path the caller owns: tests and fixtures. Tools publish their
+/// outputs through create_temp_file() instead. Failures -> Error(cant_create).
 Id create_file(const std::string& path);
+
+/// Creates a new file at `tmp.path()` exclusively (H5F_ACC_EXCL: never through a link, never over
+/// an existing file), picking another unpredictable name while one exists; Error(cant_create).
+Id create_temp_file(files::TempPath& tmp);
+
+/// Closes a file now and checks that its last writes reached the disk (a full disk shows here);
+/// Error(io) naming `path`. The id is released either way.
+void close_file(Id& file, const std::string& path);
 
 /// True when `path` names a link below `loc` (intermediate groups are checked too).
 bool exists(hid_t loc, const std::string& path);
@@ -105,7 +127,8 @@ std::optional<double> read_attr_double(hid_t obj, const std::string& name);
 /// the same data produce byte-identical files.
 Id untimed_create_plist(hid_t cls);
 
-/// Names of the links directly below group `path` of `file`, in name order.
+/// Names of the links directly below group `path` of `file`, in name order; none when the group
+/// does not exist. A group that exists but cannot be opened or listed -> Error(data).
 std::vector<std::string> list_group(hid_t file, const std::string& path);
 
 }  // namespace traincache::h5

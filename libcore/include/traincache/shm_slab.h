@@ -15,7 +15,8 @@
 namespace traincache::shm {
 
 /// Object names are "<prefix><name>" in the shm directory. The prefix is "traincache-" unless the
-/// TRAINCACHE_SHM_PREFIX environment variable says otherwise (tests use their own).
+/// TRAINCACHE_SHM_PREFIX environment variable says otherwise (tests use their own); a prefix that
+/// is not 1-64 of [A-Za-z0-9._-] (a path, "..") -> Error(usage).
 std::string object_prefix();
 
 /// The directory of POSIX shared memory ("/dev/shm").
@@ -31,8 +32,12 @@ enum class Layout : uint32_t { fixed = 0, variable = 1 };
 enum class Selection : uint32_t { first = 0, hashed = 1 };
 
 /// State of one slot. A slot goes EMPTY -> WRITING -> FILLED; a writer that dies leaves WRITING,
-/// which readers treat as a miss and repair() returns to EMPTY.
-enum class SlotState : uint32_t { empty = 0, writing = 1, filled = 2 };
+/// which readers treat as a miss and repair() returns to EMPTY. Any other stored value is reported
+/// as `invalid` (a corrupt slab): readers treat it as a miss, repair() resets it.
+enum class SlotState : uint32_t { empty = 0, writing = 1, filled = 2, invalid = 255 };
+
+/// "empty", "writing", "filled" or "invalid".
+const char* state_name(SlotState s);
 
 /// How to create a slab.
 struct CreateOptions {
@@ -46,6 +51,10 @@ struct CreateOptions {
   Selection selection = Selection::first;
   uint64_t seed = 0;                  ///< for Selection::hashed
   unsigned mode = 0600;               ///< permission bits of the object
+  std::string content_id;             ///< what the slab is meant to hold (<= 127 bytes), checked by users
+  bool temporary = false;             ///< removed by its creator when done; `rm --stale` removes it
+                                      ///< once the creator has died
+  std::string tool;                   ///< creating tool, shown in listings ("smart-bench")
 };
 
 /// What a slab holds (read from its header).
@@ -65,11 +74,17 @@ struct SlabInfo {
   int64_t created_unix = 0;
   std::string creator;
   unsigned mode = 0;
+  unsigned uid = 0;                   ///< owner of the object
+  std::string content_id;             ///< as given at creation ("" when none)
+  bool temporary = false;
+  int64_t creator_pid = 0;            ///< 0 for slabs made before it was recorded
+  std::string creator_host;
+  std::optional<std::string> sealed_digest;  ///< digest of the data when sealed
 };
 
 /// Counts of slot states.
 struct SlotCounts {
-  uint64_t empty = 0, writing = 0, filled = 0;
+  uint64_t empty = 0, writing = 0, filled = 0, invalid = 0;
   uint64_t filled_bytes = 0;
 };
 
@@ -127,8 +142,18 @@ class Slab {
   /// Copies a filled item into `out` (resized); false for a miss.
   bool get(uint64_t index, std::vector<unsigned char>& out) const;
 
-  /// Returns WRITING slots whose writer process no longer exists to EMPTY; returns how many.
+  /// Returns WRITING slots whose writer process no longer exists, and slots in an invalid state,
+  /// to EMPTY; returns how many.
   uint64_t repair();
+
+  /// XXH3-128 of the data region (hex), for sealing a filled slab and checking it later.
+  std::string data_digest() const;
+  /// Records `digest` as the digest of the complete data; later users compare data_digest() with it.
+  void seal(const std::string& digest);
+
+  /// Checks that the object still has the size it had when mapped (a truncated object would kill
+  /// readers with SIGBUS); Error(io) naming the slab otherwise. Call before long reads.
+  void check_size() const;
 
   /// Per-state counts (a scan of the state array).
   SlotCounts counts() const;
@@ -158,6 +183,13 @@ uint64_t resident_bytes(const std::string& name);
 
 /// Removes a slab's object. Missing -> Error(unavailable).
 void remove_slab(const std::string& name);
+
+/// Names of temporary slabs whose creating process has died on this host (orphans).
+std::vector<std::string> stale_slabs();
+
+/// Installs a SIGBUS handler: a bus error inside a mapped slab (its object was truncated under us)
+/// prints "<tool>: error: <slab>: ..." and exits 74; any other bus error keeps the default action.
+void install_sigbus_handler(const std::string& tool);
 
 /// Parses "2GiB", "512MiB", "1000000" (bytes), "1.5G"; throws Error(usage).
 uint64_t parse_size(const std::string& s);

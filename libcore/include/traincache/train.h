@@ -27,6 +27,7 @@ struct TrainOptions {
   std::string cache_device = "cpu";                     ///< where cached embeddings live
   std::map<std::string, std::string> cache_devices;     ///< per encoder name, overriding cache_device
   std::string cache_shm;                                ///< share embeddings through slabs "<name>-<encoder>"
+  bool trust_slab_owner = false;                        ///< attach to --cache-shm slabs of other users
   // Loss.
   std::string similarity = "cos";
   double temperature = 0.05;

@@ -1,0 +1,103 @@
+// Creating outputs safely: temporary files with unpredictable names, created exclusively and never
+// through a symbolic link, renamed into place when complete; advisory locks that make a second run
+// on the same output fail fast; checks before adopting a directory left by an earlier run.
+// Torch-free. What each tool promises under faults: docs/design.md.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+
+namespace traincache::files {
+
+/// A temporary name in `dest`'s directory that nobody can predict: "<dir>/.<base>.<random>.tmp".
+/// Nothing is created; callers create it exclusively (O_EXCL, or H5F_ACC_EXCL) and retry on EEXIST.
+std::string unpredictable_name(const std::string& dest);
+
+/// A temporary path that is removed when the object dies unless publish() renamed it into place.
+/// For files written by other libraries (HDF5, which creates `path()` itself with H5F_ACC_EXCL).
+class TempPath {
+ public:
+  /// A fresh unpredictable name beside `dest` (nothing is created yet).
+  explicit TempPath(std::string dest);
+  TempPath(TempPath&& o) noexcept;
+  TempPath(const TempPath&) = delete;
+  TempPath& operator=(const TempPath&) = delete;
+  TempPath& operator=(TempPath&&) = delete;
+  ~TempPath();
+
+  /// The temporary file's path.
+  const std::string& path() const { return path_; }
+  /// The final path.
+  const std::string& dest() const { return dest_; }
+  /// Picks another unpredictable name (after the previous one turned out to exist).
+  void rename_candidate();
+  /// Stops owning the path: it is not removed on destruction (it was never created by us).
+  void forget() { published_ = true; }
+  /// Makes the file durable (fsync, without following a link), gives it the permissions a new
+  /// file gets (0666 less the umask) and renames it to dest(); Error(io/cant_create) on failure.
+  void publish();
+
+ private:
+  std::string dest_, path_;
+  bool published_ = false;
+};
+
+/// A temporary file opened by this process (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) beside `dest`,
+/// written with write_all() and published by commit(); removed on destruction unless committed.
+class TempFile {
+ public:
+  /// Creates the file; Error(cant_create) naming `dest` when the directory does not allow it.
+  explicit TempFile(const std::string& dest);
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile();
+
+  /// The descriptor (valid until commit()).
+  int fd() const { return fd_; }
+  /// The temporary path.
+  const std::string& path() const { return tmp_.path(); }
+  /// Writes every byte (looping over short writes); Error(io) naming dest on failure (ENOSPC...).
+  void write_all(const void* data, std::size_t n);
+  /// fsync, close (checked), permissions as for a new file, rename into place.
+  void commit();
+
+ private:
+  TempPath tmp_;
+  int fd_ = -1;
+};
+
+/// An advisory lock (flock) on "<target>.lock", held until destruction, when the lock file is
+/// removed. A second holder fails at once with Error(temp_failure) naming the holder's pid.
+class OutputLock {
+ public:
+  /// Locks `target` for `what` ("cache-fill", "gc-train"); never follows a link at the lock path.
+  OutputLock(const std::string& target, const std::string& what);
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+  ~OutputLock();
+
+  /// The lock file's path.
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+/// Creates directory `dir` (mode 0700) or checks that an existing one may be trusted: a real
+/// directory (not a link), owned by this user and not writable by group or others. Throws
+/// Error(cant_create) with the reason otherwise. Returns true when it was created.
+bool make_or_adopt_private_dir(const std::string& dir);
+
+/// True when `a` and `b` name the same file (same device and inode); false if either is missing.
+bool same_file(const std::string& a, const std::string& b);
+
+/// Reads a whole regular file (O_NOFOLLOW); Error(no_input/io) on failure.
+std::string read_file(const std::string& path);
+
+/// The directory part of `path` ("." when it has none).
+std::string dir_name(const std::string& path);
+
+}  // namespace traincache::files
