@@ -22,7 +22,8 @@ run() {
 _ok() { PASSED=$((PASSED + 1)); }
 _fail() {
   FAILED=$((FAILED + 1))
-  printf 'FAIL (%s:%s): %s\n' "${BASH_SOURCE[2]##*/}" "${BASH_LINENO[1]}" "$1" >&2
+  local src=${BASH_SOURCE[2]:-${BASH_SOURCE[1]:-?}} line=${BASH_LINENO[1]:-${BASH_LINENO[0]}}
+  printf 'FAIL (%s:%s): %s\n' "${src##*/}" "$line" "$1" >&2
   printf '  exit: %s\n  stdout: %s\n  stderr: %s\n' "$rc" "${out:0:2000}" "${err:0:2000}" >&2
 }
 

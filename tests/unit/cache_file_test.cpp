@@ -10,6 +10,7 @@
 #include "traincache/cache_file.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/row_digest.h"
 
 using namespace traincache;
 
@@ -165,4 +166,32 @@ CATCH_TEST_CASE("cache file: chunks hold about 1 MiB of rows", "[cache]") {
   CATCH_CHECK(cache::chunk_rows(256, 100000) == 4096);
   CATCH_CHECK(cache::chunk_rows(256, 10) == 10);
   CATCH_CHECK(cache::chunk_rows(8 << 20, 10) == 1);
+}
+
+CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the same digest", "[digest]") {
+  // [3, 5, 7] float64: 280-byte rows, read whole, or in pieces of 1-2 trailing rows, or per element.
+  const std::string path = "digest_input.h5";
+  std::vector<double> values(3 * 5 * 7);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 3;
+  {
+    h5::Id f = h5::create_file(path);
+    hsize_t dims[3] = {3, 5, 7};
+    h5::Id space(H5Screate_simple(3, dims, nullptr));
+    h5::Id d(H5Dcreate2(f.get(), "x", H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  }
+  h5::Id f = h5::open_file(path);
+  h5::Id d = h5::open_dataset(f.get(), path, "x");
+  auto info = h5::describe(d.get(), "x");
+  auto digest = [&](int64_t a, int64_t b, int64_t block) {
+    ContentHash h;
+    hash_rows(d.get(), info, a, b, h, block);
+    return h.hex_digest();
+  };
+  ContentHash want;
+  want.update(std::string("x") + '\0');
+  want.update(values.data() + 35, 2 * 35 * sizeof(double));  // rows 1 and 2
+  for (int64_t block : {int64_t{8} << 20, int64_t{280}, int64_t{100}, int64_t{56}, int64_t{8}, int64_t{1}})
+    CATCH_CHECK(digest(1, 3, block) == want.hex_digest());
+  CATCH_CHECK(digest(0, 3, 8) != want.hex_digest());
 }

@@ -281,3 +281,83 @@ CATCH_TEST_CASE("shm slab: sizes parse with binary and decimal units", "[shm]") 
   CATCH_CHECK(code_of([] { shm::parse_size("lots"); }) == Exit::usage);
   CATCH_CHECK(code_of([] { shm::parse_size("5XB"); }) == Exit::usage);
 }
+
+CATCH_TEST_CASE("shm slab: a reader of a slab truncated under it exits 74 instead of dying of SIGBUS", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("trunc", 4096, {1024}, 4096));
+  std::vector<unsigned char> v(1024, 7);
+  for (uint64_t i = 0; i < 4096; ++i) CATCH_REQUIRE(s.set(i, v.data(), v.size()));
+  const std::string path = s.info().path;
+  pid_t child = fork();
+  if (child == 0) {
+    shm::install_sigbus_handler("unit");
+    auto r = shm::Slab::attach("trunc", false);
+    int fd = ::open(path.c_str(), O_RDWR);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) _exit(3);  // only the header page is left
+    volatile unsigned char sum = 0;
+    for (uint64_t i = 0; i < 4096; ++i) sum += static_cast<const unsigned char*>(r.items())[i * 1024];
+    _exit(sum == 0 ? 4 : 5);  // never reached: the first read past the end raises SIGBUS
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CATCH_REQUIRE(WIFEXITED(status));
+  CATCH_CHECK(WEXITSTATUS(status) == 74);
+}
+
+CATCH_TEST_CASE("shm slab: check_size reports an object truncated after attach", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("trunc2", 64, {64}, 64));
+  auto r = shm::Slab::attach("trunc2", false);
+  CATCH_CHECK(code_of([&] { r.check_size(); }) == Exit::ok);
+  CATCH_REQUIRE(truncate(s.info().path.c_str(), 4096) == 0);
+  CATCH_CHECK(code_of([&] { r.check_size(); }) == Exit::io);
+}
+
+CATCH_TEST_CASE("shm slab: invalid slot states are counted, missed by readers and reset by repair", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("inv", 8, {4}, 8));
+  auto v = item(2, 4);
+  CATCH_REQUIRE(s.set(2, v.data(), v.size()));
+  auto i = s.info();
+  int fd = ::open(i.path.c_str(), O_RDWR);
+  CATCH_REQUIRE(fd >= 0);
+  uint64_t bad = 0x37;
+  CATCH_REQUIRE(pwrite(fd, &bad, sizeof bad, static_cast<off_t>(i.states_offset + 8 * 2)) == 8);
+  ::close(fd);
+  CATCH_CHECK(s.state(2) == shm::SlotState::invalid);
+  CATCH_CHECK(std::string(shm::state_name(s.state(2))) == "invalid");
+  CATCH_CHECK(!s.view(2));
+  CATCH_CHECK(s.counts().invalid == 1);
+  CATCH_CHECK(s.repair() == 1);
+  CATCH_CHECK(s.state(2) == shm::SlotState::empty);
+  CATCH_CHECK(s.counts().invalid == 0);
+}
+
+CATCH_TEST_CASE("shm slab: a sealed digest detects a changed byte", "[shm]") {
+  Prefix p;
+  auto o = fixed("seal", 16, {8}, 16);
+  o.content_id = "cache-fingerprint/cnn";
+  auto s = shm::Slab::create(o);
+  for (uint64_t k = 0; k < 16; ++k) {
+    auto v = item(k, 8);
+    CATCH_REQUIRE(s.set(k, v.data(), v.size()));
+  }
+  CATCH_CHECK(!s.info().sealed_digest);
+  s.seal(s.data_digest());
+  auto r = shm::Slab::attach("seal", true);
+  CATCH_CHECK(r.info().content_id == "cache-fingerprint/cnn");
+  CATCH_REQUIRE(r.info().sealed_digest);
+  CATCH_CHECK(*r.info().sealed_digest == r.data_digest());
+  const_cast<unsigned char*>(static_cast<const unsigned char*>(r.items()))[8 * 5 + 3] ^= 1;
+  CATCH_CHECK(*r.info().sealed_digest != r.data_digest());
+}
+
+CATCH_TEST_CASE("shm slab: a prefix that is not a plain name is refused", "[shm]") {
+  Prefix p;
+  setenv("TRAINCACHE_SHM_PREFIX", "./../../x", 1);
+  CATCH_CHECK(code_of([] { shm::object_prefix(); }) == Exit::usage);
+  setenv("TRAINCACHE_SHM_PREFIX", "a/b", 1);
+  CATCH_CHECK(code_of([] { shm::object_prefix(); }) == Exit::usage);
+  setenv("TRAINCACHE_SHM_PREFIX", ("tcunit-" + std::to_string(getpid()) + "-").c_str(), 1);
+  CATCH_CHECK(code_of([] { shm::object_prefix(); }) == Exit::ok);
+}
