@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 
 #include "traincache/h5.h"
 #include "traincache/shm_slab.h"
@@ -74,6 +75,9 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
   } catch (const Error& e) {
     print_error(tool, e.what());
     status = code(e.code());
+  } catch (const std::bad_alloc&) {
+    print_error(tool, "out of memory: an allocation failed");
+    status = code(Exit::unavailable);
   } catch (const std::exception& e) {
     print_error(tool, std::string("internal error: ") + first_line_lower(e.what()));
     status = code(Exit::internal);

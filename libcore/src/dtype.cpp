@@ -1,6 +1,9 @@
 #include "traincache/dtype.h"
 
+#include <unistd.h>
+
 #include "traincache/error.h"
+#include "traincache/text.h"
 
 #include <cctype>
 #include <cstring>
@@ -48,6 +51,16 @@ bool is_integer(DType t) {
     default:
       return false;
   }
+}
+
+void require_memory(const std::string& what, uint64_t count, uint64_t element_bytes) {
+  const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t bytes = 0;
+  bool overflow = __builtin_mul_overflow(count, element_bytes, &bytes);
+  if (overflow || bytes > physical)
+    throw Error(Exit::unavailable, what,
+                "needs " + (overflow ? std::string("more than 16 EiB") : format_size(bytes)) +
+                    " of memory but this machine has " + format_size(physical));
 }
 
 std::string errno_text(int err) {

@@ -91,6 +91,9 @@ torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t s
   std::vector<int64_t> shape = info.shape;
   shape[0] = count;
   const std::string what = info.name;
+  require_memory("reading " + std::to_string(count) + " rows of '" + what + "'",
+                 static_cast<uint64_t>(count) * static_cast<uint64_t>(std::max<int64_t>(1, info.row_elements())),
+                 info.dtype == DType::u8 ? 5 : 8);
   if (info.dtype == DType::u8) {
     // Converted here with a plain loop rather than a torch op: reader threads must not start
     // OpenMP teams of their own next to the encoder's.
@@ -127,6 +130,8 @@ torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count
   auto it = kTypes.find(si.dtype);
   if (it == kTypes.end())
     throw Error(Exit::data, si.name, std::string("slab dtype ") + dtype_name(si.dtype) + " cannot be fed to an encoder");
+  require_memory("reading " + std::to_string(count) + " items of slab " + si.name, static_cast<uint64_t>(count),
+                 si.item_bytes * (si.dtype == DType::u8 ? 5 : 1));
   auto raw = torch::empty(shape, it->second);
   auto* dst = static_cast<char*>(raw.data_ptr());
   for (int64_t i = 0; i < count; ++i) {

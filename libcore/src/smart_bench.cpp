@@ -468,6 +468,13 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   else if (!o.files.empty()) src = std::make_unique<FileSource>(o.files, o.page_cache);
   else src = std::make_unique<ShmSource>(o.shm);
   const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
+  if (!o.resize.empty()) {
+    if (o.resize[0] <= 0 || o.resize[1] <= 0) throw Error(Exit::usage, "--resize", "H and W must be positive");
+    // One resized sample in float32, times the batches the loaders keep in flight.
+    uint64_t pixels = static_cast<uint64_t>(o.resize[0]) * static_cast<uint64_t>(o.resize[1]);
+    require_memory("--resize " + std::to_string(o.resize[0]) + "," + std::to_string(o.resize[1]),
+                   pixels, 4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
+  }
   Pipeline pipe{o, *src, {}};
   const auto shape = pipe.deterministic(0).sizes().vec();
   Step step(o);

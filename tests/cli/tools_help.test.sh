@@ -7,6 +7,7 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   expect_out_has "Usage: $tool"
   expect_out_has "EXIT STATUS"
   expect_err ""
+  help_text=$out
   run "$TC_BIN/$tool" --version
   expect_rc 0
   expect_out_re "^$tool [0-9]+\.[0-9]+\.[0-9]+ \(git [^)]*\)"
@@ -16,9 +17,23 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   else
     expect_out_re "^shm-cache [0-9.]+ \(git [^)]*\)$"
   fi
+  # Every long option --help lists is documented on the tool's page.
+  undocumented=""
+  for flag in $(printf '%s\n' "$help_text" | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
+    grep -q -- "$flag" "$TC_SOURCE/docs/$tool.md" || undocumented="$undocumented $flag"
+  done
+  expect_eq "$undocumented" "" "options of $tool missing from docs/$tool.md"
   run "$TC_BIN/$tool" --no-such-flag
   expect_rc 64
   expect_one_line_err
   expect_no_out
+done
+for sub in create fill rm; do
+  run "$TC_BIN/shm-cache" $sub --help
+  undocumented=""
+  for flag in $(printf '%s\n' "$out" | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
+    grep -q -- "$flag" "$TC_SOURCE/docs/shm-cache.md" || undocumented="$undocumented $flag"
+  done
+  expect_eq "$undocumented" "" "options of shm-cache $sub missing from docs/shm-cache.md"
 done
 finish

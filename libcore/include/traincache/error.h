@@ -1,6 +1,7 @@
 // Error type and exit codes shared by every traincache library function and tool.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +39,11 @@ class Error : public std::runtime_error {
 
 /// strerror(err) with a lower-case first letter, as messages want it.
 std::string errno_text(int err);
+
+/// Throws Error(unavailable, what, "needs N of memory but this machine has M") when `count`
+/// elements of `element_bytes` exceed the machine's physical memory (or 64 bits): a size read
+/// from a file or an option is checked before it is allocated.
+void require_memory(const std::string& what, uint64_t count, uint64_t element_bytes);
 
 /// The exit code as the integer passed to exit().
 inline int exit_status(Exit e) { return static_cast<int>(e); }
