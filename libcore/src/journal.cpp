@@ -142,16 +142,7 @@ RawFile::~RawFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void RawFile::append(const void* data, std::size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw Error(Exit::io, files::dir_name(path_), "write failed: " + errno_text(w < 0 ? errno : ENOSPC));
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
+void RawFile::append(const void* data, std::size_t n) { files::write_all(fd_, data, n, files::dir_name(path_)); }
 
 void RawFile::sync() {
   if (::fsync(fd_) != 0)

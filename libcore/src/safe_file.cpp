@@ -110,16 +110,18 @@ TempFile::~TempFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void TempFile::write_all(const void* data, std::size_t n) {
+void write_all(int fd, const void* data, std::size_t n, const std::string& subject) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
+    ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw Error(Exit::io, tmp_.dest(), "write failed: " + errno_text(w < 0 ? errno : ENOSPC));
+    if (w <= 0) throw Error(Exit::io, subject, "write failed: " + errno_text(w < 0 ? errno : ENOSPC));
     p += w;
     n -= static_cast<std::size_t>(w);
   }
 }
+
+void TempFile::write_all(const void* data, std::size_t n) { files::write_all(fd_, data, n, tmp_.dest()); }
 
 void TempFile::commit() {
   bool ok = ::fsync(fd_) == 0;

@@ -10,15 +10,20 @@ FILL=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --labels l
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/ref.h5"
 expect_rc 0
 
-# A lock held by another process (flock(1) standing in for a run): exit 75, its pid named.
-(
-  exec 9>"$WORK/held.h5.lock"
-  echo 4242 >&9
-  flock -n 9 || exit 1
-  sleep 5
-) &
-holder=$!
-for _ in $(seq 1 100); do [ -s "$WORK/held.h5.lock" ] && break; sleep 0.02; done
+# hold_lock FILE PID: another process (flock(1) standing in for a run) holds FILE, which names PID.
+hold_lock() {
+  (
+    exec 9>"$1"
+    echo "$2" >&9
+    flock -n 9 || exit 1
+    sleep 5
+  ) &
+  holder=$!
+  for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.02; done
+}
+
+# A lock held by another process: exit 75, its pid named.
+hold_lock "$WORK/held.h5.lock" 4242
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/held.h5"
 expect_rc 75
 expect_err "cache-fill: error: $WORK/held.h5: in use by another cache-fill run (pid 4242); try again when it has finished"
@@ -53,14 +58,7 @@ done
 
 # gc-train: two runs on one checkpoint directory.
 mkdir "$WORK/ck"
-(
-  exec 9>"$WORK/ck/checkpoint.pt.lock"
-  echo 4343 >&9
-  flock -n 9 || exit 1
-  sleep 5
-) &
-holder=$!
-for _ in $(seq 1 100); do [ -s "$WORK/ck/checkpoint.pt.lock" ] && break; sleep 0.02; done
+hold_lock "$WORK/ck/checkpoint.pt.lock" 4343
 run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 32 \
   --steps 2 --checkpoint-dir "$WORK/ck"
 expect_rc 75

@@ -86,6 +86,10 @@ class OutputLock {
   int fd_ = -1;
 };
 
+/// Writes every byte to `fd`, looping over short writes and EINTR; Error(io, subject,
+/// "write failed: ...") on failure (ENOSPC, EIO...).
+void write_all(int fd, const void* data, std::size_t n, const std::string& subject);
+
 /// Creates directory `dir` (mode 0700) or checks that an existing one may be trusted: a real
 /// directory (not a link), owned by this user and not writable by group or others. Throws
 /// Error(cant_create) with the reason otherwise. Returns true when it was created.
