@@ -177,8 +177,11 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
         throw Error(Exit::data, "encoder '" + name_ + "'",
                     "returns a tuple/list; --output must be an index, got '" + output_ + "'");
       auto elems = out.isTuple() ? out.toTupleRef().elements().vec() : out.toListRef().vec();
-      std::size_t i = std::stoul(output_);
-      if (i >= elems.size())
+      // Digits only, but possibly more than fit 64 bits: parsed without throwing.
+      std::size_t i = 0;
+      bool fits = output_.size() <= 18;
+      for (char c : output_) i = fits ? i * 10 + static_cast<std::size_t>(c - '0') : i;
+      if (!fits || i >= elems.size())
         throw Error(Exit::data, "encoder '" + name_ + "'",
                     "--output " + output_ + " out of range: the output has " +
                         std::to_string(elems.size()) + " elements");

@@ -22,6 +22,7 @@
 
 #include "traincache/cache_file.h"
 #include "traincache/content_hash.h"
+#include "traincache/fill_plan.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
@@ -85,25 +86,6 @@ json describe_json(const h5::DatasetInfo& info) {
   return json{{"shape", info.shape}, {"dtype", dtype_name(info.dtype)}};
 }
 
-// Paths of the fingerprint JSON that differ between two fingerprints ("/encoders/cnn/sha256").
-std::string fingerprint_diff(const std::string& old_json, const json& now) {
-  json old = json::parse(old_json, nullptr, false);
-  if (old.is_discarded()) return "unreadable stored fingerprint";
-  std::set<std::string> paths;
-  for (const auto& op : json::diff(old, now)) {
-    std::string p = op.value("path", "");
-    // Report one setting, not an element of an array setting ("/input/rows/1" -> "input/rows").
-    auto slash = p.rfind('/');
-    if (slash != std::string::npos && slash + 1 < p.size() &&
-        p.find_first_not_of("0123456789", slash + 1) == std::string::npos)
-      p.resize(slash);
-    paths.insert(p.size() > 1 ? p.substr(1) : "everything");
-  }
-  std::string s;
-  for (const auto& p : paths) s += (s.empty() ? "" : ", ") + p;
-  return s.empty() ? "unknown" : s;
-}
-
 // One batch of converted inputs, keyed by dataset name.
 struct Batch {
   int64_t start = 0, count = 0;
@@ -114,7 +96,7 @@ struct Batch {
 // thread k % workers; at most `depth` batches are in flight.
 class Prefetcher {
  public:
-  Prefetcher(std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row,
+  Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row,
              int64_t batch_size, int workers, double scale)
       : inputs_(inputs), first_(first_row), end_(end_row), bs_(batch_size), scale_(scale) {
     n_batches_ = (end_ - first_ + bs_ - 1) / bs_;
@@ -171,7 +153,7 @@ class Prefetcher {
     }
   }
 
-  std::map<std::string, Input>& inputs_;
+  const std::map<std::string, Input>& inputs_;
   int64_t first_, end_, bs_;
   double scale_;
   int64_t n_batches_ = 0, depth_ = 2, next_ = 0;
@@ -223,389 +205,433 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
   return journal;
 }
 
-}  // namespace
 
-FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
-  auto t_start = Clock::now();
-  auto warn = [&](const std::string& m) {
-    if (cb.warn) cb.warn(m);
-  };
-  if (opts.encoders.empty()) throw Error(Exit::usage, "--encoder", "at least one encoder is required");
-  if (opts.out.empty()) throw Error(Exit::usage, "--out", "an output file is required");
-  if (opts.batch_size <= 0) throw Error(Exit::usage, "--batch-size", "must be positive");
-  if (opts.dtype != DType::f32 && opts.dtype != DType::f16)
-    throw Error(Exit::usage, "--dtype", "must be float32 or float16");
-  std::set<std::string> names;
-  for (const auto& e : opts.encoders) {
-    if (e.name.empty() || e.name.find_first_of("/.") != std::string::npos)
-      throw Error(Exit::usage, "--encoder", "invalid encoder name '" + e.name + "'");
-    if (!names.insert(e.name).second)
-      throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");
-  }
-  torch::Device device = encode::parse_device(opts.device);
-  encode::configure_threads(opts.threads);
+// ---- stage: open inputs ---------------------------------------------------------------------
 
-  // ---- inputs
-  const bool from_slab = is_shm(opts.input);
-  h5::Id in_file;
-  std::map<std::string, Input> inputs;
-  std::map<std::string, std::vector<std::string>> enc_features;
-  if (from_slab) {
-    // A shared-memory slab: its items are the one input of every encoder.
-    if (!opts.labels.empty() || !opts.keys.empty())
-      throw Error(Exit::usage, "--labels", "labels and keys need an HDF5 input, not " + opts.input);
-    Input in;
-    in.slab = std::make_shared<shm::Slab>(shm::Slab::attach(opts.input.substr(std::strlen(kShmScheme)), false));
-    auto si = in.slab->info();
-    if (si.layout != shm::Layout::fixed)
-      throw Error(Exit::data, opts.input, "an encoder input slab must have a fixed layout");
-    in.info.name = opts.input;
-    in.info.dtype = si.dtype;
-    in.info.shape = {static_cast<int64_t>(si.length)};
-    for (auto d : si.dims) in.info.shape.push_back(static_cast<int64_t>(d));
-    for (const auto& e : opts.encoders) {
-      auto feats = e.features.empty() ? opts.features : e.features;
-      if (!feats.empty() && feats != std::vector<std::string>{opts.input})
-        throw Error(Exit::usage, "--features", "with --input " + opts.input + " the slab is the only input");
-      enc_features[e.name] = {opts.input};
-    }
-    inputs.emplace(opts.input, std::move(in));
-  } else {
-    in_file = h5::open_file(opts.input);
-  }
-  for (const auto& e : opts.encoders) {
-    if (from_slab) break;
-    auto feats = e.features.empty() ? opts.features : e.features;
-    if (feats.empty())
-      throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
-    enc_features[e.name] = feats;
-    for (const auto& f : feats) {
-      if (inputs.count(f)) continue;
-      Input in;
-      in.dset = h5::open_dataset(in_file.get(), opts.input, f);
-      in.info = h5::describe(in.dset.get(), f);
-      encode::require_numeric_input(in.info, opts.input);
-      inputs.emplace(f, std::move(in));
-    }
-  }
-  const h5::DatasetInfo& first = inputs.begin()->second.info;
-  int64_t n_input = first.rows();
-  if (n_input == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
-  auto same_rows = [&](const h5::DatasetInfo& info) {
-    if (info.rows() != n_input)
-      throw Error(Exit::data, opts.input,
-                  "rows mismatch: '" + first.name + "' has " + std::to_string(n_input) + " rows but '" +
-                      info.name + "' has " + std::to_string(info.rows()));
-  };
-  for (const auto& [name, in] : inputs) same_rows(in.info);
+// Everything the fill reads: the encoders' input datasets (or one slab), labels and keys.
+struct Inputs {
+  bool from_slab = false;
+  h5::Id file;
+  std::map<std::string, Input> features;                    // by dataset name
+  std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its datasets, in order
   std::optional<Input> labels, keys;
-  for (auto [which, name] : {std::pair{&labels, opts.labels}, std::pair{&keys, opts.keys}}) {
+  int64_t rows = 0;
+};
+
+// A shared-memory slab as the one input of every encoder.
+void open_slab_input(const FillOptions& opts, Inputs& in) {
+  if (!opts.labels.empty() || !opts.keys.empty())
+    throw Error(Exit::usage, "--labels", "labels and keys need an HDF5 input, not " + opts.input);
+  Input slab;
+  slab.slab = std::make_shared<shm::Slab>(shm::Slab::attach(opts.input.substr(std::strlen(kShmScheme)), false));
+  auto si = slab.slab->info();
+  if (si.layout != shm::Layout::fixed)
+    throw Error(Exit::data, opts.input, "an encoder input slab must have a fixed layout");
+  slab.info.name = opts.input;
+  slab.info.dtype = si.dtype;
+  slab.info.shape = {static_cast<int64_t>(si.length)};
+  for (auto d : si.dims) slab.info.shape.push_back(static_cast<int64_t>(d));
+  for (const auto& e : opts.encoders) {
+    auto feats = e.features.empty() ? opts.features : e.features;
+    if (!feats.empty() && feats != std::vector<std::string>{opts.input})
+      throw Error(Exit::usage, "--features", "with --input " + opts.input + " the slab is the only input");
+    in.per_encoder[e.name] = {opts.input};
+  }
+  in.features.emplace(opts.input, std::move(slab));
+}
+
+// The HDF5 datasets every encoder reads, and the labels and keys to copy.
+void open_hdf5_inputs(const FillOptions& opts, Inputs& in) {
+  in.file = h5::open_file(opts.input);
+  for (const auto& e : opts.encoders) {
+    auto feats = e.features.empty() ? opts.features : e.features;
+    if (feats.empty()) throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
+    in.per_encoder[e.name] = feats;
+    for (const auto& f : feats) {
+      if (in.features.count(f)) continue;
+      Input d;
+      d.dset = h5::open_dataset(in.file.get(), opts.input, f);
+      d.info = h5::describe(d.dset.get(), f);
+      encode::require_numeric_input(d.info, opts.input);
+      in.features.emplace(f, std::move(d));
+    }
+  }
+  for (auto [which, name] : {std::pair{&in.labels, opts.labels}, std::pair{&in.keys, opts.keys}}) {
     if (name.empty()) continue;
-    Input in;
-    in.dset = h5::open_dataset(in_file.get(), opts.input, name);
-    in.info = h5::describe(in.dset.get(), name);
-    if (in.info.dtype == DType::other)
+    Input d;
+    d.dset = h5::open_dataset(in.file.get(), opts.input, name);
+    d.info = h5::describe(d.dset.get(), name);
+    if (d.info.dtype == DType::other)
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
-    same_rows(in.info);
-    *which = std::move(in);
+    *which = std::move(d);
   }
-  if (keys && (keys->info.shape.size() != 1 ||
-               !(is_integer(keys->info.dtype) || keys->info.dtype == DType::string)))
+  if (in.keys && (in.keys->info.shape.size() != 1 ||
+                  !(is_integer(in.keys->info.dtype) || in.keys->info.dtype == DType::string)))
     throw Error(Exit::data, opts.input, "key dataset '" + opts.keys + "' must be 1-D integers or strings");
-  int64_t a = opts.row_begin, b = opts.row_end < 0 ? n_input : opts.row_end;
-  if (a >= n_input || b > n_input || a >= b)
-    throw Error(Exit::usage, "--rows",
-                std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " +
-                    std::to_string(n_input) + " rows");
-  // Sharding: a contiguous, balanced range of whole batches, so that every row is encoded in the
-  // same batch as by a single process.
-  const int64_t job_begin = a, job_end = b;
-  const bool sharded = opts.shard_count > 0;
-  if (sharded) {
-    if (opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
-      throw Error(Exit::usage, "--shard", "expected I/N with 0 <= I < N");
-    const int64_t nb = (b - a + opts.batch_size - 1) / opts.batch_size;
-    const int64_t lo = nb * opts.shard_index / opts.shard_count, hi = nb * (opts.shard_index + 1) / opts.shard_count;
-    if (lo >= hi)
-      throw Error(Exit::usage, "--shard",
-                  std::to_string(opts.shard_count) + " shards for only " + std::to_string(nb) + " batches");
-    a = job_begin + lo * opts.batch_size;
-    b = std::min(job_end, job_begin + hi * opts.batch_size);
-  }
-  const std::string out = sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
-  const int64_t rows = b - a;
-  // One run per output at a time: a second one would share the journal and publish torn rows.
-  files::OutputLock lock(out, "cache-fill");
+}
 
-  // ---- encoders (digest first: a missing file is reported before a load error)
-  std::vector<std::string> enc_sha;
-  for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
-  auto t_load = Clock::now();
-  std::vector<std::unique_ptr<encode::Encoder>> encoders;
-  for (const auto& e : opts.encoders)
-    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
-  double model_setup_seconds = seconds_since(t_load);
+Inputs open_inputs(const FillOptions& opts) {
+  Inputs in;
+  in.from_slab = is_shm(opts.input);
+  if (in.from_slab) open_slab_input(opts, in);
+  else open_hdf5_inputs(opts, in);
+  const h5::DatasetInfo& first = in.features.begin()->second.info;
+  in.rows = first.rows();
+  if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
+  auto same_rows = [&](const h5::DatasetInfo& info) {
+    if (info.rows() != in.rows)
+      throw Error(Exit::data, opts.input,
+                  "rows mismatch: '" + first.name + "' has " + std::to_string(in.rows) + " rows but '" + info.name +
+                      "' has " + std::to_string(info.rows()));
+  };
+  for (const auto& [name, d] : in.features) same_rows(d.info);
+  if (in.labels) same_rows(in.labels->info);
+  if (in.keys) same_rows(in.keys->info);
+  return in;
+}
 
-  // ---- fingerprint: every input byte and every option that changes the stored values
-  auto t_digest = Clock::now();
+// ---- stage: fingerprint ---------------------------------------------------------------------
+
+// Every input byte and every option that changes the stored values, and what all shards of one
+// job share (everything but their own rows and digest).
+struct Fingerprint {
+  json doc, job;
+  std::string text, hash, job_hash;
+};
+
+Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
+                                const std::vector<std::string>& enc_sha, const torch::Device& device) {
   ContentHash content;
-  for (const auto& [name, in] : inputs) {
-    if (in.slab) hash_slab_rows(*in.slab, a, b, content);
-    else hash_rows(in.dset.get(), in.info, a, b, content);
+  for (const auto& [name, d] : in.features) {
+    if (d.slab) hash_slab_rows(*d.slab, plan.begin, plan.end, content);
+    else hash_rows(d.dset.get(), d.info, plan.begin, plan.end, content);
   }
-  if (labels) hash_rows(labels->dset.get(), labels->info, a, b, content);
-  if (keys) hash_rows(keys->dset.get(), keys->info, a, b, content);
-  json fp;
+  if (in.labels) hash_rows(in.labels->dset.get(), in.labels->info, plan.begin, plan.end, content);
+  if (in.keys) hash_rows(in.keys->dset.get(), in.keys->info, plan.begin, plan.end, content);
+  Fingerprint f;
+  json& fp = f.doc;
   fp["format_version"] = cache::kFormatVersion;
-  fp["input"]["path"] = from_slab ? opts.input : absolute_path(opts.input);
-  for (const auto& [name, in] : inputs) fp["input"]["features"][name] = describe_json(in.info);
-  fp["input"]["labels"] = labels ? describe_json(labels->info) : json(nullptr);
-  if (labels) fp["input"]["labels"]["name"] = opts.labels;
-  fp["input"]["keys"] = keys ? describe_json(keys->info) : json(nullptr);
-  if (keys) fp["input"]["keys"]["name"] = opts.keys;
-  fp["input"]["rows"] = {a, b};
+  fp["input"]["path"] = in.from_slab ? opts.input : absolute_path(opts.input);
+  for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d.info);
+  fp["input"]["labels"] = in.labels ? describe_json(in.labels->info) : json(nullptr);
+  if (in.labels) fp["input"]["labels"]["name"] = opts.labels;
+  fp["input"]["keys"] = in.keys ? describe_json(in.keys->info) : json(nullptr);
+  if (in.keys) fp["input"]["keys"]["name"] = opts.keys;
+  fp["input"]["rows"] = {plan.begin, plan.end};
   fp["input"]["content_xxh3"] = content.hex_digest();
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
     const auto& e = opts.encoders[i];
-    fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", enc_features[e.name]}, {"output", e.output}};
+    fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", in.per_encoder.at(e.name)}, {"output", e.output}};
   }
   fp["options"] = {{"input_scale", opts.input_scale},
                    {"dtype", dtype_name(opts.dtype)},
                    {"batch_size", opts.batch_size},
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
-  const std::string fp_json = fp.dump();
-  // What every shard of one job shares: everything but its own rows and their digest.
-  json job = fp;
-  job["input"].erase("rows");
-  job["input"].erase("content_xxh3");
-  job["input"]["job_rows"] = {job_begin, job_end};
-  job["shards"] = opts.shard_count;
-  const std::string job_fingerprint = sha256_hex(job.dump());
-  const double digest_seconds = seconds_since(t_digest);
-  const std::string fingerprint = sha256_hex(fp_json);
+  f.text = fp.dump();
+  f.hash = sha256_hex(f.text);
+  f.job = fp;
+  f.job["input"].erase("rows");
+  f.job["input"].erase("content_xxh3");
+  f.job["input"]["job_rows"] = {plan.job_begin, plan.job_end};
+  f.job["shards"] = opts.shard_count;
+  f.job_hash = sha256_hex(f.job.dump());
+  return f;
+}
 
-  FillResult result;
-  result.out = out;
-  result.fingerprint = fingerprint;
-  result.digest_seconds = digest_seconds;
-  result.model_setup_seconds = model_setup_seconds;
-  result.rows = rows;
-  const std::string partial = partial_path(out);
+// ---- stage: an existing cache ----------------------------------------------------------------
 
-  // ---- an existing cache: up to date, or in the way
+// The existing cache at `out` when it is complete and has this fingerprint (up to date); nothing
+// when there is none (or --force); Error(cant_create) when another file is in the way.
+std::optional<cache::CacheInfo> up_to_date_cache(const std::string& out, const Fingerprint& fp, bool force) {
   struct stat st;
-  if (stat(out.c_str(), &st) == 0) {
-    std::optional<cache::CacheInfo> old;
-    try {
-      old = cache::read_info(out, false);
-    } catch (const Error&) {
-      if (!opts.force)
-        throw Error(Exit::cant_create, out,
-                    "exists and is not a readable traincache cache; use --force to overwrite it");
-    }
-    if (old && !opts.force) {
-      if (old->complete && old->fingerprint == fingerprint) {
-        std::error_code ec;
-        fs::remove_all(partial, ec);  // left over from a run killed after its rename
-        result.status = FillStatus::up_to_date;
-        result.seconds = seconds_since(t_start);
-        for (const auto& e : old->embeddings)
-          result.encoders.push_back({e.name, e.shape, e.inference, 0});
-        return result;
+  if (stat(out.c_str(), &st) != 0 || force) return std::nullopt;
+  std::optional<cache::CacheInfo> old;
+  try {
+    old = cache::read_info(out, false);
+  } catch (const Error&) {
+    throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
+  }
+  if (old->complete && old->fingerprint == fp.hash) return old;
+  throw Error(Exit::cant_create, out,
+              "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) +
+                  "); use --force to overwrite it");
+}
+
+// ---- stage: encode ---------------------------------------------------------------------------
+
+// The encode loop over one run's rows: batches from the prefetcher go through every encoder, the
+// first batch with its checks (optimisation, determinism), and rows are appended to the journal's
+// raw files and committed every --commit-rows.
+class Encoding {
+ public:
+  Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+           Journal& journal, FillResult& result, const FillCallbacks& cb)
+      : opts_(opts), in_(in), encoders_(encoders), journal_(journal), result_(result), cb_(cb),
+        committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
+        row_shapes_(encoders.size()) {
+    if (journal.committed_rows == 0) journal.encoders.clear();
+    for (std::size_t i = 0; i < encoders.size(); ++i) {
+      auto it = committed_.find(encoders[i]->name());
+      int64_t keep = 0;
+      if (it != committed_.end()) {
+        row_shapes_[i] = it->second.row_shape;
+        keep = journal.committed_rows * row_bytes_of(row_shapes_[i], dtype_size(opts.dtype));
       }
-      throw Error(Exit::cant_create, out,
-                  "exists with another fingerprint (changed: " +
-                      fingerprint_diff(old->fingerprint_json, fp) + "); use --force to overwrite it");
+      raws_.emplace_back(journal.raw(encoders[i]->name()), keep);
     }
   }
 
-  // ---- partial progress: resume (after validating the journal), or refuse to mix fingerprints
-  std::vector<std::string> encoder_names;
-  for (const auto& e : opts.encoders) encoder_names.push_back(e.name);
-  Journal journal = open_journal(partial, fingerprint, encoder_names, rows, opts);
-  journal.fingerprint = fingerprint;
-  const std::map<std::string, JournalEncoder> committed_encoders =
-      journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{};
-  if (journal.committed_rows == 0) journal.encoders.clear();
-  result.resumed_from = journal.committed_rows;
-  bool keep_partial_on_error = journal.committed_rows > 0;
-  auto discard_partial = [&] {
+  // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
+  bool run(const RowPlan& plan) {
+    int64_t done = journal_.committed_rows, last_commit = done;
+    if (done >= plan.rows()) return true;
+    Prefetcher pf(in_.features, plan.begin + done, plan.end,
+                  opts_.batch_size, opts_.workers, opts_.input_scale);
+    if (cb_.progress) cb_.progress(done, plan.rows());
+    for (int64_t k = 0; k < pf.batches(); ++k) {
+      if (interrupt_requested()) {
+        if (done > last_commit) commit(done);
+        return false;
+      }
+      Batch batch = pf.next();
+      for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0);
+      done += batch.count;
+      result_.rows_encoded += batch.count;
+      if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
+        commit(done);
+        last_commit = done;
+      }
+      if (cb_.progress) cb_.progress(done, plan.rows());
+    }
+    return true;
+  }
+
+  // Closes the raw files (checked) before they are published.
+  void close() {
+    for (auto& r : raws_) r.close();
+  }
+  // Closes without checks on an error path.
+  void abandon() { raws_.clear(); }
+
+  const std::vector<int64_t>& row_shape(std::size_t i) const { return row_shapes_[i]; }
+
+ private:
+  void commit(int64_t rows) {
+    for (auto& r : raws_) r.sync();
+    journal_.committed_rows = rows;
+    journal_.save();
+  }
+
+  // The first batch: optimisation (kept as the committed rows had it) and the determinism check.
+  void first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je) {
+    auto committed = committed_.find(enc.name());
+    const bool resumed = committed != committed_.end();
+    bool want_opt = resumed ? committed->second.inference == "optimized" : opts_.optimize;
+    if (want_opt) {
+      auto o = enc.try_optimize(args, kOptimizeTolerance);
+      if (!o.used && resumed)
+        throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                    "the optimised module used for the committed rows is no longer usable (" + o.why_not +
+                        "); use --force to start over");
+      if (!o.used && !o.plain_nonfinite && cb_.warn)
+        cb_.warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
+      if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
+    }
+    if (opts_.check_determinism) {
+      torch::Tensor once = enc.forward(args), again = enc.forward(args);
+      if (!torch::equal(once, again))
+        throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                    "not deterministic: two runs on the first batch differ (dropout or randomness left on?)");
+    }
+  }
+
+  // One encoder on one batch: forward, checks of the output, append to the raw file.
+  void encode(std::size_t i, const Batch& batch, bool first) {
+    auto& enc = *encoders_[i];
+    std::vector<torch::Tensor> args;
+    for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
+    JournalEncoder& je = journal_.encoders[enc.name()];
+    auto t_setup = Clock::now();
+    if (first) first_batch_checks(enc, args, je);
+    result_.model_setup_seconds += seconds_since(t_setup);
+    auto t_enc = Clock::now();
+    torch::Tensor out = enc.forward(args);
+    out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();
+    result_.encode_seconds += seconds_since(t_enc);
+    if (out.dim() < 1 || out.size(0) != batch.count)
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
+                      " rows for a batch of " + std::to_string(batch.count));
+    std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
+    if (!je.has_shape) {
+      row_shapes_[i] = shape;
+      je.has_shape = true;
+      je.row_shape = shape;
+      je.inference = enc.inference();
+    } else if (shape != row_shapes_[i]) {
+      throw Error(Exit::data, "encoder '" + enc.name() + "'", "output row shape changed between batches");
+    }
+    if (!torch::isfinite(out).all().item<bool>()) {
+      auto bad = (~torch::isfinite(out.reshape({batch.count, -1})).all(1)).nonzero();
+      int64_t row = batch.start + bad[0][0].item<int64_t>();
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
+    }
+    std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
+    raws_[i].append(out.data_ptr(), nbytes);
+    result_.bytes_written += nbytes;
+  }
+
+  const FillOptions& opts_;
+  const Inputs& in_;
+  std::vector<std::unique_ptr<encode::Encoder>>& encoders_;
+  Journal& journal_;
+  FillResult& result_;
+  const FillCallbacks& cb_;
+  const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
+  std::vector<std::vector<int64_t>> row_shapes_;
+  std::vector<RawFile> raws_;
+};
+
+// ---- stage: publish --------------------------------------------------------------------------
+
+// Builds the HDF5 cache from the journal and renames it into place; fills result.encoders.
+void publish(const std::string& out, const FillOptions& opts, const Inputs& in, const RowPlan& plan,
+             const Fingerprint& fp, const std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+             const std::vector<std::string>& enc_sha, const Encoding& encoding, Journal& journal,
+             const torch::Device& device, FillResult& result) {
+  cache::AssemblySpec spec;
+  spec.out_path = out;
+  spec.rows = plan.rows();
+  spec.input_path = opts.input;
+  spec.row_start = plan.begin;
+  spec.labels_dataset = opts.labels;
+  spec.keys_dataset = opts.keys;
+  json all_features = json::array();
+  for (const auto& [name, d] : in.features) all_features.push_back(name);
+  spec.root_attrs = {{"created_by", version_banner("cache-fill")},
+                     {"fingerprint", fp.hash},
+                     {"fingerprint_json", fp.text},
+                     {"input_path", in.from_slab ? opts.input : absolute_path(opts.input)},
+                     {"features", all_features.dump()},
+                     {"input_scale", opts.input_scale},
+                     {"labels_source", opts.labels},
+                     {"keys_source", opts.keys},
+                     {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
+                     {"batch_size", opts.batch_size}};
+  if (plan.sharded) {
+    spec.root_attrs.push_back({"job_fingerprint", fp.job_hash});
+    spec.root_attrs.push_back({"job_fingerprint_json", fp.job.dump()});
+    spec.root_attrs.push_back({"shard_index", int64_t{opts.shard_index}});
+    spec.root_attrs.push_back({"shard_count", int64_t{opts.shard_count}});
+    spec.root_attrs.push_back({"job_row_start", plan.job_begin});
+    spec.root_attrs.push_back({"job_row_end", plan.job_end});
+  }
+  for (std::size_t i = 0; i < encoders.size(); ++i) {
+    const auto& enc = *encoders[i];
+    const JournalEncoder& je = journal.encoders[enc.name()];
+    cache::EmbeddingSource src;
+    src.name = enc.name();
+    src.raw_path = journal.raw(enc.name());
+    src.row_shape = encoding.row_shape(i);
+    src.dtype = opts.dtype;
+    src.attrs = {{"encoder_path", absolute_path(enc.path())},
+                 {"encoder_sha256", enc_sha[i]},
+                 {"features", json(in.per_encoder.at(enc.name())).dump()},
+                 {"output", enc.output()},
+                 {"inference", je.inference},
+                 {"optimize_max_abs_diff", je.optimize_max_abs_diff}};
+    spec.embeddings.push_back(src);
+    std::vector<int64_t> shape{plan.rows()};
+    shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
+    result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff});
+  }
+  cache::assemble(spec);
+}
+
+}  // namespace
+
+FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
+  auto t_start = Clock::now();
+  validate_options(opts);
+  torch::Device device = encode::parse_device(opts.device);
+  encode::configure_threads(opts.threads);
+  Inputs in = open_inputs(opts);
+  const RowPlan plan = plan_rows(opts, in.rows);
+  const std::string out = plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
+  // One run per output at a time: a second one would share the journal and publish torn rows.
+  files::OutputLock lock(out, "cache-fill");
+
+  FillResult result;
+  result.out = out;
+  result.rows = plan.rows();
+  // Encoders: digests first, so that a missing file is reported before a load error.
+  std::vector<std::string> enc_sha, encoder_names;
+  for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
+  auto t_load = Clock::now();
+  std::vector<std::unique_ptr<encode::Encoder>> encoders;
+  for (const auto& e : opts.encoders) {
+    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+    encoder_names.push_back(e.name);
+  }
+  result.model_setup_seconds = seconds_since(t_load);
+  auto t_digest = Clock::now();
+  const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
+  result.digest_seconds = seconds_since(t_digest);
+  result.fingerprint = fp.hash;
+
+  const std::string partial = partial_path(out);
+  if (auto old = up_to_date_cache(out, fp, opts.force)) {
     std::error_code ec;
-    fs::remove_all(partial, ec);
-  };
+    fs::remove_all(partial, ec);  // left over from a run killed after its rename
+    result.status = FillStatus::up_to_date;
+    for (const auto& e : old->embeddings) result.encoders.push_back({e.name, e.shape, e.inference, 0});
+    result.seconds = seconds_since(t_start);
+    return result;
+  }
 
-  std::vector<RawFile> raws;
-  std::vector<std::vector<int64_t>> row_shapes(encoders.size());
-  int64_t done = journal.committed_rows;
-  bool interrupted = false;
+  Journal journal = open_journal(partial, fp.hash, encoder_names, plan.rows(), opts);
+  journal.fingerprint = fp.hash;
+  result.resumed_from = journal.committed_rows;
+  Encoding encoding(opts, in, encoders, journal, result, cb);
   try {
-    for (std::size_t i = 0; i < encoders.size(); ++i) {
-      auto it = committed_encoders.find(encoders[i]->name());
-      int64_t keep = 0;
-      if (it != committed_encoders.end()) {
-        row_shapes[i] = it->second.row_shape;
-        keep = journal.committed_rows * row_bytes_of(row_shapes[i], dtype_size(opts.dtype));
-      }
-      raws.emplace_back(journal.raw(encoders[i]->name()), keep);
-    }
-
-    auto commit = [&](int64_t committed) {
-      for (auto& r : raws) r.sync();
-      journal.committed_rows = committed;
-      journal.save();
-      keep_partial_on_error = committed > 0;
-    };
-
-    if (done < rows) {
-      Prefetcher pf(inputs, a + done, b, opts.batch_size, opts.workers, opts.input_scale);
-      int64_t last_commit = done;
-      bool first_batch = true;
-      if (cb.progress) cb.progress(done, rows);
-      for (int64_t k = 0; k < pf.batches(); ++k) {
-        if (interrupt_requested()) {
-          interrupted = true;
-          break;
-        }
-        Batch batch = pf.next();
-        for (std::size_t i = 0; i < encoders.size(); ++i) {
-          auto& enc = *encoders[i];
-          std::vector<torch::Tensor> args;
-          for (const auto& f : enc_features[enc.name()]) args.push_back(batch.inputs.at(f));
-          auto committed = committed_encoders.find(enc.name());
-          const bool resumed = committed != committed_encoders.end();
-          JournalEncoder& je = journal.encoders[enc.name()];
-          auto t_setup = Clock::now();
-          if (first_batch) {
-            bool want_opt = resumed ? committed->second.inference == "optimized" : opts.optimize;
-            if (want_opt) {
-              auto o = enc.try_optimize(args, kOptimizeTolerance);
-              if (!o.used && resumed)
-                throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                            "the optimised module used for the committed rows is no longer usable (" +
-                                o.why_not + "); use --force to start over");
-              if (!o.used && !o.plain_nonfinite) warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
-              if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
-            }
-          }
-          if (first_batch && opts.check_determinism) {
-            torch::Tensor once = enc.forward(args), again = enc.forward(args);
-            if (!torch::equal(once, again))
-              throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                          "not deterministic: two runs on the first batch differ (dropout or "
-                          "randomness left on?)");
-          }
-          result.model_setup_seconds += seconds_since(t_setup);
-          auto t_enc = Clock::now();
-          torch::Tensor out = enc.forward(args);
-          out = out.to(torch::kCPU, opts.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32)
-                    .contiguous();
-          result.encode_seconds += seconds_since(t_enc);
-          if (out.dim() < 1 || out.size(0) != batch.count)
-            throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                        "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
-                            " rows for a batch of " + std::to_string(batch.count));
-          std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
-          if (!je.has_shape) {
-            row_shapes[i] = shape;
-            je.has_shape = true;
-            je.row_shape = shape;
-            je.inference = enc.inference();
-          } else if (shape != row_shapes[i]) {
-            throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                        "output row shape changed between batches");
-          }
-          if (!torch::isfinite(out).all().item<bool>()) {
-            auto bad = (~torch::isfinite(out.reshape({batch.count, -1})).all(1)).nonzero();
-            int64_t row = batch.start + bad[0][0].item<int64_t>();
-            throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                        "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
-          }
-          std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
-          raws[i].append(out.data_ptr(), nbytes);
-          result.bytes_written += nbytes;
-        }
-        first_batch = false;
-        done += batch.count;
-        result.rows_encoded += batch.count;
-        if (done - last_commit >= opts.commit_rows || done == rows) {
-          commit(done);
-          last_commit = done;
-        }
-        if (cb.progress) cb.progress(done, rows);
-      }
-      if (interrupted && done > last_commit) commit(done);
-    }
-    if (interrupted) {
+    if (!encoding.run(plan)) {
       result.status = FillStatus::interrupted;
       result.partial_path = partial;
-      result.rows = done;
+      result.rows = journal.committed_rows;
       result.seconds = seconds_since(t_start);
       return result;
     }
-    for (auto& r : raws) r.close();
-
-    // ---- publish: build the HDF5 file from the journal and rename it into place
-    cache::AssemblySpec spec;
-    spec.out_path = out;
-    spec.rows = rows;
-    spec.input_path = opts.input;
-    spec.row_start = a;
-    spec.labels_dataset = opts.labels;
-    spec.keys_dataset = opts.keys;
-    json all_features = json::array();
-    for (const auto& [name, in] : inputs) all_features.push_back(name);
-    spec.root_attrs = {{"created_by", version_banner("cache-fill")},
-                       {"fingerprint", fingerprint},
-                       {"fingerprint_json", fp_json},
-                       {"input_path", from_slab ? opts.input : absolute_path(opts.input)},
-                       {"features", all_features.dump()},
-                       {"input_scale", opts.input_scale},
-                       {"labels_source", opts.labels},
-                       {"keys_source", opts.keys},
-                       {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
-                       {"batch_size", opts.batch_size}};
-    if (sharded) {
-      spec.root_attrs.push_back({"job_fingerprint", job_fingerprint});
-      spec.root_attrs.push_back({"job_fingerprint_json", job.dump()});
-      spec.root_attrs.push_back({"shard_index", int64_t{opts.shard_index}});
-      spec.root_attrs.push_back({"shard_count", int64_t{opts.shard_count}});
-      spec.root_attrs.push_back({"job_row_start", job_begin});
-      spec.root_attrs.push_back({"job_row_end", job_end});
-    }
-    for (std::size_t i = 0; i < encoders.size(); ++i) {
-      const auto& enc = *encoders[i];
-      const JournalEncoder& je = journal.encoders[enc.name()];
-      cache::EmbeddingSource src;
-      src.name = enc.name();
-      src.raw_path = journal.raw(enc.name());
-      src.row_shape = row_shapes[i];
-      src.dtype = opts.dtype;
-      src.attrs = {{"encoder_path", absolute_path(enc.path())},
-                   {"encoder_sha256", enc_sha[i]},
-                   {"features", json(enc_features[enc.name()]).dump()},
-                   {"output", enc.output()},
-                   {"inference", je.inference},
-                   {"optimize_max_abs_diff", je.optimize_max_abs_diff}};
-      spec.embeddings.push_back(src);
-      std::vector<int64_t> shape{rows};
-      shape.insert(shape.end(), row_shapes[i].begin(), row_shapes[i].end());
-      result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff});
-    }
+    encoding.close();
     auto t_publish = Clock::now();
-    cache::assemble(spec);
-    discard_partial();
+    publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, result);
+    std::error_code ec;
+    fs::remove_all(partial, ec);
     result.publish_seconds = seconds_since(t_publish);
-  } catch (const Error& e) {
-    raws.clear();
-    bool resumable = keep_partial_on_error && (e.code() == Exit::io || e.code() == Exit::cant_create ||
-                                               e.code() == Exit::temp_failure);
+  } catch (...) {
+    // Progress is kept when it exists and the failure is one a later run can get past (a full
+    // disk, an output in the way); anything else discards it. Every exception counts.
+    encoding.abandon();
+    Exit code = Exit::internal;
+    try {
+      throw;
+    } catch (const Error& e) {
+      code = e.code();
+    } catch (...) {
+    }
+    const bool resumable = journal.committed_rows > 0 &&
+                           (code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
     if (!resumable) {
-      discard_partial();
+      std::error_code ec;
+      fs::remove_all(partial, ec);
       throw;
     }
-    throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial +
-                                 " (run again to resume)");
+    try {
+      throw;
+    } catch (const Error& e) {
+      throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial + " (run again to resume)");
+    }
   }
   result.seconds = seconds_since(t_start);
   return result;
