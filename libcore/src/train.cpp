@@ -28,6 +28,7 @@
 #include "traincache/safe_file.h"
 #include "traincache/shm_slab.h"
 #include "traincache/text.h"
+#include "traincache/train_plan.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -489,160 +490,154 @@ EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q
   return m;
 }
 
-double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total) {
-  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
-  if (o.schedule == "constant") return o.lr;
-  double span = std::max<int64_t>(1, total - o.warmup_steps);
-  double t = std::min(1.0, (step - o.warmup_steps) / span);
-  if (o.schedule == "linear") return o.lr * (1.0 - t);
-  return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));
+// ---- stage: setup ---------------------------------------------------------------------------
+
+// What the options resolve to once: the launch, devices and float type.
+struct Setup {
+  dist::Launch launch;
+  int rank = 0, world = 1;
+  torch::Device device{torch::kCPU}, cache_device{torch::kCPU};
+  torch::Dtype float_type = torch::kFloat32;
+  bool cached = false;
+};
+
+Setup resolve_setup(const TrainOptions& o) {
+  Setup s;
+  s.launch = dist::read_launch();
+  s.rank = s.launch.rank;
+  s.world = s.launch.world_size;
+  s.device = encode::parse_device(o.device);
+  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK.
+  if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index())
+    s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
+  s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
+  // Processes of one machine share its cores unless --threads says otherwise.
+  encode::configure_threads(o.threads > 0 || s.launch.local_world_size <= 1
+                                ? o.threads
+                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                                  s.launch.local_world_size));
+  validate_options(o);
+  s.float_type = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  s.cached = !o.cache.empty();
+  return s;
 }
 
-}  // namespace
+// Data parallelism: connect before anything can fail on one rank only, so that a rank that stops
+// is seen by the others in their next collective instead of leaving them waiting.
+std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result,
+                                     const std::function<void(const std::string&)>& info) {
+  if (!s.launch.distributed()) return nullptr;
+  std::string backend = dist::choose_backend(o.dist_backend, s.device);
+  if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
+  if (o.batch_size < s.world)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");
+  auto group = std::make_unique<dist::Group>(
+      s.launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), s.device);
+  result.backend = backend;
+  info("rank 0 of " + std::to_string(s.world) + " (" + backend + "); every rank encodes 1/" +
+       std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
+  return group;
+}
 
-TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
-  const dist::Launch launch = dist::read_launch();
-  const int rank = launch.rank, world = launch.world_size;
-  auto info = [&](const std::string& m) {
-    if (cb.info && rank == 0) cb.info(m);
+// ---- stage: load data ------------------------------------------------------------------------
+
+// Raw datasets of `file` (slabs for names "shm:NAME").
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
+  Data d;
+  h5::Id f = file.empty() ? h5::Id() : h5::open_file(file);
+  auto load = [&](const std::string& ds) {
+    if (ds.rfind("shm:", 0) == 0) {
+      auto slab = shm::Slab::attach(ds.substr(4), false);
+      auto t = encode::read_slab_rows(slab, 0, static_cast<int64_t>(slab.info().length), o.input_scale);
+      if (t.is_floating_point()) t = t.to(s.float_type);
+      return t.to(s.device);
+    }
+    if (file.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
+    return read_all(f.get(), file, ds, o.input_scale, s.device, s.float_type);
   };
-  auto t_start = Clock::now();
-  TrainResult result;
-  result.rank = rank;
-  result.world_size = world;
-  torch::Device device = encode::parse_device(o.device);
-  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK.
-  if (launch.distributed() && device.is_cuda() && !device.has_index())
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
-  torch::Device cache_device = encode::parse_device(o.cache_device, "--cache-device");
-  // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(o.threads > 0 || launch.local_world_size <= 1
-                                ? o.threads
-                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size));
-  if (o.dtype != "float32" && o.dtype != "float64")
-    throw Error(Exit::usage, "--dtype", "expected float32 or float64");
-  torch::Dtype float_type = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
-  if (o.optimizer != "sgd" && o.optimizer != "adamw")
-    throw Error(Exit::usage, "--optimizer", "expected sgd or adamw, got '" + o.optimizer + "'");
-  if (o.schedule != "constant" && o.schedule != "linear" && o.schedule != "cosine")
-    throw Error(Exit::usage, "--schedule", "expected constant, linear or cosine");
-  if (!(o.temperature > 0)) throw Error(Exit::usage, "--temperature", "must be positive");
-  if (o.batch_size <= 0 || o.query_chunk <= 0 || o.passage_chunk <= 0)
-    throw Error(Exit::usage, "--batch-size", "batch and chunk sizes must be positive");
-  const bool cached = !o.cache.empty();
-  // Raw datasets may also be shared-memory slabs ("shm:NAME"); --data is needed for the others.
-  auto is_slab = [](const std::string& ds) { return ds.rfind("shm:", 0) == 0; };
-  bool all_slabs = !o.query.empty() && !o.passage.empty();
-  for (const auto* list : {&o.query, &o.passage, &o.negatives})
-    for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
-  if (cached == (!o.data.empty() || all_slabs))
-    throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
-
-  // ---- data parallelism: connect before anything can fail on one rank only, so that a rank that
-  // stops is seen by the others in their next collective instead of leaving them waiting.
-  std::unique_ptr<dist::Group> group;
-  if (launch.distributed()) {
-    std::string backend = dist::choose_backend(o.dist_backend, device);
-    if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
-    if (o.batch_size < world)
-      throw Error(Exit::usage, "--batch-size",
-                  std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(world) + " ranks");
-    group = std::make_unique<dist::Group>(
-        launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), device);
-    result.backend = backend;
-    info("rank 0 of " + std::to_string(world) + " (" + backend + "); every rank encodes 1/" +
-         std::to_string(world) + " of each batch of " + std::to_string(o.batch_size));
+  for (const auto& q : o.query) d.query.push_back(load(q));
+  for (const auto& p : o.passage) d.passage.push_back(load(p));
+  for (const auto& n : o.negatives) d.negatives.push_back(load(n));
+  d.rows = d.query.front().size(0);
+  for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
+  for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
+  if (o.negatives.empty()) return d;
+  if (o.negatives.size() != o.passage.size())
+    throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
+  for (std::size_t i = 0; i < o.negatives.size(); ++i) {
+    same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
+    if (d.negatives[i].dim() != d.passage[i].dim() + 1 || d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
+        d.negatives[i].size(1) != d.negatives.front().size(1))
+      throw Error(Exit::data, file, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
   }
-  torch::manual_seed(o.seed);
+  d.hard_negatives = d.negatives.front().size(1);
+  return d;
+}
 
-  gc::LossConfig loss_cfg;
-  loss_cfg.similarity = gc::parse_similarity(o.similarity);
-  loss_cfg.temperature = o.temperature;
-  loss_cfg.kind = o.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
-  loss_cfg.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
-
-  // ---- data and models
-  Data data;
-  bool grouped = false;
-  // Raw datasets of `file` (slabs for names "shm:NAME").
-  auto load_raw = [&](const std::string& file) {
-    Data d;
-    h5::Id f = file.empty() ? h5::Id() : h5::open_file(file);
-    auto load = [&](const std::string& ds) {
-      if (is_slab(ds)) {
-        auto slab = shm::Slab::attach(ds.substr(4), false);
-        auto t = encode::read_slab_rows(slab, 0, static_cast<int64_t>(slab.info().length), o.input_scale);
-        if (t.is_floating_point()) t = t.to(float_type);
-        return t.to(device);
-      }
-      if (file.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-      return read_all(f.get(), file, ds, o.input_scale, device, float_type);
-    };
-    for (const auto& q : o.query) d.query.push_back(load(q));
-    for (const auto& p : o.passage) d.passage.push_back(load(p));
-    for (const auto& n : o.negatives) d.negatives.push_back(load(n));
-    d.rows = d.query.front().size(0);
-    for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
-    for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
-    if (!o.negatives.empty()) {
-      if (o.negatives.size() != o.passage.size())
-        throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
-      for (std::size_t i = 0; i < o.negatives.size(); ++i) {
-        same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
-        if (d.negatives[i].dim() != d.passage[i].dim() + 1 ||
-            d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
-            d.negatives[i].size(1) != d.negatives.front().size(1))
-          throw Error(Exit::data, file, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
-      }
-      d.hard_negatives = d.negatives.front().size(1);
-    }
-    return d;
+// Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
+Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
+                 std::string* fingerprint) {
+  Data d;
+  auto cinfo = cache::read_info(path, false);
+  if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
+  if (fingerprint) *fingerprint = cinfo.fingerprint;
+  h5::Id f = h5::open_file(path);
+  auto read_emb = [&](const std::string& name) {
+    if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
+      throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache");
+    auto dev_it = o.cache_devices.find(name);
+    torch::Device dev = dev_it == o.cache_devices.end()
+                            ? s.cache_device
+                            : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
+    if (shared)
+      return shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
+          .to(dev, s.float_type);
+    return read_all(f.get(), path, "/embeddings/" + name, 1.0, dev, s.float_type).reshape({cinfo.rows, -1});
   };
-  // Embeddings (and labels) of a cache file; through slabs when `shared`.
-  auto load_cached = [&](const std::string& path, bool shared, std::string* fingerprint) {
-    Data d;
-    auto cinfo = cache::read_info(path, false);
-    if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
-    if (fingerprint) *fingerprint = cinfo.fingerprint;
-    h5::Id f = h5::open_file(path);
-    auto read_emb = [&](const std::string& name) {
-      if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
-        throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache");
-      auto dev_it = o.cache_devices.find(name);
-      torch::Device dev = dev_it == o.cache_devices.end() ? cache_device : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
-      if (shared)
-        return shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
-            .to(dev, float_type);
-      return read_all(f.get(), path, "/embeddings/" + name, 1.0, dev, float_type).reshape({cinfo.rows, -1});
-    };
-    if (grouped) {
-      if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
-      d.query.push_back(read_emb(o.embeddings));
-      auto labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, float_type);
-      if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
-        throw Error(Exit::data, path,
-                    "/labels must hold one value per row, not rows of shape " +
-                        shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
-      d.labels = labels.to(torch::kLong).reshape({-1});
-    } else {
-      d.query.push_back(read_emb(o.query_embeddings));
-      d.passage.push_back(read_emb(o.passage_embeddings));
-      if (d.query[0].size(1) != d.passage[0].size(1))
-        throw Error(Exit::data, path,
-                    "embedding widths differ between sides (" + std::to_string(d.query[0].size(1)) + " vs " +
-                        std::to_string(d.passage[0].size(1)) + "); one head cannot serve both");
-    }
-    d.rows = cinfo.rows;
+  d.rows = cinfo.rows;
+  if (grouped) {
+    if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
+    d.query.push_back(read_emb(o.embeddings));
+    auto labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, s.float_type);
+    if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
+      throw Error(Exit::data, path,
+                  "/labels must hold one value per row, not rows of shape " +
+                      shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
+    d.labels = labels.to(torch::kLong).reshape({-1});
     return d;
-  };
+  }
+  d.query.push_back(read_emb(o.query_embeddings));
+  d.passage.push_back(read_emb(o.passage_embeddings));
+  if (d.query[0].size(1) != d.passage[0].size(1))
+    throw Error(Exit::data, path,
+                "embedding widths differ between sides (" + std::to_string(d.query[0].size(1)) + " vs " +
+                    std::to_string(d.passage[0].size(1)) + "); one head cannot serve both");
+  return d;
+}
 
+// ---- stage: load models ----------------------------------------------------------------------
+
+// The trained modules, their towers and parameters, and the settings a checkpoint must match.
+struct Models {
   std::vector<torch::jit::Module> modules;  // 1 (tied or head) or 2 (separate)
-  modules.reserve(2);
+  torch::jit::Module *q = nullptr, *p = nullptr;
+  std::vector<torch::jit::Module*> distinct;
+  std::vector<torch::Tensor> params;
+  gc::Tower q_tower, p_tower;
+  bool grouped = false;
+  std::string mode;
   json config;
-  if (!cached) {
-    if (o.query.empty() || o.passage.empty())
-      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
-    data = load_raw(o.data);
+};
+
+// The training data and the modules that train on it.
+Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
+  Models m;
+  m.modules.reserve(2);
+  std::vector<std::string> names;
+  if (!s.cached) {
+    if (o.query.empty() || o.passage.empty()) throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
+    data = load_raw(o, s, o.data);
     bool tied = !o.encoder.empty();
     if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
       throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
@@ -650,289 +645,386 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
       throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
     if (!tied && !o.out.empty() && o.passage_out.empty())
       throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
-    if (tied) modules.push_back(encode::load_module(o.encoder, device));
-    else {
-      modules.push_back(encode::load_module(o.query_encoder, device));
-      modules.push_back(encode::load_module(o.passage_encoder, device));
-    }
-    result.mode = tied ? "raw-tied" : "raw-separate";
-    config["encoders"] = tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
+    names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
+    for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
+    m.mode = tied ? "raw-tied" : "raw-separate";
+    m.config["encoders"] = tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
   } else {
-    grouped = !o.embeddings.empty();
-    if (grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
+    m.grouped = !o.embeddings.empty();
+    if (m.grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
       throw Error(Exit::usage, "--embeddings",
                   "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
-    if (!grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
+    if (!m.grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
       throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
-    if (grouped) loss_cfg.kind = gc::LossKind::supcon;
     std::string fingerprint;
-    data = load_cached(o.cache, !o.cache_shm.empty(), &fingerprint);
-    int64_t in_dim = data.query[0].size(1);
+    data = load_cached(o, s, o.cache, m.grouped, !o.cache_shm.empty(), &fingerprint);
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
-    modules.push_back(head_file ? encode::load_module(o.head, device) : build_head(o.head, in_dim));
-    result.mode = grouped ? "cached-grouped" : "cached-aligned";
-    config["cache_fingerprint"] = fingerprint;
-    config["head"] = canonical(o.head);
+    m.modules.push_back(head_file ? encode::load_module(o.head, s.device) : build_head(o.head, data.query[0].size(1)));
+    names = {o.head};
+    m.mode = m.grouped ? "cached-grouped" : "cached-aligned";
+    m.config["cache_fingerprint"] = fingerprint;
+    m.config["head"] = canonical(o.head);
   }
-  std::vector<std::string> module_names =
-      cached ? std::vector<std::string>{o.head}
-             : (!o.encoder.empty() ? std::vector<std::string>{o.encoder}
-                                   : std::vector<std::string>{o.query_encoder, o.passage_encoder});
-  for (std::size_t i = 0; i < modules.size(); ++i) {
-    modules[i].to(device);
-    modules[i].to(float_type);
-    modules[i].train();
-    if (o.gradcache) refuse_batchnorm(modules[i], module_names[i]);
+  for (std::size_t i = 0; i < m.modules.size(); ++i) {
+    m.modules[i].to(s.device);
+    m.modules[i].to(s.float_type);
+    m.modules[i].train();
+    if (o.gradcache) refuse_batchnorm(m.modules[i], names[i]);
   }
-  torch::jit::Module* qm = &modules[0];
-  torch::jit::Module* pm = modules.size() > 1 ? &modules[1] : &modules[0];
-  std::vector<torch::jit::Module*> mods{qm};
-  if (pm != qm) mods.push_back(pm);
+  m.q = &m.modules[0];
+  m.p = m.modules.size() > 1 ? &m.modules[1] : &m.modules[0];
+  m.distinct = {m.q};
+  if (m.p != m.q) m.distinct.push_back(m.p);
   // Built-in heads are trained whole; a loaded module keeps its own requires_grad flags, so a
   // frozen part (requires_grad=False when it was saved) stays frozen.
-  bool builtin_head = cached && !fs::exists(o.head);
-  std::vector<torch::Tensor> params;
-  for (auto& p : unique_params(mods)) {
+  bool builtin_head = s.cached && !fs::exists(o.head);
+  for (auto& p : unique_params(m.distinct)) {
     if (builtin_head) p.set_requires_grad(true);
-    if (p.requires_grad()) params.push_back(p);
+    if (p.requires_grad()) m.params.push_back(p);
   }
-  if (params.empty()) throw Error(Exit::data, module_names[0], "has no parameter that requires grad: nothing to train");
-  if (group) {
-    // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
-    group->broadcast(unique_params(mods), 0);
-    if (rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(rank));
-  }
-  gc::Tower q_tower = tower_of(qm, "query encoder"), p_tower = tower_of(pm, "passage encoder");
-  if (cached) {
-    auto dev = device;
-    q_tower = [t = tower_of(qm, "head"), dev](const std::vector<torch::Tensor>& in) {
+  if (m.params.empty()) throw Error(Exit::data, names[0], "has no parameter that requires grad: nothing to train");
+  m.q_tower = tower_of(m.q, "query encoder");
+  m.p_tower = tower_of(m.p, "passage encoder");
+  if (s.cached) {
+    m.q_tower = [t = tower_of(m.q, "head"), dev = s.device](const std::vector<torch::Tensor>& in) {
       return t({in[0].to(dev)});
     };
-    p_tower = q_tower;
+    m.p_tower = m.q_tower;
   }
+  return m;
+}
 
-  // ---- rows: held-out evaluation rows are excluded from training
-  std::vector<int64_t> train_rows, eval_rows;
-  int64_t eb = o.eval_end > 0 ? std::min(o.eval_end, data.rows) : 0, ea = o.eval_begin;
-  if (o.eval_end > 0 && (ea >= eb || ea >= data.rows))
-    throw Error(Exit::usage, "--eval-rows", "outside the data's " + std::to_string(data.rows) + " rows");
-  for (int64_t i = 0; i < data.rows; ++i) (i >= ea && i < eb ? eval_rows : train_rows).push_back(i);
-  auto train_idx = torch::tensor(train_rows, torch::kLong);
-  const int64_t n_train = static_cast<int64_t>(train_rows.size());
-  if (n_train == 0)
-    throw Error(Exit::usage, "--eval-rows", "leaves no training rows (the data has " + std::to_string(data.rows) + ")");
-  if (o.batch_size > n_train && o.drop_last)
-    throw Error(Exit::usage, "--batch-size",
-                std::to_string(o.batch_size) + " is larger than the " + std::to_string(n_train) +
-                    " training rows (use a smaller batch or --no-drop-last)");
-  const int64_t per_epoch = o.drop_last ? n_train / o.batch_size : (n_train + o.batch_size - 1) / o.batch_size;
-  const int64_t total = o.steps > 0 ? o.steps : per_epoch * o.epochs;
-  result.total_steps = total;
-
-  // ---- optimiser
-  std::unique_ptr<torch::optim::Optimizer> opt;
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, const std::vector<torch::Tensor>& params) {
   if (o.optimizer == "sgd")
-    opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  else
-    opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
 
-  config["mode"] = result.mode;
-  config["data"] = canonical(cached ? o.cache : o.data);
-  config["loss"] = {o.similarity, o.temperature, o.symmetric};
-  config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
-  config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
-  config["eval"] = {ea, eb, canonical(o.eval_data)};
-  config["dtype"] = o.dtype;
-  const std::string config_text = config.dump();
+// ---- stage: checkpoints ----------------------------------------------------------------------
 
-  // ---- resume
-  int64_t start = 0;
-  const std::string ckpt = o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt";
-  // One run per checkpoint directory at a time (rank 0 writes it): a second run exits 75.
-  std::unique_ptr<files::OutputLock> ckpt_lock;
-  if (!ckpt.empty() && rank == 0) {
+// --checkpoint-dir: locked by rank 0 for the whole run, read on --resume, written by rank 0 with
+// every rank's generator state (gathering them is a collective: every rank calls save()).
+class Checkpointer {
+ public:
+  Checkpointer(const TrainOptions& o, const Setup& s, dist::Group* group, std::string config)
+      : o_(o), s_(s), group_(group), config_(std::move(config)),
+        path_(o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt") {
+    if (path_.empty() || s.rank != 0) return;
     std::error_code ec;
     fs::create_directories(o.checkpoint_dir, ec);
     if (ec) throw Error(Exit::cant_create, o.checkpoint_dir, ec.message());
-    ckpt_lock = std::make_unique<files::OutputLock>(ckpt, "gc-train");
+    lock_ = std::make_unique<files::OutputLock>(path_, "gc-train");  // a second run exits 75
   }
-  if (o.resume) {
-    if (ckpt.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
-    if (fs::exists(ckpt)) {
-      start = load_checkpoint(ckpt, params, *opt, config_text, rank, world);
-      result.checkpoint = ckpt;
-      info("resuming at step " + std::to_string(start) + " from " + ckpt);
-    } else {
-      info("no checkpoint in " + o.checkpoint_dir + "; starting from step 0");
-    }
-  }
-  if (group) {
-    auto starts = group->all_gather_rows(torch::tensor({start}, torch::kLong).view({1, 1}), std::vector<int64_t>(world, 1));
-    if (!starts.eq(start).all().item<bool>()) {
-      std::string steps;
-      for (int r = 0; r < world; ++r) steps += (r ? ", " : "") + std::to_string(starts[r][0].item<int64_t>());
-      throw Error(Exit::data, o.checkpoint_dir.empty() ? "--resume" : o.checkpoint_dir,
-                  "ranks would start at different steps (" + steps +
-                      "): every rank must see the same checkpoint directory");
-    }
-  }
-  result.start_step = start;
 
-  // Evaluation: held-out rows of the training data, or a separate file with the same layout.
-  Data eval_set;
-  const bool external_eval = !o.eval_data.empty();
-  if (external_eval) {
+  const std::string& path() const { return path_; }
+  bool enabled() const { return !path_.empty(); }
+
+  // The step to start from: the checkpoint's with --resume, else 0; every rank must agree.
+  int64_t resume(const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt, TrainResult& result,
+                 const std::function<void(const std::string&)>& info) {
+    int64_t start = 0;
+    if (o_.resume) {
+      if (path_.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
+      if (fs::exists(path_)) {
+        start = load_checkpoint(path_, params, opt, config_, s_.rank, s_.world);
+        result.checkpoint = path_;
+        info("resuming at step " + std::to_string(start) + " from " + path_);
+      } else {
+        info("no checkpoint in " + o_.checkpoint_dir + "; starting from step 0");
+      }
+    }
+    if (group_) {
+      auto starts = group_->all_gather_rows(torch::tensor({start}, torch::kLong).view({1, 1}),
+                                            std::vector<int64_t>(s_.world, 1));
+      if (!starts.eq(start).all().item<bool>()) {
+        std::string steps;
+        for (int r = 0; r < s_.world; ++r) steps += (r ? ", " : "") + std::to_string(starts[r][0].item<int64_t>());
+        throw Error(Exit::data, o_.checkpoint_dir.empty() ? "--resume" : o_.checkpoint_dir,
+                    "ranks would start at different steps (" + steps +
+                        "): every rank must see the same checkpoint directory");
+      }
+    }
+    return start;
+  }
+
+  void save(int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt) {
+    auto mine = rng_state().unsqueeze(0);
+    auto rngs = group_ ? group_->all_gather_rows(mine, std::vector<int64_t>(s_.world, 1)) : mine;
+    if (s_.rank == 0) save_checkpoint(o_.checkpoint_dir, step, params, opt, config_, rngs);
+  }
+
+ private:
+  const TrainOptions& o_;
+  const Setup& s_;
+  dist::Group* group_;
+  std::string config_, path_;
+  std::unique_ptr<files::OutputLock> lock_;
+};
+
+// ---- stage: evaluation -----------------------------------------------------------------------
+
+// Held-out rows of the training data, or a separate file with the same layout (--eval-data).
+struct Evaluation {
+  Data external;
+  torch::Tensor idx;
+  bool enabled = false, use_external = false;
+
+  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss) const {
+    for (auto* mod : m.distinct) mod->eval();
+    auto r = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss.similarity,
+                      std::max(o.query_chunk, o.passage_chunk));
+    for (auto* mod : m.distinct) mod->train();
+    return r;
+  }
+};
+
+Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data& data, const RowSplit& split,
+                              bool grouped) {
+  Evaluation e;
+  e.use_external = !o.eval_data.empty();
+  if (e.use_external) {
     if (o.eval_end > 0) throw Error(Exit::usage, "--eval-data", "give --eval-data or --eval-rows, not both");
-    eval_set = cached ? load_cached(o.eval_data, false, nullptr) : load_raw(o.eval_data);
+    e.external = s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data);
     for (std::size_t i = 0; i < data.query.size(); ++i)
-      if (eval_set.query[i].sizes().slice(1) != data.query[i].sizes().slice(1))
+      if (e.external.query[i].sizes().slice(1) != data.query[i].sizes().slice(1))
         throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
   }
-  auto eval_idx = external_eval ? torch::arange(eval_set.rows, torch::kLong) : torch::tensor(eval_rows, torch::kLong);
-  const bool evaluating = external_eval || !eval_rows.empty();
-  auto run_eval = [&] {
-    for (auto* m : mods) m->eval();
-    auto r = evaluate(external_eval ? eval_set : data, eval_idx, q_tower, p_tower, grouped, loss_cfg.similarity,
-                      std::max(o.query_chunk, o.passage_chunk));
-    for (auto* m : mods) m->train();
-    return r;
-  };
-  if (evaluating && start == 0 && rank == 0) result.eval_before = run_eval();
+  e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);
+  e.enabled = e.use_external || !split.eval.empty();
+  return e;
+}
 
-  std::unique_ptr<std::ofstream> metrics;
-  if (!o.metrics.empty() && rank == 0) {
-    metrics = std::make_unique<std::ofstream>(o.metrics, start > 0 ? std::ios::app : std::ios::trunc);
-    if (!*metrics) throw Error(Exit::cant_create, o.metrics, errno_text(errno));
-    metrics->exceptions(std::ios::goodbit);
+// --metrics: one JSON line per step, written through at once; write errors are exit 74.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, bool append) : path_(path) {
+    if (path.empty()) return;
+    out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
+    if (!*out_) throw Error(Exit::cant_create, path, errno_text(errno));
+  }
+  void write(const nlohmann::ordered_json& line) {
+    if (!out_) return;
+    errno = 0;
+    *out_ << line.dump() << "\n";
+    out_->flush();
+    if (!*out_) throw Error(Exit::io, path_, "write failed: " + errno_text(errno ? errno : EIO));
   }
 
-  // ---- the loop: batch b of epoch e is rows perm_e[bB, (b+1)B) (perm_e = identity without shuffle)
-  int64_t current_epoch = -1;
-  torch::Tensor perm;
-  auto t_loop = Clock::now();
-  int64_t samples = 0;
-  gc::StepMode mode;
-  mode.gradcache = o.gradcache;
-  gc::Parallel par;
-  if (group) {
-    par.rank = rank;
-    par.all_gather_rows = [&](const torch::Tensor& t, const std::vector<int64_t>& rows) {
-      return group->all_gather_rows(t, rows);
-    };
-    par.all_reduce_sum = [&](const std::vector<torch::Tensor>& ts) { group->all_reduce_sum(ts); };
-  }
-  // Every rank's generator state, one row per rank, for checkpoints (a collective).
-  auto rng_states = [&] {
-    auto mine = rng_state().unsqueeze(0);
-    return group ? group->all_gather_rows(mine, std::vector<int64_t>(world, 1)) : mine;
-  };
-  bool stop_all = false;  // data parallel: some rank was interrupted, all stop after the same step
-  int64_t s = start;
-  for (; s < total; ++s) {
-    if (group ? stop_all : interrupt_requested()) {
-      result.interrupted = true;
-      break;
+ private:
+  std::string path_;
+  std::unique_ptr<std::ofstream> out_;
+};
+
+// ---- stage: the step loop --------------------------------------------------------------------
+
+// Steps [start, total): batch b of epoch e is rows perm_e[bB, (b+1)B) of the training rows
+// (perm_e = identity without shuffle); data parallel, rank r encodes [rB/W, (r+1)B/W) of each.
+class Trainer {
+ public:
+  Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
+          torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps)
+      : o_(o), s_(s), group_(group), data_(data), m_(m), opt_(opt), loss_(loss),
+        train_idx_(torch::tensor(split.train, torch::kLong)), n_train_(static_cast<int64_t>(split.train.size())),
+        steps_(steps) {
+    mode_.gradcache = o.gradcache;
+    if (group) {
+      par_.rank = s.rank;
+      par_.all_gather_rows = [group](const torch::Tensor& t, const std::vector<int64_t>& rows) {
+        return group->all_gather_rows(t, rows);
+      };
+      par_.all_reduce_sum = [group](const std::vector<torch::Tensor>& ts) { group->all_reduce_sum(ts); };
     }
-    int64_t epoch = s / per_epoch, b = s % per_epoch;
-    if (epoch != current_epoch) {
-      current_epoch = epoch;
-      if (o.shuffle) {
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ull + static_cast<uint64_t>(epoch));
-        perm = train_idx.index_select(0, torch::randperm(n_train, gen, torch::kLong));
+  }
+
+  // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
+  // on any rank, after the same step everywhere.
+  int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result,
+              const TrainCallbacks& cb, const std::function<void(const std::string&)>& info) {
+    int64_t s = start;
+    for (; s < steps_.total; ++s) {
+      if (group_ ? stop_all_ : interrupt_requested()) {
+        result.interrupted = true;
+        break;
+      }
+      auto idx = batch_rows(s);
+      auto own = idx;
+      if (group_) {
+        group_->set_context("step " + std::to_string(s + 1));
+        const int64_t n = idx.size(0);
+        if (n < s_.world) {
+          info("step " + std::to_string(s + 1) + ": skipped: its batch has " + std::to_string(n) +
+               " row(s), fewer than the " + std::to_string(s_.world) + " ranks");
+          continue;
+        }
+        par_.rows.clear();
+        for (int r = 0; r < s_.world; ++r) par_.rows.push_back((r + 1) * n / s_.world - r * n / s_.world);
+        own = idx.slice(0, s_.rank * n / s_.world, (s_.rank + 1) * n / s_.world);
+      }
+      auto t_step = Clock::now();
+      double lr = scheduled_lr(o_, s, steps_.total);
+      double l = step(s, idx, own, lr, ckpt);
+      result.last_loss = l;
+      samples_ += idx.size(0);
+      double step_s = seconds_since(t_step);
+      metrics.write({{"step", s + 1}, {"epoch", s / steps_.per_epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
+                     {"samples_per_second", idx.size(0) / step_s}});
+      if (cb.progress && s_.rank == 0) cb.progress(s + 1, steps_.total, l);
+      if (ckpt.enabled() && o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0) {
+        ckpt.save(s + 1, m_.params, opt_);
+        result.checkpoint = ckpt.path();
+      }
+    }
+    return s;
+  }
+
+  int64_t samples() const { return samples_; }
+
+ private:
+  // The rows of step s's batch.
+  torch::Tensor batch_rows(int64_t s) {
+    int64_t epoch = s / steps_.per_epoch, b = s % steps_.per_epoch;
+    if (epoch != epoch_) {
+      epoch_ = epoch;
+      if (o_.shuffle) {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
+        perm_ = train_idx_.index_select(0, torch::randperm(n_train_, gen, torch::kLong));
       } else {
-        perm = train_idx;
+        perm_ = train_idx_;
       }
     }
-    auto idx = perm.slice(0, b * o.batch_size, std::min((b + 1) * o.batch_size, n_train));
-    auto own = idx;  // the rows this process encodes: rank r has [rB/W, (r+1)B/W) of the batch
-    if (group) {
-      group->set_context("step " + std::to_string(s + 1));
-      const int64_t n = idx.size(0);
-      if (n < world) {
-        info("step " + std::to_string(s + 1) + ": skipped: its batch has " + std::to_string(n) + " row(s), fewer than the " +
-             std::to_string(world) + " ranks");
-        continue;
-      }
-      par.rows.clear();
-      for (int r = 0; r < world; ++r) par.rows.push_back((r + 1) * n / world - r * n / world);
-      own = idx.slice(0, rank * n / world, (rank + 1) * n / world);
-    }
-    auto t_step = Clock::now();
-    double lr = scheduled_lr(o, s, total);
-    for (auto& g : opt->param_groups()) g.options().set_lr(lr);
-    opt->zero_grad();
-    gc::SideBatch qb{q_tower, gather(data.query, own), o.query_chunk};
-    gc::SideBatch pb{p_tower, grouped ? std::vector<torch::Tensor>{} : passage_group(data, own), o.passage_chunk};
-    torch::Tensor labels = grouped ? data.labels.index_select(0, idx) : torch::Tensor();
-    double l = gc::step(qb, pb, labels, loss_cfg, mode, group ? &par : nullptr);
-    if (group) {
+    return perm_.slice(0, b * o_.batch_size, std::min((b + 1) * o_.batch_size, n_train_));
+  }
+
+  // One optimiser step on the batch `idx`, of which this process encodes `own`; returns the loss.
+  double step(int64_t s, const torch::Tensor& idx, const torch::Tensor& own, double lr, const Checkpointer& ckpt) {
+    for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
+    opt_.zero_grad();
+    gc::SideBatch qb{m_.q_tower, gather(data_.query, own), o_.query_chunk};
+    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_group(data_, own), o_.passage_chunk};
+    torch::Tensor labels = m_.grouped ? data_.labels.index_select(0, idx) : torch::Tensor();
+    double l = gc::step(qb, pb, labels, loss_, mode_, group_ ? &par_ : nullptr);
+    if (group_) {
       // The one all-reduce of parameter gradients per step; an interrupt flag rides along.
       std::vector<torch::Tensor> sums;
-      for (auto& p : params) {
+      for (auto& p : m_.params) {
         if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
         sums.push_back(p.grad());
       }
       auto flag = torch::full({1}, interrupt_requested() ? 1.0 : 0.0,
-                              torch::TensorOptions().dtype(params[0].dtype()).device(params[0].device()));
+                              torch::TensorOptions().dtype(m_.params[0].dtype()).device(m_.params[0].device()));
       sums.push_back(flag);
-      group->all_reduce_sum(sums);
-      stop_all = flag.item<double>() > 0;
+      group_->all_reduce_sum(sums);
+      stop_all_ = flag.item<double>() > 0;
     }
     if (!std::isfinite(l))
       throw Error(Exit::data, "step " + std::to_string(s),
                   "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
-                      (ckpt.empty() ? "" : "; the last good checkpoint is kept in " + ckpt));
-    if (o.clip_norm > 0) torch::nn::utils::clip_grad_norm_(params, o.clip_norm);
-    opt->step();
-    result.last_loss = l;
-    samples += idx.size(0);
-    double step_s = seconds_since(t_step);
-    if (metrics) {
-      nlohmann::ordered_json line{{"step", s + 1}, {"epoch", epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
-                {"samples_per_second", idx.size(0) / step_s}};
-      errno = 0;
-      *metrics << line.dump() << "\n";
-      metrics->flush();
-      if (!*metrics) throw Error(Exit::io, o.metrics, "write failed: " + errno_text(errno ? errno : EIO));
-    }
-    if (cb.progress && rank == 0) cb.progress(s + 1, total, l);
-    if (!ckpt.empty() && o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) {
-      auto rngs = rng_states();
-      if (rank == 0) save_checkpoint(o.checkpoint_dir, s + 1, params, *opt, config_text, rngs);
-      result.checkpoint = ckpt;
-    }
+                      (ckpt.enabled() ? "; the last good checkpoint is kept in " + ckpt.path() : ""));
+    if (o_.clip_norm > 0) torch::nn::utils::clip_grad_norm_(m_.params, o_.clip_norm);
+    opt_.step();
+    return l;
   }
-  result.steps_done = s;
+
+  const TrainOptions& o_;
+  const Setup& s_;
+  dist::Group* group_;
+  Data& data_;
+  Models& m_;
+  torch::optim::Optimizer& opt_;
+  const gc::LossConfig& loss_;
+  torch::Tensor train_idx_, perm_;
+  int64_t n_train_;
+  StepPlan steps_;
+  int64_t epoch_ = -1, samples_ = 0;
+  gc::StepMode mode_;
+  gc::Parallel par_;
+  bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
+};
+
+gc::LossConfig loss_config(const TrainOptions& o, bool grouped) {
+  gc::LossConfig c;
+  c.similarity = gc::parse_similarity(o.similarity);
+  c.temperature = o.temperature;
+  c.kind = grouped ? gc::LossKind::supcon : o.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+  c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
+  return c;
+}
+
+// What a checkpoint must have been written with to be resumed by this run.
+std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, const RowSplit& split) {
+  json config = m.config;
+  config["mode"] = m.mode;
+  config["data"] = canonical(s.cached ? o.cache : o.data);
+  config["loss"] = {o.similarity, o.temperature, o.symmetric};
+  config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
+  config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
+  config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data)};
+  config["dtype"] = o.dtype;
+  return config.dump();
+}
+
+}  // namespace
+
+TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
+  auto t_start = Clock::now();
+  const Setup s = resolve_setup(o);
+  auto info = [&](const std::string& msg) {
+    if (cb.info && s.rank == 0) cb.info(msg);
+  };
+  TrainResult result;
+  result.rank = s.rank;
+  result.world_size = s.world;
+  auto group = connect(o, s, result, info);
+  torch::manual_seed(o.seed);
+
+  Data data;
+  Models m = load_models(o, s, data);
+  result.mode = m.mode;
+  if (group) {
+    // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
+    group->broadcast(unique_params(m.distinct), 0);
+    if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
+  }
+  const gc::LossConfig loss = loss_config(o, m.grouped);
+  const RowSplit split = split_rows(o, data.rows);
+  const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
+  result.total_steps = steps.total;
+  auto opt = make_optimizer(o, m.params);
+  Checkpointer ckpt(o, s, group.get(), checkpoint_config(o, s, m, split));
+  const int64_t start = ckpt.resume(m.params, *opt, result, info);
+  result.start_step = start;
+  const Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
+  if (eval.enabled && start == 0 && s.rank == 0) result.eval_before = eval.run(o, data, m, loss);
+  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
+
+  Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps);
+  auto t_loop = Clock::now();
+  const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info);
+  result.steps_done = reached;
   double loop_s = seconds_since(t_loop);
-  result.samples_per_second = loop_s > 0 ? samples / loop_s : 0;
-  result.seconds_per_epoch = s > start ? loop_s / (s - start) * per_epoch : 0;
-  if (!ckpt.empty() && (result.interrupted || s == total) && s > start) {
+  result.samples_per_second = loop_s > 0 ? trainer.samples() / loop_s : 0;
+  result.seconds_per_epoch = reached > start ? loop_s / (reached - start) * steps.per_epoch : 0;
+  if (ckpt.enabled() && (result.interrupted || reached == steps.total) && reached > start) {
     if (group) group->set_context("final checkpoint");
-    auto rngs = rng_states();
-    if (rank == 0) save_checkpoint(o.checkpoint_dir, s, params, *opt, config_text, rngs);
-    result.checkpoint = ckpt;
+    ckpt.save(reached, m.params, *opt);
+    result.checkpoint = ckpt.path();
   }
   if (group) {
     result.collectives = group->collectives();
     result.collective_seconds = group->collective_seconds();
   }
-  if (result.interrupted) {
-    result.seconds = seconds_since(t_start);
-    return result;
-  }
-  if (rank > 0) {  // outputs, evaluation and the summary are rank 0's
-    result.seconds = seconds_since(t_start);
-    return result;
-  }
-  if (evaluating) result.eval_after = run_eval();
-  if (!o.out.empty()) {
-    qm->eval();
-    save_module(*qm, o.out);
-  }
-  if (pm != qm && !o.passage_out.empty()) {
-    pm->eval();
-    save_module(*pm, o.passage_out);
+  if (!result.interrupted && s.rank == 0) {  // outputs, evaluation and the summary are rank 0's
+    if (eval.enabled) result.eval_after = eval.run(o, data, m, loss);
+    if (!o.out.empty()) {
+      m.q->eval();
+      save_module(*m.q, o.out);
+    }
+    if (m.p != m.q && !o.passage_out.empty()) {
+      m.p->eval();
+      save_module(*m.p, o.passage_out);
+    }
   }
   result.seconds = seconds_since(t_start);
   return result;

@@ -1,0 +1,40 @@
+// The pure stages of gc-train's engine, without tensors: which rows train and which are held
+// out, how many steps a run takes, and the learning rate of each step. Torch-free, so unit tests
+// cover them without LibTorch (docs/design.md, "Stages").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "traincache/train.h"
+
+namespace traincache::train {
+
+/// Rows of the training data split into training rows and held-out evaluation rows (--eval-rows).
+struct RowSplit {
+  std::vector<int64_t> train, eval;
+  int64_t eval_begin = 0, eval_end = 0;  ///< the held-out range as used ([0, 0) when none)
+};
+
+/// Splits `rows` rows by the options' --eval-rows. Error(usage) for a range outside the data, or
+/// one that leaves no training rows.
+RowSplit split_rows(const TrainOptions& o, int64_t rows);
+
+/// Steps of one epoch and of the whole run.
+struct StepPlan {
+  int64_t per_epoch = 0, total = 0;
+};
+
+/// Steps for `train_rows` training rows: --steps, or --epochs whole epochs (the last partial batch
+/// dropped unless --no-drop-last). Error(usage) when the batch is larger than the data and dropped.
+StepPlan plan_steps(const TrainOptions& o, int64_t train_rows);
+
+/// The learning rate of 0-based step `step` of `total`: linear warmup from 0 over --warmup-steps,
+/// then constant, linear decay or cosine decay to 0 at the last step.
+double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
+
+/// Checks the options that need no data (dtype, optimiser, schedule, temperature, batch and chunk
+/// sizes, exactly one of --data and --cache). Error(usage) otherwise.
+void validate_options(const TrainOptions& o);
+
+}  // namespace traincache::train
