@@ -441,176 +441,240 @@ double percentile(std::vector<double> v, double q) {
   return v[k];
 }
 
-}  // namespace
+// Everything a strategy is built from.
+struct Context {
+  const BenchOptions& o;
+  Pipeline& pipe;
+  int64_t n;
+  std::vector<int64_t> shape;
+};
 
-const std::vector<std::string>& known_strategies() {
-  static const std::vector<std::string> s{"none", "full", "stochastic", "smart", "embed"};
-  return s;
+using Factory = std::function<std::unique_ptr<Strategy>(Context&)>;
+
+// The one list of strategies: what --strategy accepts, the runs (record names) each expands to,
+// and how each run's strategy is built.
+struct StrategyEntry {
+  std::string name;
+  std::vector<std::pair<std::string, Factory>> runs;
+};
+
+const std::vector<StrategyEntry>& strategy_table() {
+  static const std::vector<StrategyEntry> table{
+      {"none", {{"none", [](Context& c) { return std::unique_ptr<Strategy>(new NoCache(c.pipe, c.n, c.o.seed)); }}}},
+      {"full", {{"full", [](Context& c) { return std::unique_ptr<Strategy>(new FullCache(c.pipe, c.n, c.o.seed)); }}}},
+      {"stochastic",
+       {{"stochastic",
+         [](Context& c) {
+           return std::unique_ptr<Strategy>(new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
+         }}}},
+      {"smart",
+       {{"smart", [](Context& c) { return std::unique_ptr<Strategy>(new SmartStrategy(c.pipe, c.n, c.o, c.shape)); }}}},
+      {"embed",
+       {{"embed_encoder",
+         [](Context& c) {
+           return std::unique_ptr<Strategy>(new EmbedEncoder(c.pipe, c.n, c.o.seed, c.o.frozen_encoder));
+         }},
+        {"embed_cache",
+         [](Context& c) {
+           return std::unique_ptr<Strategy>(new EmbedCache(c.n, c.o.seed, c.o.cache, c.o.embeddings));
+         }}}}};
+  return table;
 }
 
-void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
-         const std::function<void(const std::string&)>& info) {
+void validate(const BenchOptions& o) {
   int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
+  std::string known;
+  for (const auto& e : strategy_table()) known += (known.empty() ? "" : ", ") + e.name;
   for (const auto& s : o.strategies)
     if (std::find(known_strategies().begin(), known_strategies().end(), s) == known_strategies().end())
-      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: none, full, stochastic, smart, embed)");
+      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: " + known + ")");
   bool embed = std::find(o.strategies.begin(), o.strategies.end(), "embed") != o.strategies.end();
   if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
     throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
   if (o.batch_size <= 0 || o.epochs <= 0) throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
   if (!(o.cache_fraction > 0) || o.cache_fraction > 1) throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
   if (!o.resize.empty() && o.resize.size() != 2) throw Error(Exit::usage, "--resize", "expected H,W");
-  encode::configure_threads(o.threads);
-
-  std::unique_ptr<Source> src;
-  if (!o.data.empty()) src = std::make_unique<H5Source>(o.data, o.dataset, o.labels);
-  else if (!o.files.empty()) src = std::make_unique<FileSource>(o.files, o.page_cache);
-  else src = std::make_unique<ShmSource>(o.shm);
-  const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
   if (!o.resize.empty()) {
     if (o.resize[0] <= 0 || o.resize[1] <= 0) throw Error(Exit::usage, "--resize", "H and W must be positive");
     // One resized sample in float32, times the batches the loaders keep in flight.
     uint64_t pixels = static_cast<uint64_t>(o.resize[0]) * static_cast<uint64_t>(o.resize[1]);
-    require_memory("--resize " + std::to_string(o.resize[0]) + "," + std::to_string(o.resize[1]),
-                   pixels, 4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
+    require_memory("--resize " + std::to_string(o.resize[0]) + "," + std::to_string(o.resize[1]), pixels,
+                   4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
   }
-  Pipeline pipe{o, *src, {}};
-  const auto shape = pipe.deterministic(0).sizes().vec();
-  Step step(o);
+}
 
-  std::vector<std::string> runs;
-  for (const auto& s : o.strategies) {
-    if (s == "embed") {
-      runs.push_back("embed_encoder");
-      runs.push_back("embed_cache");
-    } else {
-      runs.push_back(s);
+std::unique_ptr<Source> open_source(const BenchOptions& o) {
+  if (!o.data.empty()) return std::make_unique<H5Source>(o.data, o.dataset, o.labels);
+  if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);
+  return std::make_unique<ShmSource>(o.shm);
+}
+
+// Loader threads prepare one epoch's samples in order, at most 4 batches ahead of the step.
+class EpochLoader {
+ public:
+  EpochLoader(const BenchOptions& o, Strategy& strat, Pipeline& pipe, const std::vector<int64_t>& items, int64_t epoch)
+      : o_(o), strat_(strat), pipe_(pipe), items_(items), epoch_(epoch), samples_(items.size()), ready_(items.size(), 0) {
+    for (int w = 0; w < std::max(1, o.workers); ++w) threads_.emplace_back([this] { work(); });
+  }
+  ~EpochLoader() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // Blocks until samples [lo, hi) are ready and hands them over; rethrows a loader's error.
+  std::vector<torch::Tensor> take(int64_t lo, int64_t hi) {
+    std::vector<torch::Tensor> xs;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] {
+        if (error_) return true;
+        for (int64_t k = lo; k < hi; ++k)
+          if (!ready_[k]) return false;
+        return true;
+      });
+      if (error_) std::rethrow_exception(error_);
+      for (int64_t k = lo; k < hi; ++k) xs.push_back(std::move(samples_[k]));
+      consumed_ = hi;
+    }
+    cv_.notify_all();
+    return xs;
+  }
+
+  int64_t hits() const { return hits_; }
+
+ private:
+  void work() {
+    const int64_t m = static_cast<int64_t>(items_.size());
+    while (true) {
+      int64_t k = next_++;
+      if (k >= m) return;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || k < consumed_ + 4 * o_.batch_size; });
+        if (stop_) return;
+      }
+      try {
+        bool hit = false;
+        auto x = strat_.prefix(items_[k], &hit);
+        if (strat_.augment()) x = pipe_.random(x, epoch_, items_[k]);
+        hits_ += hit;
+        std::lock_guard<std::mutex> lk(mu_);
+        samples_[k] = x;
+        ready_[k] = 1;
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+        stop_ = true;
+      }
+      cv_.notify_all();
     }
   }
+
+  const BenchOptions& o_;
+  Strategy& strat_;
+  Pipeline& pipe_;
+  const std::vector<int64_t>& items_;
+  int64_t epoch_;
+  std::vector<torch::Tensor> samples_;
+  std::vector<char> ready_;
+  std::atomic<int64_t> next_{0}, hits_{0};
+  int64_t consumed_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// One epoch of one strategy, timed: the step waits for the loaders, then trains on the batch.
+EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& strat, Pipeline& pipe,
+                      const Source& src, Step& step, int64_t e, int64_t classes) {
+  const bool head = name.rfind("embed_", 0) == 0;
+  EpochRecord r;
+  r.strategy = name;
+  r.epoch = e + 1;
+  auto t_epoch = Clock::now();
+  r.boundary_blocked_seconds = strat.begin_epoch(e);
+  auto items = strat.epoch_items(e);
+  const int64_t m = static_cast<int64_t>(items.size());
+  const int64_t batches = (m + o.batch_size - 1) / o.batch_size;
+  std::vector<double> step_ms;
+  double wait = 0;
+  EpochLoader loader(o, strat, pipe, items, e);
+  for (int64_t b = 0; b < batches; ++b) {
+    // Unwinding from here removes the strategy's temporary slab.
+    if (interrupt_requested()) throw Error(Exit::interrupted, "", "interrupted");
+    int64_t lo = b * o.batch_size, hi = std::min(m, lo + o.batch_size);
+    auto t_wait = Clock::now();
+    std::vector<torch::Tensor> xs = loader.take(lo, hi);
+    std::vector<int64_t> ys;
+    for (int64_t k = lo; k < hi; ++k) ys.push_back(src.labels[items[k]]);
+    wait += since(t_wait);
+    auto t_step = Clock::now();
+    auto batch = torch::stack(xs);
+    auto labels = torch::tensor(ys, torch::kLong);
+    if (head) {
+      torch::Tensor f;
+      {
+        c10::InferenceMode guard;
+        f = strat.features(batch);
+      }
+      step.run_head(f.clone(), labels, classes);
+    } else {
+      step.run(batch, labels);
+    }
+    step_ms.push_back(since(t_step) * 1000);
+  }
+  r.samples = m;
+  r.wall_seconds = since(t_epoch);
+  r.samples_per_second = m / r.wall_seconds;
+  r.step_ms_mean = step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
+  r.step_ms_p50 = percentile(step_ms, 0.5);
+  r.step_ms_p95 = percentile(step_ms, 0.95);
+  r.data_wait_seconds = wait + r.boundary_blocked_seconds;
+  r.model_idle_fraction = r.data_wait_seconds / r.wall_seconds;
+  r.hit_rate = m ? static_cast<double>(loader.hits()) / m : 0;
+  r.bytes_cached = strat.bytes();
+  r.peak_rss_bytes = peak_rss();
+  return r;
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_strategies() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& e : strategy_table()) v.push_back(e.name);
+    return v;
+  }();
+  return names;
+}
+
+void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
+         const std::function<void(const std::string&)>& info) {
+  validate(o);
+  encode::configure_threads(o.threads);
+  std::unique_ptr<Source> src = open_source(o);
+  const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
+  Pipeline pipe{o, *src, {}};
+  Context ctx{o, pipe, n, pipe.deterministic(0).sizes().vec()};
+  Step step(o);
   int64_t classes = 1;
   for (int64_t i = 0; i < n; ++i) classes = std::max(classes, src->labels[i] + 1);
-  for (const auto& name : runs) {
-    std::unique_ptr<Strategy> strat;
-    const bool head = name.rfind("embed_", 0) == 0;
-    if (name == "embed_encoder") strat = std::make_unique<EmbedEncoder>(pipe, n, o.seed, o.frozen_encoder);
-    else if (name == "embed_cache") strat = std::make_unique<EmbedCache>(n, o.seed, o.cache, o.embeddings);
-    else if (name == "none") strat = std::make_unique<NoCache>(pipe, n, o.seed);
-    else if (name == "full") strat = std::make_unique<FullCache>(pipe, n, o.seed);
-    else if (name == "stochastic") strat = std::make_unique<StochasticCache>(pipe, n, o.seed, o.cache_fraction, shape);
-    else strat = std::make_unique<SmartStrategy>(pipe, n, o, shape);
-
-    for (int64_t e = 0; e < o.epochs; ++e) {
-      if (info) info(name + ": epoch " + std::to_string(e + 1) + "/" + std::to_string(o.epochs));
-      EpochRecord r;
-      r.strategy = name;
-      r.epoch = e + 1;
-      auto t_epoch = Clock::now();
-      r.boundary_blocked_seconds = strat->begin_epoch(e);
-      auto items = strat->epoch_items(e);
-      const int64_t m = static_cast<int64_t>(items.size());
-      const int64_t batches = (m + o.batch_size - 1) / o.batch_size;
-
-      // Loader threads prepare samples in order, at most 4 batches ahead of the step.
-      std::vector<torch::Tensor> samples(static_cast<std::size_t>(m));
-      std::vector<char> ready(static_cast<std::size_t>(m), 0);
-      std::atomic<int64_t> next{0}, hits{0};
-      int64_t consumed = 0;
-      std::mutex mu;
-      std::condition_variable cv;
-      std::exception_ptr error;
-      bool stop = false;
-      auto loader = [&] {
-        while (true) {
-          int64_t k = next++;
-          if (k >= m) return;
-          {
-            std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] { return stop || k < consumed + 4 * o.batch_size; });
-            if (stop) return;
-          }
-          try {
-            bool hit = false;
-            auto x = strat->prefix(items[k], &hit);
-            if (strat->augment()) x = pipe.random(x, e, items[k]);
-            hits += hit;
-            std::lock_guard<std::mutex> lk(mu);
-            samples[k] = x;
-            ready[k] = 1;
-          } catch (...) {
-            std::lock_guard<std::mutex> lk(mu);
-            if (!error) error = std::current_exception();
-            stop = true;
-          }
-          cv.notify_all();
-        }
-      };
-      std::vector<std::thread> threads;
-      for (int w = 0; w < std::max(1, o.workers); ++w) threads.emplace_back(loader);
-      std::vector<double> step_ms;
-      double wait = 0;
-      try {
-        for (int64_t b = 0; b < batches; ++b) {
-          // Unwinding from here removes the strategy's temporary slab.
-          if (interrupt_requested()) throw Error(Exit::interrupted, "", "interrupted");
-          int64_t lo = b * o.batch_size, hi = std::min(m, lo + o.batch_size);
-          auto t_wait = Clock::now();
-          std::vector<torch::Tensor> xs;
-          std::vector<int64_t> ys;
-          {
-            std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] {
-              if (error) return true;
-              for (int64_t k = lo; k < hi; ++k)
-                if (!ready[k]) return false;
-              return true;
-            });
-            if (error) std::rethrow_exception(error);
-            for (int64_t k = lo; k < hi; ++k) {
-              xs.push_back(std::move(samples[k]));
-              ys.push_back(src->labels[items[k]]);
-            }
-            consumed = hi;
-          }
-          cv.notify_all();
-          wait += since(t_wait);
-          auto t_step = Clock::now();
-          auto batch = torch::stack(xs);
-          auto labels = torch::tensor(ys, torch::kLong);
-          if (head) {
-            torch::Tensor f;
-            {
-              c10::InferenceMode guard;
-              f = strat->features(batch);
-            }
-            step.run_head(f.clone(), labels, classes);
-          } else {
-            step.run(batch, labels);
-          }
-          step_ms.push_back(since(t_step) * 1000);
-        }
-      } catch (...) {
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          stop = true;
-        }
-        cv.notify_all();
-        for (auto& t : threads) t.join();
-        throw;
+  for (const auto& chosen : o.strategies) {
+    const auto& entry = *std::find_if(strategy_table().begin(), strategy_table().end(),
+                                      [&](const StrategyEntry& e) { return e.name == chosen; });
+    for (const auto& [name, make] : entry.runs) {
+      std::unique_ptr<Strategy> strat = make(ctx);
+      for (int64_t e = 0; e < o.epochs; ++e) {
+        if (info) info(name + ": epoch " + std::to_string(e + 1) + "/" + std::to_string(o.epochs));
+        record(run_epoch(o, name, *strat, pipe, *src, step, e, classes));
       }
-      for (auto& t : threads) t.join();
-      r.samples = m;
-      r.wall_seconds = since(t_epoch);
-      r.samples_per_second = m / r.wall_seconds;
-      r.step_ms_mean = step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
-      r.step_ms_p50 = percentile(step_ms, 0.5);
-      r.step_ms_p95 = percentile(step_ms, 0.95);
-      r.data_wait_seconds = wait + r.boundary_blocked_seconds;
-      r.model_idle_fraction = r.data_wait_seconds / r.wall_seconds;
-      r.hit_rate = m ? static_cast<double>(hits) / m : 0;
-      r.bytes_cached = strat->bytes();
-      r.peak_rss_bytes = peak_rss();
-      record(r);
     }
   }
 }
