@@ -390,7 +390,7 @@ class Step {
  public:
   Step(const BenchOptions& o) : o_(o) {
     if (!o.model.empty()) {
-      model_ = torch::jit::load(o.model);
+      model_ = encode::load_module(o.model, torch::kCPU);  // missing: 66, not TorchScript: 65
       model_.train();
       for (auto p : model_.parameters()) {
         p.set_requires_grad(true);
@@ -417,7 +417,16 @@ class Step {
       return;
     }
     opt_->zero_grad();
-    auto out = model_.forward({batch}).toTensor();
+    torch::jit::IValue result;
+    try {
+      result = model_.forward({batch});
+    } catch (const c10::Error& e) {
+      throw Error(Exit::data, o_.model, "rejected the input: " + encode::torch_error_message(e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      throw Error(Exit::data, o_.model, "rejected the input: " + encode::torch_error_message(e.what()));
+    }
+    if (!result.isTensor()) throw Error(Exit::data, o_.model, "forward() must return one tensor");
+    auto out = result.toTensor();
     auto loss = out.dim() == 2 && out.size(1) > labels.max().item<int64_t>()
                     ? torch::nn::functional::cross_entropy(out, labels)
                     : out.pow(2).mean();

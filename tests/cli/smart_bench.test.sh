@@ -23,6 +23,18 @@ print(d['schema'], len(recs), sorted(d['samples_per_second']), list(recs[0])[:5]
 # 300 items of [1,28,28] float32 = 3136 bytes each; stochastic caches the first 150.
 expect_out "smart-bench/1 8 ['full', 'none', 'smart', 'stochastic'] ['strategy', 'epoch', 'samples', 'wall_seconds', 'samples_per_second'] 0.0 0.0 1.0 0.5 100 1.0 940800 470400"
 
+# --model goes through the encoder loader: missing 66, not TorchScript 65, a model that rejects the
+# batch one readable line (65). All three were "internal error" (70) or a torch backtrace before.
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model "$WORK/nope.pt"
+expect_rc 66
+expect_err "smart-bench: error: $WORK/nope.pt: no such file or directory"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model "$D/not-torchscript.pt"
+expect_rc 65
+expect_err "smart-bench: error: $D/not-torchscript.pt: cannot load TorchScript module: PytorchStreamReader failed reading zip archive: failed finding central directory"
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model "$D/mlp.pt"
+expect_rc 65
+expect_err "smart-bench: error: $D/mlp.pt: rejected the input: RuntimeError: mat1 and mat2 shapes cannot be multiplied (1400x28 and 16x32)"
+
 # A TorchScript model's training step, resized inputs, files as the source; JSON Lines as records finish.
 "$TC_PYTHON" "$TC_SOURCE/scripts/h5-to-files" "$D/images.h5" "$WORK/files" --items 120 2>/dev/null
 run "$TC_BIN/smart-bench" --files "$WORK/files" --strategy none,full --epochs 2 -b 40 --model "$D/cnn.pt" \
