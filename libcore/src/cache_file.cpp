@@ -63,6 +63,15 @@ std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, i
 }
 
 
+// h5::describe, with the file named in its errors.
+h5::DatasetInfo describe_in(hid_t d, const std::string& path, const std::string& dpath) {
+  try {
+    return h5::describe(d, dpath);
+  } catch (const Error& e) {
+    throw Error(e.code(), path, e.what());
+  }
+}
+
 // Checks a dataset's storage before anything reads it: a contiguous or chunked dataset cannot
 // hold more bytes than the whole file (a small file claiming terabytes is corrupt, and reading it
 // would take hours); a virtual dataset's sources are collected for check_virtual_sources().
@@ -156,7 +165,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   for (const auto& name : names) {
     std::string dpath = "/embeddings/" + name;
     h5::Id d = h5::open_dataset(f, path, dpath);
-    auto di = h5::describe(d.get(), dpath);
+    auto di = describe_in(d.get(), path, dpath);
     check_storage(d.get(), path, dpath, di, fst.st_size, sources);
     EmbeddingInfo e;
     e.name = name;
@@ -175,7 +184,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   h5::Id labels;
   if (h5::exists(f, "/labels")) {
     labels = h5::open_dataset(f, path, "/labels");
-    auto di = h5::describe(labels.get(), "/labels");
+    auto di = describe_in(labels.get(), path, "/labels");
     check_storage(labels.get(), path, "/labels", di, fst.st_size, sources);
     LabelInfo li;
     li.source = h5::read_attr_string(labels.get(), "source").value_or("");
@@ -187,7 +196,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   if (h5::exists(f, "/keys")) {
     h5::Id d = h5::open_dataset(f, path, "/keys");
     info.keys_source = h5::read_attr_string(d.get(), "source").value_or("");
-    auto di = h5::describe(d.get(), "/keys");
+    auto di = describe_in(d.get(), path, "/keys");
     check_storage(d.get(), path, "/keys", di, fst.st_size, sources);
     info.keys_dtype = di.dtype;
   }

@@ -71,6 +71,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
       print_error(tool, first_line_lower(e.what()) + " (see --help)");
       return code(Exit::usage);
     }
+    h5::require_thread_safe();
     status = body();
   } catch (const Error& e) {
     print_error(tool, e.what());

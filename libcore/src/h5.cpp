@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cctype>
+#include <climits>
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
@@ -15,6 +16,13 @@ std::atomic<bool> g_print_stack{false};
 }
 
 void skip_exit_cleanup() { H5dont_atexit(); }
+
+void require_thread_safe() {
+  hbool_t safe = 0;
+  if (H5is_library_threadsafe(&safe) < 0 || !safe)
+    throw Error(Exit::unavailable, "HDF5",
+                "the library loaded at run time is not thread-safe; traincache reads it from several threads");
+}
 
 void set_verbose(bool print_stack) {
   g_print_stack = print_stack;
@@ -183,7 +191,14 @@ DatasetInfo describe(hid_t dset, const std::string& name) {
   if (nd < 0) throw Error(Exit::data, name, "unreadable dataspace");
   std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  for (auto d : dims) info.shape.push_back(static_cast<int64_t>(d));
+  // Sizes read from a file are checked before anything multiplies them: the element count must
+  // fit 63 bits (a forged shape would otherwise wrap into a small allocation).
+  int64_t elements = 1;
+  for (auto d : dims) {
+    if (d > static_cast<hsize_t>(INT64_MAX) || __builtin_mul_overflow(elements, static_cast<int64_t>(d), &elements))
+      throw Error(Exit::data, name, "its shape does not fit 63 bits (corrupt file?)");
+    info.shape.push_back(static_cast<int64_t>(d));
+  }
   Id type(H5Dget_type(dset));
   info.type_size = H5Tget_size(type.get());
   switch (H5Tget_class(type.get())) {

@@ -655,8 +655,10 @@ uint64_t parse_size(const std::string& s) {
   else if (unit == "MB") mult = 1e6;
   else if (unit == "GB") mult = 1e9;
   else if (unit == "TB") mult = 1e12;
-  if (mult == 0 || v * mult >= 1.8e19) throw Error(Exit::usage, "'" + s + "'", "not a size (examples: 512MiB, 2GiB, 1000000)");
-  return static_cast<uint64_t>(std::llround(v * mult));
+  // 2^64 is exactly representable: anything at or above it does not fit (llround stopped at 2^63).
+  if (mult == 0 || !(v * mult < 18446744073709551616.0))
+    throw Error(Exit::usage, "'" + s + "'", "not a size (examples: 512MiB, 2GiB, 1000000)");
+  return static_cast<uint64_t>(std::round(v * mult));
 }
 
 }  // namespace traincache::shm

@@ -75,6 +75,16 @@ for mode in "" --stats "--head 3"; do
 done
 run timeout 20 "$INSPECT" --check "$WORK/huge.h5"
 expect_rc 1
+# A shape whose element count does not fit 63 bits (it wrapped into a small size before).
+"$TC_PYTHON" - "$WORK/huge.h5" <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], 'a') as g:
+    del g['embeddings/cnn']
+    g.create_dataset('embeddings/cnn', shape=(2**62, 4), dtype='f4', chunks=(1024, 4))
+PY
+run timeout 20 "$INSPECT" "$WORK/huge.h5"
+expect_rc 65
+expect_err "cache-inspect: error: $WORK/huge.h5: /embeddings/cnn: its shape does not fit 63 bits (corrupt file?)"
 
 # ---- an /embeddings that cannot be listed (here a dataset, not a group) is a corrupt cache: the
 # summary, --stats and --verify exited 0 and --verify said "ok" with no encoders

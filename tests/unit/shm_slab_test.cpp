@@ -280,6 +280,11 @@ CATCH_TEST_CASE("shm slab: sizes parse with binary and decimal units", "[shm]") 
   CATCH_CHECK(shm::parse_size("3MB") == 3000000);
   CATCH_CHECK(code_of([] { shm::parse_size("lots"); }) == Exit::usage);
   CATCH_CHECK(code_of([] { shm::parse_size("5XB"); }) == Exit::usage);
+  // Between 2^63 and 2^64: llround overflowed here; now exact or refused.
+  CATCH_CHECK(shm::parse_size("10000000000000000000") == 10000000000000000000ull);
+  CATCH_CHECK(shm::parse_size("15TiB") == 15ull << 40);
+  CATCH_CHECK(code_of([] { shm::parse_size("18446744073709551616"); }) == Exit::usage);
+  CATCH_CHECK(code_of([] { shm::parse_size("20000000TB"); }) == Exit::usage);
 }
 
 CATCH_TEST_CASE("shm slab: a reader of a slab truncated under it exits 74 instead of dying of SIGBUS", "[shm]") {

@@ -20,6 +20,10 @@ namespace traincache::h5 {
 /// files through RAII, so nothing needs that handler. Call before any other HDF5 call.
 void skip_exit_cleanup();
 
+/// Error(unavailable) unless the HDF5 library loaded at run time is thread-safe (several threads
+/// read datasets at once). Checked at configure time too.
+void require_thread_safe();
+
 /// Turns HDF5's automatic error printing off (or on, for -vv). Called by every open function.
 void set_verbose(bool print_stack);
 
