@@ -13,6 +13,7 @@
 #include <set>
 
 #include "traincache/error.h"
+#include "traincache/text.h"
 #include "traincache/h5.h"
 #include "traincache/safe_file.h"
 
@@ -128,6 +129,12 @@ void check_virtual_sources(hid_t f, const std::string& path, const std::set<std:
 
 }  // namespace
 
+std::string encoder_names(const CacheInfo& info) {
+  std::vector<std::string> names;
+  for (const auto& e : info.embeddings) names.push_back(e.name);
+  return name_list(names);
+}
+
 CacheInfo read_info(const std::string& path, bool count_labels) {
   h5::Id file = h5::open_file(path);
   hid_t f = file.get();
@@ -223,7 +230,7 @@ void for_each_block(hid_t file, const std::string& path, const std::string& dpat
   h5::Id d = h5::open_dataset(file, path, dpath);
   auto di = h5::describe(d.get(), dpath);
   int64_t per_row = di.row_elements();
-  int64_t block = std::max<int64_t>(1, (4 << 20) / std::max<int64_t>(1, per_row * 4));
+  int64_t block = h5::rows_per_block(per_row * 4, 4 << 20);
   std::vector<float> buf;
   for (int64_t s = 0; s < di.rows(); s += block) {
     int64_t n = std::min(block, di.rows() - s);
@@ -425,7 +432,7 @@ void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
   std::vector<char> buf;
   for (int64_t s = 0; s < rows; s += block) {
     int64_t n = std::min(block, rows - s);

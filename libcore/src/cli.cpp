@@ -1,5 +1,6 @@
 #include "traincache/cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 
 #include "traincache/h5.h"
 #include "traincache/shm_slab.h"
+#include "traincache/text.h"
 #include "traincache/version.h"
 
 namespace traincache::cli {
@@ -56,6 +58,31 @@ std::string first_line_lower(std::string s) {
   while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
   return s;
 }
+// "; did you mean --batch-size?" for the first --option in argv that `app` (or a subcommand of it)
+// does not know and that is within two edits of one it does; "" otherwise.
+std::string suggestion(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> known;
+  std::vector<CLI::App*> apps{&app};
+  for (auto* sub : app.get_subcommands({})) apps.push_back(sub);
+  for (auto* a : apps)
+    for (const auto* opt : a->get_options())
+      for (const auto& n : opt->get_lnames()) known.push_back("--" + n);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg.size() < 3) continue;
+    arg = arg.substr(0, arg.find('='));
+    if (std::find(known.begin(), known.end(), arg) != known.end()) continue;
+    std::string best;
+    std::size_t best_d = 3;
+    for (const auto& k : known) {
+      std::size_t d = edit_distance(arg, k);
+      if (d < best_d) best_d = d, best = k;
+    }
+    return best.empty() ? "" : "; did you mean " + best + "?";
+  }
+  return "";
+}
+
 }  // namespace
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
@@ -68,7 +95,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version: stdout, exit 0
-      print_error(tool, first_line_lower(e.what()) + " (see --help)");
+      print_error(tool, first_line_lower(e.what()) + suggestion(app, argc, argv) + " (see --help)");
       return code(Exit::usage);
     }
     h5::require_thread_safe();

@@ -34,7 +34,10 @@ const char* dtype_name(DType t) {
 DType parse_dtype(const std::string& name) {
   for (const auto& e : kTable)
     if (name == e.name && e.type != DType::other) return e.type;
-  throw Error(Exit::usage, name, "unknown dtype");
+  std::vector<std::string> valid;
+  for (const auto& e : kTable)
+    if (e.type != DType::other) valid.push_back(e.name);
+  throw Error(Exit::usage, name, "unknown dtype (valid: " + name_list(valid) + ")");
 }
 
 std::size_t dtype_size(DType t) {

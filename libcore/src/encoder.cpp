@@ -39,6 +39,16 @@ std::string torch_message(const std::string& msg) {
 
 std::string torch_error_message(const std::string& what) { return torch_message(what); }
 
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args, const std::string& subject) {
+  try {
+    return m.forward(std::move(args));
+  } catch (const c10::Error& e) {
+    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what()));
+  }
+}
+
 torch::jit::Module load_module(const std::string& path, torch::Device device) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
@@ -162,14 +172,7 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
   c10::InferenceMode guard;
   std::vector<torch::jit::IValue> args;
   for (const auto& t : inputs) args.emplace_back(t.to(device_));
-  torch::jit::IValue out;
-  try {
-    out = m.forward(args);
-  } catch (const c10::Error& e) {
-    throw Error(Exit::data, "encoder '" + name_ + "'", "rejected the input: " + torch_message(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    throw Error(Exit::data, "encoder '" + name_ + "'", "rejected the input: " + torch_message(e.what()));
-  }
+  torch::jit::IValue out = call_forward(m, std::move(args), "encoder '" + name_ + "'");
   if (!output_.empty()) {
     bool numeric = output_.find_first_not_of("0123456789") == std::string::npos;
     if (out.isTuple() || out.isList()) {

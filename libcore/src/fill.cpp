@@ -31,6 +31,7 @@
 #include "traincache/row_digest.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
+#include "traincache/timing.h"
 #include "traincache/shm_slab.h"
 #include "traincache/version.h"
 
@@ -55,17 +56,7 @@ std::string runtime_info() {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::string absolute_path(const std::string& p) {
-  char buf[PATH_MAX];
-  if (realpath(p.c_str(), buf)) return buf;
-  return p;
-}
+using files::absolute_path;
 
 // An input dataset the fill reads, with its open handle.
 struct Input {

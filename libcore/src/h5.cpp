@@ -297,7 +297,7 @@ void copy_rows(hid_t src, const std::string& src_what, int64_t src_start, hid_t 
   Id ftype(H5Dget_type(src));
   Id mtype(info.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
   const int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * info.row_elements();
-  const int64_t block = std::max<int64_t>(1, (8 << 20) / std::max<int64_t>(1, row_bytes));
+  const int64_t block = rows_per_block(row_bytes, 8 << 20);
   std::vector<char> buf;
   for (int64_t s = 0; s < count; s += block) {
     int64_t n = std::min(block, count - s);

@@ -26,11 +26,6 @@ struct Shard {
   int64_t count = 0, job_begin = 0, job_end = 0;
 };
 
-std::string absolute(const std::string& p) {
-  char buf[PATH_MAX];
-  return realpath(p.c_str(), buf) ? std::string(buf) : p;
-}
-
 std::string range_text(int64_t a, int64_t b) { return std::to_string(a) + ".." + std::to_string(b); }
 
 // The datasets every shard holds, with their file types.
@@ -74,7 +69,7 @@ void merge_shards(const MergeOptions& o) {
   for (const auto& p : o.shards) {
     Shard s;
     s.path = p;
-    s.abs_path = absolute(p);
+    s.abs_path = files::absolute_path(p);
     s.info = read_info(p, false);
     if (!s.info.complete) throw Error(Exit::data, p, "incomplete shard");
     h5::Id f = h5::open_file(p);

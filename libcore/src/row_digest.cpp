@@ -63,7 +63,7 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
     for (int64_t r = a; r < b; ++r) hash_large_row(dset, info, r, mtype.get(), elem, block_bytes, h);
     return;
   }
-  int64_t block = std::max<int64_t>(1, block_bytes / std::max<int64_t>(1, row_bytes));
+  int64_t block = h5::rows_per_block(row_bytes, block_bytes);
   std::vector<char> buf;
   for (int64_t s = a; s < b; s += block) {
     int64_t n = std::min(block, b - s);

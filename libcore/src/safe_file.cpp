@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <mutex>
 
@@ -189,6 +191,12 @@ bool make_or_adopt_private_dir(const std::string& dir) {
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     throw Error(Exit::cant_create, dir, "is writable by other users; refusing to use it");
   return false;
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty()) return path;
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
 bool same_file(const std::string& a, const std::string& b) {

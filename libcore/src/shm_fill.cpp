@@ -57,7 +57,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   auto work = [&](int64_t lo, int64_t hi) {
     try {
       Slab slab = Slab::attach(o.slab);
-      const int64_t block = vlen ? 256 : std::max<int64_t>(1, (4 << 20) / static_cast<int64_t>(std::max<uint64_t>(1, row_bytes)));
+      const int64_t block = vlen ? 256 : h5::rows_per_block(static_cast<int64_t>(row_bytes), 4 << 20);
       std::vector<unsigned char> buf;
       std::vector<hvl_t> vl;
       for (int64_t s = lo; s < hi; s += block) {

@@ -218,6 +218,10 @@ FsSpace shm_space() {
 
 Slab::Header* Slab::header() const { return static_cast<Header*>(base_); }
 
+uint64_t* Slab::states() const {
+  return reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+}
+
 Slab Slab::create(const CreateOptions& o) {
   validate_name(o.name);
   if (o.length == 0) throw Error(Exit::usage, "--len", "the dataset length must be positive");
@@ -436,12 +440,12 @@ std::optional<uint64_t> Slab::slot_of(uint64_t index) const {
 SlotState Slab::state(uint64_t index) const {
   auto slot = slot_of(index);
   if (!slot) return SlotState::empty;
-  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  auto* st = states();
   return state_of(__atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE));
 }
 
 bool Slab::claim(uint64_t slot) {
-  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  auto* st = states();
   uint64_t expected = word(SlotState::empty);
   return __atomic_compare_exchange_n(&st[slot], &expected, word(SlotState::writing, static_cast<uint64_t>(getpid())),
                                      false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -473,7 +477,7 @@ bool Slab::begin_write_for_test(uint64_t index, const void* data, std::size_t by
                                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
     if (!fits) {
       // The arena is full: give the slot back.
-      auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+      auto* st = states();
       __atomic_store_n(&st[*slot], word(SlotState::empty), __ATOMIC_RELEASE);
       return false;
     }
@@ -493,7 +497,7 @@ bool Slab::begin_write_for_test(uint64_t index, const void* data, std::size_t by
 
 bool Slab::set(uint64_t index, const void* data, std::size_t bytes) {
   if (!begin_write_for_test(index, data, bytes)) return false;
-  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + header()->states_offset);
+  auto* st = states();
   __atomic_store_n(&st[*slot_of(index)], word(SlotState::filled), __ATOMIC_RELEASE);
   return true;
 }
@@ -502,7 +506,7 @@ Slab::View Slab::view(uint64_t index) const {
   auto slot = slot_of(index);
   if (!slot) return {};
   const Header& h = *header();
-  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+  auto* st = states();
   if (state_of(__atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE)) != SlotState::filled) return {};
   if (h.layout == static_cast<uint32_t>(Layout::fixed)) return {slot_data(*slot), h.item_bytes};
   auto* idx = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.index_offset);
@@ -523,7 +527,7 @@ bool Slab::get(uint64_t index, std::vector<unsigned char>& out) const {
 uint64_t Slab::repair() {
   if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
   const Header& h = *header();
-  auto* st = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.states_offset);
+  auto* st = states();
   uint64_t fixed = 0;
   for (uint64_t i = 0; i < h.slots; ++i) {
     uint64_t w = __atomic_load_n(&st[i], __ATOMIC_ACQUIRE);
@@ -540,7 +544,7 @@ uint64_t Slab::repair() {
 
 SlotCounts Slab::counts() const {
   const Header& h = *header();
-  auto* st = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.states_offset);
+  const auto* st = states();
   auto* idx = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base_) + h.index_offset);
   SlotCounts c;
   for (uint64_t i = 0; i < h.slots; ++i) {

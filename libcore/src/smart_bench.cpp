@@ -22,14 +22,13 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/shm_slab.h"
+#include "traincache/timing.h"
 #include "traincache/smart_cache.h"
 
 namespace traincache::sbench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Burns CPU for `us` microseconds: emulated preprocessing or model compute.
 void spin_us(double us) {
@@ -315,7 +314,7 @@ class SmartStrategy : public Strategy {
     auto t = Clock::now();
     if (e == 0) cache_->start();
     else cache_->advance();
-    return since(t);
+    return seconds_since(t);
   }
   std::vector<int64_t> epoch_items(int64_t e) override {
     auto w = cache_->window_indices();
@@ -417,14 +416,7 @@ class Step {
       return;
     }
     opt_->zero_grad();
-    torch::jit::IValue result;
-    try {
-      result = model_.forward({batch});
-    } catch (const c10::Error& e) {
-      throw Error(Exit::data, o_.model, "rejected the input: " + encode::torch_error_message(e.what_without_backtrace()));
-    } catch (const std::exception& e) {
-      throw Error(Exit::data, o_.model, "rejected the input: " + encode::torch_error_message(e.what()));
-    }
+    torch::jit::IValue result = encode::call_forward(model_, {batch}, o_.model);
     if (!result.isTensor()) throw Error(Exit::data, o_.model, "forward() must return one tensor");
     auto out = result.toTensor();
     auto loss = out.dim() == 2 && out.size(1) > labels.max().item<int64_t>()
@@ -623,7 +615,7 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
     std::vector<torch::Tensor> xs = loader.take(lo, hi);
     std::vector<int64_t> ys;
     for (int64_t k = lo; k < hi; ++k) ys.push_back(src.labels[items[k]]);
-    wait += since(t_wait);
+    wait += seconds_since(t_wait);
     auto t_step = Clock::now();
     auto batch = torch::stack(xs);
     auto labels = torch::tensor(ys, torch::kLong);
@@ -637,10 +629,10 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
     } else {
       step.run(batch, labels);
     }
-    step_ms.push_back(since(t_step) * 1000);
+    step_ms.push_back(seconds_since(t_step) * 1000);
   }
   r.samples = m;
-  r.wall_seconds = since(t_epoch);
+  r.wall_seconds = seconds_since(t_epoch);
   r.samples_per_second = m / r.wall_seconds;
   r.step_ms_mean = step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
   r.step_ms_p50 = percentile(step_ms, 0.5);

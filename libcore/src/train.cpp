@@ -28,6 +28,7 @@
 #include "traincache/safe_file.h"
 #include "traincache/shm_slab.h"
 #include "traincache/text.h"
+#include "traincache/timing.h"
 #include "traincache/train_plan.h"
 
 namespace fs = std::filesystem;
@@ -37,8 +38,6 @@ namespace traincache::train {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // ---- models -------------------------------------------------------------------------------
 
@@ -95,15 +94,7 @@ void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
 
 gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
   return [m, name](const std::vector<torch::Tensor>& inputs) {
-    std::vector<torch::jit::IValue> args(inputs.begin(), inputs.end());
-    torch::jit::IValue out;
-    try {
-      out = m->forward(args);
-    } catch (const c10::Error& e) {
-      throw Error(Exit::data, name, "rejected the input: " + encode::torch_error_message(e.what_without_backtrace()));
-    } catch (const std::exception& e) {
-      throw Error(Exit::data, name, "rejected the input: " + encode::torch_error_message(e.what()));
-    }
+    torch::jit::IValue out = encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
     if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
     auto t = out.toTensor();
     return t.dim() == 2 ? t : t.reshape({t.size(0), -1});
@@ -270,12 +261,7 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
 
 // A path as the file system resolves it (so that "./a.h5" and "a.h5" are one setting); a value
 // that names no file (a built-in head spec) stays as it is.
-std::string canonical(const std::string& path) {
-  if (path.empty()) return path;
-  std::error_code ec;
-  auto p = fs::canonical(path, ec);
-  return ec ? path : p.string();
-}
+std::string canonical(const std::string& path) { return files::absolute_path(path); }
 
 // ---- checkpoints --------------------------------------------------------------------------
 
@@ -585,7 +571,7 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   h5::Id f = h5::open_file(path);
   auto read_emb = [&](const std::string& name) {
     if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
-      throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache");
+      throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache (have: " + cache::encoder_names(cinfo) + ")");
     auto dev_it = o.cache_devices.find(name);
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device

@@ -26,7 +26,8 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   for (const auto& [name, path] : opts.encoders)
     if (std::none_of(info.embeddings.begin(), info.embeddings.end(),
                      [&](const auto& e) { return e.name == name; }))
-      throw Error(Exit::usage, "--encoder", "the cache has no encoder named '" + name + "'");
+      throw Error(Exit::usage, "--encoder",
+                  "the cache has no encoder named '" + name + "' (have: " + cache::encoder_names(info) + ")");
 
   VerifyReport rep;
   rep.path = opts.cache;

@@ -66,7 +66,7 @@ expect_fail 64 "cache-fill: error: --input is required (see --help)" \
   --encoder "$D/cnn.pt" --features images
 expect_fail 64 "cache-fill: error: --features: no input dataset for encoder 'cnn'" \
   --input "$D/images.h5" --encoder "$D/cnn.pt"
-expect_fail 64 "cache-fill: error: --features: no encoder named 'txt'" \
+expect_fail 64 "cache-fill: error: --features: no encoder named 'txt' (have: cnn)" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features txt=images
 expect_fail 64 "cache-fill: error: --encoder: encoder name 'cnn' given twice" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --encoder cnn="$D/cnn_other.pt" --features images

@@ -111,5 +111,5 @@ expect_rc 1
 expect_out_re "	MISMATCH: 8 of 8 rows differ \(first row [0-9]+, max abs diff [0-9.e-]+\)$"
 run "$TC_BIN/cache-inspect" --verify 8 --encoder nope=x.pt "$C"
 expect_rc 64
-expect_err "cache-inspect: error: --encoder: the cache has no encoder named 'nope'"
+expect_err "cache-inspect: error: --encoder: the cache has no encoder named 'nope' (have: cnn)"
 finish

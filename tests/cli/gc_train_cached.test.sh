@@ -41,7 +41,7 @@ expect_rc 0
 expect_out_re '"eval_before":\{"rows":50,"nn_accuracy":[0-9.]+\},"eval_after":\{"rows":50,'
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings mlp --epochs 1 --eval-data "$WORK/eval.h5"
 expect_rc 65
-expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache"
+expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache (have: cnn)"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --epochs 1 --eval-data "$WORK/eval.h5" --eval-rows 0:10
 expect_rc 64
 expect_err "gc-train: error: --eval-data: give --eval-data or --eval-rows, not both"
@@ -60,7 +60,7 @@ expect_rc 65
 expect_err "gc-train: error: $WORK/pairs.h5: grouped mode needs labels in the cache (cache-fill --labels)"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings nope
 expect_rc 65
-expect_err "gc-train: error: $WORK/c.h5: no encoder named 'nope' in the cache"
+expect_err "gc-train: error: $WORK/c.h5: no encoder named 'nope' in the cache (have: cnn, mlp)"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head conv:3
 expect_rc 64
 expect_err "gc-train: error: --head: expected mlp:H1,...,Hn, linear:D or a TorchScript file, got 'conv:3'"

@@ -27,6 +27,9 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   expect_rc 64
   expect_one_line_err
   expect_no_out
+  run "$TC_BIN/$tool" --jsno
+  expect_rc 64
+  expect_err_re "^$tool: error: .*; did you mean --json\? \(see --help\)\$"
 done
 for sub in create fill rm; do
   run "$TC_BIN/shm-cache" $sub --help

@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include "test_util.h"
 #include "traincache/error.h"
 #include "traincache/fill_plan.h"
 
 using namespace traincache;
+using test::code_of;
 
 namespace {
 
@@ -17,14 +19,6 @@ fill::FillOptions options(int64_t batch, int index = -1, int count = 0) {
   return o;
 }
 
-Exit code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Exit::ok;
-}
 
 }  // namespace
 

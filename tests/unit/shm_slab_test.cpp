@@ -10,10 +10,12 @@
 #include <numeric>
 #include <vector>
 
+#include "test_util.h"
 #include "traincache/error.h"
 #include "traincache/shm_slab.h"
 
 using namespace traincache;
+using test::code_of;
 
 namespace {
 
@@ -45,14 +47,6 @@ std::vector<unsigned char> item(uint64_t index, std::size_t bytes) {
   return v;
 }
 
-Exit code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Exit::ok;
-}
 
 }  // namespace
 

@@ -3,23 +3,12 @@
 #include <cmath>
 #include <functional>
 
+#include "test_util.h"
 #include "traincache/error.h"
 #include "traincache/train_plan.h"
 
 using namespace traincache;
-
-namespace {
-
-Exit code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Exit::ok;
-}
-
-}  // namespace
+using test::code_of;
 
 CATCH_TEST_CASE("train plan: held-out rows are excluded from training", "[train]") {
   train::TrainOptions o;

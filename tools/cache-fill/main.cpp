@@ -101,7 +101,9 @@ void resolve_encoders(Options& o) {
   auto find = [&](const std::string& name, const char* opt) -> fill::EncoderSpec& {
     for (auto& e : o.fill.encoders)
       if (e.name == name) return e;
-    throw Error(Exit::usage, opt, "no encoder named '" + name + "'");
+    std::vector<std::string> have;
+    for (const auto& e : o.fill.encoders) have.push_back(e.name);
+    throw Error(Exit::usage, opt, "no encoder named '" + name + "' (have: " + name_list(have) + ")");
   };
   for (const auto& spec : o.features) {
     auto [name, list] = cli::split_assignment(spec);

@@ -65,7 +65,7 @@ std::string cell(const Field& f, const json& v) {
 struct Options {
   cli::CommonOptions common;
   sbench::BenchOptions b;
-  std::string strategies = "none,full,stochastic,smart", resize, format = "text", baseline;
+  std::string strategies = "none,full,stochastic,smart", resize, baseline;
   bool jsonl = false, csv = false;
   double max_regression = 0.10;
 };

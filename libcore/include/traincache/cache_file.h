@@ -59,6 +59,9 @@ struct CacheInfo {
   std::optional<DType> keys_dtype;
 };
 
+/// The encoder names of a cache, "cnn, text" (for messages).
+std::string encoder_names(const CacheInfo& info);
+
 /// Opens `path` and reads its description. Missing -> Error(no_input); not HDF5, not a traincache
 /// cache, or a newer format -> Error(data). `count_labels` tallies integer label classes.
 CacheInfo read_info(const std::string& path, bool count_labels = true);

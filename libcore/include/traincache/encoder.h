@@ -25,6 +25,10 @@ void configure_threads(int threads);
 /// Missing file -> Error(no_input); not TorchScript -> Error(data).
 torch::jit::Module load_module(const std::string& path, torch::Device device);
 
+/// `m.forward(args)`, with any LibTorch/TorchScript exception turned into
+/// Error(data, subject, "rejected the input: <the one meaningful line>").
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args, const std::string& subject);
+
 /// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
 /// without the C++ backtrace and the TorchScript traceback.
 std::string torch_error_message(const std::string& what);

@@ -45,7 +45,4 @@ std::string errno_text(int err);
 /// from a file or an option is checked before it is allocated.
 void require_memory(const std::string& what, uint64_t count, uint64_t element_bytes);
 
-/// The exit code as the integer passed to exit().
-inline int exit_status(Exit e) { return static_cast<int>(e); }
-
 }  // namespace traincache

@@ -4,6 +4,7 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -112,6 +113,11 @@ void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count
 /// Writes rows [start, start+count) of `dset` from `buf` held as `mem_type`.
 void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
                 const void* buf);
+
+/// Rows of `row_bytes` that fit a read block of `block_bytes` (at least one).
+inline int64_t rows_per_block(int64_t row_bytes, int64_t block_bytes) {
+  return std::max<int64_t>(1, block_bytes / std::max<int64_t>(1, row_bytes));
+}
 
 /// Copies rows [src_start, src_start+count) of `src` to rows starting at `dst_start` of `dst` (same
 /// element type and row shape), in blocks of about 8 MiB; variable-length strings are freed per block.

@@ -95,6 +95,9 @@ void write_all(int fd, const void* data, std::size_t n, const std::string& subje
 /// Error(cant_create) with the reason otherwise. Returns true when it was created.
 bool make_or_adopt_private_dir(const std::string& dir);
 
+/// `path` with links, "." and ".." resolved (realpath); `path` itself when it names no file.
+std::string absolute_path(const std::string& path);
+
 /// True when `a` and `b` name the same file (same device and inode); false if either is missing.
 bool same_file(const std::string& a, const std::string& b);
 

@@ -165,6 +165,7 @@ class Slab {
  private:
   Slab() = default;
   Header* header() const;
+  uint64_t* states() const;  ///< the state word of every slot
   bool claim(uint64_t slot);
   void* slot_data(uint64_t slot) const;
 

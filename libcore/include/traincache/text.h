@@ -18,4 +18,10 @@ std::string shape_text(const std::vector<Int>& shape) {
 /// "1.50 GiB", "17.09 MiB", "512 B" (binary units, two decimals).
 std::string format_size(uint64_t bytes);
 
+/// "a, b, c" (", " between names); "none" for an empty list.
+std::string name_list(const std::vector<std::string>& names);
+
+/// Levenshtein distance between two strings (for "did you mean" suggestions).
+std::size_t edit_distance(const std::string& a, const std::string& b);
+
 }  // namespace traincache
