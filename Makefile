@@ -3,7 +3,7 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build test demo bench format clean
+.PHONY: all deps build test demo bench format clean sanitize tsan
 
 all: build
 
@@ -25,6 +25,21 @@ demo: build
 
 bench: build
 	bench/run-bench $(BUILD_DIR)
+
+# Sanitizer builds (not part of make test's time budget): ASan+UBSan runs the unit tests and the
+# shared-memory CLI and fault tests; TSan runs the slab and SmartCache unit tests.
+sanitize: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=address,undefined \
+	      -DTRAINCACHE_BUILD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -R '^(fixtures|unit\.|cli\.shm_cache|faults\.(slabs|journal|symlinks))'
+
+tsan: deps
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=thread \
+	      -DTRAINCACHE_BUILD_BENCH=OFF
+	cmake --build build-tsan -j $(JOBS) --target core_test
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/core_test '[shm],[smart]'
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -6,6 +6,9 @@
 # guard that keeps cache-inspect-style code and shm code free of torch.
 
 set(TRAINCACHE_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+if(TRAINCACHE_WERROR)
+  list(APPEND TRAINCACHE_WARNINGS -Werror)
+endif()
 
 add_library(traincache_torch_iface INTERFACE)
 target_link_libraries(traincache_torch_iface INTERFACE ${TORCH_LIBRARIES})

@@ -26,6 +26,8 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
     return s;
   });
   app.add_flag("-v,--verbose", opts.verbose, "More messages on stderr (-vv: HDF5 error stacks)");
+  // Common options take effect here, once parsing is done, so that no tool applies them itself.
+  app.parse_complete_callback([&opts] { h5::set_verbose(opts.verbose >= 2); });
   app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
   app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
   app.add_option("--progress", opts.progress, "Progress bar on stderr: auto (terminal only), always, never")

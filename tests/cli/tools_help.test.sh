@@ -39,4 +39,14 @@ for sub in create fill rm; do
   done
   expect_eq "$undocumented" "" "options of shm-cache $sub missing from docs/shm-cache.md"
 done
+# -vv, applied once by the common options for every tool, shows HDF5's own error stack.
+run "$TC_BIN/cache-inspect" "$TC_DATA/truncated.h5"
+expect_rc 65
+expect_one_line_err
+run "$TC_BIN/cache-inspect" -vv "$TC_DATA/truncated.h5"
+expect_rc 65
+expect_err_has "HDF5-DIAG: Error detected in HDF5"
+run "$TC_BIN/smart-bench" --data "$TC_DATA/truncated.h5" --strategy none -vv
+expect_rc 65
+expect_err_has "HDF5-DIAG: Error detected in HDF5"
 finish

@@ -5,7 +5,6 @@
 
 #include "traincache/cli.h"
 #include "traincache/fill.h"
-#include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/launch.h"
 #include "traincache/merge.h"
@@ -159,7 +158,6 @@ int run(Options& o) {
   o.fill.device = o.common.device;
   o.fill.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   if (!o.rows.empty()) std::tie(o.fill.row_begin, o.fill.row_end) = cli::parse_row_range(o.rows);
-  h5::set_verbose(o.common.verbose >= 2);
   install_interrupt_handlers();
 
   fill::FillCallbacks cb;
@@ -201,7 +199,6 @@ int run(Options& o) {
 }
 
 int run_merge(Options& o) {
-  h5::set_verbose(o.common.verbose >= 2);
   cache::merge_shards(o.merge);
   if (o.common.json)
     std::printf("%s\n", nlohmann::ordered_json{{"schema", "cache-fill/1"}, {"status", "merged"}, {"out", o.merge.out},

@@ -6,7 +6,6 @@
 #include "traincache/cache_file.h"
 #include "traincache/cli.h"
 #include "traincache/fill.h"
-#include "traincache/h5.h"
 #include "traincache/text.h"
 #include "traincache/verify.h"
 
@@ -168,7 +167,6 @@ void print_verify(const verify::VerifyReport& r) {
 }
 
 int run(Options& o) {
-  h5::set_verbose(o.common.verbose >= 2);
   json doc{{"schema", "cache-inspect/1"}, {"files", json::array()}};
   int status = 0;
   auto fail = [&](int code) {

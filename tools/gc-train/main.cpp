@@ -6,7 +6,6 @@
 
 #include "traincache/cli.h"
 #include "traincache/fill.h"
-#include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/train.h"
 
@@ -65,7 +64,6 @@ int run(Options& o) {
   t.drop_last = !o.no_drop_last;
   t.threads = o.common.threads;
   t.device = o.common.device;
-  h5::set_verbose(o.common.verbose >= 2);
   install_interrupt_handlers();
 
   std::unique_ptr<Progress> bar;

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
-#include "traincache/h5.h"
 #include "traincache/shm_fill.h"
 #include "traincache/shm_slab.h"
 
@@ -169,7 +168,6 @@ int do_fill(Options& o) {
   f.dataset = o.dataset;
   f.workers = o.workers;
   if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
-  h5::set_verbose(o.common.verbose >= 2);
   auto r = shm::fill_from_hdf5(f);
   if (o.common.json)
     print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"rows", r.rows}, {"stored", r.stored},

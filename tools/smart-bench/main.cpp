@@ -8,7 +8,6 @@
 #include "traincache/cli.h"
 #include "traincache/interrupt.h"
 #include "traincache/fill.h"
-#include "traincache/h5.h"
 #include "traincache/smart_bench.h"
 #include "traincache/version.h"
 
@@ -92,7 +91,6 @@ int run(Options& o) {
     o.b.resize.push_back(*v);
   }
   o.b.threads = o.common.threads;
-  h5::set_verbose(o.common.verbose >= 2);
   json baseline;
   if (!o.baseline.empty()) {
     std::ifstream in(o.baseline);
