@@ -57,16 +57,10 @@ void copy_attributes(hid_t src, hid_t dst) {
   }
 }
 
-}  // namespace
-
-void merge_shards(const MergeOptions& o) {
-  if (o.shards.empty()) throw Error(Exit::usage, "merge", "no shard files given");
-  for (const auto& p : o.shards)
-    if (files::same_file(p, o.out))
-      throw Error(Exit::usage, o.out, "is also one of the shards to merge (" + p + "); choose another output");
-  files::OutputLock lock(o.out, "cache-fill merge");
+// Every shard file, read and checked to be a complete shard.
+std::vector<Shard> load_shards(const std::vector<std::string>& paths) {
   std::vector<Shard> shards;
-  for (const auto& p : o.shards) {
+  for (const auto& p : paths) {
     Shard s;
     s.path = p;
     s.abs_path = files::absolute_path(p);
@@ -81,7 +75,13 @@ void merge_shards(const MergeOptions& o) {
     s.job_end = h5::read_attr_int(f.get(), "job_row_end").value_or(0);
     shards.push_back(std::move(s));
   }
-  const Shard& ref = shards.front();
+  return shards;
+}
+
+// The shards are of one job, with the same embeddings, and cover the job's rows exactly once;
+// sorts them by first row.
+void check_coverage(std::vector<Shard>& shards) {
+  const Shard ref = shards.front();
   for (const auto& s : shards) {
     if (s.job != ref.job)
       throw Error(Exit::data, s.path, "belongs to another job than " + ref.path + " (encoders, options, input or shard count differ)");
@@ -109,6 +109,11 @@ void merge_shards(const MergeOptions& o) {
   if (static_cast<int64_t>(shards.size()) != ref.count)
     throw Error(Exit::data, "merge", std::to_string(shards.size()) + " shards given, the job has " + std::to_string(ref.count));
 
+}
+
+// Writes the merged cache (virtual datasets over the shards, or copies) and renames it into place.
+void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
+  const Shard& ref = shards.front();
   const int64_t rows = ref.job_end - ref.job_begin;
   files::TempPath tmp(o.out);
   {
@@ -173,6 +178,19 @@ void merge_shards(const MergeOptions& o) {
     h5::close_file(out, o.out);
   }
   tmp.publish();
+}
+
+}  // namespace
+
+void merge_shards(const MergeOptions& o) {
+  if (o.shards.empty()) throw Error(Exit::usage, "merge", "no shard files given");
+  for (const auto& p : o.shards)
+    if (files::same_file(p, o.out))
+      throw Error(Exit::usage, o.out, "is also one of the shards to merge (" + p + "); choose another output");
+  files::OutputLock lock(o.out, "cache-fill merge");
+  std::vector<Shard> shards = load_shards(o.shards);
+  check_coverage(shards);
+  write_merged(o, shards);
 }
 
 }  // namespace traincache::cache
