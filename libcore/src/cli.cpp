@@ -60,6 +60,7 @@ std::string first_line_lower(std::string s) {
   while (!s.empty() && (s.back() == '.' || s.back() == ' ')) s.pop_back();
   return s;
 }
+
 // "; did you mean --batch-size?" for the first --option in argv that `app` (or a subcommand of it)
 // does not know and that is within two edits of one it does; "" otherwise.
 std::string suggestion(CLI::App& app, int argc, char** argv) {
