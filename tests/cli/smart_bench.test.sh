@@ -23,6 +23,14 @@ print(d['schema'], len(recs), sorted(d['samples_per_second']), list(recs[0])[:5]
 # 300 items of [1,28,28] float32 = 3136 bytes each; stochastic caches the first 150.
 expect_out "smart-bench/1 8 ['full', 'none', 'smart', 'stochastic'] ['strategy', 'epoch', 'samples', 'wall_seconds', 'samples_per_second'] 0.0 0.0 1.0 0.5 100 1.0 940800 470400"
 
+# 73: the stochastic slab cannot be created. Its name carries smart-bench's pid; exec keeps the
+# pid of the shell that made a slab of that name first. The other slab is left alone.
+run bash -c 'S=$1; shift; "$S" create "smart-bench-stochastic-$$" --len 4 --dims 1 --slots 4 -q && echo $$ && exec "$@"' _ \
+  "$TC_BIN/shm-cache" "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy stochastic --epochs 1 -b 50 --model-ms 0
+expect_rc 73
+expect_err "smart-bench: error: smart-bench-stochastic-$out: a slab with this name exists"
+expect_file "/dev/shm/${TRAINCACHE_SHM_PREFIX}smart-bench-stochastic-$out"
+
 # --model goes through the encoder loader: missing 66, not TorchScript 65, a model that rejects the
 # batch one readable line (65). All three were "internal error" (70) or a torch backtrace before.
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model "$WORK/nope.pt"
