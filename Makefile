@@ -2,8 +2,10 @@
 BUILD_DIR  ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
+PYTHON     ?= /usr/bin/python3
+FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test demo bench format clean sanitize tsan
+.PHONY: all deps build test demo bench format clean sanitize tsan fuzz
 
 all: build
 
@@ -40,6 +42,15 @@ tsan: deps
 	      -DTRAINCACHE_BUILD_BENCH=OFF
 	cmake --build build-tsan -j $(JOBS) --target core_test
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/core_test '[shm],[smart]'
+
+# libFuzzer harnesses (tests/fuzz) for FUZZ_SECONDS each; needs scripts/install-deps.sh --fuzz.
+fuzz: build
+	scripts/install-deps.sh --check --fuzz
+	CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS)
+	$(PYTHON) scripts/make-test-fixtures build-fuzz/data
+	scripts/make-fuzz-corpus $(BUILD_DIR)/bin build-fuzz/data build-fuzz/corpus
+	scripts/run-fuzz build-fuzz $(FUZZ_SECONDS)
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

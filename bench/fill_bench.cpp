@@ -8,6 +8,7 @@
 #include "traincache/cli.h"
 #include "traincache/encoder.h"
 #include "traincache/fill.h"
+#include "traincache/runtime.h"
 #include "traincache/h5.h"
 #include "traincache/version.h"
 
@@ -124,7 +125,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Benchmark cache-fill against the encoder's forward throughput.", "fill-bench"};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::threads_only, fill::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
   app.add_option("--input", o.input, "Input HDF5 file")->required();
   app.add_option("--encoder", o.encoder, "TorchScript encoder")->required();
   app.add_option("--features", o.features, "Input dataset")->capture_default_str();

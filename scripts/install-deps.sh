@@ -3,7 +3,18 @@
 # Idempotent: when everything is present it only says so. Needs root (or sudo) to install.
 #   scripts/install-deps.sh          install what is missing
 #   scripts/install-deps.sh --check  exit 1 (and list them) when packages are missing
+#   scripts/install-deps.sh --fuzz   also clang-14 and libFuzzer, for make fuzz (either order with --check)
 set -euo pipefail
+
+check=0
+fuzz=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) check=1 ;;
+    --fuzz) fuzz=1 ;;
+    *) echo "install-deps: error: unknown option '$arg' (use --check and/or --fuzz)" >&2; exit 64 ;;
+  esac
+done
 
 PACKAGES=(
   build-essential cmake ninja-build git ccache pkg-config
@@ -14,6 +25,9 @@ PACKAGES=(
   python3-matplotlib                # scripts/plot-bench
   dataset-fashion-mnist             # demo data
 )
+if [ "$fuzz" -eq 1 ]; then
+  PACKAGES+=(clang-14 libfuzzer-14-dev)  # make fuzz: libFuzzer harnesses built with clang
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -23,10 +37,10 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  [ "${1:-}" = "--check" ] || echo "install-deps: all ${#PACKAGES[@]} packages are installed" >&2
+  [ "$check" -eq 1 ] || echo "install-deps: all ${#PACKAGES[@]} packages are installed" >&2
   exit 0
 fi
-if [ "${1:-}" = "--check" ]; then
+if [ "$check" -eq 1 ]; then
   echo "install-deps: missing: ${missing[*]}" >&2
   exit 1
 fi

@@ -375,8 +375,8 @@ int64_t chunk_rows(int64_t row_bytes, int64_t rows) {
 namespace {
 
 void write_attrs(hid_t obj, const Attrs& attrs) {
-  for (const auto& [name, value] : attrs)
-    std::visit([&](const auto& v) { h5::write_attr(obj, name, v); }, value);
+  for (const auto& attr : attrs)
+    std::visit([&](const auto& v) { h5::write_attr(obj, attr.first, v); }, attr.second);
 }
 
 h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
@@ -387,9 +387,8 @@ h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
   h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
   h5::Id dcpl = h5::untimed_create_plist(H5P_DATASET_CREATE);
   H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-  h5::Id lcpl(H5Pcreate(H5P_LINK_CREATE));
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  hid_t id = H5Dcreate2(file, name.c_str(), ftype, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT);
+  h5::create_parent_groups(file, name);
+  hid_t id = H5Dcreate2(file, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT);
   h5::check(id, Exit::io, name, "cannot create dataset");
   return h5::Id(id);
 }

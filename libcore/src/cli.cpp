@@ -47,6 +47,12 @@ void print_error(const std::string& tool, const std::string& msg) {
   std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), msg.c_str());
 }
 
+void print_result(const std::string& tool, const CommonOptions& opts, const report::Record& result,
+                  const std::string& text_template) {
+  if (opts.json) report::print_json(result.json());
+  else if (!opts.quiet) std::fprintf(stderr, "%s: %s\n", tool.c_str(), result.format(text_template).c_str());
+}
+
 void print_warning(const std::string& tool, const std::string& msg) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: warning: %s\n", tool.c_str(), msg.c_str());

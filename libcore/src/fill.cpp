@@ -42,17 +42,6 @@ namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
 
-std::string shard_path(const std::string& out, int index, int count) {
-  return out + ".shard-" + std::to_string(index) + "-of-" + std::to_string(count);
-}
-
-std::string runtime_info() {
-  std::string s = std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + active_blas() +
-                  "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
-                  "\ncores: " + std::to_string(std::thread::hardware_concurrency()) +
-                  " (intra-op threads default to one per core; see --threads)";
-  return s;
-}
 
 namespace {
 

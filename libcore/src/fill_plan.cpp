@@ -66,4 +66,8 @@ std::string fingerprint_diff(const std::string& old_json, const std::string& now
   return s.empty() ? "unknown" : s;
 }
 
+std::string shard_path(const std::string& out, int index, int count) {
+  return out + ".shard-" + std::to_string(index) + "-of-" + std::to_string(count);
+}
+
 }  // namespace traincache::fill

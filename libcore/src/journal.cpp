@@ -67,7 +67,7 @@ bool Journal::load() {
   }
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) journal_damaged(file(), "not a JSON object");
-  if (j.value("format", "") != "traincache-journal") journal_damaged(file(), "format is not traincache-journal");
+  if (!j.contains("format") || j.at("format") != "traincache-journal") journal_damaged(file(), "format is not traincache-journal");
   if (!j.contains("fingerprint") || !j.at("fingerprint").is_string())
     journal_damaged(file(), "fingerprint is missing or not a string");
   if (!j.contains("committed_rows") || !j.at("committed_rows").is_number_integer() ||

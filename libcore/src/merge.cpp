@@ -8,10 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "traincache/cache_file.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/interrupt.h"
+#include "traincache/text.h"
+#include "traincache/timing.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 
@@ -144,8 +148,6 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
       dims[0] = static_cast<hsize_t>(rows);
       h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
       h5::Id dcpl = h5::untimed_create_plist(H5P_DATASET_CREATE);
-      h5::Id lcpl(H5Pcreate(H5P_LINK_CREATE));
-      H5Pset_create_intermediate_group(lcpl.get(), 1);
       int64_t row_bytes = static_cast<int64_t>(H5Tget_size(ftype.get())) * di.row_elements();
       if (o.copy) {
         std::vector<hsize_t> chunk = dims;
@@ -163,7 +165,8 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
                     o.out, "cannot map " + s.path);
         }
       }
-      h5::Id d(H5Dcreate2(out.get(), name.c_str(), ftype.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+      h5::create_parent_groups(out.get(), name);
+      h5::Id d(H5Dcreate2(out.get(), name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
       h5::check(d.get(), Exit::cant_create, o.out, "cannot create " + name);
       copy_attributes(src0.get(), d.get());
       if (!o.copy) continue;
@@ -191,6 +194,26 @@ void merge_shards(const MergeOptions& o) {
   std::vector<Shard> shards = load_shards(o.shards);
   check_coverage(shards);
   write_merged(o, shards);
+}
+
+void wait_for_shards(const std::vector<std::string>& paths, double timeout_seconds) {
+  const auto t0 = Clock::now();
+  for (std::vector<std::string> missing = paths;;) {
+    std::vector<std::string> still;
+    for (const auto& p : missing)
+      if (::access(p.c_str(), F_OK) != 0) still.push_back(p);
+    missing.swap(still);
+    if (missing.empty()) return;
+    if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
+    if (timeout_seconds > 0 && seconds_since(t0) >= timeout_seconds) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", timeout_seconds);
+      throw Error(Exit::temp_failure, "--merge",
+                  std::string("gave up after ") + limit + " s waiting for " + name_list(missing) +
+                      " (run their shards, then cache-fill merge)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 }  // namespace traincache::cache

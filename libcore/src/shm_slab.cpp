@@ -51,7 +51,6 @@ struct Mapping {
   char name[224] = "";
 };
 Mapping g_mappings[64];
-std::atomic<int> g_claims{0};
 char g_tool[64] = "traincache";
 
 void register_mapping(const void* base, std::size_t size, const std::string& name) {

@@ -92,10 +92,22 @@ class FileSource : public Source {
     std::ifstream in(dir_ + "/meta.json");
     if (!in) throw Error(Exit::no_input, dir_ + "/meta.json", "cannot open (see docs/smart-bench.md)");
     auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.contains("count") || !j.contains("dims"))
-      throw Error(Exit::data, dir_ + "/meta.json", "expected {\"count\": N, \"dims\": [...]}");
+    auto bad = [&] {
+      return Error(Exit::data, dir_ + "/meta.json",
+                   "expected {\"count\": N, \"dims\": [positive sizes], \"labels\": [N integers]}");
+    };
+    auto is_int_list = [](const nlohmann::json& v) {
+      return v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); });
+    };
+    if (!j.is_object() || !j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 0 ||
+        j["count"].get<int64_t>() > (int64_t{1} << 32) ||
+        !j.contains("dims") || !is_int_list(j["dims"]) || (j.contains("labels") && !is_int_list(j["labels"])))
+      throw bad();
     count_ = j["count"].get<int64_t>();
     dims_ = j["dims"].get<std::vector<int64_t>>();
+    int64_t item = 1;
+    for (auto d : dims_)
+      if (d <= 0 || __builtin_mul_overflow(item, d, &item) || item > (int64_t{1} << 40)) throw bad();
     labels = j.value("labels", std::vector<int64_t>(static_cast<std::size_t>(count_), 0));
     if (static_cast<int64_t>(labels.size()) != count_) throw Error(Exit::data, dir_ + "/meta.json", "one label per item");
   }

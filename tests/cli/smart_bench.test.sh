@@ -104,6 +104,15 @@ expect_err "smart-bench: error: --replace-rate: must be in (0, 1]"
 run "$TC_BIN/smart-bench" --files "$WORK/nothing" --strategy none
 expect_rc 66
 expect_err "smart-bench: error: $WORK/nothing/meta.json: cannot open (see docs/smart-bench.md)"
+# A meta.json of the wrong shape is bad data (65), never an internal error.
+mkdir -p "$WORK/badmeta"
+for meta in '{"count": "3", "dims": [4]}' '{"count": 3, "dims": [-4]}' '[1, 2]' \
+            '{"count": 3, "dims": [4], "labels": "abc"}' '{"count": 9223372036854775807, "dims": [4]}'; do
+  printf '%s\n' "$meta" > "$WORK/badmeta/meta.json"
+  run "$TC_BIN/smart-bench" --files "$WORK/badmeta" --strategy none
+  expect_rc 65
+  expect_err "smart-bench: error: $WORK/badmeta/meta.json: expected {\"count\": N, \"dims\": [positive sizes], \"labels\": [N integers]}"
+done
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --dataset vec --strategy none
 expect_rc 65
 expect_err "smart-bench: error: $D/images.h5: dataset 'vec' must be uint8 images"

@@ -1,19 +1,17 @@
 // cache-fill: run frozen TorchScript encoders once over an HDF5 dataset and store the embeddings,
 // labels and keys in a fingerprinted, resumable cache file. See docs/cache-fill.md.
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
 #include "traincache/fill.h"
+#include "traincache/fill_plan.h"
+#include "traincache/runtime.h"
 #include "traincache/interrupt.h"
 #include "traincache/launch.h"
 #include "traincache/merge.h"
 #include "traincache/text.h"
 
-#include <chrono>
 #include <cstdlib>
-#include <sys/stat.h>
-#include <thread>
 
 using namespace traincache;
 
@@ -48,37 +46,12 @@ void resolve_shard(Options& o) {
   o.fill.shard_count = static_cast<int>(*n);
 }
 
-std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
-
 // Rank 0 with --merge: wait (at most --merge-timeout seconds; 0 = no limit) until every shard
 // file is a complete cache, then merge them.
 void merge_when_complete(Options& o) {
   std::vector<std::string> paths;
   for (int i = 0; i < o.fill.shard_count; ++i) paths.push_back(fill::shard_path(o.fill.out, i, o.fill.shard_count));
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::vector<std::string> missing = paths; !missing.empty();) {
-    std::vector<std::string> still;
-    for (const auto& p : missing) {
-      struct stat st;
-      if (stat(p.c_str(), &st) != 0) still.push_back(p);
-    }
-    missing = still;
-    if (missing.empty()) break;
-    if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
-    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (o.merge_timeout > 0 && waited >= o.merge_timeout) {
-      std::string list;
-      for (const auto& p : missing) list += (list.empty() ? "" : ", ") + p;
-      throw Error(Exit::temp_failure, "--merge",
-                  "gave up after " + seconds_text(o.merge_timeout) + " s waiting for " + list +
-                      " (run their shards, then cache-fill merge)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  cache::wait_for_shards(paths, o.merge_timeout);
   cache::merge_shards({o.fill.out, paths, false});
   if (!o.common.quiet)
     std::fprintf(stderr, "%s: %s: merged %d shards\n", kTool, o.fill.out.c_str(), o.fill.shard_count);
@@ -120,30 +93,43 @@ void resolve_encoders(Options& o) {
   }
 }
 
-nlohmann::ordered_json summary_json(const fill::FillResult& r, const std::string& out) {
+// The result's fields, declared once: --json writes them, the text lines below name them.
+report::Record fill_record(const fill::FillResult& r) {
   static const char* status[] = {"done", "up_to_date", "interrupted"};
-  nlohmann::ordered_json j{{"schema", "cache-fill/1"},
-                   {"status", status[static_cast<int>(r.status)]},
-                   {"out", out},
-                   {"rows", r.rows},
-                   {"rows_encoded", r.rows_encoded},
-                   {"resumed_from", r.resumed_from},
-                   {"seconds", r.seconds},
-                   {"encode_seconds", r.encode_seconds},
-                   {"model_setup_seconds", r.model_setup_seconds},
-                   {"digest_seconds", r.digest_seconds},
-                   {"publish_seconds", r.publish_seconds},
-                   {"rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0},
-                   {"bytes_written", r.bytes_written},
-                   {"fingerprint", r.fingerprint}};
-  j["encoders"] = nlohmann::ordered_json::array();
-  for (const auto& e : r.encoders)
-    j["encoders"].push_back({{"name", e.name}, {"shape", e.shape}, {"inference", e.inference},
-                             {"optimize_max_abs_diff", e.optimize_max_abs_diff}});
-  if (!r.partial_path.empty()) j["partial"] = r.partial_path;
-  return j;
+  report::Record rec;
+  rec.add("schema", "cache-fill/1")
+      .add("status", status[static_cast<int>(r.status)])
+      .add("out", r.out)
+      .add("rows", r.rows)
+      .add("rows_encoded", r.rows_encoded)
+      .add("resumed_from", r.resumed_from)
+      .add("seconds", r.seconds)
+      .add("encode_seconds", r.encode_seconds)
+      .add("model_setup_seconds", r.model_setup_seconds)
+      .add("digest_seconds", r.digest_seconds)
+      .add("publish_seconds", r.publish_seconds)
+      .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
+      .add("bytes_written", r.bytes_written)
+      .add("fingerprint", r.fingerprint);
+  report::Json encoders = report::Json::array();
+  std::string text;
+  for (const auto& e : r.encoders) {
+    encoders.push_back({{"name", e.name}, {"shape", e.shape}, {"inference", e.inference},
+                        {"optimize_max_abs_diff", e.optimize_max_abs_diff}});
+    text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
+  }
+  rec.add("encoders", encoders, text);
+  if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
+  rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
+  return rec;
 }
 
+constexpr const char* kDoneText =
+    "{out}: {rows} rows ({rows_encoded} encoded{resumed}) in {seconds:%.2f} s, {rows_per_second:%.0f} rows/s; "
+    "{encoders}";
+constexpr const char* kUpToDateText = "{out}: up to date ({rows} rows, fingerprint {fingerprint:%.12s})";
+constexpr const char* kInterruptedText =
+    "interrupted after {rows} rows; progress kept in {partial} (run the same command again to resume)";
 
 int run(Options& o) {
   for (auto [given, flag] : {std::pair{!o.fill.input.empty(), "--input"}, std::pair{!o.encoders.empty(), "--encoder"},
@@ -172,42 +158,25 @@ int run(Options& o) {
   fill::FillResult r = fill::run_fill(o.fill, cb);
   if (progress) progress->finish();
 
-  if (o.common.json) std::printf("%s\n", summary_json(r, r.out).dump().c_str());
+  auto rec = fill_record(r);
   if (r.status == fill::FillStatus::interrupted) {
+    if (o.common.json) report::print_json(rec.json());
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: interrupted after %lld rows; progress kept in %s (run the same command "
-                 "again to resume)\n", kTool, static_cast<long long>(r.rows), r.partial_path.c_str());
+    std::fprintf(stderr, "%s: %s\n", kTool, rec.format(kInterruptedText).c_str());
     return cli::code(Exit::interrupted);
   }
-  if (!o.common.quiet && !o.common.json) {
-    if (r.status == fill::FillStatus::up_to_date) {
-      std::fprintf(stderr, "%s: %s: up to date (%lld rows, fingerprint %.12s)\n", kTool,
-                   r.out.c_str(), static_cast<long long>(r.rows), r.fingerprint.c_str());
-    } else {
-      std::string encs;
-      for (const auto& e : r.encoders)
-        encs += (encs.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
-      std::fprintf(stderr, "%s: %s: %lld rows (%lld encoded%s) in %.2f s, %.0f rows/s; %s\n", kTool,
-                   r.out.c_str(), static_cast<long long>(r.rows),
-                   static_cast<long long>(r.rows_encoded),
-                   r.resumed_from ? (", resumed at " + std::to_string(r.resumed_from)).c_str() : "",
-                   r.seconds, r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0, encs.c_str());
-    }
-  }
+  cli::print_result(kTool, o.common, rec, r.status == fill::FillStatus::up_to_date ? kUpToDateText : kDoneText);
   if (o.merge_after && o.fill.shard_index == 0) merge_when_complete(o);
   return 0;
 }
 
 int run_merge(Options& o) {
   cache::merge_shards(o.merge);
-  if (o.common.json)
-    std::printf("%s\n", nlohmann::ordered_json{{"schema", "cache-fill/1"}, {"status", "merged"}, {"out", o.merge.out},
-                                               {"shards", o.merge.shards.size()}, {"copy", o.merge.copy}}
-                            .dump()
-                            .c_str());
-  else if (!o.common.quiet)
-    std::fprintf(stderr, "%s: %s: merged %zu shards (%s)\n", kTool, o.merge.out.c_str(), o.merge.shards.size(),
-                 o.merge.copy ? "copied" : "virtual datasets");
+  report::Record rec;
+  rec.add("schema", "cache-fill/1").add("status", "merged").add("out", o.merge.out)
+      .add("shards", o.merge.shards.size()).add("copy", o.merge.copy);
+  rec.note("how", o.merge.copy ? "copied" : "virtual datasets");
+  cli::print_result(kTool, o.common, rec, "{out}: merged {shards} shards ({how})");
   return 0;
 }
 
@@ -217,7 +186,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Encode an HDF5 dataset once with frozen TorchScript encoders into a cache file.",
                kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   app.add_option("-i,--input", o.fill.input, "Input HDF5 file or shm:NAME (required)");
   app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem; required)");
   app.add_option("-f,--features", o.features,

@@ -5,7 +5,7 @@
 
 #include "traincache/cache_file.h"
 #include "traincache/cli.h"
-#include "traincache/fill.h"
+#include "traincache/runtime.h"
 #include "traincache/text.h"
 #include "traincache/verify.h"
 
@@ -248,7 +248,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Summarise, check and verify traincache cache files.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   app.add_option("files", o.files, "Cache files")->required();
   app.add_flag("--stats", o.stats, "Per-encoder row-norm statistics and NaN/Inf counts");
   auto* check = app.add_flag("--check", o.check,

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
-#include "traincache/fill.h"
+#include "traincache/runtime.h"
 #include "traincache/interrupt.h"
 #include "traincache/train.h"
 
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
   Options o;
   auto& t = o.t;
-  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   auto* g_raw = "Raw inputs";
   app.add_option("--data", t.data, "HDF5 file with aligned query/passage datasets")->group(g_raw);
   app.add_option("--query", o.query, "Query dataset(s), comma-separated")->group(g_raw);

@@ -7,7 +7,7 @@
 
 #include "traincache/cli.h"
 #include "traincache/interrupt.h"
-#include "traincache/fill.h"
+#include "traincache/runtime.h"
 #include "traincache/smart_bench.h"
 #include "traincache/version.h"
 
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Benchmark caching strategies on a data pipeline; gate CI on throughput.", kTool};
   Options o;
   auto& b = o.b;
-  cli::add_common_options(app, o.common, cli::Compute::threads_only, fill::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
   app.add_option("--data", b.data, "HDF5 file with uint8 items")->group("Source");
   app.add_option("--dataset", b.dataset, "Item dataset in --data")->capture_default_str()->group("Source");
   app.add_option("--labels", b.labels, "Label dataset in --data")->group("Source");

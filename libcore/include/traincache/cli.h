@@ -11,6 +11,7 @@
 
 #include "traincache/error.h"
 #include "traincache/progress.h"
+#include "traincache/report.h"
 
 namespace traincache::cli {
 
@@ -43,6 +44,11 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
 
 /// Prints "tool: error: msg" to stderr (stdout is flushed first).
 void print_error(const std::string& tool, const std::string& msg);
+
+/// A tool's result through its one printer: with --json the record's fields as one JSON document on
+/// stdout; otherwise, unless -q, "tool: <text_template filled from the record>" on stderr.
+void print_result(const std::string& tool, const CommonOptions& opts, const report::Record& result,
+                  const std::string& text_template);
 
 /// Prints "tool: warning: msg" to stderr.
 void print_warning(const std::string& tool, const std::string& msg);

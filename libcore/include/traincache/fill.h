@@ -86,13 +86,7 @@ inline constexpr double kOptimizeTolerance = 1e-4;
 /// output file exists and the partial progress is kept only if the run could be resumed.
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
 
-/// The file shard I of N writes: "<out>.shard-I-of-N".
-std::string shard_path(const std::string& out, int index, int count);
-
 /// Partial-progress directory used for `out`.
 std::string partial_path(const std::string& out);
-
-/// "LibTorch 1.13.1, BLAS: ..., CUDA: no" for --version.
-std::string runtime_info();
 
 }  // namespace traincache::fill

@@ -31,4 +31,7 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows);
 /// documents differ, comma-separated; "unreadable stored fingerprint" when the old one is not JSON.
 std::string fingerprint_diff(const std::string& old_json, const std::string& now_json);
 
+/// The file shard I of N writes: "<out>.shard-I-of-N".
+std::string shard_path(const std::string& out, int index, int count);
+
 }  // namespace traincache::fill

@@ -137,6 +137,10 @@ std::optional<double> read_attr_double(hid_t obj, const std::string& name);
 /// the same data produce byte-identical files.
 Id untimed_create_plist(hid_t cls);
 
+/// Creates the missing parent groups of `path` ("/embeddings" for "/embeddings/cnn") without
+/// timestamps, so that a file's bytes depend only on its content. Error(io) on failure.
+void create_parent_groups(hid_t file, const std::string& path);
+
 /// Names of the links directly below group `path` of `file`, in name order; none when the group
 /// does not exist. A group that exists but cannot be opened or listed -> Error(data).
 std::vector<std::string> list_group(hid_t file, const std::string& path);

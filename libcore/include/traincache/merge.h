@@ -19,4 +19,9 @@ struct MergeOptions {
 /// overlaps, missing shards and mismatched shards -> Error(data) naming them.
 void merge_shards(const MergeOptions& opts);
 
+/// Waits until every file in `paths` exists (a shard file appears, by rename, only when complete),
+/// looking every 200 ms. Error(temp_failure) listing the missing files once `timeout_seconds` have
+/// passed (0: no limit); Error(interrupted) on SIGINT/SIGTERM.
+void wait_for_shards(const std::vector<std::string>& paths, double timeout_seconds);
+
 }  // namespace traincache::cache

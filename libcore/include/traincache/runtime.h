@@ -1,0 +1,12 @@
+// What --version reports about the compute runtime of the torch tools. Implemented in the torch
+// library; the header itself is torch-free, so a tool's main() needs no torch header for it.
+#pragma once
+
+#include <string>
+
+namespace traincache {
+
+/// "LibTorch 1.13.1\nBLAS: ...\nCUDA: not available\ncores: N (...)": lines for --version.
+std::string runtime_info();
+
+}  // namespace traincache
