@@ -48,9 +48,14 @@ void print_error(const std::string& tool, const std::string& msg) {
 }
 
 void print_result(const std::string& tool, const CommonOptions& opts, const report::Record& result,
-                  const std::string& text_template) {
-  if (opts.json) report::print_json(result.json());
-  else if (!opts.quiet) std::fprintf(stderr, "%s: %s\n", tool.c_str(), result.format(text_template).c_str());
+                  const std::vector<std::string>& text_templates) {
+  if (opts.json) {
+    report::print_json(result.json());
+    return;
+  }
+  if (opts.quiet) return;
+  for (const auto& t : text_templates)
+    if (!t.empty()) std::fprintf(stderr, "%s: %s\n", tool.c_str(), result.format(t).c_str());
 }
 
 void print_warning(const std::string& tool, const std::string& msg) {

@@ -99,7 +99,7 @@ std::string table_header(const std::vector<Column>& columns) {
   std::string line;
   char buf[256];
   for (const auto& c : columns) {
-    std::snprintf(buf, sizeof buf, "%*s ", c.width, c.header.c_str());
+    std::snprintf(buf, sizeof buf, "%s%*s", &c == &columns.front() ? "" : " ", c.width, c.header.c_str());
     line += buf;
   }
   return line;
@@ -108,8 +108,8 @@ std::string table_header(const std::vector<Column>& columns) {
 std::string table_row(const std::vector<Column>& columns, const Record& r) {
   std::string line;
   char buf[512];
-  for (const auto& c : columns) {
-    std::snprintf(buf, sizeof buf, "%*s ", c.width, r.text(c.key).c_str());
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%*s", i ? " " : "", columns[i].width, r.text(columns[i].key).c_str());
     line += buf;
   }
   return line;

@@ -617,7 +617,11 @@ std::vector<std::string> list_slabs() {
   if (!d) throw Error(Exit::unavailable, shm_dir(), errno_text(errno));
   while (dirent* e = readdir(d)) {
     std::string n = e->d_name;
-    if (n.size() > prefix.size() && n.compare(0, prefix.size(), prefix) == 0) names.push_back(n.substr(prefix.size()));
+    if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
+    // Slabs are regular files; a directory or link that happens to carry the prefix is not one.
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    names.push_back(n.substr(prefix.size()));
   }
   closedir(d);
   std::sort(names.begin(), names.end());

@@ -43,7 +43,7 @@ expect_no_out
 expect_err "shm-cache: error: img: index 250: miss (not cacheable)"
 run "$S" get img 250 --json
 expect_rc 1
-expect_out_has '"state": "not cacheable"'
+expect_out_has '"state":"not cacheable"'
 
 run "$S" list
 expect_rc 0
@@ -75,7 +75,7 @@ print(stored)
 "
 expected_stored=$out
 out=$fill_json
-expect_out_has "\"stored\": $expected_stored"
+expect_out_has "\"stored\":$expected_stored"
 run bash -c "'$S' get seq 13 | od -An -td8 -v | tr -s ' \n' '  ' | sed 's/^ //; s/ \$//'"
 expect_out "0 13 26 39 52 65 78"
 
@@ -152,7 +152,7 @@ print(all(torch.equal(m[0][k], m[i][k]) for k in m[0] for i in (1, 2)))
 "
 expect_out "True"
 run "$S" stat shared-cnn --json
-expect_out_has '"filled_fraction": 1.0'
+expect_out_has '"filled_fraction":1.0'
 "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn_other.pt" --features images --labels labels --out "$WORK/c2.h5"
 run "$TC_BIN/gc-train" --cache "$WORK/c2.h5" --embeddings cnn -b 50 --steps 1 --cache-shm shared
 expect_rc 65
@@ -176,9 +176,9 @@ expect_out "True"
 
 run "$S" df --json
 expect_rc 0
-expect_out_has '"slabs": 8'
+expect_out_has '"slabs":8'
 run "$S" rm --all
 expect_rc 0
 run "$S" list --json
-expect_out_has '"slabs": []'
+expect_out_has '"slabs":[]'
 finish

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace fuzz {
@@ -28,14 +29,23 @@ inline void write_input(const std::string& path, const uint8_t* data, std::size_
   if (::close(fd) != 0) std::abort();
 }
 
-/// A private directory for this process's inputs (under $TMPDIR or /dev/shm), made once.
+/// A private directory for this process's inputs (under $TMPDIR or /tmp), made once and removed
+/// with its files at exit.
 inline const std::string& work_dir() {
   static const std::string dir = [] {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/dev/shm") + "/traincache-fuzz-XXXXXX";
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/tc-fuzz-XXXXXX";
     if (!::mkdtemp(tmpl.data())) std::abort();
     return tmpl;
   }();
+  static const bool cleanup = [] {
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(work_dir(), ec);
+    });
+    return true;
+  }();
+  (void)cleanup;
   return dir;
 }
 

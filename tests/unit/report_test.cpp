@@ -54,8 +54,8 @@ CATCH_TEST_CASE("report: tables and CSV take their columns from the record; CSV 
   Record r;
   r.add("name", "a,\"b\"\nc").add("n", 7).add("x", 0.5, "0.500").add("z", nullptr);
   std::vector<Column> cols = {{"name", "NAME", -10}, {"n", "N", 3}, {"x", "X", 6}, {"z", "Z", 2}};
-  CATCH_CHECK(traincache::report::table_header(cols) == "NAME         N      X  Z ");
-  CATCH_CHECK(traincache::report::table_row(cols, r) == "a,\"b\"\nc      7  0.500  - ");
+  CATCH_CHECK(traincache::report::table_header(cols) == "NAME         N      X  Z");
+  CATCH_CHECK(traincache::report::table_row(cols, r) == "a,\"b\"\nc      7  0.500  -");
   CATCH_CHECK(traincache::report::csv_header(cols) == "name,n,x,z");
   CATCH_CHECK(traincache::report::csv_row(cols, r) == "\"a,\"\"b\"\"\nc\",7,0.5,");
   CATCH_CHECK(traincache::report::csv_field("plain") == "plain");

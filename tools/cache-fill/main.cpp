@@ -165,7 +165,7 @@ int run(Options& o) {
     std::fprintf(stderr, "%s: %s\n", kTool, rec.format(kInterruptedText).c_str());
     return cli::code(Exit::interrupted);
   }
-  cli::print_result(kTool, o.common, rec, r.status == fill::FillStatus::up_to_date ? kUpToDateText : kDoneText);
+  cli::print_result(kTool, o.common, rec, {r.status == fill::FillStatus::up_to_date ? kUpToDateText : kDoneText});
   if (o.merge_after && o.fill.shard_index == 0) merge_when_complete(o);
   return 0;
 }
@@ -176,7 +176,7 @@ int run_merge(Options& o) {
   rec.add("schema", "cache-fill/1").add("status", "merged").add("out", o.merge.out)
       .add("shards", o.merge.shards.size()).add("copy", o.merge.copy);
   rec.note("how", o.merge.copy ? "copied" : "virtual datasets");
-  cli::print_result(kTool, o.common, rec, "{out}: merged {shards} shards ({how})");
+  cli::print_result(kTool, o.common, rec, {"{out}: merged {shards} shards ({how})"});
   return 0;
 }
 

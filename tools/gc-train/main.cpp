@@ -2,7 +2,6 @@
 // See docs/gc-train.md.
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
 #include "traincache/runtime.h"
@@ -10,7 +9,6 @@
 #include "traincache/train.h"
 
 using namespace traincache;
-using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -24,17 +22,44 @@ struct Options {
   std::vector<std::string> cache_devices;
 };
 
-json eval_json(const train::EvalMetrics& m, bool grouped) {
-  if (!m.present) return nullptr;
-  if (grouped) return {{"rows", m.rows}, {"nn_accuracy", m.nn_accuracy}};
-  return {{"rows", m.rows}, {"recall_at_1", m.recall_at_1}, {"recall_at_10", m.recall_at_10}, {"mrr", m.mrr}};
+// Evaluation metrics as one field: JSON object (null without evaluation) and its text.
+void add_eval(report::Record& rec, const std::string& key, const train::EvalMetrics& m, bool grouped) {
+  char buf[160];
+  if (!m.present) {
+    rec.add(key, nullptr);
+  } else if (grouped) {
+    std::snprintf(buf, sizeof buf, "nearest-neighbour accuracy %.4f", m.nn_accuracy);
+    rec.add(key, {{"rows", m.rows}, {"nn_accuracy", m.nn_accuracy}}, buf);
+  } else {
+    std::snprintf(buf, sizeof buf, "recall@1 %.4f, recall@10 %.4f, MRR %.4f", m.recall_at_1, m.recall_at_10, m.mrr);
+    rec.add(key, {{"rows", m.rows}, {"recall_at_1", m.recall_at_1}, {"recall_at_10", m.recall_at_10}, {"mrr", m.mrr}},
+            buf);
+  }
 }
 
-std::string eval_text(const train::EvalMetrics& m, bool grouped) {
-  char buf[160];
-  if (grouped) std::snprintf(buf, sizeof buf, "nearest-neighbour accuracy %.4f", m.nn_accuracy);
-  else std::snprintf(buf, sizeof buf, "recall@1 %.4f, recall@10 %.4f, MRR %.4f", m.recall_at_1, m.recall_at_10, m.mrr);
-  return buf;
+// The result's fields, declared once: --json writes them, the text lines below name them.
+report::Record train_record(const train::TrainResult& r) {
+  const bool grouped = r.mode == "cached-grouped";
+  report::Record rec;
+  rec.add("schema", "gc-train/1")
+      .add("status", r.interrupted ? "interrupted" : "done")
+      .add("mode", r.mode)
+      .add("world_size", r.world_size)
+      .add("collectives", r.collectives)
+      .add("collective_seconds", r.collective_seconds)
+      .add("start_step", r.start_step)
+      .add("steps", r.steps_done)
+      .add("total_steps", r.total_steps)
+      .add("loss", r.last_loss)
+      .add("seconds", r.seconds)
+      .add("samples_per_second", r.samples_per_second)
+      .add("seconds_per_epoch", r.seconds_per_epoch);
+  add_eval(rec, "eval_before", r.eval_before, grouped);
+  add_eval(rec, "eval_after", r.eval_after, grouped);
+  rec.add("checkpoint", r.checkpoint);
+  rec.note("resume_hint", r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
+                                               : "; checkpoint " + r.checkpoint + " (rerun with --resume)");
+  return rec;
 }
 
 int run(Options& o) {
@@ -82,43 +107,19 @@ int run(Options& o) {
   };
   auto r = train::run_train(t, cb);
   if (bar) bar->finish();
-  bool grouped = r.mode == "cached-grouped";
   if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
-  if (o.common.json) {
-    json j{{"schema", "gc-train/1"},
-           {"status", r.interrupted ? "interrupted" : "done"},
-           {"mode", r.mode},
-           {"world_size", r.world_size},
-           {"collectives", r.collectives},
-           {"collective_seconds", r.collective_seconds},
-           {"start_step", r.start_step},
-           {"steps", r.steps_done},
-           {"total_steps", r.total_steps},
-           {"loss", r.last_loss},
-           {"seconds", r.seconds},
-           {"samples_per_second", r.samples_per_second},
-           {"seconds_per_epoch", r.seconds_per_epoch},
-           {"eval_before", eval_json(r.eval_before, grouped)},
-           {"eval_after", eval_json(r.eval_after, grouped)},
-           {"checkpoint", r.checkpoint}};
-    std::printf("%s\n", j.dump().c_str());
-  }
+  auto rec = train_record(r);
   if (r.interrupted) {
+    if (o.common.json) report::print_json(rec.json());
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: interrupted at step %lld%s\n", kTool, static_cast<long long>(r.steps_done),
-                 r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
-                                      : ("; checkpoint " + r.checkpoint + " (rerun with --resume)").c_str());
+    std::fprintf(stderr, "%s: %s\n", kTool, rec.format("interrupted at step {steps}{resume_hint}").c_str());
     return cli::code(Exit::interrupted);
   }
-  if (!o.common.quiet && !o.common.json) {
-    if (r.eval_before.present)
-      std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(r.eval_before, grouped).c_str());
-    if (r.eval_after.present)
-      std::fprintf(stderr, "%s: after training:  %s\n", kTool, eval_text(r.eval_after, grouped).c_str());
-    std::fprintf(stderr, "%s: %s: %lld steps, loss %.6g, %.2f s, %.0f samples/s, %.2f s per epoch\n", kTool,
-                 r.mode.c_str(), static_cast<long long>(r.steps_done), r.last_loss, r.seconds,
-                 r.samples_per_second, r.seconds_per_epoch);
-  }
+  cli::print_result(kTool, o.common, rec,
+                    {r.eval_before.present ? "before training: {eval_before}" : "",
+                     r.eval_after.present ? "after training:  {eval_after}" : "",
+                     "{mode}: {steps} steps, loss {loss:%.6g}, {seconds:%.2f} s, {samples_per_second:%.0f} samples/s, "
+                     "{seconds_per_epoch:%.2f} s per epoch"});
   return 0;
 }
 

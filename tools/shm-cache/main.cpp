@@ -5,49 +5,17 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
-#include <nlohmann/json.hpp>
 
 #include "traincache/cli.h"
 #include "traincache/shm_fill.h"
 #include "traincache/shm_slab.h"
 
 using namespace traincache;
-using json = nlohmann::ordered_json;
 
 namespace {
 
 constexpr const char* kTool = "shm-cache";
 
-
-json info_json(const shm::SlabInfo& i, const shm::SlotCounts* c) {
-  json j{{"name", i.name},
-         {"path", i.path},
-         {"layout", i.layout == shm::Layout::fixed ? "fixed" : "variable"},
-         {"dtype", dtype_name(i.dtype)},
-         {"dims", i.dims},
-         {"length", i.length},
-         {"slots", i.slots},
-         {"selection", i.selection == shm::Selection::first ? "first" : "hashed"},
-         {"item_bytes", i.item_bytes},
-         {"arena_bytes", i.arena_bytes},
-         {"arena_used_bytes", i.arena_used},
-         {"total_bytes", i.total_bytes},
-         {"offsets", {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset},
-                      {"data", i.data_offset}}},
-         {"mode", i.mode},
-         {"uid", i.uid},
-         {"creator", i.creator},
-         {"creator_pid", i.creator_pid},
-         {"temporary", i.temporary},
-         {"content_id", i.content_id},
-         {"sealed", i.sealed_digest.has_value()},
-         {"created_unix", i.created_unix}};
-  if (c)
-    j["counts"] = {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled}, {"invalid", c->invalid},
-                   {"filled_bytes", c->filled_bytes},
-                   {"filled_fraction", i.slots ? double(c->filled) / i.slots : 0.0}};
-  return j;
-}
 
 std::string layout_text(const shm::SlabInfo& i) {
   if (i.layout == shm::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
@@ -64,6 +32,65 @@ std::string age_text(int64_t created) {
   return buf;
 }
 
+// A slab's fields, declared once: --json writes them; stat, list and create show them as text.
+report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
+  const bool fixed = i.layout == shm::Layout::fixed, first = i.selection == shm::Selection::first;
+  char mode[16];
+  std::snprintf(mode, sizeof mode, "%04o", i.mode);
+  report::Record r;
+  r.add("name", i.name)
+      .add("path", i.path)
+      .add("layout", fixed ? "fixed" : "variable", layout_text(i))
+      .add("dtype", dtype_name(i.dtype))
+      .add("dims", i.dims)
+      .add("length", i.length)
+      .add("slots", i.slots)
+      .add("selection", first ? "first" : "hashed", first ? "first-N" : "hashed")
+      .add("item_bytes", i.item_bytes)
+      .add("arena_bytes", i.arena_bytes, format_size(i.arena_bytes))
+      .add("arena_used_bytes", i.arena_used, format_size(i.arena_used))
+      .add("total_bytes", i.total_bytes, format_size(i.total_bytes))
+      .add("offsets", {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset},
+                       {"data", i.data_offset}})
+      .add("mode", i.mode, mode)
+      .add("uid", i.uid)
+      .add("creator", i.creator)
+      .add("creator_pid", i.creator_pid)
+      .add("temporary", i.temporary, i.temporary ? ", temporary" : "")
+      .add("content_id", i.content_id)
+      .add("sealed", i.sealed_digest.has_value())
+      .add("created_unix", i.created_unix, age_text(i.created_unix));
+  r.note("arena", fixed ? "" : " (arena " + format_size(i.arena_bytes) + ", " + format_size(i.arena_used) + " used)");
+  if (c) {
+    double fraction = i.slots ? double(c->filled) / i.slots : 0.0;
+    std::string text = std::to_string(c->filled) + " filled, " + std::to_string(c->writing) + " writing, " +
+                       std::to_string(c->empty) + " empty";
+    if (c->invalid) text += ", " + std::to_string(c->invalid) + " invalid (corrupt; repair resets them)";
+    r.add("counts", {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled}, {"invalid", c->invalid},
+                     {"filled_bytes", c->filled_bytes}, {"filled_fraction", fraction}},
+          text + "; " + format_size(c->filled_bytes) + " of data");
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.1f%%", 100 * fraction);
+    r.note("filled_percent", pct);
+  }
+  return r;
+}
+
+constexpr const char* kStatText =
+    "{name}\n  path       {path}\n  layout     {layout}, {selection} selection\n"
+    "  indices    {length} ({slots} cacheable)\n  size       {total_bytes}{arena}\n  slots      {counts}\n"
+    "  creator    {creator}, {created_unix} ago, mode {mode}{temporary}";
+
+// shm-cache list's columns.
+const std::vector<report::Column> kListColumns = {
+    {"name", "NAME", -24}, {"layout", "LAYOUT", -28}, {"total_bytes", "SIZE", 10},
+    {"filled_percent", "FILLED", 8}, {"creator", "CREATOR", -28}, {"created_unix", "AGE", 0}};
+
+// One document {"schema": "shm-cache/1", <key>: <value>} on stdout.
+void print_json(const char* key, const report::Json& value) {
+  report::print_json(report::Json{{"schema", "shm-cache/1"}, {key, value}});
+}
+
 struct Options {
   cli::CommonOptions common;
   // create
@@ -77,8 +104,6 @@ struct Options {
   std::vector<std::string> names;
   bool all = false, stale = false;
 };
-
-void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
 
 int do_create(Options& o) {
   shm::CreateOptions c;
@@ -109,55 +134,39 @@ int do_create(Options& o) {
   }
   auto slab = shm::Slab::create(c);
   auto i = slab.info();
-  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"created", info_json(i, nullptr)}});
+  auto rec = slab_record(i, nullptr);
+  if (o.common.json) print_json("created", rec.json());
   else if (!o.common.quiet)
-    std::fprintf(stderr, "%s: created %s: %s, %" PRIu64 " indices, %" PRIu64 " cacheable, %s (%s)\n", kTool,
-                 i.name.c_str(), layout_text(i).c_str(), i.length, i.slots, format_size(i.total_bytes).c_str(),
-                 i.path.c_str());
+    std::fprintf(stderr, "%s: %s\n", kTool,
+                 rec.format("created {name}: {layout}, {length} indices, {slots} cacheable, {total_bytes} ({path})").c_str());
   return 0;
 }
 
 int do_list(Options& o) {
-  json arr = json::array();
-  if (!o.common.json) std::printf("%-24s %-28s %10s %7s  %-28s %s\n", "NAME", "LAYOUT", "SIZE", "FILLED", "CREATOR", "AGE");
+  report::Json arr = report::Json::array();
+  if (!o.common.json) std::printf("%s\n", report::table_header(kListColumns).c_str());
   for (const auto& n : shm::list_slabs()) {
     try {
       auto slab = shm::Slab::attach(n, false);
-      auto i = slab.info();
       auto c = slab.counts();
-      if (o.common.json) arr.push_back(info_json(i, &c));
-      else
-        std::printf("%-24s %-28s %10s %6.1f%%  %-28s %s\n", n.c_str(), layout_text(i).c_str(),
-                    format_size(i.total_bytes).c_str(), i.slots ? 100.0 * c.filled / i.slots : 0.0,
-                    i.creator.c_str(), age_text(i.created_unix).c_str());
+      auto rec = slab_record(slab.info(), &c);
+      if (o.common.json) arr.push_back(rec.json());
+      else std::printf("%s\n", report::table_row(kListColumns, rec).c_str());
     } catch (const Error& e) {
       if (o.common.json) arr.push_back({{"name", n}, {"error", e.what()}});
       else std::printf("%-24s %s\n", n.c_str(), e.what());
     }
   }
-  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"slabs", arr}});
+  if (o.common.json) print_json("slabs", arr);
   return 0;
 }
 
 int do_stat(Options& o) {
   auto slab = shm::Slab::attach(o.name, false);
-  auto i = slab.info();
   auto c = slab.counts();
-  if (o.common.json) {
-    print_json(json{{"schema", "shm-cache/1"}, {"slab", info_json(i, &c)}});
-    return 0;
-  }
-  std::printf("%s\n  path       %s\n  layout     %s, %s selection\n  indices    %" PRIu64 " (%" PRIu64 " cacheable)\n",
-              i.name.c_str(), i.path.c_str(), layout_text(i).c_str(),
-              i.selection == shm::Selection::first ? "first-N" : "hashed", i.length, i.slots);
-  std::printf("  size       %s", format_size(i.total_bytes).c_str());
-  if (i.layout == shm::Layout::variable)
-    std::printf(" (arena %s, %s used)", format_size(i.arena_bytes).c_str(), format_size(i.arena_used).c_str());
-  std::printf("\n  slots      %" PRIu64 " filled, %" PRIu64 " writing, %" PRIu64 " empty", c.filled, c.writing, c.empty);
-  if (c.invalid) std::printf(", %" PRIu64 " invalid (corrupt; repair resets them)", c.invalid);
-  std::printf("; %s of data\n", format_size(c.filled_bytes).c_str());
-  std::printf("  creator    %s, %s ago, mode %04o%s\n", i.creator.c_str(), age_text(i.created_unix).c_str(), i.mode,
-              i.temporary ? ", temporary" : "");
+  auto rec = slab_record(slab.info(), &c);
+  if (o.common.json) print_json("slab", rec.json());
+  else std::printf("%s\n", rec.format(kStatText).c_str());
   return 0;
 }
 
@@ -169,13 +178,12 @@ int do_fill(Options& o) {
   f.workers = o.workers;
   if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
   auto r = shm::fill_from_hdf5(f);
-  if (o.common.json)
-    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"rows", r.rows}, {"stored", r.stored},
-                    {"skipped", r.skipped}, {"bytes", r.bytes}, {"seconds", r.seconds},
-                    {"bytes_per_second", r.seconds > 0 ? r.bytes / r.seconds : 0.0}});
-  else if (!o.common.quiet)
-    std::fprintf(stderr, "%s: %s: %" PRIu64 " rows, %" PRIu64 " stored, %" PRIu64 " skipped, %s in %.2f s\n", kTool,
-                 o.name.c_str(), r.rows, r.stored, r.skipped, format_size(r.bytes).c_str(), r.seconds);
+  report::Record rec;
+  rec.add("schema", "shm-cache/1").add("name", o.name).add("rows", r.rows).add("stored", r.stored)
+      .add("skipped", r.skipped).add("bytes", r.bytes, format_size(r.bytes)).add("seconds", r.seconds)
+      .add("bytes_per_second", r.seconds > 0 ? r.bytes / r.seconds : 0.0);
+  cli::print_result(kTool, o.common, rec,
+                    {"{name}: {rows} rows, {stored} stored, {skipped} skipped, {bytes} in {seconds:%.2f} s"});
   return 0;
 }
 
@@ -193,9 +201,11 @@ int do_get(Options& o) {
   const char* state = !slot ? "not cacheable" : shm::state_name(slab.state(index));
   if (o.common.json) {
     auto i = slab.info();
-    print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"index", index},
-                    {"slot", slot ? json(*slot) : json(nullptr)}, {"state", state}, {"hit", bool(view)},
-                    {"bytes", view.bytes}, {"dtype", dtype_name(i.dtype)}, {"dims", i.dims}});
+    report::Record rec;
+    rec.add("schema", "shm-cache/1").add("name", o.name).add("index", index)
+        .add("slot", slot ? report::Json(*slot) : report::Json(nullptr)).add("state", state).add("hit", bool(view))
+        .add("bytes", view.bytes).add("dtype", dtype_name(i.dtype)).add("dims", i.dims);
+    report::print_json(rec.json());
   } else if (view) {
     if (std::fwrite(view.data, 1, view.bytes, stdout) != view.bytes) throw Error(Exit::io, "stdout", "write error");
   }
@@ -209,10 +219,9 @@ int do_get(Options& o) {
 int do_repair(Options& o) {
   auto slab = shm::Slab::attach(o.name, true);
   uint64_t n = slab.repair();
-  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"name", o.name}, {"repaired", n}});
-  else if (!o.common.quiet)
-    std::fprintf(stderr, "%s: %s: %" PRIu64 " slot%s left by dead writers returned to empty\n", kTool, o.name.c_str(),
-                 n, n == 1 ? "" : "s");
+  report::Record rec;
+  rec.add("schema", "shm-cache/1").add("name", o.name).add("repaired", n).note("s", n == 1 ? "" : "s");
+  cli::print_result(kTool, o.common, rec, {"{name}: {repaired} slot{s} left by dead writers returned to empty"});
   return 0;
 }
 
@@ -221,7 +230,7 @@ int do_rm(Options& o) {
     throw Error(Exit::usage, "rm", "give slab names, --all or --stale");
   auto names = o.all ? shm::list_slabs() : o.stale ? shm::stale_slabs() : o.names;
   int status = 0;
-  json removed = json::array();
+  report::Json removed = report::Json::array();
   for (const auto& n : names) {
     try {
       shm::remove_slab(n);
@@ -231,7 +240,7 @@ int do_rm(Options& o) {
       if (status == 0) status = cli::code(e.code());
     }
   }
-  if (o.common.json) print_json(json{{"schema", "shm-cache/1"}, {"removed", removed}});
+  if (o.common.json) print_json("removed", removed);
   else if (!o.common.quiet)
     for (const auto& n : removed) std::fprintf(stderr, "%s: removed %s\n", kTool, n.get<std::string>().c_str());
   return status;
@@ -242,13 +251,14 @@ int do_df(Options& o) {
   uint64_t used = 0;
   auto names = shm::list_slabs();
   for (const auto& n : names) used += shm::resident_bytes(n);
-  if (o.common.json)
-    print_json(json{{"schema", "shm-cache/1"}, {"path", shm::shm_dir()}, {"total_bytes", space.total},
-                    {"free_bytes", space.free}, {"slabs", names.size()}, {"slab_resident_bytes", used}});
-  else
-    std::printf("%s: %s total, %s free; %zu slab%s holding %s\n", shm::shm_dir().c_str(),
-                format_size(space.total).c_str(), format_size(space.free).c_str(), names.size(),
-                names.size() == 1 ? "" : "s", format_size(used).c_str());
+  report::Record rec;
+  rec.add("schema", "shm-cache/1").add("path", shm::shm_dir())
+      .add("total_bytes", space.total, format_size(space.total)).add("free_bytes", space.free, format_size(space.free))
+      .add("slabs", names.size()).add("slab_resident_bytes", used, format_size(used))
+      .note("s", names.size() == 1 ? "" : "s");
+  if (o.common.json) report::print_json(rec.json());
+  else std::printf("%s\n", rec.format("{path}: {total_bytes} total, {free_bytes} free; {slabs} slab{s} holding "
+                                        "{slab_resident_bytes}").c_str());
   return 0;
 }
 

@@ -46,9 +46,10 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
 void print_error(const std::string& tool, const std::string& msg);
 
 /// A tool's result through its one printer: with --json the record's fields as one JSON document on
-/// stdout; otherwise, unless -q, "tool: <text_template filled from the record>" on stderr.
+/// stdout; otherwise, unless -q, one line "tool: <template filled from the record>" on stderr per
+/// text template (empty templates are skipped).
 void print_result(const std::string& tool, const CommonOptions& opts, const report::Record& result,
-                  const std::string& text_template);
+                  const std::vector<std::string>& text_templates);
 
 /// Prints "tool: warning: msg" to stderr.
 void print_warning(const std::string& tool, const std::string& msg);

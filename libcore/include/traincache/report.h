@@ -54,7 +54,7 @@ struct Column {
   int width;           ///< width of the text table's column (right-aligned; negative: left)
 };
 
-/// A table's header line ("  strategy  epoch ..."), without a newline.
+/// A table's header line ("  strategy  epoch ..."; one space between columns), without a newline.
 std::string table_header(const std::vector<Column>& columns);
 /// A table row of `r`'s fields, without a newline.
 std::string table_row(const std::vector<Column>& columns, const Record& r);

@@ -176,7 +176,8 @@ class Slab {
   bool writable_ = false;
 };
 
-/// Names (without prefix) of every slab in the shm directory with this process's prefix.
+/// Names (without prefix) of every slab in the shm directory with this process's prefix (regular
+/// files only: a directory or link carrying the prefix is not listed).
 std::vector<std::string> list_slabs();
 
 /// Bytes of memory a slab's object occupies now (pages touched so far), 0 when missing.
