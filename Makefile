@@ -35,7 +35,7 @@ sanitize: deps
 	      -DTRAINCACHE_BUILD_BENCH=OFF
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir build-asan --output-on-failure -j $(JOBS) -R '^(fixtures|unit\.|cli\.shm_cache|faults\.(slabs|journal|symlinks))'
+	  ctest --test-dir build-asan --output-on-failure --timeout 1800 -j $(JOBS) -R '^(fixtures|unit\.|fuzz\.|cli\.shm_cache|faults\.(slabs|journal|symlinks))'
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=thread \

@@ -120,8 +120,8 @@ with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2], 'w') as g:
 PY
 run "$INSPECT" --verify 8 --input "$WORK/neg.h5" "$WORK/lg.h5" --json
 expect_rc 1
-expect_out_has '"mismatched": 8'
-expect_out_has '"ok": false'
+expect_out_has '"mismatched":8'
+expect_out_has '"ok":false'
 
 # ---- values the options never meant
 bad() {  # bad CODE MESSAGE CMD...

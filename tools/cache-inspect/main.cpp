@@ -10,7 +10,7 @@
 #include "traincache/verify.h"
 
 using namespace traincache;
-using json = nlohmann::ordered_json;
+using json = report::Json;
 
 namespace {
 
@@ -29,141 +29,119 @@ struct Options {
 
 
 
-json info_json(const cache::CacheInfo& c) {
-  json j{{"path", c.path},
-         {"format", cache::kFormatName},
-         {"format_version", c.format_version},
-         {"complete", c.complete},
-         {"rows", c.rows},
-         {"row_start", c.row_start},
-         {"created_by", c.created_by},
-         {"input_path", c.input_path},
-         {"features", c.features},
-         {"input_scale", c.input_scale},
-         {"fingerprint", c.fingerprint}};
-  j["embeddings"] = json::array();
-  for (const auto& e : c.embeddings)
-    j["embeddings"].push_back({{"name", e.name},
-                               {"shape", e.shape},
-                               {"dtype", dtype_name(e.dtype)},
-                               {"bytes", e.bytes},
-                               {"encoder_path", e.encoder_path},
-                               {"encoder_sha256", e.encoder_sha256},
-                               {"features", e.features},
-                               {"output", e.output},
-                               {"inference", e.inference}});
-  if (c.labels) {
-    json counts = json::object();
-    for (auto [k, n] : c.labels->counts) counts[std::to_string(k)] = n;
-    j["labels"] = {{"source", c.labels->source},
-                   {"dtype", dtype_name(c.labels->dtype)},
-                   {"rows", c.labels->rows},
-                   {"classes", c.labels->counts.size()},
-                   {"counts", counts}};
-  } else {
-    j["labels"] = nullptr;
-  }
-  j["keys"] = c.keys_dtype ? json{{"source", *c.keys_source}, {"dtype", dtype_name(*c.keys_dtype)}}
-                           : json(nullptr);
-  return j;
-}
+// Each result's fields are declared once below: --json writes the records, text output fills the
+// templates that follow each record from the same fields.
 
-void print_info(const cache::CacheInfo& c) {
-  std::printf("%s\n", c.path.c_str());
-  std::printf("  format       %s v%" PRId64 ", %s\n", cache::kFormatName, c.format_version,
-              c.complete ? "complete" : "INCOMPLETE");
-  std::printf("  rows         %" PRId64 " (input rows %" PRId64 "..%" PRId64 ")\n", c.rows, c.row_start,
-              c.row_start + c.rows);
-  std::printf("  created by   %s\n", c.created_by.c_str());
-  std::string feats;
-  for (const auto& f : c.features) feats += (feats.empty() ? "" : ",") + f;
-  std::printf("  input        %s [%s], uint8 scale %g\n", c.input_path.c_str(), feats.c_str(), c.input_scale);
-  std::printf("  fingerprint  %s\n", c.fingerprint.c_str());
+report::Record info_record(const cache::CacheInfo& c) {
+  report::Record r;
+  std::string features;
+  for (const auto& f : c.features) features += (features.empty() ? "" : ",") + f;
+  r.add("path", c.path)
+      .add("format", cache::kFormatName)
+      .add("format_version", c.format_version)
+      .add("complete", c.complete, c.complete ? "complete" : "INCOMPLETE")
+      .add("rows", c.rows)
+      .add("row_start", c.row_start)
+      .add("created_by", c.created_by)
+      .add("input_path", c.input_path)
+      .add("features", c.features, features)
+      .add("input_scale", c.input_scale)
+      .add("fingerprint", c.fingerprint);
+  r.note("row_end", std::to_string(c.row_start + c.rows));
+  report::Json embeddings = report::Json::array();
+  std::string text;
+  char line[1024];
   for (const auto& e : c.embeddings) {
-    std::printf("  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
-                shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(),
-                e.inference.c_str(), e.encoder_path.c_str(), e.encoder_sha256.c_str());
+    embeddings.push_back({{"name", e.name}, {"shape", e.shape}, {"dtype", dtype_name(e.dtype)}, {"bytes", e.bytes},
+                          {"encoder_path", e.encoder_path}, {"encoder_sha256", e.encoder_sha256},
+                          {"features", e.features}, {"output", e.output}, {"inference", e.inference}});
+    std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
+                  shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(),
+                  e.inference.c_str(), e.encoder_path.c_str(), e.encoder_sha256.c_str());
+    text += line;
   }
+  r.add("embeddings", embeddings, text);
   if (c.labels) {
-    std::printf("  labels       %s from '%s'", dtype_name(c.labels->dtype), c.labels->source.c_str());
-    if (!c.labels->counts.empty()) {
-      std::printf(", %zu classes:", c.labels->counts.size());
-      for (auto [k, n] : c.labels->counts) std::printf(" %" PRId64 ":%" PRId64, k, n);
+    report::Json counts = report::Json::object();
+    std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
+    if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
+    for (auto [k, n] : c.labels->counts) {
+      counts[std::to_string(k)] = n;
+      t += " " + std::to_string(k) + ":" + std::to_string(n);
     }
-    std::printf("\n");
+    r.add("labels", {{"source", c.labels->source}, {"dtype", dtype_name(c.labels->dtype)}, {"rows", c.labels->rows},
+                     {"classes", c.labels->counts.size()}, {"counts", counts}},
+          t);
   } else {
-    std::printf("  labels       none\n");
+    r.add("labels", nullptr, "none");
   }
-  if (c.keys_dtype) std::printf("  keys         %s from '%s'\n", dtype_name(*c.keys_dtype), c.keys_source->c_str());
-  else std::printf("  keys         none (key = input row number)\n");
+  if (c.keys_dtype)
+    r.add("keys", {{"source", *c.keys_source}, {"dtype", dtype_name(*c.keys_dtype)}},
+          std::string(dtype_name(*c.keys_dtype)) + " from '" + *c.keys_source + "'");
+  else
+    r.add("keys", nullptr, "none (key = input row number)");
+  return r;
 }
 
-json stats_json(const std::vector<cache::EmbeddingStats>& stats) {
-  json a = json::array();
-  for (const auto& s : stats)
-    a.push_back({{"name", s.name}, {"rows", s.rows}, {"norm_mean", s.norm_mean}, {"norm_std", s.norm_std},
-                 {"norm_min", s.norm_min}, {"norm_max", s.norm_max}, {"nan_count", s.nan_count},
-                 {"inf_count", s.inf_count}});
-  return a;
+constexpr const char* kInfoText =
+    "{path}\n  format       {format} v{format_version}, {complete}\n"
+    "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
+    "  input        {input_path} [{features}], uint8 scale {input_scale}\n  fingerprint  {fingerprint}\n"
+    "{embeddings}  labels       {labels}\n  keys         {keys}";
+
+report::Record stats_record(const cache::EmbeddingStats& s) {
+  report::Record r;
+  r.add("name", s.name).add("rows", s.rows).add("norm_mean", s.norm_mean).add("norm_std", s.norm_std)
+      .add("norm_min", s.norm_min).add("norm_max", s.norm_max).add("nan_count", s.nan_count)
+      .add("inf_count", s.inf_count);
+  return r;
 }
 
-void print_stats(const std::vector<cache::EmbeddingStats>& stats) {
-  for (const auto& s : stats)
-    std::printf("  stats/%s  norm mean %.6g std %.6g min %.6g max %.6g; NaN %" PRId64 ", Inf %" PRId64 "\n",
-                s.name.c_str(), s.norm_mean, s.norm_std, s.norm_min, s.norm_max, s.nan_count, s.inf_count);
-}
+constexpr const char* kStatsText =
+    "  stats/{name}  norm mean {norm_mean:%.6g} std {norm_std:%.6g} min {norm_min:%.6g} max {norm_max:%.6g}; "
+    "NaN {nan_count}, Inf {inf_count}";
 
-json head_json(const std::vector<cache::CacheRow>& rows) {
-  json a = json::array();
-  for (const auto& r : rows) {
-    json j{{"row", r.index}, {"key", r.key}, {"label", r.label ? json(*r.label) : json(nullptr)}};
-    for (const auto& [name, v] : r.embeddings) j["embeddings"][name] = v;
-    a.push_back(j);
-  }
-  return a;
-}
-
-void print_head(const std::vector<cache::CacheRow>& rows) {
-  if (rows.empty()) return;
-  std::printf("row\tkey\tlabel");
-  for (const auto& [name, v] : rows[0].embeddings) std::printf("\t%s", name.c_str());
-  std::printf("\n");
-  for (const auto& r : rows) {
-    std::printf("%" PRId64 "\t%s\t%s", r.index, r.key.c_str(), r.label ? r.label->c_str() : "-");
-    for (const auto& [name, v] : r.embeddings) {
-      std::printf("\t");
-      for (std::size_t i = 0; i < v.size() && i < 8; ++i) std::printf("%s%.6g", i ? "," : "", v[i]);
-      if (v.size() > 8) std::printf(",...(%zu)", v.size());
+report::Record head_record(const cache::CacheRow& row) {
+  report::Record r;
+  report::Json embeddings = report::Json::object();
+  std::string text;
+  char num[32];
+  for (const auto& [name, v] : row.embeddings) {
+    embeddings[name] = v;
+    text += "\t";
+    for (std::size_t i = 0; i < v.size() && i < 8; ++i) {
+      std::snprintf(num, sizeof num, "%s%.6g", i ? "," : "", v[i]);
+      text += num;
     }
-    std::printf("\n");
+    if (v.size() > 8) text += ",...(" + std::to_string(v.size()) + ")";
   }
+  r.add("row", row.index).add("key", row.key).add("label", row.label ? report::Json(*row.label) : report::Json(nullptr))
+      .add("embeddings", embeddings, text);
+  return r;
 }
 
-json verify_json(const verify::VerifyReport& r) {
-  json j{{"path", r.path}, {"ok", r.ok()}, {"rows", r.rows}, {"encoders", json::array()}};
-  for (const auto& e : r.encoders)
-    j["encoders"].push_back({{"name", e.name}, {"ok", e.ok()}, {"encoder_path", e.encoder_path},
-                             {"encoder_changed", e.encoder_changed}, {"checked", e.checked},
-                             {"mismatched", e.mismatched}, {"max_abs_diff", e.max_abs_diff},
-                             {"rtol", e.rtol}, {"atol", e.atol},
-                             {"first_bad_row", e.first_bad_row}});
-  return j;
+report::Record verify_record(const verify::EncoderVerdict& e) {
+  report::Record r;
+  r.add("name", e.name).add("ok", e.ok()).add("encoder_path", e.encoder_path).add("encoder_changed", e.encoder_changed)
+      .add("checked", e.checked).add("mismatched", e.mismatched).add("max_abs_diff", e.max_abs_diff)
+      .add("rtol", e.rtol).add("atol", e.atol).add("first_bad_row", e.first_bad_row);
+  r.note("changed_note", e.encoder_changed ? "; encoder file changed" : "");
+  return r;
 }
 
-void print_verify(const verify::VerifyReport& r) {
-  for (const auto& e : r.encoders) {
-    std::printf("%s\t%s\t", r.path.c_str(), e.name.c_str());
-    if (e.ok())
-      std::printf("ok: %" PRId64 " rows match (max abs diff %.3g, tolerance %g + %g*|x|)\n", e.checked,
-                  e.max_abs_diff, e.atol, e.rtol);
-    else if (e.encoder_changed && e.mismatched == 0)
-      std::printf("STALE: encoder file %s changed since the cache was built\n", e.encoder_path.c_str());
-    else
-      std::printf("MISMATCH: %" PRId64 " of %" PRId64 " rows differ (first row %" PRId64
-                  ", max abs diff %.3g)%s\n",
-                  e.mismatched, e.checked, e.first_bad_row, e.max_abs_diff,
-                  e.encoder_changed ? "; encoder file changed" : "");
-  }
+const char* verify_text(const verify::EncoderVerdict& e) {
+  if (e.ok()) return "ok: {checked} rows match (max abs diff {max_abs_diff:%.3g}, tolerance {atol} + {rtol}*|x|)";
+  if (e.encoder_changed && e.mismatched == 0) return "STALE: encoder file {encoder_path} changed since the cache was built";
+  return "MISMATCH: {mismatched} of {checked} rows differ (first row {first_bad_row}, max abs diff "
+         "{max_abs_diff:%.3g}){changed_note}";
+}
+
+report::Record check_record(const std::string& path, const cache::CheckReport& rep) {
+  std::string all;
+  for (const auto& p : rep.problems) all += (all.empty() ? "" : "; ") + p;
+  report::Record r;
+  r.add("path", path).add("ok", rep.ok()).add("problems", rep.problems, rep.ok() ? "ok" : all);
+  return r;
 }
 
 int run(Options& o) {
@@ -176,18 +154,12 @@ int run(Options& o) {
   if (o.check) {
     for (const auto& f : o.files) {
       auto rep = cache::check(f);
-      if (o.common.json) {
-        doc["files"].push_back({{"path", f}, {"ok", rep.ok()}, {"problems", rep.problems}});
-      } else if (!rep.ok()) {
-        std::string all;
-        for (const auto& p : rep.problems) all += (all.empty() ? "" : "; ") + p;
-        std::printf("%s\t%s\n", f.c_str(), all.c_str());
-      } else if (o.common.verbose) {
-        std::printf("%s\tok\n", f.c_str());
-      }
+      auto rec = check_record(f, rep);
+      if (o.common.json) doc["files"].push_back(rec.json());
+      else if (!rep.ok() || o.common.verbose) std::printf("%s\n", rec.format("{path}\t{problems}").c_str());
       if (!rep.ok()) status = 1;
     }
-    if (o.common.json) std::printf("%s\n", doc.dump(2).c_str());
+    if (o.common.json) report::print_json(doc);
     return status;
   }
 
@@ -213,24 +185,45 @@ int run(Options& o) {
         v.device = o.common.device;
         v.threads = o.common.threads;
         auto rep = verify::run_verify(v);
-        if (o.common.json) doc["files"].push_back(verify_json(rep));
-        else print_verify(rep);
+        report::Json encoders = report::Json::array();
+        for (const auto& e : rep.encoders) {
+          auto rec = verify_record(e);
+          encoders.push_back(rec.json());
+          if (!o.common.json) std::printf("%s\t%s\n", rep.path.c_str(), rec.format("{name}\t" + std::string(verify_text(e))).c_str());
+        }
+        if (o.common.json)
+          doc["files"].push_back({{"path", rep.path}, {"ok", rep.ok()}, {"rows", rep.rows}, {"encoders", encoders}});
         if (!rep.ok()) fail(1);
         continue;
       }
       auto info = cache::read_info(f);
       if (o.head > 0) {
         auto rows = cache::read_head(f, o.head);
-        if (o.common.json) doc["files"].push_back({{"path", f}, {"rows", head_json(rows)}});
-        else print_head(rows);
+        report::Json out = report::Json::array();
+        if (!o.common.json && !rows.empty()) {
+          std::printf("row\tkey\tlabel");
+          for (const auto& [name, v] : rows[0].embeddings) std::printf("\t%s", name.c_str());
+          std::printf("\n");
+        }
+        for (const auto& row : rows) {
+          auto rec = head_record(row);
+          if (o.common.json) out.push_back(rec.json());
+          else std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
+        }
+        if (o.common.json) doc["files"].push_back({{"path", f}, {"rows", out}});
         continue;
       }
-      j = info_json(info);
-      if (!o.common.json) print_info(info);
+      auto rec = info_record(info);
+      j = rec.json();
+      if (!o.common.json) std::printf("%s\n", rec.format(kInfoText).c_str());
       if (o.stats) {
-        auto st = cache::compute_stats(f);
-        if (o.common.json) j["stats"] = stats_json(st);
-        else print_stats(st);
+        report::Json stats = report::Json::array();
+        for (const auto& st : cache::compute_stats(f)) {
+          auto srec = stats_record(st);
+          stats.push_back(srec.json());
+          if (!o.common.json) std::printf("%s\n", srec.format(kStatsText).c_str());
+        }
+        if (o.common.json) j["stats"] = stats;
       }
       if (o.common.json) doc["files"].push_back(j);
     } catch (const Error& e) {
@@ -239,7 +232,7 @@ int run(Options& o) {
       if (o.common.json) doc["files"].push_back({{"path", f}, {"error", e.what()}});
     }
   }
-  if (o.common.json) std::printf("%s\n", doc.dump(2).c_str());
+  if (o.common.json) report::print_json(doc);
   return status;
 }
 

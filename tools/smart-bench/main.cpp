@@ -1,10 +1,8 @@
 // smart-bench: measure what each caching strategy buys on a workload, and gate CI on it.
 // See docs/smart-bench.md.
 #include <cstdio>
-#include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
 
+#include "traincache/bench_gate.h"
 #include "traincache/cli.h"
 #include "traincache/interrupt.h"
 #include "traincache/runtime.h"
@@ -12,53 +10,68 @@
 #include "traincache/version.h"
 
 using namespace traincache;
-using json = nlohmann::ordered_json;
+using json = report::Json;
 
 namespace {
 
 constexpr const char* kTool = "smart-bench";
 
-// The result fields, declared once: every printer (text, JSON, JSON Lines, CSV) walks this list.
+// The result fields, declared once: JSON key, table header and width, and the value. Every printer
+// (table, JSON, JSON Lines, CSV) walks this list through one record per epoch.
 struct Field {
-  const char* name;
-  const char* header;
-  int width;
-  json (*get)(const sbench::EpochRecord&);
+  report::Column column;
+  report::Json (*get)(const sbench::EpochRecord&);
 };
 const std::vector<Field>& fields() {
+  using R = sbench::EpochRecord;
   static const std::vector<Field> f = {
-      {"strategy", "strategy", 13, [](const sbench::EpochRecord& r) { return json(r.strategy); }},
-      {"epoch", "epoch", 5, [](const sbench::EpochRecord& r) { return json(r.epoch); }},
-      {"samples", "samples", 8, [](const sbench::EpochRecord& r) { return json(r.samples); }},
-      {"wall_seconds", "wall s", 8, [](const sbench::EpochRecord& r) { return json(r.wall_seconds); }},
-      {"samples_per_second", "samples/s", 10, [](const sbench::EpochRecord& r) { return json(r.samples_per_second); }},
-      {"step_ms_mean", "step ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_mean); }},
-      {"step_ms_p50", "p50 ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_p50); }},
-      {"step_ms_p95", "p95 ms", 8, [](const sbench::EpochRecord& r) { return json(r.step_ms_p95); }},
-      {"data_wait_seconds", "wait s", 8, [](const sbench::EpochRecord& r) { return json(r.data_wait_seconds); }},
-      {"model_idle_fraction", "idle", 6, [](const sbench::EpochRecord& r) { return json(r.model_idle_fraction); }},
-      {"hit_rate", "hits", 6, [](const sbench::EpochRecord& r) { return json(r.hit_rate); }},
-      {"bytes_cached", "cached MiB", 10, [](const sbench::EpochRecord& r) { return json(r.bytes_cached); }},
-      {"peak_rss_bytes", "RSS MiB", 8, [](const sbench::EpochRecord& r) { return json(r.peak_rss_bytes); }},
-      {"boundary_blocked_seconds", "blocked s", 9,
-       [](const sbench::EpochRecord& r) { return json(r.boundary_blocked_seconds); }},
+      {{"strategy", "strategy", 13}, [](const R& r) { return report::Json(r.strategy); }},
+      {{"epoch", "epoch", 5}, [](const R& r) { return report::Json(r.epoch); }},
+      {{"samples", "samples", 8}, [](const R& r) { return report::Json(r.samples); }},
+      {{"wall_seconds", "wall s", 8}, [](const R& r) { return report::Json(r.wall_seconds); }},
+      {{"samples_per_second", "samples/s", 10}, [](const R& r) { return report::Json(r.samples_per_second); }},
+      {{"step_ms_mean", "step ms", 8}, [](const R& r) { return report::Json(r.step_ms_mean); }},
+      {{"step_ms_p50", "p50 ms", 8}, [](const R& r) { return report::Json(r.step_ms_p50); }},
+      {{"step_ms_p95", "p95 ms", 8}, [](const R& r) { return report::Json(r.step_ms_p95); }},
+      {{"data_wait_seconds", "wait s", 8}, [](const R& r) { return report::Json(r.data_wait_seconds); }},
+      {{"model_idle_fraction", "idle", 6}, [](const R& r) { return report::Json(r.model_idle_fraction); }},
+      {{"hit_rate", "hits", 6}, [](const R& r) { return report::Json(r.hit_rate); }},
+      {{"bytes_cached", "cached MiB", 10}, [](const R& r) { return report::Json(r.bytes_cached); }},
+      {{"peak_rss_bytes", "RSS MiB", 8}, [](const R& r) { return report::Json(r.peak_rss_bytes); }},
+      {{"boundary_blocked_seconds", "blocked s", 9}, [](const R& r) { return report::Json(r.boundary_blocked_seconds); }},
   };
   return f;
 }
 
-std::string cell(const Field& f, const json& v) {
+const std::vector<report::Column>& columns() {
+  static const std::vector<report::Column> c = [] {
+    std::vector<report::Column> out;
+    for (const auto& f : fields()) out.push_back(f.column);
+    return out;
+  }();
+  return c;
+}
+
+// The table's text of a value: byte counts in MiB, small numbers with three decimals.
+std::string cell(const std::string& key, const report::Json& v) {
   char buf[64];
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_integer() || v.is_number_unsigned()) {
-    std::string n = f.name;
-    if (n.find("bytes") != std::string::npos) {
-      std::snprintf(buf, sizeof buf, "%.1f", v.get<double>() / (1 << 20));
-      return buf;
-    }
-    return std::to_string(v.get<int64_t>());
+    if (key.find("bytes") == std::string::npos) return std::to_string(v.get<int64_t>());
+    std::snprintf(buf, sizeof buf, "%.1f", v.get<double>() / (1 << 20));
+    return buf;
   }
   std::snprintf(buf, sizeof buf, v.get<double>() < 10 ? "%.3f" : "%.1f", v.get<double>());
   return buf;
+}
+
+report::Record epoch_record(const sbench::EpochRecord& r) {
+  report::Record rec;
+  for (const auto& f : fields()) {
+    auto v = f.get(r);
+    rec.add(f.column.key, v, cell(f.column.key, v));
+  }
+  return rec;
 }
 
 struct Options {
@@ -69,20 +82,6 @@ struct Options {
   double max_regression = 0.10;
 };
 
-// Mean samples/s per strategy over epochs after the first (all epochs when there is one).
-std::map<std::string, double> throughput(const json& records) {
-  std::map<std::string, std::pair<double, int>> acc, first;
-  for (const auto& r : records) {
-    auto& a = r.value("epoch", 1) > 1 ? acc[r["strategy"]] : first[r["strategy"]];
-    a.first += r.value("samples_per_second", 0.0);
-    a.second += 1;
-  }
-  std::map<std::string, double> out;
-  for (auto& [s, a] : first) out[s] = a.first / a.second;
-  for (auto& [s, a] : acc) out[s] = a.first / a.second;
-  return out;
-}
-
 int run(Options& o) {
   o.b.strategies = cli::split(o.strategies, ',');
   for (const auto& d : cli::split(o.resize, ',')) {
@@ -92,37 +91,21 @@ int run(Options& o) {
   }
   o.b.threads = o.common.threads;
   json baseline;
-  if (!o.baseline.empty()) {
-    std::ifstream in(o.baseline);
-    if (!in) throw Error(Exit::no_input, o.baseline, errno_text(errno));
-    baseline = json::parse(in, nullptr, false);
-    if (baseline.is_discarded() || !baseline.contains("records"))
-      throw Error(Exit::data, o.baseline, "not a smart-bench --json document");
-  }
+  if (!o.baseline.empty()) baseline = sbench::read_baseline(o.baseline);
 
   json records = json::array();
   bool header_done = false;
   auto on_record = [&](const sbench::EpochRecord& r) {
-    json rec;
-    for (const auto& f : fields()) rec[f.name] = f.get(r);
-    records.push_back(rec);
+    auto rec = epoch_record(r);
+    records.push_back(rec.json());
     if (o.jsonl) {
-      std::printf("%s\n", rec.dump().c_str());
+      report::print_json(rec.json());
     } else if (o.csv) {
-      if (!header_done)
-        for (std::size_t i = 0; i < fields().size(); ++i) std::printf("%s%s", i ? "," : "", fields()[i].name);
-      if (!header_done) std::printf("\n");
-      for (std::size_t i = 0; i < fields().size(); ++i)
-        std::printf("%s%s", i ? "," : "", rec[fields()[i].name].is_string() ? rec[fields()[i].name].get<std::string>().c_str()
-                                                                             : rec[fields()[i].name].dump().c_str());
-      std::printf("\n");
+      if (!header_done) std::printf("%s\n", report::csv_header(columns()).c_str());
+      std::printf("%s\n", report::csv_row(columns(), rec).c_str());
     } else if (!o.common.json) {
-      if (!header_done) {
-        for (const auto& f : fields()) std::printf("%*s ", f.width, f.header);
-        std::printf("\n");
-      }
-      for (const auto& f : fields()) std::printf("%*s ", f.width, cell(f, rec[f.name]).c_str());
-      std::printf("\n");
+      if (!header_done) std::printf("%s\n", report::table_header(columns()).c_str());
+      std::printf("%s\n", report::table_row(columns(), rec).c_str());
     }
     header_done = true;
     std::fflush(stdout);  // records as they finish
@@ -151,24 +134,20 @@ int run(Options& o) {
                {"replace_rate", o.b.replace_rate},
                {"seed", o.b.seed}}},
              {"records", records},
-             {"samples_per_second", throughput(records)}};
-    std::printf("%s\n", doc.dump(2).c_str());
+             {"samples_per_second", sbench::throughput(records)}};
+    report::print_json(doc);
   }
 
   int status = 0;
   if (!baseline.is_null()) {
-    auto now = throughput(records), before = throughput(baseline["records"]);
-    for (const auto& [s, rate] : now) {
-      auto it = before.find(s);
-      if (it == before.end() || it->second <= 0) continue;
-      double change = rate / it->second - 1;
-      if (change < -o.max_regression) {
-        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f samples/s (%+.1f%%, limit -%.1f%%)\n", kTool, s.c_str(),
-                     it->second, rate, 100 * change, 100 * o.max_regression);
+    for (const auto& c : sbench::compare(baseline, records, o.max_regression)) {
+      if (c.regressed) {
+        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f samples/s (%+.1f%%, limit -%.1f%%)\n", kTool,
+                     c.strategy.c_str(), c.before, c.after, 100 * c.change, 100 * o.max_regression);
         status = 1;
       } else if (!o.common.quiet) {
-        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, s.c_str(), it->second, rate,
-                     100 * change);
+        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before,
+                     c.after, 100 * c.change);
       }
     }
   }
