@@ -37,6 +37,10 @@ py "import h5py, sys; sys.stdout.write(h5py.File('$D/images.h5', 'r')['images'][
 want=$out
 run bash -c "'$S' get img 7 | od -An -tx1 -v | tr -d ' \n'"
 expect_out "$want"
+# 74: the item cannot be written to stdout.
+run bash -c "'$S' get img 7 > /dev/full"
+expect_rc 74
+expect_err "shm-cache: error: stdout: write error"
 run "$S" get img 250
 expect_rc 1
 expect_no_out
