@@ -30,9 +30,8 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   app.parse_complete_callback([&opts] { h5::set_verbose(opts.verbose >= 2); });
   app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
   app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
-  app.add_option("--progress", opts.progress, "Progress bar on stderr: auto (terminal only), always, never")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
+  add_choice(app, "--progress", opts.progress, progress_choices(),
+             "Progress bar on stderr: auto (terminal only), always, never");
   if (compute != Compute::none)
     app.add_option("--threads", opts.threads, "Intra-op threads (0: all cores)")
         ->check(integer_range(0, kMaxThreads))

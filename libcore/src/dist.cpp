@@ -17,16 +17,14 @@
 
 namespace traincache::dist {
 
-std::string choose_backend(const std::string& requested, const torch::Device& device) {
-  if (requested != "auto" && requested != "gloo" && requested != "nccl")
-    throw Error(Exit::usage, "--dist-backend", "expected auto, gloo or nccl, got '" + requested + "'");
-  std::string b = requested == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : requested;
+Backend choose_backend(Backend requested, const torch::Device& device) {
+  Backend b = requested != Backend::automatic ? requested : device.is_cuda() ? Backend::nccl : Backend::gloo;
 #ifndef TRAINCACHE_WITH_NCCL
-  if (b == "nccl")
+  if (b == Backend::nccl)
     throw Error(Exit::unavailable, "--dist-backend",
                 "this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)");
 #endif
-  if (b == "nccl" && !device.is_cuda())
+  if (b == Backend::nccl && !device.is_cuda())
     throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
   return b;
 }
@@ -64,13 +62,12 @@ std::string message_of(const std::exception& e) {
 
 }  // namespace
 
-Group::Group(const Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
-             const torch::Device& device)
+Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device)
     : impl_(std::make_unique<Impl>()),
       rank_(launch.rank),
       size_(launch.world_size),
       backend_(backend),
-      comm_device_(backend == "nccl" ? device : torch::Device(torch::kCPU)) {
+      comm_device_(backend == Backend::nccl ? device : torch::Device(torch::kCPU)) {
   // c10d logs failures through glog as well as throwing them; the exception becomes our one-line
   // error, so glog stays quiet unless TORCH_CPP_LOG_LEVEL asks for it.
   if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_minloglevel = std::max(FLAGS_minloglevel, google::GLOG_FATAL);
@@ -92,7 +89,7 @@ Group::Group(const Launch& launch, const std::string& backend, std::chrono::mill
     }
     auto store = c10::make_intrusive<c10d::PrefixStore>("traincache", impl_->store);
 #ifdef TRAINCACHE_WITH_NCCL
-    if (backend == "nccl") {
+    if (backend == Backend::nccl) {
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = timeout;
       impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, size_, opts);

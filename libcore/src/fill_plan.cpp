@@ -9,6 +9,11 @@ using nlohmann::json;
 
 namespace traincache::fill {
 
+const Choices<DType>& storage_dtype_choices() {
+  static const Choices<DType> c{{DType::f32, "float32"}, {DType::f16, "float16"}};
+  return c;
+}
+
 void validate_options(const FillOptions& opts) {
   if (opts.encoders.empty()) throw Error(Exit::usage, "--encoder", "at least one encoder is required");
   if (opts.out.empty()) throw Error(Exit::usage, "--out", "an output file is required");

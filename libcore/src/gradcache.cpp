@@ -9,12 +9,6 @@
 
 namespace traincache::gc {
 
-Similarity parse_similarity(const std::string& s) {
-  if (s == "cos") return Similarity::cos;
-  if (s == "dot") return Similarity::dot;
-  throw Error(Exit::usage, "--similarity", "expected cos or dot, got '" + s + "'");
-}
-
 namespace {
 
 torch::Tensor prepare(const torch::Tensor& x, Similarity sim) {

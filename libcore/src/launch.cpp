@@ -21,6 +21,11 @@ int env_int(const char* name, int fallback, int min) {
 
 }  // namespace
 
+const Choices<Backend>& backend_choices() {
+  static const Choices<Backend> c{{Backend::automatic, "auto"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}};
+  return c;
+}
+
 Launch read_launch() {
   Launch l;
   l.world_size = env_int("WORLD_SIZE", 1, 1);

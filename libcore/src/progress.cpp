@@ -8,12 +8,13 @@
 
 namespace traincache {
 
-ProgressMode parse_progress_mode(const std::string& s) {
-  if (s == "auto") return ProgressMode::automatic;
-  if (s == "always") return ProgressMode::always;
-  if (s == "never") return ProgressMode::never;
-  throw Error(Exit::usage, "--progress", "expected auto, always or never, got '" + s + "'");
+const Choices<ProgressMode>& progress_choices() {
+  static const Choices<ProgressMode> c{
+      {ProgressMode::automatic, "auto"}, {ProgressMode::always, "always"}, {ProgressMode::never, "never"}};
+  return c;
 }
+
+ProgressMode parse_progress_mode(const std::string& s) { return progress_choices().parse(s, "--progress"); }
 
 Progress::Progress(std::string label, int64_t total, ProgressMode mode, std::string unit)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),

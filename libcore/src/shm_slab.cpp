@@ -191,6 +191,11 @@ std::string object_prefix() {
   return prefix;
 }
 
+const Choices<Selection>& selection_choices() {
+  static const Choices<Selection> c{{Selection::first, "first"}, {Selection::hashed, "hashed"}};
+  return c;
+}
+
 const char* state_name(SlotState s) {
   switch (s) {
     case SlotState::empty: return "empty";

@@ -464,45 +464,38 @@ struct Context {
 
 using Factory = std::function<std::unique_ptr<Strategy>(Context&)>;
 
-// The one list of strategies: what --strategy accepts, the runs (record names) each expands to,
-// and how each run's strategy is built.
-struct StrategyEntry {
-  std::string name;
-  std::vector<std::pair<std::string, Factory>> runs;
-};
+// What each strategy runs (record names) and how each run's strategy is built; the names
+// --strategy accepts are caching_choices().
+using Runs = std::vector<std::pair<std::string, Factory>>;
 
-const std::vector<StrategyEntry>& strategy_table() {
-  static const std::vector<StrategyEntry> table{
-      {"none", {{"none", [](Context& c) { return std::unique_ptr<Strategy>(new NoCache(c.pipe, c.n, c.o.seed)); }}}},
-      {"full", {{"full", [](Context& c) { return std::unique_ptr<Strategy>(new FullCache(c.pipe, c.n, c.o.seed)); }}}},
-      {"stochastic",
-       {{"stochastic",
-         [](Context& c) {
-           return std::unique_ptr<Strategy>(new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
-         }}}},
-      {"smart",
-       {{"smart", [](Context& c) { return std::unique_ptr<Strategy>(new SmartStrategy(c.pipe, c.n, c.o, c.shape)); }}}},
-      {"embed",
-       {{"embed_encoder",
-         [](Context& c) {
-           return std::unique_ptr<Strategy>(new EmbedEncoder(c.pipe, c.n, c.o.seed, c.o.frozen_encoder));
-         }},
-        {"embed_cache",
-         [](Context& c) {
-           return std::unique_ptr<Strategy>(new EmbedCache(c.n, c.o.seed, c.o.cache, c.o.embeddings));
-         }}}}};
-  return table;
+Runs strategy_runs(Caching c) {
+  switch (c) {
+    case Caching::none:
+      return {{"none", [](Context& c) { return std::unique_ptr<Strategy>(new NoCache(c.pipe, c.n, c.o.seed)); }}};
+    case Caching::full:
+      return {{"full", [](Context& c) { return std::unique_ptr<Strategy>(new FullCache(c.pipe, c.n, c.o.seed)); }}};
+    case Caching::stochastic:
+      return {{"stochastic", [](Context& c) {
+                 return std::unique_ptr<Strategy>(new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
+               }}};
+    case Caching::smart:
+      return {{"smart", [](Context& c) { return std::unique_ptr<Strategy>(new SmartStrategy(c.pipe, c.n, c.o, c.shape)); }}};
+    case Caching::embed:
+      return {{"embed_encoder",
+               [](Context& c) {
+                 return std::unique_ptr<Strategy>(new EmbedEncoder(c.pipe, c.n, c.o.seed, c.o.frozen_encoder));
+               }},
+              {"embed_cache", [](Context& c) {
+                 return std::unique_ptr<Strategy>(new EmbedCache(c.n, c.o.seed, c.o.cache, c.o.embeddings));
+               }}};
+  }
+  return {};
 }
 
 void validate(const BenchOptions& o) {
   int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
-  std::string known;
-  for (const auto& e : strategy_table()) known += (known.empty() ? "" : ", ") + e.name;
-  for (const auto& s : o.strategies)
-    if (std::find(known_strategies().begin(), known_strategies().end(), s) == known_strategies().end())
-      throw Error(Exit::usage, "--strategy", "unknown strategy '" + s + "' (known: " + known + ")");
-  bool embed = std::find(o.strategies.begin(), o.strategies.end(), "embed") != o.strategies.end();
+  bool embed = std::find(o.strategies.begin(), o.strategies.end(), Caching::embed) != o.strategies.end();
   if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
     throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
   if (o.batch_size <= 0 || o.epochs <= 0) throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
@@ -659,13 +652,13 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
 
 }  // namespace
 
-const std::vector<std::string>& known_strategies() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const auto& e : strategy_table()) v.push_back(e.name);
-    return v;
-  }();
-  return names;
+const Choices<Caching>& caching_choices() {
+  static const Choices<Caching> c{{Caching::none, "none"},
+                                  {Caching::full, "full"},
+                                  {Caching::stochastic, "stochastic"},
+                                  {Caching::smart, "smart"},
+                                  {Caching::embed, "embed"}};
+  return c;
 }
 
 void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
@@ -679,10 +672,8 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   Step step(o);
   int64_t classes = 1;
   for (int64_t i = 0; i < n; ++i) classes = std::max(classes, src->labels[i] + 1);
-  for (const auto& chosen : o.strategies) {
-    const auto& entry = *std::find_if(strategy_table().begin(), strategy_table().end(),
-                                      [&](const StrategyEntry& e) { return e.name == chosen; });
-    for (const auto& [name, make] : entry.runs) {
+  for (Caching chosen : o.strategies) {
+    for (const auto& [name, make] : strategy_runs(chosen)) {
       std::unique_ptr<Strategy> strat = make(ctx);
       for (int64_t e = 0; e < o.epochs; ++e) {
         if (info) info(name + ": epoch " + std::to_string(e + 1) + "/" + std::to_string(o.epochs));

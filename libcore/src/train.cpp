@@ -503,7 +503,7 @@ Setup resolve_setup(const TrainOptions& o) {
                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                   s.launch.local_world_size));
   validate_options(o);
-  s.float_type = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
   return s;
 }
@@ -513,15 +513,16 @@ Setup resolve_setup(const TrainOptions& o) {
 std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result,
                                      const std::function<void(const std::string&)>& info) {
   if (!s.launch.distributed()) return nullptr;
-  std::string backend = dist::choose_backend(o.dist_backend, s.device);
+  dist::Backend backend = dist::choose_backend(o.dist_backend, s.device);
+  std::string backend_name = dist::backend_choices().name(backend);
   if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
   if (o.batch_size < s.world)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");
   auto group = std::make_unique<dist::Group>(
       s.launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), s.device);
-  result.backend = backend;
-  info("rank 0 of " + std::to_string(s.world) + " (" + backend + "); every rank encodes 1/" +
+  result.backend = backend_name;
+  info("rank 0 of " + std::to_string(s.world) + " (" + backend_name + "); every rank encodes 1/" +
        std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
   return group;
 }
@@ -682,7 +683,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, const std::vector<torch::Tensor>& params) {
-  if (o.optimizer == "sgd")
+  if (o.optimizer == Optimizer::sgd)
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
@@ -931,7 +932,7 @@ class Trainer {
 
 gc::LossConfig loss_config(const TrainOptions& o, bool grouped) {
   gc::LossConfig c;
-  c.similarity = gc::parse_similarity(o.similarity);
+  c.similarity = o.similarity;
   c.temperature = o.temperature;
   c.kind = grouped ? gc::LossKind::supcon : o.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
   c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
@@ -943,11 +944,12 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   json config = m.config;
   config["mode"] = m.mode;
   config["data"] = canonical(s.cached ? o.cache : o.data);
-  config["loss"] = {o.similarity, o.temperature, o.symmetric};
+  config["loss"] = {similarity_choices().name(o.similarity), o.temperature, o.symmetric};
   config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
-  config["optimizer"] = {o.optimizer, o.lr, o.momentum, o.weight_decay, o.warmup_steps, o.schedule};
+  config["optimizer"] = {optimizer_choices().name(o.optimizer), o.lr, o.momentum, o.weight_decay, o.warmup_steps,
+                         schedule_choices().name(o.schedule)};
   config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data)};
-  config["dtype"] = o.dtype;
+  config["dtype"] = float_dtype_choices().name(o.dtype);
   return config.dump();
 }
 

@@ -6,6 +6,15 @@
 
 #include "traincache/error.h"
 
+namespace traincache {
+
+const Choices<Similarity>& similarity_choices() {
+  static const Choices<Similarity> c{{Similarity::cos, "cos"}, {Similarity::dot, "dot"}};
+  return c;
+}
+
+}  // namespace traincache
+
 namespace traincache::train {
 
 RowSplit split_rows(const TrainOptions& o, int64_t rows) {
@@ -31,21 +40,32 @@ StepPlan plan_steps(const TrainOptions& o, int64_t train_rows) {
   return p;
 }
 
+const Choices<Optimizer>& optimizer_choices() {
+  static const Choices<Optimizer> c{{Optimizer::sgd, "sgd"}, {Optimizer::adamw, "adamw"}};
+  return c;
+}
+
+const Choices<Schedule>& schedule_choices() {
+  static const Choices<Schedule> c{
+      {Schedule::constant, "constant"}, {Schedule::linear, "linear"}, {Schedule::cosine, "cosine"}};
+  return c;
+}
+
+const Choices<DType>& float_dtype_choices() {
+  static const Choices<DType> c{{DType::f32, "float32"}, {DType::f64, "float64"}};
+  return c;
+}
+
 double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total) {
   if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
-  if (o.schedule == "constant") return o.lr;
+  if (o.schedule == Schedule::constant) return o.lr;
   double span = std::max<int64_t>(1, total - o.warmup_steps);
   double t = std::min(1.0, (step - o.warmup_steps) / span);
-  if (o.schedule == "linear") return o.lr * (1.0 - t);
+  if (o.schedule == Schedule::linear) return o.lr * (1.0 - t);
   return o.lr * 0.5 * (1.0 + std::cos(M_PI * t));
 }
 
 void validate_options(const TrainOptions& o) {
-  if (o.dtype != "float32" && o.dtype != "float64") throw Error(Exit::usage, "--dtype", "expected float32 or float64");
-  if (o.optimizer != "sgd" && o.optimizer != "adamw")
-    throw Error(Exit::usage, "--optimizer", "expected sgd or adamw, got '" + o.optimizer + "'");
-  if (o.schedule != "constant" && o.schedule != "linear" && o.schedule != "cosine")
-    throw Error(Exit::usage, "--schedule", "expected constant, linear or cosine");
   if (!(o.temperature > 0)) throw Error(Exit::usage, "--temperature", "must be positive");
   if (o.batch_size <= 0 || o.query_chunk <= 0 || o.passage_chunk <= 0)
     throw Error(Exit::usage, "--batch-size", "batch and chunk sizes must be positive");

@@ -59,6 +59,31 @@ CATCH_TEST_CASE("cli: --progress accepts auto, always, never only", "[cli]") {
   CATCH_CHECK_FALSE(off.enabled());
 }
 
+CATCH_TEST_CASE("cli: choices map names to enums once, with the valid names in errors", "[cli]") {
+  enum class Fruit { apple, pear, plum };
+  const Choices<Fruit> fruits{{Fruit::apple, "apple"}, {Fruit::pear, "pear"}, {Fruit::plum, "plum"}};
+  CATCH_CHECK(std::string(fruits.name(Fruit::pear)) == "pear");
+  CATCH_CHECK(fruits.parse("plum", "--fruit") == Fruit::plum);
+  CATCH_CHECK_FALSE(fruits.find("Plum").has_value());
+  CATCH_CHECK(fruits.list() == "apple, pear or plum");
+  CATCH_CHECK(fruits.list(", ") == "apple, pear, plum");
+  try {
+    fruits.parse("fig", "--fruit");
+    CATCH_FAIL("accepted");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::usage);
+    CATCH_CHECK(std::string(e.what()) == "--fruit: expected apple, pear or plum, got 'fig'");
+  }
+  // On a command line: the default is the enum's name; a bad value is a parse error (exit 64).
+  Fruit f = Fruit::apple;
+  CLI::App app{"t", "t"};
+  auto* opt = cli::add_choice(app, "--fruit", f, fruits, "a fruit");
+  CATCH_CHECK(opt->get_default_str() == "apple");
+  app.parse(std::vector<std::string>{"pear", "--fruit"});  // CLI11 takes the vector reversed
+  CATCH_CHECK(f == Fruit::pear);
+  CATCH_CHECK_THROWS_AS(app.parse(std::vector<std::string>{"fig", "--fruit"}), CLI::ValidationError);
+}
+
 CATCH_TEST_CASE("cli: integers must be whole strings", "[cli]") {
   CATCH_CHECK(cli::parse_int("42").value() == 42);
   CATCH_CHECK(cli::parse_int("-3").value() == -3);

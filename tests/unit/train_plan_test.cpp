@@ -53,10 +53,10 @@ CATCH_TEST_CASE("train plan: learning-rate schedules", "[train]") {
   CATCH_CHECK(train::scheduled_lr(o, 0, 10) == Approx(0.25));
   CATCH_CHECK(train::scheduled_lr(o, 3, 10) == Approx(1.0));
   CATCH_CHECK(train::scheduled_lr(o, 9, 10) == Approx(1.0));
-  o.schedule = "linear";  // 1 - (s - W) / (T - W)
+  o.schedule = train::Schedule::linear;  // 1 - (s - W) / (T - W)
   CATCH_CHECK(train::scheduled_lr(o, 4, 10) == Approx(1.0));
   CATCH_CHECK(train::scheduled_lr(o, 7, 10) == Approx(0.5));
-  o.schedule = "cosine";  // (1 + cos(pi t)) / 2
+  o.schedule = train::Schedule::cosine;  // (1 + cos(pi t)) / 2
   CATCH_CHECK(train::scheduled_lr(o, 7, 10) == Approx(0.5));
   CATCH_CHECK(train::scheduled_lr(o, 10, 10) == Approx(0.0).margin(1e-12));
 }
@@ -68,9 +68,9 @@ CATCH_TEST_CASE("train plan: option checks", "[train]") {
   o.data = "d.h5";  // both
   CATCH_CHECK(code_of([&] { train::validate_options(o); }) == Exit::usage);
   o.cache.clear();
-  o.dtype = "float16";
-  CATCH_CHECK(code_of([&] { train::validate_options(o); }) == Exit::usage);
-  o.dtype = "float32";
+  // --dtype is an enum from parsing on: float16 is refused there, with the valid names.
+  CATCH_CHECK(code_of([&] { train::float_dtype_choices().parse("float16", "--dtype"); }) == Exit::usage);
+  CATCH_CHECK(train::float_dtype_choices().parse("float64", "--dtype") == DType::f64);
   o.temperature = 0;
   CATCH_CHECK(code_of([&] { train::validate_options(o); }) == Exit::usage);
   train::TrainOptions slabs;  // raw datasets all in slabs need no --data

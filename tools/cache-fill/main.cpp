@@ -23,7 +23,7 @@ struct Options {
   cli::CommonOptions common;
   fill::FillOptions fill;
   std::vector<std::string> encoders, features, outputs;
-  std::string dtype = "float32", rows, input_scale = "1/255", shard;
+  std::string rows, input_scale = "1/255", shard;
   bool no_optimize = false, merge_after = false;
   double merge_timeout = 3600;
   cache::MergeOptions merge;
@@ -138,7 +138,6 @@ int run(Options& o) {
   resolve_shard(o);
   if (o.merge_after && o.fill.shard_count <= 0) throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
-  o.fill.dtype = parse_dtype(o.dtype);
   o.fill.optimize = !o.no_optimize;
   o.fill.threads = o.common.threads;
   o.fill.device = o.common.device;
@@ -149,7 +148,7 @@ int run(Options& o) {
   fill::FillCallbacks cb;
   std::unique_ptr<Progress> progress;
   cb.progress = [&](int64_t done, int64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("encoding", total, o.common.progress_mode());
+    if (!progress) progress = std::make_unique<Progress>("encoding", total, o.common.progress);
     progress->update(done);
   };
   cb.warn = [&](const std::string& m) {
@@ -208,8 +207,7 @@ int main(int argc, char** argv) {
       ->check(cli::positive_integer())->capture_default_str();
   app.add_option("--workers", o.fill.workers, "Reader/converter threads prefetching batches")
       ->check(CLI::Range(1, 64))->capture_default_str();
-  app.add_option("--dtype", o.dtype, "Storage dtype")->check(CLI::IsMember({"float32", "float16"}))
-      ->capture_default_str();
+  cli::add_choice(app, "--dtype", o.fill.dtype, fill::storage_dtype_choices(), "Storage dtype");
   app.add_option("--rows", o.rows, "Encode only input rows A:B (half-open)");
   app.add_option("--input-scale", o.input_scale, "Scale applied to uint8 inputs (number or A/B)")
       ->capture_default_str();

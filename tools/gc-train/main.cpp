@@ -95,7 +95,7 @@ int run(Options& o) {
   auto t0 = std::chrono::steady_clock::now();
   train::TrainCallbacks cb;
   cb.progress = [&](int64_t step, int64_t total, double loss) {
-    if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
+    if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress, "steps");
     char extra[80];
     std::snprintf(extra, sizeof extra, "loss %.4f  %.0f samples/s", loss,
                   o.t.batch_size * step / std::max(1e-9, std::chrono::duration<double>(
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
       ->group(g_cache);
   auto* g_loss = "Loss and batches";
-  app.add_option("--similarity", t.similarity, "cos or dot")->check(CLI::IsMember({"cos", "dot"}))->capture_default_str()->group(g_loss);
+  cli::add_choice(app, "--similarity", t.similarity, similarity_choices(), "cos or dot")->group(g_loss);
   app.add_option("--temperature", t.temperature, "Logit temperature")->check(cli::positive_number())->capture_default_str()->group(g_loss);
   app.add_flag("--symmetric", t.symmetric, "Also score positives against all queries")->group(g_loss);
   app.add_option("-b,--batch-size", t.batch_size, "Rows per step (global batch)")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
@@ -166,19 +166,20 @@ int main(int argc, char** argv) {
   app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")->capture_default_str()->group(g_loss);
   app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")->check(cli::positive_integer())->group(g_loss);
   app.add_option("--epochs", t.epochs, "Epochs to train")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
-  app.add_option("--dtype", t.dtype, "float32 or float64")->check(CLI::IsMember({"float32", "float64"}))->capture_default_str()->group(g_loss);
+  cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
   auto* g_opt = "Optimiser";
-  app.add_option("--optimizer", t.optimizer, "sgd or adamw")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str()->group(g_opt);
+  cli::add_choice(app, "--optimizer", t.optimizer, train::optimizer_choices(), "sgd or adamw")->group(g_opt);
   app.add_option("--lr", t.lr, "Peak learning rate")->check(cli::positive_number())->capture_default_str()->group(g_opt);
   app.add_option("--momentum", t.momentum, "SGD momentum")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
   app.add_option("--weight-decay", t.weight_decay, "Weight decay")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
   app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")->check(cli::integer_range(0, INT64_MAX))->capture_default_str()->group(g_opt);
-  app.add_option("--schedule", t.schedule, "constant, linear or cosine decay after warmup")
-      ->check(CLI::IsMember({"constant", "linear", "cosine"}))->capture_default_str()->group(g_opt);
+  cli::add_choice(app, "--schedule", t.schedule, train::schedule_choices(), "constant, linear or cosine decay after warmup")
+      ->group(g_opt);
   app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
   auto* g_dist = "Data parallel (with WORLD_SIZE > 1; see docs/distributed.md)";
-  app.add_option("--dist-backend", t.dist_backend, "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str()->group(g_dist);
+  cli::add_choice(app, "--dist-backend", t.dist_backend, dist::backend_choices(),
+                  "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
+      ->group(g_dist);
   app.add_option("--dist-timeout", t.dist_timeout, "Seconds a rank waits for the others before failing")
       ->check(cli::positive_number())->capture_default_str()->group(g_dist);
   auto* g_out = "Checkpoints and outputs";

@@ -45,7 +45,7 @@ report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
       .add("dims", i.dims)
       .add("length", i.length)
       .add("slots", i.slots)
-      .add("selection", first ? "first" : "hashed", first ? "first-N" : "hashed")
+      .add("selection", shm::selection_choices().name(i.selection), first ? "first-N" : "hashed")
       .add("item_bytes", i.item_bytes)
       .add("arena_bytes", i.arena_bytes, format_size(i.arena_bytes))
       .add("arena_used_bytes", i.arena_used, format_size(i.arena_used))
@@ -94,7 +94,8 @@ void print_json(const char* key, const report::Json& value) {
 struct Options {
   cli::CommonOptions common;
   // create
-  std::string name, dims, dtype = "uint8", limit, mode = "0600", select = "first";
+  std::string name, dims, dtype = "uint8", limit, mode = "0600";
+  shm::Selection select = shm::Selection::first;
   uint64_t len = 0, slots = 0, seed = 0;
   bool variable = false;
   // fill / get / rm
@@ -123,7 +124,7 @@ int do_create(Options& o) {
   }
   if (!o.limit.empty()) c.limit_bytes = shm::parse_size(o.limit);
   c.slots = o.slots;
-  c.selection = o.select == "hashed" ? shm::Selection::hashed : shm::Selection::first;
+  c.selection = o.select;
   c.seed = o.seed;
   try {
     std::size_t used = 0;
@@ -277,8 +278,8 @@ int main(int argc, char** argv) {
   create->add_flag("--variable", o.variable, "Variable-size items (an arena with per-index offset/length)");
   create->add_option("--limit", o.limit, "Byte budget for the data, e.g. 2GiB");
   create->add_option("--slots", o.slots, "Number of cacheable items (fixed layout; instead of --limit)");
-  create->add_option("--select", o.select, "Cacheable indices: the first N, or a seeded hashed subset")
-      ->check(CLI::IsMember({"first", "hashed"}))->capture_default_str();
+  cli::add_choice(*create, "--select", o.select, shm::selection_choices(),
+                  "Cacheable indices: the first N, or a seeded hashed subset");
   create->add_option("--seed", o.seed, "Seed of --select hashed")->capture_default_str();
   create->add_option("--mode", o.mode, "Permission bits, e.g. 0640 to share with a group")->capture_default_str();
   app.add_subcommand("list", "List slabs: name, layout, size, filled %, creator, age");

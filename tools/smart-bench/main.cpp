@@ -83,7 +83,14 @@ struct Options {
 };
 
 int run(Options& o) {
-  o.b.strategies = cli::split(o.strategies, ',');
+  o.b.strategies.clear();
+  for (const auto& name : cli::split(o.strategies, ',')) {
+    auto c = sbench::caching_choices().find(name);
+    if (!c)
+      throw Error(Exit::usage, "--strategy",
+                  "unknown strategy '" + name + "' (known: " + sbench::caching_choices().list(", ") + ")");
+    o.b.strategies.push_back(*c);
+  }
   for (const auto& d : cli::split(o.resize, ',')) {
     auto v = cli::parse_int(d);
     if (!v || *v <= 0) throw Error(Exit::usage, "--resize", "expected H,W, got '" + o.resize + "'");
@@ -175,7 +182,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
       ->capture_default_str()->group("Cost");
-  app.add_option("--strategy", o.strategies, "Comma-separated: none, full, stochastic, smart, embed")->capture_default_str();
+  app.add_option("--strategy", o.strategies, "Comma-separated: " + sbench::caching_choices().list(", "))->capture_default_str();
   app.add_option("--frozen-encoder", b.frozen_encoder, "embed: frozen TorchScript encoder run every step")->group("embed");
   app.add_option("--cache", b.cache, "embed: cache-fill cache of the same items")->group("embed");
   app.add_option("--embeddings", b.embeddings, "embed: encoder name in the cache (default: the only one)")->group("embed");

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "traincache/choices.h"
 #include "traincache/error.h"
 #include "traincache/progress.h"
 #include "traincache/report.h"
@@ -20,11 +21,9 @@ struct CommonOptions {
   int verbose = 0;                           ///< -v (repeatable); -vv also prints HDF5 error stacks
   bool quiet = false;                        ///< -q: no informational messages on stderr
   bool json = false;                         ///< --json: machine-readable output on stdout
-  std::string progress = "auto";             ///< --progress=auto|always|never
+  ProgressMode progress = ProgressMode::automatic;  ///< --progress=auto|always|never
   int threads = 0;                           ///< --threads (0 = library default)
   std::string device = "cpu";               ///< --device cpu|cuda[:N]
-
-  ProgressMode progress_mode() const { return parse_progress_mode(progress); }
 };
 
 /// Which of the compute options (--threads, --device) a tool takes.
@@ -81,6 +80,18 @@ CLI::Validator integer_range(int64_t lo, int64_t hi);
 
 /// A CLI11 check for numbers > 0 (or >= 0 with `zero_ok`), with a readable message.
 CLI::Validator positive_number(bool zero_ok = false);
+
+/// An option whose value is one of `choices`' names (checked, with the names in --help), stored
+/// in `target` as the enum: strings become enums here, once. `choices` must outlive parsing.
+template <class E>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const Choices<E>& choices,
+                        const std::string& description) {
+  auto* opt = app.add_option_function<std::string>(
+      flag, [&target, &choices, flag](const std::string& s) { target = choices.parse(s, flag); }, description);
+  opt->check(CLI::IsMember(choices.names()));
+  opt->default_str(choices.name(target));
+  return opt;
+}
 
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }

@@ -15,9 +15,10 @@
 
 namespace traincache::dist {
 
-/// "auto" (NCCL for CUDA devices, Gloo otherwise), "gloo" or "nccl" -> the backend to use;
-/// Error(usage) for other names, Error(unavailable) for NCCL in a LibTorch built without it.
-std::string choose_backend(const std::string& requested, const torch::Device& device);
+/// The backend to use for `requested` on `device` (automatic: NCCL for CUDA devices, Gloo
+/// otherwise); Error(unavailable) for NCCL in a LibTorch built without it, Error(usage) for NCCL
+/// on a CPU device.
+Backend choose_backend(Backend requested, const torch::Device& device);
 
 /// One process group. Every collective must be called by every rank in the same order. A failed
 /// or timed-out collective (a rank died, hung or disconnected) throws Error(unavailable) naming this
@@ -27,15 +28,14 @@ class Group {
   /// Connects to the others (rank 0 hosts the TCP store unless torchrun's agent does); waits at
   /// most `timeout` for them, and the same for every later collective. Tensors travel on
   /// `device` for NCCL and on the CPU for Gloo; results come back where the inputs were.
-  Group(const Launch& launch, const std::string& backend, std::chrono::milliseconds timeout,
-        const torch::Device& device);
+  Group(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const std::string& backend() const { return backend_; }
+  Backend backend() const { return backend_; }
 
   /// Collectives run so far (each all_gather_rows, all_reduce_sum, broadcast or barrier is one).
   int64_t collectives() const { return collectives_; }
@@ -63,7 +63,7 @@ class Group {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
-  std::string backend_;
+  Backend backend_ = Backend::gloo;
   torch::Device comm_device_ = torch::kCPU;
   std::string context_ = "start-up";
   int64_t collectives_ = 0;

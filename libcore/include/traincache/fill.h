@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "traincache/choices.h"
 #include "traincache/dtype.h"
 
 namespace traincache::fill {
@@ -34,7 +35,7 @@ struct FillOptions {
   int workers = 1;                    ///< reader/converter threads
   int threads = 0;                    ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
-  DType dtype = DType::f32;           ///< storage type: f32 or f16
+  DType dtype = DType::f32;           ///< storage type: one of storage_dtype_choices()
   int64_t row_begin = 0;
   int64_t row_end = -1;               ///< -1 = to the end
   double input_scale = 1.0 / 255.0;   ///< applied to uint8 inputs
@@ -84,6 +85,9 @@ inline constexpr double kOptimizeTolerance = 1e-4;
 
 /// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
 /// output file exists and the partial progress is kept only if the run could be resumed.
+/// The dtypes embeddings are stored in (--dtype): float32, float16.
+const Choices<DType>& storage_dtype_choices();
+
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
 
 /// Partial-progress directory used for `out`.

@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "traincache/similarity.h"
+
 namespace traincache::gc {
 
-/// Similarity between representations.
-enum class Similarity { cos, dot };
+using Similarity = traincache::Similarity;
 
 /// Which loss.
 enum class LossKind {
@@ -33,9 +34,6 @@ struct LossConfig {
   double temperature = 0.05;
   int64_t anchor_chunk = 0;  ///< anchor rows per loss chunk (0 = all at once)
 };
-
-/// Parses "cos"/"dot"; throws Error(usage).
-Similarity parse_similarity(const std::string& s);
 
 /// The loss as a differentiable tensor. Pair modes: q [B, d]; p [B*(1+k), d] grouped per query
 /// (row i*(1+k) is query i's positive, the next k rows its hard negatives). supcon: q = z [B, d],

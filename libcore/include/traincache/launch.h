@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "traincache/choices.h"
+
 namespace traincache::dist {
 
 /// What the launcher says about this process.
@@ -18,6 +20,12 @@ struct Launch {
   int restart_count = 0;     ///< TORCHELASTIC_RESTART_COUNT (prefix of the agent store's keys)
   bool distributed() const { return world_size > 1; }
 };
+
+/// The collective backend asked for: automatic picks NCCL for CUDA devices and Gloo otherwise.
+enum class Backend { automatic, gloo, nccl };
+
+/// "auto", "gloo", "nccl".
+const Choices<Backend>& backend_choices();
 
 /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and torchrun's
 /// TORCHELASTIC_* variables. Unset WORLD_SIZE means one process. Malformed or inconsistent values

@@ -5,10 +5,15 @@
 #include <cstdint>
 #include <string>
 
+#include "traincache/choices.h"
+
 namespace traincache {
 
 /// When to draw progress.
 enum class ProgressMode { automatic, always, never };
+
+/// "auto", "always", "never".
+const Choices<ProgressMode>& progress_choices();
 
 /// Parses "auto", "always" or "never"; throws Error(usage) otherwise.
 ProgressMode parse_progress_mode(const std::string& s);

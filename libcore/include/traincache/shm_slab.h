@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "traincache/choices.h"
 #include "traincache/dtype.h"
 #include "traincache/text.h"
 
@@ -30,6 +31,9 @@ enum class Layout : uint32_t { fixed = 0, variable = 1 };
 
 /// Which dataset indices are cacheable.
 enum class Selection : uint32_t { first = 0, hashed = 1 };
+
+/// "first", "hashed".
+const Choices<Selection>& selection_choices();
 
 /// State of one slot. A slot goes EMPTY -> WRITING -> FILLED; a writer that dies leaves WRITING,
 /// which readers treat as a miss and repair() returns to EMPTY. Any other stored value is reported

@@ -8,7 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "traincache/choices.h"
+
 namespace traincache::sbench {
+
+/// The caching strategies (--strategy). embed runs as two records per epoch: "embed_encoder" (the
+/// frozen encoder every step) and "embed_cache" (embeddings read from the cache).
+enum class Caching { none, full, stochastic, smart, embed };
+
+/// "none", "full", "stochastic", "smart", "embed": the one list of strategy names.
+const Choices<Caching>& caching_choices();
 
 /// The workload and the strategies to compare. Defaults match the command line's.
 struct BenchOptions {
@@ -31,7 +40,7 @@ struct BenchOptions {
   uint64_t seed = 0;
   int threads = 0;
   // Strategies.
-  std::vector<std::string> strategies{"none", "full", "stochastic", "smart"};
+  std::vector<Caching> strategies{Caching::none, Caching::full, Caching::stochastic, Caching::smart};
   std::string frozen_encoder;                    ///< embed: the frozen TorchScript encoder, and
   std::string cache;                             ///< embed: its cache-fill cache of the same items
   std::string embeddings;                        ///< embed: the encoder's name in the cache ("" = the only one)
@@ -55,10 +64,6 @@ struct EpochRecord {
   uint64_t peak_rss_bytes = 0;
   double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start
 };
-
-/// Names of the strategies this build knows. "embed" runs as two records per epoch:
-/// "embed_encoder" (the frozen encoder every step) and "embed_cache" (embeddings read from the cache).
-const std::vector<std::string>& known_strategies();
 
 /// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
 /// progress messages. Throws traincache::Error.

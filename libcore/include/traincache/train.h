@@ -9,7 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "traincache/choices.h"
+#include "traincache/dtype.h"
+#include "traincache/launch.h"
+#include "traincache/similarity.h"
+
 namespace traincache::train {
+
+/// The optimiser (--optimizer).
+enum class Optimizer { sgd, adamw };
+/// The learning rate after warmup (--schedule): kept, or decayed linearly or as a cosine to 0.
+enum class Schedule { constant, linear, cosine };
+
+const Choices<Optimizer>& optimizer_choices();
+const Choices<Schedule>& schedule_choices();
+/// The parameter and input dtypes gc-train accepts (--dtype): float32, float64.
+const Choices<DType>& float_dtype_choices();
 
 /// Everything that controls a training run. Defaults match the command line's.
 struct TrainOptions {
@@ -29,7 +44,7 @@ struct TrainOptions {
   std::string cache_shm;                                ///< share embeddings through slabs "<name>-<encoder>"
   bool trust_slab_owner = false;                        ///< attach to --cache-shm slabs of other users
   // Loss.
-  std::string similarity = "cos";
+  Similarity similarity = Similarity::cos;
   double temperature = 0.05;
   bool symmetric = false;
   int64_t loss_chunk = 0;                               ///< anchor rows per loss chunk (0 = chunk size)
@@ -43,10 +58,10 @@ struct TrainOptions {
   int64_t steps = 0;                                    ///< 0: use epochs
   int64_t epochs = 1;
   // Optimiser and schedule.
-  std::string optimizer = "adamw";
+  Optimizer optimizer = Optimizer::adamw;
   double lr = 1e-3, momentum = 0, weight_decay = 0, clip_norm = 0;
   int64_t warmup_steps = 0;
-  std::string schedule = "constant";                    ///< constant, linear or cosine decay after warmup
+  Schedule schedule = Schedule::constant;
   // Checkpoints, outputs, evaluation.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
@@ -57,9 +72,9 @@ struct TrainOptions {
   std::string device = "cpu";
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
-  std::string dist_backend = "auto";                    ///< auto, gloo or nccl
+  dist::Backend dist_backend = dist::Backend::automatic;
   double dist_timeout = 1800;                           ///< seconds a rank waits for the others
-  std::string dtype = "float32";                        ///< float32 or float64 (parameters and inputs)
+  DType dtype = DType::f32;                             ///< f32 or f64 (parameters and inputs)
 };
 
 /// Retrieval or nearest-neighbour metrics on the held-out rows.
