@@ -7,17 +7,13 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <thread>
 #include <torch/version.h>
 
 #include "traincache/cache_file.h"
@@ -28,6 +24,7 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/journal.h"
+#include "traincache/prefetch.h"
 #include "traincache/row_digest.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
@@ -72,77 +69,27 @@ struct Batch {
   std::map<std::string, torch::Tensor> inputs;
 };
 
-// Reads batches ahead on `workers` threads and hands them out in order. Batch k is read by
-// thread k % workers; at most `depth` batches are in flight.
+// Batches [first_row, end_row) in steps of batch_size, read ahead on `workers` threads (at most
+// two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
   Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row,
              int64_t batch_size, int workers, double scale)
-      : inputs_(inputs), first_(first_row), end_(end_row), bs_(batch_size), scale_(scale) {
-    n_batches_ = (end_ - first_ + bs_ - 1) / bs_;
-    workers = std::max(1, workers);
-    depth_ = 2 * workers;
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w, workers] { work(w, workers); });
-  }
+      : pf_((end_row - first_row + batch_size - 1) / batch_size, workers, 2 * std::max(1, workers),
+            [&inputs, first_row, end_row, batch_size, scale](int64_t k) {
+              Batch b;
+              b.start = first_row + k * batch_size;
+              b.count = std::min(batch_size, end_row - b.start);
+              for (auto& [name, in] : inputs) b.inputs[name] = in.read(b.start, b.count, scale);
+              return b;
+            }) {}
 
-  ~Prefetcher() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  int64_t batches() const { return n_batches_; }
-
-  // Blocks until batch `next_` is ready; rethrows a reader's error.
-  Batch next() {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return ready_.count(next_) || error_; });
-    if (error_ && !ready_.count(next_)) std::rethrow_exception(error_);
-    Batch b = std::move(ready_[next_]);
-    ready_.erase(next_++);
-    cv_.notify_all();
-    return b;
-  }
+  int64_t batches() const { return pf_.count(); }
+  // Blocks until the next batch is ready; rethrows a reader's error.
+  Batch next() { return pf_.next(); }
 
  private:
-  void work(int w, int workers) {
-    for (int64_t k = w; k < n_batches_; k += workers) {
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || k < next_ + depth_; });
-        if (stop_) return;
-      }
-      Batch b;
-      b.start = first_ + k * bs_;
-      b.count = std::min(bs_, end_ - b.start);
-      try {
-        for (auto& [name, in] : inputs_)
-          b.inputs[name] = in.read(b.start, b.count, scale_);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-        cv_.notify_all();
-        return;
-      }
-      std::lock_guard<std::mutex> lk(mu_);
-      ready_[k] = std::move(b);
-      cv_.notify_all();
-    }
-  }
-
-  const std::map<std::string, Input>& inputs_;
-  int64_t first_, end_, bs_;
-  double scale_;
-  int64_t n_batches_ = 0, depth_ = 2, next_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int64_t, Batch> ready_;
-  std::exception_ptr error_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+  OrderedPrefetcher<Batch> pf_;
 };
 
 // The journal in `partial`: adopted only when the directory is private to this user and the

@@ -21,6 +21,7 @@
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/prefetch.h"
 #include "traincache/shm_slab.h"
 #include "traincache/timing.h"
 #include "traincache/smart_cache.h"
@@ -520,81 +521,27 @@ std::unique_ptr<Source> open_source(const BenchOptions& o) {
 class EpochLoader {
  public:
   EpochLoader(const BenchOptions& o, Strategy& strat, Pipeline& pipe, const std::vector<int64_t>& items, int64_t epoch)
-      : o_(o), strat_(strat), pipe_(pipe), items_(items), epoch_(epoch), samples_(items.size()), ready_(items.size(), 0) {
-    for (int w = 0; w < std::max(1, o.workers); ++w) threads_.emplace_back([this] { work(); });
-  }
-  ~EpochLoader() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+      : pf_(static_cast<int64_t>(items.size()), o.workers, 4 * o.batch_size,
+            [this, &strat, &pipe, &items, epoch](int64_t k) {
+              bool hit = false;
+              auto x = strat.prefix(items[k], &hit);
+              if (strat.augment()) x = pipe.random(x, epoch, items[k]);
+              hits_ += hit;
+              return x;
+            }) {}
 
   // Blocks until samples [lo, hi) are ready and hands them over; rethrows a loader's error.
   std::vector<torch::Tensor> take(int64_t lo, int64_t hi) {
     std::vector<torch::Tensor> xs;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] {
-        if (error_) return true;
-        for (int64_t k = lo; k < hi; ++k)
-          if (!ready_[k]) return false;
-        return true;
-      });
-      if (error_) std::rethrow_exception(error_);
-      for (int64_t k = lo; k < hi; ++k) xs.push_back(std::move(samples_[k]));
-      consumed_ = hi;
-    }
-    cv_.notify_all();
+    for (int64_t k = lo; k < hi; ++k) xs.push_back(pf_.next());
     return xs;
   }
 
   int64_t hits() const { return hits_; }
 
  private:
-  void work() {
-    const int64_t m = static_cast<int64_t>(items_.size());
-    while (true) {
-      int64_t k = next_++;
-      if (k >= m) return;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || k < consumed_ + 4 * o_.batch_size; });
-        if (stop_) return;
-      }
-      try {
-        bool hit = false;
-        auto x = strat_.prefix(items_[k], &hit);
-        if (strat_.augment()) x = pipe_.random(x, epoch_, items_[k]);
-        hits_ += hit;
-        std::lock_guard<std::mutex> lk(mu_);
-        samples_[k] = x;
-        ready_[k] = 1;
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_) error_ = std::current_exception();
-        stop_ = true;
-      }
-      cv_.notify_all();
-    }
-  }
-
-  const BenchOptions& o_;
-  Strategy& strat_;
-  Pipeline& pipe_;
-  const std::vector<int64_t>& items_;
-  int64_t epoch_;
-  std::vector<torch::Tensor> samples_;
-  std::vector<char> ready_;
-  std::atomic<int64_t> next_{0}, hits_{0};
-  int64_t consumed_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::exception_ptr error_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+  std::atomic<int64_t> hits_{0};  // before pf_: the loaders count into it until pf_ is destroyed
+  OrderedPrefetcher<torch::Tensor> pf_;
 };
 
 // One epoch of one strategy, timed: the step waits for the loaders, then trains on the batch.

@@ -1,0 +1,97 @@
+// An ordered prefetcher: worker threads produce items 0..count-1 ahead of a consumer that takes
+// them strictly in order. cache-fill reads input batches with it; smart-bench prepares samples.
+// Torch-free: the item type is a template parameter.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace traincache {
+
+template <class T>
+class OrderedPrefetcher {
+ public:
+  /// Item k is `produce(k)`, called on one of `workers` threads (at least one). At most `depth`
+  /// items (at least one) are produced ahead of the consumer: items k >= taken + depth wait.
+  /// `produce` must be safe to call from several threads at once.
+  OrderedPrefetcher(int64_t count, int workers, int64_t depth, std::function<T(int64_t)> produce)
+      : count_(count), depth_(std::max<int64_t>(1, depth)), produce_(std::move(produce)) {
+    for (int w = 0; w < std::max(1, workers); ++w) threads_.emplace_back([this] { work(); });
+  }
+
+  /// Stops the workers (items in flight are finished and dropped) and joins them.
+  ~OrderedPrefetcher() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  OrderedPrefetcher(const OrderedPrefetcher&) = delete;
+  OrderedPrefetcher& operator=(const OrderedPrefetcher&) = delete;
+
+  int64_t count() const { return count_; }
+
+  /// Blocks until the next item is ready and hands it over. After a worker fails, the items
+  /// already produced are still handed out in order; the first one that was not rethrows the
+  /// first exception a worker raised.
+  T next() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return ready_.count(taken_) || error_; });
+    auto it = ready_.find(taken_);
+    if (it == ready_.end()) std::rethrow_exception(error_);
+    T item = std::move(it->second);
+    ready_.erase(it);
+    ++taken_;
+    lk.unlock();
+    cv_.notify_all();
+    return item;
+  }
+
+ private:
+  void work() {
+    while (true) {
+      int64_t k = claimed_++;
+      if (k >= count_) return;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || k < taken_ + depth_; });
+        if (stop_) return;
+      }
+      try {
+        T item = produce_(k);
+        std::lock_guard<std::mutex> lk(mu_);
+        ready_.emplace(k, std::move(item));
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+        stop_ = true;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  const int64_t count_, depth_;
+  std::function<T(int64_t)> produce_;
+  std::atomic<int64_t> claimed_{0};
+  int64_t taken_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, T> ready_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace traincache
