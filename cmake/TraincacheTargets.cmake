@@ -1,9 +1,15 @@
 # Helper functions: one per kind of target, so every library, tool and test gets the same flags.
 #
-# Torch is wrapped in one interface target (traincache::torch) that carries the precompiled header;
-# every torch target reuses the PCH compiled once for traincache_torch. Targets that do not link it
-# have no torch include path, so an accidental #include <torch/...> fails to compile: that is the
-# guard that keeps cache-inspect-style code and shm code free of torch.
+# Dependencies follow dorado's cmake/DoradoTarget.cmake: what a target's public headers expose is
+# PUBLIC, everything else PRIVATE. LibTorch is PRIVATE to traincache_torch, and the headers that
+# include it (libcore/internal/) are on its PRIVATE include path: the tools, which link
+# traincache_torch, have no torch include path, so an accidental #include <torch/...> or
+# "traincache/encoder.h" in a tool or a torch-free header fails to compile. Code that really needs
+# torch (the torch unit tests, fill-bench) links traincache::torch_internal instead.
+#
+# Two precompiled headers: libcore/src/core_pch.h (CLI11, nlohmann-json, HDF5), built once for
+# traincache_core and reused by every torch-free translation unit; libcore/src/torch_pch.h, built
+# once for traincache_torch and reused by the torch tests and benchmarks.
 
 set(TRAINCACHE_WARNINGS -Wall -Wextra -Wno-unused-parameter)
 if(TRAINCACHE_WERROR)
@@ -12,35 +18,48 @@ endif()
 
 add_library(traincache_torch_iface INTERFACE)
 target_link_libraries(traincache_torch_iface INTERFACE ${TORCH_LIBRARIES})
-target_compile_options(traincache_torch_iface INTERFACE ${TORCH_CXX_FLAGS})
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
-# tc_add_library(NAME SOURCES ... [DEPS ...] [TORCH])
+# tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])
+# TORCH: LibTorch and libcore/internal/ are PRIVATE; PCH: compile with this precompiled header.
 function(tc_add_library name)
-  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH" "PCH" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${TRAINCACHE_WARNINGS})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/libcore/include
                                             ${PROJECT_BINARY_DIR}/generated)
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   if(ARG_TORCH)
-    target_link_libraries(${name} PUBLIC traincache::torch)
-    target_precompile_headers(${name} PRIVATE ${PROJECT_SOURCE_DIR}/libcore/src/torch_pch.h)
+    target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/libcore/internal)
+    target_link_libraries(${name} PRIVATE traincache::torch)
+  endif()
+  if(ARG_PCH)
+    target_precompile_headers(${name} PRIVATE ${ARG_PCH})
   endif()
 endfunction()
 
-# tc_reuse_torch_pch(TARGET): compile TARGET with the PCH built for traincache_torch.
+# tc_reuse_torch_pch(TARGET) / tc_reuse_core_pch(TARGET): compile TARGET with the PCH built for
+# traincache_torch / traincache_core (the flags are the same for every target).
 function(tc_reuse_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM traincache_torch)
 endfunction()
+function(tc_reuse_core_pch target)
+  target_precompile_headers(${target} REUSE_FROM traincache_core)
+endfunction()
 
-# tc_add_tool(NAME SOURCES ... DEPS ...): one executable in tools/, installed to bin/.
+# tc_add_tool(NAME SOURCES ... DEPS ... [TORCH]): one executable in tools/ (or bench/), installed
+# to bin/. TORCH: the code itself uses LibTorch (reuses the torch PCH instead of the core one).
 function(tc_add_tool name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${TRAINCACHE_WARNINGS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+  if(ARG_TORCH)
+    tc_reuse_torch_pch(${name})
+  else()
+    tc_reuse_core_pch(${name})
+  endif()
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
 
@@ -54,6 +73,8 @@ function(tc_add_unit_test name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   if(ARG_TORCH)
     tc_reuse_torch_pch(${name})
+  else()
+    tc_reuse_core_pch(${name})
   endif()
   add_test(NAME unit.${name} COMMAND ${name})
   set_tests_properties(unit.${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300)
