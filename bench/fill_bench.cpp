@@ -8,8 +8,8 @@
 #include "traincache/cli.h"
 #include "traincache/encoder.h"
 #include "traincache/fill.h"
-#include "traincache/runtime.h"
 #include "traincache/h5.h"
+#include "traincache/runtime.h"
 #include "traincache/version.h"
 
 using namespace traincache;
@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
   app.add_option("--features", o.features, "Input dataset")->capture_default_str();
   app.add_option("--rows", o.rows, "Rows to encode (at most the dataset's)")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Rows per batch")->capture_default_str();
-  app.add_option("--repeats", o.repeats, "Interleaved rounds (the best of each measurement is kept)")->capture_default_str();
+  app.add_option("--repeats", o.repeats, "Interleaved rounds (the best of each measurement is kept)")
+      ->capture_default_str();
   app.add_option("--out", o.out, "Scratch cache file (removed)")->capture_default_str();
   app.footer("EXIT STATUS\n  0 targets met; 1 a target missed; 64 usage; 65/66 bad or missing input.");
   return cli::run_tool("fill-bench", app, argc, argv, [&] { return run(o); });

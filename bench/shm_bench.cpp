@@ -90,9 +90,13 @@ int run(Options& o) {
     shm::remove_slab(name);
     double ratio = slab_best / copy_best;
     ok = ok && ratio >= 0.8;
-    j["read"] = {{"items", o.read_items}, {"item_bytes", o.read_item_bytes},
-                 {"slab_read_bytes_per_second", slab_best}, {"memcpy_bytes_per_second", copy_best},
-                 {"ratio", ratio}, {"target_ratio_min", 0.8}, {"checksum", check}};
+    j["read"] = {{"items", o.read_items},
+                 {"item_bytes", o.read_item_bytes},
+                 {"slab_read_bytes_per_second", slab_best},
+                 {"memcpy_bytes_per_second", copy_best},
+                 {"ratio", ratio},
+                 {"target_ratio_min", 0.8},
+                 {"checksum", check}};
   }
 
   // 2. second epoch of a file loader with part of the samples cached
@@ -163,8 +167,10 @@ int run(Options& o) {
     std::vector<std::pair<double, double>> points;
     for (std::size_t k = 0; k < fractions.size(); ++k) {
       points.push_back({fractions[k], best[k]});
-      rows.push_back({{"cached_fraction", fractions[k]}, {"second_epoch_seconds", best[k]},
-                      {"hit_rate", double(hits[k]) / o.samples}, {"speedup", best[0] / best[k]}});
+      rows.push_back({{"cached_fraction", fractions[k]},
+                      {"second_epoch_seconds", best[k]},
+                      {"hit_rate", double(hits[k]) / o.samples},
+                      {"speedup", best[0] / best[k]}});
     }
     // Linear in the cached fraction: the 25% and 50% times lie near the line through 0% and 100%.
     double worst = 0;
@@ -174,8 +180,11 @@ int run(Options& o) {
     }
     bool linear = worst <= 0.2 && points.back().second < points.front().second;
     ok = ok && linear;
-    j["second_epoch"] = {{"samples", o.samples}, {"sample_bytes", o.sample_bytes}, {"rows", rows},
-                         {"max_deviation_from_linear", worst}, {"target_deviation_max", 0.2}};
+    j["second_epoch"] = {{"samples", o.samples},
+                         {"sample_bytes", o.sample_bytes},
+                         {"rows", rows},
+                         {"max_deviation_from_linear", worst},
+                         {"target_deviation_max", 0.2}};
   }
 
   // 3. creation of a large slab
@@ -199,7 +208,9 @@ int run(Options& o) {
       uint64_t resident = shm::resident_bytes(name);
       shm::remove_slab(name);
       ok = ok && s < 1.0;
-      j["create"] = {{"bytes", c.limit_bytes}, {"seconds", s}, {"resident_bytes_after_create", resident},
+      j["create"] = {{"bytes", c.limit_bytes},
+                     {"seconds", s},
+                     {"resident_bytes_after_create", resident},
                      {"target_seconds_max", 1.0}};
     }
   }

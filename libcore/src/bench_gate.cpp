@@ -45,7 +45,9 @@ report::Json read_baseline(const std::string& path) {
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("records") || !doc["records"].is_array())
     throw Error(Exit::data, path, "not a smart-bench --json document");
   for (const auto& r : doc["records"])
-    if (!well_formed(r)) throw Error(Exit::data, path, "not a smart-bench --json document (a record lacks strategy, epoch or samples_per_second)");
+    if (!well_formed(r))
+      throw Error(Exit::data, path,
+                  "not a smart-bench --json document (a record lacks strategy, epoch or samples_per_second)");
   return doc["records"];
 }
 

@@ -13,9 +13,9 @@
 #include <set>
 
 #include "traincache/error.h"
-#include "traincache/text.h"
 #include "traincache/h5.h"
 #include "traincache/safe_file.h"
+#include "traincache/text.h"
 
 namespace traincache::cache {
 
@@ -31,8 +31,7 @@ std::vector<std::string> json_string_list(const std::string& text) {
 }
 
 // Reads rows [start, start+count) of a string or numeric 1-D dataset as text.
-std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, int64_t start,
-                                      int64_t count) {
+std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count) {
   std::vector<std::string> out;
   if (info.dtype == DType::string) {
     h5::Id ftype(H5Dget_type(dset));
@@ -62,7 +61,6 @@ std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, i
   }
   return out;
 }
-
 
 // h5::describe, with the file named in its errors.
 h5::DatasetInfo describe_in(hid_t d, const std::string& path, const std::string& dpath) {
@@ -121,8 +119,8 @@ void check_virtual_sources(hid_t f, const std::string& path, const std::set<std:
     h5::Id sf = h5::open_file(src);
     auto complete = h5::read_attr_int(sf.get(), "complete");
     auto src_job = h5::read_attr_string(sf.get(), "job_fingerprint");
-    if (h5::read_attr_string(sf.get(), "format").value_or("") != kFormatName || complete.value_or(0) != 1 ||
-        !src_job || (job && *src_job != *job))
+    if (h5::read_attr_string(sf.get(), "format").value_or("") != kFormatName || complete.value_or(0) != 1 || !src_job ||
+        (job && *src_job != *job))
       throw Error(Exit::data, path, "virtual source " + src + " is not a complete shard of this cache's job");
   }
 }
@@ -260,9 +258,12 @@ std::vector<EmbeddingStats> compute_stats(const std::string& path) {
                        bool finite = true;
                        for (int64_t k = 0; k < per_row; ++k) {
                          float v = data[r * per_row + k];
-                         if (std::isnan(v)) ++st.nan_count, finite = false;
-                         else if (std::isinf(v)) ++st.inf_count, finite = false;
-                         else sq += double(v) * v;
+                         if (std::isnan(v))
+                           ++st.nan_count, finite = false;
+                         else if (std::isinf(v))
+                           ++st.inf_count, finite = false;
+                         else
+                           sq += double(v) * v;
                        }
                        ++st.rows;
                        if (!finite) continue;
@@ -296,17 +297,16 @@ CheckReport check(const std::string& path) {
     if (info.embeddings.empty()) rep.problems.push_back("no datasets under /embeddings");
     for (const auto& e : info.embeddings)
       if (e.shape.empty() || e.shape[0] != info.rows)
-        rep.problems.push_back("/embeddings/" + e.name + " has " +
-                               std::to_string(e.shape.empty() ? 0 : e.shape[0]) + " rows, expected " +
-                               std::to_string(info.rows));
+        rep.problems.push_back("/embeddings/" + e.name + " has " + std::to_string(e.shape.empty() ? 0 : e.shape[0]) +
+                               " rows, expected " + std::to_string(info.rows));
     if (info.labels && info.labels->rows != info.rows)
       rep.problems.push_back("/labels has " + std::to_string(info.labels->rows) + " rows, expected " +
                              std::to_string(info.rows));
     if (!rep.problems.empty()) return rep;
     for (const auto& st : compute_stats(path))
       if (st.nan_count || st.inf_count)
-        rep.problems.push_back("/embeddings/" + st.name + " holds " + std::to_string(st.nan_count) +
-                               " NaN and " + std::to_string(st.inf_count) + " Inf values");
+        rep.problems.push_back("/embeddings/" + st.name + " holds " + std::to_string(st.nan_count) + " NaN and " +
+                               std::to_string(st.inf_count) + " Inf values");
   } catch (const Error& e) {
     rep.problems.push_back(e.what());
   }
@@ -359,8 +359,7 @@ std::vector<float> read_embedding_rows(const std::string& path, const std::strin
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= di.rows())
       throw Error(Exit::usage, path, "row " + std::to_string(indices[i]) + " out of range");
-    h5::read_rows(d.get(), path + ": " + dpath, indices[i], 1, H5T_NATIVE_FLOAT,
-                  out.data() + i * per_row);
+    h5::read_rows(d.get(), path + ": " + dpath, indices[i], 1, H5T_NATIVE_FLOAT, out.data() + i * per_row);
   }
   return out;
 }
@@ -375,12 +374,11 @@ int64_t chunk_rows(int64_t row_bytes, int64_t rows) {
 namespace {
 
 void write_attrs(hid_t obj, const Attrs& attrs) {
-  for (const auto& attr : attrs)
-    std::visit([&](const auto& v) { h5::write_attr(obj, attr.first, v); }, attr.second);
+  for (const auto& attr : attrs) std::visit([&](const auto& v) { h5::write_attr(obj, attr.first, v); }, attr.second);
 }
 
-h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
-                      const std::vector<int64_t>& shape, int64_t row_bytes) {
+h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype, const std::vector<int64_t>& shape,
+                      int64_t row_bytes) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   std::vector<hsize_t> chunk = dims;
   chunk[0] = static_cast<hsize_t>(chunk_rows(row_bytes, shape[0]));
@@ -394,13 +392,12 @@ h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype,
 }
 
 // Copies rows [start, start+rows) of input dataset `src` into a new dataset `dst` of `out`.
-void copy_dataset(hid_t in, const std::string& in_path, const std::string& src, hid_t out,
-                  const std::string& dst, int64_t start, int64_t rows) {
+void copy_dataset(hid_t in, const std::string& in_path, const std::string& src, hid_t out, const std::string& dst,
+                  int64_t start, int64_t rows) {
   h5::Id sd = h5::open_dataset(in, in_path, src);
   auto di = h5::describe(sd.get(), src);
   h5::Id ftype(H5Dget_type(sd.get()));
-  h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get())
-                                         : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+  h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
   std::vector<int64_t> shape = di.shape;
   shape[0] = rows;
   int64_t elem = static_cast<int64_t>(H5Tget_size(mtype.get()));

@@ -37,8 +37,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
         ->check(integer_range(0, kMaxThreads))
         ->capture_default_str();
   if (compute == Compute::full)
-    app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")
-        ->capture_default_str();
+    app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")->capture_default_str();
 }
 
 void print_error(const std::string& tool, const std::string& msg) {
@@ -98,8 +97,7 @@ std::string suggestion(CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
-int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
-             const std::function<int()>& body) {
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   int status = 0;
   shm::install_sigbus_handler(tool);
   h5::skip_exit_cleanup();
@@ -207,7 +205,8 @@ CLI::Validator positive_number(bool zero_ok) {
         char* end = nullptr;
         double v = std::strtod(s.c_str(), &end);
         bool ok = !s.empty() && end && *end == '\0' && std::isfinite(v) && (zero_ok ? v >= 0 : v > 0);
-        if (!ok) return std::string(zero_ok ? "must be a number >= 0" : "must be a positive number") + ", got '" + s + "'";
+        if (!ok)
+          return std::string(zero_ok ? "must be a number >= 0" : "must be a positive number") + ", got '" + s + "'";
         return "";
       },
       zero_ok ? "NONNEGATIVE" : "POSITIVE");

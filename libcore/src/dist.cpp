@@ -24,8 +24,7 @@ Backend choose_backend(Backend requested, const torch::Device& device) {
     throw Error(Exit::unavailable, "--dist-backend",
                 "this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)");
 #endif
-  if (b == Backend::nccl && !device.is_cuda())
-    throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
+  if (b == Backend::nccl && !device.is_cuda()) throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
   return b;
 }
 
@@ -80,8 +79,8 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
       // torchrun's agent already serves the store on MASTER_PORT; its workers use a prefix per attempt.
       so.isServer = false;
       auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
-      impl_->store = c10::make_intrusive<c10d::PrefixStore>(
-          "/worker/attempt_" + std::to_string(launch.restart_count), tcp);
+      impl_->store =
+          c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(launch.restart_count), tcp);
     } else {
       so.isServer = launch.rank == 0;
       so.multiTenant = true;

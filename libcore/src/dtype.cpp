@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include "traincache/error.h"
-#include "traincache/text.h"
-
 #include <cctype>
 #include <cstring>
+
+#include "traincache/error.h"
+#include "traincache/text.h"
 
 namespace traincache {
 
@@ -17,10 +17,9 @@ struct Entry {
   std::size_t size;
 };
 constexpr Entry kTable[] = {
-    {DType::u8, "uint8", 1},     {DType::i8, "int8", 1},       {DType::u16, "uint16", 2},
-    {DType::i16, "int16", 2},    {DType::u32, "uint32", 4},    {DType::i32, "int32", 4},
-    {DType::u64, "uint64", 8},   {DType::i64, "int64", 8},     {DType::f16, "float16", 2},
-    {DType::f32, "float32", 4},  {DType::f64, "float64", 8},   {DType::string, "string", 0},
+    {DType::u8, "uint8", 1},    {DType::i8, "int8", 1},     {DType::u16, "uint16", 2},  {DType::i16, "int16", 2},
+    {DType::u32, "uint32", 4},  {DType::i32, "int32", 4},   {DType::u64, "uint64", 8},  {DType::i64, "int64", 8},
+    {DType::f16, "float16", 2}, {DType::f32, "float32", 4}, {DType::f64, "float64", 8}, {DType::string, "string", 0},
     {DType::other, "other", 0},
 };
 }  // namespace
@@ -48,8 +47,14 @@ std::size_t dtype_size(DType t) {
 
 bool is_integer(DType t) {
   switch (t) {
-    case DType::u8: case DType::i8: case DType::u16: case DType::i16:
-    case DType::u32: case DType::i32: case DType::u64: case DType::i64:
+    case DType::u8:
+    case DType::i8:
+    case DType::u16:
+    case DType::i16:
+    case DType::u32:
+    case DType::i32:
+    case DType::u64:
+    case DType::i64:
       return true;
     default:
       return false;
@@ -57,7 +62,8 @@ bool is_integer(DType t) {
 }
 
 void require_memory(const std::string& what, uint64_t count, uint64_t element_bytes) {
-  const uint64_t physical = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t physical =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   uint64_t bytes = 0;
   bool overflow = __builtin_mul_overflow(count, element_bytes, &bytes);
   if (overflow || bytes > physical)

@@ -39,7 +39,8 @@ std::string torch_message(const std::string& msg) {
 
 std::string torch_error_message(const std::string& what) { return torch_message(what); }
 
-torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args, const std::string& subject) {
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
+                                const std::string& subject) {
   try {
     return m.forward(std::move(args));
   } catch (const c10::Error& e) {
@@ -74,8 +75,7 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
       throw Error(Exit::unavailable, subject,
                   "CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)");
     if (dev->has_index() && dev->index() >= static_cast<int>(torch::cuda::device_count()))
-      throw Error(Exit::unavailable, subject,
-                  "only " + std::to_string(torch::cuda::device_count()) + " CUDA devices");
+      throw Error(Exit::unavailable, subject, "only " + std::to_string(torch::cuda::device_count()) + " CUDA devices");
   } else if (!dev->is_cpu()) {
     throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
   }
@@ -96,8 +96,7 @@ void require_numeric_input(const h5::DatasetInfo& info, const std::string& file)
     throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
 }
 
-torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count,
-                              double scale) {
+torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count, double scale) {
   std::vector<int64_t> shape = info.shape;
   shape[0] = count;
   const std::string what = info.name;
@@ -130,16 +129,18 @@ torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t s
 
 torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count, double scale) {
   auto si = slab.info();
-  if (si.layout != shm::Layout::fixed) throw Error(Exit::data, si.name, "an encoder input slab must have a fixed layout");
+  if (si.layout != shm::Layout::fixed)
+    throw Error(Exit::data, si.name, "an encoder input slab must have a fixed layout");
   std::vector<int64_t> shape{count};
   for (auto d : si.dims) shape.push_back(static_cast<int64_t>(d));
-  static const std::map<DType, torch::Dtype> kTypes = {
-      {DType::u8, torch::kUInt8},   {DType::i8, torch::kInt8},     {DType::i16, torch::kInt16},
-      {DType::i32, torch::kInt32},  {DType::i64, torch::kInt64},   {DType::f16, torch::kFloat16},
-      {DType::f32, torch::kFloat32}, {DType::f64, torch::kFloat64}};
+  static const std::map<DType, torch::Dtype> kTypes = {{DType::u8, torch::kUInt8},    {DType::i8, torch::kInt8},
+                                                       {DType::i16, torch::kInt16},   {DType::i32, torch::kInt32},
+                                                       {DType::i64, torch::kInt64},   {DType::f16, torch::kFloat16},
+                                                       {DType::f32, torch::kFloat32}, {DType::f64, torch::kFloat64}};
   auto it = kTypes.find(si.dtype);
   if (it == kTypes.end())
-    throw Error(Exit::data, si.name, std::string("slab dtype ") + dtype_name(si.dtype) + " cannot be fed to an encoder");
+    throw Error(Exit::data, si.name,
+                std::string("slab dtype ") + dtype_name(si.dtype) + " cannot be fed to an encoder");
   require_memory("reading " + std::to_string(count) + " items of slab " + si.name, static_cast<uint64_t>(count),
                  si.item_bytes * (si.dtype == DType::u8 ? 5 : 1));
   auto raw = torch::empty(shape, it->second);
@@ -147,7 +148,8 @@ torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count
   for (int64_t i = 0; i < count; ++i) {
     auto v = slab.view(static_cast<uint64_t>(start + i));
     if (!v)
-      throw Error(Exit::data, si.name, "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
+      throw Error(Exit::data, si.name,
+                  "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
     std::memcpy(dst + i * si.item_bytes, v.data, v.bytes);
   }
   if (si.dtype == DType::u8) {
@@ -185,15 +187,14 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
       bool fits = output_.size() <= 18;
       for (char c : output_) i = fits ? i * 10 + static_cast<std::size_t>(c - '0') : i;
       if (!fits || i >= elems.size())
-        throw Error(Exit::data, "encoder '" + name_ + "'",
-                    "--output " + output_ + " out of range: the output has " +
-                        std::to_string(elems.size()) + " elements");
+        throw Error(
+            Exit::data, "encoder '" + name_ + "'",
+            "--output " + output_ + " out of range: the output has " + std::to_string(elems.size()) + " elements");
       out = elems[i];
     } else if (out.isGenericDict()) {
       auto dict = out.toGenericDict();
       auto it = dict.find(torch::jit::IValue(output_));
-      if (it == dict.end())
-        throw Error(Exit::data, "encoder '" + name_ + "'", "output has no key '" + output_ + "'");
+      if (it == dict.end()) throw Error(Exit::data, "encoder '" + name_ + "'", "output has no key '" + output_ + "'");
       out = it->value();
     } else {
       throw Error(Exit::data, "encoder '" + name_ + "'",
@@ -201,8 +202,10 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
     }
   }
   if (!out.isTensor()) {
-    std::string kind = out.isTuple() ? "a tuple" : out.isGenericDict() ? "a dict" : out.isList() ? "a list"
-                                                                                          : "not a tensor";
+    std::string kind = out.isTuple()         ? "a tuple"
+                       : out.isGenericDict() ? "a dict"
+                       : out.isList()        ? "a list"
+                                             : "not a tensor";
     throw Error(Exit::data, "encoder '" + name_ + "'",
                 "output is " + kind + "; select a tensor with --output KEY|INDEX");
   }

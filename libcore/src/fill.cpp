@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,13 +15,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <torch/version.h>
 
 #include "traincache/cache_file.h"
 #include "traincache/content_hash.h"
-#include "traincache/fill_plan.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
+#include "traincache/fill_plan.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/journal.h"
@@ -28,8 +28,8 @@
 #include "traincache/row_digest.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
-#include "traincache/timing.h"
 #include "traincache/shm_slab.h"
+#include "traincache/timing.h"
 #include "traincache/version.h"
 
 namespace fs = std::filesystem;
@@ -38,7 +38,6 @@ using nlohmann::json;
 namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
-
 
 namespace {
 
@@ -73,8 +72,8 @@ struct Batch {
 // two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
-  Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row,
-             int64_t batch_size, int workers, double scale)
+  Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row, int64_t batch_size,
+             int workers, double scale)
       : pf_((end_row - first_row + batch_size - 1) / batch_size, workers, 2 * std::max(1, workers),
             [&inputs, first_row, end_row, batch_size, scale](int64_t k) {
               Batch b;
@@ -132,14 +131,13 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
   return journal;
 }
 
-
 // ---- stage: open inputs ---------------------------------------------------------------------
 
 // Everything the fill reads: the encoders' input datasets (or one slab), labels and keys.
 struct Inputs {
   bool from_slab = false;
   h5::Id file;
-  std::map<std::string, Input> features;                    // by dataset name
+  std::map<std::string, Input> features;                        // by dataset name
   std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its datasets, in order
   std::optional<Input> labels, keys;
   int64_t rows = 0;
@@ -192,16 +190,18 @@ void open_hdf5_inputs(const FillOptions& opts, Inputs& in) {
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
     *which = std::move(d);
   }
-  if (in.keys && (in.keys->info.shape.size() != 1 ||
-                  !(is_integer(in.keys->info.dtype) || in.keys->info.dtype == DType::string)))
+  if (in.keys &&
+      (in.keys->info.shape.size() != 1 || !(is_integer(in.keys->info.dtype) || in.keys->info.dtype == DType::string)))
     throw Error(Exit::data, opts.input, "key dataset '" + opts.keys + "' must be 1-D integers or strings");
 }
 
 Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
   in.from_slab = is_shm(opts.input);
-  if (in.from_slab) open_slab_input(opts, in);
-  else open_hdf5_inputs(opts, in);
+  if (in.from_slab)
+    open_slab_input(opts, in);
+  else
+    open_hdf5_inputs(opts, in);
   const h5::DatasetInfo& first = in.features.begin()->second.info;
   in.rows = first.rows();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
@@ -230,8 +230,10 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                                 const std::vector<std::string>& enc_sha, const torch::Device& device) {
   ContentHash content;
   for (const auto& [name, d] : in.features) {
-    if (d.slab) hash_slab_rows(*d.slab, plan.begin, plan.end, content);
-    else hash_rows(d.dset.get(), d.info, plan.begin, plan.end, content);
+    if (d.slab)
+      hash_slab_rows(*d.slab, plan.begin, plan.end, content);
+    else
+      hash_rows(d.dset.get(), d.info, plan.begin, plan.end, content);
   }
   if (in.labels) hash_rows(in.labels->dset.get(), in.labels->info, plan.begin, plan.end, content);
   if (in.keys) hash_rows(in.keys->dset.get(), in.keys->info, plan.begin, plan.end, content);
@@ -294,7 +296,12 @@ class Encoding {
  public:
   Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
            Journal& journal, FillResult& result, const FillCallbacks& cb)
-      : opts_(opts), in_(in), encoders_(encoders), journal_(journal), result_(result), cb_(cb),
+      : opts_(opts),
+        in_(in),
+        encoders_(encoders),
+        journal_(journal),
+        result_(result),
+        cb_(cb),
         committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
         row_shapes_(encoders.size()) {
     if (journal.committed_rows == 0) journal.encoders.clear();
@@ -313,8 +320,7 @@ class Encoding {
   bool run(const RowPlan& plan) {
     int64_t done = journal_.committed_rows, last_commit = done;
     if (done >= plan.rows()) return true;
-    Prefetcher pf(in_.features, plan.begin + done, plan.end,
-                  opts_.batch_size, opts_.workers, opts_.input_scale);
+    Prefetcher pf(in_.features, plan.begin + done, plan.end, opts_.batch_size, opts_.workers, opts_.input_scale);
     if (cb_.progress) cb_.progress(done, plan.rows());
     for (int64_t k = 0; k < pf.batches(); ++k) {
       if (interrupt_requested()) {
@@ -547,8 +553,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       code = e.code();
     } catch (...) {
     }
-    const bool resumable = journal.committed_rows > 0 &&
-                           (code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
+    const bool resumable =
+        journal.committed_rows > 0 && (code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
     if (!resumable) {
       std::error_code ec;
       fs::remove_all(partial, ec);

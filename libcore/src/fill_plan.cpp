@@ -34,8 +34,8 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {
   int64_t a = opts.row_begin, b = opts.row_end < 0 ? input_rows : opts.row_end;
   if (a >= input_rows || b > input_rows || a >= b)
     throw Error(Exit::usage, "--rows",
-                std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " +
-                    std::to_string(input_rows) + " rows");
+                std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " + std::to_string(input_rows) +
+                    " rows");
   p.job_begin = p.begin = a;
   p.job_end = p.end = b;
   p.sharded = opts.shard_count > 0;

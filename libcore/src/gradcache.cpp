@@ -12,9 +12,9 @@ namespace traincache::gc {
 namespace {
 
 torch::Tensor prepare(const torch::Tensor& x, Similarity sim) {
-  return sim == Similarity::cos ? torch::nn::functional::normalize(
-                                      x, torch::nn::functional::NormalizeFuncOptions().dim(1).eps(1e-12))
-                                : x;
+  return sim == Similarity::cos
+             ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1).eps(1e-12))
+             : x;
 }
 
 int64_t chunk_of(int64_t chunk, int64_t rows) { return chunk > 0 ? std::min(chunk, rows) : rows; }
@@ -62,8 +62,7 @@ double denominator(const torch::Tensor& q, const torch::Tensor& labels, const Lo
   return std::max<double>(1.0, per_anchor.gt(0).sum().item<double>());
 }
 
-void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
-                  const LossConfig& cfg) {
+void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
   if (q.dim() != 2) throw Error(Exit::data, "loss", "representations must be [rows, dim]");
   if (cfg.kind == LossKind::supcon) {
     if (!labels.defined() || labels.size(0) != q.size(0))
@@ -72,16 +71,15 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::T
   }
   if (p.dim() != 2 || p.size(1) != q.size(1))
     throw Error(Exit::data, "loss",
-                "query and passage representations differ in width (" + std::to_string(q.size(1)) +
-                    " vs " + std::to_string(p.dim() == 2 ? p.size(1) : -1) + ")");
+                "query and passage representations differ in width (" + std::to_string(q.size(1)) + " vs " +
+                    std::to_string(p.dim() == 2 ? p.size(1) : -1) + ")");
   if (p.size(0) % q.size(0) != 0)
     throw Error(Exit::data, "loss", "passages must be a whole number of groups per query");
 }
 
 }  // namespace
 
-torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
-                   const LossConfig& cfg) {
+torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
   check_shapes(q, p, labels, cfg);
   auto qn = prepare(q, cfg.similarity);
   auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
@@ -95,8 +93,8 @@ torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::
   return total;
 }
 
-double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
-                           const LossConfig& cfg, int64_t anchor_begin, int64_t anchor_end) {
+double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg,
+                           int64_t anchor_begin, int64_t anchor_end) {
   check_shapes(q, p, labels, cfg);
   double denom = denominator(q, labels, cfg);
   int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
@@ -168,8 +166,7 @@ torch::Tensor encode_no_grad(SideBatch& side, std::vector<RngState>& states) {
 }
 
 // Pass 3: replay every chunk with a graph and push the cached gradients into the parameters.
-void replay(SideBatch& side, const std::vector<RngState>& states, const torch::Tensor& grads,
-            bool restore) {
+void replay(SideBatch& side, const std::vector<RngState>& states, const torch::Tensor& grads, bool restore) {
   int64_t c = chunk_of(side.chunk, side.rows());
   std::size_t k = 0;
   for (int64_t a = 0; a < side.rows(); a += c, ++k) {

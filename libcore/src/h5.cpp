@@ -2,12 +2,12 @@
 
 #include <sys/stat.h>
 
-#include <cctype>
-#include <climits>
-#include <cerrno>
-#include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 namespace traincache::h5 {
 
@@ -44,14 +44,22 @@ void init() {
 
 herr_t close_any(hid_t id) {
   switch (H5Iget_type(id)) {
-    case H5I_FILE: return H5Fclose(id);
-    case H5I_GROUP: return H5Gclose(id);
-    case H5I_DATASET: return H5Dclose(id);
-    case H5I_DATASPACE: return H5Sclose(id);
-    case H5I_DATATYPE: return H5Tclose(id);
-    case H5I_ATTR: return H5Aclose(id);
-    case H5I_GENPROP_LST: return H5Pclose(id);
-    default: return H5Idec_ref(id);
+    case H5I_FILE:
+      return H5Fclose(id);
+    case H5I_GROUP:
+      return H5Gclose(id);
+    case H5I_DATASET:
+      return H5Dclose(id);
+    case H5I_DATASPACE:
+      return H5Sclose(id);
+    case H5I_DATATYPE:
+      return H5Tclose(id);
+    case H5I_ATTR:
+      return H5Aclose(id);
+    case H5I_GENPROP_LST:
+      return H5Pclose(id);
+    default:
+      return H5Idec_ref(id);
   }
 }
 
@@ -223,16 +231,25 @@ DatasetInfo describe(hid_t dset, const std::string& name) {
     case H5T_INTEGER: {
       bool is_signed = H5Tget_sign(type.get()) == H5T_SGN_2;
       switch (info.type_size) {
-        case 1: info.dtype = is_signed ? DType::i8 : DType::u8; break;
-        case 2: info.dtype = is_signed ? DType::i16 : DType::u16; break;
-        case 4: info.dtype = is_signed ? DType::i32 : DType::u32; break;
-        case 8: info.dtype = is_signed ? DType::i64 : DType::u64; break;
-        default: info.dtype = DType::other;
+        case 1:
+          info.dtype = is_signed ? DType::i8 : DType::u8;
+          break;
+        case 2:
+          info.dtype = is_signed ? DType::i16 : DType::u16;
+          break;
+        case 4:
+          info.dtype = is_signed ? DType::i32 : DType::u32;
+          break;
+        case 8:
+          info.dtype = is_signed ? DType::i64 : DType::u64;
+          break;
+        default:
+          info.dtype = DType::other;
       }
       break;
     }
     case H5T_FLOAT:
-      info.dtype = info.type_size == 2 ? DType::f16
+      info.dtype = info.type_size == 2   ? DType::f16
                    : info.type_size == 4 ? DType::f32
                    : info.type_size == 8 ? DType::f64
                                          : DType::other;
@@ -249,17 +266,28 @@ DatasetInfo describe(hid_t dset, const std::string& name) {
 
 hid_t native_type(DType t) {
   switch (t) {
-    case DType::u8: return H5T_NATIVE_UINT8;
-    case DType::i8: return H5T_NATIVE_INT8;
-    case DType::u16: return H5T_NATIVE_UINT16;
-    case DType::i16: return H5T_NATIVE_INT16;
-    case DType::u32: return H5T_NATIVE_UINT32;
-    case DType::i32: return H5T_NATIVE_INT32;
-    case DType::u64: return H5T_NATIVE_UINT64;
-    case DType::i64: return H5T_NATIVE_INT64;
-    case DType::f32: return H5T_NATIVE_FLOAT;
-    case DType::f64: return H5T_NATIVE_DOUBLE;
-    default: throw Error(Exit::internal, "", std::string("no native HDF5 type for ") + dtype_name(t));
+    case DType::u8:
+      return H5T_NATIVE_UINT8;
+    case DType::i8:
+      return H5T_NATIVE_INT8;
+    case DType::u16:
+      return H5T_NATIVE_UINT16;
+    case DType::i16:
+      return H5T_NATIVE_INT16;
+    case DType::u32:
+      return H5T_NATIVE_UINT32;
+    case DType::i32:
+      return H5T_NATIVE_INT32;
+    case DType::u64:
+      return H5T_NATIVE_UINT64;
+    case DType::i64:
+      return H5T_NATIVE_INT64;
+    case DType::f32:
+      return H5T_NATIVE_FLOAT;
+    case DType::f64:
+      return H5T_NATIVE_DOUBLE;
+    default:
+      throw Error(Exit::internal, "", std::string("no native HDF5 type for ") + dtype_name(t));
   }
 }
 
@@ -288,8 +316,7 @@ Id row_selection(hid_t dset, int64_t start, int64_t count, Id* mem_space) {
 }
 }  // namespace
 
-void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
-               void* buf) {
+void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, void* buf) {
   init();
   if (count == 0) return;
   Id mem;
@@ -298,14 +325,12 @@ void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count
         "cannot read rows " + std::to_string(start) + ".." + std::to_string(start + count));
 }
 
-void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
-                const void* buf) {
+void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, const void* buf) {
   init();
   if (count == 0) return;
   Id mem;
   Id file_space = row_selection(dset, start, count, &mem);
-  check(H5Dwrite(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::io, what,
-        "cannot write rows");
+  check(H5Dwrite(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::io, what, "cannot write rows");
 }
 
 void copy_rows(hid_t src, const std::string& src_what, int64_t src_start, hid_t dst, const std::string& dst_what,
@@ -334,8 +359,8 @@ namespace {
 void write_attr_raw(hid_t obj, const std::string& name, hid_t type, const void* value) {
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   Id space(H5Screate(H5S_SCALAR));
-  Id attr(check(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                Exit::io, name, "cannot create attribute"));
+  Id attr(check(H5Acreate2(obj, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT), Exit::io, name,
+                "cannot create attribute"));
   check(H5Awrite(attr.get(), type, value), Exit::io, name, "cannot write attribute");
 }
 

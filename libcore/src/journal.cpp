@@ -67,7 +67,8 @@ bool Journal::load() {
   }
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) journal_damaged(file(), "not a JSON object");
-  if (!j.contains("format") || j.at("format") != "traincache-journal") journal_damaged(file(), "format is not traincache-journal");
+  if (!j.contains("format") || j.at("format") != "traincache-journal")
+    journal_damaged(file(), "format is not traincache-journal");
   if (!j.contains("fingerprint") || !j.at("fingerprint").is_string())
     journal_damaged(file(), "fingerprint is missing or not a string");
   if (!j.contains("committed_rows") || !j.at("committed_rows").is_number_integer() ||
@@ -86,8 +87,8 @@ bool Journal::load() {
 void Journal::validate(const std::vector<std::string>& encoder_names, int64_t rows, int64_t batch_size,
                        std::size_t element_bytes) const {
   if (committed_rows > rows)
-    journal_damaged(file(), std::to_string(committed_rows) + " rows committed but the run has only " +
-                                std::to_string(rows));
+    journal_damaged(file(),
+                    std::to_string(committed_rows) + " rows committed but the run has only " + std::to_string(rows));
   if (committed_rows % batch_size != 0 && committed_rows != rows)
     journal_damaged(file(), std::to_string(committed_rows) + " committed rows are not a whole number of " +
                                 std::to_string(batch_size) + "-row batches");
@@ -145,8 +146,7 @@ RawFile::~RawFile() {
 void RawFile::append(const void* data, std::size_t n) { files::write_all(fd_, data, n, files::dir_name(path_)); }
 
 void RawFile::sync() {
-  if (::fsync(fd_) != 0)
-    throw Error(Exit::io, files::dir_name(path_), "cannot write progress: " + errno_text(errno));
+  if (::fsync(fd_) != 0) throw Error(Exit::io, files::dir_name(path_), "cannot write progress: " + errno_text(errno));
 }
 
 void RawFile::close() {

@@ -33,7 +33,8 @@ Launch read_launch() {
   if (!std::getenv("RANK")) throw Error(Exit::usage, "WORLD_SIZE", "is set but RANK is not");
   l.rank = env_int("RANK", 0, 0);
   if (l.rank >= l.world_size)
-    throw Error(Exit::usage, "RANK", std::to_string(l.rank) + " is not below WORLD_SIZE " + std::to_string(l.world_size));
+    throw Error(Exit::usage, "RANK",
+                std::to_string(l.rank) + " is not below WORLD_SIZE " + std::to_string(l.world_size));
   l.local_rank = env_int("LOCAL_RANK", 0, 0);
   l.local_world_size = env_int("LOCAL_WORLD_SIZE", 1, 1);
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) l.master_addr = a;

@@ -14,10 +14,10 @@
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
-#include "traincache/text.h"
-#include "traincache/timing.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
+#include "traincache/text.h"
+#include "traincache/timing.h"
 
 namespace traincache::cache {
 
@@ -88,31 +88,37 @@ void check_coverage(std::vector<Shard>& shards) {
   const Shard ref = shards.front();
   for (const auto& s : shards) {
     if (s.job != ref.job)
-      throw Error(Exit::data, s.path, "belongs to another job than " + ref.path + " (encoders, options, input or shard count differ)");
+      throw Error(Exit::data, s.path,
+                  "belongs to another job than " + ref.path + " (encoders, options, input or shard count differ)");
     for (std::size_t i = 0; i < s.info.embeddings.size(); ++i)
-      if (s.info.embeddings.size() != ref.info.embeddings.size() || s.info.embeddings[i].name != ref.info.embeddings[i].name ||
+      if (s.info.embeddings.size() != ref.info.embeddings.size() ||
+          s.info.embeddings[i].name != ref.info.embeddings[i].name ||
           s.info.embeddings[i].dtype != ref.info.embeddings[i].dtype ||
           std::vector<int64_t>(s.info.embeddings[i].shape.begin() + 1, s.info.embeddings[i].shape.end()) !=
               std::vector<int64_t>(ref.info.embeddings[i].shape.begin() + 1, ref.info.embeddings[i].shape.end()))
         throw Error(Exit::data, s.path, "its embeddings differ in name, dtype or shape from " + ref.path);
   }
-  std::sort(shards.begin(), shards.end(), [](const Shard& x, const Shard& y) { return x.info.row_start < y.info.row_start; });
+  std::sort(shards.begin(), shards.end(),
+            [](const Shard& x, const Shard& y) { return x.info.row_start < y.info.row_start; });
   int64_t at = ref.job_begin;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const auto& s = shards[i];
     int64_t begin = s.info.row_start, end = s.info.row_start + s.info.rows;
     if (begin > at)
-      throw Error(Exit::data, "merge", "gap: rows " + range_text(at, begin) + " are in no shard (before " + s.path + ")");
+      throw Error(Exit::data, "merge",
+                  "gap: rows " + range_text(at, begin) + " are in no shard (before " + s.path + ")");
     if (begin < at)
       throw Error(Exit::data, "merge",
-                  "overlap: rows " + range_text(begin, std::min(at, end)) + " of " + s.path + " are also in " + shards[i - 1].path);
+                  "overlap: rows " + range_text(begin, std::min(at, end)) + " of " + s.path + " are also in " +
+                      shards[i - 1].path);
     at = end;
   }
   if (at != ref.job_end)
-    throw Error(Exit::data, "merge", "gap: rows " + range_text(at, ref.job_end) + " are in no shard (after " + shards.back().path + ")");
+    throw Error(Exit::data, "merge",
+                "gap: rows " + range_text(at, ref.job_end) + " are in no shard (after " + shards.back().path + ")");
   if (static_cast<int64_t>(shards.size()) != ref.count)
-    throw Error(Exit::data, "merge", std::to_string(shards.size()) + " shards given, the job has " + std::to_string(ref.count));
-
+    throw Error(Exit::data, "merge",
+                std::to_string(shards.size()) + " shards given, the job has " + std::to_string(ref.count));
 }
 
 // Writes the merged cache (virtual datasets over the shards, or copies) and renames it into place.
@@ -131,7 +137,9 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
     h5::write_attr(out.get(), "row_start", ref.job_begin);
     nlohmann::json parts = nlohmann::json::array();
     for (const auto& s : shards) {
-      parts.push_back({{"path", s.abs_path}, {"fingerprint", s.info.fingerprint}, {"row_start", s.info.row_start},
+      parts.push_back({{"path", s.abs_path},
+                       {"fingerprint", s.info.fingerprint},
+                       {"row_start", s.info.row_start},
                        {"rows", s.info.rows}});
     }
     nlohmann::json fp{{"job_fingerprint", ref.job}, {"shards", parts}};
@@ -161,8 +169,8 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
           h5::Id vspace(H5Scopy(space.get()));
           H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
           h5::Id sspace(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr));
-          h5::check(H5Pset_virtual(dcpl.get(), vspace.get(), s.abs_path.c_str(), name.c_str(), sspace.get()), Exit::cant_create,
-                    o.out, "cannot map " + s.path);
+          h5::check(H5Pset_virtual(dcpl.get(), vspace.get(), s.abs_path.c_str(), name.c_str(), sspace.get()),
+                    Exit::cant_create, o.out, "cannot map " + s.path);
         }
       }
       h5::create_parent_groups(out.get(), name);
@@ -204,7 +212,8 @@ void wait_for_shards(const std::vector<std::string>& paths, double timeout_secon
       if (::access(p.c_str(), F_OK) != 0) still.push_back(p);
     missing.swap(still);
     if (missing.empty()) return;
-    if (interrupt_requested()) throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
+    if (interrupt_requested())
+      throw Error(Exit::interrupted, "--merge", "interrupted while waiting for the other shards");
     if (timeout_seconds > 0 && seconds_since(t0) >= timeout_seconds) {
       char limit[32];
       std::snprintf(limit, sizeof limit, "%g", timeout_seconds);

@@ -17,9 +17,12 @@ const Choices<ProgressMode>& progress_choices() {
 ProgressMode parse_progress_mode(const std::string& s) { return progress_choices().parse(s, "--progress"); }
 
 Progress::Progress(std::string label, int64_t total, ProgressMode mode, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
       enabled_(mode == ProgressMode::always || (mode == ProgressMode::automatic && isatty(2))),
-      start_(std::chrono::steady_clock::now()), last_draw_() {}
+      start_(std::chrono::steady_clock::now()),
+      last_draw_() {}
 
 Progress::~Progress() { finish(); }
 
@@ -42,8 +45,8 @@ void Progress::draw(int64_t done, const std::string& extra) {
   char eta[32] = "";
   if (rate > 0 && total_ > done) std::snprintf(eta, sizeof eta, "  ETA %.0fs", (total_ - done) / rate);
   std::fprintf(stderr, "\r%s [%s] %lld/%lld  %.0f %s/s%s%s%s\x1b[K", label_.c_str(), bar.c_str(),
-               static_cast<long long>(done), static_cast<long long>(total_), rate, unit_.c_str(),
-               eta, extra.empty() ? "" : "  ", extra.c_str());
+               static_cast<long long>(done), static_cast<long long>(total_), rate, unit_.c_str(), eta,
+               extra.empty() ? "" : "  ", extra.c_str());
   std::fflush(stderr);
 }
 

@@ -86,8 +86,10 @@ std::string Record::format(const std::string& tmpl) const {
     if (close == std::string::npos) throw std::logic_error("report: unclosed '{' in '" + tmpl + "'");
     std::string field = tmpl.substr(i + 1, close - i - 1);
     auto colon = field.find(':');
-    if (colon == std::string::npos) out += text(field);
-    else out += printf_text(field.substr(colon + 1), at(field.substr(0, colon)), field.substr(0, colon));
+    if (colon == std::string::npos)
+      out += text(field);
+    else
+      out += printf_text(field.substr(colon + 1), at(field.substr(0, colon)), field.substr(0, colon));
     i = close;
   }
   return out;

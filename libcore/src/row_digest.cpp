@@ -86,7 +86,8 @@ void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h)
   for (int64_t i = a; i < b; ++i) {
     auto v = slab.view(static_cast<uint64_t>(i));
     if (!v)
-      throw Error(Exit::data, slab.info().name, "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
+      throw Error(Exit::data, slab.info().name,
+                  "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
     h.update(v.data, v.bytes);
   }
 }

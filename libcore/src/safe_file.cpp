@@ -8,8 +8,8 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "traincache/error.h"
@@ -140,8 +140,7 @@ void TempFile::commit() {
 OutputLock::OutputLock(const std::string& target, const std::string& what) : path_(target + ".lock") {
   for (int tries = 0; tries < 100; ++tries) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd_ < 0)
-      throw Error(Exit::cant_create, path_, "cannot create the lock file: " + errno_text(errno));
+    if (fd_ < 0) throw Error(Exit::cant_create, path_, "cannot create the lock file: " + errno_text(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
       char buf[32] = "";
@@ -201,8 +200,7 @@ std::string absolute_path(const std::string& path) {
 
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa, sb;
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 std::string read_file(const std::string& path) {

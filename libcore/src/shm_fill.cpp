@@ -29,16 +29,18 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   int64_t n = di.rows();
   int64_t a = o.row_begin, b = o.row_end < 0 ? n : o.row_end;
   if (a < 0 || b > n || a >= b)
-    throw Error(Exit::usage, "--rows", std::to_string(a) + ":" + std::to_string(b) + " is outside the dataset's " +
-                                           std::to_string(n) + " rows");
+    throw Error(
+        Exit::usage, "--rows",
+        std::to_string(a) + ":" + std::to_string(b) + " is outside the dataset's " + std::to_string(n) + " rows");
   if (static_cast<uint64_t>(b) > si.length)
-    throw Error(Exit::data, o.slab, "rows up to " + std::to_string(b) + " do not fit the slab's length " +
-                                        std::to_string(si.length));
+    throw Error(Exit::data, o.slab,
+                "rows up to " + std::to_string(b) + " do not fit the slab's length " + std::to_string(si.length));
   hid_t elem = h5::native_type(si.dtype);
   h5::Id mem_type;
   uint64_t row_bytes = 0;
   if (si.layout == Layout::fixed) {
-    if (vlen) throw Error(Exit::data, o.file, "dataset '" + o.dataset + "' has variable-length rows; the slab is fixed-shape");
+    if (vlen)
+      throw Error(Exit::data, o.file, "dataset '" + o.dataset + "' has variable-length rows; the slab is fixed-shape");
     std::vector<int64_t> row(di.shape.begin() + 1, di.shape.end()), want(si.dims.begin(), si.dims.end());
     if (row != want)
       throw Error(Exit::data, o.file,
@@ -67,8 +69,10 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
           h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, mem_type.get(), vl.data());
           for (int64_t i = 0; i < c; ++i) {
             std::size_t nb = vl[i].len * dtype_size(si.dtype);
-            if (slab.set(static_cast<uint64_t>(s + i), vl[i].p, nb)) ++stored, bytes += nb;
-            else ++skipped;
+            if (slab.set(static_cast<uint64_t>(s + i), vl[i].p, nb))
+              ++stored, bytes += nb;
+            else
+              ++skipped;
           }
           hsize_t dims[1] = {static_cast<hsize_t>(c)};
           h5::Id space(H5Screate_simple(1, dims, nullptr));
@@ -77,8 +81,10 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
           buf.resize(static_cast<std::size_t>(c) * row_bytes);
           h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, elem, buf.data());
           for (int64_t i = 0; i < c; ++i) {
-            if (slab.set(static_cast<uint64_t>(s + i), buf.data() + i * row_bytes, row_bytes)) ++stored, bytes += row_bytes;
-            else ++skipped;
+            if (slab.set(static_cast<uint64_t>(s + i), buf.data() + i * row_bytes, row_bytes))
+              ++stored, bytes += row_bytes;
+            else
+              ++skipped;
           }
         }
       }

@@ -131,7 +131,7 @@ struct Slab::Header {
   uint64_t sealed;       // 1 once data_digest holds the digest of the complete data
   char data_digest[40];  // hex XXH3-128 of the data region, NUL-terminated
   int64_t creator_pid;
-  uint32_t flags;        // kFlagTemporary
+  uint32_t flags;  // kFlagTemporary
   uint32_t reserved0;
   char creator_host[64];
 };
@@ -175,8 +175,8 @@ std::string creator_text(const std::string& tool) {
   char host[64] = "";
   gethostname(host, sizeof host - 1);
   const char* user = std::getenv("USER");
-  return std::string(user ? user : "uid" + std::to_string(getuid())) + "@" + host + " pid " +
-         std::to_string(getpid()) + (tool.empty() ? "" : " (" + tool + ")");
+  return std::string(user ? user : "uid" + std::to_string(getuid())) + "@" + host + " pid " + std::to_string(getpid()) +
+         (tool.empty() ? "" : " (" + tool + ")");
 }
 
 }  // namespace
@@ -185,7 +185,8 @@ std::string object_prefix() {
   const char* p = std::getenv("TRAINCACHE_SHM_PREFIX");
   std::string prefix = p && *p ? p : "traincache-";
   if (prefix.size() > 64 || prefix == "." || prefix == ".." || prefix[0] == '.' ||
-      prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
+      prefix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+          std::string::npos)
     throw Error(Exit::usage, "TRAINCACHE_SHM_PREFIX",
                 "invalid prefix '" + prefix + "' (use 1-64 of A-Z a-z 0-9 . _ -, not starting with '.')");
   return prefix;
@@ -198,10 +199,14 @@ const Choices<Selection>& selection_choices() {
 
 const char* state_name(SlotState s) {
   switch (s) {
-    case SlotState::empty: return "empty";
-    case SlotState::writing: return "writing";
-    case SlotState::filled: return "filled";
-    default: return "invalid";
+    case SlotState::empty:
+      return "empty";
+    case SlotState::writing:
+      return "writing";
+    case SlotState::filled:
+      return "filled";
+    default:
+      return "invalid";
   }
 }
 
@@ -209,8 +214,7 @@ std::string shm_dir() { return "/dev/shm"; }
 
 void validate_name(const std::string& name) {
   if (name.empty() || name.size() > 200 || name == "." || name == ".." ||
-      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
-          std::string::npos)
+      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos)
     throw Error(Exit::usage, "'" + name + "'", "invalid slab name (use 1-200 of A-Z a-z 0-9 . _ -)");
 }
 
@@ -257,7 +261,8 @@ Slab Slab::create(const CreateOptions& o) {
         throw Error(Exit::usage, "--dims", "item dimensions must be positive and fit 64 bits");
       h.dims[i] = o.dims[i];
     }
-    if ((o.limit_bytes > 0) == (o.slots > 0)) throw Error(Exit::usage, "--limit", "give exactly one of --limit and --slots");
+    if ((o.limit_bytes > 0) == (o.slots > 0))
+      throw Error(Exit::usage, "--limit", "give exactly one of --limit and --slots");
     h.slots = std::min<uint64_t>(o.length, o.slots > 0 ? o.slots : o.limit_bytes / h.item_bytes);
     if (h.slots == 0) throw Error(Exit::usage, "--limit", "the budget holds no item of " + format_size(h.item_bytes));
   } else {
@@ -270,9 +275,9 @@ Slab Slab::create(const CreateOptions& o) {
 
   FsSpace space = shm_space();
   if (h.total_bytes > space.free)
-    throw Error(Exit::cant_create, o.name,
-                "needs " + format_size(h.total_bytes) + " but " + shm_dir() + " has " +
-                    format_size(space.free) + " free");
+    throw Error(
+        Exit::cant_create, o.name,
+        "needs " + format_size(h.total_bytes) + " but " + shm_dir() + " has " + format_size(space.free) + " free");
 
   // Build under a temporary name, then link it into place: nobody attaches to a half-made slab.
   std::string final_path = path_of(o.name);
@@ -343,7 +348,8 @@ Slab Slab::attach(const std::string& name, bool writable) {
     throw Error(Exit::data, name, "not a traincache slab (too small for a header)");
   Header h;
   if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) throw Error(Exit::io, name, errno_text(errno));
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) throw Error(Exit::data, name, "not a traincache slab (bad magic)");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+    throw Error(Exit::data, name, "not a traincache slab (bad magic)");
   if (h.version != kVersion)
     throw Error(Exit::data, name, "slab format version " + std::to_string(h.version) + " is not supported");
   Header want = h;
@@ -553,9 +559,15 @@ SlotCounts Slab::counts() const {
   SlotCounts c;
   for (uint64_t i = 0; i < h.slots; ++i) {
     switch (state_of(__atomic_load_n(&st[i], __ATOMIC_ACQUIRE))) {
-      case SlotState::empty: ++c.empty; break;
-      case SlotState::writing: ++c.writing; break;
-      case SlotState::invalid: ++c.invalid; break;
+      case SlotState::empty:
+        ++c.empty;
+        break;
+      case SlotState::writing:
+        ++c.writing;
+        break;
+      case SlotState::invalid:
+        ++c.invalid;
+        break;
       case SlotState::filled:
         ++c.filled;
         c.filled_bytes += h.layout == static_cast<uint32_t>(Layout::fixed) ? h.item_bytes : idx[2 * i + 1];
@@ -657,16 +669,26 @@ uint64_t parse_size(const std::string& s) {
   }
   std::string unit = s.substr(used);
   double mult = 0;
-  if (used == 0 || v < 0) mult = 0;
-  else if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "TB") mult = 1e12;
+  if (used == 0 || v < 0)
+    mult = 0;
+  else if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else if (unit == "TB")
+    mult = 1e12;
   // 2^64 is exactly representable: anything at or above it does not fit (llround stopped at 2^63).
   if (mult == 0 || !(v * mult < 18446744073709551616.0))
     throw Error(Exit::usage, "'" + s + "'", "not a size (examples: 512MiB, 2GiB, 1000000)");

@@ -23,13 +23,12 @@
 #include "traincache/interrupt.h"
 #include "traincache/prefetch.h"
 #include "traincache/shm_slab.h"
-#include "traincache/timing.h"
 #include "traincache/smart_cache.h"
+#include "traincache/timing.h"
 
 namespace traincache::sbench {
 
 namespace {
-
 
 // Burns CPU for `us` microseconds: emulated preprocessing or model compute.
 void spin_us(double us) {
@@ -101,8 +100,8 @@ class FileSource : public Source {
       return v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); });
     };
     if (!j.is_object() || !j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 0 ||
-        j["count"].get<int64_t>() > (int64_t{1} << 32) ||
-        !j.contains("dims") || !is_int_list(j["dims"]) || (j.contains("labels") && !is_int_list(j["labels"])))
+        j["count"].get<int64_t>() > (int64_t{1} << 32) || !j.contains("dims") || !is_int_list(j["dims"]) ||
+        (j.contains("labels") && !is_int_list(j["labels"])))
       throw bad();
     count_ = j["count"].get<int64_t>();
     dims_ = j["dims"].get<std::vector<int64_t>>();
@@ -110,7 +109,8 @@ class FileSource : public Source {
     for (auto d : dims_)
       if (d <= 0 || __builtin_mul_overflow(item, d, &item) || item > (int64_t{1} << 40)) throw bad();
     labels = j.value("labels", std::vector<int64_t>(static_cast<std::size_t>(count_), 0));
-    if (static_cast<int64_t>(labels.size()) != count_) throw Error(Exit::data, dir_ + "/meta.json", "one label per item");
+    if (static_cast<int64_t>(labels.size()) != count_)
+      throw Error(Exit::data, dir_ + "/meta.json", "one label per item");
   }
   int64_t size() const override { return count_; }
   std::vector<int64_t> dims() const override { return dims_; }
@@ -173,11 +173,10 @@ struct Pipeline {
     auto x = torch::from_blob(raw.data(), dims, torch::kUInt8).to(torch::kFloat32).div_(255.0).sub_(0.5).div_(0.5);
     if (!o.resize.empty()) {
       auto img = x.dim() == 2 ? x.unsqueeze(0) : x;  // [C, H, W]
-      x = torch::nn::functional::interpolate(
-              img.unsqueeze(0), torch::nn::functional::InterpolateFuncOptions()
-                                    .size(std::vector<int64_t>{o.resize[0], o.resize[1]})
-                                    .mode(torch::kBilinear)
-                                    .align_corners(false))
+      x = torch::nn::functional::interpolate(img.unsqueeze(0), torch::nn::functional::InterpolateFuncOptions()
+                                                                   .size(std::vector<int64_t>{o.resize[0], o.resize[1]})
+                                                                   .mode(torch::kBilinear)
+                                                                   .align_corners(false))
               .squeeze(0);
     }
     spin_us(static_cast<double>(o.deterministic_cost_us));
@@ -325,8 +324,10 @@ class SmartStrategy : public Strategy {
   }
   double begin_epoch(int64_t e) override {
     auto t = Clock::now();
-    if (e == 0) cache_->start();
-    else cache_->advance();
+    if (e == 0)
+      cache_->start();
+    else
+      cache_->advance();
     return seconds_since(t);
   }
   std::vector<int64_t> epoch_items(int64_t e) override {
@@ -358,7 +359,9 @@ class EmbedEncoder : public NoCache {
     enc_.try_optimize({sample}, 1e-4);
   }
   bool augment() const override { return false; }
-  torch::Tensor features(const torch::Tensor& batch) override { return enc_.forward({batch}).reshape({batch.size(0), -1}); }
+  torch::Tensor features(const torch::Tensor& batch) override {
+    return enc_.forward({batch}).reshape({batch.size(0), -1});
+  }
 
  private:
   encode::Encoder enc_;
@@ -477,10 +480,12 @@ Runs strategy_runs(Caching c) {
       return {{"full", [](Context& c) { return std::unique_ptr<Strategy>(new FullCache(c.pipe, c.n, c.o.seed)); }}};
     case Caching::stochastic:
       return {{"stochastic", [](Context& c) {
-                 return std::unique_ptr<Strategy>(new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
+                 return std::unique_ptr<Strategy>(
+                     new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
                }}};
     case Caching::smart:
-      return {{"smart", [](Context& c) { return std::unique_ptr<Strategy>(new SmartStrategy(c.pipe, c.n, c.o, c.shape)); }}};
+      return {{"smart",
+               [](Context& c) { return std::unique_ptr<Strategy>(new SmartStrategy(c.pipe, c.n, c.o, c.shape)); }}};
     case Caching::embed:
       return {{"embed_encoder",
                [](Context& c) {
@@ -499,8 +504,10 @@ void validate(const BenchOptions& o) {
   bool embed = std::find(o.strategies.begin(), o.strategies.end(), Caching::embed) != o.strategies.end();
   if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
     throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
-  if (o.batch_size <= 0 || o.epochs <= 0) throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
-  if (!(o.cache_fraction > 0) || o.cache_fraction > 1) throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
+  if (o.batch_size <= 0 || o.epochs <= 0)
+    throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
+  if (!(o.cache_fraction > 0) || o.cache_fraction > 1)
+    throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
   if (!o.resize.empty() && o.resize.size() != 2) throw Error(Exit::usage, "--resize", "expected H,W");
   if (!o.resize.empty()) {
     if (o.resize[0] <= 0 || o.resize[1] <= 0) throw Error(Exit::usage, "--resize", "H and W must be positive");

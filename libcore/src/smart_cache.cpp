@@ -11,8 +11,7 @@ namespace traincache::smart {
 WindowPlan make_plan(int64_t dataset_len, int64_t cache_num, double replace_rate) {
   if (dataset_len <= 0) throw Error(Exit::usage, "dataset", "is empty");
   if (cache_num <= 0) throw Error(Exit::usage, "--cache-num", "must be positive");
-  if (!(replace_rate > 0) || replace_rate > 1)
-    throw Error(Exit::usage, "--replace-rate", "must be in (0, 1]");
+  if (!(replace_rate > 0) || replace_rate > 1) throw Error(Exit::usage, "--replace-rate", "must be in (0, 1]");
   WindowPlan p;
   p.dataset_len = dataset_len;
   p.cache_num = std::min(cache_num, dataset_len);

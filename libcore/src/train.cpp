@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -14,8 +16,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <cstring>
-#include <cerrno>
 
 #include "traincache/cache_file.h"
 #include "traincache/content_hash.h"
@@ -37,7 +37,6 @@ using nlohmann::json;
 namespace traincache::train {
 
 namespace {
-
 
 // ---- models -------------------------------------------------------------------------------
 
@@ -82,7 +81,6 @@ torch::jit::Module build_head(const std::string& spec, int64_t in_dim) {
   return m;
 }
 
-
 void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
   for (const auto& b : m.named_buffers())
     if (b.name.find("running_mean") != std::string::npos)
@@ -94,7 +92,8 @@ void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
 
 gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
   return [m, name](const std::vector<torch::Tensor>& inputs) {
-    torch::jit::IValue out = encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
+    torch::jit::IValue out =
+        encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
     if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
     auto t = out.toTensor();
     return t.dim() == 2 ? t : t.reshape({t.size(0), -1});
@@ -104,15 +103,15 @@ gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
 // ---- data ---------------------------------------------------------------------------------
 
 struct Data {
-  std::vector<std::shared_ptr<shm::Slab>> slabs;          // keep shared embeddings mapped
+  std::vector<std::shared_ptr<shm::Slab>> slabs;         // keep shared embeddings mapped
   std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
-  torch::Tensor labels;                                   // grouped mode
+  torch::Tensor labels;                                  // grouped mode
   int64_t rows = 0;
   int64_t hard_negatives = 0;
 };
 
-torch::Tensor read_all(hid_t file, const std::string& path, const std::string& ds, double scale,
-                       torch::Device device, torch::Dtype float_type) {
+torch::Tensor read_all(hid_t file, const std::string& path, const std::string& ds, double scale, torch::Device device,
+                       torch::Dtype float_type) {
   h5::Id d = h5::open_dataset(file, path, ds);
   auto info = h5::describe(d.get(), ds);
   encode::require_numeric_input(info, path);
@@ -123,9 +122,9 @@ torch::Tensor read_all(hid_t file, const std::string& path, const std::string& d
 
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
   if (na != nb)
-    throw Error(Exit::data, path,
-                "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " +
-                    std::to_string(nb));
+    throw Error(
+        Exit::data, path,
+        "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
 }
 
 // Rows `idx` of every tensor.
@@ -366,8 +365,8 @@ std::string config_diff(const std::string& stored, const std::string& now) {
 }
 
 // Returns the step stored in the checkpoint. Rank `rank` of `world_size` takes its own generator state.
-int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params,
-                        torch::optim::Optimizer& opt, const std::string& config, int rank, int world_size) {
+int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
+                        const std::string& config, int rank, int world_size) {
   const std::string payload = checkpoint_payload(path);
   torch::serialize::InputArchive ar;
   torch::Tensor step, rng, world;
@@ -383,9 +382,9 @@ int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor
   }
   if (!stored.isString()) throw Error(Exit::data, path, "unreadable checkpoint (no settings)");
   if (stored.toStringRef() != config)
-    throw Error(Exit::data, path,
-                "checkpoint was written with other settings (changed: " + config_diff(stored.toStringRef(), config) +
-                    ")");
+    throw Error(
+        Exit::data, path,
+        "checkpoint was written with other settings (changed: " + config_diff(stored.toStringRef(), config) + ")");
   if (world.item<int64_t>() != world_size || rng.size(0) != world_size)
     throw Error(Exit::usage, path,
                 "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
@@ -432,16 +431,16 @@ torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tenso
   return torch::cat(reps);
 }
 
-EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower,
-                     const gc::Tower& p_tower, bool grouped, gc::Similarity sim, int64_t chunk) {
+EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
+                     bool grouped, gc::Similarity sim, int64_t chunk) {
   EvalMetrics m;
   m.present = true;
   m.rows = idx.size(0);
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
-    return sim == gc::Similarity::cos ? torch::nn::functional::normalize(
-                                            x, torch::nn::functional::NormalizeFuncOptions().dim(1))
-                                      : x;
+    return sim == gc::Similarity::cos
+               ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
+               : x;
   };
   auto q = norm(encode_eval(q_tower, gather(d.query, idx), chunk)).to(torch::kFloat64);
   if (grouped) {
@@ -498,10 +497,10 @@ Setup resolve_setup(const TrainOptions& o) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(o.threads > 0 || s.launch.local_world_size <= 1
-                                ? o.threads
-                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                                  s.launch.local_world_size));
+  encode::configure_threads(
+      o.threads > 0 || s.launch.local_world_size <= 1
+          ? o.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.launch.local_world_size));
   validate_options(o);
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
@@ -548,15 +547,18 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   for (const auto& n : o.negatives) d.negatives.push_back(load(n));
   d.rows = d.query.front().size(0);
   for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
-  for (std::size_t i = 0; i < o.passage.size(); ++i) same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
+  for (std::size_t i = 0; i < o.passage.size(); ++i)
+    same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
   if (o.negatives.empty()) return d;
   if (o.negatives.size() != o.passage.size())
     throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
   for (std::size_t i = 0; i < o.negatives.size(); ++i) {
     same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
-    if (d.negatives[i].dim() != d.passage[i].dim() + 1 || d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
+    if (d.negatives[i].dim() != d.passage[i].dim() + 1 ||
+        d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
         d.negatives[i].size(1) != d.negatives.front().size(1))
-      throw Error(Exit::data, file, "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
+      throw Error(Exit::data, file,
+                  "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
   }
   d.hard_negatives = d.negatives.front().size(1);
   return d;
@@ -572,7 +574,8 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   h5::Id f = h5::open_file(path);
   auto read_emb = [&](const std::string& name) {
     if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
-      throw Error(Exit::data, path, "no encoder named '" + name + "' in the cache (have: " + cache::encoder_names(cinfo) + ")");
+      throw Error(Exit::data, path,
+                  "no encoder named '" + name + "' in the cache (have: " + cache::encoder_names(cinfo) + ")");
     auto dev_it = o.cache_devices.find(name);
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device
@@ -623,7 +626,8 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   m.modules.reserve(2);
   std::vector<std::string> names;
   if (!s.cached) {
-    if (o.query.empty() || o.passage.empty()) throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
+    if (o.query.empty() || o.passage.empty())
+      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
     data = load_raw(o, s, o.data);
     bool tied = !o.encoder.empty();
     if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
@@ -635,12 +639,14 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
     for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
     m.mode = tied ? "raw-tied" : "raw-separate";
-    m.config["encoders"] = tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
+    m.config["encoders"] =
+        tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
   } else {
     m.grouped = !o.embeddings.empty();
     if (m.grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
-      throw Error(Exit::usage, "--embeddings",
-                  "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
+      throw Error(
+          Exit::usage, "--embeddings",
+          "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
     if (!m.grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
       throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
     std::string fingerprint;
@@ -682,7 +688,8 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   return m;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, const std::vector<torch::Tensor>& params) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
+                                                        const std::vector<torch::Tensor>& params) {
   if (o.optimizer == Optimizer::sgd)
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
@@ -696,7 +703,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, c
 class Checkpointer {
  public:
   Checkpointer(const TrainOptions& o, const Setup& s, dist::Group* group, std::string config)
-      : o_(o), s_(s), group_(group), config_(std::move(config)),
+      : o_(o),
+        s_(s),
+        group_(group),
+        config_(std::move(config)),
         path_(o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt") {
     if (path_.empty() || s.rank != 0) return;
     std::error_code ec;
@@ -723,14 +733,14 @@ class Checkpointer {
       }
     }
     if (group_) {
-      auto starts = group_->all_gather_rows(torch::tensor({start}, torch::kLong).view({1, 1}),
-                                            std::vector<int64_t>(s_.world, 1));
+      auto starts =
+          group_->all_gather_rows(torch::tensor({start}, torch::kLong).view({1, 1}), std::vector<int64_t>(s_.world, 1));
       if (!starts.eq(start).all().item<bool>()) {
         std::string steps;
         for (int r = 0; r < s_.world; ++r) steps += (r ? ", " : "") + std::to_string(starts[r][0].item<int64_t>());
-        throw Error(Exit::data, o_.checkpoint_dir.empty() ? "--resume" : o_.checkpoint_dir,
-                    "ranks would start at different steps (" + steps +
-                        "): every rank must see the same checkpoint directory");
+        throw Error(
+            Exit::data, o_.checkpoint_dir.empty() ? "--resume" : o_.checkpoint_dir,
+            "ranks would start at different steps (" + steps + "): every rank must see the same checkpoint directory");
       }
     }
     return start;
@@ -812,8 +822,15 @@ class Trainer {
  public:
   Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
           torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps)
-      : o_(o), s_(s), group_(group), data_(data), m_(m), opt_(opt), loss_(loss),
-        train_idx_(torch::tensor(split.train, torch::kLong)), n_train_(static_cast<int64_t>(split.train.size())),
+      : o_(o),
+        s_(s),
+        group_(group),
+        data_(data),
+        m_(m),
+        opt_(opt),
+        loss_(loss),
+        train_idx_(torch::tensor(split.train, torch::kLong)),
+        n_train_(static_cast<int64_t>(split.train.size())),
         steps_(steps) {
     mode_.gradcache = o.gradcache;
     if (group) {
@@ -827,8 +844,8 @@ class Trainer {
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
-  int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result,
-              const TrainCallbacks& cb, const std::function<void(const std::string&)>& info) {
+  int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result, const TrainCallbacks& cb,
+              const std::function<void(const std::string&)>& info) {
     int64_t s = start;
     for (; s < steps_.total; ++s) {
       if (group_ ? stop_all_ : interrupt_requested()) {
@@ -855,7 +872,11 @@ class Trainer {
       result.last_loss = l;
       samples_ += idx.size(0);
       double step_s = seconds_since(t_step);
-      metrics.write({{"step", s + 1}, {"epoch", s / steps_.per_epoch}, {"loss", l}, {"lr", lr}, {"seconds", step_s},
+      metrics.write({{"step", s + 1},
+                     {"epoch", s / steps_.per_epoch},
+                     {"loss", l},
+                     {"lr", lr},
+                     {"seconds", step_s},
                      {"samples_per_second", idx.size(0) / step_s}});
       if (cb.progress && s_.rank == 0) cb.progress(s + 1, steps_.total, l);
       if (ckpt.enabled() && o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0) {
@@ -889,7 +910,8 @@ class Trainer {
     for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
     opt_.zero_grad();
     gc::SideBatch qb{m_.q_tower, gather(data_.query, own), o_.query_chunk};
-    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_group(data_, own), o_.passage_chunk};
+    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_group(data_, own),
+                     o_.passage_chunk};
     torch::Tensor labels = m_.grouped ? data_.labels.index_select(0, idx) : torch::Tensor();
     double l = gc::step(qb, pb, labels, loss_, mode_, group_ ? &par_ : nullptr);
     if (group_) {

@@ -22,10 +22,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   encode::configure_threads(opts.threads);
   cache::CacheInfo info = cache::read_info(opts.cache, false);
   if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
-  if (info.embeddings.empty()) throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
+  if (info.embeddings.empty())
+    throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
   for (const auto& [name, path] : opts.encoders)
-    if (std::none_of(info.embeddings.begin(), info.embeddings.end(),
-                     [&](const auto& e) { return e.name == name; }))
+    if (std::none_of(info.embeddings.begin(), info.embeddings.end(), [&](const auto& e) { return e.name == name; }))
       throw Error(Exit::usage, "--encoder",
                   "the cache has no encoder named '" + name + "' (have: " + cache::encoder_names(info) + ")");
 
@@ -40,7 +40,8 @@ VerifyReport run_verify(const VerifyOptions& opts) {
 
   std::string input = opts.input.empty() ? info.input_path : opts.input;
   if (input.rfind("shm:", 0) == 0)
-    throw Error(Exit::usage, opts.cache, "built from slab " + input + "; give the same data as an HDF5 file with --input");
+    throw Error(Exit::usage, opts.cache,
+                "built from slab " + input + "; give the same data as an HDF5 file with --input");
   h5::Id in_file = h5::open_file(input);
   for (const auto& e : info.embeddings) {
     EncoderVerdict v;

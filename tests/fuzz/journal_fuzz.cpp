@@ -18,8 +18,8 @@ const std::string& journal_dir() {
     std::string d = fuzz::work_dir() + "/out.h5.partial";
     std::vector<uint8_t> zeros(4096, 0);
     if (::mkdir(d.c_str(), 0700) != 0) std::abort();
-    fuzz::write_input(d + "/cnn.raw", zeros.data(), zeros.size());   // 32 rows of 32 float32
-    fuzz::write_input(d + "/mlp.raw", zeros.data(), 100);            // a short raw file
+    fuzz::write_input(d + "/cnn.raw", zeros.data(), zeros.size());  // 32 rows of 32 float32
+    fuzz::write_input(d + "/mlp.raw", zeros.data(), 100);           // a short raw file
     return d;
   }();
   return dir;

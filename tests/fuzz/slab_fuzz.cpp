@@ -19,8 +19,7 @@ void exercise(traincache::shm::Slab& slab, bool writable) {
   auto info = slab.info();
   auto counts = slab.counts();
   volatile uint64_t sink = counts.filled + info.total_bytes;
-  const uint64_t probes[] = {0, 1, 2, info.length ? info.length - 1 : 0, info.length, info.length + 1,
-                             UINT64_MAX};
+  const uint64_t probes[] = {0, 1, 2, info.length ? info.length - 1 : 0, info.length, info.length + 1, UINT64_MAX};
   std::vector<unsigned char> item;
   for (uint64_t i : probes) {
     (void)slab.slot_of(i);

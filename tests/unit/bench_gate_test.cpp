@@ -1,11 +1,12 @@
-#include <catch2/catch.hpp>
+#include "traincache/bench_gate.h"
+
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 
 #include "test_util.h"
-#include "traincache/bench_gate.h"
 
 using namespace traincache;
 using report::Json;

@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
+#include "traincache/cache_file.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -7,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "traincache/cache_file.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/row_digest.h"
@@ -35,8 +35,7 @@ void write_input(const std::string& path) {
     h5::Id space(H5Screate_simple(1, dims, nullptr));
     h5::Id d(H5Dcreate2(f.get(), name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     int64_t labels[5] = {1, 0, 1, 1, 2}, keys[5] = {100, 101, 102, 103, 104};
-    H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-             std::string(name) == "labels" ? labels : keys);
+    H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, std::string(name) == "labels" ? labels : keys);
   }
 }
 

@@ -1,10 +1,9 @@
 // The one Catch2 main shared by every unit test binary. Tests that write files use relative
 // paths; they land in a fresh temporary directory, removed afterwards, wherever the binary runs.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "traincache/cli.h"
+
+#include <catch2/catch.hpp>
 
 using namespace traincache;
 
@@ -42,9 +42,8 @@ CATCH_TEST_CASE("cli: run_tool maps errors to exit codes and one-line messages",
   char arg0[] = "t";
   char* argv[] = {arg0};
   CATCH_CHECK(cli::run_tool("t", app, 1, argv, [] { return 0; }) == 0);
-  CATCH_CHECK(cli::run_tool("t", app, 1, argv, []() -> int {
-                throw Error(Exit::no_input, "x.h5", "no such file or directory");
-              }) == 66);
+  CATCH_CHECK(cli::run_tool("t", app, 1, argv,
+                            []() -> int { throw Error(Exit::no_input, "x.h5", "no such file or directory"); }) == 66);
   CATCH_CHECK(cli::run_tool("t", app, 1, argv, []() -> int { throw std::runtime_error("boom"); }) == 70);
   char bad[] = "--nope";
   char* argv2[] = {arg0, bad};

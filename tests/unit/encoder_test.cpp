@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "traincache/encoder.h"
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 
-#include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 
@@ -66,8 +66,7 @@ CATCH_TEST_CASE("encoder: --output picks a tuple element or a dict entry", "[enc
                       torch::kCPU, "1");
   CATCH_CHECK(tup.forward({x}).sizes() == torch::IntArrayRef({4}));
   CATCH_CHECK(tup.forward({x})[0].item<float>() == 3.0f);
-  encode::Encoder dict("d",
-                       save_module("enc_dict", "def forward(self, x):\n  return {'emb': x * self.w, 'n': x}\n"),
+  encode::Encoder dict("d", save_module("enc_dict", "def forward(self, x):\n  return {'emb': x * self.w, 'n': x}\n"),
                        torch::kCPU, "emb");
   CATCH_CHECK(dict.forward({x})[0][0].item<float>() == 2.0f);
 }
@@ -79,8 +78,7 @@ CATCH_TEST_CASE("encoder: a tuple output without --output is bad data with advic
     CATCH_FAIL("accepted");
   } catch (const Error& e) {
     CATCH_CHECK(e.code() == Exit::data);
-    CATCH_CHECK(std::string(e.what()) ==
-                "encoder 't': output is a tuple; select a tensor with --output KEY|INDEX");
+    CATCH_CHECK(std::string(e.what()) == "encoder 't': output is a tuple; select a tensor with --output KEY|INDEX");
   }
 }
 

@@ -1,8 +1,9 @@
+#include "traincache/fill_plan.h"
+
 #include <catch2/catch.hpp>
 
 #include "test_util.h"
 #include "traincache/error.h"
-#include "traincache/fill_plan.h"
 
 using namespace traincache;
 using test::code_of;
@@ -18,7 +19,6 @@ fill::FillOptions options(int64_t batch, int index = -1, int count = 0) {
   o.shard_count = count;
   return o;
 }
-
 
 }  // namespace
 

@@ -1,12 +1,11 @@
-#include <catch2/catch.hpp>
+#include "traincache/gradcache.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-
-#include "traincache/gradcache.h"
 
 using namespace traincache;
 
@@ -20,10 +19,13 @@ torch::jit::Module mlp(uint64_t seed, double dropout, torch::Dtype dtype, int64_
   m.register_parameter("w1", torch::randn({8, in}, dtype) * 0.5, false);
   m.register_parameter("b1", torch::randn({8}, dtype) * 0.1, false);
   m.register_parameter("w2", torch::randn({out, 8}, dtype) * 0.5, false);
-  m.define("def forward(self, x):\n"
-           "  h = torch.tanh(torch.matmul(x, self.w1.t()) + self.b1)\n"
-           "  h = torch.dropout(h, " + std::to_string(dropout) + ", self.training)\n"
-           "  return torch.matmul(h, self.w2.t())\n");
+  m.define(
+      "def forward(self, x):\n"
+      "  h = torch.tanh(torch.matmul(x, self.w1.t()) + self.b1)\n"
+      "  h = torch.dropout(h, " +
+      std::to_string(dropout) +
+      ", self.training)\n"
+      "  return torch.matmul(h, self.w2.t())\n");
   for (auto p : m.parameters()) p.set_requires_grad(true);
   m.train();
   return m;
@@ -80,8 +82,7 @@ double max_abs_diff(const std::vector<torch::Tensor>& a, const std::vector<torch
 
 double max_rel_diff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, ((a[i] - b[i]).norm() / b[i].norm()).item<double>());
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, ((a[i] - b[i]).norm() / b[i].norm()).item<double>());
   return m;
 }
 
@@ -166,8 +167,7 @@ CATCH_TEST_CASE("loss: dot similarity at temperature 1 is GradCache's SimpleCont
   // SimpleContrastiveLoss: logits = q p^T, target = arange(B) * (|p| / |q|), mean cross-entropy.
   auto logits = torch::matmul(q, p.t());
   double want = 0;
-  for (int64_t i = 0; i < 5; ++i)
-    want += (torch::logsumexp(logits[i], 0) - logits[i][i * 3]).item<double>();
+  for (int64_t i = 0; i < 5; ++i) want += (torch::logsumexp(logits[i], 0) - logits[i][i * 3]).item<double>();
   want /= 5;
   CATCH_CHECK(gc::loss(q, p, {}, cfg).item<double>() == Approx(want).epsilon(1e-14));
   cfg.anchor_chunk = 2;
@@ -218,10 +218,10 @@ class ThreadGroup {
     p.rows = std::move(rows);
     p.all_gather_rows = [this, rank](const torch::Tensor& t, const std::vector<int64_t>&) {
       return exchange(rank, {t}, [](const std::vector<std::vector<torch::Tensor>>& all) {
-               std::vector<torch::Tensor> parts;
-               for (const auto& s : all) parts.push_back(s[0]);
-               return std::vector<torch::Tensor>{torch::cat(parts)};
-             })[0];
+        std::vector<torch::Tensor> parts;
+        for (const auto& s : all) parts.push_back(s[0]);
+        return std::vector<torch::Tensor>{torch::cat(parts)};
+      })[0];
     };
     p.all_reduce_sum = [this, rank](const std::vector<torch::Tensor>& ts) { sum(rank, ts); };
     return p;

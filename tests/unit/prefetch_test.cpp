@@ -1,13 +1,12 @@
-#include <catch2/catch.hpp>
+#include "traincache/prefetch.h"
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#include "traincache/prefetch.h"
 
 using namespace traincache;
 

@@ -1,8 +1,7 @@
-#include <catch2/catch.hpp>
-
-#include <stdexcept>
-
 #include "traincache/report.h"
+
+#include <catch2/catch.hpp>
+#include <stdexcept>
 
 using traincache::report::Column;
 using traincache::report::Record;

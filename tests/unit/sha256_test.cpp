@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "traincache/sha256.h"
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "traincache/error.h"
-#include "traincache/sha256.h"
 
 using namespace traincache;
 

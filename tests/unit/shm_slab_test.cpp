@@ -1,10 +1,11 @@
-#include <catch2/catch.hpp>
+#include "traincache/shm_slab.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -12,7 +13,6 @@
 
 #include "test_util.h"
 #include "traincache/error.h"
-#include "traincache/shm_slab.h"
 
 using namespace traincache;
 using test::code_of;
@@ -46,7 +46,6 @@ std::vector<unsigned char> item(uint64_t index, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((index * 131 + i * 7) & 0xff);
   return v;
 }
-
 
 }  // namespace
 
@@ -96,10 +95,10 @@ CATCH_TEST_CASE("shm slab: gets and sets outside the cacheable range are misses 
   CATCH_CHECK_FALSE(s.set(7, v.data(), 4));   // index 7 >= 6 slots
   CATCH_CHECK_FALSE(s.set(10, v.data(), 4));  // beyond the dataset
   CATCH_CHECK_FALSE(s.view(7));
-  CATCH_CHECK_FALSE(s.view(3));               // empty slot
+  CATCH_CHECK_FALSE(s.view(3));  // empty slot
   CATCH_CHECK(s.set(3, v.data(), 4));
   auto w = item(8, 4);
-  CATCH_CHECK_FALSE(s.set(3, w.data(), 4));   // filled slots are never overwritten
+  CATCH_CHECK_FALSE(s.set(3, w.data(), 4));  // filled slots are never overwritten
   std::vector<unsigned char> out;
   CATCH_CHECK(s.get(3, out));
   CATCH_CHECK(out == v);

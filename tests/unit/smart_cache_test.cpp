@@ -1,13 +1,13 @@
-#include <catch2/catch.hpp>
+#include "traincache/smart_cache.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <numeric>
 #include <set>
 #include <thread>
 
 #include "traincache/error.h"
-#include "traincache/smart_cache.h"
 
 using namespace traincache;
 

@@ -1,11 +1,11 @@
-#include <catch2/catch.hpp>
+#include "traincache/train_plan.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 
 #include "test_util.h"
 #include "traincache/error.h"
-#include "traincache/train_plan.h"
 
 using namespace traincache;
 using test::code_of;

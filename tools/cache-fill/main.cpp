@@ -1,17 +1,16 @@
 // cache-fill: run frozen TorchScript encoders once over an HDF5 dataset and store the embeddings,
 // labels and keys in a fingerprinted, resumable cache file. See docs/cache-fill.md.
 #include <cstdio>
+#include <cstdlib>
 
 #include "traincache/cli.h"
 #include "traincache/fill.h"
 #include "traincache/fill_plan.h"
-#include "traincache/runtime.h"
 #include "traincache/interrupt.h"
 #include "traincache/launch.h"
 #include "traincache/merge.h"
+#include "traincache/runtime.h"
 #include "traincache/text.h"
-
-#include <cstdlib>
 
 using namespace traincache;
 
@@ -81,12 +80,15 @@ void resolve_encoders(Options& o) {
     auto [name, list] = cli::split_assignment(spec);
     auto datasets = cli::split(list, ',');
     if (datasets.empty()) throw Error(Exit::usage, "--features", "empty dataset list");
-    if (name) find(*name, "--features").features = datasets;
-    else o.fill.features = datasets;
+    if (name)
+      find(*name, "--features").features = datasets;
+    else
+      o.fill.features = datasets;
   }
   for (const auto& spec : o.outputs) {
     auto [name, sel] = cli::split_assignment(spec);
-    if (name) find(*name, "--output").output = sel;
+    if (name)
+      find(*name, "--output").output = sel;
     else
       for (auto& e : o.fill.encoders)
         if (e.output.empty()) e.output = sel;
@@ -114,7 +116,9 @@ report::Record fill_record(const fill::FillResult& r) {
   report::Json encoders = report::Json::array();
   std::string text;
   for (const auto& e : r.encoders) {
-    encoders.push_back({{"name", e.name}, {"shape", e.shape}, {"inference", e.inference},
+    encoders.push_back({{"name", e.name},
+                        {"shape", e.shape},
+                        {"inference", e.inference},
                         {"optimize_max_abs_diff", e.optimize_max_abs_diff}});
     text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
   }
@@ -136,7 +140,8 @@ int run(Options& o) {
                              std::pair{!o.fill.out.empty(), "--out"}})
     if (!given) throw Error(Exit::usage, "", std::string(flag) + " is required (see --help)");
   resolve_shard(o);
-  if (o.merge_after && o.fill.shard_count <= 0) throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
+  if (o.merge_after && o.fill.shard_count <= 0)
+    throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
   o.fill.optimize = !o.no_optimize;
   o.fill.threads = o.common.threads;
@@ -172,8 +177,11 @@ int run(Options& o) {
 int run_merge(Options& o) {
   cache::merge_shards(o.merge);
   report::Record rec;
-  rec.add("schema", "cache-fill/1").add("status", "merged").add("out", o.merge.out)
-      .add("shards", o.merge.shards.size()).add("copy", o.merge.copy);
+  rec.add("schema", "cache-fill/1")
+      .add("status", "merged")
+      .add("out", o.merge.out)
+      .add("shards", o.merge.shards.size())
+      .add("copy", o.merge.copy);
   rec.note("how", o.merge.copy ? "copied" : "virtual datasets");
   cli::print_result(kTool, o.common, rec, {"{out}: merged {shards} shards ({how})"});
   return 0;
@@ -182,8 +190,7 @@ int run_merge(Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Encode an HDF5 dataset once with frozen TorchScript encoders into a cache file.",
-               kTool};
+  CLI::App app{"Encode an HDF5 dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
   cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   app.add_option("-i,--input", o.fill.input, "Input HDF5 file or shm:NAME (required)");
@@ -196,7 +203,8 @@ int main(int argc, char** argv) {
   app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
   app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");
   app.add_option("--merge-timeout", o.merge_timeout, "Seconds shard 0 waits for the others with --merge (0: no limit)")
-      ->check(cli::positive_number(true))->capture_default_str();
+      ->check(cli::positive_number(true))
+      ->capture_default_str();
   auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
   merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
   merge->add_option("shards", o.merge.shards, "Shard files")->required();
@@ -204,15 +212,18 @@ int main(int argc, char** argv) {
   merge->fallthrough();
   app.add_option("--output", o.outputs, "[NAME=]KEY|INDEX: the tensor to keep from a tuple/dict output");
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
-      ->check(cli::positive_integer())->capture_default_str();
+      ->check(cli::positive_integer())
+      ->capture_default_str();
   app.add_option("--workers", o.fill.workers, "Reader/converter threads prefetching batches")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cli::add_choice(app, "--dtype", o.fill.dtype, fill::storage_dtype_choices(), "Storage dtype");
   app.add_option("--rows", o.rows, "Encode only input rows A:B (half-open)");
   app.add_option("--input-scale", o.input_scale, "Scale applied to uint8 inputs (number or A/B)")
       ->capture_default_str();
   app.add_option("--commit-rows", o.fill.commit_rows, "Rows between durable progress commits")
-      ->check(cli::positive_integer())->capture_default_str();
+      ->check(cli::positive_integer())
+      ->capture_default_str();
   app.add_flag("--force", o.fill.force, "Overwrite a cache or partial progress with another fingerprint");
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
@@ -220,7 +231,8 @@ int main(int argc, char** argv) {
   app.footer(
       "EXIT STATUS\n  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, "
       "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "
-      "73 output in the way or not creatable;\n  74 I/O error; 75 --merge gave up waiting for shards; 130 interrupted (progress kept, run again "
+      "73 output in the way or not creatable;\n  74 I/O error; 75 --merge gave up waiting for shards; 130 interrupted "
+      "(progress kept, run again "
       "to resume).\nSee docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return merge->parsed() ? run_merge(o) : run(o); });
 }

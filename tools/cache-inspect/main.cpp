@@ -27,8 +27,6 @@ struct Options {
   double rtol = -1, atol = 1e-5;
 };
 
-
-
 // Each result's fields are declared once below: --json writes the records, text output fills the
 // templates that follow each record from the same fields.
 
@@ -52,12 +50,18 @@ report::Record info_record(const cache::CacheInfo& c) {
   std::string text;
   char line[1024];
   for (const auto& e : c.embeddings) {
-    embeddings.push_back({{"name", e.name}, {"shape", e.shape}, {"dtype", dtype_name(e.dtype)}, {"bytes", e.bytes},
-                          {"encoder_path", e.encoder_path}, {"encoder_sha256", e.encoder_sha256},
-                          {"features", e.features}, {"output", e.output}, {"inference", e.inference}});
+    embeddings.push_back({{"name", e.name},
+                          {"shape", e.shape},
+                          {"dtype", dtype_name(e.dtype)},
+                          {"bytes", e.bytes},
+                          {"encoder_path", e.encoder_path},
+                          {"encoder_sha256", e.encoder_sha256},
+                          {"features", e.features},
+                          {"output", e.output},
+                          {"inference", e.inference}});
     std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
-                  shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(),
-                  e.inference.c_str(), e.encoder_path.c_str(), e.encoder_sha256.c_str());
+                  shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(), e.inference.c_str(),
+                  e.encoder_path.c_str(), e.encoder_sha256.c_str());
     text += line;
   }
   r.add("embeddings", embeddings, text);
@@ -69,8 +73,12 @@ report::Record info_record(const cache::CacheInfo& c) {
       counts[std::to_string(k)] = n;
       t += " " + std::to_string(k) + ":" + std::to_string(n);
     }
-    r.add("labels", {{"source", c.labels->source}, {"dtype", dtype_name(c.labels->dtype)}, {"rows", c.labels->rows},
-                     {"classes", c.labels->counts.size()}, {"counts", counts}},
+    r.add("labels",
+          {{"source", c.labels->source},
+           {"dtype", dtype_name(c.labels->dtype)},
+           {"rows", c.labels->rows},
+           {"classes", c.labels->counts.size()},
+           {"counts", counts}},
           t);
   } else {
     r.add("labels", nullptr, "none");
@@ -91,8 +99,13 @@ constexpr const char* kInfoText =
 
 report::Record stats_record(const cache::EmbeddingStats& s) {
   report::Record r;
-  r.add("name", s.name).add("rows", s.rows).add("norm_mean", s.norm_mean).add("norm_std", s.norm_std)
-      .add("norm_min", s.norm_min).add("norm_max", s.norm_max).add("nan_count", s.nan_count)
+  r.add("name", s.name)
+      .add("rows", s.rows)
+      .add("norm_mean", s.norm_mean)
+      .add("norm_std", s.norm_std)
+      .add("norm_min", s.norm_min)
+      .add("norm_max", s.norm_max)
+      .add("nan_count", s.nan_count)
       .add("inf_count", s.inf_count);
   return r;
 }
@@ -115,23 +128,33 @@ report::Record head_record(const cache::CacheRow& row) {
     }
     if (v.size() > 8) text += ",...(" + std::to_string(v.size()) + ")";
   }
-  r.add("row", row.index).add("key", row.key).add("label", row.label ? report::Json(*row.label) : report::Json(nullptr))
+  r.add("row", row.index)
+      .add("key", row.key)
+      .add("label", row.label ? report::Json(*row.label) : report::Json(nullptr))
       .add("embeddings", embeddings, text);
   return r;
 }
 
 report::Record verify_record(const verify::EncoderVerdict& e) {
   report::Record r;
-  r.add("name", e.name).add("ok", e.ok()).add("encoder_path", e.encoder_path).add("encoder_changed", e.encoder_changed)
-      .add("checked", e.checked).add("mismatched", e.mismatched).add("max_abs_diff", e.max_abs_diff)
-      .add("rtol", e.rtol).add("atol", e.atol).add("first_bad_row", e.first_bad_row);
+  r.add("name", e.name)
+      .add("ok", e.ok())
+      .add("encoder_path", e.encoder_path)
+      .add("encoder_changed", e.encoder_changed)
+      .add("checked", e.checked)
+      .add("mismatched", e.mismatched)
+      .add("max_abs_diff", e.max_abs_diff)
+      .add("rtol", e.rtol)
+      .add("atol", e.atol)
+      .add("first_bad_row", e.first_bad_row);
   r.note("changed_note", e.encoder_changed ? "; encoder file changed" : "");
   return r;
 }
 
 const char* verify_text(const verify::EncoderVerdict& e) {
   if (e.ok()) return "ok: {checked} rows match (max abs diff {max_abs_diff:%.3g}, tolerance {atol} + {rtol}*|x|)";
-  if (e.encoder_changed && e.mismatched == 0) return "STALE: encoder file {encoder_path} changed since the cache was built";
+  if (e.encoder_changed && e.mismatched == 0)
+    return "STALE: encoder file {encoder_path} changed since the cache was built";
   return "MISMATCH: {mismatched} of {checked} rows differ (first row {first_bad_row}, max abs diff "
          "{max_abs_diff:%.3g}){changed_note}";
 }
@@ -155,8 +178,10 @@ int run(Options& o) {
     for (const auto& f : o.files) {
       auto rep = cache::check(f);
       auto rec = check_record(f, rep);
-      if (o.common.json) doc["files"].push_back(rec.json());
-      else if (!rep.ok() || o.common.verbose) std::printf("%s\n", rec.format("{path}\t{problems}").c_str());
+      if (o.common.json)
+        doc["files"].push_back(rec.json());
+      else if (!rep.ok() || o.common.verbose)
+        std::printf("%s\n", rec.format("{path}\t{problems}").c_str());
       if (!rep.ok()) status = 1;
     }
     if (o.common.json) report::print_json(doc);
@@ -189,7 +214,8 @@ int run(Options& o) {
         for (const auto& e : rep.encoders) {
           auto rec = verify_record(e);
           encoders.push_back(rec.json());
-          if (!o.common.json) std::printf("%s\t%s\n", rep.path.c_str(), rec.format("{name}\t" + std::string(verify_text(e))).c_str());
+          if (!o.common.json)
+            std::printf("%s\t%s\n", rep.path.c_str(), rec.format("{name}\t" + std::string(verify_text(e))).c_str());
         }
         if (o.common.json)
           doc["files"].push_back({{"path", rep.path}, {"ok", rep.ok()}, {"rows", rep.rows}, {"encoders", encoders}});
@@ -207,8 +233,10 @@ int run(Options& o) {
         }
         for (const auto& row : rows) {
           auto rec = head_record(row);
-          if (o.common.json) out.push_back(rec.json());
-          else std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
+          if (o.common.json)
+            out.push_back(rec.json());
+          else
+            std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
         }
         if (o.common.json) doc["files"].push_back({{"path", f}, {"rows", out}});
         continue;
@@ -244,17 +272,20 @@ int main(int argc, char** argv) {
   cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   app.add_option("files", o.files, "Cache files")->required();
   app.add_flag("--stats", o.stats, "Per-encoder row-norm statistics and NaN/Inf counts");
-  auto* check = app.add_flag("--check", o.check,
-                             "Exit 1 and list each file that is incomplete, inconsistent or non-finite");
+  auto* check =
+      app.add_flag("--check", o.check, "Exit 1 and list each file that is incomplete, inconsistent or non-finite");
   app.add_option("--verify", o.verify, "Re-encode K random rows with the recorded encoder and compare")
-      ->check(cli::positive_integer())->excludes(check);
+      ->check(cli::positive_integer())
+      ->excludes(check);
   app.add_option("--head", o.head, "Print the first N rows")->check(cli::positive_integer())->excludes(check);
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();
   app.add_option("--encoder", o.encoders, "NAME=PATH: verify with this encoder file instead of the recorded one");
   app.add_option("--input", o.input, "Verify against this input file instead of the recorded one");
   app.add_option("--rtol", o.rtol, "Relative tolerance of --verify (default 1e-4 float32, 2e-3 float16)")
       ->check(cli::positive_number(true));
-  app.add_option("--atol", o.atol, "Absolute tolerance of --verify")->check(cli::positive_number(true))->capture_default_str();
+  app.add_option("--atol", o.atol, "Absolute tolerance of --verify")
+      ->check(cli::positive_number(true))
+      ->capture_default_str();
   app.footer(
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA unavailable;\n"

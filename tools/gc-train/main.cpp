@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "traincache/cli.h"
-#include "traincache/runtime.h"
 #include "traincache/interrupt.h"
+#include "traincache/runtime.h"
 #include "traincache/train.h"
 
 using namespace traincache;
@@ -81,8 +81,10 @@ int run(Options& o) {
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   for (const auto& spec : o.cache_devices) {
     auto [name, dev] = cli::split_assignment(spec);
-    if (name) t.cache_devices[*name] = dev;
-    else t.cache_device = dev;
+    if (name)
+      t.cache_devices[*name] = dev;
+    else
+      t.cache_device = dev;
   }
   t.gradcache = !o.no_gradcache;
   t.shuffle = !o.no_shuffle;
@@ -98,8 +100,8 @@ int run(Options& o) {
     if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress, "steps");
     char extra[80];
     std::snprintf(extra, sizeof extra, "loss %.4f  %.0f samples/s", loss,
-                  o.t.batch_size * step / std::max(1e-9, std::chrono::duration<double>(
-                                                              std::chrono::steady_clock::now() - t0).count()));
+                  o.t.batch_size * step /
+                      std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     bar->update(step, extra);
   };
   cb.info = [&](const std::string& m) {
@@ -141,10 +143,14 @@ int main(int argc, char** argv) {
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
   auto* g_cache = "Cached embeddings";
   app.add_option("--cache", t.cache, "Cache file from cache-fill")->group(g_cache);
-  app.add_option("--embeddings", t.embeddings, "Grouped mode: the encoder whose embeddings are grouped by label")->group(g_cache);
+  app.add_option("--embeddings", t.embeddings, "Grouped mode: the encoder whose embeddings are grouped by label")
+      ->group(g_cache);
   app.add_option("--query-embeddings", t.query_embeddings, "Aligned mode: the query side's encoder")->group(g_cache);
-  app.add_option("--passage-embeddings", t.passage_embeddings, "Aligned mode: the passage side's encoder")->group(g_cache);
-  app.add_option("--head", t.head, "mlp:H1,...,Hn, linear:D, or a TorchScript file")->capture_default_str()->group(g_cache);
+  app.add_option("--passage-embeddings", t.passage_embeddings, "Aligned mode: the passage side's encoder")
+      ->group(g_cache);
+  app.add_option("--head", t.head, "mlp:H1,...,Hn, linear:D, or a TorchScript file")
+      ->capture_default_str()
+      ->group(g_cache);
   app.add_option("--cache-shm", t.cache_shm,
                  "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
       ->group(g_cache);
@@ -155,42 +161,81 @@ int main(int argc, char** argv) {
       ->group(g_cache);
   auto* g_loss = "Loss and batches";
   cli::add_choice(app, "--similarity", t.similarity, similarity_choices(), "cos or dot")->group(g_loss);
-  app.add_option("--temperature", t.temperature, "Logit temperature")->check(cli::positive_number())->capture_default_str()->group(g_loss);
+  app.add_option("--temperature", t.temperature, "Logit temperature")
+      ->check(cli::positive_number())
+      ->capture_default_str()
+      ->group(g_loss);
   app.add_flag("--symmetric", t.symmetric, "Also score positives against all queries")->group(g_loss);
-  app.add_option("-b,--batch-size", t.batch_size, "Rows per step (global batch)")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
-  app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")->group(g_loss);
-  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")->check(cli::positive_integer())->group(g_loss);
+  app.add_option("-b,--batch-size", t.batch_size, "Rows per step (global batch)")
+      ->check(cli::positive_integer())
+      ->capture_default_str()
+      ->group(g_loss);
+  app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")
+      ->group(g_loss);
+  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")
+      ->check(cli::positive_integer())
+      ->group(g_loss);
   app.add_flag("--no-gradcache", o.no_gradcache, "Plain full-batch step (reference and baseline)")->group(g_loss);
   app.add_flag("--no-drop-last", o.no_drop_last, "Keep the last partial batch of an epoch")->group(g_loss);
   app.add_flag("--no-shuffle", o.no_shuffle, "Batches are rows [bB, (b+1)B) in order")->group(g_loss);
-  app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")->capture_default_str()->group(g_loss);
-  app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")->check(cli::positive_integer())->group(g_loss);
-  app.add_option("--epochs", t.epochs, "Epochs to train")->check(cli::positive_integer())->capture_default_str()->group(g_loss);
+  app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")
+      ->capture_default_str()
+      ->group(g_loss);
+  app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")
+      ->check(cli::positive_integer())
+      ->group(g_loss);
+  app.add_option("--epochs", t.epochs, "Epochs to train")
+      ->check(cli::positive_integer())
+      ->capture_default_str()
+      ->group(g_loss);
   cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
   auto* g_opt = "Optimiser";
   cli::add_choice(app, "--optimizer", t.optimizer, train::optimizer_choices(), "sgd or adamw")->group(g_opt);
-  app.add_option("--lr", t.lr, "Peak learning rate")->check(cli::positive_number())->capture_default_str()->group(g_opt);
-  app.add_option("--momentum", t.momentum, "SGD momentum")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
-  app.add_option("--weight-decay", t.weight_decay, "Weight decay")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
-  app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")->check(cli::integer_range(0, INT64_MAX))->capture_default_str()->group(g_opt);
-  cli::add_choice(app, "--schedule", t.schedule, train::schedule_choices(), "constant, linear or cosine decay after warmup")
+  app.add_option("--lr", t.lr, "Peak learning rate")
+      ->check(cli::positive_number())
+      ->capture_default_str()
       ->group(g_opt);
-  app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")->check(cli::positive_number(true))->capture_default_str()->group(g_opt);
+  app.add_option("--momentum", t.momentum, "SGD momentum")
+      ->check(cli::positive_number(true))
+      ->capture_default_str()
+      ->group(g_opt);
+  app.add_option("--weight-decay", t.weight_decay, "Weight decay")
+      ->check(cli::positive_number(true))
+      ->capture_default_str()
+      ->group(g_opt);
+  app.add_option("--warmup-steps", t.warmup_steps, "Linear warmup steps")
+      ->check(cli::integer_range(0, INT64_MAX))
+      ->capture_default_str()
+      ->group(g_opt);
+  cli::add_choice(app, "--schedule", t.schedule, train::schedule_choices(),
+                  "constant, linear or cosine decay after warmup")
+      ->group(g_opt);
+  app.add_option("--clip-norm", t.clip_norm, "Clip the gradient norm (0: off)")
+      ->check(cli::positive_number(true))
+      ->capture_default_str()
+      ->group(g_opt);
   auto* g_dist = "Data parallel (with WORLD_SIZE > 1; see docs/distributed.md)";
   cli::add_choice(app, "--dist-backend", t.dist_backend, dist::backend_choices(),
                   "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
       ->group(g_dist);
   app.add_option("--dist-timeout", t.dist_timeout, "Seconds a rank waits for the others before failing")
-      ->check(cli::positive_number())->capture_default_str()->group(g_dist);
+      ->check(cli::positive_number())
+      ->capture_default_str()
+      ->group(g_dist);
   auto* g_out = "Checkpoints and outputs";
   app.add_option("--checkpoint-dir", t.checkpoint_dir, "Directory of checkpoint.pt")->group(g_out);
-  app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")->check(cli::integer_range(0, INT64_MAX))->group(g_out);
+  app.add_option("--checkpoint-every", t.checkpoint_every, "Steps between checkpoints (0: only at the end)")
+      ->check(cli::integer_range(0, INT64_MAX))
+      ->group(g_out);
   app.add_flag("--resume", t.resume, "Continue from the checkpoint in --checkpoint-dir")->group(g_out);
   app.add_option("-o,--out", t.out, "Trained encoder or head as TorchScript")->group(g_out);
   app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);
   app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
-  app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")->group(g_out);
-  app.add_option("--eval-data", t.eval_data, "Evaluate on this file instead (same datasets, or a cache with the same encoders)")->group(g_out);
+  app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")
+      ->group(g_out);
+  app.add_option("--eval-data", t.eval_data,
+                 "Evaluate on this file instead (same datasets, or a cache with the same encoders)")
+      ->group(g_out);
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"

@@ -16,7 +16,6 @@ namespace {
 
 constexpr const char* kTool = "shm-cache";
 
-
 std::string layout_text(const shm::SlabInfo& i) {
   if (i.layout == shm::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
   return std::string("variable ") + dtype_name(i.dtype);
@@ -25,10 +24,14 @@ std::string layout_text(const shm::SlabInfo& i) {
 std::string age_text(int64_t created) {
   int64_t s = static_cast<int64_t>(std::time(nullptr)) - created;
   char buf[32];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
-  else if (s < 7200) std::snprintf(buf, sizeof buf, "%lldm", static_cast<long long>(s / 60));
-  else if (s < 172800) std::snprintf(buf, sizeof buf, "%lldh", static_cast<long long>(s / 3600));
-  else std::snprintf(buf, sizeof buf, "%lldd", static_cast<long long>(s / 86400));
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  else if (s < 7200)
+    std::snprintf(buf, sizeof buf, "%lldm", static_cast<long long>(s / 60));
+  else if (s < 172800)
+    std::snprintf(buf, sizeof buf, "%lldh", static_cast<long long>(s / 3600));
+  else
+    std::snprintf(buf, sizeof buf, "%lldd", static_cast<long long>(s / 86400));
   return buf;
 }
 
@@ -50,8 +53,8 @@ report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
       .add("arena_bytes", i.arena_bytes, format_size(i.arena_bytes))
       .add("arena_used_bytes", i.arena_used, format_size(i.arena_used))
       .add("total_bytes", i.total_bytes, format_size(i.total_bytes))
-      .add("offsets", {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset},
-                       {"data", i.data_offset}})
+      .add("offsets",
+           {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset}, {"data", i.data_offset}})
       .add("mode", i.mode, mode)
       .add("uid", i.uid)
       .add("creator", i.creator)
@@ -66,8 +69,13 @@ report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
     std::string text = std::to_string(c->filled) + " filled, " + std::to_string(c->writing) + " writing, " +
                        std::to_string(c->empty) + " empty";
     if (c->invalid) text += ", " + std::to_string(c->invalid) + " invalid (corrupt; repair resets them)";
-    r.add("counts", {{"empty", c->empty}, {"writing", c->writing}, {"filled", c->filled}, {"invalid", c->invalid},
-                     {"filled_bytes", c->filled_bytes}, {"filled_fraction", fraction}},
+    r.add("counts",
+          {{"empty", c->empty},
+           {"writing", c->writing},
+           {"filled", c->filled},
+           {"invalid", c->invalid},
+           {"filled_bytes", c->filled_bytes},
+           {"filled_fraction", fraction}},
           text + "; " + format_size(c->filled_bytes) + " of data");
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.1f%%", 100 * fraction);
@@ -82,9 +90,9 @@ constexpr const char* kStatText =
     "  creator    {creator}, {created_unix} ago, mode {mode}{temporary}";
 
 // shm-cache list's columns.
-const std::vector<report::Column> kListColumns = {
-    {"name", "NAME", -24}, {"layout", "LAYOUT", -28}, {"total_bytes", "SIZE", 10},
-    {"filled_percent", "FILLED", 8}, {"creator", "CREATOR", -28}, {"created_unix", "AGE", 0}};
+const std::vector<report::Column> kListColumns = {{"name", "NAME", -24},       {"layout", "LAYOUT", -28},
+                                                  {"total_bytes", "SIZE", 10}, {"filled_percent", "FILLED", 8},
+                                                  {"creator", "CREATOR", -28}, {"created_unix", "AGE", 0}};
 
 // One document {"schema": "shm-cache/1", <key>: <value>} on stdout.
 void print_json(const char* key, const report::Json& value) {
@@ -116,7 +124,8 @@ int do_create(Options& o) {
     if (o.dims.empty()) throw Error(Exit::usage, "--dims", "a fixed layout needs --dims (or use --variable)");
     for (const auto& d : cli::split(o.dims, ',')) {
       auto v = cli::parse_int(d);
-      if (!v || *v <= 0) throw Error(Exit::usage, "--dims", "expected positive integers like 1,28,28, got '" + o.dims + "'");
+      if (!v || *v <= 0)
+        throw Error(Exit::usage, "--dims", "expected positive integers like 1,28,28, got '" + o.dims + "'");
       c.dims.push_back(static_cast<uint64_t>(*v));
     }
   } else if (!o.dims.empty()) {
@@ -136,10 +145,12 @@ int do_create(Options& o) {
   auto slab = shm::Slab::create(c);
   auto i = slab.info();
   auto rec = slab_record(i, nullptr);
-  if (o.common.json) print_json("created", rec.json());
+  if (o.common.json)
+    print_json("created", rec.json());
   else if (!o.common.quiet)
-    std::fprintf(stderr, "%s: %s\n", kTool,
-                 rec.format("created {name}: {layout}, {length} indices, {slots} cacheable, {total_bytes} ({path})").c_str());
+    std::fprintf(
+        stderr, "%s: %s\n", kTool,
+        rec.format("created {name}: {layout}, {length} indices, {slots} cacheable, {total_bytes} ({path})").c_str());
   return 0;
 }
 
@@ -151,11 +162,15 @@ int do_list(Options& o) {
       auto slab = shm::Slab::attach(n, false);
       auto c = slab.counts();
       auto rec = slab_record(slab.info(), &c);
-      if (o.common.json) arr.push_back(rec.json());
-      else std::printf("%s\n", report::table_row(kListColumns, rec).c_str());
+      if (o.common.json)
+        arr.push_back(rec.json());
+      else
+        std::printf("%s\n", report::table_row(kListColumns, rec).c_str());
     } catch (const Error& e) {
-      if (o.common.json) arr.push_back({{"name", n}, {"error", e.what()}});
-      else std::printf("%-24s %s\n", n.c_str(), e.what());
+      if (o.common.json)
+        arr.push_back({{"name", n}, {"error", e.what()}});
+      else
+        std::printf("%-24s %s\n", n.c_str(), e.what());
     }
   }
   if (o.common.json) print_json("slabs", arr);
@@ -166,8 +181,10 @@ int do_stat(Options& o) {
   auto slab = shm::Slab::attach(o.name, false);
   auto c = slab.counts();
   auto rec = slab_record(slab.info(), &c);
-  if (o.common.json) print_json("slab", rec.json());
-  else std::printf("%s\n", rec.format(kStatText).c_str());
+  if (o.common.json)
+    print_json("slab", rec.json());
+  else
+    std::printf("%s\n", rec.format(kStatText).c_str());
   return 0;
 }
 
@@ -180,8 +197,13 @@ int do_fill(Options& o) {
   if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
   auto r = shm::fill_from_hdf5(f);
   report::Record rec;
-  rec.add("schema", "shm-cache/1").add("name", o.name).add("rows", r.rows).add("stored", r.stored)
-      .add("skipped", r.skipped).add("bytes", r.bytes, format_size(r.bytes)).add("seconds", r.seconds)
+  rec.add("schema", "shm-cache/1")
+      .add("name", o.name)
+      .add("rows", r.rows)
+      .add("stored", r.stored)
+      .add("skipped", r.skipped)
+      .add("bytes", r.bytes, format_size(r.bytes))
+      .add("seconds", r.seconds)
       .add("bytes_per_second", r.seconds > 0 ? r.bytes / r.seconds : 0.0);
   cli::print_result(kTool, o.common, rec,
                     {"{name}: {rows} rows, {stored} stored, {skipped} skipped, {bytes} in {seconds:%.2f} s"});
@@ -191,7 +213,8 @@ int do_fill(Options& o) {
 int do_get(Options& o) {
   auto slab = shm::Slab::attach(o.name, false);
   auto parsed = cli::parse_int(o.index);
-  if (!parsed || *parsed < 0) throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
+  if (!parsed || *parsed < 0)
+    throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
   const auto index = static_cast<uint64_t>(*parsed);
   auto view = slab.view(index);
   auto slot = slab.slot_of(index);
@@ -203,9 +226,15 @@ int do_get(Options& o) {
   if (o.common.json) {
     auto i = slab.info();
     report::Record rec;
-    rec.add("schema", "shm-cache/1").add("name", o.name).add("index", index)
-        .add("slot", slot ? report::Json(*slot) : report::Json(nullptr)).add("state", state).add("hit", bool(view))
-        .add("bytes", view.bytes).add("dtype", dtype_name(i.dtype)).add("dims", i.dims);
+    rec.add("schema", "shm-cache/1")
+        .add("name", o.name)
+        .add("index", index)
+        .add("slot", slot ? report::Json(*slot) : report::Json(nullptr))
+        .add("state", state)
+        .add("hit", bool(view))
+        .add("bytes", view.bytes)
+        .add("dtype", dtype_name(i.dtype))
+        .add("dims", i.dims);
     report::print_json(rec.json());
   } else if (view) {
     if (std::fwrite(view.data, 1, view.bytes, stdout) != view.bytes) throw Error(Exit::io, "stdout", "write error");
@@ -241,7 +270,8 @@ int do_rm(Options& o) {
       if (status == 0) status = cli::code(e.code());
     }
   }
-  if (o.common.json) print_json("removed", removed);
+  if (o.common.json)
+    print_json("removed", removed);
   else if (!o.common.quiet)
     for (const auto& n : removed) std::fprintf(stderr, "%s: removed %s\n", kTool, n.get<std::string>().c_str());
   return status;
@@ -253,13 +283,19 @@ int do_df(Options& o) {
   auto names = shm::list_slabs();
   for (const auto& n : names) used += shm::resident_bytes(n);
   report::Record rec;
-  rec.add("schema", "shm-cache/1").add("path", shm::shm_dir())
-      .add("total_bytes", space.total, format_size(space.total)).add("free_bytes", space.free, format_size(space.free))
-      .add("slabs", names.size()).add("slab_resident_bytes", used, format_size(used))
+  rec.add("schema", "shm-cache/1")
+      .add("path", shm::shm_dir())
+      .add("total_bytes", space.total, format_size(space.total))
+      .add("free_bytes", space.free, format_size(space.free))
+      .add("slabs", names.size())
+      .add("slab_resident_bytes", used, format_size(used))
       .note("s", names.size() == 1 ? "" : "s");
-  if (o.common.json) report::print_json(rec.json());
-  else std::printf("%s\n", rec.format("{path}: {total_bytes} total, {free_bytes} free; {slabs} slab{s} holding "
-                                        "{slab_resident_bytes}").c_str());
+  if (o.common.json)
+    report::print_json(rec.json());
+  else
+    std::printf("%s\n", rec.format("{path}: {total_bytes} total, {free_bytes} free; {slabs} slab{s} holding "
+                                   "{slab_resident_bytes}")
+                            .c_str());
   return 0;
 }
 

@@ -38,7 +38,8 @@ const std::vector<Field>& fields() {
       {{"hit_rate", "hits", 6}, [](const R& r) { return report::Json(r.hit_rate); }},
       {{"bytes_cached", "cached MiB", 10}, [](const R& r) { return report::Json(r.bytes_cached); }},
       {{"peak_rss_bytes", "RSS MiB", 8}, [](const R& r) { return report::Json(r.peak_rss_bytes); }},
-      {{"boundary_blocked_seconds", "blocked s", 9}, [](const R& r) { return report::Json(r.boundary_blocked_seconds); }},
+      {{"boundary_blocked_seconds", "blocked s", 9},
+       [](const R& r) { return report::Json(r.boundary_blocked_seconds); }},
   };
   return f;
 }
@@ -127,7 +128,9 @@ int run(Options& o) {
              {"version", version_banner(kTool)},
              {"blas", active_blas()},
              {"config",
-              {{"source", !o.b.data.empty() ? o.b.data : !o.b.files.empty() ? o.b.files : "shm:" + o.b.shm},
+              {{"source", !o.b.data.empty()    ? o.b.data
+                          : !o.b.files.empty() ? o.b.files
+                                               : "shm:" + o.b.shm},
                {"items", o.b.items},
                {"batch_size", o.b.batch_size},
                {"epochs", o.b.epochs},
@@ -153,8 +156,8 @@ int run(Options& o) {
                      c.strategy.c_str(), c.before, c.after, 100 * c.change, 100 * o.max_regression);
         status = 1;
       } else if (!o.common.quiet) {
-        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before,
-                     c.after, 100 * c.change);
+        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before, c.after,
+                     100 * c.change);
       }
     }
   }
@@ -174,23 +177,34 @@ int main(int argc, char** argv) {
   app.add_option("--files", b.files, "Directory of per-sample files (meta.json + <i>.bin)")->group("Source");
   app.add_option("--shm", b.shm, "Fixed-layout uint8 shared-memory slab")->group("Source");
   app.add_option("--items", b.items, "Use the first N items (0: all)")->capture_default_str()->group("Source");
-  app.add_flag("--page-cache", b.page_cache, "Let file reads hit the page cache (default: drop pages)")->group("Source");
-  app.add_option("--read-latency-us", b.read_latency_us, "Emulated storage latency per read")->capture_default_str()->group("Cost");
+  app.add_flag("--page-cache", b.page_cache, "Let file reads hit the page cache (default: drop pages)")
+      ->group("Source");
+  app.add_option("--read-latency-us", b.read_latency_us, "Emulated storage latency per read")
+      ->capture_default_str()
+      ->group("Cost");
   app.add_option("--deterministic-cost-us", b.deterministic_cost_us, "Emulated CPU cost per deterministic transform")
-      ->capture_default_str()->group("Cost");
+      ->capture_default_str()
+      ->group("Cost");
   app.add_option("--resize", o.resize, "H,W of the deterministic bilinear resize")->group("Cost");
   app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
-      ->capture_default_str()->group("Cost");
-  app.add_option("--strategy", o.strategies, "Comma-separated: " + sbench::caching_choices().list(", "))->capture_default_str();
-  app.add_option("--frozen-encoder", b.frozen_encoder, "embed: frozen TorchScript encoder run every step")->group("embed");
+      ->capture_default_str()
+      ->group("Cost");
+  app.add_option("--strategy", o.strategies, "Comma-separated: " + sbench::caching_choices().list(", "))
+      ->capture_default_str();
+  app.add_option("--frozen-encoder", b.frozen_encoder, "embed: frozen TorchScript encoder run every step")
+      ->group("embed");
   app.add_option("--cache", b.cache, "embed: cache-fill cache of the same items")->group("embed");
-  app.add_option("--embeddings", b.embeddings, "embed: encoder name in the cache (default: the only one)")->group("embed");
+  app.add_option("--embeddings", b.embeddings, "embed: encoder name in the cache (default: the only one)")
+      ->group("embed");
   app.add_option("--cache-fraction", b.cache_fraction, "stochastic: share of items cached")->capture_default_str();
   app.add_option("--cache-num", b.cache_num, "smart: window size N (0: half the items)")->capture_default_str();
-  app.add_option("--replace-rate", b.replace_rate, "smart: replace rate r (R = ceil(N r) per epoch)")->capture_default_str();
+  app.add_option("--replace-rate", b.replace_rate, "smart: replace rate r (R = ceil(N r) per epoch)")
+      ->capture_default_str();
   app.add_option("--replace-workers", b.replace_workers, "smart: replacer threads")->capture_default_str();
-  app.add_option("-b,--batch-size", b.batch_size, "Samples per step")->check(cli::positive_integer())->capture_default_str();
+  app.add_option("-b,--batch-size", b.batch_size, "Samples per step")
+      ->check(cli::positive_integer())
+      ->capture_default_str();
   app.add_option("--epochs", b.epochs, "Epochs per strategy")->check(cli::positive_integer())->capture_default_str();
   app.add_option("--workers", b.workers, "Loader threads")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--seed", b.seed, "Seed of shuffling and random transforms")->capture_default_str();

@@ -21,22 +21,22 @@ inline constexpr int64_t kFormatVersion = 1;
 /// One embedding dataset, /embeddings/<name>.
 struct EmbeddingInfo {
   std::string name;
-  std::vector<int64_t> shape;      ///< [rows, ...]
+  std::vector<int64_t> shape;  ///< [rows, ...]
   DType dtype = DType::other;
-  uint64_t bytes = 0;              ///< uncompressed size of the data
-  std::string encoder_path;        ///< as given to cache-fill (made absolute)
+  uint64_t bytes = 0;        ///< uncompressed size of the data
+  std::string encoder_path;  ///< as given to cache-fill (made absolute)
   std::string encoder_sha256;
   std::vector<std::string> features;  ///< input datasets fed to the encoder, in argument order
-  std::string output;              ///< output selector ("" = the whole output)
-  std::string inference;           ///< "optimized" or "plain"
+  std::string output;                 ///< output selector ("" = the whole output)
+  std::string inference;              ///< "optimized" or "plain"
 };
 
 /// Labels, /labels.
 struct LabelInfo {
-  std::string source;              ///< the input dataset they were copied from
+  std::string source;  ///< the input dataset they were copied from
   DType dtype = DType::other;
   int64_t rows = 0;
-  std::vector<int64_t> shape;      ///< dataset shape ([rows] for one label per row)
+  std::vector<int64_t> shape;         ///< dataset shape ([rows] for one label per row)
   std::map<int64_t, int64_t> counts;  ///< per class, for integer labels (when counted)
 };
 
@@ -46,7 +46,7 @@ struct CacheInfo {
   int64_t format_version = 0;
   bool complete = false;
   int64_t rows = 0;
-  int64_t row_start = 0;           ///< first input row encoded
+  int64_t row_start = 0;  ///< first input row encoded
   std::string fingerprint;
   std::string fingerprint_json;
   std::string created_by;
@@ -55,7 +55,7 @@ struct CacheInfo {
   double input_scale = 0;
   std::vector<EmbeddingInfo> embeddings;
   std::optional<LabelInfo> labels;
-  std::optional<std::string> keys_source;   ///< the input key dataset, when keys are stored
+  std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
   std::optional<DType> keys_dtype;
 };
 
@@ -71,7 +71,7 @@ struct EmbeddingStats {
   std::string name;
   int64_t rows = 0;
   double norm_mean = 0, norm_std = 0, norm_min = 0, norm_max = 0;  ///< over finite rows
-  int64_t nan_count = 0, inf_count = 0;                             ///< elements
+  int64_t nan_count = 0, inf_count = 0;                            ///< elements
 };
 
 /// Streams every embedding once (memory independent of the number of rows).
@@ -91,8 +91,8 @@ CheckReport check(const std::string& path);
 /// One row for --head.
 struct CacheRow {
   int64_t index = 0;
-  std::string key;                              ///< the stored key, or the input row number
-  std::optional<std::string> label;             ///< as text
+  std::string key;                                       ///< the stored key, or the input row number
+  std::optional<std::string> label;                      ///< as text
   std::map<std::string, std::vector<float>> embeddings;  ///< flattened row per encoder
 };
 
@@ -123,11 +123,11 @@ struct EmbeddingSource {
 struct AssemblySpec {
   std::string out_path;
   int64_t rows = 0;
-  std::string input_path;          ///< labels and keys are copied from here
+  std::string input_path;  ///< labels and keys are copied from here
   int64_t row_start = 0;
-  std::string labels_dataset;      ///< "" = none
-  std::string keys_dataset;        ///< "" = none
-  Attrs root_attrs;                ///< besides format, format_version, complete, rows
+  std::string labels_dataset;  ///< "" = none
+  std::string keys_dataset;    ///< "" = none
+  Attrs root_attrs;            ///< besides format, format_version, complete, rows
   std::vector<EmbeddingSource> embeddings;
 };
 

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -18,12 +17,12 @@ namespace traincache::cli {
 
 /// Options every tool accepts. Defaults are the behaviour without the flag.
 struct CommonOptions {
-  int verbose = 0;                           ///< -v (repeatable); -vv also prints HDF5 error stacks
-  bool quiet = false;                        ///< -q: no informational messages on stderr
-  bool json = false;                         ///< --json: machine-readable output on stdout
+  int verbose = 0;                                  ///< -v (repeatable); -vv also prints HDF5 error stacks
+  bool quiet = false;                               ///< -q: no informational messages on stderr
+  bool json = false;                                ///< --json: machine-readable output on stdout
   ProgressMode progress = ProgressMode::automatic;  ///< --progress=auto|always|never
-  int threads = 0;                           ///< --threads (0 = library default)
-  std::string device = "cpu";               ///< --device cpu|cuda[:N]
+  int threads = 0;                                  ///< --threads (0 = library default)
+  std::string device = "cpu";                       ///< --device cpu|cuda[:N]
 };
 
 /// Which of the compute options (--threads, --device) a tool takes.
@@ -38,8 +37,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
 /// --help/--version -> 0 on stdout; CLI11 errors -> 64; traincache::Error -> its code;
 /// any other exception -> 70. Messages are one line: "tool: error: <what>" after flushing stdout.
 /// A write error on stdout discovered at the end -> 74.
-int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv,
-             const std::function<int()>& body);
+int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 /// Prints "tool: error: msg" to stderr (stdout is flushed first).
 void print_error(const std::string& tool, const std::string& msg);

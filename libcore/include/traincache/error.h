@@ -9,17 +9,17 @@ namespace traincache {
 
 /// Process exit codes. Every tool documents these in its EXIT STATUS section; scripts rely on them.
 enum class Exit : int {
-  ok = 0,              ///< success
-  negative = 1,        ///< a check failed, a verification mismatched, a regression was found
-  usage = 64,          ///< bad command line
-  data = 65,           ///< bad data: corrupt or foreign file, wrong schema, shape, dtype, NaN
-  no_input = 66,       ///< an input file does not exist or cannot be opened
-  unavailable = 69,    ///< a resource is unavailable (no CUDA device, slab missing)
-  internal = 70,       ///< a bug: an unexpected internal error
-  cant_create = 73,    ///< the output cannot be created (or an existing one is in the way)
-  io = 74,             ///< an I/O error while reading or writing
-  temp_failure = 75,   ///< temporary failure (a lock is held); trying again may succeed
-  interrupted = 130,   ///< stopped by SIGINT/SIGTERM; progress was kept where that makes sense
+  ok = 0,             ///< success
+  negative = 1,       ///< a check failed, a verification mismatched, a regression was found
+  usage = 64,         ///< bad command line
+  data = 65,          ///< bad data: corrupt or foreign file, wrong schema, shape, dtype, NaN
+  no_input = 66,      ///< an input file does not exist or cannot be opened
+  unavailable = 69,   ///< a resource is unavailable (no CUDA device, slab missing)
+  internal = 70,      ///< a bug: an unexpected internal error
+  cant_create = 73,   ///< the output cannot be created (or an existing one is in the way)
+  io = 74,            ///< an I/O error while reading or writing
+  temp_failure = 75,  ///< temporary failure (a lock is held); trying again may succeed
+  interrupted = 130,  ///< stopped by SIGINT/SIGTERM; progress was kept where that makes sense
 };
 
 /// The one error type the library throws. `what()` is "<subject>: <detail>" (subject may be empty),

@@ -32,18 +32,18 @@ struct FillOptions {
   std::string keys;                   ///< "" = none (key = input row number)
   std::string out;
   int64_t batch_size = 256;
-  int workers = 1;                    ///< reader/converter threads
-  int threads = 0;                    ///< intra-op threads (0 = LibTorch default)
+  int workers = 1;  ///< reader/converter threads
+  int threads = 0;  ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
-  DType dtype = DType::f32;           ///< storage type: one of storage_dtype_choices()
+  DType dtype = DType::f32;  ///< storage type: one of storage_dtype_choices()
   int64_t row_begin = 0;
-  int64_t row_end = -1;               ///< -1 = to the end
-  double input_scale = 1.0 / 255.0;   ///< applied to uint8 inputs
-  bool optimize = true;               ///< freeze + optimize_for_inference
-  bool force = false;                 ///< overwrite a cache or partial with another fingerprint
+  int64_t row_end = -1;              ///< -1 = to the end
+  double input_scale = 1.0 / 255.0;  ///< applied to uint8 inputs
+  bool optimize = true;              ///< freeze + optimize_for_inference
+  bool force = false;                ///< overwrite a cache or partial with another fingerprint
   bool check_determinism = false;
-  int64_t commit_rows = 16384;        ///< rows between durable progress commits
-  int shard_index = -1;               ///< with shard_count > 0: encode shard I of N (batch-aligned)
+  int64_t commit_rows = 16384;  ///< rows between durable progress commits
+  int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)
   int shard_count = 0;
 };
 
@@ -53,22 +53,22 @@ enum class FillStatus { done, up_to_date, interrupted };
 /// What a fill did.
 struct FillResult {
   FillStatus status = FillStatus::done;
-  int64_t rows = 0;                   ///< rows in the cache
-  int64_t rows_encoded = 0;           ///< rows encoded by this run (0 when up to date)
-  int64_t resumed_from = 0;           ///< rows already committed by an earlier run
+  int64_t rows = 0;          ///< rows in the cache
+  int64_t rows_encoded = 0;  ///< rows encoded by this run (0 when up to date)
+  int64_t resumed_from = 0;  ///< rows already committed by an earlier run
   double seconds = 0;
-  double encode_seconds = 0;          ///< time inside encoder forward calls
-  double model_setup_seconds = 0;     ///< loading, optimising and checking the encoders (once per run)
-  double digest_seconds = 0;          ///< fingerprinting the input (one read of every row used)
-  double publish_seconds = 0;         ///< building the HDF5 file from the journal and renaming it
-  uint64_t bytes_written = 0;         ///< embedding bytes written by this run
-  std::string out;                    ///< the file written (the shard file when sharded)
-  std::string partial_path;           ///< where progress is kept (when interrupted)
+  double encode_seconds = 0;       ///< time inside encoder forward calls
+  double model_setup_seconds = 0;  ///< loading, optimising and checking the encoders (once per run)
+  double digest_seconds = 0;       ///< fingerprinting the input (one read of every row used)
+  double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
+  uint64_t bytes_written = 0;      ///< embedding bytes written by this run
+  std::string out;                 ///< the file written (the shard file when sharded)
+  std::string partial_path;        ///< where progress is kept (when interrupted)
   std::string fingerprint;
   struct Encoder {
     std::string name;
-    std::vector<int64_t> shape;       ///< [rows, ...]
-    std::string inference;            ///< "optimized" or "plain"
+    std::vector<int64_t> shape;  ///< [rows, ...]
+    std::string inference;       ///< "optimized" or "plain"
     double optimize_max_abs_diff = 0;
   };
   std::vector<Encoder> encoders;

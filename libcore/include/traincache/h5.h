@@ -83,11 +83,11 @@ bool exists(hid_t loc, const std::string& path);
 
 /// What an input dataset holds.
 struct DatasetInfo {
-  std::string name;                 ///< path inside the file
-  std::vector<int64_t> shape;       ///< dimensions, shape[0] = rows
-  DType dtype = DType::other;       ///< element type
-  bool vlen_string = false;         ///< variable-length strings
-  std::size_t type_size = 0;        ///< file element size in bytes (fixed strings: their length)
+  std::string name;            ///< path inside the file
+  std::vector<int64_t> shape;  ///< dimensions, shape[0] = rows
+  DType dtype = DType::other;  ///< element type
+  bool vlen_string = false;    ///< variable-length strings
+  std::size_t type_size = 0;   ///< file element size in bytes (fixed strings: their length)
 
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   /// Elements in one row (product of shape[1:]).
@@ -107,12 +107,10 @@ hid_t native_type(DType t);
 Id float16_type();
 
 /// Reads rows [start, start+count) of `dset` into `buf` converting to `mem_type`.
-void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
-               void* buf);
+void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, void* buf);
 
 /// Writes rows [start, start+count) of `dset` from `buf` held as `mem_type`.
-void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type,
-                const void* buf);
+void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, const void* buf);
 
 /// Rows of `row_bytes` that fit a read block of `block_bytes` (at least one).
 inline int64_t rows_per_block(int64_t row_bytes, int64_t block_bytes) {

@@ -14,10 +14,10 @@ namespace traincache::fill {
 
 /// What the journal records of one encoder once its first batch is encoded.
 struct JournalEncoder {
-  bool has_shape = false;             ///< row_shape is known (set with the first batch)
-  std::vector<int64_t> row_shape;     ///< shape of one embedding row ([] for one value per row)
-  std::string inference = "plain";    ///< "plain" or "optimized"
-  double optimize_max_abs_diff = 0;   ///< largest difference optimised vs plain on the first batch
+  bool has_shape = false;            ///< row_shape is known (set with the first batch)
+  std::vector<int64_t> row_shape;    ///< shape of one embedding row ([] for one value per row)
+  std::string inference = "plain";   ///< "plain" or "optimized"
+  double optimize_max_abs_diff = 0;  ///< largest difference optimised vs plain on the first batch
 };
 
 /// The journal of one output. Move-only value; files are touched only by the member functions.
@@ -46,8 +46,8 @@ class Journal {
   /// Writes journal.json atomically (temporary file, fsync, rename); Error(io) on failure.
   void save() const;
 
-  std::string fingerprint;                      ///< the run's fingerprint
-  int64_t committed_rows = 0;                   ///< rows durable in every raw file
+  std::string fingerprint;     ///< the run's fingerprint
+  int64_t committed_rows = 0;  ///< rows durable in every raw file
   std::map<std::string, JournalEncoder> encoders;
 
  private:

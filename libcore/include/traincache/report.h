@@ -4,9 +4,8 @@
 // A field's value is computed once, so text and JSON cannot disagree. Torch-free.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -17,10 +17,10 @@ struct FillFromOptions {
 
 /// What was copied.
 struct FillFromResult {
-  uint64_t rows = 0;      ///< rows looked at
-  uint64_t stored = 0;    ///< items written by this call
-  uint64_t skipped = 0;   ///< not cacheable, already filled or being written, or arena full
-  uint64_t bytes = 0;     ///< bytes written by this call
+  uint64_t rows = 0;     ///< rows looked at
+  uint64_t stored = 0;   ///< items written by this call
+  uint64_t skipped = 0;  ///< not cacheable, already filled or being written, or arena full
+  uint64_t bytes = 0;    ///< bytes written by this call
   double seconds = 0;
 };
 

@@ -46,19 +46,19 @@ const char* state_name(SlotState s);
 /// How to create a slab.
 struct CreateOptions {
   std::string name;
-  uint64_t length = 0;                ///< dataset length (indices [0, length))
+  uint64_t length = 0;  ///< dataset length (indices [0, length))
   Layout layout = Layout::fixed;
-  DType dtype = DType::u8;            ///< element type (fixed and variable)
-  std::vector<uint64_t> dims;         ///< item shape (fixed layout)
-  uint64_t limit_bytes = 0;           ///< byte budget for the data (slots derived from it), or
-  uint64_t slots = 0;                 ///< the number of cacheable items
+  DType dtype = DType::u8;     ///< element type (fixed and variable)
+  std::vector<uint64_t> dims;  ///< item shape (fixed layout)
+  uint64_t limit_bytes = 0;    ///< byte budget for the data (slots derived from it), or
+  uint64_t slots = 0;          ///< the number of cacheable items
   Selection selection = Selection::first;
-  uint64_t seed = 0;                  ///< for Selection::hashed
-  unsigned mode = 0600;               ///< permission bits of the object
-  std::string content_id;             ///< what the slab is meant to hold (<= 127 bytes), checked by users
-  bool temporary = false;             ///< removed by its creator when done; `rm --stale` removes it
-                                      ///< once the creator has died
-  std::string tool;                   ///< creating tool, shown in listings ("smart-bench")
+  uint64_t seed = 0;       ///< for Selection::hashed
+  unsigned mode = 0600;    ///< permission bits of the object
+  std::string content_id;  ///< what the slab is meant to hold (<= 127 bytes), checked by users
+  bool temporary = false;  ///< removed by its creator when done; `rm --stale` removes it
+                           ///< once the creator has died
+  std::string tool;        ///< creating tool, shown in listings ("smart-bench")
 };
 
 /// What a slab holds (read from its header).
@@ -69,19 +69,19 @@ struct SlabInfo {
   DType dtype = DType::u8;
   std::vector<uint64_t> dims;
   uint64_t length = 0, slots = 0;
-  uint64_t item_bytes = 0;            ///< fixed layout: bytes per item
-  uint64_t arena_bytes = 0, arena_used = 0;  ///< variable layout
-  uint64_t total_bytes = 0;           ///< size of the object
+  uint64_t item_bytes = 0;                                                        ///< fixed layout: bytes per item
+  uint64_t arena_bytes = 0, arena_used = 0;                                       ///< variable layout
+  uint64_t total_bytes = 0;                                                       ///< size of the object
   uint64_t map_offset = 0, states_offset = 0, index_offset = 0, data_offset = 0;  ///< regions
   Selection selection = Selection::first;
   uint64_t seed = 0;
   int64_t created_unix = 0;
   std::string creator;
   unsigned mode = 0;
-  unsigned uid = 0;                   ///< owner of the object
-  std::string content_id;             ///< as given at creation ("" when none)
+  unsigned uid = 0;        ///< owner of the object
+  std::string content_id;  ///< as given at creation ("" when none)
   bool temporary = false;
-  int64_t creator_pid = 0;            ///< 0 for slabs made before it was recorded
+  int64_t creator_pid = 0;  ///< 0 for slabs made before it was recorded
   std::string creator_host;
   std::optional<std::string> sealed_digest;  ///< digest of the data when sealed
 };

@@ -31,23 +31,23 @@ struct BenchOptions {
   int64_t deterministic_cost_us = 0;             ///< added per deterministic transform: heavy preprocessing
   std::vector<int64_t> resize;                   ///< H,W of the deterministic resize (empty: keep)
   // The step.
-  std::string model;                             ///< TorchScript model trained with SGD, or
-  double model_ms = 1.0;                         ///< synthetic compute per batch (when no model)
+  std::string model;      ///< TorchScript model trained with SGD, or
+  double model_ms = 1.0;  ///< synthetic compute per batch (when no model)
   double lr = 0.01;
   // The loop.
   int64_t batch_size = 64, epochs = 3;
-  int workers = 2;                               ///< loader threads
+  int workers = 2;  ///< loader threads
   uint64_t seed = 0;
   int threads = 0;
   // Strategies.
   std::vector<Caching> strategies{Caching::none, Caching::full, Caching::stochastic, Caching::smart};
-  std::string frozen_encoder;                    ///< embed: the frozen TorchScript encoder, and
-  std::string cache;                             ///< embed: its cache-fill cache of the same items
-  std::string embeddings;                        ///< embed: the encoder's name in the cache ("" = the only one)
-  double cache_fraction = 0.5;                   ///< stochastic: share of items in the slab
-  int64_t cache_num = 0;                         ///< smart: window size (0 = half the items)
-  double replace_rate = 0.2;                     ///< smart: r
-  int replace_workers = 1;                       ///< smart: replacer threads
+  std::string frozen_encoder;   ///< embed: the frozen TorchScript encoder, and
+  std::string cache;            ///< embed: its cache-fill cache of the same items
+  std::string embeddings;       ///< embed: the encoder's name in the cache ("" = the only one)
+  double cache_fraction = 0.5;  ///< stochastic: share of items in the slab
+  int64_t cache_num = 0;        ///< smart: window size (0 = half the items)
+  double replace_rate = 0.2;    ///< smart: r
+  int replace_workers = 1;      ///< smart: replacer threads
 };
 
 /// One strategy's epoch.
@@ -57,9 +57,9 @@ struct EpochRecord {
   int64_t samples = 0;
   double wall_seconds = 0, samples_per_second = 0;
   double step_ms_mean = 0, step_ms_p50 = 0, step_ms_p95 = 0;  ///< model step time
-  double data_wait_seconds = 0;       ///< the step waited for data this long
-  double model_idle_fraction = 0;     ///< data_wait_seconds / wall_seconds
-  double hit_rate = 0;                ///< items served from the cache
+  double data_wait_seconds = 0;                               ///< the step waited for data this long
+  double model_idle_fraction = 0;                             ///< data_wait_seconds / wall_seconds
+  double hit_rate = 0;                                        ///< items served from the cache
   uint64_t bytes_cached = 0;
   uint64_t peak_rss_bytes = 0;
   double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start

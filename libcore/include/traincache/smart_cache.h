@@ -70,12 +70,12 @@ class SmartCache {
   Prepare prepare_;
   int workers_;
   int64_t epoch_ = 0;
-  std::map<int64_t, std::vector<unsigned char>> window_;    // dataset index -> item
+  std::map<int64_t, std::vector<unsigned char>> window_;  // dataset index -> item
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<int64_t> queue_;                               // dataset indices still to prepare
+  std::vector<int64_t> queue_;                              // dataset indices still to prepare
   std::map<int64_t, std::vector<unsigned char>> incoming_;  // prepared, not yet in the window
-  int64_t pending_ = 0;                                      // queued or being prepared
+  int64_t pending_ = 0;                                     // queued or being prepared
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<std::thread> threads_;

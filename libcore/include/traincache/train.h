@@ -31,23 +31,23 @@ struct TrainOptions {
   // Raw inputs: aligned datasets of one HDF5 file and trainable encoders.
   std::string data;
   std::vector<std::string> query, passage, negatives;  ///< datasets (several = several forward() args)
-  std::string encoder;                                  ///< tied: one encoder for both sides
-  std::string query_encoder, passage_encoder;           ///< separate encoders
+  std::string encoder;                                 ///< tied: one encoder for both sides
+  std::string query_encoder, passage_encoder;          ///< separate encoders
   double input_scale = 1.0 / 255.0;
   // Cached embeddings (after cache-fill) and a trainable head.
   std::string cache;
-  std::string query_embeddings, passage_embeddings;     ///< aligned pairing: two encoders' names
-  std::string embeddings;                               ///< grouped pairing: one encoder + labels
-  std::string head = "mlp:256,128";                     ///< built-in spec or a TorchScript file
-  std::string cache_device = "cpu";                     ///< where cached embeddings live
-  std::map<std::string, std::string> cache_devices;     ///< per encoder name, overriding cache_device
-  std::string cache_shm;                                ///< share embeddings through slabs "<name>-<encoder>"
-  bool trust_slab_owner = false;                        ///< attach to --cache-shm slabs of other users
+  std::string query_embeddings, passage_embeddings;  ///< aligned pairing: two encoders' names
+  std::string embeddings;                            ///< grouped pairing: one encoder + labels
+  std::string head = "mlp:256,128";                  ///< built-in spec or a TorchScript file
+  std::string cache_device = "cpu";                  ///< where cached embeddings live
+  std::map<std::string, std::string> cache_devices;  ///< per encoder name, overriding cache_device
+  std::string cache_shm;                             ///< share embeddings through slabs "<name>-<encoder>"
+  bool trust_slab_owner = false;                     ///< attach to --cache-shm slabs of other users
   // Loss.
   Similarity similarity = Similarity::cos;
   double temperature = 0.05;
   bool symmetric = false;
-  int64_t loss_chunk = 0;                               ///< anchor rows per loss chunk (0 = chunk size)
+  int64_t loss_chunk = 0;  ///< anchor rows per loss chunk (0 = chunk size)
   // Batches.
   int64_t batch_size = 64;
   int64_t query_chunk = 16, passage_chunk = 16;
@@ -55,7 +55,7 @@ struct TrainOptions {
   bool drop_last = true;
   bool shuffle = true;
   uint64_t seed = 0;
-  int64_t steps = 0;                                    ///< 0: use epochs
+  int64_t steps = 0;  ///< 0: use epochs
   int64_t epochs = 1;
   // Optimiser and schedule.
   Optimizer optimizer = Optimizer::adamw;
@@ -67,40 +67,40 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   bool resume = false;
   std::string out, passage_out, metrics;
-  int64_t eval_begin = 0, eval_end = -1;                ///< held-out rows [begin, end) when end > 0
-  std::string eval_data;                                ///< or a separate file (same datasets/encoders)
+  int64_t eval_begin = 0, eval_end = -1;  ///< held-out rows [begin, end) when end > 0
+  std::string eval_data;                  ///< or a separate file (same datasets/encoders)
   std::string device = "cpu";
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
   dist::Backend dist_backend = dist::Backend::automatic;
-  double dist_timeout = 1800;                           ///< seconds a rank waits for the others
-  DType dtype = DType::f32;                             ///< f32 or f64 (parameters and inputs)
+  double dist_timeout = 1800;  ///< seconds a rank waits for the others
+  DType dtype = DType::f32;    ///< f32 or f64 (parameters and inputs)
 };
 
 /// Retrieval or nearest-neighbour metrics on the held-out rows.
 struct EvalMetrics {
   bool present = false;
   int64_t rows = 0;
-  double recall_at_1 = 0, recall_at_10 = 0, mrr = 0;   ///< pair modes
-  double nn_accuracy = 0;                               ///< grouped mode
+  double recall_at_1 = 0, recall_at_10 = 0, mrr = 0;  ///< pair modes
+  double nn_accuracy = 0;                             ///< grouped mode
 };
 
 /// What a run did.
 struct TrainResult {
   bool interrupted = false;
-  int64_t steps_done = 0;       ///< global step reached
-  int64_t start_step = 0;       ///< where this run started (resume)
+  int64_t steps_done = 0;  ///< global step reached
+  int64_t start_step = 0;  ///< where this run started (resume)
   int64_t total_steps = 0;
   double last_loss = 0;
   double seconds = 0;
   double samples_per_second = 0;
   double seconds_per_epoch = 0;
-  std::string mode;             ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
+  std::string mode;  ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
   EvalMetrics eval_before, eval_after;
-  std::string checkpoint;       ///< last checkpoint written or loaded
-  int rank = 0, world_size = 1; ///< data parallelism: only rank 0 writes outputs
-  std::string backend;          ///< the process group's backend when world_size > 1
-  int64_t collectives = 0;      ///< collective operations this rank took part in
+  std::string checkpoint;         ///< last checkpoint written or loaded
+  int rank = 0, world_size = 1;   ///< data parallelism: only rank 0 writes outputs
+  std::string backend;            ///< the process group's backend when world_size > 1
+  int64_t collectives = 0;        ///< collective operations this rank took part in
   double collective_seconds = 0;  ///< time in them (transfers and waiting for other ranks)
 };
 

@@ -12,11 +12,11 @@ namespace traincache::verify {
 /// What to verify and how strictly.
 struct VerifyOptions {
   std::string cache;
-  int64_t samples = 16;                          ///< rows to re-encode per encoder
-  uint64_t seed = 0;                             ///< seeds the row sample
-  std::map<std::string, std::string> encoders;   ///< name -> path overriding the recorded one
-  std::string input;                             ///< overrides the recorded input path
-  double rtol = -1;                              ///< < 0: 1e-4 for float32 caches, 2e-3 for float16
+  int64_t samples = 16;                         ///< rows to re-encode per encoder
+  uint64_t seed = 0;                            ///< seeds the row sample
+  std::map<std::string, std::string> encoders;  ///< name -> path overriding the recorded one
+  std::string input;                            ///< overrides the recorded input path
+  double rtol = -1;                             ///< < 0: 1e-4 for float32 caches, 2e-3 for float16
   double atol = 1e-5;
   std::string device = "cpu";
   int threads = 0;
@@ -28,7 +28,7 @@ struct EncoderVerdict {
   std::string encoder_path;
   bool encoder_changed = false;  ///< the file's SHA-256 differs from the recorded one
   int64_t checked = 0;
-  int64_t mismatched = 0;        ///< rows with an element outside atol + rtol * |cached|
+  int64_t mismatched = 0;  ///< rows with an element outside atol + rtol * |cached|
   double max_abs_diff = 0;
   double rtol = 0, atol = 0;
   int64_t first_bad_row = -1;
@@ -38,7 +38,7 @@ struct EncoderVerdict {
 /// All verdicts for one file.
 struct VerifyReport {
   std::string path;
-  std::vector<int64_t> rows;     ///< the sampled cache rows
+  std::vector<int64_t> rows;  ///< the sampled cache rows
   std::vector<EncoderVerdict> encoders;
   bool ok() const;
 };

@@ -27,7 +27,8 @@ torch::jit::Module load_module(const std::string& path, torch::Device device);
 
 /// `m.forward(args)`, with any LibTorch/TorchScript exception turned into
 /// Error(data, subject, "rejected the input: <the one meaningful line>").
-torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args, const std::string& subject);
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
+                                const std::string& subject);
 
 /// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
 /// without the C++ backtrace and the TorchScript traceback.
@@ -36,8 +37,7 @@ std::string torch_error_message(const std::string& what);
 /// Reads rows [start, start+count) of an input dataset as a model input tensor, by the documented
 /// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
 /// Strings and other types -> Error(data).
-torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count,
-                              double scale);
+torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count, double scale);
 
 /// Items [start, start+count) of a fixed-layout shared-memory slab as a model input tensor, by the
 /// same conversion rules. An item that is not cached -> Error(data) naming it.
@@ -48,9 +48,9 @@ void require_numeric_input(const h5::DatasetInfo& info, const std::string& file)
 
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {
-  bool used = false;          ///< the optimised module is now in use
-  double max_abs_diff = 0;    ///< between plain and optimised outputs on the sample
-  std::string why_not;        ///< reason for falling back, when !used
+  bool used = false;             ///< the optimised module is now in use
+  double max_abs_diff = 0;       ///< between plain and optimised outputs on the sample
+  std::string why_not;           ///< reason for falling back, when !used
   bool plain_nonfinite = false;  ///< the plain output already holds NaN/Inf (nothing to compare)
 };
 

@@ -38,8 +38,7 @@ struct LossConfig {
 /// The loss as a differentiable tensor. Pair modes: q [B, d]; p [B*(1+k), d] grouped per query
 /// (row i*(1+k) is query i's positive, the next k rows its hard negatives). supcon: q = z [B, d],
 /// labels [B], p unused. Computed in anchor chunks, but the graph of every chunk is kept.
-torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
-                   const LossConfig& cfg);
+torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg);
 
 /// Computes the loss on leaf tensors q and p (requires_grad) one anchor chunk at a time,
 /// back-propagating each chunk at once, so that at most anchor_chunk x |candidates| logits exist.
@@ -47,8 +46,8 @@ torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::
 /// With an anchor range [anchor_begin, anchor_end), only those anchors' terms are computed (the
 /// loss is their sum over the same denominator): ranks that split the anchors and sum the results
 /// get the whole loss and its gradients.
-double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
-                           const LossConfig& cfg, int64_t anchor_begin = 0, int64_t anchor_end = -1);
+double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg,
+                           int64_t anchor_begin = 0, int64_t anchor_end = -1);
 
 /// A trainable encoder: maps input tensors (row-aligned, one chunk) to representations [rows, d].
 using Tower = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
@@ -58,9 +57,9 @@ std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, 
 
 /// How a step treats randomness and graphs; the defaults are the correct Gradient Cache.
 struct StepMode {
-  bool gradcache = true;        ///< false: the plain full-batch step (the reference)
+  bool gradcache = true;           ///< false: the plain full-batch step (the reference)
   bool keep_chunk_graphs = false;  ///< reference for dropout: chunked forward keeping every graph
-  bool restore_rng = true;      ///< negative control only: false replays with fresh randomness
+  bool restore_rng = true;         ///< negative control only: false replays with fresh randomness
 };
 
 /// One side of a batch: its tower, inputs (each [rows, ...]) and chunk size (0 = one chunk).
