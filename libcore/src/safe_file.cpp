@@ -203,6 +203,12 @@ bool same_file(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  TempFile tmp(path);
+  tmp.write_all(bytes.data(), bytes.size());
+  tmp.commit();
+}
+
 std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno));

@@ -1,6 +1,5 @@
 #include "traincache/train.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,14 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "traincache/cache_file.h"
-#include "traincache/content_hash.h"
+#include "traincache/checkpoint.h"
 #include "traincache/dist.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
@@ -262,7 +260,7 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
 // that names no file (a built-in head spec) stays as it is.
 std::string canonical(const std::string& path) { return files::absolute_path(path); }
 
-// ---- checkpoints --------------------------------------------------------------------------
+// ---- trained modules ----------------------------------------------------------------------
 
 std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>& mods) {
   std::vector<torch::Tensor> params;
@@ -273,144 +271,6 @@ std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>&
   return params;
 }
 
-torch::Tensor rng_state() {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_rng_state(const torch::Tensor& s) {
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(s);
-}
-
-// Checkpoint files wrap the archive of the training state in an outer archive that carries its
-// digest, so that a flipped byte anywhere is refused on resume instead of trained on.
-constexpr const char* kCheckpointFormat = "traincache-checkpoint/2";
-
-std::string payload_digest(const std::string& bytes) {
-  ContentHash h;
-  h.update(bytes);
-  return h.hex_digest();
-}
-
-// Writes `bytes` to `path` through an unpredictable temporary name, renamed into place when
-// complete; write errors (a full disk) -> Error(io), the old file left as it was.
-void write_atomically(const std::string& path, const std::string& bytes) {
-  files::TempFile tmp(path);
-  tmp.write_all(bytes.data(), bytes.size());
-  tmp.commit();
-}
-
-// `rngs` holds every rank's generator state, one row per rank ([1, n] for one process).
-void save_checkpoint(const std::string& dir, int64_t step, const std::vector<torch::Tensor>& params,
-                     torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs) {
-  torch::serialize::OutputArchive ar;
-  ar.write("step", torch::tensor(step));
-  ar.write("rng", rngs[0].contiguous());
-  ar.write("rng_ranks", rngs.contiguous());
-  ar.write("world_size", torch::tensor(rngs.size(0)));
-  ar.write("config", c10::IValue(config));
-  for (std::size_t i = 0; i < params.size(); ++i) ar.write("param" + std::to_string(i), params[i].detach());
-  torch::serialize::OutputArchive opt_ar;
-  opt.save(opt_ar);
-  ar.write("optimizer", opt_ar);
-  std::ostringstream inner;
-  ar.save_to(inner);
-  std::string payload = inner.str();
-  torch::serialize::OutputArchive outer;
-  outer.write("format", c10::IValue(std::string(kCheckpointFormat)));
-  outer.write("payload", torch::from_blob(payload.data(), {static_cast<int64_t>(payload.size())}, torch::kUInt8));
-  outer.write("payload_xxh3", c10::IValue(payload_digest(payload)));
-  std::ostringstream bytes;
-  outer.save_to(bytes);
-  write_atomically(dir + "/checkpoint.pt", bytes.str());
-}
-
-// The training state inside a checkpoint file, after its digest was checked.
-std::string checkpoint_payload(const std::string& path) {
-  torch::serialize::InputArchive outer;
-  c10::IValue format, digest;
-  torch::Tensor payload;
-  try {
-    outer.load_from(path);
-    outer.read("format", format);
-    outer.read("payload", payload);
-    outer.read("payload_xxh3", digest);
-  } catch (const std::exception&) {
-    throw Error(Exit::data, path, "unreadable checkpoint (damaged, or written by an older gc-train)");
-  }
-  if (!format.isString() || format.toStringRef() != kCheckpointFormat || !digest.isString() ||
-      payload.scalar_type() != torch::kUInt8 || payload.dim() != 1)
-    throw Error(Exit::data, path, "unreadable checkpoint (not a " + std::string(kCheckpointFormat) + " file)");
-  payload = payload.contiguous();
-  std::string bytes(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(payload.numel()));
-  if (payload_digest(bytes) != digest.toStringRef())
-    throw Error(Exit::data, path, "checkpoint damaged: its contents do not match their digest");
-  return bytes;
-}
-
-// Settings whose values differ between two config documents ("data, optimizer").
-std::string config_diff(const std::string& stored, const std::string& now) {
-  json a = json::parse(stored, nullptr, false), b = json::parse(now, nullptr, false);
-  if (a.is_discarded() || !a.is_object()) return "unknown";
-  std::string out;
-  std::set<std::string> keys;
-  for (const auto& [k, v] : a.items()) keys.insert(k);
-  for (const auto& [k, v] : b.items()) keys.insert(k);
-  for (const auto& k : keys)
-    if (a.value(k, json()) != b.value(k, json())) out += (out.empty() ? "" : ", ") + k;
-  return out.empty() ? "unknown" : out;
-}
-
-// Returns the step stored in the checkpoint. Rank `rank` of `world_size` takes its own generator state.
-int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-                        const std::string& config, int rank, int world_size) {
-  const std::string payload = checkpoint_payload(path);
-  torch::serialize::InputArchive ar;
-  torch::Tensor step, rng, world;
-  c10::IValue stored;
-  try {
-    ar.load_from(payload.data(), payload.size());
-    ar.read("step", step);
-    ar.read("rng_ranks", rng);
-    ar.read("world_size", world);
-    ar.read("config", stored);
-  } catch (const std::exception&) {
-    throw Error(Exit::data, path, "unreadable checkpoint");
-  }
-  if (!stored.isString()) throw Error(Exit::data, path, "unreadable checkpoint (no settings)");
-  if (stored.toStringRef() != config)
-    throw Error(
-        Exit::data, path,
-        "checkpoint was written with other settings (changed: " + config_diff(stored.toStringRef(), config) + ")");
-  if (world.item<int64_t>() != world_size || rng.size(0) != world_size)
-    throw Error(Exit::usage, path,
-                "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
-                    " process(es); resume it with WORLD_SIZE=" + std::to_string(world.item<int64_t>()) +
-                    " (this run has " + std::to_string(world_size) + ")");
-  rng = rng[rank];
-  try {
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      torch::Tensor t;
-      ar.read("param" + std::to_string(i), t);
-      if (t.sizes() != params[i].sizes()) throw Error(Exit::data, path, "parameter shapes differ");
-      params[i].copy_(t);
-    }
-    torch::serialize::InputArchive opt_ar;
-    ar.read("optimizer", opt_ar);
-    opt.load(opt_ar);
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception&) {
-    throw Error(Exit::data, path, "unreadable checkpoint");
-  }
-  set_rng_state(rng);
-  return step.item<int64_t>();
-}
-
 void save_module(torch::jit::Module& m, const std::string& path) {
   std::ostringstream bytes;
   try {
@@ -418,7 +278,7 @@ void save_module(torch::jit::Module& m, const std::string& path) {
   } catch (const std::exception& e) {
     throw Error(Exit::internal, path, "cannot serialise the trained model: " + encode::torch_error_message(e.what()));
   }
-  write_atomically(path, bytes.str());
+  files::write_file_atomically(path, bytes.str());
 }
 
 // ---- evaluation ---------------------------------------------------------------------------
@@ -725,7 +585,7 @@ class Checkpointer {
     if (o_.resume) {
       if (path_.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
       if (fs::exists(path_)) {
-        start = load_checkpoint(path_, params, opt, config_, s_.rank, s_.world);
+        start = checkpoint::load(path_, params, opt, config_, s_.rank, s_.world);
         result.checkpoint = path_;
         info("resuming at step " + std::to_string(start) + " from " + path_);
       } else {
@@ -747,9 +607,9 @@ class Checkpointer {
   }
 
   void save(int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt) {
-    auto mine = rng_state().unsqueeze(0);
+    auto mine = checkpoint::rng_state().unsqueeze(0);
     auto rngs = group_ ? group_->all_gather_rows(mine, std::vector<int64_t>(s_.world, 1)) : mine;
-    if (s_.rank == 0) save_checkpoint(o_.checkpoint_dir, step, params, opt, config_, rngs);
+    if (s_.rank == 0) checkpoint::save(path_, step, params, opt, config_, rngs);
   }
 
  private:

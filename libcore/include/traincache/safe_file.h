@@ -101,6 +101,10 @@ std::string absolute_path(const std::string& path);
 /// True when `a` and `b` name the same file (same device and inode); false if either is missing.
 bool same_file(const std::string& a, const std::string& b);
 
+/// Writes `bytes` to `path` through a TempFile renamed into place when complete; Error(cant_create/io)
+/// on failure (a full disk), with any old file at `path` left as it was.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
 /// Reads a whole regular file (O_NOFOLLOW); Error(no_input/io) on failure.
 std::string read_file(const std::string& path);
 

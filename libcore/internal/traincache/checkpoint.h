@@ -1,0 +1,41 @@
+// gc-train's checkpoint file: the training state (step, parameters, optimiser state, every rank's
+// generator state, the settings it was written with) in a LibTorch archive, wrapped in an outer
+// archive that carries the inner one's digest, so that a flipped byte is refused on resume instead
+// of trained on. Written atomically (temporary name, renamed into place). Needs LibTorch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace traincache::checkpoint {
+
+/// The format name stored in every checkpoint file.
+inline constexpr const char* kFormat = "traincache-checkpoint/2";
+
+/// The default CPU generator's state (the generator dropout and shuffling draw from).
+torch::Tensor rng_state();
+
+/// Restores a state returned by rng_state().
+void set_rng_state(const torch::Tensor& state);
+
+/// Writes the training state to `path`. `rngs` holds every rank's generator state, one row per
+/// rank ([1, n] for one process); `config` is the settings document a resume must match. Errors:
+/// Error(cant_create/io) with the old file left as it was.
+void save(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
+          const std::string& config, const torch::Tensor& rngs);
+
+/// Reads `path` into `params` and `opt`, sets this process's generator to rank `rank`'s stored
+/// state, and returns the stored step. Refuses (Error(data)) a damaged or foreign file, parameters
+/// of other shapes and a `config` other than the stored one (naming the settings that changed);
+/// Error(usage) when it was written by another number of processes than `world_size`.
+int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
+             const std::string& config, int rank, int world_size);
+
+/// The top-level keys whose values differ between two JSON settings documents, comma-separated
+/// ("lr, optimizer"); "unknown" when none differ or `stored` is not a JSON object.
+std::string config_diff(const std::string& stored, const std::string& now);
+
+}  // namespace traincache::checkpoint
