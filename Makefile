@@ -29,7 +29,7 @@ bench: build
 	bench/run-bench $(BUILD_DIR)
 
 # Sanitizer builds (not part of make test's time budget): ASan+UBSan runs the unit tests and the
-# shared-memory CLI and fault tests; TSan runs the slab and SmartCache unit tests.
+# shared-memory CLI and fault tests; TSan runs the slab, SmartCache and prefetcher unit tests.
 sanitize: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=address,undefined \
 	      -DTRAINCACHE_BUILD_BENCH=OFF
@@ -41,7 +41,7 @@ tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=thread \
 	      -DTRAINCACHE_BUILD_BENCH=OFF
 	cmake --build build-tsan -j $(JOBS) --target core_test
-	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/core_test '[shm],[smart]'
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/core_test '[shm],[smart],[prefetch]'
 
 # libFuzzer harnesses (tests/fuzz) for FUZZ_SECONDS each; needs scripts/install-deps.sh --fuzz.
 fuzz: build
@@ -53,7 +53,7 @@ fuzz: build
 	scripts/run-fuzz build-fuzz $(FUZZ_SECONDS)
 
 format:
-	clang-format -i $$(git ls-files '*.cpp' '*.h')
+	clang-format-14 -i $$(git ls-files '*.cpp' '*.h')
 
 clean:
 	rm -rf $(BUILD_DIR)

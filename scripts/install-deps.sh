@@ -24,6 +24,7 @@ PACKAGES=(
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
   python3-matplotlib                # scripts/plot-bench
   dataset-fashion-mnist             # demo data
+  clang-format-14                   # make format, and the lint.format test
 )
 if [ "$fuzz" -eq 1 ]; then
   PACKAGES+=(clang-14 libfuzzer-14-dev)  # make fuzz: libFuzzer harnesses built with clang

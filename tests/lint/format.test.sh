@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every C++ file is formatted as .clang-format says (clang-format 14, Debian's; `make format`
+# applies it); and the check itself fails on a file that is not.
+set -euo pipefail
+: "${TC_SOURCE:?}"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v clang-format-14 >/dev/null || fail "clang-format-14 is missing: run scripts/install-deps.sh"
+cd "$TC_SOURCE"
+
+mapfile -t files < <(git ls-files '*.cpp' '*.h')
+(( ${#files[@]} > 50 )) || fail "only ${#files[@]} C++ files found under $TC_SOURCE"
+out=$(clang-format-14 --dry-run --Werror "${files[@]}" 2>&1) \
+  || fail "files are not formatted (run make format):"$'\n'"$(grep -o '^[^:]*:[0-9]*' <<<"$out" | sort -u | head -20)"
+
+# A misformatted copy of one file, checked with the repository's style, is reported.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp .clang-format "$work/"
+printf 'int  f( int x ){return x;}\n' > "$work/bad.cpp"
+rc=0
+err=$(clang-format-14 --dry-run --Werror "$work/bad.cpp" 2>&1) || rc=$?
+[[ $rc != 0 ]] || fail "a misformatted file passed"
+grep -qF "bad.cpp:1:" <<<"$err" || fail "the misformatted file was not named: $err"
+echo "ok: ${#files[@]} files formatted"
