@@ -9,6 +9,7 @@
 #include "traincache/encoder.h"
 #include "traincache/fill.h"
 #include "traincache/h5.h"
+#include "traincache/report.h"
 #include "traincache/runtime.h"
 #include "traincache/version.h"
 
@@ -116,7 +117,7 @@ int run(Options& o) {
                            {"target_fill_vs_optimized_forward", o.min_vs_optimized},
                            {"target_fill_vs_plain_forward", o.min_vs_plain},
                            {"pass", ok}};
-  std::printf("%s\n", j.dump(2).c_str());
+  report::print_json(j);
   return ok ? 0 : 1;
 }
 

@@ -125,13 +125,9 @@ int run(Options& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
-  Options o;
+// Where the training data comes from: raw inputs and their encoders, or cached embeddings.
+void add_input_options(CLI::App& app, Options& o) {
   auto& t = o.t;
-  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   auto* g_raw = "Raw inputs";
   app.add_option("--data", t.data, "HDF5 file with aligned query/passage datasets")->group(g_raw);
   app.add_option("--query", o.query, "Query dataset(s), comma-separated")->group(g_raw);
@@ -159,6 +155,11 @@ int main(int argc, char** argv) {
       ->group(g_cache);
   app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
       ->group(g_cache);
+}
+
+// The loss, batches and steps.
+void add_batch_options(CLI::App& app, Options& o) {
+  auto& t = o.t;
   auto* g_loss = "Loss and batches";
   cli::add_choice(app, "--similarity", t.similarity, similarity_choices(), "cos or dot")->group(g_loss);
   app.add_option("--temperature", t.temperature, "Logit temperature")
@@ -189,6 +190,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->group(g_loss);
   cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
+}
+
+// The optimiser, data parallelism, checkpoints and outputs.
+void add_optimiser_options(CLI::App& app, Options& o) {
+  auto& t = o.t;
   auto* g_opt = "Optimiser";
   cli::add_choice(app, "--optimizer", t.optimizer, train::optimizer_choices(), "sgd or adamw")->group(g_opt);
   app.add_option("--lr", t.lr, "Peak learning rate")
@@ -236,6 +242,17 @@ int main(int argc, char** argv) {
   app.add_option("--eval-data", t.eval_data,
                  "Evaluate on this file instead (same datasets, or a cache with the same encoders)")
       ->group(g_out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
+  Options o;
+  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
+  add_input_options(app, o);
+  add_batch_options(app, o);
+  add_optimiser_options(app, o);
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
