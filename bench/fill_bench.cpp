@@ -11,6 +11,7 @@
 #include "traincache/h5.h"
 #include "traincache/report.h"
 #include "traincache/runtime.h"
+#include "traincache/source.h"
 #include "traincache/version.h"
 
 using namespace traincache;
@@ -42,13 +43,11 @@ double best_rate(int repeats, int64_t rows, Fn fn) {
 int run(Options& o) {
   encode::configure_threads(o.common.threads);
   // The batches, read and converted once, so that the forward-only runs measure compute alone.
-  h5::Id file = h5::open_file(o.input);
-  h5::Id dset = h5::open_dataset(file.get(), o.input, o.features);
-  auto info = h5::describe(dset.get(), o.features);
-  o.rows = std::min(o.rows, info.rows());
+  auto col = source::open_column(o.input, o.features);
+  o.rows = std::min(o.rows, col->info().rows());
   std::vector<torch::Tensor> batches;
   for (int64_t s = 0; s < o.rows; s += o.batch_size)
-    batches.push_back(encode::read_input_rows(dset.get(), info, s, std::min(o.batch_size, o.rows - s), 1.0 / 255));
+    batches.push_back(encode::read_column_rows(*col, s, std::min(o.batch_size, o.rows - s), 1.0 / 255));
 
   torch::jit::Module plain = torch::jit::load(o.encoder);
   plain.eval();

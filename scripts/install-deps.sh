@@ -21,6 +21,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the c10d headers
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
   libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
+  libzip-dev                        # .npz archives (NumPy's zip of .npy members)
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
   python3-matplotlib                # scripts/plot-bench
   dataset-fashion-mnist             # demo data

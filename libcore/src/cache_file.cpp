@@ -392,19 +392,35 @@ h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype, const st
 }
 
 // Copies rows [start, start+rows) of input dataset `src` into a new dataset `dst` of `out`.
-void copy_dataset(hid_t in, const std::string& in_path, const std::string& src, hid_t out, const std::string& dst,
-                  int64_t start, int64_t rows) {
-  h5::Id sd = h5::open_dataset(in, in_path, src);
-  auto di = h5::describe(sd.get(), src);
-  h5::Id ftype(H5Dget_type(sd.get()));
-  h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
-  std::vector<int64_t> shape = di.shape;
+// Rows [start, start + rows) of `col` as dataset `dst` of `out`, with a "source" attribute. An
+// HDF5 column is copied in its own file type (strings included); others are written from reads.
+void copy_column(const source::Column& col, hid_t out, const std::string& dst, int64_t start, int64_t rows) {
+  const auto& ci = col.info();
+  std::vector<int64_t> shape = ci.shape;
   shape[0] = rows;
-  int64_t elem = static_cast<int64_t>(H5Tget_size(mtype.get()));
-  int64_t row_bytes = elem * di.row_elements();
-  h5::Id dd = create_dataset(out, dst, ftype.get(), shape, row_bytes);
-  h5::write_attr(dd.get(), "source", src);
-  h5::copy_rows(sd.get(), in_path + ": " + src, start, dd.get(), dst, 0, rows);
+  if (hid_t sd = col.hdf5_dataset(); sd >= 0) {
+    auto di = h5::describe(sd, ci.name);
+    h5::Id ftype(H5Dget_type(sd));
+    h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+    int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * di.row_elements();
+    h5::Id dd = create_dataset(out, dst, ftype.get(), shape, row_bytes);
+    h5::write_attr(dd.get(), "source", ci.name);
+    h5::copy_rows(sd, col.path() + ": " + ci.name, start, dd.get(), dst, 0, rows);
+    return;
+  }
+  h5::Id half = h5::float16_type();
+  hid_t type = ci.dtype == DType::f16 ? half.get() : h5::native_type(ci.dtype);
+  const int64_t row_bytes = static_cast<int64_t>(ci.row_bytes());
+  h5::Id dd = create_dataset(out, dst, type, shape, row_bytes);
+  h5::write_attr(dd.get(), "source", ci.name);
+  const int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
+  std::vector<char> buf;
+  for (int64_t s = 0; s < rows; s += block) {
+    int64_t n = std::min(block, rows - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    col.read(start + s, n, buf.data());
+    h5::write_rows(dd.get(), dst, s, n, type, buf.data());
+  }
 }
 
 }  // namespace
@@ -461,13 +477,8 @@ void assemble(const AssemblySpec& spec) {
     h5::Id half = h5::float16_type();
     for (const auto& e : spec.embeddings) write_embedding(f, e, spec.rows, half.get());
   }
-  if (!spec.labels_dataset.empty() || !spec.keys_dataset.empty()) {
-    h5::Id in = h5::open_file(spec.input_path);
-    if (!spec.labels_dataset.empty())
-      copy_dataset(in.get(), spec.input_path, spec.labels_dataset, f, "/labels", spec.row_start, spec.rows);
-    if (!spec.keys_dataset.empty())
-      copy_dataset(in.get(), spec.input_path, spec.keys_dataset, f, "/keys", spec.row_start, spec.rows);
-  }
+  if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
+  if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
   h5::write_attr(f, "complete", int64_t{1});
   h5::close_file(file, spec.out_path);
   tmp.publish();  // fsync, then rename: a reader sees no file or a complete one

@@ -87,7 +87,7 @@ void configure_threads(int threads) {
   if (at::get_num_threads() != n) at::set_num_threads(n);
 }
 
-void require_numeric_input(const h5::DatasetInfo& info, const std::string& file) {
+void require_numeric_input(const source::ColumnInfo& info, const std::string& file) {
   if (info.dtype == DType::string || info.dtype == DType::other)
     throw Error(Exit::data, file,
                 "dataset '" + info.name + "' has dtype " + dtype_name(info.dtype) +
@@ -96,71 +96,66 @@ void require_numeric_input(const h5::DatasetInfo& info, const std::string& file)
     throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
 }
 
-torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count, double scale) {
-  std::vector<int64_t> shape = info.shape;
-  shape[0] = count;
-  const std::string what = info.name;
-  require_memory("reading " + std::to_string(count) + " rows of '" + what + "'",
-                 static_cast<uint64_t>(count) * static_cast<uint64_t>(std::max<int64_t>(1, info.row_elements())),
-                 info.dtype == DType::u8 ? 5 : 8);
-  if (info.dtype == DType::u8) {
-    // Converted here with a plain loop rather than a torch op: reader threads must not start
-    // OpenMP teams of their own next to the encoder's.
-    std::vector<uint8_t> raw(static_cast<std::size_t>(count * info.row_elements()));
-    h5::read_rows(dset, what, start, count, H5T_NATIVE_UINT8, raw.data());
-    auto t = torch::empty(shape, torch::kFloat32);
-    float* out = t.data_ptr<float>();
-    const float s = static_cast<float>(scale);
-    for (std::size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] * s;
-    return t;
-  }
-  if (is_integer(info.dtype)) {
-    auto t = torch::empty(shape, torch::kInt64);
-    h5::read_rows(dset, what, start, count, H5T_NATIVE_INT64, t.data_ptr());
-    return t;
-  }
-  if (is_float(info.dtype)) {
-    auto t = torch::empty(shape, torch::kFloat32);
-    h5::read_rows(dset, what, start, count, H5T_NATIVE_FLOAT, t.data_ptr());
-    return t;
-  }
-  throw Error(Exit::data, what, std::string("cannot feed dtype ") + dtype_name(info.dtype));
+namespace {
+
+// Element-wise conversion with a plain loop: reader threads must not start OpenMP teams of their
+// own next to the encoder's, which a torch op would.
+template <class From, class To>
+void convert(const void* in, To* out, std::size_t n, To scale = To(1)) {
+  const From* src = static_cast<const From*>(in);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<To>(src[i]) * scale;
 }
 
-torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count, double scale) {
-  auto si = slab.info();
-  if (si.layout != shm::Layout::fixed)
-    throw Error(Exit::data, si.name, "an encoder input slab must have a fixed layout");
-  std::vector<int64_t> shape{count};
-  for (auto d : si.dims) shape.push_back(static_cast<int64_t>(d));
-  static const std::map<DType, torch::Dtype> kTypes = {{DType::u8, torch::kUInt8},    {DType::i8, torch::kInt8},
-                                                       {DType::i16, torch::kInt16},   {DType::i32, torch::kInt32},
-                                                       {DType::i64, torch::kInt64},   {DType::f16, torch::kFloat16},
-                                                       {DType::f32, torch::kFloat32}, {DType::f64, torch::kFloat64}};
-  auto it = kTypes.find(si.dtype);
-  if (it == kTypes.end())
-    throw Error(Exit::data, si.name,
-                std::string("slab dtype ") + dtype_name(si.dtype) + " cannot be fed to an encoder");
-  require_memory("reading " + std::to_string(count) + " items of slab " + si.name, static_cast<uint64_t>(count),
-                 si.item_bytes * (si.dtype == DType::u8 ? 5 : 1));
-  auto raw = torch::empty(shape, it->second);
-  auto* dst = static_cast<char*>(raw.data_ptr());
-  for (int64_t i = 0; i < count; ++i) {
-    auto v = slab.view(static_cast<uint64_t>(start + i));
-    if (!v)
-      throw Error(Exit::data, si.name,
-                  "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
-    std::memcpy(dst + i * si.item_bytes, v.data, v.bytes);
+void to_int64(DType t, const void* in, int64_t* out, std::size_t n) {
+  switch (t) {
+    case DType::i8:
+      return convert<int8_t>(in, out, n);
+    case DType::u16:
+      return convert<uint16_t>(in, out, n);
+    case DType::i16:
+      return convert<int16_t>(in, out, n);
+    case DType::u32:
+      return convert<uint32_t>(in, out, n);
+    case DType::i32:
+      return convert<int32_t>(in, out, n);
+    case DType::u64:
+      return convert<uint64_t>(in, out, n);  // values above 2^63 wrap, as in torch
+    default:
+      throw Error(Exit::internal, "", std::string("no int64 conversion from ") + dtype_name(t));
   }
-  if (si.dtype == DType::u8) {
-    auto t = torch::empty(shape, torch::kFloat32);
-    const auto* in = raw.data_ptr<uint8_t>();
-    float* out = t.data_ptr<float>();
-    const float s = static_cast<float>(scale);
-    for (int64_t i = 0; i < raw.numel(); ++i) out[i] = in[i] * s;
+}
+
+void to_float32(DType t, const void* in, float* out, std::size_t n) {
+  if (t == DType::f64) return convert<double>(in, out, n);
+  if (t == DType::f16) return convert<c10::Half>(in, out, n);
+  throw Error(Exit::internal, "", std::string("no float32 conversion from ") + dtype_name(t));
+}
+
+}  // namespace
+
+torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
+  const auto& ci = col.info();
+  require_numeric_input(ci, col.path());
+  std::vector<int64_t> shape = ci.shape;
+  shape[0] = count;
+  const std::size_t n = static_cast<std::size_t>(count * ci.row_elements());
+  require_memory("reading " + std::to_string(count) + " rows of '" + ci.name + "'", std::max<uint64_t>(1, n),
+                 dtype_size(ci.dtype) + (ci.dtype == DType::f32 || ci.dtype == DType::i64 ? 0 : 8));
+  const bool integer = is_integer(ci.dtype);
+  auto t = torch::empty(shape, integer && ci.dtype != DType::u8 ? torch::kInt64 : torch::kFloat32);
+  if (ci.dtype == DType::i64 || ci.dtype == DType::f32) {  // already the model's type: read in place
+    col.read(start, count, t.data_ptr());
     return t;
   }
-  return is_integer(si.dtype) ? raw.to(torch::kInt64) : raw.to(torch::kFloat32);
+  std::vector<char> raw(n * dtype_size(ci.dtype));
+  col.read(start, count, raw.data());
+  if (ci.dtype == DType::u8)
+    convert<uint8_t>(raw.data(), t.data_ptr<float>(), n, static_cast<float>(scale));
+  else if (integer)
+    to_int64(ci.dtype, raw.data(), t.data_ptr<int64_t>(), n);
+  else
+    to_float32(ci.dtype, raw.data(), t.data_ptr<float>(), n);
+  return t;
 }
 
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)

@@ -21,14 +21,12 @@
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/fill_plan.h"
-#include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/journal.h"
 #include "traincache/prefetch.h"
-#include "traincache/row_digest.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
-#include "traincache/shm_slab.h"
+#include "traincache/source.h"
 #include "traincache/timing.h"
 #include "traincache/version.h"
 
@@ -43,23 +41,22 @@ namespace {
 
 using files::absolute_path;
 
-// An input dataset the fill reads, with its open handle.
+// An input column the fill reads (an HDF5 dataset, a slab, a .npy file or .npz member).
 struct Input {
-  h5::DatasetInfo info;
-  h5::Id dset;
-  std::shared_ptr<shm::Slab> slab;  // set for --input shm:NAME
+  std::shared_ptr<const source::Column> col;
 
+  const source::ColumnInfo& info() const { return col->info(); }
   torch::Tensor read(int64_t start, int64_t count, double scale) const {
-    return slab ? encode::read_slab_rows(*slab, start, count, scale)
-                : encode::read_input_rows(dset.get(), info, start, count, scale);
+    return encode::read_column_rows(*col, start, count, scale);
   }
 };
 
-constexpr const char* kShmScheme = "shm:";
-bool is_shm(const std::string& input) { return input.rfind(kShmScheme, 0) == 0; }
-
-json describe_json(const h5::DatasetInfo& info) {
-  return json{{"shape", info.shape}, {"dtype", dtype_name(info.dtype)}};
+// A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
+json describe_json(const Input& in, const std::string& input) {
+  json j{{"shape", in.info().shape}, {"dtype", dtype_name(in.info().dtype)}};
+  if (in.col->path() != input)
+    j["path"] = in.col->kind() == source::Kind::shm ? in.col->path() : absolute_path(in.col->path());
+  return j;
 }
 
 // One batch of converted inputs, keyed by dataset name.
@@ -133,87 +130,59 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
 
 // ---- stage: open inputs ---------------------------------------------------------------------
 
-// Everything the fill reads: the encoders' input datasets (or one slab), labels and keys.
+// Everything the fill reads: the encoders' input columns, labels and keys.
 struct Inputs {
   bool from_slab = false;
-  h5::Id file;
-  std::map<std::string, Input> features;                        // by dataset name
-  std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its datasets, in order
+  std::map<std::string, Input> features;                        // by column name
+  std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its columns, in order
   std::optional<Input> labels, keys;
   int64_t rows = 0;
 };
 
-// A shared-memory slab as the one input of every encoder.
-void open_slab_input(const FillOptions& opts, Inputs& in) {
-  if (!opts.labels.empty() || !opts.keys.empty())
-    throw Error(Exit::usage, "--labels", "labels and keys need an HDF5 input, not " + opts.input);
-  Input slab;
-  slab.slab = std::make_shared<shm::Slab>(shm::Slab::attach(opts.input.substr(std::strlen(kShmScheme)), false));
-  auto si = slab.slab->info();
-  if (si.layout != shm::Layout::fixed)
-    throw Error(Exit::data, opts.input, "an encoder input slab must have a fixed layout");
-  slab.info.name = opts.input;
-  slab.info.dtype = si.dtype;
-  slab.info.shape = {static_cast<int64_t>(si.length)};
-  for (auto d : si.dims) slab.info.shape.push_back(static_cast<int64_t>(d));
+// The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
+// labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
+void open_columns(const FillOptions& opts, Inputs& in) {
+  const std::string implicit = source::default_column(opts.input);
   for (const auto& e : opts.encoders) {
     auto feats = e.features.empty() ? opts.features : e.features;
-    if (!feats.empty() && feats != std::vector<std::string>{opts.input})
-      throw Error(Exit::usage, "--features", "with --input " + opts.input + " the slab is the only input");
-    in.per_encoder[e.name] = {opts.input};
-  }
-  in.features.emplace(opts.input, std::move(slab));
-}
-
-// The HDF5 datasets every encoder reads, and the labels and keys to copy.
-void open_hdf5_inputs(const FillOptions& opts, Inputs& in) {
-  in.file = h5::open_file(opts.input);
-  for (const auto& e : opts.encoders) {
-    auto feats = e.features.empty() ? opts.features : e.features;
+    if (feats.empty() && !implicit.empty()) feats = {implicit};
     if (feats.empty()) throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
     in.per_encoder[e.name] = feats;
     for (const auto& f : feats) {
       if (in.features.count(f)) continue;
-      Input d;
-      d.dset = h5::open_dataset(in.file.get(), opts.input, f);
-      d.info = h5::describe(d.dset.get(), f);
-      encode::require_numeric_input(d.info, opts.input);
+      Input d{source::open_column(opts.input, f)};
+      encode::require_numeric_input(d.info(), opts.input);
       in.features.emplace(f, std::move(d));
     }
   }
   for (auto [which, name] : {std::pair{&in.labels, opts.labels}, std::pair{&in.keys, opts.keys}}) {
     if (name.empty()) continue;
-    Input d;
-    d.dset = h5::open_dataset(in.file.get(), opts.input, name);
-    d.info = h5::describe(d.dset.get(), name);
-    if (d.info.dtype == DType::other)
+    Input d{source::open_column(opts.input, name)};
+    if (d.info().dtype == DType::other)
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
     *which = std::move(d);
   }
-  if (in.keys &&
-      (in.keys->info.shape.size() != 1 || !(is_integer(in.keys->info.dtype) || in.keys->info.dtype == DType::string)))
+  if (in.keys && (in.keys->info().shape.size() != 1 ||
+                  !(is_integer(in.keys->info().dtype) || in.keys->info().dtype == DType::string)))
     throw Error(Exit::data, opts.input, "key dataset '" + opts.keys + "' must be 1-D integers or strings");
 }
 
 Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
-  in.from_slab = is_shm(opts.input);
-  if (in.from_slab)
-    open_slab_input(opts, in);
-  else
-    open_hdf5_inputs(opts, in);
-  const h5::DatasetInfo& first = in.features.begin()->second.info;
+  in.from_slab = source::kind_of(opts.input) == source::Kind::shm;
+  open_columns(opts, in);
+  const source::ColumnInfo& first = in.features.begin()->second.info();
   in.rows = first.rows();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
-  auto same_rows = [&](const h5::DatasetInfo& info) {
+  auto same_rows = [&](const source::ColumnInfo& info) {
     if (info.rows() != in.rows)
       throw Error(Exit::data, opts.input,
                   "rows mismatch: '" + first.name + "' has " + std::to_string(in.rows) + " rows but '" + info.name +
                       "' has " + std::to_string(info.rows()));
   };
-  for (const auto& [name, d] : in.features) same_rows(d.info);
-  if (in.labels) same_rows(in.labels->info);
-  if (in.keys) same_rows(in.keys->info);
+  for (const auto& [name, d] : in.features) same_rows(d.info());
+  if (in.labels) same_rows(in.labels->info());
+  if (in.keys) same_rows(in.keys->info());
   return in;
 }
 
@@ -229,22 +198,17 @@ struct Fingerprint {
 Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
                                 const std::vector<std::string>& enc_sha, const torch::Device& device) {
   ContentHash content;
-  for (const auto& [name, d] : in.features) {
-    if (d.slab)
-      hash_slab_rows(*d.slab, plan.begin, plan.end, content);
-    else
-      hash_rows(d.dset.get(), d.info, plan.begin, plan.end, content);
-  }
-  if (in.labels) hash_rows(in.labels->dset.get(), in.labels->info, plan.begin, plan.end, content);
-  if (in.keys) hash_rows(in.keys->dset.get(), in.keys->info, plan.begin, plan.end, content);
+  for (const auto& [name, d] : in.features) d.col->digest(plan.begin, plan.end, content);
+  if (in.labels) in.labels->col->digest(plan.begin, plan.end, content);
+  if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
   Fingerprint f;
   json& fp = f.doc;
   fp["format_version"] = cache::kFormatVersion;
   fp["input"]["path"] = in.from_slab ? opts.input : absolute_path(opts.input);
-  for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d.info);
-  fp["input"]["labels"] = in.labels ? describe_json(in.labels->info) : json(nullptr);
+  for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
+  fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
   if (in.labels) fp["input"]["labels"]["name"] = opts.labels;
-  fp["input"]["keys"] = in.keys ? describe_json(in.keys->info) : json(nullptr);
+  fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
   if (in.keys) fp["input"]["keys"]["name"] = opts.keys;
   fp["input"]["rows"] = {plan.begin, plan.end};
   fp["input"]["content_xxh3"] = content.hex_digest();
@@ -437,10 +401,9 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   cache::AssemblySpec spec;
   spec.out_path = out;
   spec.rows = plan.rows();
-  spec.input_path = opts.input;
   spec.row_start = plan.begin;
-  spec.labels_dataset = opts.labels;
-  spec.keys_dataset = opts.keys;
+  if (in.labels) spec.labels = in.labels->col;
+  if (in.keys) spec.keys = in.keys->col;
   json all_features = json::array();
   for (const auto& [name, d] : in.features) all_features.push_back(name);
   spec.root_attrs = {{"created_by", version_banner("cache-fill")},

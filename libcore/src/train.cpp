@@ -108,12 +108,10 @@ struct Data {
   int64_t hard_negatives = 0;
 };
 
-torch::Tensor read_all(hid_t file, const std::string& path, const std::string& ds, double scale, torch::Device device,
+torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
                        torch::Dtype float_type) {
-  h5::Id d = h5::open_dataset(file, path, ds);
-  auto info = h5::describe(d.get(), ds);
-  encode::require_numeric_input(info, path);
-  auto t = encode::read_input_rows(d.get(), info, 0, info.rows(), scale);
+  auto col = source::open_column(path, ds);
+  auto t = encode::read_column_rows(*col, 0, col->info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
 }
@@ -391,16 +389,10 @@ std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, Trai
 // Raw datasets of `file` (slabs for names "shm:NAME").
 Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   Data d;
-  h5::Id f = file.empty() ? h5::Id() : h5::open_file(file);
   auto load = [&](const std::string& ds) {
-    if (ds.rfind("shm:", 0) == 0) {
-      auto slab = shm::Slab::attach(ds.substr(4), false);
-      auto t = encode::read_slab_rows(slab, 0, static_cast<int64_t>(slab.info().length), o.input_scale);
-      if (t.is_floating_point()) t = t.to(s.float_type);
-      return t.to(s.device);
-    }
-    if (file.empty()) throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-    return read_all(f.get(), file, ds, o.input_scale, s.device, s.float_type);
+    if (file.empty() && !source::names_own_file(ds))
+      throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
+    return read_all(file, ds, o.input_scale, s.device, s.float_type);
   };
   for (const auto& q : o.query) d.query.push_back(load(q));
   for (const auto& p : o.passage) d.passage.push_back(load(p));
@@ -431,7 +423,6 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   auto cinfo = cache::read_info(path, false);
   if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
   if (fingerprint) *fingerprint = cinfo.fingerprint;
-  h5::Id f = h5::open_file(path);
   auto read_emb = [&](const std::string& name) {
     if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
       throw Error(Exit::data, path,
@@ -443,13 +434,13 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     if (shared)
       return shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
           .to(dev, s.float_type);
-    return read_all(f.get(), path, "/embeddings/" + name, 1.0, dev, s.float_type).reshape({cinfo.rows, -1});
+    return read_all(path, "/embeddings/" + name, 1.0, dev, s.float_type).reshape({cinfo.rows, -1});
   };
   d.rows = cinfo.rows;
   if (grouped) {
     if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
     d.query.push_back(read_emb(o.embeddings));
-    auto labels = read_all(f.get(), path, "/labels", 1.0, torch::kCPU, s.float_type);
+    auto labels = read_all(path, "/labels", 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
       throw Error(Exit::data, path,
                   "/labels must hold one value per row, not rows of shape " +

@@ -9,6 +9,7 @@
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/sha256.h"
+#include "traincache/source.h"
 
 namespace traincache::verify {
 
@@ -42,7 +43,6 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   if (input.rfind("shm:", 0) == 0)
     throw Error(Exit::usage, opts.cache,
                 "built from slab " + input + "; give the same data as an HDF5 file with --input");
-  h5::Id in_file = h5::open_file(input);
   for (const auto& e : info.embeddings) {
     EncoderVerdict v;
     v.name = e.name;
@@ -54,14 +54,13 @@ VerifyReport run_verify(const VerifyOptions& opts) {
 
     std::vector<torch::Tensor> args;
     for (const auto& f : e.features) {
-      h5::Id d = h5::open_dataset(in_file.get(), input, f);
-      auto di = h5::describe(d.get(), f);
-      encode::require_numeric_input(di, input);
-      if (di.rows() < info.row_start + info.rows)
+      auto col = source::open_column(input, f);
+      encode::require_numeric_input(col->info(), input);
+      if (col->info().rows() < info.row_start + info.rows)
         throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
       std::vector<torch::Tensor> rows;
       for (int64_t r : rep.rows)
-        rows.push_back(encode::read_input_rows(d.get(), di, info.row_start + r, 1, info.input_scale));
+        rows.push_back(encode::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
       args.push_back(torch::cat(rows));
     }
     encode::Encoder enc(e.name, v.encoder_path, device, e.output);

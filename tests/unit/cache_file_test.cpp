@@ -48,10 +48,9 @@ cache::AssemblySpec small_spec(const std::string& dir, const std::string& out) {
   cache::AssemblySpec spec;
   spec.out_path = out;
   spec.rows = 4;
-  spec.input_path = dir + "input.h5";
   spec.row_start = 1;
-  spec.labels_dataset = "labels";
-  spec.keys_dataset = "keys";
+  spec.labels = source::open_column(dir + "input.h5", "labels");
+  spec.keys = source::open_column(dir + "input.h5", "keys");
   spec.root_attrs = {{"fingerprint", std::string("f00d")}, {"input_scale", 0.5}};
   spec.embeddings.push_back({"enc", dir + "emb.raw", {3}, DType::f32, {{"inference", std::string("plain")}}});
   return spec;

@@ -30,9 +30,7 @@ h5::DatasetInfo write_dataset(const std::string& path, hid_t type, const void* d
 }
 
 torch::Tensor read_back(const std::string& path, double scale) {
-  h5::Id f = h5::open_file(path);
-  h5::Id d = h5::open_dataset(f.get(), path, "x");
-  return encode::read_input_rows(d.get(), h5::describe(d.get(), "x"), 0, 2, scale);
+  return encode::read_column_rows(*source::open_column(path, "x"), 0, 2, scale);
 }
 
 }  // namespace

@@ -193,10 +193,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Encode an HDF5 dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
   cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
-  app.add_option("-i,--input", o.fill.input, "Input HDF5 file or shm:NAME (required)");
+  app.add_option("-i,--input", o.fill.input, "Input: HDF5 file, .npy file, .npz archive or shm:NAME (required)");
   app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem; required)");
   app.add_option("-f,--features", o.features,
-                 "[NAME=]DATASET[,DATASET...]: input datasets fed to the encoders (NAME= for one encoder)");
+                 "[NAME=]DATASET[,DATASET...]: input datasets, .npz members or .npy files fed to the encoders (NAME= "
+                 "for one encoder)");
   app.add_option("--labels", o.fill.labels, "Label dataset copied into the cache");
   app.add_option("--key", o.fill.keys, "Per-row key dataset (integers or strings)");
   app.add_option("-o,--out", o.fill.out, "Output cache file (required)");

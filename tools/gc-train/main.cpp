@@ -129,7 +129,7 @@ int run(Options& o) {
 void add_input_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_raw = "Raw inputs";
-  app.add_option("--data", t.data, "HDF5 file with aligned query/passage datasets")->group(g_raw);
+  app.add_option("--data", t.data, "HDF5 file or .npz archive with aligned query/passage datasets")->group(g_raw);
   app.add_option("--query", o.query, "Query dataset(s), comma-separated")->group(g_raw);
   app.add_option("--passage", o.passage, "Passage dataset(s), comma-separated")->group(g_raw);
   app.add_option("--negatives", o.negatives, "Hard-negative dataset(s) [rows, k, ...]")->group(g_raw);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "traincache/dtype.h"
+#include "traincache/source.h"
 
 namespace traincache::cache {
 
@@ -123,11 +124,10 @@ struct EmbeddingSource {
 struct AssemblySpec {
   std::string out_path;
   int64_t rows = 0;
-  std::string input_path;  ///< labels and keys are copied from here
-  int64_t row_start = 0;
-  std::string labels_dataset;  ///< "" = none
-  std::string keys_dataset;    ///< "" = none
-  Attrs root_attrs;            ///< besides format, format_version, complete, rows
+  int64_t row_start = 0;                         ///< rows [row_start, row_start + rows) of labels and keys
+  std::shared_ptr<const source::Column> labels;  ///< copied to /labels (null: none)
+  std::shared_ptr<const source::Column> keys;    ///< copied to /keys (null: none)
+  Attrs root_attrs;                              ///< besides format, format_version, complete, rows
   std::vector<EmbeddingSource> embeddings;
 };
 

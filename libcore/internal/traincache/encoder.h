@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "traincache/h5.h"
-#include "traincache/shm_slab.h"
+#include "traincache/source.h"
 
 namespace traincache::encode {
 
@@ -34,17 +33,13 @@ torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::I
 /// without the C++ backtrace and the TorchScript traceback.
 std::string torch_error_message(const std::string& what);
 
-/// Reads rows [start, start+count) of an input dataset as a model input tensor, by the documented
+/// Reads rows [start, start+count) of a column as a model input tensor, by the documented
 /// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
-/// Strings and other types -> Error(data).
-torch::Tensor read_input_rows(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count, double scale);
+/// Strings and other types -> Error(data). Converts with plain loops (no OpenMP from readers).
+torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale);
 
-/// Items [start, start+count) of a fixed-layout shared-memory slab as a model input tensor, by the
-/// same conversion rules. An item that is not cached -> Error(data) naming it.
-torch::Tensor read_slab_rows(const shm::Slab& slab, int64_t start, int64_t count, double scale);
-
-/// Throws Error(data) when `info` cannot be fed to an encoder (strings, compound types, 0-d).
-void require_numeric_input(const h5::DatasetInfo& info, const std::string& file);
+/// Throws Error(data) when a column cannot be fed to an encoder (strings, compound types, 0-d).
+void require_numeric_input(const source::ColumnInfo& info, const std::string& file);
 
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {

@@ -1,0 +1,103 @@
+// Sources of rows: the arrays the tools read items from, whatever holds them. A column is one
+// named array of rows (an HDF5 dataset, a shared-memory slab, a NumPy .npy file or a member of a
+// .npz archive); every tool that reads items reads them through one. Torch-free.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "traincache/content_hash.h"
+#include "traincache/dtype.h"
+
+namespace traincache {
+
+namespace shm {
+class Slab;
+}
+
+namespace source {
+
+/// What holds a column's rows.
+enum class Kind { hdf5, shm, npy, npz };
+
+/// "hdf5", "shm", "npy" or "npz".
+const char* kind_name(Kind kind);
+
+/// The kind of `path`: "shm:NAME" is a slab, a name ending in .npy or .npz (any case) a NumPy
+/// file, anything else an HDF5 file.
+Kind kind_of(const std::string& path);
+
+/// True when `name`, given where a dataset of the input is expected (--features, --labels,
+/// --keys, --query...), names a file of its own instead: it ends in .npy, or is "shm:NAME".
+bool names_own_file(const std::string& name);
+
+/// A column's rows as stored.
+struct ColumnInfo {
+  std::string name;            ///< the dataset, member or file, as the user named it
+  std::vector<int64_t> shape;  ///< [rows, ...]
+  DType dtype = DType::other;
+
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  /// Elements in one row (product of shape[1:]).
+  int64_t row_elements() const;
+  /// Bytes of one row in dtype (0 for strings).
+  std::size_t row_bytes() const;
+};
+
+/// One named array of rows.
+class Column {
+ public:
+  virtual ~Column() = default;
+  Column(const Column&) = delete;
+  Column& operator=(const Column&) = delete;
+
+  const ColumnInfo& info() const { return info_; }
+  Kind kind() const { return kind_; }
+  /// The file (or "shm:NAME") the column is in, as given.
+  const std::string& path() const { return path_; }
+
+  /// Copies rows [start, start + count) into `out`: count * info().row_bytes() bytes, C order,
+  /// the machine's byte order, element type info().dtype. Safe to call from several threads at
+  /// once. Numeric columns only (Error(data) for strings); rows out of range -> Error(internal).
+  virtual void read(int64_t start, int64_t count, void* out) const = 0;
+
+  /// Feeds rows [a, b) to `h`, streamed in bounded blocks. The digest changes when any value does.
+  virtual void digest(int64_t a, int64_t b, ContentHash& h) const;
+
+  /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
+  virtual hid_t hdf5_dataset() const { return -1; }
+
+ protected:
+  Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
+  void check_range(int64_t start, int64_t count) const;
+
+  ColumnInfo info_;
+
+ private:
+  Kind kind_;
+  std::string path_;
+};
+
+/// Opens column `name` of `path`:
+///  - an HDF5 file: dataset `name`;
+///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`; fixed layout only);
+///  - a .npy file: its array (`name` empty, `path`, or the file's stem), memory-mapped;
+///  - a .npz archive: member `name` (".npy" optional); stored members are read in place,
+///    compressed ones decompressed into memory once.
+/// A `name` for which names_own_file() holds is opened as its own file instead of inside `path`.
+/// Errors: a missing file -> Error(no_input); a missing dataset or member, or an array the tools
+/// cannot read (Fortran order, object or structured dtype, big-endian floats of 16 bits...) ->
+/// Error(data), naming the file.
+std::unique_ptr<Column> open_column(const std::string& path, const std::string& name);
+
+/// The name a column of `path` gets when none is given: the stem of a .npy file, `path` itself
+/// for a slab; "" for HDF5 files and .npz archives, whose columns must be named.
+std::string default_column(const std::string& path);
+
+}  // namespace source
+}  // namespace traincache

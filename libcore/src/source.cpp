@@ -1,0 +1,176 @@
+#include "traincache/source.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+
+#include "traincache/error.h"
+#include "traincache/h5.h"
+#include "traincache/npy.h"
+#include "traincache/row_digest.h"
+#include "traincache/shm_slab.h"
+
+namespace traincache::source {
+
+namespace {
+
+constexpr const char* kShmScheme = "shm:";
+
+bool ends_with_nocase(const std::string& s, const std::string& suffix) {
+  if (s.size() < suffix.size()) return false;
+  return std::equal(suffix.rbegin(), suffix.rend(), s.rbegin(),
+                    [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+}
+
+// An HDF5 dataset (HDF5 is built thread-safe here: reads from several threads serialise inside it).
+class Hdf5Column : public Column {
+ public:
+  Hdf5Column(const std::string& path, const std::string& name) : Column(Kind::hdf5, path) {
+    file_ = h5::open_file(path);
+    dset_ = h5::open_dataset(file_.get(), path, name);
+    h5info_ = h5::describe(dset_.get(), name);
+    info_.name = name;
+    info_.shape = h5info_.shape;
+    info_.dtype = h5info_.dtype;
+    if (info_.dtype == DType::f16) half_ = h5::float16_type();
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    if (info_.dtype == DType::string || info_.dtype == DType::other)
+      throw Error(Exit::data, path(), "dataset '" + info_.name + "' is not numeric");
+    check_range(start, count);
+    hid_t mtype = info_.dtype == DType::f16 ? half_.get() : h5::native_type(info_.dtype);
+    h5::read_rows(dset_.get(), info_.name, start, count, mtype, out);
+  }
+
+  void digest(int64_t a, int64_t b, ContentHash& h) const override { hash_rows(dset_.get(), h5info_, a, b, h); }
+
+  hid_t hdf5_dataset() const override { return dset_.get(); }
+
+ private:
+  h5::Id file_, dset_, half_;
+  h5::DatasetInfo h5info_;
+};
+
+// A fixed-layout slab, attached read-only; every row read must be cached.
+class SlabColumn : public Column {
+ public:
+  explicit SlabColumn(const std::string& path)
+      : Column(Kind::shm, path), slab_(shm::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
+    auto si = slab_.info();
+    if (si.layout != shm::Layout::fixed) throw Error(Exit::data, path, "an input slab must have a fixed layout");
+    info_.name = path;
+    info_.dtype = si.dtype;
+    info_.shape = {static_cast<int64_t>(si.length)};
+    for (auto d : si.dims) info_.shape.push_back(static_cast<int64_t>(d));
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    const std::size_t row = info_.row_bytes();
+    auto* dst = static_cast<char*>(out);
+    for (int64_t i = 0; i < count; ++i) {
+      auto v = slab_.view(static_cast<uint64_t>(start + i));
+      if (!v)
+        throw Error(Exit::data, info_.name,
+                    "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
+      std::memcpy(dst + static_cast<std::size_t>(i) * row, v.data, std::min(row, v.bytes));
+    }
+  }
+
+  void digest(int64_t a, int64_t b, ContentHash& h) const override { hash_slab_rows(slab_, a, b, h); }
+
+ private:
+  shm::Slab slab_;
+};
+
+}  // namespace
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::hdf5:
+      return "hdf5";
+    case Kind::shm:
+      return "shm";
+    case Kind::npy:
+      return "npy";
+    case Kind::npz:
+      return "npz";
+  }
+  return "?";
+}
+
+Kind kind_of(const std::string& path) {
+  if (path.rfind(kShmScheme, 0) == 0) return Kind::shm;
+  if (ends_with_nocase(path, ".npy")) return Kind::npy;
+  if (ends_with_nocase(path, ".npz")) return Kind::npz;
+  return Kind::hdf5;
+}
+
+bool names_own_file(const std::string& name) {
+  Kind k = kind_of(name);
+  return k == Kind::npy || k == Kind::shm;
+}
+
+std::string default_column(const std::string& path) {
+  switch (kind_of(path)) {
+    case Kind::npy:
+      return std::filesystem::path(path).stem().string();
+    case Kind::shm:
+      return path;
+    default:
+      return "";
+  }
+}
+
+int64_t ColumnInfo::row_elements() const {
+  int64_t n = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::size_t ColumnInfo::row_bytes() const { return static_cast<std::size_t>(row_elements()) * dtype_size(dtype); }
+
+void Column::check_range(int64_t start, int64_t count) const {
+  if (start < 0 || count < 0 || start + count > info_.rows())
+    throw Error(Exit::internal, info_.name,
+                "rows [" + std::to_string(start) + ", " + std::to_string(start + count) + ") out of range (" +
+                    std::to_string(info_.rows()) + " rows)");
+}
+
+void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
+  h.update(info_.name + '\0' + dtype_name(info_.dtype) + '\0');
+  const std::size_t row = std::max<std::size_t>(1, info_.row_bytes());
+  const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
+  std::vector<char> buf;
+  for (int64_t s = a; s < b; s += block) {
+    int64_t n = std::min(block, b - s);
+    buf.resize(static_cast<std::size_t>(n) * row);
+    read(s, n, buf.data());
+    h.update(buf.data(), buf.size());
+  }
+}
+
+std::unique_ptr<Column> open_column(const std::string& path, const std::string& name) {
+  if (!name.empty() && names_own_file(name) && name != path) return open_column(name, "");
+  switch (kind_of(path)) {
+    case Kind::shm:
+      if (!name.empty() && name != path)
+        throw Error(Exit::usage, path, "a slab holds one array; '" + name + "' names no other");
+      return std::make_unique<SlabColumn>(path);
+    case Kind::npy:
+      if (!name.empty() && name != path && name != default_column(path))
+        throw Error(Exit::usage, path, "a .npy file holds one array; '" + name + "' names no other");
+      return npy::open_npy(path);
+    case Kind::npz:
+      if (name.empty()) throw Error(Exit::usage, path, "name the member of the .npz archive to read");
+      return npy::open_npz_member(path, name);
+    case Kind::hdf5:
+      if (name.empty()) throw Error(Exit::usage, path, "name the dataset of the HDF5 file to read");
+      return std::make_unique<Hdf5Column>(path, name);
+  }
+  throw Error(Exit::internal, path, "unknown source kind");
+}
+
+}  // namespace traincache::source
