@@ -45,15 +45,6 @@ std::string slurp(const std::string& path) {
 
 void spit(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 CATCH_TEST_CASE("checkpoint: a round trip restores step, parameters, optimiser state and generator", "[checkpoint]") {
@@ -91,7 +82,7 @@ CATCH_TEST_CASE("checkpoint: each rank takes its own generator state", "[checkpo
   CATCH_CHECK(checkpoint::rng_state().equal(r1));
   CATCH_CHECK(checkpoint::load("ranks.pt", b.params, *b.opt, kConfig, 0, 2) == 8);
   CATCH_CHECK(checkpoint::rng_state().equal(r0));
-  CATCH_CHECK(message_of([&] { checkpoint::load("ranks.pt", b.params, *b.opt, kConfig, 0, 3); }) ==
+  CATCH_CHECK(test::message_of([&] { checkpoint::load("ranks.pt", b.params, *b.opt, kConfig, 0, 3); }) ==
               "ranks.pt: checkpoint was written by 2 process(es); resume it with WORLD_SIZE=2 (this run has 3)");
   CATCH_CHECK(test::code_of([&] { checkpoint::load("ranks.pt", b.params, *b.opt, kConfig, 0, 3); }) == Exit::usage);
 }
@@ -104,12 +95,12 @@ CATCH_TEST_CASE("checkpoint: other settings, other shapes and damaged bytes are 
   auto before = b.params[0].detach().clone();
 
   std::string other = R"({"lr":0.2,"optimizer":"sgd","seed":7})";
-  CATCH_CHECK(message_of([&] { checkpoint::load("ck.pt", b.params, *b.opt, other, 0, 1); }) ==
+  CATCH_CHECK(test::message_of([&] { checkpoint::load("ck.pt", b.params, *b.opt, other, 0, 1); }) ==
               "ck.pt: checkpoint was written with other settings (changed: lr, optimizer)");
 
   std::vector<torch::Tensor> wrong = {torch::zeros({4, 3}), torch::zeros({4})};
   torch::optim::SGD sgd(wrong, torch::optim::SGDOptions(0.1));
-  CATCH_CHECK(message_of([&] { checkpoint::load("ck.pt", wrong, sgd, kConfig, 0, 1); }) ==
+  CATCH_CHECK(test::message_of([&] { checkpoint::load("ck.pt", wrong, sgd, kConfig, 0, 1); }) ==
               "ck.pt: parameter shapes differ");
 
   // A payload that no longer matches its digest (the outer archive itself intact).
@@ -129,7 +120,7 @@ CATCH_TEST_CASE("checkpoint: other settings, other shapes and damaged bytes are 
     out.write("payload_xxh3", digest);
     out.save_to("tampered.pt");
   }
-  CATCH_CHECK(message_of([&] { checkpoint::load("tampered.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
+  CATCH_CHECK(test::message_of([&] { checkpoint::load("tampered.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
               "tampered.pt: checkpoint damaged: its contents do not match their digest");
   CATCH_CHECK(test::code_of([&] { checkpoint::load("tampered.pt", b.params, *b.opt, kConfig, 0, 1); }) == Exit::data);
 
@@ -140,7 +131,7 @@ CATCH_TEST_CASE("checkpoint: other settings, other shapes and damaged bytes are 
   CATCH_CHECK(test::code_of([&] { checkpoint::load("damaged.pt", b.params, *b.opt, kConfig, 0, 1); }) == Exit::data);
 
   spit("foreign.pt", "not a checkpoint at all");
-  CATCH_CHECK(message_of([&] { checkpoint::load("foreign.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
+  CATCH_CHECK(test::message_of([&] { checkpoint::load("foreign.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
               "foreign.pt: unreadable checkpoint (damaged, or written by an older gc-train)");
   CATCH_CHECK(b.params[0].equal(before));  // every refusal left the parameters alone
 }

@@ -12,15 +12,6 @@ using namespace traincache;
 
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A version 1.0 header around `dict`, as NumPy lays it out.
 std::string with_dict(std::string dict) {
   dict += '\n';
@@ -34,7 +25,7 @@ std::string with_dict(std::string dict) {
 
 std::string refusal(const std::string& dict) {
   std::string h = with_dict(dict);
-  return message_of([&] { npy::parse_header(h.data(), h.size(), "x.npy"); });
+  return test::message_of([&] { npy::parse_header(h.data(), h.size(), "x.npy"); });
 }
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
@@ -98,12 +89,12 @@ CATCH_TEST_CASE("npy: what the tools cannot read is refused with the reason", "[
   CATCH_CHECK(refusal("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }").empty());
 
   std::string h = npy::make_header(DType::f32, {2});
-  CATCH_CHECK(message_of([&] { npy::parse_header(h.data(), 20, "x.npy"); }) == "x.npy: truncated .npy header");
-  CATCH_CHECK(message_of([&] { npy::parse_header("PK\x03\x04zipzipzip", 12, "x.npy"); }) ==
+  CATCH_CHECK(test::message_of([&] { npy::parse_header(h.data(), 20, "x.npy"); }) == "x.npy: truncated .npy header");
+  CATCH_CHECK(test::message_of([&] { npy::parse_header("PK\x03\x04zipzipzip", 12, "x.npy"); }) ==
               "x.npy: not a .npy file (no NumPy magic)");
   std::string v9 = h;
   v9[6] = 9;
-  CATCH_CHECK(message_of([&] { npy::parse_header(v9.data(), v9.size(), "x.npy"); }) ==
+  CATCH_CHECK(test::message_of([&] { npy::parse_header(v9.data(), v9.size(), "x.npy"); }) ==
               "x.npy: unsupported .npy format version 9.0");
 }
 
@@ -139,10 +130,10 @@ CATCH_TEST_CASE("npy: a .npy column reads rows in place, swapping big-endian ele
   CATCH_CHECK(a.hex_digest() == b.hex_digest());
 
   write("short.npy", bytes.substr(0, bytes.size() - 3));
-  CATCH_CHECK(message_of([] { source::open_column("short.npy", ""); }) ==
+  CATCH_CHECK(test::message_of([] { source::open_column("short.npy", ""); }) ==
               "short.npy: truncated: the header promises 24 bytes of data, the file holds 21");
   CATCH_CHECK(test::code_of([] { source::open_column("missing.npy", ""); }) == Exit::no_input);
-  CATCH_CHECK(message_of([] { source::open_column("rows.npy", "other"); }) ==
+  CATCH_CHECK(test::message_of([] { source::open_column("rows.npy", "other"); }) ==
               "rows.npy: a .npy file holds one array; 'other' names no other");
 }
 

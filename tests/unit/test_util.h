@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "traincache/error.h"
 
@@ -15,6 +16,16 @@ inline Exit code_of(const std::function<void()>& f) {
     return e.code();
   }
   return Exit::ok;
+}
+
+/// The message (what()) of the traincache::Error `f` throws, or "" when it returns.
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace traincache::test
