@@ -22,7 +22,10 @@ PACKAGES=(
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
   libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
   libzip-dev                        # .npz archives (NumPy's zip of .npy members)
+  libturbojpeg0-dev libspng-dev      # JPEG (libjpeg-turbo's TurboJPEG) and PNG decoding
+  libexif-dev                       # EXIF orientation, for --exif-transpose
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
+  python3-pil python3-torchvision   # the reference image pipeline in the parity test and benchmark
   python3-matplotlib                # scripts/plot-bench
   dataset-fashion-mnist             # demo data
   clang-format-14                   # make format, and the lint.format test

@@ -21,6 +21,8 @@ namespace traincache::cache {
 
 namespace {
 
+using nlohmann::json;
+
 std::vector<std::string> json_string_list(const std::string& text) {
   std::vector<std::string> out;
   auto j = nlohmann::json::parse(text, nullptr, false);
@@ -157,6 +159,12 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   info.input_path = h5::read_attr_string(f, "input_path").value_or("");
   info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
   info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
+  info.input_kind = h5::read_attr_string(f, "input_kind").value_or("");
+  if (auto pre = h5::read_attr_string(f, "preprocess")) {
+    auto j = nlohmann::ordered_json::parse(*pre, nullptr, false);
+    if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
+    for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+  }
   struct stat fst;
   if (::stat(path.c_str(), &fst) != 0) throw Error(Exit::no_input, path, errno_text(errno));
   std::set<std::string> sources;
@@ -196,6 +204,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     li.dtype = di.dtype;
     li.rows = di.rows();
     li.shape = di.shape;
+    li.names = json_string_list(h5::read_attr_string(labels.get(), "label_names").value_or("[]"));
     info.labels = li;
   }
   if (h5::exists(f, "/keys")) {
@@ -391,7 +400,23 @@ h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype, const st
   return h5::Id(id);
 }
 
-// Copies rows [start, start+rows) of input dataset `src` into a new dataset `dst` of `out`.
+// Rows [start, start + rows) of a string column that is not HDF5 as UTF-8 variable-length strings.
+void copy_strings(const source::Column& col, hid_t out, const std::string& dst, int64_t start, int64_t rows) {
+  h5::Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  h5::Id dd = create_dataset(out, dst, type.get(), {rows}, 32);
+  h5::write_attr(dd.get(), "source", col.info().name);
+  constexpr int64_t kBlock = 65536;
+  for (int64_t s = 0; s < rows; s += kBlock) {
+    const int64_t n = std::min(kBlock, rows - s);
+    std::vector<std::string> v = col.read_strings(start + s, n);
+    std::vector<const char*> p;
+    for (const auto& x : v) p.push_back(x.c_str());
+    h5::write_rows(dd.get(), dst, s, n, type.get(), p.data());
+  }
+}
+
 // Rows [start, start + rows) of `col` as dataset `dst` of `out`, with a "source" attribute. An
 // HDF5 column is copied in its own file type (strings included); others are written from reads.
 void copy_column(const source::Column& col, hid_t out, const std::string& dst, int64_t start, int64_t rows) {
@@ -408,11 +433,16 @@ void copy_column(const source::Column& col, hid_t out, const std::string& dst, i
     h5::copy_rows(sd, col.path() + ": " + ci.name, start, dd.get(), dst, 0, rows);
     return;
   }
+  if (ci.dtype == DType::string) {
+    copy_strings(col, out, dst, start, rows);
+    return;
+  }
   h5::Id half = h5::float16_type();
   hid_t type = ci.dtype == DType::f16 ? half.get() : h5::native_type(ci.dtype);
   const int64_t row_bytes = static_cast<int64_t>(ci.row_bytes());
   h5::Id dd = create_dataset(out, dst, type, shape, row_bytes);
   h5::write_attr(dd.get(), "source", ci.name);
+  if (!col.label_names().empty()) h5::write_attr(dd.get(), "label_names", json(col.label_names()).dump());
   const int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
   std::vector<char> buf;
   for (int64_t s = 0; s < rows; s += block) {

@@ -8,7 +8,9 @@
 #include <new>
 
 #include "traincache/h5.h"
+#include "traincache/image.h"
 #include "traincache/shm_slab.h"
+#include "traincache/source.h"
 #include "traincache/text.h"
 #include "traincache/version.h"
 
@@ -228,6 +230,29 @@ std::vector<std::string> split(const std::string& s, char sep) {
     pos = next + 1;
   }
   return out;
+}
+
+void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group) {
+  image::Spec& spec = files.preprocess;
+  app.add_option_function<std::string>(
+         "--resize", [&spec](const std::string& s) { image::parse_resize(s, spec); },
+         "Images: S resizes the shorter side to S (aspect kept), H,W to exactly HxW (PIL bilinear, antialiased)")
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--center-crop", [&spec](const std::string& s) { image::parse_center_crop(s, spec); },
+         "Images: crop the centre H,W (or S,S) after --resize, zero-padded when larger")
+      ->group(group);
+  add_choice(app, "--channels", spec.channels, image::channels_choices(), "Images: convert to rgb or gray")
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--normalize", [&spec](const std::string& s) { image::parse_normalize(s, spec); },
+         "Images: (x - MEAN) / STD per channel after scaling to [0,1]: MEAN,..:STD,.. or imagenet")
+      ->group(group);
+  app.add_flag("--exif-transpose", spec.exif_transpose, "Images: apply the EXIF orientation tag (off, as in PIL)")
+      ->group(group);
+  add_choice(app, "--label-order", files.label_order, source::label_order_choices(),
+             "Manifests: string labels numbered in sorted or first-seen order")
+      ->group(group);
 }
 
 }  // namespace traincache::cli

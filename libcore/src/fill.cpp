@@ -137,7 +137,21 @@ struct Inputs {
   std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its columns, in order
   std::optional<Input> labels, keys;
   int64_t rows = 0;
+
+  // The preprocessing of the image columns (one spec for all), or null without images.
+  const image::Spec* preprocess() const {
+    for (const auto& [name, d] : features)
+      if (d.col->preprocess()) return d.col->preprocess();
+    return nullptr;
+  }
 };
+
+std::string labels_name(const FillOptions& opts) {
+  return opts.labels.empty() ? source::default_labels(opts.input) : opts.labels;
+}
+std::string keys_name(const FillOptions& opts) {
+  return opts.keys.empty() ? source::default_keys(opts.input) : opts.keys;
+}
 
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
@@ -150,21 +164,22 @@ void open_columns(const FillOptions& opts, Inputs& in) {
     in.per_encoder[e.name] = feats;
     for (const auto& f : feats) {
       if (in.features.count(f)) continue;
-      Input d{source::open_column(opts.input, f)};
+      Input d{source::open_column(opts.input, f, opts.files, source::Role::images)};
       encode::require_numeric_input(d.info(), opts.input);
       in.features.emplace(f, std::move(d));
     }
   }
-  for (auto [which, name] : {std::pair{&in.labels, opts.labels}, std::pair{&in.keys, opts.keys}}) {
+  for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), source::Role::labels},
+                                   std::tuple{&in.keys, keys_name(opts), source::Role::value}}) {
     if (name.empty()) continue;
-    Input d{source::open_column(opts.input, name)};
+    Input d{source::open_column(opts.input, name, opts.files, role)};
     if (d.info().dtype == DType::other)
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
     *which = std::move(d);
   }
   if (in.keys && (in.keys->info().shape.size() != 1 ||
                   !(is_integer(in.keys->info().dtype) || in.keys->info().dtype == DType::string)))
-    throw Error(Exit::data, opts.input, "key dataset '" + opts.keys + "' must be 1-D integers or strings");
+    throw Error(Exit::data, opts.input, "key dataset '" + keys_name(opts) + "' must be 1-D integers or strings");
 }
 
 Inputs open_inputs(const FillOptions& opts) {
@@ -207,9 +222,11 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   fp["input"]["path"] = in.from_slab ? opts.input : absolute_path(opts.input);
   for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
   fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
-  if (in.labels) fp["input"]["labels"]["name"] = opts.labels;
+  if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);
   fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
-  if (in.keys) fp["input"]["keys"]["name"] = opts.keys;
+  if (in.keys) fp["input"]["keys"]["name"] = keys_name(opts);
+  if (const image::Spec* spec = in.preprocess())
+    for (const auto& [k, v] : spec->describe()) fp["preprocess"][k] = v;
   fp["input"]["rows"] = {plan.begin, plan.end};
   fp["input"]["content_xxh3"] = content.hex_digest();
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
@@ -412,10 +429,16 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                      {"input_path", in.from_slab ? opts.input : absolute_path(opts.input)},
                      {"features", all_features.dump()},
                      {"input_scale", opts.input_scale},
-                     {"labels_source", opts.labels},
-                     {"keys_source", opts.keys},
+                     {"labels_source", labels_name(opts)},
+                     {"keys_source", keys_name(opts)},
+                     {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
                      {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
                      {"batch_size", opts.batch_size}};
+  if (const image::Spec* pre = in.preprocess()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
+    for (const auto& [k, v] : pre->describe()) j[k] = v;
+    spec.root_attrs.push_back({"preprocess", j.dump()});
+  }
   if (plan.sharded) {
     spec.root_attrs.push_back({"job_fingerprint", fp.job_hash});
     spec.root_attrs.push_back({"job_fingerprint_json", fp.job.dump()});

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "file_source.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/npy.h"
@@ -97,14 +98,27 @@ const char* kind_name(Kind kind) {
       return "npy";
     case Kind::npz:
       return "npz";
+    case Kind::image_folder:
+      return "image-folder";
+    case Kind::manifest:
+      return "manifest";
   }
   return "?";
+}
+
+const Choices<LabelOrder>& label_order_choices() {
+  static const Choices<LabelOrder> c{{LabelOrder::sorted, "sorted"}, {LabelOrder::first_seen, "first-seen"}};
+  return c;
 }
 
 Kind kind_of(const std::string& path) {
   if (path.rfind(kShmScheme, 0) == 0) return Kind::shm;
   if (ends_with_nocase(path, ".npy")) return Kind::npy;
   if (ends_with_nocase(path, ".npz")) return Kind::npz;
+  for (const char* ext : {".csv", ".tsv", ".jsonl", ".ndjson"})
+    if (ends_with_nocase(path, ext)) return Kind::manifest;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Kind::image_folder;
   return Kind::hdf5;
 }
 
@@ -119,10 +133,15 @@ std::string default_column(const std::string& path) {
       return std::filesystem::path(path).stem().string();
     case Kind::shm:
       return path;
+    case Kind::image_folder:
+      return "image";
     default:
       return "";
   }
 }
+
+std::string default_labels(const std::string& path) { return kind_of(path) == Kind::image_folder ? "label" : ""; }
+std::string default_keys(const std::string& path) { return kind_of(path) == Kind::image_folder ? "path" : ""; }
 
 int64_t ColumnInfo::row_elements() const {
   int64_t n = 1;
@@ -152,8 +171,18 @@ void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
   }
 }
 
-std::unique_ptr<Column> open_column(const std::string& path, const std::string& name) {
-  if (!name.empty() && names_own_file(name) && name != path) return open_column(name, "");
+std::vector<std::string> Column::read_strings(int64_t, int64_t) const {
+  throw Error(Exit::data, path_, "'" + info_.name + "' holds numbers, not strings");
+}
+
+const std::vector<std::string>& Column::label_names() const {
+  static const std::vector<std::string> none;
+  return none;
+}
+
+std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files,
+                                    Role role) {
+  if (!name.empty() && names_own_file(name) && name != path) return open_column(name, "", files, role);
   switch (kind_of(path)) {
     case Kind::shm:
       if (!name.empty() && name != path)
@@ -169,6 +198,11 @@ std::unique_ptr<Column> open_column(const std::string& path, const std::string& 
     case Kind::hdf5:
       if (name.empty()) throw Error(Exit::usage, path, "name the dataset of the HDF5 file to read");
       return std::make_unique<Hdf5Column>(path, name);
+    case Kind::image_folder:
+      return open_folder_column(path, name.empty() ? "image" : name, files);
+    case Kind::manifest:
+      if (name.empty()) throw Error(Exit::usage, path, "name the field of the manifest to read");
+      return open_manifest_column(path, name, role, files);
   }
   throw Error(Exit::internal, path, "unknown source kind");
 }

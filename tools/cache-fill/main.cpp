@@ -190,16 +190,18 @@ int run_merge(Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Encode an HDF5 dataset once with frozen TorchScript encoders into a cache file.", kTool};
+  CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
   cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
-  app.add_option("-i,--input", o.fill.input, "Input: HDF5 file, .npy file, .npz archive or shm:NAME (required)");
+  app.add_option("-i,--input", o.fill.input,
+                 "Input: HDF5 file, .npy file, .npz archive, shm:NAME, image folder or .csv/.tsv/.jsonl manifest "
+                 "(required)");
   app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem; required)");
   app.add_option("-f,--features", o.features,
-                 "[NAME=]DATASET[,DATASET...]: input datasets, .npz members or .npy files fed to the encoders (NAME= "
-                 "for one encoder)");
-  app.add_option("--labels", o.fill.labels, "Label dataset copied into the cache");
-  app.add_option("--key", o.fill.keys, "Per-row key dataset (integers or strings)");
+                 "[NAME=]DATASET[,DATASET...]: input datasets, .npz members, .npy files or a manifest's path field "
+                 "fed to the encoders (NAME= for one encoder)");
+  app.add_option("--labels", o.fill.labels, "Label dataset or manifest field copied into the cache (folder: label)");
+  app.add_option("--key", o.fill.keys, "Per-row key dataset or manifest field, integers or strings (folder: path)");
   app.add_option("-o,--out", o.fill.out, "Output cache file (required)");
   app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
   app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
+  cli::add_file_options(app, o.fill.files, "Images and manifests");
   app.footer(
       "EXIT STATUS\n  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, "
       "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "

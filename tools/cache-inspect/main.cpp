@@ -42,9 +42,18 @@ report::Record info_record(const cache::CacheInfo& c) {
       .add("row_start", c.row_start)
       .add("created_by", c.created_by)
       .add("input_path", c.input_path)
+      .add("input_kind", c.input_kind.empty() ? nullptr : report::Json(c.input_kind),
+           c.input_kind.empty() ? "unrecorded" : c.input_kind)
       .add("features", c.features, features)
       .add("input_scale", c.input_scale)
       .add("fingerprint", c.fingerprint);
+  report::Json pre = report::Json::object();
+  std::string pre_text;
+  for (const auto& [k, v] : c.preprocess) {
+    pre[k] = v;
+    pre_text += (pre_text.empty() ? "" : ", ") + k + " " + v;
+  }
+  r.add("preprocess", c.preprocess.empty() ? nullptr : pre, c.preprocess.empty() ? "none (no images)" : pre_text);
   r.note("row_end", std::to_string(c.row_start + c.rows));
   report::Json embeddings = report::Json::array();
   std::string text;
@@ -69,16 +78,19 @@ report::Record info_record(const cache::CacheInfo& c) {
     report::Json counts = report::Json::object();
     std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
     if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
+    const auto& names = c.labels->names;
     for (auto [k, n] : c.labels->counts) {
       counts[std::to_string(k)] = n;
-      t += " " + std::to_string(k) + ":" + std::to_string(n);
+      const bool named = k >= 0 && static_cast<std::size_t>(k) < names.size();
+      t += " " + std::to_string(k) + (named ? "=" + names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
     }
     r.add("labels",
           {{"source", c.labels->source},
            {"dtype", dtype_name(c.labels->dtype)},
            {"rows", c.labels->rows},
            {"classes", c.labels->counts.size()},
-           {"counts", counts}},
+           {"counts", counts},
+           {"names", names.empty() ? report::Json(nullptr) : report::Json(names)}},
           t);
   } else {
     r.add("labels", nullptr, "none");
@@ -94,7 +106,8 @@ report::Record info_record(const cache::CacheInfo& c) {
 constexpr const char* kInfoText =
     "{path}\n  format       {format} v{format_version}, {complete}\n"
     "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
-    "  input        {input_path} [{features}], uint8 scale {input_scale}\n  fingerprint  {fingerprint}\n"
+    "  input        {input_path} ({input_kind}) [{features}], uint8 scale {input_scale}\n"
+    "  preprocess   {preprocess}\n  fingerprint  {fingerprint}\n"
     "{embeddings}  labels       {labels}\n  keys         {keys}";
 
 report::Record stats_record(const cache::EmbeddingStats& s) {

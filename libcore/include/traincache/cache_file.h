@@ -39,6 +39,7 @@ struct LabelInfo {
   int64_t rows = 0;
   std::vector<int64_t> shape;         ///< dataset shape ([rows] for one label per row)
   std::map<int64_t, int64_t> counts;  ///< per class, for integer labels (when counted)
+  std::vector<std::string> names;     ///< label i's name (an image folder's classes, a manifest's labels)
 };
 
 /// Everything cache-inspect shows about a file without reading embedding values.
@@ -54,6 +55,8 @@ struct CacheInfo {
   std::string input_path;
   std::vector<std::string> features;
   double input_scale = 0;
+  std::string input_kind;  ///< "hdf5", "npy", "image-folder", ... ("" in caches from before sources)
+  std::vector<std::pair<std::string, std::string>> preprocess;  ///< the image spec, empty without images
   std::vector<EmbeddingInfo> embeddings;
   std::optional<LabelInfo> labels;
   std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored

@@ -13,6 +13,10 @@
 #include "traincache/progress.h"
 #include "traincache/report.h"
 
+namespace traincache::source {
+struct FileOptions;
+}
+
 namespace traincache::cli {
 
 /// Options every tool accepts. Defaults are the behaviour without the flag.
@@ -90,6 +94,10 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
   opt->default_str(choices.name(target));
   return opt;
 }
+
+/// The options of image folders and manifests, into `files`: --resize, --center-crop, --channels,
+/// --normalize, --exif-transpose (the preprocessing spec) and --label-order, in group `group`.
+void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group);
 
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }

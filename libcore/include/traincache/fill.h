@@ -1,5 +1,5 @@
-// cache-fill's engine: encode an HDF5 dataset with frozen TorchScript encoders into a cache file.
-// This header is torch-free; the implementation lives in the torch part of libcore.
+// cache-fill's engine: encode the rows of a source (HDF5, NumPy, slab, image folder, manifest) with frozen TorchScript
+// encoders into a cache file. This header is torch-free; the implementation lives in the torch part of libcore.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 
 #include "traincache/choices.h"
 #include "traincache/dtype.h"
+#include "traincache/source.h"
 
 namespace traincache::fill {
 
@@ -28,8 +29,9 @@ struct FillOptions {
   std::string input;
   std::vector<EncoderSpec> encoders;
   std::vector<std::string> features;  ///< default input datasets, passed in this order
-  std::string labels;                 ///< "" = none
-  std::string keys;                   ///< "" = none (key = input row number)
+  std::string labels;                 ///< "" = none (an image folder's "label" by default)
+  std::string keys;                   ///< "" = none, key = input row number (an image folder's "path")
+  source::FileOptions files;          ///< preprocessing of images, label order of manifests
   std::string out;
   int64_t batch_size = 256;
   int workers = 1;  ///< reader/converter threads

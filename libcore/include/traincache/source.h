@@ -1,6 +1,7 @@
 // Sources of rows: the arrays the tools read items from, whatever holds them. A column is one
-// named array of rows (an HDF5 dataset, a shared-memory slab, a NumPy .npy file or a member of a
-// .npz archive); every tool that reads items reads them through one. Torch-free.
+// named array of rows (an HDF5 dataset, a shared-memory slab, a NumPy .npy file, a member of a
+// .npz archive, or the images, labels and paths of an image folder or a manifest); every tool
+// that reads items reads them through one. Torch-free.
 #pragma once
 
 #include <hdf5.h>
@@ -11,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "traincache/choices.h"
 #include "traincache/content_hash.h"
 #include "traincache/dtype.h"
+#include "traincache/image.h"
 
 namespace traincache {
 
@@ -23,14 +26,30 @@ class Slab;
 namespace source {
 
 /// What holds a column's rows.
-enum class Kind { hdf5, shm, npy, npz };
+enum class Kind { hdf5, shm, npy, npz, image_folder, manifest };
 
-/// "hdf5", "shm", "npy" or "npz".
+/// "hdf5", "shm", "npy", "npz", "image-folder" or "manifest".
 const char* kind_name(Kind kind);
 
 /// The kind of `path`: "shm:NAME" is a slab, a name ending in .npy or .npz (any case) a NumPy
-/// file, anything else an HDF5 file.
+/// file, .csv, .tsv, .jsonl or .ndjson a manifest, a directory an image folder, anything else
+/// an HDF5 file.
 Kind kind_of(const std::string& path);
+
+/// How string labels of a manifest become integers: in sorted order (as ImageFolder's classes)
+/// or in the order they first appear.
+enum class LabelOrder { sorted, first_seen };
+const Choices<LabelOrder>& label_order_choices();
+
+/// What a manifest's field is read as (see open_column).
+enum class Role { value, images, labels };
+
+/// How image folders and manifests become rows: the preprocessing of every image, and the label
+/// order of a manifest's string labels.
+struct FileOptions {
+  image::Spec preprocess;
+  LabelOrder label_order = LabelOrder::sorted;
+};
 
 /// True when `name`, given where a dataset of the input is expected (--features, --labels,
 /// --keys, --query...), names a file of its own instead: it ends in .npy, or is "shm:NAME".
@@ -72,6 +91,17 @@ class Column {
   /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
   virtual hid_t hdf5_dataset() const { return -1; }
 
+  /// Rows [start, start + count) of a string column (an image folder's paths, a manifest's keys).
+  /// Error(data) for other columns.
+  virtual std::vector<std::string> read_strings(int64_t start, int64_t count) const;
+
+  /// For labels made from names (an image folder's classes, a manifest's string labels): the
+  /// name of label i at position i. Empty otherwise.
+  virtual const std::vector<std::string>& label_names() const;
+
+  /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
+  virtual const image::Spec* preprocess() const { return nullptr; }
+
  protected:
   Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
   void check_range(int64_t start, int64_t count) const;
@@ -88,16 +118,31 @@ class Column {
 ///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`; fixed layout only);
 ///  - a .npy file: its array (`name` empty, `path`, or the file's stem), memory-mapped;
 ///  - a .npz archive: member `name` (".npy" optional); stored members are read in place,
-///    compressed ones decompressed into memory once.
+///    compressed ones decompressed into memory once;
+///  - an image folder (ImageFolder layout: one subfolder per class, sorted by name, giving labels
+///    0..K-1; JPEG and PNG files sorted within, subfolders included): "image" (the decoded and
+///    preprocessed images, float32 [rows, C, H, W]), "label" (int64) or "path" (the files,
+///    relative to the folder);
+///  - a manifest (CSV or TSV with a header line, or JSON Lines): the field `name`, read as `role`
+///    says: images (its values are paths, relative to the manifest's folder), labels (integers,
+///    or strings mapped to integers in `files.label_order`, see label_names()) or values
+///    (integers when every value is one, otherwise strings). Other kinds ignore `role`.
 /// A `name` for which names_own_file() holds is opened as its own file instead of inside `path`.
 /// Errors: a missing file -> Error(no_input); a missing dataset or member, or an array the tools
 /// cannot read (Fortran order, object or structured dtype, big-endian floats of 16 bits...) ->
 /// Error(data), naming the file.
-std::unique_ptr<Column> open_column(const std::string& path, const std::string& name);
+std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files = {},
+                                    Role role = Role::value);
 
 /// The name a column of `path` gets when none is given: the stem of a .npy file, `path` itself
-/// for a slab; "" for HDF5 files and .npz archives, whose columns must be named.
+/// for a slab, "image" for an image folder; "" for HDF5 files, .npz archives and manifests,
+/// whose columns must be named.
 std::string default_column(const std::string& path);
+
+/// The labels and keys an input gives without being asked: an image folder's "label" and
+/// "path"; "" for every other kind.
+std::string default_labels(const std::string& path);
+std::string default_keys(const std::string& path);
 
 }  // namespace source
 }  // namespace traincache

@@ -1,0 +1,441 @@
+// Image folders and manifests as columns: the listing of files (ImageFolder's order, or a
+// manifest's lines), labels made from class names, and images decoded and preprocessed on read.
+#include "file_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "traincache/error.h"
+#include "traincache/text.h"
+
+namespace fs = std::filesystem;
+
+namespace traincache::source {
+
+namespace {
+
+std::string errno_message(int err) { return std::strerror(err); }
+
+// A whole input file (symbolic links followed: datasets are often linked into place).
+std::string read_input_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_message(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(Exit::no_input, path, "not a regular file");
+  }
+  std::string out(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw Error(Exit::io, path, err ? errno_message(err) : "file shrank while being read");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return out;
+}
+
+bool parse_int(const std::string& s, int64_t& v) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// ---- columns ------------------------------------------------------------------------------------
+
+// int64 values held in memory (labels, integer keys), with the names labels were made from.
+class IntColumn : public Column {
+ public:
+  IntColumn(Kind kind, const std::string& path, const std::string& name, std::vector<int64_t> values,
+            std::vector<std::string> names)
+      : Column(kind, path), values_(std::move(values)), names_(std::move(names)) {
+    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::i64};
+  }
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    std::memcpy(out, values_.data() + start, static_cast<std::size_t>(count) * sizeof(int64_t));
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    Column::digest(a, b, h);
+    for (const auto& n : names_) h.update(n + '\0');
+  }
+  const std::vector<std::string>& label_names() const override { return names_; }
+
+ private:
+  std::vector<int64_t> values_;
+  std::vector<std::string> names_;
+};
+
+// Strings held in memory (an image folder's paths, a manifest's string keys).
+class StringColumn : public Column {
+ public:
+  StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values)
+      : Column(kind, path), values_(std::move(values)) {
+    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::string};
+  }
+  void read(int64_t, int64_t, void*) const override {
+    throw Error(Exit::data, path(), "'" + info_.name + "' holds strings, not numbers");
+  }
+  std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
+    check_range(start, count);
+    return {values_.begin() + start, values_.begin() + start + count};
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "string" + '\0');
+    for (int64_t i = a; i < b; ++i) h.update(values_[static_cast<std::size_t>(i)] + '\0');
+  }
+
+ private:
+  std::vector<std::string> values_;
+};
+
+// Image files, decoded and preprocessed on every read into float32 [C, H, W] rows. Every image
+// must come out the same shape: checked from the headers at open unless the spec fixes the size.
+class ImageColumn : public Column {
+ public:
+  // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
+  ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
+              std::vector<std::string> shown, const image::Spec& spec)
+      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec) {
+    image::validate(spec_);
+    info_.name = name;
+    info_.dtype = DType::f32;
+    std::vector<int64_t> shape = spec_.fixed_size() ? image::output_shape(spec_, 1, 1) : common_shape();
+    info_.shape = {static_cast<int64_t>(files_.size())};
+    info_.shape.insert(info_.shape.end(), shape.begin(), shape.end());
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    float* dst = static_cast<float*>(out);
+    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
+    for (int64_t r = start; r < start + count; ++r, dst += info_.row_elements()) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes = read_input_file(files_[i]);
+      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                               spec_.exif_transpose, shown_[i]);
+      if (image::output_shape(spec_, img.height, img.width) != want)
+        throw Error(Exit::data, shown_[i],
+                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
+                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      image::preprocess(img, spec_, dst);
+    }
+  }
+
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
+    for (int64_t r = a; r < b; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes = read_input_file(files_[i]);
+      h.update(shown_[i] + '\0' + std::to_string(bytes.size()) + '\0');
+      h.update(bytes);
+    }
+  }
+
+  const image::Spec* preprocess() const override { return &spec_; }
+
+ private:
+  // The output shape every image shares; Error(data) naming the first two that differ.
+  std::vector<int64_t> common_shape() const {
+    std::vector<int64_t> first;
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      std::string bytes = read_input_file(files_[i]);
+      auto [h, w] = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                                      spec_.exif_transpose, shown_[i]);
+      auto shape = image::output_shape(spec_, h, w);
+      if (i == 0) first = shape;
+      if (shape != first)
+        throw Error(Exit::data, path(),
+                    "images differ in shape: " + shown_[0] + " gives " + shape_text(first) + " but " + shown_[i] +
+                        " gives " + shape_text(shape) +
+                        "; add --resize and/or --center-crop to bring them to one size");
+    }
+    return first;
+  }
+
+  std::vector<std::string> files_, shown_;
+  image::Spec spec_;
+};
+
+// Labels from names: ids in sorted or first-seen order.
+std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& path, const std::string& name,
+                                          const std::vector<std::string>& values, LabelOrder order) {
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> id;
+  for (const auto& v : values)
+    if (id.emplace(v, 0).second) names.push_back(v);
+  if (order == LabelOrder::sorted) std::sort(names.begin(), names.end());
+  for (std::size_t i = 0; i < names.size(); ++i) id[names[i]] = static_cast<int64_t>(i);
+  std::vector<int64_t> ids;
+  ids.reserve(values.size());
+  for (const auto& v : values) ids.push_back(id[v]);
+  return std::make_unique<IntColumn>(kind, path, name, std::move(ids), std::move(names));
+}
+
+// ---- image folders ------------------------------------------------------------------------------
+
+bool is_image_name(const std::string& name) {
+  // torchvision's IMG_EXTENSIONS: files with these are items (the ones we cannot decode fail then).
+  static const char* const kExt[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* e : kExt) {
+    std::size_t n = std::strlen(e);
+    if (lower.size() > n && lower.compare(lower.size() - n, n, e) == 0) return true;
+  }
+  return false;
+}
+
+struct Listing {
+  std::vector<std::string> classes;
+  std::vector<std::string> files;  // relative to the folder
+  std::vector<int64_t> labels;
+};
+
+// The image files under class folder `dir` in torchvision's order: directories sorted by path,
+// files sorted by name within each; links followed (each directory once); hidden entries skipped.
+void list_class(const fs::path& root, const fs::path& dir, std::set<std::pair<dev_t, ino_t>>& seen,
+                std::map<std::string, std::vector<std::string>>& by_dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) return;
+  std::error_code ec;
+  std::vector<std::string>& names = by_dir[fs::relative(dir, root).generic_string()];
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    if (it->is_directory(ec))
+      list_class(root, it->path(), seen, by_dir);
+    else if (is_image_name(name))
+      names.push_back(name);
+  }
+  if (ec) throw Error(Exit::io, dir.string(), ec.message());
+}
+
+Listing list_folder(const std::string& dir) {
+  std::error_code ec;
+  Listing out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] != '.' && it->is_directory(ec)) out.classes.push_back(name);
+  }
+  if (ec) throw Error(Exit::no_input, dir, ec.message());
+  std::sort(out.classes.begin(), out.classes.end());
+  if (out.classes.empty())
+    throw Error(Exit::data, dir,
+                "no class folders: an image folder holds one subfolder per class (ImageFolder layout)");
+  std::set<std::pair<dev_t, ino_t>> seen;
+  for (std::size_t k = 0; k < out.classes.size(); ++k) {
+    std::map<std::string, std::vector<std::string>> by_dir;
+    list_class(dir, fs::path(dir) / out.classes[k], seen, by_dir);
+    std::size_t before = out.files.size();
+    for (auto& [sub, names] : by_dir) {
+      std::sort(names.begin(), names.end());
+      for (const auto& n : names) {
+        out.files.push_back(sub + "/" + n);
+        out.labels.push_back(static_cast<int64_t>(k));
+      }
+    }
+    if (out.files.size() == before)
+      throw Error(Exit::data, (fs::path(dir) / out.classes[k]).string(),
+                  "class folder holds no image files (.jpg, .jpeg, .png)");
+  }
+  return out;
+}
+
+// ---- manifests ----------------------------------------------------------------------------------
+
+// A manifest's fields and rows; a cell is absent when the line lacks the field (JSON Lines) or
+// holds something other than a string or a number.
+struct Table {
+  std::vector<std::string> fields;
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  std::vector<int64_t> lines;  // the line each row starts on
+};
+
+// CSV as RFC 4180 (quotes, doubled quotes, line breaks inside quotes) or TSV (tab-separated, no
+// quoting). The first record is the header; blank lines are skipped.
+Table parse_delimited(const std::string& path, const std::string& text, char sep) {
+  Table t;
+  std::vector<std::string> rec;
+  std::string field;
+  bool quoted = false, any = false, have_header = false;
+  int64_t line = 1, rec_line = 1;
+  auto end_record = [&] {
+    rec.push_back(std::move(field));
+    field.clear();
+    if (!(rec.size() == 1 && rec[0].empty() && !any)) {
+      if (!have_header) {
+        t.fields = rec;
+        have_header = true;
+      } else {
+        if (rec.size() != t.fields.size())
+          throw Error(Exit::data, path + ":" + std::to_string(rec_line),
+                      std::to_string(rec.size()) + " fields, but the header has " + std::to_string(t.fields.size()));
+        t.rows.emplace_back(rec.begin(), rec.end());
+        t.lines.push_back(rec_line);
+      }
+    }
+    rec.clear();
+    any = false;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+    } else if (c == '"' && sep == ',' && field.empty()) {
+      quoted = any = true;
+    } else if (c == sep) {
+      rec.push_back(std::move(field));
+      field.clear();
+      any = true;
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      end_record();
+      rec_line = ++line;
+    } else {
+      field += c;
+      any = true;
+    }
+  }
+  if (quoted) throw Error(Exit::data, path + ":" + std::to_string(rec_line), "unterminated quoted field");
+  if (!field.empty() || !rec.empty() || any) end_record();
+  if (!have_header) throw Error(Exit::data, path, "empty manifest: no header line");
+  return t;
+}
+
+Table parse_jsonl(const std::string& path, const std::string& text) {
+  Table t;
+  std::map<std::string, std::size_t> index;
+  std::size_t pos = 0;
+  for (int64_t line = 1; pos < text.size(); ++line) {
+    std::size_t nl = text.find('\n', pos);
+    std::string s = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
+    if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
+    std::vector<std::optional<std::string>> row(t.fields.size());
+    for (auto& [k, v] : j.items()) {
+      auto [it, added] = index.emplace(k, t.fields.size());
+      if (added) {
+        t.fields.push_back(k);
+        for (auto& r : t.rows) r.emplace_back();
+        row.emplace_back();
+      }
+      if (v.is_string())
+        row[it->second] = v.get<std::string>();
+      else if (v.is_number_integer())
+        row[it->second] = v.dump();
+    }
+    t.rows.push_back(std::move(row));
+    t.lines.push_back(line);
+  }
+  if (t.rows.empty()) throw Error(Exit::data, path, "empty manifest: no JSON lines");
+  return t;
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  std::string lower = s;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::size_t n = std::strlen(suffix);
+  return lower.size() >= n && lower.compare(lower.size() - n, n, suffix) == 0;
+}
+
+Table read_manifest(const std::string& path) {
+  std::string text = read_input_file(path);
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return parse_jsonl(path, text);
+  return parse_delimited(path, text, ends_with(path, ".tsv") ? '\t' : ',');
+}
+
+// The values of field `name`, every row's present (else Error(data) naming the line).
+std::vector<std::string> field_values(const std::string& path, const Table& t, const std::string& name) {
+  auto it = std::find(t.fields.begin(), t.fields.end(), name);
+  if (it == t.fields.end()) {
+    std::string hint;
+    for (const auto& f : t.fields)
+      if (edit_distance(f, name) <= 2) hint = "; did you mean '" + f + "'?";
+    throw Error(Exit::usage, path, "no field '" + name + "' (fields: " + name_list(t.fields) + ")" + hint);
+  }
+  const std::size_t k = static_cast<std::size_t>(it - t.fields.begin());
+  std::vector<std::string> out;
+  out.reserve(t.rows.size());
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    if (!t.rows[r][k])
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[r]),
+                  "field '" + name + "' is missing or not a string or integer");
+    out.push_back(*t.rows[r][k]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::string& name, const FileOptions& files) {
+  if (name != "image" && name != "label" && name != "path")
+    throw Error(Exit::usage, dir, "an image folder has the columns image, label and path; '" + name + "' is none");
+  Listing l = list_folder(dir);
+  if (name == "label") return std::make_unique<IntColumn>(Kind::image_folder, dir, name, l.labels, l.classes);
+  if (name == "path") return std::make_unique<StringColumn>(Kind::image_folder, dir, name, l.files);
+  std::vector<std::string> full, shown;
+  for (const auto& f : l.files) {
+    full.push_back((fs::path(dir) / f).string());
+    shown.push_back(full.back());
+  }
+  return std::make_unique<ImageColumn>(Kind::image_folder, dir, name, std::move(full), std::move(shown),
+                                       files.preprocess);
+}
+
+std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
+                                             const FileOptions& files) {
+  Table t = read_manifest(path);
+  std::vector<std::string> values = field_values(path, t, name);
+  std::vector<int64_t> ints(values.size());
+  bool all_int = true;
+  for (std::size_t i = 0; i < values.size() && all_int; ++i) all_int = parse_int(values[i], ints[i]);
+  if (role == Role::images) {
+    const fs::path base = fs::path(path).parent_path();
+    std::vector<std::string> full, shown;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::string where = path + ":" + std::to_string(t.lines[i]) + ": " + values[i];
+      if (values[i].empty()) throw Error(Exit::data, path + ":" + std::to_string(t.lines[i]), "empty path");
+      full.push_back(fs::path(values[i]).is_absolute() ? values[i] : (base / values[i]).string());
+      struct stat st;
+      if (::stat(full.back().c_str(), &st) != 0) throw Error(Exit::no_input, where, errno_message(errno));
+      shown.push_back(where);
+    }
+    return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown),
+                                         files.preprocess);
+  }
+  if (all_int)
+    return std::make_unique<IntColumn>(Kind::manifest, path, name, std::move(ints), std::vector<std::string>{});
+  if (role == Role::labels) return labels_from_names(Kind::manifest, path, name, values, files.label_order);
+  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
+}
+
+}  // namespace traincache::source
