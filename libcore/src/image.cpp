@@ -76,8 +76,9 @@ struct SpngCtx {
   }
 };
 
-// A PNG of any colour type and bit depth as RGBA, 8 bits (max 255) or 16 bits (max 65535).
-// Transparency and gamma are not applied, as PIL's convert("RGB") does not apply them.
+// A PNG of any colour type and bit depth as RGBA8: 16-bit samples keep their high byte, as PIL
+// opens 16-bit RGB(A) PNGs. Transparency and gamma are not applied, as PIL's convert("RGB") does
+// not apply them.
 Image decode_png(const unsigned char* bytes, std::size_t size, const std::string& what) {
   SpngCtx c;
   if (!c.ctx) throw Error(Exit::internal, "libspng", "cannot create a decoder");
@@ -91,29 +92,21 @@ Image decode_png(const unsigned char* bytes, std::size_t size, const std::string
   spng_ihdr ihdr{};
   if (int rc = spng_get_ihdr(c.ctx, &ihdr)) throw fail(rc);
   check_pixels(ihdr.width, ihdr.height, what);
-  const bool deep = ihdr.bit_depth == 16;
-  const int fmt = deep ? SPNG_FMT_RGBA16 : SPNG_FMT_RGBA8;
   std::size_t out_size = 0;
-  if (int rc = spng_decoded_image_size(c.ctx, fmt, &out_size)) throw fail(rc);
+  if (int rc = spng_decoded_image_size(c.ctx, SPNG_FMT_RGBA8, &out_size)) throw fail(rc);
+  std::vector<unsigned char> px(out_size);
+  if (int rc = spng_decode_image(c.ctx, px.data(), out_size, SPNG_FMT_RGBA8, 0)) throw fail(rc);
   Image img;
   img.width = static_cast<int>(ihdr.width);
   img.height = static_cast<int>(ihdr.height);
   img.channels = 4;
-  img.max_value = deep ? 65535 : 255;
-  if (deep) {
-    img.samples.resize(out_size / 2);
-    if (int rc = spng_decode_image(c.ctx, img.samples.data(), out_size, fmt, 0)) throw fail(rc);
-  } else {
-    std::vector<unsigned char> px(out_size);
-    if (int rc = spng_decode_image(c.ctx, px.data(), out_size, fmt, 0)) throw fail(rc);
-    img.samples.assign(px.begin(), px.end());
-  }
+  img.samples.assign(px.begin(), px.end());
   return img;
 }
 
 // PIL's luma weights (ITU-R 601-2) in 16-bit fixed point, as its convert("L") rounds them.
-inline uint16_t luma(uint32_t r, uint32_t g, uint32_t b) {
-  return static_cast<uint16_t>((uint64_t{r} * 19595 + uint64_t{g} * 38470 + uint64_t{b} * 7471 + 0x8000) >> 16);
+inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
 }
 
 // 1 (grey), 3 (RGB) or 4 (RGBA) channels converted to `to`.
@@ -124,11 +117,10 @@ Image convert(Image in, Channels to) {
   out.width = in.width;
   out.height = in.height;
   out.channels = want;
-  out.max_value = in.max_value;
   const std::size_t n = static_cast<std::size_t>(in.width) * in.height;
   out.samples.resize(n * want);
-  const uint16_t* s = in.samples.data();
-  uint16_t* d = out.samples.data();
+  const uint8_t* s = in.samples.data();
+  uint8_t* d = out.samples.data();
   for (std::size_t i = 0; i < n; ++i, s += in.channels, d += want) {
     if (in.channels == 1) {
       d[0] = d[1] = d[2] = s[0];
@@ -196,11 +188,10 @@ int half_rounded_even(int x) {
 }
 
 // PIL's antialiased bilinear weights for resampling `in` samples to `out`: for output i, the
-// inputs first[i] .. first[i] + count[i] - 1 with weights w (doubles) and fixed (22-bit fixed point).
+// inputs first[i] .. first[i] + count[i] - 1 with weights in 22-bit fixed point.
 struct Kernel {
   int ksize = 0;
   std::vector<int> first, count;
-  std::vector<double> w;
   std::vector<int32_t> fixed;
 };
 
@@ -214,13 +205,12 @@ Kernel bilinear_kernel(int in, int out) {
   k.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   k.first.resize(out);
   k.count.resize(out);
-  k.w.assign(static_cast<std::size_t>(out) * k.ksize, 0.0);
-  k.fixed.assign(k.w.size(), 0);
+  k.fixed.assign(static_cast<std::size_t>(out) * k.ksize, 0);
+  std::vector<double> w(static_cast<std::size_t>(k.ksize));
   for (int o = 0; o < out; ++o) {
     const double center = (o + 0.5) * scale;
     const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
     const int hi = std::min(static_cast<int>(center + support + 0.5), in);
-    double* w = &k.w[static_cast<std::size_t>(o) * k.ksize];
     double sum = 0;
     for (int x = lo; x < hi; ++x) {
       double t = std::fabs((x - center + 0.5) / filterscale);
@@ -238,27 +228,20 @@ Kernel bilinear_kernel(int in, int out) {
   return k;
 }
 
-// One resampling pass along an axis: `lines` lines of `in_len` samples (each `c` channels, the
-// samples of a line `step` apart, lines `line_stride` apart) into lines of k.first.size().
-void resample_pass(const float* in, float* out, const Kernel& k, int lines, int c, std::ptrdiff_t in_line,
-                   std::ptrdiff_t in_step, std::ptrdiff_t out_line, std::ptrdiff_t out_step, bool round8) {
+// One resampling pass along an axis: `lines` lines (`in_line` samples apart) of samples `in_step`
+// apart, each `c` channels, into lines of k.first.size() samples, in PIL's fixed point.
+void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, int c, std::ptrdiff_t in_line,
+                   std::ptrdiff_t in_step, std::ptrdiff_t out_line, std::ptrdiff_t out_step) {
   const int out_len = static_cast<int>(k.first.size());
   for (int l = 0; l < lines; ++l) {
     for (int o = 0; o < out_len; ++o) {
-      const float* src = in + l * in_line + k.first[o] * in_step;
-      const std::size_t kw = static_cast<std::size_t>(o) * k.ksize;
+      const uint8_t* src = in + l * in_line + k.first[o] * in_step;
+      const int32_t* w = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
       for (int ch = 0; ch < c; ++ch) {
-        float v;
-        if (round8) {
-          int64_t acc = int64_t{1} << (kPrecisionBits - 1);
-          for (int i = 0; i < k.count[o]; ++i) acc += static_cast<int64_t>(src[i * in_step + ch]) * k.fixed[kw + i];
-          v = static_cast<float>(std::clamp<int64_t>(acc >> kPrecisionBits, 0, 255));
-        } else {
-          double acc = 0;
-          for (int i = 0; i < k.count[o]; ++i) acc += src[i * in_step + ch] * k.w[kw + i];
-          v = static_cast<float>(acc);
-        }
-        out[l * out_line + o * out_step + ch] = v;
+        int64_t acc = int64_t{1} << (kPrecisionBits - 1);
+        for (int i = 0; i < k.count[o]; ++i) acc += int64_t{src[i * in_step + ch]} * w[i];
+        out[l * out_line + o * out_step + ch] =
+            static_cast<uint8_t>(std::clamp<int64_t>(acc >> kPrecisionBits, 0, 255));
       }
     }
   }
@@ -371,7 +354,7 @@ Image apply_orientation(const Image& img, int o) {
           break;  // rotate 90 counter-clockwise
       }
       std::memcpy(&out.samples[(static_cast<std::size_t>(y) * out.width + x) * c],
-                  &img.samples[(static_cast<std::size_t>(sy) * W + sx) * c], sizeof(uint16_t) * c);
+                  &img.samples[(static_cast<std::size_t>(sy) * W + sx) * c], c);
     }
   return out;
 }
@@ -440,21 +423,21 @@ std::vector<int64_t> output_shape(const Spec& spec, int h, int w) {
   return {spec.out_channels(), spec.crop_h ? spec.crop_h : rh, spec.crop_w ? spec.crop_w : rw};
 }
 
-std::vector<float> resize_bilinear(const std::vector<float>& in, int h, int w, int c, int oh, int ow, bool round8) {
-  std::vector<float> cur = in;
+std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow) {
+  std::vector<uint8_t> cur = in;
   if (ow != w) {  // horizontal first, as PIL does
     Kernel k = bilinear_kernel(w, ow);
-    std::vector<float> next(static_cast<std::size_t>(h) * ow * c);
+    std::vector<uint8_t> next(static_cast<std::size_t>(h) * ow * c);
     resample_pass(cur.data(), next.data(), k, h, c, static_cast<std::ptrdiff_t>(w) * c, c,
-                  static_cast<std::ptrdiff_t>(ow) * c, c, round8);
+                  static_cast<std::ptrdiff_t>(ow) * c, c);
     cur.swap(next);
     w = ow;
   }
   if (oh != h) {  // vertical: "lines" are columns, samples a row apart
     Kernel k = bilinear_kernel(h, oh);
-    std::vector<float> next(static_cast<std::size_t>(oh) * w * c);
+    std::vector<uint8_t> next(static_cast<std::size_t>(oh) * w * c);
     resample_pass(cur.data(), next.data(), k, w, c, c, static_cast<std::ptrdiff_t>(w) * c, c,
-                  static_cast<std::ptrdiff_t>(w) * c, round8);
+                  static_cast<std::ptrdiff_t>(w) * c);
     cur.swap(next);
   }
   return cur;
@@ -463,10 +446,12 @@ std::vector<float> resize_bilinear(const std::vector<float>& in, int h, int w, i
 void preprocess(const Image& img, const Spec& spec, float* out) {
   int h = img.height, w = img.width;
   const int c = img.channels;
-  std::vector<float> px(img.samples.begin(), img.samples.end());
+  const std::vector<uint8_t>* px = &img.samples;
+  std::vector<uint8_t> resized;
   auto [rh, rw] = resized_size(spec, h, w);
   if (rh != h || rw != w) {
-    px = resize_bilinear(px, h, w, c, rh, rw, img.max_value == 255);
+    resized = resize_bilinear(img.samples, h, w, c, rh, rw);
+    px = &resized;
     h = rh;
     w = rw;
   }
@@ -475,7 +460,6 @@ void preprocess(const Image& img, const Spec& spec, float* out) {
   // else an offset of round((size - crop) / 2) with Python's rounding.
   const int top = oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh);
   const int left = ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow);
-  const float maxv = static_cast<float>(img.max_value);
   for (int ch = 0; ch < c; ++ch) {
     const std::size_t mi = std::min<std::size_t>(ch, spec.mean.empty() ? 0 : spec.mean.size() - 1);
     const bool norm = !spec.mean.empty();
@@ -486,8 +470,9 @@ void preprocess(const Image& img, const Spec& spec, float* out) {
       float* row = out + (static_cast<std::size_t>(ch) * oh + y) * ow;
       for (int x = 0; x < ow; ++x) {
         const int sx = x + left;
-        float v = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? px[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0.f;
-        v /= maxv;
+        float v =
+            (sy >= 0 && sy < h && sx >= 0 && sx < w) ? (*px)[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0.f;
+        v /= 255.f;  // ToTensor
         row[x] = norm ? (v - mean) / sd : v;
       }
     }

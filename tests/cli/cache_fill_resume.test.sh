@@ -9,18 +9,6 @@ ARGS=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --labels l
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref.h5"
 expect_rc 0
 
-# Waits until the journal has committed at least $2 rows (the partial directory exists for 0).
-wait_committed() {
-  local journal=$1/journal.json i c
-  for i in $(seq 1 1500); do
-    if [ "$2" -eq 0 ] && [ -d "$1" ]; then return 0; fi
-    c=$(grep -o '"committed_rows": [0-9]*' "$journal" 2>/dev/null | grep -o '[0-9]*$')
-    if [ -n "$c" ] && [ "$c" -ge "$2" ]; then return 0; fi
-    sleep 0.01
-  done
-  return 1
-}
-
 for target in 0 512 4096 8192; do
   out_file="$WORK/k$target.h5"
   "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$out_file" 2>/dev/null &

@@ -49,3 +49,15 @@ finish() {
 
 expect_err_re() { [[ "$err" =~ $1 ]] && _ok || _fail "expected stderr to match: $1"; }
 expect_out_re() { [[ "$out" =~ $1 ]] && _ok || _fail "expected stdout to match: $1"; }
+
+# wait_committed PARTIAL N: waits until the journal has committed at least N rows (the partial directory exists for 0).
+wait_committed() {
+  local journal=$1/journal.json i c
+  for i in $(seq 1 1500); do
+    if [ "$2" -eq 0 ] && [ -d "$1" ]; then return 0; fi
+    c=$(grep -o '"committed_rows": [0-9]*' "$journal" 2>/dev/null | grep -o '[0-9]*$')
+    if [ -n "$c" ] && [ "$c" -ge "$2" ]; then return 0; fi
+    sleep 0.01
+  done
+  return 1
+}

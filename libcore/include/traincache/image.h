@@ -18,12 +18,11 @@ namespace traincache::image {
 enum class Channels { rgb, gray };
 const Choices<Channels>& channels_choices();
 
-/// A decoded image: height x width x channels samples, interleaved, each in [0, max_value]
-/// (255 for 8-bit sources, 65535 for 16-bit PNGs).
+/// A decoded image: height x width x channels 8-bit samples, interleaved. 16-bit PNGs keep their
+/// high byte, as PIL reads them (docs/inputs.md).
 struct Image {
   int height = 0, width = 0, channels = 0;
-  int max_value = 255;
-  std::vector<uint16_t> samples;
+  std::vector<uint8_t> samples;
 };
 
 /// Decodes the JPEG or PNG in bytes[0, size) into `channels`. Alpha is dropped, palettes and
@@ -78,9 +77,9 @@ std::pair<int, int> resized_size(const Spec& spec, int h, int w);
 /// Applies `spec` to a decoded image, writing output_shape() floats (C, H, W order) to `out`.
 void preprocess(const Image& img, const Spec& spec, float* out);
 
-/// Resamples an interleaved h x w x c image to oh x ow with PIL's antialiased bilinear filter
-/// (the support widens with the scale factor). With `round8` (8-bit sources) every pass rounds
-/// and clips to integers in fixed point, as PIL does on 8-bit images, so the result matches PIL's.
-std::vector<float> resize_bilinear(const std::vector<float>& in, int h, int w, int c, int oh, int ow, bool round8);
+/// Resamples an interleaved h x w x c 8-bit image to oh x ow with PIL's antialiased bilinear
+/// filter (the support widens with the scale factor), in PIL's fixed point: every pass rounds and
+/// clips to 8 bits, so the result is PIL's to the bit.
+std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow);
 
 }  // namespace traincache::image
