@@ -232,7 +232,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group) {
+void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels) {
   image::Spec& spec = files.preprocess;
   app.add_option_function<std::string>(
          "--resize", [&spec](const std::string& s) { image::parse_resize(s, spec); },
@@ -250,6 +250,7 @@ void add_file_options(CLI::App& app, source::FileOptions& files, const std::stri
       ->group(group);
   app.add_flag("--exif-transpose", spec.exif_transpose, "Images: apply the EXIF orientation tag (off, as in PIL)")
       ->group(group);
+  if (!labels) return;
   add_choice(app, "--label-order", files.label_order, source::label_order_choices(),
              "Manifests: string labels numbered in sorted or first-seen order")
       ->group(group);

@@ -399,6 +399,30 @@ void parse_normalize(const std::string& text, Spec& spec) {
     if (s <= 0) throw Error(Exit::usage, "--normalize", "standard deviations must be positive, got '" + text + "'");
 }
 
+Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described) {
+  Spec s;
+  try {
+    for (const auto& [k, v] : described) {
+      if (v == "none") continue;
+      if (k == "resize")
+        parse_resize(v, s);
+      else if (k == "center_crop")
+        parse_center_crop(v, s);
+      else if (k == "channels")
+        s.channels = channels_choices().parse(v, k);
+      else if (k == "normalize")
+        parse_normalize(v, s);
+      else if (k == "exif_transpose")
+        s.exif_transpose = v == "yes";
+      else
+        throw Error(Exit::data, k, "unknown preprocessing step (written by a newer version?)");
+    }
+  } catch (const Error& e) {
+    throw Error(Exit::data, "stored preprocessing spec", e.what());
+  }
+  return s;
+}
+
 void validate(const Spec& spec) {
   const std::size_t n = spec.mean.size();
   if (n > 1 && static_cast<int>(n) != spec.out_channels())

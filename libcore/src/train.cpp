@@ -109,8 +109,8 @@ struct Data {
 };
 
 torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
-                       torch::Dtype float_type) {
-  auto col = source::open_column(path, ds);
+                       torch::Dtype float_type, const source::FileOptions& files = {}) {
+  auto col = source::open_column(path, ds, files, source::Role::images);
   auto t = encode::read_column_rows(*col, 0, col->info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
@@ -392,11 +392,15 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   auto load = [&](const std::string& ds) {
     if (file.empty() && !source::names_own_file(ds))
       throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-    return read_all(file, ds, o.input_scale, s.device, s.float_type);
+    return read_all(file, ds, o.input_scale, s.device, s.float_type, o.files);
   };
   for (const auto& q : o.query) d.query.push_back(load(q));
   for (const auto& p : o.passage) d.passage.push_back(load(p));
-  for (const auto& n : o.negatives) d.negatives.push_back(load(n));
+  for (const auto& n : o.negatives) {
+    d.negatives.push_back(load(n));
+    // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
+    if (source::kind_of(file) == source::Kind::manifest) d.negatives.back() = d.negatives.back().unsqueeze(1);
+  }
   d.rows = d.query.front().size(0);
   for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
   for (std::size_t i = 0; i < o.passage.size(); ++i)

@@ -43,6 +43,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   if (input.rfind("shm:", 0) == 0)
     throw Error(Exit::usage, opts.cache,
                 "built from slab " + input + "; give the same data as an HDF5 file with --input");
+  if (!info.input_kind.empty() && source::kind_name(source::kind_of(input)) != info.input_kind)
+    throw Error(Exit::usage, input,
+                std::string("is a ") + source::kind_name(source::kind_of(input)) +
+                    " input but the cache was built from a " + info.input_kind + " one");
   for (const auto& e : info.embeddings) {
     EncoderVerdict v;
     v.name = e.name;
@@ -53,8 +57,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
     v.atol = opts.atol;
 
     std::vector<torch::Tensor> args;
+    source::FileOptions files;
+    files.preprocess = image::spec_from(info.preprocess);
     for (const auto& f : e.features) {
-      auto col = source::open_column(input, f);
+      auto col = source::open_column(input, f, files, source::Role::images);
       encode::require_numeric_input(col->info(), input);
       if (col->info().rows() < info.row_start + info.rows)
         throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");

@@ -52,6 +52,10 @@ run "$TC_BIN/cache-inspect" "$WORK/rgb.h5" --json
 expect_out_has '"input_kind":"image-folder"'
 expect_out_has '"preprocess":{"resize":"40","center_crop":"36,36","channels":"rgb","normalize":"0.485,0.456,0.406:0.229,0.224,0.225","exif_transpose":"no"}'
 expect_out_has '"names":["jpeg_gray","jpeg_rgb","png16","png_1bit","png_gray","png_la","png_pal","png_rgb","png_rgba"]'
+# --verify decodes and preprocesses sampled rows again with the stored spec.
+run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5"
+expect_rc 0
+expect_out_re "	flat	ok: 6 rows match"
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 40 --center-crop 36 --normalize imagenet
 expect_rc 0
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 44 --center-crop 36 --normalize imagenet
@@ -92,6 +96,37 @@ print(len(set(rows)), np.abs(b['embeddings/cnn'][:] - a['embeddings/cnn'][:][row
       bool((b['labels'][:] == h5py.File('$D/images.h5')['labels'][:][rows]).all()))
 "
 expect_out "300 True True"
+
+# ---- gc-train raw mode on a manifest of image paths trains as on the same pixels in HDF5 -------
+py "
+import h5py, numpy as np
+f = h5py.File('$D/images.h5')
+labels = f['labels'][:]
+q = np.arange(len(labels))
+p = np.array([next(j for j in list(range(i + 1, len(labels))) + list(range(i)) if labels[j] == labels[i]) for i in q])
+n = (q + 7) % len(labels)
+with open('$WORK/pairs.csv', 'w') as out:
+    out.write('query,passage,negative\n')
+    for a, b, c in zip(q, p, n):
+        out.write('png/c%d/%03d_00.png,png/c%d/%03d_00.png,png/c%d/%03d_00.png\n' % (labels[a], a, labels[b], b, labels[c], c))
+img = f['images'][:]
+with h5py.File('$WORK/pairs.h5', 'w') as h:
+    h['query'], h['passage'], h['negative'] = img[q], img[p], img[n][:, None]
+"
+expect_rc 0
+GC=(--query query --passage passage --negatives negative --encoder "$D/cnn.pt" --batch-size 40 --chunk-size 16
+    --optimizer sgd --lr 0.1 --no-shuffle --threads 2 --steps 3 -q)
+run "$TC_BIN/gc-train" --data "$WORK/pairs.csv" --channels gray "${GC[@]}" --metrics "$WORK/csv.jsonl"
+expect_rc 0
+run "$TC_BIN/gc-train" --data "$WORK/pairs.h5" "${GC[@]}" --metrics "$WORK/h5.jsonl"
+expect_rc 0
+py "
+import json
+a = [json.loads(l)['loss'] for l in open('$WORK/h5.jsonl')]
+b = [json.loads(l)['loss'] for l in open('$WORK/csv.jsonl')]
+print(len(a), max(abs(x - y) for x, y in zip(a, b)) < 1e-5 * max(map(abs, a)))
+"
+expect_out "3 True"
 
 # ---- manifests: CSV (quoted fields), TSV and JSON Lines give the folder's cache -----------------
 py "

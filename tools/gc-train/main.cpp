@@ -129,14 +129,20 @@ int run(Options& o) {
 void add_input_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_raw = "Raw inputs";
-  app.add_option("--data", t.data, "HDF5 file or .npz archive with aligned query/passage datasets")->group(g_raw);
-  app.add_option("--query", o.query, "Query dataset(s), comma-separated")->group(g_raw);
-  app.add_option("--passage", o.passage, "Passage dataset(s), comma-separated")->group(g_raw);
-  app.add_option("--negatives", o.negatives, "Hard-negative dataset(s) [rows, k, ...]")->group(g_raw);
+  app.add_option("--data", t.data,
+                 "HDF5 file, .npz archive or .csv/.tsv/.jsonl manifest of image paths with aligned query/passage "
+                 "columns")
+      ->group(g_raw);
+  app.add_option("--query", o.query, "Query dataset(s) or manifest path field(s), comma-separated")->group(g_raw);
+  app.add_option("--passage", o.passage, "Passage dataset(s) or manifest path field(s), comma-separated")->group(g_raw);
+  app.add_option("--negatives", o.negatives,
+                 "Hard-negative dataset(s) [rows, k, ...], or manifest path field(s) (one negative each)")
+      ->group(g_raw);
   app.add_option("--encoder", t.encoder, "TorchScript encoder for both sides (tied)")->group(g_raw);
   app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);
   app.add_option("--passage-encoder", t.passage_encoder, "TorchScript passage encoder (separate)")->group(g_raw);
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
+  cli::add_file_options(app, t.files, g_raw, false);
   auto* g_cache = "Cached embeddings";
   app.add_option("--cache", t.cache, "Cache file from cache-fill")->group(g_cache);
   app.add_option("--embeddings", t.embeddings, "Grouped mode: the encoder whose embeddings are grouped by label")

@@ -96,8 +96,9 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
 }
 
 /// The options of image folders and manifests, into `files`: --resize, --center-crop, --channels,
-/// --normalize, --exif-transpose (the preprocessing spec) and --label-order, in group `group`.
-void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group);
+/// --normalize, --exif-transpose (the preprocessing spec) and, with `labels`, --label-order, in
+/// group `group`.
+void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels = true);
 
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }

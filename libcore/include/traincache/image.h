@@ -65,6 +65,8 @@ struct Spec {
 void parse_resize(const std::string& text, Spec& spec);       // "S" or "H,W"
 void parse_center_crop(const std::string& text, Spec& spec);  // "S" or "H,W"
 void parse_normalize(const std::string& text, Spec& spec);    // "imagenet" or "M,..:S,..."
+/// The spec describe() gave (as stored in a cache); Error(data) when a value does not parse.
+Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described);
 /// Refuses a spec whose parts do not fit together (normalisation values for other channels).
 void validate(const Spec& spec);
 

@@ -13,6 +13,7 @@
 #include "traincache/dtype.h"
 #include "traincache/launch.h"
 #include "traincache/similarity.h"
+#include "traincache/source.h"
 
 namespace traincache::train {
 
@@ -34,6 +35,7 @@ struct TrainOptions {
   std::string encoder;                                 ///< tied: one encoder for both sides
   std::string query_encoder, passage_encoder;          ///< separate encoders
   double input_scale = 1.0 / 255.0;
+  source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
   // Cached embeddings (after cache-fill) and a trainable head.
   std::string cache;
   std::string query_embeddings, passage_embeddings;  ///< aligned pairing: two encoders' names
