@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make demo: precompute, then train, end to end on the real Fashion-MNIST data (70,000 images).
-#   1. convert Debian's Fashion-MNIST to HDF5 and export a frozen TorchScript CNN (fixed seed)
-#   2. cache-fill: encode all images once into an HDF5 embedding cache
+#   1. write Debian's Fashion-MNIST as 70,000 PNG files (ImageFolder layout) with a CSV manifest,
+#      and export a frozen TorchScript CNN (fixed seed)
+#   2. cache-fill: decode and encode all images once, straight from the files, into an HDF5
+#      embedding cache (the manifest keeps the dataset's order, so the test split is rows 60000..)
 #   3. cache-inspect: summary with statistics, --check, and --verify against the encoder
 #   4. cache-fill again: a fast no-op, because the fingerprint is unchanged
 #   5. gc-train: train a head on the cached embeddings with gradient caching; nearest-neighbour
@@ -13,18 +15,18 @@ DATA=$BUILD/demo
 mkdir -p "$DATA"
 say() { printf '\n== %s\n' "$*" >&2; }
 
-if [ ! -f "$DATA/fashion.h5" ]; then
-  say "converting /usr/share/datasets/fashion-mnist to $DATA/fashion.h5"
-  scripts/fashion-mnist-to-h5 "$DATA/fashion.h5"
+if [ ! -f "$DATA/fashion-png/fashion.csv" ]; then
+  say "writing /usr/share/datasets/fashion-mnist as PNG files and a manifest in $DATA/fashion-png"
+  scripts/fashion-mnist-to-png "$DATA/fashion-png"
 fi
 if [ ! -f "$DATA/cnn.pt" ]; then
   say "exporting the demo encoders (TorchScript, seed 0)"
   scripts/export-encoders "$DATA"
 fi
 
-say "cache-fill: encoding 70,000 images with the frozen CNN"
-"$BIN/cache-fill" --input "$DATA/fashion.h5" --encoder cnn="$DATA/cnn.pt" --features images \
-  --labels labels --key ids --out "$DATA/cache.h5" --force
+say "cache-fill: decoding 70,000 PNG files (listed by fashion.csv) and encoding them with the frozen CNN"
+"$BIN/cache-fill" --input "$DATA/fashion-png/fashion.csv" --features path --labels class --key id \
+  --channels gray --encoder cnn="$DATA/cnn.pt" --out "$DATA/cache.h5" --force
 
 say "cache-inspect --stats"
 "$BIN/cache-inspect" --stats "$DATA/cache.h5"
@@ -36,8 +38,8 @@ say "cache-inspect --verify 64: re-encode 64 random rows and compare with the ca
 "$BIN/cache-inspect" --verify 64 "$DATA/cache.h5"
 
 say "cache-fill again with the same inputs: nothing to do"
-"$BIN/cache-fill" --input "$DATA/fashion.h5" --encoder cnn="$DATA/cnn.pt" --features images \
-  --labels labels --key ids --out "$DATA/cache.h5"
+"$BIN/cache-fill" --input "$DATA/fashion-png/fashion.csv" --features path --labels class --key id \
+  --channels gray --encoder cnn="$DATA/cnn.pt" --out "$DATA/cache.h5"
 
 say "gc-train: a supervised-contrastive head on the cached embeddings (batch 1024 in chunks of 256;"
 say "held out: rows 60000..70000, the Fashion-MNIST test split; the raw data is not read again)"
