@@ -214,6 +214,10 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     check_storage(d.get(), path, "/keys", di, fst.st_size, sources);
     info.keys_dtype = di.dtype;
   }
+  if (h5::exists(f, "/skipped/rows")) {
+    h5::Id d = h5::open_dataset(f, path, "/skipped/rows");
+    info.skipped = describe_in(d.get(), path, "/skipped/rows").rows();
+  }
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
   if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1) {
@@ -457,6 +461,24 @@ void copy_column(const source::Column& col, hid_t out, const std::string& dst, i
 
 namespace {
 
+// /skipped/rows (int64) and /skipped/reasons (UTF-8 strings), one entry per skipped row.
+void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& skipped) {
+  const int64_t n = static_cast<int64_t>(skipped.size());
+  std::vector<int64_t> rows;
+  std::vector<const char*> reasons;
+  for (const auto& [r, why] : skipped) {
+    rows.push_back(r);
+    reasons.push_back(why.c_str());
+  }
+  h5::Id rd = create_dataset(f, "/skipped/rows", H5T_STD_I64LE, {n}, 8);
+  h5::write_rows(rd.get(), "/skipped/rows", 0, n, H5T_NATIVE_INT64, rows.data());
+  h5::Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  h5::Id sd = create_dataset(f, "/skipped/reasons", type.get(), {n}, 32);
+  h5::write_rows(sd.get(), "/skipped/reasons", 0, n, type.get(), reasons.data());
+}
+
 // Writes the rows of one journal raw file into a new dataset of `f`.
 void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
   std::vector<int64_t> shape{rows};
@@ -509,6 +531,7 @@ void assemble(const AssemblySpec& spec) {
   }
   if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
   if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
+  if (!spec.skipped.empty()) write_skipped(f, spec.skipped);
   h5::write_attr(f, "complete", int64_t{1});
   h5::close_file(file, spec.out_path);
   tmp.publish();  // fsync, then rename: a reader sees no file or a complete one

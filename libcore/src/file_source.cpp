@@ -112,8 +112,8 @@ class ImageColumn : public Column {
  public:
   // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
   ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
-              std::vector<std::string> shown, const image::Spec& spec)
-      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec) {
+              std::vector<std::string> shown, const image::Spec& spec, bool tolerate)
+      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
     image::validate(spec_);
     info_.name = name;
     info_.dtype = DType::f32;
@@ -128,7 +128,7 @@ class ImageColumn : public Column {
     const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
     for (int64_t r = start; r < start + count; ++r, dst += info_.row_elements()) {
       const std::size_t i = static_cast<std::size_t>(r);
-      std::string bytes = read_input_file(files_[i]);
+      std::string bytes = read_file_of(i);
       auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
                                spec_.exif_transpose, shown_[i]);
       if (image::output_shape(spec_, img.height, img.width) != want)
@@ -143,7 +143,14 @@ class ImageColumn : public Column {
     h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
     for (int64_t r = a; r < b; ++r) {
       const std::size_t i = static_cast<std::size_t>(r);
-      std::string bytes = read_input_file(files_[i]);
+      std::string bytes;
+      try {
+        bytes = read_file_of(i);
+      } catch (const Error& e) {
+        if (!tolerate_ || e.code() != Exit::no_input) throw;
+        h.update(shown_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+        continue;
+      }
       h.update(shown_[i] + '\0' + std::to_string(bytes.size()) + '\0');
       h.update(bytes);
     }
@@ -152,26 +159,47 @@ class ImageColumn : public Column {
   const image::Spec* preprocess() const override { return &spec_; }
 
  private:
+  // File i's bytes; errors name it as shown (with its manifest line).
+  std::string read_file_of(std::size_t i) const {
+    try {
+      return read_input_file(files_[i]);
+    } catch (const Error& e) {
+      std::string why = e.what();
+      const std::string prefix = files_[i] + ": ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw Error(e.code(), shown_[i], why);
+    }
+  }
+
   // The output shape every image shares; Error(data) naming the first two that differ.
   std::vector<int64_t> common_shape() const {
     std::vector<int64_t> first;
+    std::size_t first_i = 0;
     for (std::size_t i = 0; i < files_.size(); ++i) {
-      std::string bytes = read_input_file(files_[i]);
-      auto [h, w] = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
-                                      spec_.exif_transpose, shown_[i]);
-      auto shape = image::output_shape(spec_, h, w);
-      if (i == 0) first = shape;
+      std::pair<int, int> hw;
+      try {
+        std::string bytes = read_file_of(i);
+        hw = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.exif_transpose,
+                               shown_[i]);
+      } catch (const Error& e) {
+        if (tolerate_ && (e.code() == Exit::data || e.code() == Exit::no_input)) continue;
+        throw;
+      }
+      auto shape = image::output_shape(spec_, hw.first, hw.second);
+      if (first.empty()) first = shape, first_i = i;
       if (shape != first)
         throw Error(Exit::data, path(),
-                    "images differ in shape: " + shown_[0] + " gives " + shape_text(first) + " but " + shown_[i] +
+                    "images differ in shape: " + shown_[first_i] + " gives " + shape_text(first) + " but " + shown_[i] +
                         " gives " + shape_text(shape) +
                         "; add --resize and/or --center-crop to bring them to one size");
     }
+    if (first.empty()) throw Error(Exit::data, path(), "no image can be read");
     return first;
   }
 
   std::vector<std::string> files_, shown_;
   image::Spec spec_;
+  bool tolerate_ = false;
 };
 
 // Labels from names: ids in sorted or first-seen order.
@@ -408,7 +436,7 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
     shown.push_back(full.back());
   }
   return std::make_unique<ImageColumn>(Kind::image_folder, dir, name, std::move(full), std::move(shown),
-                                       files.preprocess);
+                                       files.preprocess, files.tolerate_unreadable);
 }
 
 std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
@@ -426,11 +454,12 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
       if (values[i].empty()) throw Error(Exit::data, path + ":" + std::to_string(t.lines[i]), "empty path");
       full.push_back(fs::path(values[i]).is_absolute() ? values[i] : (base / values[i]).string());
       struct stat st;
-      if (::stat(full.back().c_str(), &st) != 0) throw Error(Exit::no_input, where, errno_message(errno));
+      if (::stat(full.back().c_str(), &st) != 0 && !files.tolerate_unreadable)
+        throw Error(Exit::no_input, where, errno_message(errno));
       shown.push_back(where);
     }
     return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown),
-                                         files.preprocess);
+                                         files.preprocess, files.tolerate_unreadable);
   }
   if (all_int)
     return std::make_unique<IntColumn>(Kind::manifest, path, name, std::move(ints), std::vector<std::string>{});

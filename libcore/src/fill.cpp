@@ -37,6 +37,11 @@ namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
 
+const Choices<OnError>& on_error_choices() {
+  static const Choices<OnError> c{{OnError::fail, "fail"}, {OnError::skip, "skip"}};
+  return c;
+}
+
 namespace {
 
 using files::absolute_path;
@@ -59,24 +64,54 @@ json describe_json(const Input& in, const std::string& input) {
   return j;
 }
 
-// One batch of converted inputs, keyed by dataset name.
+// One batch of converted inputs, keyed by dataset name, and the rows skipped in it.
 struct Batch {
   int64_t start = 0, count = 0;
   std::map<std::string, torch::Tensor> inputs;
+  std::map<int64_t, std::string> skipped;  // input row -> reason
 };
+
+// Rows [b.start, b.start + b.count) of an image column, one by one: a row whose file cannot be
+// read or decoded becomes zeros and is recorded in b.skipped.
+torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
+  std::vector<torch::Tensor> rows;
+  for (int64_t r = b.start; r < b.start + b.count; ++r) {
+    try {
+      rows.push_back(in.read(r, 1, scale));
+    } catch (const Error& e) {
+      if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+      std::vector<int64_t> shape = in.info().shape;
+      shape[0] = 1;
+      rows.push_back(torch::zeros(shape, torch::kFloat32));
+      b.skipped.emplace(r, e.what());
+    }
+  }
+  return torch::cat(rows);
+}
+
+// A batch's rows of `in`; with `skip`, an image column that fails is read again row by row.
+torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
+  if (!skip || !in.col->preprocess()) return in.read(b.start, b.count, scale);
+  try {
+    return in.read(b.start, b.count, scale);
+  } catch (const Error& e) {
+    if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+    return read_tolerant(in, b, scale);
+  }
+}
 
 // Batches [first_row, end_row) in steps of batch_size, read ahead on `workers` threads (at most
 // two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
   Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row, int64_t batch_size,
-             int workers, double scale)
+             int workers, double scale, bool skip)
       : pf_((end_row - first_row + batch_size - 1) / batch_size, workers, 2 * std::max(1, workers),
-            [&inputs, first_row, end_row, batch_size, scale](int64_t k) {
+            [&inputs, first_row, end_row, batch_size, scale, skip](int64_t k) {
               Batch b;
               b.start = first_row + k * batch_size;
               b.count = std::min(batch_size, end_row - b.start);
-              for (auto& [name, in] : inputs) b.inputs[name] = in.read(b.start, b.count, scale);
+              for (auto& [name, in] : inputs) b.inputs[name] = read_batch(in, b, scale, skip);
               return b;
             }) {}
 
@@ -157,6 +192,8 @@ std::string keys_name(const FillOptions& opts) {
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
   const std::string implicit = source::default_column(opts.input);
+  source::FileOptions files = opts.files;
+  files.tolerate_unreadable = opts.on_error == OnError::skip;
   for (const auto& e : opts.encoders) {
     auto feats = e.features.empty() ? opts.features : e.features;
     if (feats.empty() && !implicit.empty()) feats = {implicit};
@@ -164,7 +201,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
     in.per_encoder[e.name] = feats;
     for (const auto& f : feats) {
       if (in.features.count(f)) continue;
-      Input d{source::open_column(opts.input, f, opts.files, source::Role::images)};
+      Input d{source::open_column(opts.input, f, files, source::Role::images)};
       encode::require_numeric_input(d.info(), opts.input);
       in.features.emplace(f, std::move(d));
     }
@@ -172,7 +209,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
   for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), source::Role::labels},
                                    std::tuple{&in.keys, keys_name(opts), source::Role::value}}) {
     if (name.empty()) continue;
-    Input d{source::open_column(opts.input, name, opts.files, role)};
+    Input d{source::open_column(opts.input, name, files, role)};
     if (d.info().dtype == DType::other)
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
     *which = std::move(d);
@@ -238,6 +275,7 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"batch_size", opts.batch_size},
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
+  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
   f.text = fp.dump();
   f.hash = sha256_hex(f.text);
   f.job = fp;
@@ -285,7 +323,10 @@ class Encoding {
         cb_(cb),
         committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
         row_shapes_(encoders.size()) {
-    if (journal.committed_rows == 0) journal.encoders.clear();
+    if (journal.committed_rows == 0) {
+      journal.encoders.clear();
+      journal.skipped.clear();
+    }
     for (std::size_t i = 0; i < encoders.size(); ++i) {
       auto it = committed_.find(encoders[i]->name());
       int64_t keep = 0;
@@ -301,7 +342,8 @@ class Encoding {
   bool run(const RowPlan& plan) {
     int64_t done = journal_.committed_rows, last_commit = done;
     if (done >= plan.rows()) return true;
-    Prefetcher pf(in_.features, plan.begin + done, plan.end, opts_.batch_size, opts_.workers, opts_.input_scale);
+    Prefetcher pf(in_.features, plan.begin + done, plan.end, opts_.batch_size, opts_.workers, opts_.input_scale,
+                  opts_.on_error == OnError::skip);
     if (cb_.progress) cb_.progress(done, plan.rows());
     for (int64_t k = 0; k < pf.batches(); ++k) {
       if (interrupt_requested()) {
@@ -310,6 +352,10 @@ class Encoding {
       }
       Batch batch = pf.next();
       for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0);
+      for (const auto& [row, why] : batch.skipped) {
+        journal_.skipped.emplace_back(row - plan.begin, why);
+        if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
+      }
       done += batch.count;
       result_.rows_encoded += batch.count;
       if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
@@ -377,6 +423,7 @@ class Encoding {
       throw Error(Exit::data, "encoder '" + enc.name() + "'",
                   "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
                       " rows for a batch of " + std::to_string(batch.count));
+    for (const auto& [row, why] : batch.skipped) out[row - batch.start].zero_();  // no embedding for them
     std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
     if (!je.has_shape) {
       row_shapes_[i] = shape;
@@ -421,6 +468,8 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   spec.row_start = plan.begin;
   if (in.labels) spec.labels = in.labels->col;
   if (in.keys) spec.keys = in.keys->col;
+  spec.skipped = journal.skipped;
+  result.skipped = static_cast<int64_t>(journal.skipped.size());
   json all_features = json::array();
   for (const auto& [name, d] : in.features) all_features.push_back(name);
   spec.root_attrs = {{"created_by", version_banner("cache-fill")},

@@ -23,23 +23,40 @@ namespace {
 constexpr int64_t kMaxPixels = 2 * int64_t{89478485};
 
 void check_pixels(int64_t w, int64_t h, const std::string& what) {
-  if (w <= 0 || h <= 0 || w * h > kMaxPixels)
+  if (w <= 0 || h <= 0) throw Error(Exit::data, what, "no image size in the header (truncated or corrupt file)");
+  if (w * h > kMaxPixels)
     throw Error(Exit::data, what,
-                "image of " + std::to_string(w) + "x" + std::to_string(h) + " pixels is empty or too large (over " +
+                "image of " + std::to_string(w) + "x" + std::to_string(h) + " pixels is too large (over " +
                     std::to_string(kMaxPixels) + " pixels)");
 }
 
 // One TurboJPEG decompressor per thread: creating one per image costs more than a small decode.
-tjhandle jpeg_handle() {
-  struct Handle {
-    tjhandle h = tjInitDecompress();
-    ~Handle() {
-      if (h) tjDestroy(h);
-    }
-  };
-  thread_local Handle handle;
+// After a failure it is replaced, since a handle that failed may keep state from that file.
+struct JpegHandle {
+  tjhandle h = tjInitDecompress();
+  ~JpegHandle() {
+    if (h) tjDestroy(h);
+  }
+  void reset() {
+    if (h) tjDestroy(h);
+    h = tjInitDecompress();
+  }
+};
+
+JpegHandle& jpeg_handle_state() {
+  thread_local JpegHandle handle;
+  if (!handle.h) handle.reset();
   if (!handle.h) throw Error(Exit::internal, "TurboJPEG", "cannot create a decompressor");
-  return handle.h;
+  return handle;
+}
+
+tjhandle jpeg_handle() { return jpeg_handle_state().h; }
+
+// An Error(data) for `what` with TurboJPEG's message, after which the thread's handle is replaced.
+Error jpeg_error(tjhandle tj, const std::string& what, const std::string& prefix) {
+  Error e(Exit::data, what, prefix + tjGetErrorStr2(tj));
+  jpeg_handle_state().reset();
+  return e;
 }
 
 // A JPEG as 1 (grey) or 3 (RGB) channels. libjpeg-turbo's defaults are PIL's: accurate integer
@@ -48,7 +65,7 @@ Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::strin
   tjhandle tj = jpeg_handle();
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, bytes, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0)
-    throw Error(Exit::data, what, std::string("corrupt JPEG: ") + tjGetErrorStr2(tj));
+    throw jpeg_error(tj, what, "corrupt JPEG: ");
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
     throw Error(Exit::data, what, "CMYK JPEG images are not supported; convert them to RGB");
   check_pixels(w, h, what);
@@ -60,10 +77,10 @@ Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::strin
   if (tjDecompress2(tj, bytes, static_cast<unsigned long>(size), px.data(), w, 0, h,
                     img.channels == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
     const std::string msg = tjGetErrorStr2(tj);
-    if (tjGetErrorCode(tj) != TJERR_WARNING || msg.find("Premature end") != std::string::npos)
-      throw Error(
-          Exit::data, what,
-          msg.find("Premature end") != std::string::npos ? "truncated JPEG (" + msg + ")" : "corrupt JPEG: " + msg);
+    const bool truncated = msg.find("Premature end") != std::string::npos;
+    const bool fatal = tjGetErrorCode(tj) != TJERR_WARNING || truncated;
+    jpeg_handle_state().reset();
+    if (fatal) throw Error(Exit::data, what, truncated ? "truncated JPEG (" + msg + ")" : "corrupt JPEG: " + msg);
   }
   img.samples.assign(px.begin(), px.end());
   return img;
@@ -279,7 +296,7 @@ std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, boo
     tjhandle tj = jpeg_handle();
     int subsamp = 0, colorspace = 0;
     if (tjDecompressHeader3(tj, bytes, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0)
-      throw Error(Exit::data, what, std::string("corrupt JPEG: ") + tjGetErrorStr2(tj));
+      throw jpeg_error(tj, what, "corrupt JPEG: ");
   } else if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0) {
     SpngCtx c;
     spng_ihdr ihdr{};

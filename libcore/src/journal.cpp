@@ -81,6 +81,16 @@ bool Journal::load() {
     if (!j.at("encoders").is_object()) journal_damaged(file(), "encoders is not an object");
     for (const auto& [name, e] : j.at("encoders").items()) encoders[name] = parse_encoder(file(), name, e);
   }
+  skipped.clear();
+  if (j.contains("skipped")) {
+    if (!j.at("skipped").is_array()) journal_damaged(file(), "skipped is not an array");
+    for (const auto& s : j.at("skipped")) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_string() || s[0].get<int64_t>() < 0 ||
+          s[0].get<int64_t>() >= committed_rows)
+        journal_damaged(file(), "skipped holds an entry that is not [committed row, reason]");
+      skipped.emplace_back(s[0].get<int64_t>(), s[1].get<std::string>());
+    }
+  }
   return true;
 }
 
@@ -122,6 +132,7 @@ void Journal::save() const {
          {"fingerprint", fingerprint},
          {"committed_rows", committed_rows},
          {"encoders", enc}};
+  if (!skipped.empty()) j["skipped"] = skipped;
   std::string text = j.dump(1) + "\n";
   try {
     files::TempFile tmp(file());

@@ -105,6 +105,7 @@ struct Data {
   std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
   torch::Tensor labels;                                  // grouped mode
   int64_t rows = 0;
+  std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
   int64_t hard_negatives = 0;
 };
 
@@ -441,6 +442,10 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     return read_all(path, "/embeddings/" + name, 1.0, dev, s.float_type).reshape({cinfo.rows, -1});
   };
   d.rows = cinfo.rows;
+  if (cinfo.skipped > 0) {
+    auto rows = read_all(path, "/skipped/rows", 1.0, torch::kCPU, s.float_type).to(torch::kLong);
+    d.skipped.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+  }
   if (grouped) {
     if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
     d.query.push_back(read_emb(o.embeddings));
@@ -459,6 +464,21 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
                 "embedding widths differ between sides (" + std::to_string(d.query[0].size(1)) + " vs " +
                     std::to_string(d.passage[0].size(1)) + "); one head cannot serve both");
   return d;
+}
+
+// The split without the rows cache-fill skipped: neither trained on nor evaluated.
+RowSplit without_skipped(RowSplit split, const std::vector<int64_t>& skipped,
+                         const std::function<void(const std::string&)>& info) {
+  if (skipped.empty()) return split;
+  std::set<int64_t> drop(skipped.begin(), skipped.end());
+  auto keep = [&](std::vector<int64_t>& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [&](int64_t r) { return drop.count(r) > 0; }), v.end());
+  };
+  keep(split.train);
+  keep(split.eval);
+  if (split.train.empty()) throw Error(Exit::data, "--cache", "every training row was skipped by cache-fill");
+  info(std::to_string(drop.size()) + " rows skipped by cache-fill (unreadable images) are left out");
+  return split;
 }
 
 // ---- stage: load models ----------------------------------------------------------------------
@@ -853,7 +873,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
   }
   const gc::LossConfig loss = loss_config(o, m.grouped);
-  const RowSplit split = split_rows(o, data.rows);
+  const RowSplit split = without_skipped(split_rows(o, data.rows), data.skipped, info);
   const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);

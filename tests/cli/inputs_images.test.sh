@@ -174,13 +174,17 @@ expect_out_has "  input        $WORK/m.jsonl (manifest) [file]"
 
 # ---- bad input: one line naming the file (and manifest line), with its exit code ----------------
 mkdir -p "$WORK/bad/a" "$WORK/bad/b" "$WORK/empty" "$WORK/hollow/a" "$WORK/hollow/b"
-cp "$WORK/png/c0/"00[0-3]_00.png "$WORK/bad/a/"
-cp "$WORK/png/c0/"00[0-3]_00.png "$WORK/hollow/a/"
+for f in $(ls "$WORK/png/c0" | head -4); do cp "$WORK/png/c0/$f" "$WORK/bad/a/"; cp "$WORK/png/c0/$f" "$WORK/hollow/a/"; done
 bad_fill() { run "$TC_BIN/cache-fill" --out "$WORK/bad.h5" "${FILL[@]}" "$@"; expect_one_line_err; expect_no_file "$WORK/bad.h5"; }
-head -c 300 "$WORK/oriented/all/o1_0.jpg" > "$WORK/bad/b/trunc.jpg"
+J=$WORK/oriented/all/o1_0.jpg
+head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/bad/b/trunc.jpg"
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
-expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: (truncated|corrupt) JPEG"
+expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: truncated JPEG \(.*\)$"
+head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"  # cut inside the headers
+bad_fill --input "$WORK/bad" --resize 8,8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
 rm "$WORK/bad/b/trunc.jpg"
 $TC_PYTHON -c "
 d = bytearray(open('$WORK/png/c0/000_00.png', 'rb').read()); d[40] ^= 0xFF
@@ -220,6 +224,39 @@ expect_err "cache-fill: error: --resize: expected S or H,W (integers 1..65535), 
 bad_fill --input "$WORK/mixed" --resize 8 --channels gray --normalize imagenet
 expect_rc 64
 expect_err "cache-fill: error: --normalize: 3 values per statistic for 1 channel(s) (--channels gray); give 1 or 1"
+
+# --on-error skip: unreadable images become zero rows listed (with the reason) in /skipped; the
+# rows stay aligned with labels and keys, cache-inspect reports them, gc-train leaves them out.
+head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"
+printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
+cp "$WORK/png/c1/$(ls "$WORK/png/c1" | head -1)" "$WORK/bad/b/ok.png"
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip
+expect_rc 0
+expect_err_has "cache-fill: warning: skipped input row 5: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
+expect_err_has "cache-fill: warning: skipped input row 6: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); JPEG and PNG are"
+expect_err_has "skip.h5: 7 rows (7 encoded, 2 skipped (see /skipped)) in"
+py "
+import h5py
+f = h5py.File('$WORK/skip.h5')
+e = f['embeddings/flat'][:]
+print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['labels'][:].tolist(),
+      bool((e[5:] == 0).all()), bool((e[4] != 0).any()), f['skipped/reasons'][1].decode())
+"
+expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); JPEG and PNG are"
+run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
+expect_out_has '"skipped":2'
+run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1
+expect_rc 0
+expect_err_has "gc-train: 2 rows skipped by cache-fill (unreadable images) are left out"
+# The same for a manifest line whose file is missing.
+printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\nmixed/png_rgb/001.png,a\n' > "$WORK/miss.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/miss.csv" --features file --labels class --out "$WORK/miss.h5" "${FILL[@]}" \
+  --resize 8,8 --on-error skip
+expect_rc 0
+py "import h5py; f = h5py.File('$WORK/miss.h5'); print(f['skipped/rows'][:].tolist(), f['skipped/reasons'][0].decode())"
+expect_out "[1] $WORK/miss.csv:3: mixed/png_rgb/nope.png: No such file or directory"
+rm "$WORK/bad/b/"*
 
 # ---- SIGKILL during a fill from an image folder resumes to identical bytes ---------------------
 ARGS=(--input "$WORK/big" --channels gray --encoder cnn="$D/cnn.pt" --threads 2 --batch-size 32 --commit-rows 256 --workers 1)

@@ -112,6 +112,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("publish_seconds", r.publish_seconds)
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
+      .add("skipped", r.skipped)
       .add("fingerprint", r.fingerprint);
   report::Json encoders = report::Json::array();
   std::string text;
@@ -125,11 +126,13 @@ report::Record fill_record(const fill::FillResult& r) {
   rec.add("encoders", encoders, text);
   if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
   rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
+  rec.note("skipped_note", r.skipped ? ", " + std::to_string(r.skipped) + " skipped (see /skipped)" : "");
   return rec;
 }
 
 constexpr const char* kDoneText =
-    "{out}: {rows} rows ({rows_encoded} encoded{resumed}) in {seconds:%.2f} s, {rows_per_second:%.0f} rows/s; "
+    "{out}: {rows} rows ({rows_encoded} encoded{resumed}{skipped_note}) in {seconds:%.2f} s, {rows_per_second:%.0f} "
+    "rows/s; "
     "{encoders}";
 constexpr const char* kUpToDateText = "{out}: up to date ({rows} rows, fingerprint {fingerprint:%.12s})";
 constexpr const char* kInterruptedText =
@@ -232,6 +235,9 @@ int main(int argc, char** argv) {
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
   cli::add_file_options(app, o.fill.files, "Images and manifests");
+  cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
+                  "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")
+      ->group("Images and manifests");
   app.footer(
       "EXIT STATUS\n  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, "
       "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "

@@ -100,6 +100,10 @@ report::Record info_record(const cache::CacheInfo& c) {
           std::string(dtype_name(*c.keys_dtype)) + " from '" + *c.keys_source + "'");
   else
     r.add("keys", nullptr, "none (key = input row number)");
+  r.add("skipped", c.skipped,
+        c.skipped
+            ? std::to_string(c.skipped) + " rows whose image could not be read (zeros; /skipped/rows, /skipped/reasons)"
+            : "none");
   return r;
 }
 
@@ -108,7 +112,7 @@ constexpr const char* kInfoText =
     "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
     "  input        {input_path} ({input_kind}) [{features}], uint8 scale {input_scale}\n"
     "  preprocess   {preprocess}\n  fingerprint  {fingerprint}\n"
-    "{embeddings}  labels       {labels}\n  keys         {keys}";
+    "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}";
 
 report::Record stats_record(const cache::EmbeddingStats& s) {
   report::Record r;

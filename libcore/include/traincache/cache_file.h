@@ -61,6 +61,7 @@ struct CacheInfo {
   std::optional<LabelInfo> labels;
   std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
   std::optional<DType> keys_dtype;
+  int64_t skipped = 0;  ///< rows listed in /skipped/rows (cache-fill --on-error skip)
 };
 
 /// The encoder names of a cache, "cnn, text" (for messages).
@@ -132,6 +133,9 @@ struct AssemblySpec {
   std::shared_ptr<const source::Column> keys;    ///< copied to /keys (null: none)
   Attrs root_attrs;                              ///< besides format, format_version, complete, rows
   std::vector<EmbeddingSource> embeddings;
+  /// Rows left out with --on-error skip (cache row, reason): written as /skipped/rows and
+  /// /skipped/reasons when there are any.
+  std::vector<std::pair<int64_t, std::string>> skipped;
 };
 
 /// Rows per HDF5 chunk for rows of `row_bytes`: about 1 MiB per chunk, at least one row.

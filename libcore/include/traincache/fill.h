@@ -24,6 +24,10 @@ struct EncoderSpec {
   std::string output;                 ///< "" = whole output; else a dict key or tuple/list index
 };
 
+/// What a fill does with an image it cannot read (--on-error).
+enum class OnError { fail, skip };
+const Choices<OnError>& on_error_choices();
+
 /// Everything that controls a fill. Defaults match the command line's.
 struct FillOptions {
   std::string input;
@@ -32,6 +36,7 @@ struct FillOptions {
   std::string labels;                 ///< "" = none (an image folder's "label" by default)
   std::string keys;                   ///< "" = none, key = input row number (an image folder's "path")
   source::FileOptions files;          ///< preprocessing of images, label order of manifests
+  OnError on_error = OnError::fail;   ///< skip: undecodable or missing images become zero rows listed in /skipped
   std::string out;
   int64_t batch_size = 256;
   int workers = 1;  ///< reader/converter threads
@@ -64,6 +69,7 @@ struct FillResult {
   double digest_seconds = 0;       ///< fingerprinting the input (one read of every row used)
   double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
   uint64_t bytes_written = 0;      ///< embedding bytes written by this run
+  int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
   std::string out;                 ///< the file written (the shard file when sharded)
   std::string partial_path;        ///< where progress is kept (when interrupted)
   std::string fingerprint;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace traincache::fill {
@@ -49,6 +50,8 @@ class Journal {
   std::string fingerprint;     ///< the run's fingerprint
   int64_t committed_rows = 0;  ///< rows durable in every raw file
   std::map<std::string, JournalEncoder> encoders;
+  /// Rows skipped with --on-error skip among the committed ones: (cache row, reason), in order.
+  std::vector<std::pair<int64_t, std::string>> skipped;
 
  private:
   std::string dir_;

@@ -49,6 +49,10 @@ enum class Role { value, images, labels };
 struct FileOptions {
   image::Spec preprocess;
   LabelOrder label_order = LabelOrder::sorted;
+  /// Unreadable images are left for the reader to handle (cache-fill --on-error skip): a manifest's
+  /// missing file is not an error at open, and files whose header cannot be read do not decide
+  /// the column's shape. Reading such a row still fails.
+  bool tolerate_unreadable = false;
 };
 
 /// True when `name`, given where a dataset of the input is expected (--features, --labels,
