@@ -128,6 +128,28 @@ print(len(a), max(abs(x - y) for x, y in zip(a, b)) < 1e-5 * max(map(abs, a)))
 "
 expect_out "3 True"
 
+# ---- shm-cache fill --from an image folder: the slab holds the preprocessed images -------------
+export TRAINCACHE_SHM_PREFIX="tcimg-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+run "$TC_BIN/shm-cache" create px --len 300 --slots 300 --dims 1,28,28 --dtype float32 -q
+expect_rc 0
+run "$TC_BIN/shm-cache" fill px --from "$WORK/png" --channels gray --workers 2
+expect_rc 0
+expect_err_has "300 stored"
+"$TC_BIN/shm-cache" get px 7 > "$WORK/item7.bin"
+py "
+import h5py, numpy as np
+from PIL import Image
+import os
+files = sorted(os.path.join(r, f) for r, _, fs in os.walk('$WORK/png') for f in fs)
+want = np.asarray(Image.open(sorted(files)[7]).convert('L'), np.float32) / 255
+print(bool((np.fromfile('$WORK/item7.bin', np.float32).reshape(28, 28) == want).all()))
+"
+expect_out "True"
+run "$TC_BIN/shm-cache" fill px --from "$WORK/png"
+expect_rc 65
+expect_err "shm-cache: error: $WORK/png: 'image' rows are [3,28,28]; the slab holds [1,28,28]"
+
 # ---- manifests: CSV (quoted fields), TSV and JSON Lines give the folder's cache -----------------
 py "
 import json, os, random

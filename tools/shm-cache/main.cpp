@@ -108,6 +108,7 @@ struct Options {
   bool variable = false;
   // fill / get / rm
   std::string from, dataset, rows;
+  source::FileOptions files;
   int workers = 1;
   std::string index;
   std::vector<std::string> names;
@@ -193,6 +194,7 @@ int do_fill(Options& o) {
   f.slab = o.name;
   f.file = o.from;
   f.dataset = o.dataset;
+  f.files = o.files;
   f.workers = o.workers;
   if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
   auto r = shm::fill_from_hdf5(f);
@@ -321,10 +323,12 @@ int main(int argc, char** argv) {
   app.add_subcommand("list", "List slabs: name, layout, size, filled %, creator, age");
   auto* stat_cmd = app.add_subcommand("stat", "Slot counts per state and bytes of one slab");
   stat_cmd->add_option("name", o.name)->required();
-  auto* fill = app.add_subcommand("fill", "Fill a slab from an HDF5 dataset (rows = indices)");
+  auto* fill = app.add_subcommand("fill", "Fill a slab from a dataset, array or image source (rows = indices)");
   fill->add_option("name", o.name)->required();
-  fill->add_option("--from", o.from, "HDF5 file")->required();
-  fill->add_option("--dataset", o.dataset, "Dataset in the file")->required();
+  fill->add_option("--from", o.from, "HDF5 file, .npy, .npz, image folder or .csv/.tsv/.jsonl manifest")->required();
+  fill->add_option("--dataset", o.dataset,
+                   "Dataset, .npz member or manifest path field (default: a .npy file's array, a folder's images)");
+  cli::add_file_options(*fill, o.files, "Images", false);
   fill->add_option("--rows", o.rows, "Only rows A:B");
   fill->add_option("--workers", o.workers, "Threads")->check(CLI::Range(1, 256))->capture_default_str();
   auto* get = app.add_subcommand("get", "Write one item's raw bytes to stdout (--json: its metadata)");

@@ -1,8 +1,11 @@
-// Filling a shared-memory slab from an HDF5 dataset (shm-cache fill). Torch-free.
+// Filling a shared-memory slab from a source's column (shm-cache fill): an HDF5 dataset (fixed or
+// variable-length rows), a .npy file, an .npz member, an image folder or a manifest. Torch-free.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "traincache/source.h"
 
 namespace traincache::shm {
 
@@ -10,7 +13,8 @@ namespace traincache::shm {
 struct FillFromOptions {
   std::string slab;
   std::string file;
-  std::string dataset;
+  std::string dataset;                  ///< "" = the source's default column (a .npy file, an image folder)
+  source::FileOptions files;            ///< preprocessing of images
   int64_t row_begin = 0, row_end = -1;  ///< rows [begin, end) of the dataset = slab indices
   int workers = 1;                      ///< threads, each filling a contiguous part
 };
