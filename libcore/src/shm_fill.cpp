@@ -54,6 +54,17 @@ void on_workers(int64_t a, int64_t b, int workers, const std::function<void(int6
   if (error) std::rethrow_exception(error);
 }
 
+// Rows s..s+c-1 of equal size from buf into the slab (index = row), counted.
+void store_rows(Slab& slab, int64_t s, int64_t c, const unsigned char* buf, std::size_t row_bytes,
+                std::atomic<uint64_t>& stored, std::atomic<uint64_t>& skipped, std::atomic<uint64_t>& bytes) {
+  for (int64_t i = 0; i < c; ++i) {
+    if (slab.set(static_cast<uint64_t>(s + i), buf + i * row_bytes, row_bytes))
+      ++stored, bytes += row_bytes;
+    else
+      ++skipped;
+  }
+}
+
 // A source that is not HDF5, through the source layer: its rows must have the slab's element
 // type (and, for a fixed slab, its item shape).
 FillFromResult fill_from_column(const FillFromOptions& o, const SlabInfo& si, std::atomic<uint64_t>& stored,
@@ -79,12 +90,7 @@ FillFromResult fill_from_column(const FillFromOptions& o, const SlabInfo& si, st
       const int64_t c = std::min(block, hi - s);
       buf.resize(static_cast<std::size_t>(c) * row_bytes);
       col->read(s, c, buf.data());
-      for (int64_t i = 0; i < c; ++i) {
-        if (slab.set(static_cast<uint64_t>(s + i), buf.data() + i * row_bytes, row_bytes))
-          ++stored, bytes += row_bytes;
-        else
-          ++skipped;
-      }
+      store_rows(slab, s, c, buf.data(), row_bytes, stored, skipped, bytes);
     }
   });
   FillFromResult r;
@@ -160,12 +166,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
         } else {
           buf.resize(static_cast<std::size_t>(c) * row_bytes);
           h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, elem, buf.data());
-          for (int64_t i = 0; i < c; ++i) {
-            if (slab.set(static_cast<uint64_t>(s + i), buf.data() + i * row_bytes, row_bytes))
-              ++stored, bytes += row_bytes;
-            else
-              ++skipped;
-          }
+          store_rows(slab, s, c, buf.data(), row_bytes, stored, skipped, bytes);
         }
       }
     }
