@@ -24,6 +24,7 @@
 #include "traincache/prefetch.h"
 #include "traincache/shm_slab.h"
 #include "traincache/smart_cache.h"
+#include "traincache/source.h"
 #include "traincache/timing.h"
 
 namespace traincache::sbench {
@@ -51,37 +52,66 @@ class Source {
   virtual ~Source() = default;
   virtual int64_t size() const = 0;
   virtual std::vector<int64_t> dims() const = 0;  // item shape
+  // Item i's values: uint8, or float32 in [0, 1] when floating() (decoded images).
   virtual void read(int64_t i, std::vector<unsigned char>& out) = 0;
+  virtual bool floating() const { return false; }
+  // read() may run on several threads at once.
+  virtual bool thread_safe() const { return false; }
   std::vector<int64_t> labels;  // one per item (zeros when the source has none)
 };
 
-class H5Source : public Source {
+// A column of the source layer (traincache/source.h): an HDF5 dataset, a .npy file, an .npz
+// member, or the images of an image folder or a manifest, decoded on every read.
+class ColumnSource : public Source {
  public:
-  H5Source(const std::string& path, const std::string& ds, const std::string& labels_ds) : path_(path) {
-    file_ = h5::open_file(path);
-    dset_ = h5::open_dataset(file_.get(), path, ds);
-    info_ = h5::describe(dset_.get(), ds);
-    if (info_.dtype != DType::u8) throw Error(Exit::data, path, "dataset '" + ds + "' must be uint8 images");
-    labels.assign(static_cast<std::size_t>(info_.rows()), 0);
-    if (!labels_ds.empty()) {
-      h5::Id l = h5::open_dataset(file_.get(), path, labels_ds);
-      auto li = h5::describe(l.get(), labels_ds);
-      if (li.rows() != info_.rows())
-        throw Error(Exit::data, path, "rows mismatch between '" + ds + "' and '" + labels_ds + "'");
-      h5::read_rows(l.get(), path, 0, li.rows(), H5T_NATIVE_INT64, labels.data());
+  ColumnSource(const std::string& path, const std::string& name, const std::string& labels_name) {
+    col_ = source::open_column(path, name, {}, source::Role::images);
+    const auto& ci = col_->info();
+    if (ci.dtype != DType::u8 && !(ci.dtype == DType::f32 && col_->preprocess()))
+      throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
+    labels.assign(static_cast<std::size_t>(ci.rows()), 0);
+    if (!labels_name.empty()) {
+      auto l = source::open_column(path, labels_name, {}, source::Role::labels);
+      if (l->info().rows() != ci.rows() || !is_integer(l->info().dtype) || l->info().shape.size() != 1)
+        throw Error(Exit::data, path,
+                    "'" + labels_name + "' must hold one integer label per item of '" + ci.name + "'");
+      std::vector<unsigned char> raw(l->info().row_bytes() * static_cast<std::size_t>(ci.rows()));
+      l->read(0, ci.rows(), raw.data());
+      for (int64_t i = 0; i < ci.rows(); ++i)
+        labels[static_cast<std::size_t>(i)] = integer_at(l->info().dtype, raw.data(), i);
     }
   }
-  int64_t size() const override { return info_.rows(); }
-  std::vector<int64_t> dims() const override { return {info_.shape.begin() + 1, info_.shape.end()}; }
+  int64_t size() const override { return col_->info().rows(); }
+  std::vector<int64_t> dims() const override { return {col_->info().shape.begin() + 1, col_->info().shape.end()}; }
   void read(int64_t i, std::vector<unsigned char>& out) override {
-    out.resize(static_cast<std::size_t>(info_.row_elements()));
-    h5::read_rows(dset_.get(), path_, i, 1, H5T_NATIVE_UINT8, out.data());
+    out.resize(col_->info().row_bytes());
+    col_->read(i, 1, out.data());
   }
+  bool floating() const override { return col_->info().dtype == DType::f32; }
+  bool thread_safe() const override { return true; }
 
  private:
-  std::string path_;
-  h5::Id file_, dset_;
-  h5::DatasetInfo info_;
+  static int64_t integer_at(DType t, const unsigned char* p, int64_t i) {
+    switch (t) {
+      case DType::u8:
+        return reinterpret_cast<const uint8_t*>(p)[i];
+      case DType::i8:
+        return reinterpret_cast<const int8_t*>(p)[i];
+      case DType::u16:
+        return reinterpret_cast<const uint16_t*>(p)[i];
+      case DType::i16:
+        return reinterpret_cast<const int16_t*>(p)[i];
+      case DType::u32:
+        return reinterpret_cast<const uint32_t*>(p)[i];
+      case DType::i32:
+        return reinterpret_cast<const int32_t*>(p)[i];
+      case DType::u64:
+        return static_cast<int64_t>(reinterpret_cast<const uint64_t*>(p)[i]);
+      default:
+        return reinterpret_cast<const int64_t*>(p)[i];
+    }
+  }
+  std::unique_ptr<source::Column> col_;
 };
 
 // A directory with meta.json ({"count": N, "dims": [...], "labels": [...]}) and one file
@@ -164,13 +194,17 @@ struct Pipeline {
 
   torch::Tensor deterministic(int64_t i) {
     std::vector<unsigned char> raw;
-    {
+    if (src.thread_safe()) {
+      src.read(i, raw);
+    } else {
       std::lock_guard<std::mutex> lk(read_mu);
       src.read(i, raw);
     }
     if (o.read_latency_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o.read_latency_us));
     auto dims = src.dims();
-    auto x = torch::from_blob(raw.data(), dims, torch::kUInt8).to(torch::kFloat32).div_(255.0).sub_(0.5).div_(0.5);
+    auto x = src.floating() ? torch::from_blob(raw.data(), dims, torch::kFloat32).clone()
+                            : torch::from_blob(raw.data(), dims, torch::kUInt8).to(torch::kFloat32).div_(255.0);
+    x.sub_(0.5).div_(0.5);
     if (!o.resize.empty()) {
       auto img = x.dim() == 2 ? x.unsqueeze(0) : x;  // [C, H, W]
       x = torch::nn::functional::interpolate(img.unsqueeze(0), torch::nn::functional::InterpolateFuncOptions()
@@ -519,7 +553,13 @@ void validate(const BenchOptions& o) {
 }
 
 std::unique_ptr<Source> open_source(const BenchOptions& o) {
-  if (!o.data.empty()) return std::make_unique<H5Source>(o.data, o.dataset, o.labels);
+  if (!o.data.empty()) {
+    const std::string name = !o.dataset.empty()                              ? o.dataset
+                             : source::kind_of(o.data) == source::Kind::hdf5 ? "images"
+                                                                             : source::default_column(o.data);
+    const std::string labels = o.labels.empty() ? source::default_labels(o.data) : o.labels;
+    return std::make_unique<ColumnSource>(o.data, name, labels);
+  }
   if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);
   return std::make_unique<ShmSource>(o.shm);
 }

@@ -150,6 +150,18 @@ run "$TC_BIN/shm-cache" fill px --from "$WORK/png"
 expect_rc 65
 expect_err "shm-cache: error: $WORK/png: 'image' rows are [3,28,28]; the slab holds [1,28,28]"
 
+# ---- smart-bench reads the folder through the same source layer (decoding in the pipeline) ----
+run "$TC_BIN/smart-bench" --data "$WORK/png" --strategy none,full --epochs 2 -b 50 --model-ms 0 --json
+expect_rc 0
+echo "$out" > "$WORK/sb.json"
+py "
+import json
+d = json.load(open('$WORK/sb.json'))
+by = {(r['strategy'], r['epoch']): r for r in d['records']}
+print(by[('none', 2)]['samples'], by[('full', 2)]['hit_rate'])
+"
+expect_out "300 1.0"
+
 # ---- manifests: CSV (quoted fields), TSV and JSON Lines give the folder's cache -----------------
 py "
 import json, os, random

@@ -115,7 +115,7 @@ for meta in '{"count": "3", "dims": [4]}' '{"count": 3, "dims": [-4]}' '[1, 2]' 
 done
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --dataset vec --strategy none
 expect_rc 65
-expect_err "smart-bench: error: $D/images.h5: dataset 'vec' must be uint8 images"
+expect_err "smart-bench: error: $D/images.h5: 'vec' must hold uint8 items or images"
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --baseline "$D/images.h5"
 expect_rc 65
 expect_err "smart-bench: error: $D/images.h5: not a smart-bench --json document"

@@ -171,9 +171,13 @@ int main(int argc, char** argv) {
   Options o;
   auto& b = o.b;
   cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
-  app.add_option("--data", b.data, "HDF5 file with uint8 items")->group("Source");
-  app.add_option("--dataset", b.dataset, "Item dataset in --data")->capture_default_str()->group("Source");
-  app.add_option("--labels", b.labels, "Label dataset in --data")->group("Source");
+  app.add_option("--data", b.data,
+                 "uint8 items: HDF5 file, .npy, .npz; or images: an image folder or a .csv/.tsv/.jsonl manifest")
+      ->group("Source");
+  app.add_option("--dataset", b.dataset,
+                 "Item dataset, .npz member or manifest path field (default: images; a folder's image)")
+      ->group("Source");
+  app.add_option("--labels", b.labels, "Label dataset or manifest field (default: a folder's label)")->group("Source");
   app.add_option("--files", b.files, "Directory of per-sample files (meta.json + <i>.bin)")->group("Source");
   app.add_option("--shm", b.shm, "Fixed-layout uint8 shared-memory slab")->group("Source");
   app.add_option("--items", b.items, "Use the first N items (0: all)")->capture_default_str()->group("Source");

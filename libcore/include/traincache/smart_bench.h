@@ -22,14 +22,14 @@ const Choices<Caching>& caching_choices();
 /// The workload and the strategies to compare. Defaults match the command line's.
 struct BenchOptions {
   // Where items come from (exactly one).
-  std::string data, dataset = "images", labels;  ///< an HDF5 dataset (and optional labels)
-  std::string files;                             ///< a directory of per-sample files (see docs)
-  std::string shm;                               ///< a fixed-layout shared-memory slab
-  int64_t items = 0;                             ///< use the first N items (0 = all)
-  bool page_cache = false;                       ///< let file reads be served from the page cache
-  int64_t read_latency_us = 0;                   ///< added per read: emulates slow storage
-  int64_t deterministic_cost_us = 0;             ///< added per deterministic transform: heavy preprocessing
-  std::vector<int64_t> resize;                   ///< H,W of the deterministic resize (empty: keep)
+  std::string data, dataset, labels;  ///< a source (traincache/source.h): "" = images of HDF5, a folder's image
+  std::string files;                  ///< a directory of per-sample files (see docs)
+  std::string shm;                    ///< a fixed-layout shared-memory slab
+  int64_t items = 0;                  ///< use the first N items (0 = all)
+  bool page_cache = false;            ///< let file reads be served from the page cache
+  int64_t read_latency_us = 0;        ///< added per read: emulates slow storage
+  int64_t deterministic_cost_us = 0;  ///< added per deterministic transform: heavy preprocessing
+  std::vector<int64_t> resize;        ///< H,W of the deterministic resize (empty: keep)
   // The step.
   std::string model;      ///< TorchScript model trained with SGD, or
   double model_ms = 1.0;  ///< synthetic compute per batch (when no model)
