@@ -158,6 +158,17 @@ void Column::check_range(int64_t start, int64_t count) const {
                     std::to_string(info_.rows()) + " rows)");
 }
 
+void Column::read_rows(const std::vector<int64_t>& rows, void* out) const {
+  const std::size_t row = info_.row_bytes();
+  char* dst = static_cast<char*>(out);
+  for (std::size_t i = 0; i < rows.size();) {
+    std::size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    read(rows[i], static_cast<int64_t>(j - i), dst + i * row);
+    i = j;
+  }
+}
+
 void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
   h.update(info_.name + '\0' + dtype_name(info_.dtype) + '\0');
   const std::size_t row = std::max<std::size_t>(1, info_.row_bytes());

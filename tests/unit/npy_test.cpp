@@ -109,6 +109,11 @@ CATCH_TEST_CASE("npy: a .npy column reads rows in place, swapping big-endian ele
   int32_t out[4];
   col->read(1, 2, out);
   CATCH_CHECK(std::vector<int32_t>(out, out + 4) == std::vector<int32_t>{3, 4, 5, 6});
+  // A list of rows: any order, repeats, runs read together.
+  int32_t picked[10];
+  col->read_rows({2, 0, 1, 2, 2}, picked);
+  CATCH_CHECK(std::vector<int32_t>(picked, picked + 10) == std::vector<int32_t>{5, 6, 1, 2, 3, 4, 5, 6, 5, 6});
+  CATCH_CHECK(test::code_of([&] { col->read_rows({1, 3}, picked); }) == Exit::internal);
 
   std::string be = with_dict("{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }");
   for (unsigned char c : {0, 0, 1, 2, 0xff, 0xff, 0xff, 0xfe}) be += static_cast<char>(c);

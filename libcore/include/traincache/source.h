@@ -89,6 +89,10 @@ class Column {
   /// once. Numeric columns only (Error(data) for strings); rows out of range -> Error(internal).
   virtual void read(int64_t start, int64_t count, void* out) const = 0;
 
+  /// Copies the rows listed in `rows` (any order, repeats allowed) into `out`, one after another,
+  /// as read() lays them out. Runs of consecutive rows are read with one read() each. Thread-safe.
+  void read_rows(const std::vector<int64_t>& rows, void* out) const;
+
   /// Feeds rows [a, b) to `h`, streamed in bounded blocks. The digest changes when any value does.
   virtual void digest(int64_t a, int64_t b, ContentHash& h) const;
 
