@@ -55,6 +55,10 @@ report::Record info_record(const cache::CacheInfo& c) {
   }
   r.add("preprocess", c.preprocess.empty() ? nullptr : pre, c.preprocess.empty() ? "none (no images)" : pre_text);
   r.note("row_end", std::to_string(c.row_start + c.rows));
+  // --input-scale applies to uint8 arrays; images are scaled by ToTensor's 1/255 instead.
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "uint8 scale %g", c.input_scale);
+  r.note("scale", c.preprocess.empty() ? scale : "images scaled to [0,1]");
   report::Json embeddings = report::Json::array();
   std::string text;
   char line[1024];
@@ -110,7 +114,7 @@ report::Record info_record(const cache::CacheInfo& c) {
 constexpr const char* kInfoText =
     "{path}\n  format       {format} v{format_version}, {complete}\n"
     "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
-    "  input        {input_path} ({input_kind}) [{features}], uint8 scale {input_scale}\n"
+    "  input        {input_path} ({input_kind}) [{features}], {scale}\n"
     "  preprocess   {preprocess}\n  fingerprint  {fingerprint}\n"
     "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}";
 
