@@ -75,10 +75,9 @@ class ColumnSource : public Source {
       if (l->info().rows() != ci.rows() || !is_integer(l->info().dtype) || l->info().shape.size() != 1)
         throw Error(Exit::data, path,
                     "'" + labels_name + "' must hold one integer label per item of '" + ci.name + "'");
-      std::vector<unsigned char> raw(l->info().row_bytes() * static_cast<std::size_t>(ci.rows()));
-      l->read(0, ci.rows(), raw.data());
-      for (int64_t i = 0; i < ci.rows(); ++i)
-        labels[static_cast<std::size_t>(i)] = integer_at(l->info().dtype, raw.data(), i);
+      // Labels of any integer type, as train.cpp reads them: converted, then int64.
+      auto t = encode::read_column_rows(*l, 0, ci.rows(), 1.0).to(torch::kLong).contiguous();
+      labels.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
     }
   }
   int64_t size() const override { return col_->info().rows(); }
@@ -91,26 +90,6 @@ class ColumnSource : public Source {
   bool thread_safe() const override { return true; }
 
  private:
-  static int64_t integer_at(DType t, const unsigned char* p, int64_t i) {
-    switch (t) {
-      case DType::u8:
-        return reinterpret_cast<const uint8_t*>(p)[i];
-      case DType::i8:
-        return reinterpret_cast<const int8_t*>(p)[i];
-      case DType::u16:
-        return reinterpret_cast<const uint16_t*>(p)[i];
-      case DType::i16:
-        return reinterpret_cast<const int16_t*>(p)[i];
-      case DType::u32:
-        return reinterpret_cast<const uint32_t*>(p)[i];
-      case DType::i32:
-        return reinterpret_cast<const int32_t*>(p)[i];
-      case DType::u64:
-        return static_cast<int64_t>(reinterpret_cast<const uint64_t*>(p)[i]);
-      default:
-        return reinterpret_cast<const int64_t*>(p)[i];
-    }
-  }
   std::unique_ptr<source::Column> col_;
 };
 
