@@ -56,6 +56,9 @@ expect_out_has '"names":["jpeg_gray","jpeg_rgb","png16","png_1bit","png_gray","p
 run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5"
 expect_rc 0
 expect_out_re "	flat	ok: 6 rows match"
+run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5" --input "$D/images.h5"
+expect_rc 64
+expect_err "cache-inspect: error: $D/images.h5: is a hdf5 input but the cache was built from a image-folder one"
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 40 --center-crop 36 --normalize imagenet
 expect_rc 0
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 44 --center-crop 36 --normalize imagenet
@@ -149,6 +152,13 @@ expect_out "True"
 run "$TC_BIN/shm-cache" fill px --from "$WORK/png"
 expect_rc 65
 expect_err "shm-cache: error: $WORK/png: 'image' rows are [3,28,28]; the slab holds [1,28,28]"
+run "$TC_BIN/shm-cache" fill px --from "$D/images.h5"
+expect_rc 64
+expect_err "shm-cache: error: --dataset: name the dataset of the HDF5 file to read"
+$TC_PYTHON -c "import numpy as np; np.save('$WORK/u8.npy', np.zeros((300, 1, 28, 28), np.uint8))"
+run "$TC_BIN/shm-cache" fill px --from "$WORK/u8.npy"
+expect_rc 65
+expect_err "shm-cache: error: $WORK/u8.npy: 'u8' holds uint8; the slab holds float32"
 
 # ---- smart-bench reads the folder through the same source layer (decoding in the pipeline) ----
 run "$TC_BIN/smart-bench" --data "$WORK/png" --strategy none,full --epochs 2 -b 50 --model-ms 0 --json
@@ -258,6 +268,43 @@ expect_err "cache-fill: error: --resize: expected S or H,W (integers 1..65535), 
 bad_fill --input "$WORK/mixed" --resize 8 --channels gray --normalize imagenet
 expect_rc 64
 expect_err "cache-fill: error: --normalize: 3 values per statistic for 1 channel(s) (--channels gray); give 1 or 1"
+printf '{"file": "mixed/png_rgb/000.png"}\n[1, 2]\n' > "$WORK/array.jsonl"
+bad_fill --input "$WORK/array.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/array.jsonl:2: not a JSON object"
+printf '{"file": "mixed/png_rgb/000.png"}\n{"other": 1}\n' > "$WORK/gap.jsonl"
+bad_fill --input "$WORK/gap.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/gap.jsonl:2: field 'file' is missing or not a string or integer"
+printf 'file,class\n"mixed/png_rgb/000.png,a\n' > "$WORK/open.csv"
+bad_fill --input "$WORK/open.csv" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/open.csv:2: unterminated quoted field"
+: > "$WORK/empty.csv"
+bad_fill --input "$WORK/empty.csv" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/empty.csv: empty manifest: no header line"
+mkdir -p "$WORK/odd/a"
+$TC_PYTHON -c "
+import struct, zlib
+from PIL import Image
+Image.new('CMYK', (8, 8)).save('$WORK/odd/a/cmyk.jpg')
+def chunk(k, d): return struct.pack('>I', len(d)) + k + d + struct.pack('>I', zlib.crc32(k + d) & 0xFFFFFFFF)
+open('$WORK/odd/a/huge.png', 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 20000, 20000, 8, 0, 0, 0, 0)))
+"
+bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1
+expect_rc 65
+expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+bad_fill --input "$WORK/odd" --resize 8,8 --rows 1:2
+expect_rc 65
+expect_err "cache-fill: error: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
+# With --on-error skip both become zero rows, each reason on stderr and in /skipped.
+run "$TC_BIN/cache-fill" --input "$WORK/odd" --out "$WORK/odd.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 --on-error skip
+expect_rc 0
+expect_err_has "cache-fill: warning: skipped input row 0: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+expect_err_has "cache-fill: warning: skipped input row 1: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
+run "$TC_BIN/cache-inspect" "$WORK/odd.h5"
+expect_out_has "  skipped      2 rows whose image could not be read"
 
 # --on-error skip: unreadable images become zero rows listed (with the reason) in /skipped; the
 # rows stay aligned with labels and keys, cache-inspect reports them, gc-train leaves them out.
