@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install every Debian package that traincache's build, tests, demo and benchmarks need.
 # Idempotent: when everything is present it only says so. Needs root (or sudo) to install.
-#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh          install what is missing (and Tokenizers.js from npm: install-js-deps.sh)
 #   scripts/install-deps.sh --check  exit 1 (and list them) when packages are missing
 #   scripts/install-deps.sh --fuzz   also clang-14 and libFuzzer, for make fuzz (either order with --check)
 set -euo pipefail
@@ -24,6 +24,9 @@ PACKAGES=(
   libzip-dev                        # .npz archives (NumPy's zip of .npy members)
   libturbojpeg0-dev libspng-dev      # JPEG (libjpeg-turbo's TurboJPEG) and PNG decoding
   libexif-dev                       # EXIF orientation, for --exif-transpose
+  libutf8proc-dev libpcre2-dev      # tokenizers: Unicode categories/normalisation, \p{L} regexes
+  libsentencepiece-dev sentencepiece python3-sentencepiece  # .model files; spm_train and the parity reference
+  wordnet-base                      # WordNet glosses: tokenizer fixtures and the text demo
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
   python3-pil python3-torchvision   # the reference image pipeline in the parity test and benchmark
   python3-matplotlib                # scripts/plot-bench
@@ -41,8 +44,13 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+js_deps() {  # Tokenizers.js for the tokenizer parity tests (npm, not Debian)
+  [ "$check" -eq 1 ] || "$(dirname "$0")/install-js-deps.sh"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   [ "$check" -eq 1 ] || echo "install-deps: all ${#PACKAGES[@]} packages are installed" >&2
+  js_deps
   exit 0
 fi
 if [ "$check" -eq 1 ]; then
@@ -62,3 +70,4 @@ fi
 echo "install-deps: installing ${missing[*]}" >&2
 "${SUDO[@]}" apt-get update -q
 DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+js_deps

@@ -1,0 +1,84 @@
+// Tokenizers loaded from the files users have: Hugging Face tokenizer.json (the WordPiece family
+// and byte-level BPE) and SentencePiece .model files; and the padded int64 batches an encoder is
+// fed (input_ids, attention_mask, token_type_ids). Torch-free; docs/text.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "traincache/choices.h"
+
+namespace traincache::text {
+
+/// One text's tokens, special tokens included, and the segment (type) id of each.
+struct Encoding {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> type_ids;
+};
+
+/// A loaded tokenizer. encode() is const and safe to call from several threads at once.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// "wordpiece", "bpe" or "sentencepiece".
+  virtual const char* kind() const = 0;
+  /// Ids are in [0, vocab_size()).
+  virtual int64_t vocab_size() const = 0;
+  /// The id padding positions hold (attention_mask 0 there): the file's padding id, its [PAD] or
+  /// <pad> token, else 0.
+  virtual int64_t pad_id() const = 0;
+  /// Tokens the post-processor adds to a single text ([CLS] and [SEP]: 2).
+  virtual int64_t special_tokens() const = 0;
+  /// The tokenizer file's own maximum length (its truncation section), or 0.
+  virtual int64_t file_max_length() const { return 0; }
+  /// A one-line description: "wordpiece, 30522 tokens, BertNormalizer(lowercase), ...".
+  virtual std::string describe() const = 0;
+
+  /// The tokens of `text` (valid UTF-8), the content truncated so that the whole sequence with
+  /// its special tokens holds at most `max_length` tokens (0: no limit), as Hugging Face
+  /// tokenizers truncate a single sequence (right side, no stride).
+  virtual Encoding encode(std::string_view text, int64_t max_length) const = 0;
+};
+
+/// Loads a tokenizer: a file ending in .model is a SentencePiece model, anything else a Hugging
+/// Face tokenizer.json. Missing file -> Error(no_input); invalid or unsupported (the component
+/// named) -> Error(data).
+std::unique_ptr<Tokenizer> load(const std::string& path);
+
+/// How a batch is padded (--padding): to its longest sequence, or always to max_length.
+enum class Padding { longest, max_length };
+const Choices<Padding>& padding_choices();
+
+/// What turns texts into an encoder's inputs (part of a cache's fingerprint).
+struct TokenizeOptions {
+  int64_t max_length = 0;  ///< 0 = the tokenizer file's, else 512
+  Padding padding = Padding::longest;
+  bool strict_utf8 = false;  ///< refuse invalid UTF-8 instead of replacing it with U+FFFD
+};
+
+/// The max_length used: `opts.max_length`, else the file's, else 512.
+int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts);
+
+/// Padded token batches, row-major [rows, length], int64.
+struct TokenBatch {
+  int64_t rows = 0, length = 0;
+  std::vector<int64_t> input_ids, attention_mask, token_type_ids;
+};
+
+/// Tokenizes and pads `texts` (each valid UTF-8). An empty text -> Error(data) naming
+/// `where(i)`. Ids outside [0, vocab) cannot occur.
+TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
+                          const std::string& what);
+
+/// Replaces every ill-formed UTF-8 sequence of `s` with U+FFFD (one per maximal subpart, as
+/// WHATWG and Python's "replace" do) in place; returns how many were replaced.
+int64_t repair_utf8(std::string& s);
+
+/// The byte offset of the first ill-formed UTF-8 sequence of `s`, or npos.
+std::size_t first_invalid_utf8(std::string_view s);
+
+}  // namespace traincache::text

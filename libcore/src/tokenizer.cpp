@@ -1,0 +1,170 @@
+#include "traincache/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer_internal.h"
+#include "traincache/error.h"
+
+namespace traincache::text {
+
+namespace {
+
+// A SentencePiece model through libsentencepiece: the ids sentencepiece's Encode gives (no BOS
+// or EOS), as python3-sentencepiece's encode() does.
+class SpmTokenizer : public Tokenizer {
+ public:
+  SpmTokenizer(const std::string& path, const std::string& bytes) {
+    auto st = sp_.LoadFromSerializedProto(bytes);
+    if (!st.ok()) throw Error(Exit::data, path, "not a valid SentencePiece model: " + st.ToString());
+  }
+  const char* kind() const override { return "sentencepiece"; }
+  int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  int64_t pad_id() const override { return sp_.pad_id() >= 0 ? sp_.pad_id() : 0; }
+  int64_t special_tokens() const override { return 0; }
+  std::string describe() const override { return "sentencepiece, " + std::to_string(vocab_size()) + " pieces"; }
+
+  Encoding encode(std::string_view text, int64_t max_length) const override {
+    std::vector<int> ids;
+    auto st = sp_.Encode(absl::string_view(text.data(), text.size()), &ids);
+    if (!st.ok()) throw Error(Exit::data, "sentencepiece", st.ToString());
+    if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) ids.resize(max_length);
+    Encoding e;
+    e.ids.assign(ids.begin(), ids.end());
+    e.type_ids.assign(ids.size(), 0);
+    return e;
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+};
+
+// The whole file; symbolic links followed (the Hugging Face hub cache links snapshots to blobs).
+std::string read_tokenizer_file(const std::string& path) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno ? errno : EIO));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(Exit::io, path, "read error");
+  return ss.str();
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> spm::load(const std::string& path, const std::string& bytes) {
+  return std::make_unique<SpmTokenizer>(path, bytes);
+}
+
+std::unique_ptr<Tokenizer> load(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error(Exit::usage, path, "is a directory; name its tokenizer.json (or the SentencePiece .model file)");
+  const std::string bytes = read_tokenizer_file(path);
+  if (ends_with(path, ".model")) return spm::load(path, bytes);
+  return hf::load(path, bytes);
+}
+
+const Choices<Padding>& padding_choices() {
+  static const Choices<Padding> c{{Padding::longest, "longest"}, {Padding::max_length, "max-length"}};
+  return c;
+}
+
+int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) {
+  if (opts.max_length > 0) return opts.max_length;
+  return tok.file_max_length() > 0 ? tok.file_max_length() : 512;
+}
+
+TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
+                          const std::string& what) {
+  const int64_t max_length = effective_max_length(tok, opts);
+  std::vector<Encoding> enc;
+  enc.reserve(texts.size());
+  TokenBatch b;
+  b.rows = static_cast<int64_t>(texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    if (texts[i].empty()) throw Error(Exit::data, what + " row " + std::to_string(i), "empty text");
+    enc.push_back(tok.encode(texts[i], max_length));
+    b.length = std::max<int64_t>(b.length, static_cast<int64_t>(enc.back().ids.size()));
+  }
+  if (opts.padding == Padding::max_length) b.length = max_length;
+  b.length = std::max<int64_t>(b.length, 1);
+  const std::size_t n = static_cast<std::size_t>(b.rows * b.length);
+  b.input_ids.assign(n, tok.pad_id());
+  b.attention_mask.assign(n, 0);
+  b.token_type_ids.assign(n, 0);
+  for (std::size_t r = 0; r < enc.size(); ++r) {
+    const std::size_t base = r * static_cast<std::size_t>(b.length);
+    std::copy(enc[r].ids.begin(), enc[r].ids.end(), b.input_ids.begin() + base);
+    std::copy(enc[r].type_ids.begin(), enc[r].type_ids.end(), b.token_type_ids.begin() + base);
+    std::fill_n(b.attention_mask.begin() + base, enc[r].ids.size(), 1);
+  }
+  return b;
+}
+
+namespace {
+// The length of the well-formed UTF-8 sequence at s[i], or 0; `bad` gets the length of the maximal
+// subpart to replace when it is 0 (Unicode's "U+FFFD substitution of maximal subparts").
+std::size_t utf8_sequence(std::string_view s, std::size_t i, std::size_t& bad) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  bad = 1;
+  if (b0 < 0x80) return 1;
+  int n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF)
+    n = 2;
+  else if (b0 >= 0xE0 && b0 <= 0xEF)
+    n = 3, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+  else if (b0 >= 0xF0 && b0 <= 0xF4)
+    n = 4, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+  else
+    return 0;
+  for (int k = 1; k < n; ++k) {
+    if (i + k >= s.size()) return 0;
+    const auto c = static_cast<unsigned char>(s[i + k]);
+    if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return 0;
+    bad = k + 1;
+  }
+  return n;
+}
+}  // namespace
+
+std::size_t first_invalid_utf8(std::string_view s) {
+  for (std::size_t i = 0, bad = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i, bad);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+int64_t repair_utf8(std::string& s) {
+  if (first_invalid_utf8(s) == std::string_view::npos) return 0;
+  std::string out;
+  out.reserve(s.size() + 8);
+  int64_t replaced = 0;
+  for (std::size_t i = 0, bad = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i, bad);
+    if (n > 0) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++replaced;
+      i += bad;
+    }
+  }
+  s = std::move(out);
+  return replaced;
+}
+
+}  // namespace traincache::text

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs Tokenizers.js (@huggingface/tokenizers, pinned in tests/js/package-lock.json) into
+# tests/js/node_modules: the reference of the tokenizer parity tests. Idempotent: nothing happens
+# when the pinned version is there. Needs node and npm (on every machine here) and the npm registry.
+set -euo pipefail
+cd "$(dirname "$0")/../tests/js"
+want=$(sed -n 's/.*"@huggingface\/tokenizers": "\(.*\)".*/\1/p' package.json)
+have=$(sed -n 's/^  "version": "\(.*\)",$/\1/p' node_modules/@huggingface/tokenizers/package.json 2>/dev/null || true)
+[ "$have" = "$want" ] && exit 0
+if ! command -v npm >/dev/null 2>&1; then
+  echo "install-js-deps: error: npm: not found (node and npm are needed for the tokenizer parity tests)" >&2
+  exit 69
+fi
+echo "install-js-deps: installing @huggingface/tokenizers $want into tests/js/node_modules" >&2
+npm ci --no-audit --no-fund --loglevel=error >&2
