@@ -207,6 +207,21 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
   return out.toTensor();
 }
 
+std::size_t Encoder::arity() {
+  const auto& args = plain_.get_method("forward").function().getSchema().arguments();
+  return args.empty() ? 0 : args.size() - 1;
+}
+
+int64_t Encoder::embedding_rows() {
+  for (const auto& m : plain_.named_modules()) {
+    auto type = m.value.type()->name();
+    if (!type || type->name() != "Embedding" || !m.value.hasattr("weight")) continue;
+    auto w = m.value.attr("weight");
+    if (w.isTensor() && w.toTensor().dim() == 2) return w.toTensor().size(0);
+  }
+  return -1;
+}
+
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
   return run(optimized_ ? *optimized_ : plain_, inputs);
 }

@@ -18,6 +18,7 @@
 
 #include "traincache/error.h"
 #include "traincache/text.h"
+#include "traincache/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -85,10 +86,12 @@ class IntColumn : public Column {
 // Strings held in memory (an image folder's paths, a manifest's string keys).
 class StringColumn : public Column {
  public:
-  StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values)
-      : Column(kind, path), values_(std::move(values)) {
+  StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values,
+               int64_t utf8_replaced = 0)
+      : Column(kind, path), values_(std::move(values)), replaced_(utf8_replaced) {
     info_ = {name, {static_cast<int64_t>(values_.size())}, DType::string};
   }
+  int64_t utf8_replaced() const override { return replaced_; }
   void read(int64_t, int64_t, void*) const override {
     throw Error(Exit::data, path(), "'" + info_.name + "' holds strings, not numbers");
   }
@@ -103,6 +106,7 @@ class StringColumn : public Column {
 
  private:
   std::vector<std::string> values_;
+  int64_t replaced_ = 0;
 };
 
 // Image files, decoded and preprocessed on every read into float32 [C, H, W] rows. Every image
@@ -293,7 +297,9 @@ Listing list_folder(const std::string& dir) {
 struct Table {
   std::vector<std::string> fields;
   std::vector<std::vector<std::optional<std::string>>> rows;
-  std::vector<int64_t> lines;  // the line each row starts on
+  std::vector<int64_t> lines;                               // the line each row starts on
+  std::set<std::pair<std::size_t, std::size_t>> json_ints;  // (row, field) cells that were JSON integers
+  int64_t utf8_replaced = 0;                                // JSON lines repaired to parse
 };
 
 // CSV as RFC 4180 (quotes, doubled quotes, line breaks inside quotes) or TSV (tab-separated, no
@@ -355,7 +361,7 @@ Table parse_delimited(const std::string& path, const std::string& text, char sep
   return t;
 }
 
-Table parse_jsonl(const std::string& path, const std::string& text) {
+Table parse_jsonl(const std::string& path, const std::string& text, bool strict_utf8) {
   Table t;
   std::map<std::string, std::size_t> index;
   std::size_t pos = 0;
@@ -365,6 +371,14 @@ Table parse_jsonl(const std::string& path, const std::string& text) {
     pos = nl == std::string::npos ? text.size() : nl + 1;
     if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded() && traincache::text::first_invalid_utf8(s) != std::string::npos) {
+      if (strict_utf8)
+        throw Error(Exit::data, path + ":" + std::to_string(line),
+                    "invalid UTF-8 at byte " + std::to_string(traincache::text::first_invalid_utf8(s) + 1) +
+                        " (without --strict-utf8 it is replaced with U+FFFD)");
+      t.utf8_replaced += traincache::text::repair_utf8(s);
+      j = nlohmann::json::parse(s, nullptr, false);
+    }
     if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
     if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
     std::vector<std::optional<std::string>> row(t.fields.size());
@@ -375,10 +389,12 @@ Table parse_jsonl(const std::string& path, const std::string& text) {
         for (auto& r : t.rows) r.emplace_back();
         row.emplace_back();
       }
-      if (v.is_string())
+      if (v.is_string()) {
         row[it->second] = v.get<std::string>();
-      else if (v.is_number_integer())
+      } else if (v.is_number_integer()) {
         row[it->second] = v.dump();
+        t.json_ints.emplace(t.rows.size(), it->second);
+      }
     }
     t.rows.push_back(std::move(row));
     t.lines.push_back(line);
@@ -394,9 +410,9 @@ bool ends_with(const std::string& s, const char* suffix) {
   return lower.size() >= n && lower.compare(lower.size() - n, n, suffix) == 0;
 }
 
-Table read_manifest(const std::string& path) {
+Table read_manifest(const std::string& path, bool strict_utf8 = false) {
   std::string text = read_input_file(path);
-  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return parse_jsonl(path, text);
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return parse_jsonl(path, text, strict_utf8);
   return parse_delimited(path, text, ends_with(path, ".tsv") ? '\t' : ',');
 }
 
@@ -438,9 +454,30 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
                                        files.preprocess, files.tolerate_unreadable);
 }
 
+// A text field: JSON values must be strings; ill-formed UTF-8 in CSV/TSV values is replaced (or,
+// strictly, refused) here, in JSON Lines while parsing.
+std::unique_ptr<Column> text_column(const std::string& path, const std::string& name, const Table& t,
+                                    std::vector<std::string> values, bool strict_utf8) {
+  const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
+  int64_t replaced = t.utf8_replaced;
+  for (std::size_t r = 0; r < values.size(); ++r) {
+    const std::string where = path + ":" + std::to_string(t.lines[r]);
+    if (t.json_ints.count({r, k})) throw Error(Exit::data, where, "field '" + name + "' is a number, not a string");
+    const std::size_t bad = traincache::text::first_invalid_utf8(values[r]);
+    if (bad == std::string::npos) continue;
+    if (strict_utf8)
+      throw Error(Exit::data, where,
+                  "invalid UTF-8 in field '" + name + "' at byte " + std::to_string(bad + 1) +
+                      " (without --strict-utf8 it is replaced with U+FFFD)");
+    replaced += traincache::text::repair_utf8(values[r]);
+  }
+  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced);
+}
+
 std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
                                              const FileOptions& files) {
-  Table t = read_manifest(path);
+  Table t = read_manifest(path, role == Role::text && files.strict_utf8);
+  if (role == Role::text) return text_column(path, name, t, field_values(path, t, name), files.strict_utf8);
   std::vector<std::string> values = field_values(path, t, name);
   std::vector<int64_t> ints(values.size());
   bool all_int = true;

@@ -28,6 +28,7 @@
 #include "traincache/sha256.h"
 #include "traincache/source.h"
 #include "traincache/timing.h"
+#include "traincache/tokenizer.h"
 #include "traincache/version.h"
 
 namespace fs = std::filesystem;
@@ -56,6 +57,23 @@ struct Input {
   }
 };
 
+// A text field and the tokenizer that turns it into an encoder's inputs.
+struct TextInput {
+  std::shared_ptr<const source::Column> col;
+  std::shared_ptr<const text::Tokenizer> tok;
+  std::string field, tokenizer_path, tokenizer_sha256;
+
+  // input_ids, attention_mask and token_type_ids of rows [start, start + count), int64 [count, L].
+  std::vector<torch::Tensor> read(int64_t start, int64_t count, const text::TokenizeOptions& opts) const {
+    text::TokenBatch b = text::tokenize_batch(*tok, col->read_strings(start, count), opts,
+                                              col->path() + ": field '" + field + "'", start);
+    std::vector<torch::Tensor> out;
+    for (auto* v : {&b.input_ids, &b.attention_mask, &b.token_type_ids})
+      out.push_back(torch::from_blob(v->data(), {b.rows, b.length}, torch::kInt64).clone());
+    return out;
+  }
+};
+
 // A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
 json describe_json(const Input& in, const std::string& input) {
   json j{{"shape", in.info().shape}, {"dtype", dtype_name(in.info().dtype)}};
@@ -68,7 +86,8 @@ json describe_json(const Input& in, const std::string& input) {
 struct Batch {
   int64_t start = 0, count = 0;
   std::map<std::string, torch::Tensor> inputs;
-  std::map<int64_t, std::string> skipped;  // input row -> reason
+  std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
+  std::map<int64_t, std::string> skipped;                  // input row -> reason
 };
 
 // Rows [b.start, b.start + b.count) of an image column, one by one: a row whose file cannot be
@@ -104,14 +123,16 @@ torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
 // two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
-  Prefetcher(const std::map<std::string, Input>& inputs, int64_t first_row, int64_t end_row, int64_t batch_size,
-             int workers, double scale, bool skip)
-      : pf_((end_row - first_row + batch_size - 1) / batch_size, workers, 2 * std::max(1, workers),
-            [&inputs, first_row, end_row, batch_size, scale, skip](int64_t k) {
+  Prefetcher(const std::map<std::string, Input>& inputs, const std::map<std::string, TextInput>& texts,
+             const FillOptions& opts, int64_t first_row, int64_t end_row)
+      : pf_((end_row - first_row + opts.batch_size - 1) / opts.batch_size, opts.workers, 2 * std::max(1, opts.workers),
+            [&inputs, &texts, &opts, first_row, end_row](int64_t k) {
               Batch b;
-              b.start = first_row + k * batch_size;
-              b.count = std::min(batch_size, end_row - b.start);
-              for (auto& [name, in] : inputs) b.inputs[name] = read_batch(in, b, scale, skip);
+              b.start = first_row + k * opts.batch_size;
+              b.count = std::min(opts.batch_size, end_row - b.start);
+              for (auto& [name, in] : inputs)
+                b.inputs[name] = read_batch(in, b, opts.input_scale, opts.on_error == OnError::skip);
+              for (auto& [key, t] : texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
               return b;
             }) {}
 
@@ -168,8 +189,10 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
 // Everything the fill reads: the encoders' input columns, labels and keys.
 struct Inputs {
   bool from_slab = false;
-  std::map<std::string, Input> features;                        // by column name
-  std::map<std::string, std::vector<std::string>> per_encoder;  // encoder -> its columns, in order
+  std::map<std::string, Input> features;                             // by column name
+  std::map<std::string, std::vector<std::string>> per_encoder;       // encoder -> its columns, in order
+  std::map<std::string, TextInput> texts;                            // by key "field|tokenizer"
+  std::map<std::string, std::vector<std::string>> per_encoder_text;  // encoder -> its text keys
   std::optional<Input> labels, keys;
   int64_t rows = 0;
 
@@ -188,15 +211,46 @@ std::string keys_name(const FillOptions& opts) {
   return opts.keys.empty() ? source::default_keys(opts.input) : opts.keys;
 }
 
+// Encoder e's text fields, each opened once per tokenizer (a tokenizer file loaded once).
+void open_text(const FillOptions& opts, const EncoderSpec& e, const source::FileOptions& files,
+               std::map<std::string, std::shared_ptr<const text::Tokenizer>>& tokenizers, Inputs& in) {
+  const auto& fields = e.text.empty() ? opts.text : e.text;
+  const std::string tok_path = e.tokenizer.empty() ? opts.tokenizer : e.tokenizer;
+  in.per_encoder_text[e.name];  // every encoder has an entry, perhaps empty
+  for (const auto& f : fields) {
+    // "field|tokenizer.json" names it in the fingerprint and in messages; the full path only when
+    // two tokenizers of one file name read the same field.
+    std::string key = f + "|" + fs::path(tok_path).filename().string();
+    if (auto it = in.texts.find(key); it != in.texts.end() && it->second.tokenizer_path != tok_path)
+      key = f + "|" + tok_path;
+    in.per_encoder_text[e.name].push_back(key);
+    if (in.texts.count(key)) continue;
+    auto& tok = tokenizers[tok_path];
+    if (!tok) tok = text::load(tok_path);
+    TextInput t{source::open_column(opts.input, f, files, source::Role::text), tok, f, tok_path, sha256_file(tok_path)};
+    if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
+      throw Error(Exit::data, opts.input,
+                  "text field '" + f + "' must be 1-D strings (a manifest field or an HDF5 string dataset)");
+    in.texts.emplace(key, std::move(t));
+  }
+}
+
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
   const std::string implicit = source::default_column(opts.input);
   source::FileOptions files = opts.files;
   files.tolerate_unreadable = opts.on_error == OnError::skip;
+  files.strict_utf8 = opts.tokenize.strict_utf8;
+  std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
   for (const auto& e : opts.encoders) {
+    open_text(opts, e, files, tokenizers, in);
     auto feats = e.features.empty() ? opts.features : e.features;
-    if (feats.empty() && !implicit.empty()) feats = {implicit};
+    if (feats.empty() && !implicit.empty() && in.per_encoder_text[e.name].empty()) feats = {implicit};
+    if (feats.empty() && !in.per_encoder_text[e.name].empty()) {
+      in.per_encoder[e.name] = {};
+      continue;
+    }
     if (feats.empty()) throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
     in.per_encoder[e.name] = feats;
     for (const auto& f : feats) {
@@ -223,7 +277,8 @@ Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
   in.from_slab = source::kind_of(opts.input) == source::Kind::shm;
   open_columns(opts, in);
-  const source::ColumnInfo& first = in.features.begin()->second.info();
+  const source::ColumnInfo& first =
+      in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
   in.rows = first.rows();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
   auto same_rows = [&](const source::ColumnInfo& info) {
@@ -233,6 +288,7 @@ Inputs open_inputs(const FillOptions& opts) {
                       "' has " + std::to_string(info.rows()));
   };
   for (const auto& [name, d] : in.features) same_rows(d.info());
+  for (const auto& [key, t] : in.texts) same_rows(t.col->info());
   if (in.labels) same_rows(in.labels->info());
   if (in.keys) same_rows(in.keys->info());
   return in;
@@ -247,10 +303,24 @@ struct Fingerprint {
   std::string text, hash, job_hash;
 };
 
+// The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
+json text_json(const FillOptions& opts, const Inputs& in) {
+  json j = json::object();
+  for (const auto& [key, t] : in.texts)
+    j[key] = {{"field", t.field},
+              {"tokenizer_sha256", t.tokenizer_sha256},
+              {"tokenizer_kind", t.tok->kind()},
+              {"max_length", text::effective_max_length(*t.tok, opts.tokenize)},
+              {"padding", text::padding_choices().name(opts.tokenize.padding)},
+              {"strict_utf8", opts.tokenize.strict_utf8}};
+  return j;
+}
+
 Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
                                 const std::vector<std::string>& enc_sha, const torch::Device& device) {
   ContentHash content;
   for (const auto& [name, d] : in.features) d.col->digest(plan.begin, plan.end, content);
+  for (const auto& [key, t] : in.texts) t.col->digest(plan.begin, plan.end, content);
   if (in.labels) in.labels->col->digest(plan.begin, plan.end, content);
   if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
   Fingerprint f;
@@ -269,7 +339,9 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
     const auto& e = opts.encoders[i];
     fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", in.per_encoder.at(e.name)}, {"output", e.output}};
+    if (!in.per_encoder_text.at(e.name).empty()) fp["encoders"][e.name]["text"] = in.per_encoder_text.at(e.name);
   }
+  if (!in.texts.empty()) fp["text"] = text_json(opts, in);
   fp["options"] = {{"input_scale", opts.input_scale},
                    {"dtype", dtype_name(opts.dtype)},
                    {"batch_size", opts.batch_size},
@@ -342,8 +414,7 @@ class Encoding {
   bool run(const RowPlan& plan) {
     int64_t done = journal_.committed_rows, last_commit = done;
     if (done >= plan.rows()) return true;
-    Prefetcher pf(in_.features, plan.begin + done, plan.end, opts_.batch_size, opts_.workers, opts_.input_scale,
-                  opts_.on_error == OnError::skip);
+    Prefetcher pf(in_.features, in_.texts, opts_, plan.begin + done, plan.end);
     if (cb_.progress) cb_.progress(done, plan.rows());
     for (int64_t k = 0; k < pf.batches(); ++k) {
       if (interrupt_requested()) {
@@ -383,6 +454,19 @@ class Encoding {
     journal_.save();
   }
 
+  // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
+  void check_vocabulary(encode::Encoder& enc) {
+    const int64_t rows = enc.embedding_rows();
+    for (const auto& key : in_.per_encoder_text.at(enc.name())) {
+      const TextInput& t = in_.texts.at(key);
+      if (rows >= 0 && t.tok->vocab_size() > rows)
+        throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                    "its embedding table has " + std::to_string(rows) + " rows but " + t.tokenizer_path + " has " +
+                        std::to_string(t.tok->vocab_size()) +
+                        " tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)");
+    }
+  }
+
   // The first batch: optimisation (kept as the committed rows had it) and the determinism check.
   void first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je) {
     auto committed = committed_.find(enc.name());
@@ -411,8 +495,15 @@ class Encoding {
     auto& enc = *encoders_[i];
     std::vector<torch::Tensor> args;
     for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
+    for (const auto& key : in_.per_encoder_text.at(enc.name())) {
+      const auto& t = batch.text.at(key);
+      args.push_back(t[0]);
+      args.push_back(t[1]);
+      if (enc.arity() > args.size()) args.push_back(t[2]);  // forward(ids, mask, token_type_ids)
+    }
     JournalEncoder& je = journal_.encoders[enc.name()];
     auto t_setup = Clock::now();
+    if (first) check_vocabulary(enc);
     if (first) first_batch_checks(enc, args, je);
     result_.model_setup_seconds += seconds_since(t_setup);
     auto t_enc = Clock::now();
@@ -483,6 +574,11 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                      {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
                      {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
                      {"batch_size", opts.batch_size}};
+  if (!in.texts.empty()) {
+    json t = text_json(opts, in);
+    for (const auto& [key, ti] : in.texts) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
+    spec.root_attrs.push_back({"text", t.dump()});
+  }
   if (const image::Spec* pre = in.preprocess()) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
     for (const auto& [k, v] : pre->describe()) j[k] = v;
@@ -544,6 +640,10 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     encoder_names.push_back(e.name);
   }
   result.model_setup_seconds = seconds_since(t_load);
+  for (const auto& [key, t] : in.texts) result.utf8_replaced += t.col->utf8_replaced();
+  if (result.utf8_replaced > 0 && cb.warn)
+    cb.warn(std::to_string(result.utf8_replaced) +
+            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
   auto t_digest = Clock::now();
   const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
   result.digest_seconds = seconds_since(t_digest);

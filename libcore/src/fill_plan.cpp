@@ -26,7 +26,11 @@ void validate_options(const FillOptions& opts) {
       throw Error(Exit::usage, "--encoder", "invalid encoder name '" + e.name + "'");
     if (!names.insert(e.name).second)
       throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");
+    const bool has_text = !(e.text.empty() ? opts.text : e.text).empty();
+    if (has_text && (e.tokenizer.empty() ? opts.tokenizer : e.tokenizer).empty())
+      throw Error(Exit::usage, "--tokenizer", "encoder '" + e.name + "' reads text: give its tokenizer.json or .model");
   }
+  if (opts.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
 }
 
 RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {

@@ -49,6 +49,35 @@ class Hdf5Column : public Column {
 
   hid_t hdf5_dataset() const override { return dset_.get(); }
 
+  // A 1-D string dataset (variable or fixed length; fixed ones lose their NUL or space padding).
+  std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
+    if (info_.dtype != DType::string || info_.shape.size() != 1)
+      throw Error(Exit::data, path(), "dataset '" + info_.name + "' is not a 1-D dataset of strings");
+    check_range(start, count);
+    h5::Id ftype(H5Dget_type(dset_.get()));
+    h5::Id mtype(H5Tcopy(ftype.get()));
+    std::vector<std::string> out;
+    out.reserve(static_cast<std::size_t>(count));
+    if (h5info_.vlen_string) {
+      std::vector<char*> p(static_cast<std::size_t>(count), nullptr);
+      h5::read_rows(dset_.get(), info_.name, start, count, mtype.get(), p.data());
+      for (char* c : p) out.emplace_back(c ? c : "");
+      hsize_t dims[1] = {static_cast<hsize_t>(count)};
+      h5::Id space(H5Screate_simple(1, dims, nullptr));
+      H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, p.data());
+      return out;
+    }
+    const std::size_t w = h5info_.type_size;
+    std::vector<char> buf(w * static_cast<std::size_t>(count));
+    h5::read_rows(dset_.get(), info_.name, start, count, mtype.get(), buf.data());
+    for (int64_t i = 0; i < count; ++i) {
+      std::string v(buf.data() + i * w, w);
+      v.erase(v.find_last_not_of(std::string("\0 ", 2)) + 1);
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
  private:
   h5::Id file_, dset_, half_;
   h5::DatasetInfo h5info_;

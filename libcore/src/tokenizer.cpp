@@ -1,10 +1,12 @@
 #include "traincache/tokenizer.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -15,33 +17,87 @@ namespace traincache::text {
 
 namespace {
 
-// A SentencePiece model through libsentencepiece: the ids sentencepiece's Encode gives (no BOS
-// or EOS), as python3-sentencepiece's encode() does.
+// libtraincache_spm, the module that holds libsentencepiece (src/spm_shim.cpp), loaded once.
+struct SpmModule {
+  void* (*load)(const char*, std::size_t, char*, std::size_t) = nullptr;
+  void (*free)(void*) = nullptr;
+  int (*piece_size)(void*) = nullptr;
+  int (*pad_id)(void*) = nullptr;
+  int (*encode)(void*, const char*, std::size_t, void (*)(const int*, std::size_t, void*), void*, char*,
+                std::size_t) = nullptr;
+
+  static const SpmModule& get() {
+    static const SpmModule m = open();
+    return m;
+  }
+
+ private:
+  static SpmModule open() {
+    std::vector<std::string> tried;
+    if (const char* env = std::getenv("TRAINCACHE_SPM_MODULE")) tried.push_back(env);
+    char exe[4096];
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+      std::string dir(exe, static_cast<std::size_t>(n));
+      tried.push_back(dir.substr(0, dir.rfind('/')) + "/../lib/libtraincache_spm.so");
+    }
+    tried.push_back(std::string(TRAINCACHE_SPM_MODULE_DIR) + "/libtraincache_spm.so");
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    flags |= RTLD_DEEPBIND;  // its protobuf-lite binds to itself, not to LibTorch's libprotobuf
+#endif
+    void* h = nullptr;
+    std::string why;
+    for (const auto& p : tried) {
+      if ((h = ::dlopen(p.c_str(), flags))) break;
+      why = ::dlerror();
+    }
+    if (!h) throw Error(Exit::unavailable, "SentencePiece", "cannot load libtraincache_spm.so: " + why);
+    SpmModule m;
+    m.load = reinterpret_cast<decltype(m.load)>(::dlsym(h, "tc_spm_load"));
+    m.free = reinterpret_cast<decltype(m.free)>(::dlsym(h, "tc_spm_free"));
+    m.piece_size = reinterpret_cast<decltype(m.piece_size)>(::dlsym(h, "tc_spm_piece_size"));
+    m.pad_id = reinterpret_cast<decltype(m.pad_id)>(::dlsym(h, "tc_spm_pad_id"));
+    m.encode = reinterpret_cast<decltype(m.encode)>(::dlsym(h, "tc_spm_encode"));
+    if (!m.load || !m.free || !m.piece_size || !m.pad_id || !m.encode)
+      throw Error(Exit::unavailable, "SentencePiece", "libtraincache_spm.so lacks its functions");
+    return m;
+  }
+};
+
+// A SentencePiece model: the ids sentencepiece's Encode gives (no BOS or EOS), as
+// python3-sentencepiece's encode() does.
 class SpmTokenizer : public Tokenizer {
  public:
-  SpmTokenizer(const std::string& path, const std::string& bytes) {
-    auto st = sp_.LoadFromSerializedProto(bytes);
-    if (!st.ok()) throw Error(Exit::data, path, "not a valid SentencePiece model: " + st.ToString());
+  SpmTokenizer(const std::string& path, const std::string& bytes) : m_(SpmModule::get()) {
+    char err[512] = "";
+    sp_ = m_.load(bytes.data(), bytes.size(), err, sizeof err);
+    if (!sp_) throw Error(Exit::data, path, std::string("not a valid SentencePiece model: ") + err);
   }
+  ~SpmTokenizer() override { m_.free(sp_); }
+  SpmTokenizer(const SpmTokenizer&) = delete;
+  SpmTokenizer& operator=(const SpmTokenizer&) = delete;
+
   const char* kind() const override { return "sentencepiece"; }
-  int64_t vocab_size() const override { return sp_.GetPieceSize(); }
-  int64_t pad_id() const override { return sp_.pad_id() >= 0 ? sp_.pad_id() : 0; }
+  int64_t vocab_size() const override { return m_.piece_size(sp_); }
+  int64_t pad_id() const override { return m_.pad_id(sp_) >= 0 ? m_.pad_id(sp_) : 0; }
   int64_t special_tokens() const override { return 0; }
   std::string describe() const override { return "sentencepiece, " + std::to_string(vocab_size()) + " pieces"; }
 
   Encoding encode(std::string_view text, int64_t max_length) const override {
-    std::vector<int> ids;
-    auto st = sp_.Encode(absl::string_view(text.data(), text.size()), &ids);
-    if (!st.ok()) throw Error(Exit::data, "sentencepiece", st.ToString());
-    if (max_length > 0 && static_cast<int64_t>(ids.size()) > max_length) ids.resize(max_length);
     Encoding e;
-    e.ids.assign(ids.begin(), ids.end());
-    e.type_ids.assign(ids.size(), 0);
+    char err[512] = "";
+    auto take = [](const int* ids, std::size_t n, void* ctx) { static_cast<Encoding*>(ctx)->ids.assign(ids, ids + n); };
+    if (m_.encode(sp_, text.data(), text.size(), take, &e, err, sizeof err) != 0)
+      throw Error(Exit::data, "sentencepiece", err);
+    if (max_length > 0 && static_cast<int64_t>(e.ids.size()) > max_length) e.ids.resize(max_length);
+    e.type_ids.assign(e.ids.size(), 0);
     return e;
   }
 
  private:
-  sentencepiece::SentencePieceProcessor sp_;
+  const SpmModule& m_;
+  void* sp_ = nullptr;
 };
 
 // The whole file; symbolic links followed (the Hugging Face hub cache links snapshots to blobs).
@@ -85,14 +141,15 @@ int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) 
 }
 
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what) {
+                          const std::string& what, int64_t first_row) {
   const int64_t max_length = effective_max_length(tok, opts);
   std::vector<Encoding> enc;
   enc.reserve(texts.size());
   TokenBatch b;
   b.rows = static_cast<int64_t>(texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) {
-    if (texts[i].empty()) throw Error(Exit::data, what + " row " + std::to_string(i), "empty text");
+    if (texts[i].empty())
+      throw Error(Exit::data, what + " row " + std::to_string(first_row + static_cast<int64_t>(i)), "empty text");
     enc.push_back(tok.encode(texts[i], max_length));
     b.length = std::max<int64_t>(b.length, static_cast<int64_t>(enc.back().ids.size()));
   }

@@ -21,7 +21,7 @@ constexpr const char* kTool = "cache-fill";
 struct Options {
   cli::CommonOptions common;
   fill::FillOptions fill;
-  std::vector<std::string> encoders, features, outputs;
+  std::vector<std::string> encoders, features, outputs, text, tokenizers;
   std::string rows, input_scale = "1/255", shard;
   bool no_optimize = false, merge_after = false;
   double merge_timeout = 3600;
@@ -85,6 +85,22 @@ void resolve_encoders(Options& o) {
     else
       o.fill.features = datasets;
   }
+  for (const auto& spec : o.text) {
+    auto [name, list] = cli::split_assignment(spec);
+    auto fields = cli::split(list, ',');
+    if (fields.empty()) throw Error(Exit::usage, "--text", "empty field list");
+    if (name)
+      find(*name, "--text").text = fields;
+    else
+      o.fill.text = fields;
+  }
+  for (const auto& spec : o.tokenizers) {
+    auto [name, path] = cli::split_assignment(spec);
+    if (name)
+      find(*name, "--tokenizer").tokenizer = path;
+    else
+      o.fill.tokenizer = path;
+  }
   for (const auto& spec : o.outputs) {
     auto [name, sel] = cli::split_assignment(spec);
     if (name)
@@ -113,6 +129,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)
+      .add("utf8_replaced", r.utf8_replaced)
       .add("fingerprint", r.fingerprint);
   report::Json encoders = report::Json::array();
   std::string text;
@@ -234,6 +251,23 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
+  const char* text_group = "Text";
+  app.add_option("--text", o.text,
+                 "[NAME=]FIELD[,FIELD...]: text fields of a .jsonl/.csv/.tsv manifest or HDF5 string datasets, "
+                 "tokenized and fed as input_ids, attention_mask (and token_type_ids to a 3-input forward)")
+      ->group(text_group);
+  app.add_option("--tokenizer", o.tokenizers, "[NAME=]FILE: Hugging Face tokenizer.json or SentencePiece .model")
+      ->group(text_group);
+  app.add_option("--max-length", o.fill.tokenize.max_length,
+                 "Tokens per text at most, special tokens included (default: the tokenizer file's, else 512)")
+      ->check(cli::positive_integer())
+      ->group(text_group);
+  cli::add_choice(app, "--padding", o.fill.tokenize.padding, text::padding_choices(),
+                  "Pad each batch to its longest text, or every text to --max-length")
+      ->group(text_group);
+  app.add_flag("--strict-utf8", o.fill.tokenize.strict_utf8,
+               "Refuse ill-formed UTF-8 in text fields (default: replace it with U+FFFD and count it)")
+      ->group(text_group);
   cli::add_file_options(app, o.fill.files, "Images and manifests");
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
                   "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")

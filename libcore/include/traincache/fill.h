@@ -12,6 +12,7 @@
 #include "traincache/choices.h"
 #include "traincache/dtype.h"
 #include "traincache/source.h"
+#include "traincache/tokenizer.h"
 
 namespace traincache::fill {
 
@@ -22,6 +23,8 @@ struct EncoderSpec {
   std::string path;
   std::vector<std::string> features;  ///< empty = FillOptions::features
   std::string output;                 ///< "" = whole output; else a dict key or tuple/list index
+  std::vector<std::string> text;      ///< text fields (tokenized), empty = FillOptions::text
+  std::string tokenizer;              ///< "" = FillOptions::tokenizer
 };
 
 /// What a fill does with an image it cannot read (--on-error).
@@ -33,10 +36,15 @@ struct FillOptions {
   std::string input;
   std::vector<EncoderSpec> encoders;
   std::vector<std::string> features;  ///< default input datasets, passed in this order
-  std::string labels;                 ///< "" = none (an image folder's "label" by default)
-  std::string keys;                   ///< "" = none, key = input row number (an image folder's "path")
-  source::FileOptions files;          ///< preprocessing of images, label order of manifests
-  OnError on_error = OnError::fail;   ///< skip: undecodable or missing images become zero rows listed in /skipped
+  /// Default text fields (a manifest's or an HDF5 file's strings): each is tokenized and fed as
+  /// input_ids, attention_mask and, to an encoder whose forward takes three tensors, token_type_ids.
+  std::vector<std::string> text;
+  std::string tokenizer;             ///< tokenizer.json or SentencePiece .model for the text fields
+  text::TokenizeOptions tokenize;    ///< --max-length, --padding, --strict-utf8
+  std::string labels;                ///< "" = none (an image folder's "label" by default)
+  std::string keys;                  ///< "" = none, key = input row number (an image folder's "path")
+  source::FileOptions files;         ///< preprocessing of images, label order of manifests
+  OnError on_error = OnError::fail;  ///< skip: undecodable or missing images become zero rows listed in /skipped
   std::string out;
   int64_t batch_size = 256;
   int workers = 1;  ///< reader/converter threads
@@ -70,6 +78,7 @@ struct FillResult {
   double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
   uint64_t bytes_written = 0;      ///< embedding bytes written by this run
   int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
+  int64_t utf8_replaced = 0;       ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
   std::string out;                 ///< the file written (the shard file when sharded)
   std::string partial_path;        ///< where progress is kept (when interrupted)
   std::string fingerprint;

@@ -42,7 +42,7 @@ enum class LabelOrder { sorted, first_seen };
 const Choices<LabelOrder>& label_order_choices();
 
 /// What a manifest's field is read as (see open_column).
-enum class Role { value, images, labels };
+enum class Role { value, images, labels, text };
 
 /// How image folders and manifests become rows: the preprocessing of every image, and the label
 /// order of a manifest's string labels.
@@ -53,6 +53,9 @@ struct FileOptions {
   /// missing file is not an error at open, and files whose header cannot be read do not decide
   /// the column's shape. Reading such a row still fails.
   bool tolerate_unreadable = false;
+  /// Text fields: refuse ill-formed UTF-8 (Error(data) naming the line) instead of replacing each
+  /// ill-formed sequence with U+FFFD (counted in Column::utf8_replaced()).
+  bool strict_utf8 = false;
 };
 
 /// True when `name`, given where a dataset of the input is expected (--features, --labels,
@@ -107,6 +110,9 @@ class Column {
   /// name of label i at position i. Empty otherwise.
   virtual const std::vector<std::string>& label_names() const;
 
+  /// For a text column: how many ill-formed UTF-8 sequences were replaced with U+FFFD.
+  virtual int64_t utf8_replaced() const { return 0; }
+
   /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
   virtual const image::Spec* preprocess() const { return nullptr; }
 
@@ -133,8 +139,10 @@ class Column {
 ///    relative to the folder);
 ///  - a manifest (CSV or TSV with a header line, or JSON Lines): the field `name`, read as `role`
 ///    says: images (its values are paths, relative to the manifest's folder), labels (integers,
-///    or strings mapped to integers in `files.label_order`, see label_names()) or values
-///    (integers when every value is one, otherwise strings). Other kinds ignore `role`.
+///    or strings mapped to integers in `files.label_order`, see label_names()), text (strings:
+///    a JSON value must be a string; ill-formed UTF-8 as `files.strict_utf8` says) or values
+///    (integers when every value is one, otherwise strings). Other kinds ignore `role`; an HDF5
+///    string dataset is read with read_strings().
 /// A `name` for which names_own_file() holds is opened as its own file instead of inside `path`.
 /// Errors: a missing file -> Error(no_input); a missing dataset or member, or an array the tools
 /// cannot read (Fortran order, object or structured dtype, big-endian floats of 16 bits...) ->

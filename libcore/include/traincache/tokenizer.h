@@ -69,10 +69,10 @@ struct TokenBatch {
   std::vector<int64_t> input_ids, attention_mask, token_type_ids;
 };
 
-/// Tokenizes and pads `texts` (each valid UTF-8). An empty text -> Error(data) naming
-/// `where(i)`. Ids outside [0, vocab) cannot occur.
+/// Tokenizes and pads `texts` (each valid UTF-8), rows first_row... of `what`. An empty text ->
+/// Error(data, "<what> row N", "empty text").
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what);
+                          const std::string& what, int64_t first_row = 0);
 
 /// Replaces every ill-formed UTF-8 sequence of `s` with U+FFFD (one per maximal subpart, as
 /// WHATWG and Python's "replace" do) in place; returns how many were replaced.

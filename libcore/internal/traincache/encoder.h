@@ -65,6 +65,11 @@ class Encoder {
   /// outputs -> Error(data) naming the encoder.
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
 
+  /// The number of tensors forward() takes (its arguments without self).
+  std::size_t arity();
+  /// Rows of the first embedding table (a submodule whose type is an Embedding), or -1.
+  int64_t embedding_rows();
+
   /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
   /// within `rtol` x max(1, max|plain|).
   OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# cache-fill on text: a JSON Lines manifest's field tokenized with a tokenizer.json or a
+# SentencePiece model; the embeddings equal the encoder run on Tokenizers.js's ids one text at a
+# time (so padding per batch changes nothing); HDF5 string datasets; the tokenization in the
+# fingerprint; bad input as one line with its exit code.
+source "$(dirname "$0")/lib.sh"
+T=$TC_DATA/tokenizers
+ENC=$TC_DATA/text4k.pt
+py() { run "$TC_PYTHON" -c "$1"; }
+
+py "
+import json, sys
+sys.path.insert(0, '$TC_SOURCE/scripts')
+import traincache_text as tt
+with open('$WORK/pairs.jsonl', 'w') as f:
+    for w, g in tt.wordnet_pairs()[:300]:
+        f.write(json.dumps({'word': w, 'gloss': g}) + '\n')
+with open('$WORK/glosses.jsonl', 'w') as f:
+    for l in open('$WORK/pairs.jsonl'):
+        f.write(json.dumps(json.loads(l)['gloss']) + '\n')
+"
+expect_rc 0
+FILL=(--input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 64 -q)
+
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --out "$WORK/b.h5"
+expect_rc 0
+node "$TC_SOURCE/tests/js/reference.mjs" "$T/bert-uncased.json" "$WORK/glosses.jsonl" > "$WORK/js.txt"
+py "
+import json, h5py, numpy as np, torch
+m = torch.jit.load('$ENC').eval()
+emb = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]
+worst = 0.0
+for i, line in enumerate(open('$WORK/js.txt')):
+    ids = json.loads(line)
+    ids = ids[:47] + ids[-1:] if len(ids) > 48 else ids
+    with torch.no_grad():
+        want = m(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.int64))[0].numpy()
+    worst = max(worst, float(np.abs(emb[i] - want).max()))
+print(emb.shape, worst < 1e-4)
+"
+expect_out "(300, 16) True"
+run "$TC_BIN/cache-inspect" --json "$WORK/b.h5"
+py "
+import h5py, json
+t = json.loads(h5py.File('$WORK/b.h5').attrs['text'])['gloss|bert-uncased.json']
+print(t['tokenizer_kind'], t['max_length'], t['padding'], t['tokenizer_path'] == '$T/bert-uncased.json')
+"
+expect_out "wordpiece 48 longest True"
+
+# Up to date with the same options; another max length or tokenizer is another fingerprint.
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --out "$WORK/b.h5"
+expect_rc 0
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 40 --out "$WORK/b.h5"
+expect_rc 73
+expect_err_has "changed: text/gloss|bert-uncased.json/max_length"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-cased.json" --max-length 48 --out "$WORK/b.h5"
+expect_rc 73
+expect_err_has "changed: encoders/text4k/text"
+
+# Fixed-length padding gives the same embeddings (the mask hides the padding).
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --padding max-length \
+  --out "$WORK/b_fixed.h5"
+expect_rc 0
+py "
+import h5py, numpy as np
+a = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]; b = h5py.File('$WORK/b_fixed.h5')['embeddings/text4k'][:]
+print(float(np.abs(a - b).max()) < 1e-4)
+"
+expect_out "True"
+
+# SentencePiece and byte-level BPE; an HDF5 string dataset gives what the manifest gives.
+for tok in spm-unigram.model roberta-bpe.json; do
+  run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/$tok" --max-length 64 --out "$WORK/$tok.h5"
+  expect_rc 0
+done
+py "
+import h5py, json
+with h5py.File('$WORK/g.h5', 'w') as f:
+    f['gloss'] = [json.loads(l)['gloss'].encode() for l in open('$WORK/pairs.jsonl')]
+"
+run "$TC_BIN/cache-fill" --input "$WORK/g.h5" --text gloss --encoder "$ENC" --threads 2 -b 64 -q \
+  --tokenizer "$T/spm-unigram.model" --max-length 64 --out "$WORK/g_out.h5"
+expect_rc 0
+py "
+import h5py, numpy as np
+a = h5py.File('$WORK/g_out.h5')['embeddings/text4k'][:]; b = h5py.File('$WORK/spm-unigram.model.h5')['embeddings/text4k'][:]
+print(float(np.abs(a - b).max()) < 1e-5)
+"
+expect_out "True"
+
+# ---- bad input: one line, its exit code, no output file ----------------------------------------
+bad() { run "$TC_BIN/cache-fill" --encoder "$ENC" --threads 2 -q --out "$WORK/bad.h5" "$@"; expect_one_line_err; expect_no_file "$WORK/bad.h5"; }
+bad --input "$WORK/pairs.jsonl" --text gloss
+expect_rc 64
+expect_err "cache-fill: error: --tokenizer: encoder 'text4k' reads text: give its tokenizer.json or .model"
+bad --input "$WORK/pairs.jsonl" --text glos --tokenizer "$T/bert-uncased.json"
+expect_rc 64
+expect_err "cache-fill: error: $WORK/pairs.jsonl: no field 'glos' (fields: gloss, word); did you mean 'gloss'?"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/none.json"
+expect_rc 66
+expect_err "cache-fill: error: $WORK/none.json: no such file or directory"
+echo '{"model": {"type": "Unigram", "vocab": []}}' > "$WORK/uni.json"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/uni.json"
+expect_rc 65
+expect_err_has "unsupported tokenizer component: model Unigram"
+echo 'not json' > "$WORK/junk.json"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/junk.json"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/junk.json: not a valid tokenizer.json: invalid JSON"
+cp "$T/bert-uncased.json" "$WORK/b.model"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/b.model"
+expect_rc 65
+expect_err_re "^cache-fill: error: $WORK/b.model: not a valid SentencePiece model: "
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$T/bert-uncased.json" --encoder "$TC_DATA/text.pt"
+expect_rc 65
+expect_err "cache-fill: error: encoder 'text': its embedding table has 1000 rows but $T/bert-uncased.json has 4000 tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)"
+printf '{"t": "fine"}\n{"t": 7}\n' > "$WORK/num.jsonl"
+bad --input "$WORK/num.jsonl" --text t --tokenizer "$T/bert-uncased.json"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/num.jsonl:2: field 't' is a number, not a string"
+printf '{"t": "fine"}\n{"t": ""}\n' > "$WORK/empty.jsonl"
+bad --input "$WORK/empty.jsonl" --text t --tokenizer "$T/bert-uncased.json"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/empty.jsonl: field 't' row 1: empty text"
+printf '{"t": "caf\xe9 ok"}\n{"t": "fine \xff\xfe"}\n' > "$WORK/latin1.jsonl"
+bad --input "$WORK/latin1.jsonl" --text t --tokenizer "$T/bert-uncased.json" --strict-utf8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/latin1.jsonl:1: invalid UTF-8 at byte 11 (without --strict-utf8 it is replaced with U+FFFD)"
+run "$TC_BIN/cache-fill" --encoder "$ENC" --threads 2 --input "$WORK/latin1.jsonl" --text t \
+  --tokenizer "$T/bert-uncased.json" --out "$WORK/latin1.h5" --json
+expect_rc 0
+expect_err_has "cache-fill: warning: 3 ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)"
+expect_out_has '"utf8_replaced":3'
+printf 'id,t\n1,"caf\xe9"\n' > "$WORK/latin1.csv"
+bad --input "$WORK/latin1.csv" --text t --tokenizer "$T/bert-uncased.json" --strict-utf8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/latin1.csv:2: invalid UTF-8 in field 't' at byte 4 (without --strict-utf8 it is replaced with U+FFFD)"
+finish
