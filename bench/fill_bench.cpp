@@ -56,7 +56,7 @@ int run(Options& o) {
 
   fill::FillOptions f;
   f.input = o.input;
-  f.encoders = {{"bench", o.encoder, {o.features}, ""}};
+  f.encoders = {{"bench", o.encoder, {o.features}, "", {}, ""}};
   f.out = o.out;
   f.batch_size = o.batch_size;
   f.threads = o.common.threads;

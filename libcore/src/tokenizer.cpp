@@ -12,6 +12,7 @@
 
 #include "tokenizer_internal.h"
 #include "traincache/error.h"
+#include "traincache_build_info.h"
 
 namespace traincache::text {
 

@@ -25,6 +25,23 @@ using nlohmann::json;
   throw Error(Exit::data, path, "unsupported tokenizer component: " + what);
 }
 
+// "A+B+C": the descriptions of a sequence's parts.
+template <class Part>
+std::string joined(const std::vector<std::unique_ptr<Part>>& parts) {
+  std::string d;
+  for (const auto& p : parts) d += (d.empty() ? "" : "+") + p->describe();
+  return d;
+}
+
+// Drops White_Space from the start and/or the end of `s`.
+void trim_whitespace(std::string& s, bool left, bool right) {
+  std::u32string c = uni::decode(s);
+  std::size_t a = 0, b = c.size();
+  while (left && a < b && uni::is_whitespace(c[a])) ++a;
+  while (right && b > a && uni::is_whitespace(c[b - 1])) --b;
+  s = uni::encode(c.substr(a, b - a));
+}
+
 // ---- normalizers ------------------------------------------------------------------------------
 
 class Normalizer {
@@ -131,7 +148,7 @@ class SimpleNormalizer : public Normalizer {
   void apply(std::string& s) const override {
     if (type_ == "Lowercase") return lowercase(s);
     if (type_ == "StripAccents") return filter(s, uni::is_mark);
-    if (type_ == "Strip") return strip(s);
+    if (type_ == "Strip") return trim_whitespace(s, left_, right_);
     static const std::map<std::string, uni::Form> forms{
         {"NFC", uni::Form::nfc}, {"NFD", uni::Form::nfd}, {"NFKC", uni::Form::nfkc}, {"NFKD", uni::Form::nfkd}};
     s = uni::normalize(s, forms.at(type_));
@@ -139,13 +156,6 @@ class SimpleNormalizer : public Normalizer {
   std::string describe() const override { return type_; }
 
  private:
-  void strip(std::string& s) const {
-    std::u32string c = uni::decode(s);
-    std::size_t a = 0, b = c.size();
-    while (left_ && a < b && uni::is_whitespace(c[a])) ++a;
-    while (right_ && b > a && uni::is_whitespace(c[b - 1])) --b;
-    s = uni::encode(c.substr(a, b - a));
-  }
   std::string type_;
   bool left_ = true, right_ = true;
 };
@@ -156,11 +166,7 @@ class SequenceNormalizer : public Normalizer {
   void apply(std::string& s) const override {
     for (const auto& p : parts_) p->apply(s);
   }
-  std::string describe() const override {
-    std::string d;
-    for (const auto& p : parts_) d += (d.empty() ? "" : "+") + p->describe();
-    return d;
-  }
+  std::string describe() const override { return joined(parts_); }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> parts_;
@@ -335,11 +341,7 @@ class SequencePreTokenizer : public PreTokenizer {
   void split(std::vector<std::string>& pieces) const override {
     for (const auto& p : parts_) p->split(pieces);
   }
-  std::string describe() const override {
-    std::string d;
-    for (const auto& p : parts_) d += (d.empty() ? "" : "+") + p->describe();
-    return d;
-  }
+  std::string describe() const override { return joined(parts_); }
 
  private:
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
@@ -452,8 +454,9 @@ class AddedSplitter {
     if (start < s.size()) out.emplace_back(s.substr(start), nullptr);
     for (std::size_t k = 0; k < out.size(); ++k) {
       if (!out[k].second) continue;
-      if (out[k].second->lstrip && k > 0 && !out[k - 1].second) trim(out[k - 1].first, false);
-      if (out[k].second->rstrip && k + 1 < out.size() && !out[k + 1].second) trim(out[k + 1].first, true);
+      if (out[k].second->lstrip && k > 0 && !out[k - 1].second) trim_whitespace(out[k - 1].first, false, true);
+      if (out[k].second->rstrip && k + 1 < out.size() && !out[k + 1].second)
+        trim_whitespace(out[k + 1].first, true, false);
     }
     return out;
   }
@@ -465,15 +468,6 @@ class AddedSplitter {
     for (const AddedToken* t : it->second)
       if (s.compare(i, t->content.size(), t->content) == 0) return t;
     return nullptr;
-  }
-  static void trim(std::string& s, bool left) {
-    std::u32string c = uni::decode(s);
-    std::size_t a = 0, b = c.size();
-    if (left)
-      while (a < b && uni::is_whitespace(c[a])) ++a;
-    else
-      while (b > a && uni::is_whitespace(c[b - 1])) --b;
-    s = uni::encode(c.substr(a, b - a));
   }
   std::map<unsigned char, std::vector<const AddedToken*>> by_first_;
 };

@@ -12,7 +12,7 @@ namespace {
 
 fill::FillOptions options(int64_t batch, int index = -1, int count = 0) {
   fill::FillOptions o;
-  o.encoders = {{"cnn", "cnn.pt", {}, ""}};
+  o.encoders = {{"cnn", "cnn.pt", {}, "", {}, ""}};
   o.out = "out.h5";
   o.batch_size = batch;
   o.shard_index = index;

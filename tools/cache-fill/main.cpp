@@ -67,7 +67,7 @@ std::string stem(const std::string& path) {
 void resolve_encoders(Options& o) {
   for (const auto& spec : o.encoders) {
     auto [name, path] = cli::split_assignment(spec);
-    o.fill.encoders.push_back({name ? *name : stem(path), path, {}, ""});
+    o.fill.encoders.push_back({name ? *name : stem(path), path, {}, "", {}, ""});
   }
   auto find = [&](const std::string& name, const char* opt) -> fill::EncoderSpec& {
     for (auto& e : o.fill.encoders)
@@ -76,24 +76,18 @@ void resolve_encoders(Options& o) {
     for (const auto& e : o.fill.encoders) have.push_back(e.name);
     throw Error(Exit::usage, opt, "no encoder named '" + name + "' (have: " + name_list(have) + ")");
   };
-  for (const auto& spec : o.features) {
-    auto [name, list] = cli::split_assignment(spec);
-    auto datasets = cli::split(list, ',');
-    if (datasets.empty()) throw Error(Exit::usage, "--features", "empty dataset list");
-    if (name)
-      find(*name, "--features").features = datasets;
-    else
-      o.fill.features = datasets;
-  }
-  for (const auto& spec : o.text) {
-    auto [name, list] = cli::split_assignment(spec);
-    auto fields = cli::split(list, ',');
-    if (fields.empty()) throw Error(Exit::usage, "--text", "empty field list");
-    if (name)
-      find(*name, "--text").text = fields;
-    else
-      o.fill.text = fields;
-  }
+  // --features and --text: "[NAME=]A,B" for one encoder or, without NAME=, for every encoder.
+  auto lists = [&](const std::vector<std::string>& specs, const char* opt, const char* what,
+                   std::vector<std::string> fill::EncoderSpec::*member, std::vector<std::string>& all) {
+    for (const auto& spec : specs) {
+      auto [name, list] = cli::split_assignment(spec);
+      auto items = cli::split(list, ',');
+      if (items.empty()) throw Error(Exit::usage, opt, std::string("empty ") + what + " list");
+      (name ? find(*name, opt).*member : all) = items;
+    }
+  };
+  lists(o.features, "--features", "dataset", &fill::EncoderSpec::features, o.fill.features);
+  lists(o.text, "--text", "field", &fill::EncoderSpec::text, o.fill.text);
   for (const auto& spec : o.tokenizers) {
     auto [name, path] = cli::split_assignment(spec);
     if (name)
