@@ -49,7 +49,7 @@ def learn_wordpiece(texts, lowercase, size, extra_chars=""):
             pieces["##" + w[-k:]] += n
             if k < len(w):
                 pieces[w[:k]] += n
-    ranked = [w for w, _ in words.most_common()] 
+    ranked = [w for w, _ in words.most_common()]
     merged = []
     seen = set(vocab)
     for a, b in zip(ranked, [p for p, _ in pieces.most_common()]):

@@ -163,6 +163,8 @@ Encoder::Encoder(std::string name, std::string path, torch::Device device, std::
   plain_ = load_module(path_, device_);
   plain_.eval();
   for (auto p : plain_.parameters()) p.set_requires_grad(false);
+  const auto& args = plain_.get_method("forward").function().getSchema().arguments();
+  arity_ = args.empty() ? 0 : args.size() - 1;
 }
 
 torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs) {
@@ -205,11 +207,6 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
                 "output is " + kind + "; select a tensor with --output KEY|INDEX");
   }
   return out.toTensor();
-}
-
-std::size_t Encoder::arity() {
-  const auto& args = plain_.get_method("forward").function().getSchema().arguments();
-  return args.empty() ? 0 : args.size() - 1;
 }
 
 int64_t Encoder::embedding_rows() {

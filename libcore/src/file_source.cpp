@@ -371,11 +371,12 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
     pos = nl == std::string::npos ? text.size() : nl + 1;
     if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
-    if (j.is_discarded() && traincache::text::first_invalid_utf8(s) != std::string::npos) {
+    const std::size_t bad = j.is_discarded() ? traincache::text::first_invalid_utf8(s) : std::string::npos;
+    if (bad != std::string::npos) {
       if (strict_utf8)
-        throw Error(Exit::data, path + ":" + std::to_string(line),
-                    "invalid UTF-8 at byte " + std::to_string(traincache::text::first_invalid_utf8(s) + 1) +
-                        " (without --strict-utf8 it is replaced with U+FFFD)");
+        throw Error(
+            Exit::data, path + ":" + std::to_string(line),
+            "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
       t.utf8_replaced += traincache::text::repair_utf8(s);
       j = nlohmann::json::parse(s, nullptr, false);
     }

@@ -51,15 +51,9 @@ class Normalizer {
   virtual std::string describe() const = 0;
 };
 
-bool is_ascii(const std::string& s) {
-  for (char c : s)
-    if (static_cast<unsigned char>(c) >= 0x80) return false;
-  return true;
-}
-
 // Lowercases code point by code point (Rust's NormalizedString::lowercase).
 void lowercase(std::string& s) {
-  if (is_ascii(s)) {
+  if (uni::is_ascii(s)) {
     for (char& c : s)
       if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
     return;
@@ -111,7 +105,7 @@ class BertNormalizer : public Normalizer {
       }
       s = uni::encode(out);
     }
-    if (strip_ && !is_ascii(s)) {
+    if (strip_ && !uni::is_ascii(s)) {
       s = uni::normalize(s, uni::Form::nfd);
       filter(s, uni::is_nonspacing_mark);
     }

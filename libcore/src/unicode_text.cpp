@@ -48,6 +48,12 @@ std::string encode(const std::u32string& cps) {
   return out;
 }
 
+bool is_ascii(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
 int category(char32_t cp) { return utf8proc_category(static_cast<utf8proc_int32_t>(cp)); }
 
 bool is_whitespace(char32_t cp) {
@@ -97,9 +103,7 @@ void append_lowercase(char32_t cp, std::u32string& out) {
 }
 
 std::string normalize(std::string_view s, Form form) {
-  bool ascii = true;
-  for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(s);  // every form leaves ASCII as it is
+  if (is_ascii(s)) return std::string(s);  // every form leaves ASCII as it is
   int options = UTF8PROC_STABLE;
   switch (form) {
     case Form::nfc:

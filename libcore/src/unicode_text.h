@@ -12,6 +12,9 @@ namespace traincache::text::uni {
 /// Appends code point `cp` to `out` as UTF-8.
 void append_utf8(char32_t cp, std::string& out);
 
+/// True when every byte of `s` is ASCII (every Unicode step below leaves such text as it is).
+bool is_ascii(std::string_view s);
+
 /// The code points of valid UTF-8 `s`.
 std::u32string decode(std::string_view s);
 

@@ -99,6 +99,18 @@ expect_err "cache-fill: error: $WORK/pairs.jsonl: no field 'glos' (fields: gloss
 bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/none.json"
 expect_rc 66
 expect_err "cache-fill: error: $WORK/none.json: no such file or directory"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$T/bert-uncased.json" --max-length 0
+expect_rc 64
+expect_err "cache-fill: error: --max-length: must be a positive integer, got '0' (see --help)"
+bad --input "$WORK/pairs.jsonl" --text "" --tokenizer "$T/bert-uncased.json"
+expect_rc 64
+expect_err "cache-fill: error: --text: empty field list"
+bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$T"
+expect_rc 64
+expect_err "cache-fill: error: $T: is a directory; name its tokenizer.json (or the SentencePiece .model file)"
+bad --input "$TC_DATA/tokens.h5" --text input_ids --tokenizer "$T/bert-uncased.json"
+expect_rc 65
+expect_err "cache-fill: error: $TC_DATA/tokens.h5: text field 'input_ids' must be 1-D strings (a manifest field or an HDF5 string dataset)"
 echo '{"model": {"type": "Unigram", "vocab": []}}' > "$WORK/uni.json"
 bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/uni.json"
 expect_rc 65

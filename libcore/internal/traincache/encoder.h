@@ -65,8 +65,8 @@ class Encoder {
   /// outputs -> Error(data) naming the encoder.
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
 
-  /// The number of tensors forward() takes (its arguments without self).
-  std::size_t arity();
+  /// The number of tensors forward() takes (its arguments without self), read once at load.
+  std::size_t arity() const { return arity_; }
   /// Rows of the first embedding table (a submodule whose type is an Embedding), or -1.
   int64_t embedding_rows();
 
@@ -79,6 +79,7 @@ class Encoder {
 
   std::string name_, path_, output_;
   torch::Device device_;
+  std::size_t arity_ = 0;
   torch::jit::Module plain_;
   std::optional<torch::jit::Module> optimized_;
 };
