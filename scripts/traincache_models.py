@@ -27,11 +27,12 @@ class ImageCNN(nn.Module):
 class TextEncoder(nn.Module):
     """Token ids [B, T] (int64) and an attention mask [B, T] -> masked-mean-pooled embeddings."""
 
-    def __init__(self, vocab: int = 1000, width: int = 32, dim: int = 16, max_len: int = 64):
+    def __init__(self, vocab: int = 1000, width: int = 32, dim: int = 16, max_len: int = 64,
+                 dropout: float = 0.1):
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(max_len, width)
-        layer = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=64, dropout=0.1,
+        layer = nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=64, dropout=dropout,
                                            batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
         self.proj = nn.Linear(width, dim)

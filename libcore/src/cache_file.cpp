@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -135,6 +136,53 @@ std::string encoder_names(const CacheInfo& info) {
   return name_list(names);
 }
 
+namespace {
+
+// The text inputs of a cache (its "text" attribute) and its length window.
+void read_text_info(hid_t f, const std::string& path, CacheInfo& info) {
+  info.length_window = h5::read_attr_int(f, "length_window").value_or(0);
+  auto attr = h5::read_attr_string(f, "text");
+  if (!attr) return;
+  auto j = nlohmann::json::parse(*attr, nullptr, false);
+  if (!j.is_object()) throw Error(Exit::data, path, "unreadable text attribute");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const nlohmann::json& v = it.value();
+    if (!v.is_object()) throw Error(Exit::data, path, "unreadable text attribute");
+    // Members of another type read as absent: the attribute is data, not trusted.
+    auto str = [&v](const char* k) { return v.contains(k) && v[k].is_string() ? v[k].get<std::string>() : ""; };
+    auto num = [&v](const char* k) { return v.contains(k) && v[k].is_number_integer() ? v[k].get<int64_t>() : 0; };
+    auto flag = [&v](const char* k) { return v.contains(k) && v[k].is_boolean() && v[k].get<bool>(); };
+    TextInfo t;
+    t.key = it.key();
+    t.field = str("field");
+    t.tokenizer_path = str("tokenizer_path");
+    t.tokenizer_sha256 = str("tokenizer_sha256");
+    t.tokenizer_kind = str("tokenizer_kind");
+    t.padding = str("padding");
+    t.max_length = num("max_length");
+    t.pad_id = num("pad_id");
+    t.strict_utf8 = flag("strict_utf8");
+    t.ragged = flag("ragged");
+    info.text.push_back(std::move(t));
+  }
+}
+
+// The text keys each encoder read, from the fingerprint document.
+std::map<std::string, std::vector<std::string>> text_keys(const std::string& fingerprint_json) {
+  std::map<std::string, std::vector<std::string>> out;
+  auto j = nlohmann::json::parse(fingerprint_json, nullptr, false);
+  if (!j.is_object() || !j.contains("encoders") || !j["encoders"].is_object()) return out;
+  for (auto it = j["encoders"].begin(); it != j["encoders"].end(); ++it) {
+    const auto& e = it.value();
+    if (!e.is_object() || !e.contains("text") || !e["text"].is_array()) continue;
+    for (const auto& k : e["text"])
+      if (k.is_string()) out[it.key()].push_back(k.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
 CacheInfo read_info(const std::string& path, bool count_labels) {
   h5::Id file = h5::open_file(path);
   hid_t f = file.get();
@@ -165,6 +213,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
     for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
   }
+  read_text_info(f, path, info);
   struct stat fst;
   if (::stat(path.c_str(), &fst) != 0) throw Error(Exit::no_input, path, errno_text(errno));
   std::set<std::string> sources;
@@ -175,6 +224,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   } catch (const Error& e) {
     throw Error(Exit::data, path, e.what());
   }
+  const auto text = text_keys(info.fingerprint_json);
   for (const auto& name : names) {
     std::string dpath = "/embeddings/" + name;
     h5::Id d = h5::open_dataset(f, path, dpath);
@@ -190,6 +240,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     e.encoder_sha256 = h5::read_attr_string(d.get(), "encoder_sha256").value_or("");
     e.features = json_string_list(h5::read_attr_string(d.get(), "features").value_or("[]"));
     e.output = h5::read_attr_string(d.get(), "output").value_or("");
+    if (auto t = text.find(name); t != text.end()) e.text = t->second;
     e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
     info.embeddings.push_back(std::move(e));
   }

@@ -12,6 +12,7 @@
 #include "traincache/shm_slab.h"
 #include "traincache/source.h"
 #include "traincache/text.h"
+#include "traincache/tokenizer.h"
 #include "traincache/version.h"
 
 namespace traincache::cli {
@@ -253,6 +254,24 @@ void add_file_options(CLI::App& app, source::FileOptions& files, const std::stri
   if (!labels) return;
   add_choice(app, "--label-order", files.label_order, source::label_order_choices(),
              "Manifests: string labels numbered in sorted or first-seen order")
+      ->group(group);
+}
+
+void add_tokenize_options(CLI::App& app, text::TokenizeOptions& opts, const std::string& group) {
+  app.add_option("--max-length", opts.max_length,
+                 "Tokens per text at most, special tokens included (default: the tokenizer file's, else 512)")
+      ->check(positive_integer())
+      ->group(group);
+  add_choice(app, "--padding", opts.padding, text::padding_choices(),
+             "Pad each batch (and training chunk) to its longest text, or every text to --max-length")
+      ->group(group);
+  app.add_flag("--strict-utf8", opts.strict_utf8,
+               "Refuse ill-formed UTF-8 in text fields (default: replace it with U+FFFD and count it)")
+      ->group(group);
+  app.add_option("--pad-id", opts.pad_id,
+                 "Padding id of token sequences read from variable-layout slabs (ragged rows, no tokenizer)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
       ->group(group);
 }
 

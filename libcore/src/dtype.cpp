@@ -80,4 +80,35 @@ std::string errno_text(int err) {
 
 bool is_float(DType t) { return t == DType::f16 || t == DType::f32 || t == DType::f64; }
 
+namespace {
+template <class From>
+void widen(const void* in, int64_t* out, std::size_t n) {
+  const From* src = static_cast<const From*>(in);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(src[i]);
+}
+}  // namespace
+
+void to_int64(DType t, const void* in, int64_t* out, std::size_t n) {
+  switch (t) {
+    case DType::u8:
+      return widen<uint8_t>(in, out, n);
+    case DType::i8:
+      return widen<int8_t>(in, out, n);
+    case DType::u16:
+      return widen<uint16_t>(in, out, n);
+    case DType::i16:
+      return widen<int16_t>(in, out, n);
+    case DType::u32:
+      return widen<uint32_t>(in, out, n);
+    case DType::i32:
+      return widen<int32_t>(in, out, n);
+    case DType::u64:
+      return widen<uint64_t>(in, out, n);
+    case DType::i64:
+      return widen<int64_t>(in, out, n);
+    default:
+      throw Error(Exit::internal, "", std::string("no int64 conversion from ") + dtype_name(t));
+  }
+}
+
 }  // namespace traincache

@@ -106,25 +106,6 @@ void convert(const void* in, To* out, std::size_t n, To scale = To(1)) {
   for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<To>(src[i]) * scale;
 }
 
-void to_int64(DType t, const void* in, int64_t* out, std::size_t n) {
-  switch (t) {
-    case DType::i8:
-      return convert<int8_t>(in, out, n);
-    case DType::u16:
-      return convert<uint16_t>(in, out, n);
-    case DType::i16:
-      return convert<int16_t>(in, out, n);
-    case DType::u32:
-      return convert<uint32_t>(in, out, n);
-    case DType::i32:
-      return convert<int32_t>(in, out, n);
-    case DType::u64:
-      return convert<uint64_t>(in, out, n);  // values above 2^63 wrap, as in torch
-    default:
-      throw Error(Exit::internal, "", std::string("no int64 conversion from ") + dtype_name(t));
-  }
-}
-
 void to_float32(DType t, const void* in, float* out, std::size_t n) {
   if (t == DType::f64) return convert<double>(in, out, n);
   if (t == DType::f16) return convert<c10::Half>(in, out, n);
@@ -163,8 +144,7 @@ Encoder::Encoder(std::string name, std::string path, torch::Device device, std::
   plain_ = load_module(path_, device_);
   plain_.eval();
   for (auto p : plain_.parameters()) p.set_requires_grad(false);
-  const auto& args = plain_.get_method("forward").function().getSchema().arguments();
-  arity_ = args.empty() ? 0 : args.size() - 1;
+  arity_ = forward_arity(plain_);
 }
 
 torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs) {
@@ -209,14 +189,42 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
   return out.toTensor();
 }
 
-int64_t Encoder::embedding_rows() {
-  for (const auto& m : plain_.named_modules()) {
-    auto type = m.value.type()->name();
-    if (!type || type->name() != "Embedding" || !m.value.hasattr("weight")) continue;
-    auto w = m.value.attr("weight");
+std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b) {
+  std::vector<torch::Tensor> out;
+  for (const auto* v : {&b.input_ids, &b.attention_mask, &b.token_type_ids})
+    out.push_back(torch::from_blob(const_cast<int64_t*>(v->data()), {b.rows, b.length}, torch::kInt64).clone());
+  return out;
+}
+
+void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask) {
+  const int64_t longest = std::max<int64_t>(1, mask.sum(1).max().item<int64_t>());
+  if (longest >= mask.size(1)) return;
+  for (std::size_t k = 0; k < n; ++k) ts[k] = ts[k].slice(1, 0, longest);
+}
+
+std::size_t forward_arity(const torch::jit::Module& m) {
+  const auto& args = m.get_method("forward").function().getSchema().arguments();
+  return args.empty() ? 0 : args.size() - 1;
+}
+
+int64_t embedding_rows(const torch::jit::Module& m) {
+  for (const auto& sub : m.named_modules()) {
+    auto type = sub.value.type()->name();
+    if (!type || type->name() != "Embedding" || !sub.value.hasattr("weight")) continue;
+    auto w = sub.value.attr("weight");
     if (w.isTensor() && w.toTensor().dim() == 2) return w.toTensor().size(0);
   }
   return -1;
+}
+
+void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
+                      const std::string& tok_path) {
+  const int64_t rows = embedding_rows(m);
+  if (rows >= 0 && tok.vocab_size() > rows)
+    throw Error(Exit::data, subject,
+                "its embedding table has " + std::to_string(rows) + " rows but " + tok_path + " has " +
+                    std::to_string(tok.vocab_size()) +
+                    " tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)");
 }
 
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {

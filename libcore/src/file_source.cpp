@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -86,10 +87,12 @@ class IntColumn : public Column {
 // Strings held in memory (an image folder's paths, a manifest's string keys).
 class StringColumn : public Column {
  public:
+  // `width` > 0: rows of `width` strings each ([rows, width], row-major in `values`).
   StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values,
-               int64_t utf8_replaced = 0)
-      : Column(kind, path), values_(std::move(values)), replaced_(utf8_replaced) {
-    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::string};
+               int64_t utf8_replaced = 0, int64_t width = 0)
+      : Column(kind, path), values_(std::move(values)), replaced_(utf8_replaced), width_(std::max<int64_t>(1, width)) {
+    info_ = {name, {static_cast<int64_t>(values_.size()) / width_}, DType::string};
+    if (width > 0) info_.shape.push_back(width);
   }
   int64_t utf8_replaced() const override { return replaced_; }
   void read(int64_t, int64_t, void*) const override {
@@ -97,7 +100,7 @@ class StringColumn : public Column {
   }
   std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
     check_range(start, count);
-    return {values_.begin() + start, values_.begin() + start + count};
+    return {values_.begin() + start * width_, values_.begin() + (start + count) * width_};
   }
   void digest(int64_t a, int64_t b, ContentHash& h) const override {
     h.update(info_.name + '\0' + "string" + '\0');
@@ -107,6 +110,7 @@ class StringColumn : public Column {
  private:
   std::vector<std::string> values_;
   int64_t replaced_ = 0;
+  int64_t width_ = 1;
 };
 
 // Image files, decoded and preprocessed on every read into float32 [C, H, W] rows. Every image
@@ -299,7 +303,8 @@ struct Table {
   std::vector<std::vector<std::optional<std::string>>> rows;
   std::vector<int64_t> lines;                               // the line each row starts on
   std::set<std::pair<std::size_t, std::size_t>> json_ints;  // (row, field) cells that were JSON integers
-  int64_t utf8_replaced = 0;                                // JSON lines repaired to parse
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<std::string>> json_lists;  // lists of strings
+  std::map<std::size_t, int64_t> utf8_replaced;  // field -> ill-formed UTF-8 sequences replaced in JSON lines
 };
 
 // CSV as RFC 4180 (quotes, doubled quotes, line breaks inside quotes) or TSV (tab-separated, no
@@ -361,6 +366,29 @@ Table parse_delimited(const std::string& path, const std::string& text, char sep
   return t;
 }
 
+// A marker for the ill-formed UTF-8 of a JSON line: a noncharacter (U+FDD0..U+FDEF) that the line
+// holds neither as UTF-8 nor escaped, so that each field's replacements can be counted after
+// parsing. U+FFFD (counted by line, not by field) when every one occurs.
+std::string utf8_marker(const std::string& line) {
+  std::string lower = line;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (int c = 0xFDD0; c <= 0xFDEF; ++c) {
+    const std::string utf8{'\xEF', '\xB7', static_cast<char>(0x90 + c - 0xFDD0)};
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+    if (line.find(utf8) == std::string::npos && lower.find(escaped) == std::string::npos) return utf8;
+  }
+  return "\xEF\xBF\xBD";
+}
+
+// Replaces `marker` in `s` with U+FFFD; returns how many there were.
+int64_t unmark(std::string& s, const std::string& marker) {
+  int64_t n = 0;
+  for (std::size_t at = s.find(marker); at != std::string::npos; at = s.find(marker, at + 3), ++n)
+    s.replace(at, marker.size(), "\xEF\xBF\xBD");
+  return n;
+}
+
 Table parse_jsonl(const std::string& path, const std::string& text, bool strict_utf8) {
   Table t;
   std::map<std::string, std::size_t> index;
@@ -370,6 +398,7 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
     std::string s = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
     pos = nl == std::string::npos ? text.size() : nl + 1;
     if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::string marker;  // set when the line's ill-formed UTF-8 was marked
     nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
     const std::size_t bad = j.is_discarded() ? traincache::text::first_invalid_utf8(s) : std::string::npos;
     if (bad != std::string::npos) {
@@ -377,13 +406,16 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
         throw Error(
             Exit::data, path + ":" + std::to_string(line),
             "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
-      t.utf8_replaced += traincache::text::repair_utf8(s);
+      marker = utf8_marker(s);
+      traincache::text::repair_utf8(s, marker);
       j = nlohmann::json::parse(s, nullptr, false);
     }
     if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
     if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
     std::vector<std::optional<std::string>> row(t.fields.size());
-    for (auto& [k, v] : j.items()) {
+    for (auto& [key, v] : j.items()) {
+      std::string k = key;
+      if (!marker.empty()) unmark(k, marker);
       auto [it, added] = index.emplace(k, t.fields.size());
       if (added) {
         t.fields.push_back(k);
@@ -392,9 +424,14 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
       }
       if (v.is_string()) {
         row[it->second] = v.get<std::string>();
+        if (!marker.empty()) t.utf8_replaced[it->second] += unmark(*row[it->second], marker);
       } else if (v.is_number_integer()) {
         row[it->second] = v.dump();
         t.json_ints.emplace(t.rows.size(), it->second);
+      } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); })) {
+        auto& list = t.json_lists[{t.rows.size(), it->second}] = v.get<std::vector<std::string>>();
+        for (auto& e : list)
+          if (!marker.empty()) t.utf8_replaced[it->second] += unmark(e, marker);
       }
     }
     t.rows.push_back(std::move(row));
@@ -455,15 +492,50 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
                                        files.preprocess, files.tolerate_unreadable);
 }
 
-// A text field: JSON values must be strings; ill-formed UTF-8 in CSV/TSV values is replaced (or,
-// strictly, refused) here, in JSON Lines while parsing.
-std::unique_ptr<Column> text_column(const std::string& path, const std::string& name, const Table& t,
-                                    std::vector<std::string> values, bool strict_utf8) {
+// A JSON Lines field of lists of strings, as one list per row, each `width` long (a string counts
+// as a list of one); `width` stays 0 when no row holds a list.
+std::vector<std::string> list_values(const std::string& path, const Table& t, const std::string& name, int64_t& width) {
   const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
-  int64_t replaced = t.utf8_replaced;
-  for (std::size_t r = 0; r < values.size(); ++r) {
+  width = 0;
+  for (const auto& cell : t.json_ints)
+    if (cell.second == k)
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[cell.first]),
+                  "field '" + name + "' is a number, not a string");
+  if (std::none_of(t.json_lists.begin(), t.json_lists.end(), [&](const auto& c) { return c.first.second == k; }))
+    return field_values(path, t, name);
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
     const std::string where = path + ":" + std::to_string(t.lines[r]);
-    if (t.json_ints.count({r, k})) throw Error(Exit::data, where, "field '" + name + "' is a number, not a string");
+    auto list = t.json_lists.find({r, k});
+    std::vector<std::string> one;
+    if (list == t.json_lists.end() && t.rows[r][k]) one.push_back(*t.rows[r][k]);
+    const auto& v = list == t.json_lists.end() ? one : list->second;
+    if (v.empty())
+      throw Error(Exit::data, where,
+                  "field '" + name + "' is " +
+                      (list == t.json_lists.end() ? "missing or not a string or a list of strings" : "an empty list"));
+    if (width == 0) width = static_cast<int64_t>(v.size());
+    if (static_cast<int64_t>(v.size()) != width)
+      throw Error(Exit::data, where,
+                  "field '" + name + "' holds " + std::to_string(v.size()) + " strings but the first row holds " +
+                      std::to_string(width) + " (every row needs the same number)");
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// A text field: JSON values must be strings (or lists of strings, the same number in every row);
+// ill-formed UTF-8 in CSV/TSV values is replaced (or, strictly, refused) here, in JSON Lines while
+// parsing.
+std::unique_ptr<Column> text_column(const std::string& path, const std::string& name, const Table& t,
+                                    bool strict_utf8) {
+  int64_t width = 0;
+  std::vector<std::string> values = list_values(path, t, name, width);
+  auto field = t.utf8_replaced.find(
+      static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin()));
+  int64_t replaced = field == t.utf8_replaced.end() ? 0 : field->second;
+  for (std::size_t r = 0; r < values.size(); ++r) {
+    const std::string where = path + ":" + std::to_string(t.lines[width > 0 ? r / static_cast<std::size_t>(width) : r]);
     const std::size_t bad = traincache::text::first_invalid_utf8(values[r]);
     if (bad == std::string::npos) continue;
     if (strict_utf8)
@@ -472,13 +544,13 @@ std::unique_ptr<Column> text_column(const std::string& path, const std::string& 
                       " (without --strict-utf8 it is replaced with U+FFFD)");
     replaced += traincache::text::repair_utf8(values[r]);
   }
-  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced);
+  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced, width);
 }
 
 std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
                                              const FileOptions& files) {
   Table t = read_manifest(path, role == Role::text && files.strict_utf8);
-  if (role == Role::text) return text_column(path, name, t, field_values(path, t, name), files.strict_utf8);
+  if (role == Role::text) return text_column(path, name, t, files.strict_utf8);
   std::vector<std::string> values = field_values(path, t, name);
   std::vector<int64_t> ints(values.size());
   bool all_int = true;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "traincache/cache_file.h"
@@ -57,20 +58,24 @@ struct Input {
   }
 };
 
-// A text field and the tokenizer that turns it into an encoder's inputs.
+// A text field and the tokenizer that turns it into an encoder's inputs; or a ragged column of
+// token sequences (a variable-layout slab), fed as stored (no tokenizer).
 struct TextInput {
   std::shared_ptr<const source::Column> col;
-  std::shared_ptr<const text::Tokenizer> tok;
+  std::shared_ptr<const text::Tokenizer> tok;  // null: ragged token sequences
   std::string field, tokenizer_path, tokenizer_sha256;
 
   // input_ids, attention_mask and token_type_ids of rows [start, start + count), int64 [count, L].
   std::vector<torch::Tensor> read(int64_t start, int64_t count, const text::TokenizeOptions& opts) const {
-    text::TokenBatch b = text::tokenize_batch(*tok, col->read_strings(start, count), opts,
-                                              col->path() + ": field '" + field + "'", start);
-    std::vector<torch::Tensor> out;
-    for (auto* v : {&b.input_ids, &b.attention_mask, &b.token_type_ids})
-      out.push_back(torch::from_blob(v->data(), {b.rows, b.length}, torch::kInt64).clone());
-    return out;
+    if (tok)
+      return encode::token_tensors(text::tokenize_batch(*tok, col->read_strings(start, count), opts,
+                                                        col->path() + ": field '" + field + "'", start));
+    std::vector<int64_t> values, offsets;
+    col->read_ragged(start, count, values, offsets);
+    std::vector<int64_t> all(static_cast<std::size_t>(count));
+    std::iota(all.begin(), all.end(), 0);
+    return encode::token_tensors(
+        text::pad_rows(text::token_rows(values, std::move(offsets), opts.pad_id, col->path(), start), all));
   }
 };
 
@@ -119,17 +124,17 @@ torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
   }
 }
 
-// Batches [first_row, end_row) in steps of batch_size, read ahead on `workers` threads (at most
-// two per worker in flight) and handed out in order.
+// Units (batches or length windows) [first_row, end_row) in steps of `unit` rows, read ahead on `workers` threads (at
+// most two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
   Prefetcher(const std::map<std::string, Input>& inputs, const std::map<std::string, TextInput>& texts,
-             const FillOptions& opts, int64_t first_row, int64_t end_row)
-      : pf_((end_row - first_row + opts.batch_size - 1) / opts.batch_size, opts.workers, 2 * std::max(1, opts.workers),
-            [&inputs, &texts, &opts, first_row, end_row](int64_t k) {
+             const FillOptions& opts, int64_t unit, int64_t first_row, int64_t end_row)
+      : pf_((end_row - first_row + unit - 1) / unit, opts.workers, 2 * std::max(1, opts.workers),
+            [&inputs, &texts, &opts, unit, first_row, end_row](int64_t k) {
               Batch b;
-              b.start = first_row + k * opts.batch_size;
-              b.count = std::min(opts.batch_size, end_row - b.start);
+              b.start = first_row + k * unit;
+              b.count = std::min(unit, end_row - b.start);
               for (auto& [name, in] : inputs)
                 b.inputs[name] = read_batch(in, b, opts.input_scale, opts.on_error == OnError::skip);
               for (auto& [key, t] : texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
@@ -148,7 +153,8 @@ class Prefetcher {
 // journal validates against this run. With --force, a foreign, damaged or other run's journal is
 // discarded instead of refused.
 Journal open_journal(const std::string& partial, const std::string& fingerprint,
-                     const std::vector<std::string>& encoder_names, int64_t rows, const FillOptions& opts) {
+                     const std::vector<std::string>& encoder_names, int64_t rows, int64_t unit,
+                     const FillOptions& opts) {
   auto start_over = [&] {
     std::error_code ec;
     fs::remove_all(partial, ec);
@@ -176,7 +182,7 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
     return start_over();
   }
   try {
-    journal.validate(encoder_names, rows, opts.batch_size, dtype_size(opts.dtype));
+    journal.validate(encoder_names, rows, unit, dtype_size(opts.dtype));
   } catch (const Error& e) {
     if (!opts.force || e.code() != Exit::data) throw;
     return start_over();
@@ -195,6 +201,7 @@ struct Inputs {
   std::map<std::string, std::vector<std::string>> per_encoder_text;  // encoder -> its text keys
   std::optional<Input> labels, keys;
   int64_t rows = 0;
+  int64_t unit = 0;  // rows read, encoded and committed together: a batch, or a length window
 
   // The preprocessing of the image columns (one spec for all), or null without images.
   const image::Spec* preprocess() const {
@@ -229,8 +236,9 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const source::File
     if (!tok) tok = text::load(tok_path);
     TextInput t{source::open_column(opts.input, f, files, source::Role::text), tok, f, tok_path, sha256_file(tok_path)};
     if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
-      throw Error(Exit::data, opts.input,
-                  "text field '" + f + "' must be 1-D strings (a manifest field or an HDF5 string dataset)");
+      throw Error(
+          Exit::data, opts.input,
+          "text field '" + f + "' must hold one string per row (a manifest field or a 1-D HDF5 string dataset)");
     in.texts.emplace(key, std::move(t));
   }
 }
@@ -252,12 +260,22 @@ void open_columns(const FillOptions& opts, Inputs& in) {
       continue;
     }
     if (feats.empty()) throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
-    in.per_encoder[e.name] = feats;
+    auto& own = in.per_encoder[e.name];
     for (const auto& f : feats) {
-      if (in.features.count(f)) continue;
-      Input d{source::open_column(opts.input, f, files, source::Role::images)};
-      encode::require_numeric_input(d.info(), opts.input);
-      in.features.emplace(f, std::move(d));
+      // Ragged columns (token sequences) are fed after the others, padded per batch like text.
+      const std::string ragged = f + "|ragged";
+      if (!in.features.count(f) && !in.texts.count(ragged)) {
+        Input d{source::open_column(opts.input, f, files, source::Role::images)};
+        encode::require_numeric_input(d.info(), opts.input);
+        if (d.info().ragged)
+          in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
+        else
+          in.features.emplace(f, std::move(d));
+      }
+      if (in.texts.count(ragged))
+        in.per_encoder_text[e.name].push_back(ragged);
+      else
+        own.push_back(f);
     }
   }
   for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), source::Role::labels},
@@ -271,6 +289,31 @@ void open_columns(const FillOptions& opts, Inputs& in) {
   if (in.keys && (in.keys->info().shape.size() != 1 ||
                   !(is_integer(in.keys->info().dtype) || in.keys->info().dtype == DType::string)))
     throw Error(Exit::data, opts.input, "key dataset '" + keys_name(opts) + "' must be 1-D integers or strings");
+}
+
+// Rows read and committed together: a length window (--length-window rows, by default 16
+// batches, rounded up to whole batches) when every encoder reads only text padded to its batch's
+// longest; else one batch.
+int64_t window_rows(const FillOptions& opts, const Inputs& in) {
+  const bool asked = opts.length_window > 0;
+  if (opts.length_window == 0 || in.texts.empty()) {
+    if (asked)
+      throw Error(Exit::usage, "--length-window",
+                  "sorts texts (--text) or token sequences (a variable-layout slab) by length; there are none");
+    return opts.batch_size;
+  }
+  if (opts.tokenize.padding == text::Padding::max_length) {
+    if (asked) throw Error(Exit::usage, "--length-window", "has nothing to gain with --padding max-length");
+    return opts.batch_size;
+  }
+  for (const auto& [name, cols] : in.per_encoder)
+    if (!cols.empty()) {
+      if (asked)
+        throw Error(Exit::usage, "--length-window", "encoder '" + name + "' also reads --features; it sorts text only");
+      return opts.batch_size;
+    }
+  const int64_t want = asked ? opts.length_window : 16 * opts.batch_size;
+  return (want + opts.batch_size - 1) / opts.batch_size * opts.batch_size;
 }
 
 Inputs open_inputs(const FillOptions& opts) {
@@ -291,6 +334,7 @@ Inputs open_inputs(const FillOptions& opts) {
   for (const auto& [key, t] : in.texts) same_rows(t.col->info());
   if (in.labels) same_rows(in.labels->info());
   if (in.keys) same_rows(in.keys->info());
+  in.unit = window_rows(opts, in);
   return in;
 }
 
@@ -307,12 +351,13 @@ struct Fingerprint {
 json text_json(const FillOptions& opts, const Inputs& in) {
   json j = json::object();
   for (const auto& [key, t] : in.texts)
-    j[key] = {{"field", t.field},
-              {"tokenizer_sha256", t.tokenizer_sha256},
-              {"tokenizer_kind", t.tok->kind()},
-              {"max_length", text::effective_max_length(*t.tok, opts.tokenize)},
-              {"padding", text::padding_choices().name(opts.tokenize.padding)},
-              {"strict_utf8", opts.tokenize.strict_utf8}};
+    j[key] = t.tok ? json{{"field", t.field},
+                          {"tokenizer_sha256", t.tokenizer_sha256},
+                          {"tokenizer_kind", t.tok->kind()},
+                          {"max_length", text::effective_max_length(*t.tok, opts.tokenize)},
+                          {"padding", text::padding_choices().name(opts.tokenize.padding)},
+                          {"strict_utf8", opts.tokenize.strict_utf8}}
+                   : json{{"field", t.field}, {"ragged", true}, {"pad_id", opts.tokenize.pad_id}};
   return j;
 }
 
@@ -347,7 +392,8 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"batch_size", opts.batch_size},
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
-  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
+  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";   // absent: fail (older caches)
+  if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
   f.text = fp.dump();
   f.hash = sha256_hex(f.text);
   f.job = fp;
@@ -414,7 +460,7 @@ class Encoding {
   bool run(const RowPlan& plan) {
     int64_t done = journal_.committed_rows, last_commit = done;
     if (done >= plan.rows()) return true;
-    Prefetcher pf(in_.features, in_.texts, opts_, plan.begin + done, plan.end);
+    Prefetcher pf(in_.features, in_.texts, opts_, in_.unit, plan.begin + done, plan.end);
     if (cb_.progress) cb_.progress(done, plan.rows());
     for (int64_t k = 0; k < pf.batches(); ++k) {
       if (interrupt_requested()) {
@@ -456,14 +502,9 @@ class Encoding {
 
   // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
   void check_vocabulary(encode::Encoder& enc) {
-    const int64_t rows = enc.embedding_rows();
     for (const auto& key : in_.per_encoder_text.at(enc.name())) {
       const TextInput& t = in_.texts.at(key);
-      if (rows >= 0 && t.tok->vocab_size() > rows)
-        throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                    "its embedding table has " + std::to_string(rows) + " rows but " + t.tokenizer_path + " has " +
-                        std::to_string(t.tok->vocab_size()) +
-                        " tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)");
+      if (t.tok) encode::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path);
     }
   }
 
@@ -490,17 +531,50 @@ class Encoding {
     }
   }
 
-  // One encoder on one batch: forward, checks of the output, append to the raw file.
-  void encode(std::size_t i, const Batch& batch, bool first) {
+  // The order in which the rows of a length window are encoded, batch by batch: by their token
+  // count (stable), so that each batch holds texts of similar length. Undefined (as read) for one
+  // batch, and for encoders without text.
+  torch::Tensor encode_order(const std::string& enc, const Batch& batch) const {
+    if (in_.unit <= opts_.batch_size || in_.per_encoder_text.at(enc).empty()) return {};
+    torch::Tensor tokens = torch::zeros({batch.count}, torch::kLong);
+    for (const auto& key : in_.per_encoder_text.at(enc)) tokens += batch.text.at(key)[1].sum(1);
+    return std::get<1>(tokens.sort(/*stable=*/true, 0, false));
+  }
+
+  // Rows `rows` of every argument; each text field's tensors trimmed to its longest text there.
+  static std::vector<torch::Tensor> rows_of(const std::vector<torch::Tensor>& args,
+                                            const std::vector<std::pair<std::size_t, std::size_t>>& text_args,
+                                            const torch::Tensor& rows) {
+    std::vector<torch::Tensor> out;
+    for (const auto& a : args) out.push_back(a.index_select(0, rows));
+    for (const auto& [first, n] : text_args) encode::trim_padding(&out[first], n, torch::Tensor(out[first + 1]));
+    return out;
+  }
+
+  // Rows [a, b) of every argument (the arguments themselves when that is all of them).
+  static std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b) {
+    if (args.empty() || (a == 0 && b == args.front().size(0))) return args;
+    std::vector<torch::Tensor> out;
+    for (const auto& t : args) out.push_back(t.slice(0, a, b));
+    return out;
+  }
+
+  // Token ids of a ragged input must index the encoder's first embedding table.
+  void check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch) {
+    auto [it, added] = embedding_rows_.emplace(enc.name(), 0);
+    if (added) it->second = encode::embedding_rows(enc.module());
+    if (it->second < 0) return;
+    const torch::Tensor row_max = std::get<0>(ids.max(1));
+    const int64_t r = row_max.argmax().item<int64_t>(), id = row_max[r].item<int64_t>();
+    if (id >= it->second)
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "token id " + std::to_string(id) + " of input row " + std::to_string(batch.start + r) +
+                      " is beyond its embedding table of " + std::to_string(it->second) + " rows");
+  }
+
+  // One batch through encoder i (with the first batch's checks when `first`), as stored.
+  torch::Tensor forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first) {
     auto& enc = *encoders_[i];
-    std::vector<torch::Tensor> args;
-    for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
-    for (const auto& key : in_.per_encoder_text.at(enc.name())) {
-      const auto& t = batch.text.at(key);
-      args.push_back(t[0]);
-      args.push_back(t[1]);
-      if (enc.arity() > args.size()) args.push_back(t[2]);  // forward(ids, mask, token_type_ids)
-    }
     JournalEncoder& je = journal_.encoders[enc.name()];
     auto t_setup = Clock::now();
     if (first) check_vocabulary(enc);
@@ -510,10 +584,38 @@ class Encoding {
     torch::Tensor out = enc.forward(args);
     out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();
     result_.encode_seconds += seconds_since(t_enc);
-    if (out.dim() < 1 || out.size(0) != batch.count)
+    if (out.dim() < 1 || out.size(0) != rows)
       throw Error(Exit::data, "encoder '" + enc.name() + "'",
                   "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) +
-                      " rows for a batch of " + std::to_string(batch.count));
+                      " rows for a batch of " + std::to_string(rows));
+    return out;
+  }
+
+  // One encoder on one unit (a batch, or a length window encoded batch by batch in length
+  // order): forward, checks of the output, append to the raw file in input order.
+  void encode(std::size_t i, const Batch& batch, bool first) {
+    auto& enc = *encoders_[i];
+    std::vector<torch::Tensor> args;
+    std::vector<std::pair<std::size_t, std::size_t>> text_args;  // (first argument, count) per text field
+    for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
+    for (const auto& key : in_.per_encoder_text.at(enc.name())) {
+      const auto& t = batch.text.at(key);
+      if (!in_.texts.at(key).tok) check_ragged_ids(enc, t[0], batch);
+      const std::size_t n = enc.arity() > args.size() + 2 ? 3 : 2;  // forward(ids, mask[, token_type_ids])
+      text_args.emplace_back(args.size(), n);
+      args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    const torch::Tensor order = encode_order(enc.name(), batch);
+    std::vector<torch::Tensor> outs;
+    for (int64_t a = 0; a < batch.count; a += opts_.batch_size) {
+      const int64_t b = std::min(a + opts_.batch_size, batch.count);
+      outs.push_back(
+          forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
+                        b - a, first && a == 0));
+    }
+    torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
+    if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
+    JournalEncoder& je = journal_.encoders[enc.name()];
     for (const auto& [row, why] : batch.skipped) out[row - batch.start].zero_();  // no embedding for them
     std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
     if (!je.has_shape) {
@@ -544,6 +646,7 @@ class Encoding {
   const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
   std::vector<std::vector<int64_t>> row_shapes_;
   std::vector<RawFile> raws_;
+  std::map<std::string, int64_t> embedding_rows_;  // by encoder, once (ragged inputs)
 };
 
 // ---- stage: publish --------------------------------------------------------------------------
@@ -573,10 +676,12 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                      {"keys_source", keys_name(opts)},
                      {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
                      {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
-                     {"batch_size", opts.batch_size}};
+                     {"batch_size", opts.batch_size},
+                     {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
   if (!in.texts.empty()) {
     json t = text_json(opts, in);
-    for (const auto& [key, ti] : in.texts) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
+    for (const auto& [key, ti] : in.texts)
+      if (ti.tok) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
     spec.root_attrs.push_back({"text", t.dump()});
   }
   if (const image::Spec* pre = in.preprocess()) {
@@ -630,6 +735,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   FillResult result;
   result.out = out;
   result.rows = plan.rows();
+  result.length_window = in.unit > opts.batch_size ? in.unit : 0;
   // Encoders: digests first, so that a missing file is reported before a load error.
   std::vector<std::string> enc_sha, encoder_names;
   for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
@@ -659,7 +765,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     return result;
   }
 
-  Journal journal = open_journal(partial, fp.hash, encoder_names, plan.rows(), opts);
+  Journal journal = open_journal(partial, fp.hash, encoder_names, plan.rows(), in.unit, opts);
   journal.fingerprint = fp.hash;
   result.resumed_from = journal.committed_rows;
   Encoding encoding(opts, in, encoders, journal, result, cb);

@@ -83,11 +83,16 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
 
 void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h) {
   slab.check_size();
+  const bool variable = slab.info().layout == shm::Layout::variable;
   for (int64_t i = a; i < b; ++i) {
     auto v = slab.view(static_cast<uint64_t>(i));
     if (!v)
       throw Error(Exit::data, slab.info().name,
                   "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
+    if (variable) {  // framed: the same values split into other items digest differently
+      const uint64_t n = v.bytes;
+      h.update(&n, sizeof n);
+    }
     h.update(v.data, v.bytes);
   }
 }

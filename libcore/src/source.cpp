@@ -49,28 +49,30 @@ class Hdf5Column : public Column {
 
   hid_t hdf5_dataset() const override { return dset_.get(); }
 
-  // A 1-D string dataset (variable or fixed length; fixed ones lose their NUL or space padding).
+  // A dataset of strings (variable or fixed length; fixed ones lose their NUL or space padding),
+  // rows of several strings one after another.
   std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
-    if (info_.dtype != DType::string || info_.shape.size() != 1)
-      throw Error(Exit::data, path(), "dataset '" + info_.name + "' is not a 1-D dataset of strings");
+    if (info_.dtype != DType::string)
+      throw Error(Exit::data, path(), "dataset '" + info_.name + "' is not a dataset of strings");
     check_range(start, count);
+    const int64_t n = count * info_.row_elements();
     h5::Id ftype(H5Dget_type(dset_.get()));
     h5::Id mtype(H5Tcopy(ftype.get()));
     std::vector<std::string> out;
-    out.reserve(static_cast<std::size_t>(count));
+    out.reserve(static_cast<std::size_t>(n));
     if (h5info_.vlen_string) {
-      std::vector<char*> p(static_cast<std::size_t>(count), nullptr);
+      std::vector<char*> p(static_cast<std::size_t>(n), nullptr);
       h5::read_rows(dset_.get(), info_.name, start, count, mtype.get(), p.data());
       for (char* c : p) out.emplace_back(c ? c : "");
-      hsize_t dims[1] = {static_cast<hsize_t>(count)};
+      hsize_t dims[1] = {static_cast<hsize_t>(n)};
       h5::Id space(H5Screate_simple(1, dims, nullptr));
       H5Dvlen_reclaim(mtype.get(), space.get(), H5P_DEFAULT, p.data());
       return out;
     }
     const std::size_t w = h5info_.type_size;
-    std::vector<char> buf(w * static_cast<std::size_t>(count));
+    std::vector<char> buf(w * static_cast<std::size_t>(n));
     h5::read_rows(dset_.get(), info_.name, start, count, mtype.get(), buf.data());
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       std::string v(buf.data() + i * w, w);
       v.erase(v.find_last_not_of(std::string("\0 ", 2)) + 1);
       out.push_back(std::move(v));
@@ -89,14 +91,21 @@ class SlabColumn : public Column {
   explicit SlabColumn(const std::string& path)
       : Column(Kind::shm, path), slab_(shm::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
     auto si = slab_.info();
-    if (si.layout != shm::Layout::fixed) throw Error(Exit::data, path, "an input slab must have a fixed layout");
     info_.name = path;
     info_.dtype = si.dtype;
     info_.shape = {static_cast<int64_t>(si.length)};
-    for (auto d : si.dims) info_.shape.push_back(static_cast<int64_t>(d));
+    info_.ragged = si.layout == shm::Layout::variable;
+    if (info_.ragged && !is_integer(si.dtype))
+      throw Error(
+          Exit::data, path,
+          std::string("a variable-layout input slab must hold integer token sequences, not ") + dtype_name(si.dtype));
+    if (!info_.ragged)
+      for (auto d : si.dims) info_.shape.push_back(static_cast<int64_t>(d));
   }
 
   void read(int64_t start, int64_t count, void* out) const override {
+    if (info_.ragged)
+      throw Error(Exit::data, path(), "holds sequences of varying length: read them as token sequences");
     check_range(start, count);
     const std::size_t row = info_.row_bytes();
     auto* dst = static_cast<char*>(out);
@@ -106,6 +115,25 @@ class SlabColumn : public Column {
         throw Error(Exit::data, info_.name,
                     "index " + std::to_string(start + i) + " is not cached (shm-cache fill it first)");
       std::memcpy(dst + static_cast<std::size_t>(i) * row, v.data, std::min(row, v.bytes));
+    }
+  }
+
+  void read_ragged(int64_t start, int64_t count, std::vector<int64_t>& values,
+                   std::vector<int64_t>& offsets) const override {
+    if (!info_.ragged) Column::read_ragged(start, count, values, offsets);
+    check_range(start, count);
+    const std::size_t esize = dtype_size(info_.dtype);
+    values.clear();
+    offsets.assign(1, 0);
+    for (int64_t i = start; i < start + count; ++i) {
+      auto v = slab_.view(static_cast<uint64_t>(i));
+      if (!v)
+        throw Error(Exit::data, info_.name, "index " + std::to_string(i) + " is not cached (shm-cache fill it first)");
+      const std::size_t n = v.bytes / esize;
+      const std::size_t at = values.size();
+      values.resize(at + n);
+      to_int64(info_.dtype, v.data, values.data() + at, n);
+      offsets.push_back(static_cast<int64_t>(values.size()));
     }
   }
 
@@ -209,6 +237,10 @@ void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
     read(s, n, buf.data());
     h.update(buf.data(), buf.size());
   }
+}
+
+void Column::read_ragged(int64_t, int64_t, std::vector<int64_t>&, std::vector<int64_t>&) const {
+  throw Error(Exit::data, path_, "'" + info_.name + "' does not hold sequences of varying length");
 }
 
 std::vector<std::string> Column::read_strings(int64_t, int64_t) const {

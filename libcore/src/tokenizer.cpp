@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "tokenizer_internal.h"
 #include "traincache/error.h"
@@ -141,32 +144,103 @@ int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) 
   return tok.file_max_length() > 0 ? tok.file_max_length() : 512;
 }
 
+void TokenRows::append(const Encoding& e) {
+  ids.insert(ids.end(), e.ids.begin(), e.ids.end());
+  type_ids.insert(type_ids.end(), e.type_ids.begin(), e.type_ids.end());
+  offsets.push_back(static_cast<int64_t>(ids.size()));
+}
+
+void TokenRows::extend(const TokenRows& more) {
+  const int64_t base = static_cast<int64_t>(ids.size());
+  ids.insert(ids.end(), more.ids.begin(), more.ids.end());
+  type_ids.insert(type_ids.end(), more.type_ids.begin(), more.type_ids.end());
+  for (std::size_t i = 1; i < more.offsets.size(); ++i) offsets.push_back(base + more.offsets[i]);
+}
+
+TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
+                        const std::string& what, int threads) {
+  const int64_t max_length = effective_max_length(tok, opts);
+  const std::size_t n = texts.size();
+  std::size_t parts =
+      threads > 0 ? static_cast<std::size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  parts = std::max<std::size_t>(1, std::min(parts, n / 256));  // small inputs: one thread
+  std::vector<TokenRows> part(parts);
+  std::vector<std::exception_ptr> failed(parts);
+  auto work = [&](std::size_t p) {
+    try {
+      for (std::size_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
+        if (texts[i].empty()) throw Error(Exit::data, what + " row " + std::to_string(i), "empty text");
+        part[p].append(tok.encode(texts[i], max_length));
+      }
+    } catch (...) {
+      failed[p] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t p = 1; p < parts; ++p) pool.emplace_back(work, p);
+  work(0);
+  for (auto& t : pool) t.join();
+  for (auto& f : failed)  // the first failing row's error, as one thread would have found it
+    if (f) std::rethrow_exception(f);
+  TokenRows out = std::move(part[0]);
+  out.pad_id = tok.pad_id();
+  for (std::size_t p = 1; p < parts; ++p) out.extend(part[p]);
+  return out;
+}
+
+TokenRows token_rows(const std::vector<int64_t>& values, std::vector<int64_t> offsets, int64_t pad_id,
+                     const std::string& what, int64_t first_row) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i] < 0 || values[i] > INT32_MAX) {
+      const auto row = std::upper_bound(offsets.begin(), offsets.end(), static_cast<int64_t>(i)) - offsets.begin() - 1;
+      throw Error(Exit::data, what + " row " + std::to_string(first_row + row),
+                  "token id " + std::to_string(values[i]) + " is not a vocabulary index");
+    }
+  TokenRows rows;
+  rows.offsets = std::move(offsets);
+  rows.ids.assign(values.begin(), values.end());
+  rows.type_ids.assign(values.size(), 0);
+  rows.pad_id = pad_id;
+  return rows;
+}
+
+TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int64_t length) {
+  TokenBatch b;
+  b.rows = static_cast<int64_t>(seqs.size());
+  b.length = length;
+  if (length <= 0)
+    for (int64_t s : seqs) b.length = std::max(b.length, rows.length(s));
+  b.length = std::max<int64_t>(b.length, 1);
+  const std::size_t n = static_cast<std::size_t>(b.rows * b.length);
+  b.input_ids.assign(n, rows.pad_id);
+  b.attention_mask.assign(n, 0);
+  b.token_type_ids.assign(n, 0);
+  for (std::size_t r = 0; r < seqs.size(); ++r) {
+    const auto from = static_cast<std::size_t>(rows.offsets[static_cast<std::size_t>(seqs[r])]);
+    const auto len = static_cast<std::size_t>(std::min(rows.length(seqs[r]), b.length));
+    const std::size_t base = r * static_cast<std::size_t>(b.length);
+    std::copy_n(rows.ids.begin() + static_cast<std::ptrdiff_t>(from), len,
+                b.input_ids.begin() + static_cast<std::ptrdiff_t>(base));
+    std::copy_n(rows.type_ids.begin() + static_cast<std::ptrdiff_t>(from), len,
+                b.token_type_ids.begin() + static_cast<std::ptrdiff_t>(base));
+    std::fill_n(b.attention_mask.begin() + static_cast<std::ptrdiff_t>(base), len, 1);
+  }
+  return b;
+}
+
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
                           const std::string& what, int64_t first_row) {
+  TokenRows rows;
+  rows.pad_id = tok.pad_id();
   const int64_t max_length = effective_max_length(tok, opts);
-  std::vector<Encoding> enc;
-  enc.reserve(texts.size());
-  TokenBatch b;
-  b.rows = static_cast<int64_t>(texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) {
     if (texts[i].empty())
       throw Error(Exit::data, what + " row " + std::to_string(first_row + static_cast<int64_t>(i)), "empty text");
-    enc.push_back(tok.encode(texts[i], max_length));
-    b.length = std::max<int64_t>(b.length, static_cast<int64_t>(enc.back().ids.size()));
+    rows.append(tok.encode(texts[i], max_length));
   }
-  if (opts.padding == Padding::max_length) b.length = max_length;
-  b.length = std::max<int64_t>(b.length, 1);
-  const std::size_t n = static_cast<std::size_t>(b.rows * b.length);
-  b.input_ids.assign(n, tok.pad_id());
-  b.attention_mask.assign(n, 0);
-  b.token_type_ids.assign(n, 0);
-  for (std::size_t r = 0; r < enc.size(); ++r) {
-    const std::size_t base = r * static_cast<std::size_t>(b.length);
-    std::copy(enc[r].ids.begin(), enc[r].ids.end(), b.input_ids.begin() + base);
-    std::copy(enc[r].type_ids.begin(), enc[r].type_ids.end(), b.token_type_ids.begin() + base);
-    std::fill_n(b.attention_mask.begin() + base, enc[r].ids.size(), 1);
-  }
-  return b;
+  std::vector<int64_t> all(texts.size());
+  std::iota(all.begin(), all.end(), 0);
+  return pad_rows(rows, all, opts.padding == Padding::max_length ? max_length : 0);
 }
 
 namespace {
@@ -205,7 +279,7 @@ std::size_t first_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
-int64_t repair_utf8(std::string& s) {
+int64_t repair_utf8(std::string& s, std::string_view replacement) {
   if (first_invalid_utf8(s) == std::string_view::npos) return 0;
   std::string out;
   out.reserve(s.size() + 8);
@@ -216,7 +290,7 @@ int64_t repair_utf8(std::string& s) {
       out.append(s, i, n);
       i += n;
     } else {
-      out += "\xEF\xBF\xBD";
+      out += replacement;
       ++replaced;
       i += bad;
     }

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/safe_file.h"
+#include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
 #include "traincache/text.h"
 #include "traincache/timing.h"
@@ -100,13 +102,26 @@ gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
 
 // ---- data ---------------------------------------------------------------------------------
 
+// A text side's token sequences, tokenized once at load: the side's rows, then (passages) the
+// hard negatives, row i's j-th at rows + i*k + j. Batches are padded when they are drawn.
+struct TextSide {
+  text::TokenRows seqs;
+  int64_t rows = 0, negatives = 0;
+  int64_t length = 0;  // every batch padded to this many tokens; 0: to its longest (chunks trimmed)
+  std::shared_ptr<const text::Tokenizer> tok;
+  std::string tokenizer;  // its file
+  torch::Device device{torch::kCPU};
+};
+
 struct Data {
   std::vector<std::shared_ptr<shm::Slab>> slabs;         // keep shared embeddings mapped
   std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
+  std::optional<TextSide> query_text, passage_text;      // a text side instead of tensors
   torch::Tensor labels;                                  // grouped mode
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
   int64_t hard_negatives = 0;
+  int64_t utf8_replaced = 0;  // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
 };
 
 torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
@@ -131,10 +146,36 @@ std::vector<torch::Tensor> gather(const std::vector<torch::Tensor>& ts, const to
   return out;
 }
 
-// Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...].
-std::vector<torch::Tensor> passage_group(const Data& d, const torch::Tensor& idx) {
+// Sequences `seqs` of a text side, padded: input_ids, attention_mask, token_type_ids.
+std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int64_t>& seqs) {
+  auto out = encode::token_tensors(text::pad_rows(t.seqs, seqs, t.length));
+  for (auto& x : out) x = x.to(t.device);
+  return out;
+}
+
+std::vector<int64_t> row_list(const torch::Tensor& idx) {
+  auto c = idx.to(torch::kCPU, torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx) {
+  return d.query_text ? token_inputs(*d.query_text, row_list(idx)) : gather(d.query, idx);
+}
+
+// Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...]; only the
+// positives without `negatives`.
+std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives = true) {
+  if (d.passage_text) {
+    const TextSide& t = *d.passage_text;
+    std::vector<int64_t> seqs;
+    for (int64_t i : row_list(idx)) {
+      seqs.push_back(i);
+      for (int64_t j = 0; negatives && j < t.negatives; ++j) seqs.push_back(t.rows + i * t.negatives + j);
+    }
+    return token_inputs(t, seqs);
+  }
   auto pos = gather(d.passage, idx);
-  if (d.negatives.empty()) return pos;
+  if (d.negatives.empty() || !negatives) return pos;
   auto neg = gather(d.negatives, idx);
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < pos.size(); ++i) {
@@ -301,7 +342,7 @@ EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q
                ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
                : x;
   };
-  auto q = norm(encode_eval(q_tower, gather(d.query, idx), chunk)).to(torch::kFloat64);
+  auto q = norm(encode_eval(q_tower, query_inputs(d, idx), chunk)).to(torch::kFloat64);
   if (grouped) {
     auto labels = d.labels.index_select(0, idx.to(d.labels.device())).cpu();
     int64_t correct = 0;
@@ -316,7 +357,7 @@ EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q
     m.nn_accuracy = static_cast<double>(correct) / std::max<int64_t>(1, q.size(0));
     return m;
   }
-  auto p = norm(encode_eval(p_tower, gather(d.passage, idx), chunk)).to(torch::kFloat64);
+  auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk)).to(torch::kFloat64);
   double r1 = 0, r10 = 0, mrr = 0;
   for (int64_t a = 0; a < q.size(0); a += 1024) {
     int64_t b = std::min(a + 1024, q.size(0));
@@ -387,7 +428,82 @@ std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, Trai
 
 // ---- stage: load data ------------------------------------------------------------------------
 
-// Raw datasets of `file` (slabs for names "shm:NAME").
+// The tokenizer file of a side, or "" when the side is not text.
+std::string side_tokenizer(const TrainOptions& o, bool query) {
+  const std::string& own = query ? o.query_tokenizer : o.passage_tokenizer;
+  return own.empty() ? o.tokenizer : own;
+}
+
+// The texts of field `field` of `file` and how many each row holds (1, or k for lists).
+std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
+                                    bool lists, int64_t& per_row, int64_t& replaced) {
+  source::FileOptions files = o.files;
+  files.strict_utf8 = o.tokenize.strict_utf8;
+  auto col = source::open_column(file, field, files, source::Role::text);
+  const auto& ci = col->info();
+  if (ci.dtype != DType::string || ci.shape.size() > (lists ? 2u : 1u))
+    throw Error(Exit::data, file,
+                "text field '" + field + "' must hold " +
+                    (lists ? "a string or a list of strings per row" : "one string per row") +
+                    " (a manifest field or an HDF5 string dataset)");
+  per_row = ci.shape.size() == 2 ? ci.shape[1] : 1;
+  replaced += col->utf8_replaced();
+  auto texts = col->read_strings(0, ci.rows());
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    if (texts[i].empty())
+      throw Error(Exit::data,
+                  file + ": field '" + field + "' row " + std::to_string(i / static_cast<std::size_t>(per_row)) +
+                      (per_row > 1 ? " item " + std::to_string(i % static_cast<std::size_t>(per_row)) : ""),
+                  "empty text");
+  return texts;
+}
+
+// A text side: one field of `file` (and one of its hard negatives), tokenized.
+TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
+                   const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
+                   const std::string& tok_path, const char* option, int64_t& replaced) {
+  if (fields.size() != 1)
+    throw Error(Exit::usage, option, "a text side reads one field, not " + std::to_string(fields.size()));
+  if (negatives.size() > 1) throw Error(Exit::usage, "--negatives", "a text side reads one field of negatives");
+  if (file.empty()) throw Error(Exit::usage, "--data", "text fields need --data (a manifest or an HDF5 file)");
+  TextSide t;
+  t.tokenizer = tok_path;
+  t.tok = text::load(tok_path);
+  t.device = s.device;
+  if (o.tokenize.padding == text::Padding::max_length) t.length = text::effective_max_length(*t.tok, o.tokenize);
+  int64_t one = 1;
+  auto texts = read_texts(o, file, fields[0], false, one, replaced);
+  t.rows = static_cast<int64_t>(texts.size());
+  t.seqs = text::tokenize_rows(*t.tok, texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
+  if (negatives.empty()) return t;
+  auto neg = read_texts(o, file, negatives[0], true, t.negatives, replaced);
+  same_rows(file, fields[0], t.rows, negatives[0], static_cast<int64_t>(neg.size()) / t.negatives);
+  t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
+  return t;
+}
+
+// A side whose one dataset is ragged (a variable-layout slab of token ids): its sequences as
+// stored, padded per batch and chunk like text. Nothing for other datasets.
+std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
+                                    const std::vector<std::string>& fields, bool negatives) {
+  if (fields.size() != 1 || source::kind_of(source::names_own_file(fields[0]) ? fields[0] : file) != source::Kind::shm)
+    return std::nullopt;
+  auto col = source::open_column(file, fields[0], o.files);
+  if (!col->info().ragged) return std::nullopt;
+  if (negatives)
+    throw Error(Exit::usage, "--negatives",
+                "hard negatives of token sequences are read from text fields (--tokenizer)");
+  TextSide t;
+  t.rows = col->info().rows();
+  t.device = s.device;
+  t.tokenizer = fields[0];
+  std::vector<int64_t> values, offsets;
+  col->read_ragged(0, t.rows, values, offsets);
+  t.seqs = text::token_rows(values, std::move(offsets), o.tokenize.pad_id, fields[0]);
+  return t;
+}
+
+// Raw datasets of `file` (slabs for names "shm:NAME"), or text fields for a side with a tokenizer.
 Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   Data d;
   auto load = [&](const std::string& ds) {
@@ -395,18 +511,29 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
       throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
     return read_all(file, ds, o.input_scale, s.device, s.float_type, o.files);
   };
-  for (const auto& q : o.query) d.query.push_back(load(q));
-  for (const auto& p : o.passage) d.passage.push_back(load(p));
-  for (const auto& n : o.negatives) {
-    d.negatives.push_back(load(n));
-    // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
-    if (source::kind_of(file) == source::Kind::manifest) d.negatives.back() = d.negatives.back().unsqueeze(1);
+  int64_t replaced = 0;
+  if (const auto tok = side_tokenizer(o, true); !tok.empty())
+    d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced);
+  else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
+    for (const auto& q : o.query) d.query.push_back(load(q));
+  if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
+    d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced);
+    d.hard_negatives = d.passage_text->negatives;
+  } else if (!(d.passage_text = ragged_side(o, s, file, o.passage, !o.negatives.empty()))) {
+    for (const auto& p : o.passage) d.passage.push_back(load(p));
+    for (const auto& n : o.negatives) {
+      d.negatives.push_back(load(n));
+      // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
+      if (source::kind_of(file) == source::Kind::manifest) d.negatives.back() = d.negatives.back().unsqueeze(1);
+    }
   }
-  d.rows = d.query.front().size(0);
-  for (std::size_t i = 0; i < o.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
-  for (std::size_t i = 0; i < o.passage.size(); ++i)
+  d.utf8_replaced = replaced;
+  d.rows = d.query_text ? d.query_text->rows : d.query.front().size(0);
+  for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
+  if (d.passage_text) same_rows(file, o.query[0], d.rows, o.passage[0], d.passage_text->rows);
+  for (std::size_t i = 0; i < d.passage.size(); ++i)
     same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
-  if (o.negatives.empty()) return d;
+  if (d.negatives.empty()) return d;
   if (o.negatives.size() != o.passage.size())
     throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
   for (std::size_t i = 0; i < o.negatives.size(); ++i) {
@@ -495,6 +622,51 @@ struct Models {
   json config;
 };
 
+// A text side's tower: the encoder gets input_ids, attention_mask and, when its forward() takes
+// three tensors, token_type_ids; padded to the longest, each chunk is trimmed to its own longest.
+gc::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t) {
+  const std::size_t arity = encode::forward_arity(*m);
+  if (arity < 1 || arity > 3)
+    throw Error(Exit::data, name,
+                "forward() takes " + std::to_string(arity) +
+                    " tensors; a text encoder takes input_ids[, attention_mask[, token_type_ids]]");
+  if (t.tok) {
+    encode::check_vocabulary(*m, name, *t.tok, t.tokenizer);
+  } else if (const int64_t rows = encode::embedding_rows(*m); rows >= 0 && !t.seqs.ids.empty()) {
+    const int64_t top = *std::max_element(t.seqs.ids.begin(), t.seqs.ids.end());
+    if (top >= rows)
+      throw Error(Exit::data, name,
+                  t.tokenizer + " holds token id " + std::to_string(top) + ", beyond its embedding table of " +
+                      std::to_string(rows) + " rows");
+  }
+  return [inner = tower_of(m, name), arity, trim = t.length == 0](const std::vector<torch::Tensor>& in) {
+    std::vector<torch::Tensor> args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(arity));
+    if (trim) {
+      encode::trim_padding(args.data(), args.size(), in[1]);
+    }
+    return inner(args);
+  };
+}
+
+// Text sides: their towers, and their tokenisation among the settings a checkpoint must match.
+void use_text(const TrainOptions& o, const Data& d, Models& m) {
+  auto config = [&](const TextSide& t) {
+    if (!t.tok) return json{{"ragged", true}, {"pad_id", t.seqs.pad_id}};
+    return json{{"tokenizer_sha256", sha256_file(t.tokenizer)},
+                {"max_length", text::effective_max_length(*t.tok, o.tokenize)},
+                {"padding", text::padding_choices().name(o.tokenize.padding)},
+                {"strict_utf8", o.tokenize.strict_utf8}};
+  };
+  if (d.query_text) {
+    m.q_tower = text_tower(m.q, "query encoder", *d.query_text);
+    m.config["text"]["query"] = config(*d.query_text);
+  }
+  if (d.passage_text) {
+    m.p_tower = text_tower(m.p, "passage encoder", *d.passage_text);
+    m.config["text"]["passage"] = config(*d.passage_text);
+  }
+}
+
 // The training data and the modules that train on it.
 Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   Models m;
@@ -559,6 +731,8 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
       return t({in[0].to(dev)});
     };
     m.p_tower = m.q_tower;
+  } else {
+    use_text(o, data, m);
   }
   return m;
 }
@@ -784,8 +958,8 @@ class Trainer {
   double step(int64_t s, const torch::Tensor& idx, const torch::Tensor& own, double lr, const Checkpointer& ckpt) {
     for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
     opt_.zero_grad();
-    gc::SideBatch qb{m_.q_tower, gather(data_.query, own), o_.query_chunk};
-    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_group(data_, own),
+    gc::SideBatch qb{m_.q_tower, query_inputs(data_, own), o_.query_chunk};
+    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own),
                      o_.passage_chunk};
     torch::Tensor labels = m_.grouped ? data_.labels.index_select(0, idx) : torch::Tensor();
     double l = gc::step(qb, pb, labels, loss_, mode_, group_ ? &par_ : nullptr);
@@ -867,6 +1041,10 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   Data data;
   Models m = load_models(o, s, data);
   result.mode = m.mode;
+  result.utf8_replaced = data.utf8_replaced;
+  if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
+    cb.warn(std::to_string(data.utf8_replaced) +
+            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
   if (group) {
     // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
     group->broadcast(unique_params(m.distinct), 0);

@@ -76,6 +76,10 @@ void validate_options(const TrainOptions& o) {
     for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
   if (!o.cache.empty() == (!o.data.empty() || all_slabs))
     throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
+  const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();
+  if (text && !o.cache.empty())
+    throw Error(Exit::usage, "--tokenizer", "tokenizes raw text (--data); cached embeddings (--cache) need none");
+  if (o.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
 }
 
 }  // namespace traincache::train

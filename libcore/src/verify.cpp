@@ -10,12 +10,39 @@
 #include "traincache/h5.h"
 #include "traincache/sha256.h"
 #include "traincache/source.h"
+#include "traincache/tokenizer.h"
 
 namespace traincache::verify {
 
 bool VerifyReport::ok() const {
   return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
 }
+
+namespace {
+
+// The rows `rows` of text input `key`, tokenized as the cache records: ids, mask, type ids.
+std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::string& key, const std::string& input,
+                                     const std::vector<int64_t>& rows) {
+  auto it = std::find_if(info.text.begin(), info.text.end(), [&](const auto& t) { return t.key == key; });
+  if (it == info.text.end()) throw Error(Exit::data, info.path, "text input '" + key + "' is not described");
+  if (it->ragged) throw Error(Exit::usage, info.path, "built from token sequences of a slab; cannot verify");
+  if (sha256_file(it->tokenizer_path) != it->tokenizer_sha256)
+    throw Error(Exit::data, it->tokenizer_path, "changed since the cache was built (its SHA-256 differs)");
+  auto tok = text::load(it->tokenizer_path);
+  text::TokenizeOptions opts;
+  opts.max_length = it->max_length;
+  opts.strict_utf8 = it->strict_utf8;
+  source::FileOptions files;
+  files.strict_utf8 = it->strict_utf8;
+  auto col = source::open_column(input, it->field, files, source::Role::text);
+  if (col->info().rows() < info.row_start + info.rows)
+    throw Error(Exit::data, input, "field '" + it->field + "' has fewer rows than the cache was built from");
+  std::vector<std::string> texts;
+  for (int64_t r : rows) texts.push_back(col->read_strings(info.row_start + r, 1).front());
+  return encode::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
+}
+
+}  // namespace
 
 VerifyReport run_verify(const VerifyOptions& opts) {
   if (opts.samples <= 0) throw Error(Exit::usage, "--verify", "the number of rows must be positive");
@@ -70,6 +97,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
       args.push_back(torch::cat(rows));
     }
     encode::Encoder enc(e.name, v.encoder_path, device, e.output);
+    for (const auto& key : e.text) {
+      auto t = text_args(info, key, input, rep.rows);
+      args.insert(args.end(), t.begin(), t.begin() + (enc.arity() > args.size() + 2 ? 3 : 2));
+    }
     if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
     torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
     std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rep.rows);

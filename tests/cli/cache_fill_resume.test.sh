@@ -11,13 +11,7 @@ expect_rc 0
 
 for target in 0 512 4096 8192; do
   out_file="$WORK/k$target.h5"
-  "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$out_file" 2>/dev/null &
-  pid=$!
-  if wait_committed "$out_file.partial" "$target"; then _ok; else _fail "no progress to $target rows"; fi
-  kill -KILL "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  expect_no_file "$out_file"   # a reader never sees an incomplete cache
-  run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$out_file"
+  killed_fill "$out_file" "$target" "${ARGS[@]}"
   expect_rc 0
   if [ "$target" -gt 0 ]; then expect_err_re "\(([0-9]+) encoded, resumed at [0-9]+\)"; fi
   expect_same "$out_file" "$WORK/ref.h5"

@@ -54,19 +54,6 @@ expect_ranks_ok() {
   done
 }
 
-# same_params A B [TOL]: the TorchScript files' parameters agree within TOL relative (max |a-b| / max |a|).
-same_params() {
-  py "
-import torch
-a = dict(torch.jit.load('$1').named_parameters()); b = dict(torch.jit.load('$2').named_parameters())
-assert sorted(a) == sorted(b)
-worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
-moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load('${3:-}').named_parameters()) if '${3:-}' else 1
-print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved))
-"
-  expect_out "ok"
-}
-
 # ---- exactness: raw tied encoder with hard negatives, float32, 4 SGD steps over shuffled batches
 RAW=(--data "$D/pairs.h5" --query q --passage p --negatives negs --encoder "$D/tower.pt" --batch-size 40
      --chunk-size 7 --optimizer sgd --lr 0.5 --similarity dot --temperature 0.5 --steps 4 --seed 5 --threads 1)

@@ -345,13 +345,7 @@ run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref.h5"
 expect_rc 0
 expect_err_re "ref\.h5: 5700 rows \(5700 encoded\)"
 for target in 256 2048; do
-  "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/k$target.h5" 2>/dev/null &
-  pid=$!
-  if wait_committed "$WORK/k$target.h5.partial" "$target"; then _ok; else _fail "no progress to $target rows"; fi
-  kill -KILL "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  expect_no_file "$WORK/k$target.h5"
-  run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/k$target.h5"
+  killed_fill "$WORK/k$target.h5" "$target" "${ARGS[@]}"
   expect_rc 0
   expect_err_re "resumed at [0-9]+"
   expect_same "$WORK/k$target.h5" "$WORK/ref.h5"

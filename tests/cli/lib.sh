@@ -42,6 +42,35 @@ expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)
 # py CODE: runs python3 (with torch, h5py, numpy) and captures its stdout in $out.
 py() { run "$TC_PYTHON" -c "$1"; }
 
+# killed_fill OUT N ARGS...: starts cache-fill ARGS --out OUT, kills it (SIGKILL) once N rows are
+# committed (expected: it got there, and no OUT exists), then runs it again to the end ($rc, $out,
+# $err are the second run's).
+killed_fill() {
+  local target=$1 rows=$2 pid
+  shift 2
+  "$TC_BIN/cache-fill" "$@" --out "$target" 2>/dev/null &
+  pid=$!
+  if wait_committed "$target.partial" "$rows"; then _ok; else _fail "no progress to $rows rows"; fi
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  expect_no_file "$target" # a reader never sees an incomplete cache
+  run "$TC_BIN/cache-fill" "$@" --out "$target"
+}
+
+# same_params A B [START [TOL]]: the TorchScript files' parameters agree within TOL relative
+# (max |a-b| / max |a|, default 1e-5), and moved away from START's by more than 1e-3 when given.
+same_params() {
+  py "
+import torch
+a = dict(torch.jit.load('$1').named_parameters()); b = dict(torch.jit.load('$2').named_parameters())
+assert sorted(a) == sorted(b)
+worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
+moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load('${3:-}').named_parameters()) if '${3:-}' else 1
+print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved))
+"
+  expect_out "ok"
+}
+
 finish() {
   echo "${0##*/}: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

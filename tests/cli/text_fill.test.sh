@@ -47,6 +47,27 @@ print(t['tokenizer_kind'], t['max_length'], t['padding'], t['tokenizer_path'] ==
 "
 expect_out "wordpiece 48 longest True"
 
+# cache-inspect names the text input and its tokenizer; --verify re-tokenizes and re-encodes rows.
+run "$TC_BIN/cache-inspect" "$WORK/b.h5"
+expect_rc 0
+expect_out_re "
+  text         gloss: wordpiece $T/bert-uncased.json \(sha256 [0-9a-f]{12}\), max length 48, padding longest, length window 1024
+"
+run "$TC_BIN/cache-inspect" --json "$WORK/b.h5"
+expect_out_has '"text":[{"key":"gloss|bert-uncased.json","field":"gloss","ragged":false,'
+run "$TC_BIN/cache-inspect" --verify 20 "$WORK/b.h5"
+expect_rc 0
+expect_out_re "^$WORK/b.h5	text4k	ok: 20 rows match"
+py "
+import json
+with open('$WORK/changed.jsonl', 'w') as f:
+    for l in open('$WORK/pairs.jsonl'):
+        r = json.loads(l); r['gloss'] = r['gloss'][::-1]; f.write(json.dumps(r) + '\n')
+"
+run "$TC_BIN/cache-inspect" --verify 20 --input "$WORK/changed.jsonl" "$WORK/b.h5"
+expect_rc 1
+expect_out_re "	MISMATCH: [0-9]+ of 20 rows differ"
+
 # Up to date with the same options; another max length or tokenizer is another fingerprint.
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --out "$WORK/b.h5"
 expect_rc 0
@@ -68,6 +89,58 @@ print(float(np.abs(a - b).max()) < 1e-4)
 "
 expect_out "True"
 
+# Length windows: by default 16 batches of texts are sorted by length, encoded in batches of
+# similar length and stored in input order; the embeddings equal those of batches as read.
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --length-window 0 \
+  --out "$WORK/b_nowin.h5" --json
+expect_rc 0
+expect_out_has '"length_window":0'
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --length-window 100 \
+  --out "$WORK/b_win.h5" --json
+expect_rc 0
+expect_out_has '"length_window":128'  # rounded up to whole batches of 64
+py "
+import h5py, numpy as np
+a = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]
+for f in ('b_nowin', 'b_win'):
+    b = h5py.File('$WORK/%s.h5' % f)['embeddings/text4k'][:]
+    print(f, float(np.abs(a - b).max()) < 1e-5)
+print(h5py.File('$WORK/b.h5').attrs['length_window'], h5py.File('$WORK/b_win.h5').attrs['length_window'])
+"
+expect_out "b_nowin True
+b_win True
+1024 128"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --length-window 64 \
+  --out "$WORK/b_win.h5"
+expect_rc 73
+expect_err_has "changed: options/length_window"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --padding max-length --length-window 128 \
+  --out "$WORK/b_bad.h5"
+expect_rc 64
+expect_err "cache-fill: error: --length-window: has nothing to gain with --padding max-length"
+
+# Resume in windows: killed after some windows are committed, a re-run gives the bytes of an
+# uninterrupted fill.
+py "
+import json, sys
+sys.path.insert(0, '$TC_SOURCE/scripts')
+import traincache_text as tt
+with open('$WORK/many.jsonl', 'w') as f:
+    for w, g in tt.wordnet_pairs()[:12000]:
+        f.write(json.dumps({'gloss': g}) + '\n')
+"
+RES=(--input "$WORK/many.jsonl" --text gloss --tokenizer "$T/bert-uncased.json" --max-length 64 --encoder "$ENC"
+     -b 32 --length-window 256 --commit-rows 512 --threads 1 -q)
+run "$TC_BIN/cache-fill" "${RES[@]}" --out "$WORK/ref.h5"
+expect_rc 0
+for target in 1024 6144; do
+  killed_fill "$WORK/k$target.h5" "$target" "${RES[@]}"
+  expect_rc 0
+  expect_same "$WORK/k$target.h5" "$WORK/ref.h5"
+done
+py "import h5py; print(h5py.File('$WORK/ref.h5')['embeddings/text4k'].shape)"
+expect_out "(12000, 16)"
+
 # SentencePiece and byte-level BPE; an HDF5 string dataset gives what the manifest gives.
 for tok in spm-unigram.model roberta-bpe.json; do
   run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/$tok" --max-length 64 --out "$WORK/$tok.h5"
@@ -87,6 +160,56 @@ a = h5py.File('$WORK/g_out.h5')['embeddings/text4k'][:]; b = h5py.File('$WORK/sp
 print(float(np.abs(a - b).max()) < 1e-5)
 "
 expect_out "True"
+
+# ---- variable-layout slabs of token ids: ragged rows padded per batch ---------------------------
+# Tokenizers.js's ids of the 300 glosses (truncated to 48 as above) in a slab; cache-fill on the
+# slab gives the embeddings of the text fill.
+export TRAINCACHE_SHM_PREFIX="tctext-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+py "
+import h5py, json, numpy as np
+with h5py.File('$WORK/ids.h5', 'w') as f:
+    d = f.create_dataset('ids', (300,), dtype=h5py.vlen_dtype(np.int32))
+    for i, line in enumerate(open('$WORK/js.txt')):
+        ids = json.loads(line)
+        d[i] = np.array(ids[:47] + ids[-1:] if len(ids) > 48 else ids, dtype=np.int32)
+"
+run "$TC_BIN/shm-cache" create ids --len 300 --variable --dtype int32 --limit 1MiB
+expect_rc 0
+run "$TC_BIN/shm-cache" fill ids --from "$WORK/ids.h5" --dataset ids
+expect_rc 0
+run "$TC_BIN/cache-fill" --input shm:ids --encoder "$ENC" --threads 2 -b 64 -q --out "$WORK/ragged.h5" --json
+expect_rc 0
+expect_out_has '"length_window":1024'
+py "
+import h5py, json, numpy as np
+a = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]; b = h5py.File('$WORK/ragged.h5')['embeddings/text4k'][:]
+print(float(np.abs(a - b).max()) < 1e-5, json.loads(h5py.File('$WORK/ragged.h5').attrs['text']))
+"
+expect_out "True {'shm:ids|ragged': {'field': 'shm:ids', 'pad_id': 0, 'ragged': True}}"
+run "$TC_BIN/cache-fill" --input shm:ids --encoder "$TC_DATA/text.pt" --threads 2 -b 64 -q --out "$WORK/bad.h5"
+expect_rc 65
+expect_err_re "^cache-fill: error: encoder 'text': token id [0-9]+ of input row [0-9]+ is beyond its embedding table of 1000 rows$"
+expect_no_file "$WORK/bad.h5"
+py "
+import h5py, numpy as np
+with h5py.File('$WORK/neg.h5', 'w') as f:
+    d = f.create_dataset('ids', (2,), dtype=h5py.vlen_dtype(np.int32))
+    d[0] = np.array([2, 5, 3], dtype=np.int32); d[1] = np.array([2, -1, 3], dtype=np.int32)
+"
+run "$TC_BIN/shm-cache" create neg --len 2 --variable --dtype int32 --limit 1KiB
+run "$TC_BIN/shm-cache" fill neg --from "$WORK/neg.h5" --dataset ids
+run "$TC_BIN/cache-fill" --input shm:neg --encoder "$ENC" -q --out "$WORK/bad.h5"
+expect_rc 65
+expect_err "cache-fill: error: shm:neg row 1: token id -1 is not a vocabulary index"
+run "$TC_BIN/cache-fill" --input "$TC_DATA/images.h5" --features vec --encoder "$TC_DATA/mlp.pt" --length-window 64 \
+  -q --out "$WORK/bad.h5"
+expect_rc 64
+expect_err "cache-fill: error: --length-window: sorts texts (--text) or token sequences (a variable-layout slab) by length; there are none"
+run "$TC_BIN/shm-cache" create fl --len 3 --variable --dtype float32 --limit 1KiB
+run "$TC_BIN/cache-fill" --input shm:fl --encoder "$ENC" -q --out "$WORK/bad.h5"
+expect_rc 65
+expect_err "cache-fill: error: shm:fl: a variable-layout input slab must hold integer token sequences, not float32"
 
 # ---- bad input: one line, its exit code, no output file ----------------------------------------
 bad() { run "$TC_BIN/cache-fill" --encoder "$ENC" --threads 2 -q --out "$WORK/bad.h5" "$@"; expect_one_line_err; expect_no_file "$WORK/bad.h5"; }
@@ -110,7 +233,7 @@ expect_rc 64
 expect_err "cache-fill: error: $T: is a directory; name its tokenizer.json (or the SentencePiece .model file)"
 bad --input "$TC_DATA/tokens.h5" --text input_ids --tokenizer "$T/bert-uncased.json"
 expect_rc 65
-expect_err "cache-fill: error: $TC_DATA/tokens.h5: text field 'input_ids' must be 1-D strings (a manifest field or an HDF5 string dataset)"
+expect_err "cache-fill: error: $TC_DATA/tokens.h5: text field 'input_ids' must hold one string per row (a manifest field or a 1-D HDF5 string dataset)"
 echo '{"model": {"type": "Unigram", "vocab": []}}' > "$WORK/uni.json"
 bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$WORK/uni.json"
 expect_rc 65

@@ -118,6 +118,37 @@ CATCH_TEST_CASE("padding to the longest text or to max_length, with masks", "[te
   CATCH_CHECK(text::effective_max_length(*t, {}) == 512);
 }
 
+CATCH_TEST_CASE("token rows are padded per batch from unpadded sequences", "[text]") {
+  auto t = load_json(bert({"a", "b"}));
+  text::TokenizeOptions o;
+  o.max_length = 4;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3000; ++i)
+    texts.push_back(std::string(static_cast<std::size_t>(i % 4) * 2, ' ') + "a" + (i % 3 ? " b" : ""));
+  auto one = text::tokenize_rows(*t, texts, o, "texts", 1);
+  auto many = text::tokenize_rows(*t, texts, o, "texts", 4);
+  CATCH_CHECK(one.size() == 3000);
+  CATCH_CHECK(many.offsets == one.offsets);  // the thread count changes nothing
+  CATCH_CHECK(many.ids == one.ids);
+  CATCH_CHECK(one.length(0) == 3);  // [CLS] a [SEP]
+  CATCH_CHECK(one.length(1) == 4);  // [CLS] a b [SEP]
+  // Rows in any order, repeated; to the longest of them, or to a fixed length (truncating).
+  auto b = text::pad_rows(one, {0, 1, 0});
+  CATCH_CHECK(b.length == 4);
+  CATCH_CHECK(b.input_ids == std::vector<int64_t>{2, 4, 3, 0, 2, 4, 5, 3, 2, 4, 3, 0});
+  CATCH_CHECK(b.attention_mask == std::vector<int64_t>{1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0});
+  CATCH_CHECK(text::pad_rows(one, {0}).length == 3);
+  CATCH_CHECK(text::pad_rows(one, {1}, 2).input_ids == std::vector<int64_t>{2, 4});
+  // extend() appends sequences after the others'.
+  auto both = one;
+  both.extend(text::tokenize_rows(*t, {"b"}, o, "more"));
+  CATCH_CHECK(both.size() == 3001);
+  CATCH_CHECK(text::pad_rows(both, {3000}).input_ids == std::vector<int64_t>{2, 5, 3});
+  texts[1600].clear();  // the error names the first empty row, whichever thread found it
+  texts[2900].clear();
+  CATCH_CHECK_THROWS_WITH(text::tokenize_rows(*t, texts, o, "texts", 4), "texts row 1600: empty text");
+}
+
 CATCH_TEST_CASE("invalid UTF-8 becomes U+FFFD, one per maximal subpart", "[text]") {
   const std::string fffd = "\xEF\xBF\xBD";
   std::string s =

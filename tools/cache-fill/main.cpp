@@ -124,6 +124,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)
       .add("utf8_replaced", r.utf8_replaced)
+      .add("length_window", r.length_window)
       .add("fingerprint", r.fingerprint);
   report::Json encoders = report::Json::array();
   std::string text;
@@ -252,15 +253,11 @@ int main(int argc, char** argv) {
       ->group(text_group);
   app.add_option("--tokenizer", o.tokenizers, "[NAME=]FILE: Hugging Face tokenizer.json or SentencePiece .model")
       ->group(text_group);
-  app.add_option("--max-length", o.fill.tokenize.max_length,
-                 "Tokens per text at most, special tokens included (default: the tokenizer file's, else 512)")
-      ->check(cli::positive_integer())
-      ->group(text_group);
-  cli::add_choice(app, "--padding", o.fill.tokenize.padding, text::padding_choices(),
-                  "Pad each batch to its longest text, or every text to --max-length")
-      ->group(text_group);
-  app.add_flag("--strict-utf8", o.fill.tokenize.strict_utf8,
-               "Refuse ill-formed UTF-8 in text fields (default: replace it with U+FFFD and count it)")
+  cli::add_tokenize_options(app, o.fill.tokenize, text_group);
+  app.add_option("--length-window", o.fill.length_window,
+                 "Sort the texts of each window of ROWS rows by length and encode them in batches of similar "
+                 "length (default: 16 batches; 0: off)")
+      ->check(CLI::NonNegativeNumber)
       ->group(text_group);
   cli::add_file_options(app, o.fill.files, "Images and manifests");
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),

@@ -30,6 +30,32 @@ struct Options {
 // Each result's fields are declared once below: --json writes the records, text output fills the
 // templates that follow each record from the same fields.
 
+// The text inputs: one line each (a field and its tokenizer, or ragged token sequences).
+void add_text(report::Record& r, const cache::CacheInfo& c) {
+  report::Json text = report::Json::array();
+  std::string lines;
+  for (const auto& t : c.text) {
+    text.push_back({{"key", t.key},
+                    {"field", t.field},
+                    {"ragged", t.ragged},
+                    {"tokenizer_path", t.tokenizer_path},
+                    {"tokenizer_sha256", t.tokenizer_sha256},
+                    {"tokenizer_kind", t.tokenizer_kind},
+                    {"max_length", t.max_length},
+                    {"padding", t.padding},
+                    {"strict_utf8", t.strict_utf8},
+                    {"pad_id", t.pad_id}});
+    lines += "  text         " + t.field + ": " +
+             (t.ragged ? "token sequences as stored, pad id " + std::to_string(t.pad_id)
+                       : t.tokenizer_kind + " " + t.tokenizer_path + " (sha256 " + t.tokenizer_sha256.substr(0, 12) +
+                             "), max length " + std::to_string(t.max_length) + ", padding " + t.padding +
+                             (t.strict_utf8 ? ", strict UTF-8" : "")) +
+             (c.length_window > 0 ? ", length window " + std::to_string(c.length_window) : "") + "\n";
+  }
+  r.add("text", c.text.empty() ? report::Json(nullptr) : text, lines);
+  r.add("length_window", c.length_window);
+}
+
 report::Record info_record(const cache::CacheInfo& c) {
   report::Record r;
   std::string features;
@@ -58,7 +84,8 @@ report::Record info_record(const cache::CacheInfo& c) {
   // --input-scale applies to uint8 arrays; images are scaled by ToTensor's 1/255 instead.
   char scale[64];
   std::snprintf(scale, sizeof scale, "uint8 scale %g", c.input_scale);
-  r.note("scale", c.preprocess.empty() ? scale : "images scaled to [0,1]");
+  r.note("scale", !c.preprocess.empty() ? "images scaled to [0,1]" : c.features.empty() ? "no numeric inputs" : scale);
+  add_text(r, c);
   report::Json embeddings = report::Json::array();
   std::string text;
   char line[1024];
@@ -70,6 +97,7 @@ report::Record info_record(const cache::CacheInfo& c) {
                           {"encoder_path", e.encoder_path},
                           {"encoder_sha256", e.encoder_sha256},
                           {"features", e.features},
+                          {"text", e.text},
                           {"output", e.output},
                           {"inference", e.inference}});
     std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
@@ -115,7 +143,7 @@ constexpr const char* kInfoText =
     "{path}\n  format       {format} v{format_version}, {complete}\n"
     "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
     "  input        {input_path} ({input_kind}) [{features}], {scale}\n"
-    "  preprocess   {preprocess}\n  fingerprint  {fingerprint}\n"
+    "  preprocess   {preprocess}\n{text}  fingerprint  {fingerprint}\n"
     "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}";
 
 report::Record stats_record(const cache::EmbeddingStats& s) {

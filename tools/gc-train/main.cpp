@@ -19,7 +19,7 @@ struct Options {
   train::TrainOptions t;
   std::string query, passage, negatives, chunk, eval_rows, input_scale = "1/255";
   bool no_gradcache = false, no_shuffle = false, no_drop_last = false;
-  std::vector<std::string> cache_devices;
+  std::vector<std::string> cache_devices, tokenizers;
 };
 
 // Evaluation metrics as one field: JSON object (null without evaluation) and its text.
@@ -53,7 +53,8 @@ report::Record train_record(const train::TrainResult& r) {
       .add("loss", r.last_loss)
       .add("seconds", r.seconds)
       .add("samples_per_second", r.samples_per_second)
-      .add("seconds_per_epoch", r.seconds_per_epoch);
+      .add("seconds_per_epoch", r.seconds_per_epoch)
+      .add("utf8_replaced", r.utf8_replaced);
   add_eval(rec, "eval_before", r.eval_before, grouped);
   add_eval(rec, "eval_after", r.eval_after, grouped);
   rec.add("checkpoint", r.checkpoint);
@@ -79,6 +80,12 @@ int run(Options& o) {
   if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
+  for (const auto& spec : o.tokenizers) {
+    auto [side, path] = cli::split_assignment(spec);
+    if (side && *side != "query" && *side != "passage")
+      throw Error(Exit::usage, "--tokenizer", "expected FILE, query=FILE or passage=FILE, got '" + spec + "'");
+    (!side ? t.tokenizer : *side == "query" ? t.query_tokenizer : t.passage_tokenizer) = path;
+  }
   for (const auto& spec : o.cache_devices) {
     auto [name, dev] = cli::split_assignment(spec);
     if (name)
@@ -107,6 +114,9 @@ int run(Options& o) {
   cb.info = [&](const std::string& m) {
     if (!o.common.quiet) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
   };
+  cb.warn = [&](const std::string& m) {
+    if (!o.common.quiet) cli::print_warning(kTool, m);
+  };
   auto r = train::run_train(t, cb);
   if (bar) bar->finish();
   if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
@@ -130,19 +140,28 @@ void add_input_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_raw = "Raw inputs";
   app.add_option("--data", t.data,
-                 "HDF5 file, .npz archive or .csv/.tsv/.jsonl manifest of image paths with aligned query/passage "
-                 "columns")
+                 "HDF5 file, .npz archive or .csv/.tsv/.jsonl manifest (image paths or texts) with aligned "
+                 "query/passage columns")
       ->group(g_raw);
-  app.add_option("--query", o.query, "Query dataset(s) or manifest path field(s), comma-separated")->group(g_raw);
-  app.add_option("--passage", o.passage, "Passage dataset(s) or manifest path field(s), comma-separated")->group(g_raw);
+  app.add_option("--query", o.query, "Query dataset(s), or a manifest's path or text field, comma-separated")
+      ->group(g_raw);
+  app.add_option("--passage", o.passage, "Passage dataset(s), or a manifest's path or text field, comma-separated")
+      ->group(g_raw);
   app.add_option("--negatives", o.negatives,
-                 "Hard-negative dataset(s) [rows, k, ...], or manifest path field(s) (one negative each)")
+                 "Hard-negative dataset(s) [rows, k, ...], a manifest path field (one each), or a text field of "
+                 "strings or JSON lists of k strings")
       ->group(g_raw);
   app.add_option("--encoder", t.encoder, "TorchScript encoder for both sides (tied)")->group(g_raw);
   app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);
   app.add_option("--passage-encoder", t.passage_encoder, "TorchScript passage encoder (separate)")->group(g_raw);
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
   cli::add_file_options(app, t.files, g_raw, false);
+  auto* g_text = "Text";
+  app.add_option("--tokenizer", o.tokenizers,
+                 "[query=|passage=]FILE: the fields of both sides (or one) are texts, tokenized with this "
+                 "tokenizer.json or SentencePiece .model")
+      ->group(g_text);
+  cli::add_tokenize_options(app, t.tokenize, g_text);
   auto* g_cache = "Cached embeddings";
   app.add_option("--cache", t.cache, "Cache file from cache-fill")->group(g_cache);
   app.add_option("--embeddings", t.embeddings, "Grouped mode: the encoder whose embeddings are grouped by label")

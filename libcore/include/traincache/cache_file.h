@@ -28,6 +28,7 @@ struct EmbeddingInfo {
   std::string encoder_path;  ///< as given to cache-fill (made absolute)
   std::string encoder_sha256;
   std::vector<std::string> features;  ///< input datasets fed to the encoder, in argument order
+  std::vector<std::string> text;      ///< text inputs (keys of CacheInfo::text) fed after the features
   std::string output;                 ///< output selector ("" = the whole output)
   std::string inference;              ///< "optimized" or "plain"
 };
@@ -43,6 +44,14 @@ struct LabelInfo {
 };
 
 /// Everything cache-inspect shows about a file without reading embedding values.
+/// A text input of a cache: a field and its tokenizer, or ragged token sequences of a slab.
+struct TextInfo {
+  std::string key;  ///< "field|tokenizer-file-name", or "shm:NAME|ragged"
+  std::string field, tokenizer_path, tokenizer_sha256, tokenizer_kind, padding;
+  int64_t max_length = 0, pad_id = 0;
+  bool strict_utf8 = false, ragged = false;
+};
+
 struct CacheInfo {
   std::string path;
   int64_t format_version = 0;
@@ -61,7 +70,9 @@ struct CacheInfo {
   std::optional<LabelInfo> labels;
   std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
   std::optional<DType> keys_dtype;
-  int64_t skipped = 0;  ///< rows listed in /skipped/rows (cache-fill --on-error skip)
+  int64_t skipped = 0;         ///< rows listed in /skipped/rows (cache-fill --on-error skip)
+  std::vector<TextInfo> text;  ///< text inputs, empty without text
+  int64_t length_window = 0;   ///< rows per length window of a text fill (0: batches as read)
 };
 
 /// The encoder names of a cache, "cnn, text" (for messages).

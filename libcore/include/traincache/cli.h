@@ -13,6 +13,9 @@
 #include "traincache/progress.h"
 #include "traincache/report.h"
 
+namespace traincache::text {
+struct TokenizeOptions;
+}
 namespace traincache::source {
 struct FileOptions;
 }
@@ -99,6 +102,9 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
 /// --normalize, --exif-transpose (the preprocessing spec) and, with `labels`, --label-order, in
 /// group `group`.
 void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels = true);
+
+/// Adds the tokenisation options of text inputs: --max-length, --padding, --strict-utf8, --pad-id.
+void add_tokenize_options(CLI::App& app, text::TokenizeOptions& opts, const std::string& group);
 
 /// The exit code as an int.
 inline int code(Exit e) { return static_cast<int>(e); }

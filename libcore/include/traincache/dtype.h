@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace traincache {
@@ -23,5 +24,9 @@ bool is_integer(DType t);
 
 /// True for f16, f32 and f64.
 bool is_float(DType t);
+
+/// Converts `n` integers of type `t` at `in` to int64 (uint64 above 2^63 wraps, as in torch).
+/// Error(internal) for other types.
+void to_int64(DType t, const void* in, int64_t* out, std::size_t n);
 
 }  // namespace traincache

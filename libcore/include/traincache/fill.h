@@ -40,13 +40,16 @@ struct FillOptions {
   /// input_ids, attention_mask and, to an encoder whose forward takes three tensors, token_type_ids.
   std::vector<std::string> text;
   std::string tokenizer;             ///< tokenizer.json or SentencePiece .model for the text fields
-  text::TokenizeOptions tokenize;    ///< --max-length, --padding, --strict-utf8
+  text::TokenizeOptions tokenize;    ///< --max-length, --padding, --strict-utf8, --pad-id
   std::string labels;                ///< "" = none (an image folder's "label" by default)
   std::string keys;                  ///< "" = none, key = input row number (an image folder's "path")
   source::FileOptions files;         ///< preprocessing of images, label order of manifests
   OnError on_error = OnError::fail;  ///< skip: undecodable or missing images become zero rows listed in /skipped
   std::string out;
   int64_t batch_size = 256;
+  /// Text only: rows sorted by token count and encoded in batches of similar length, then stored
+  /// in input order (and committed) window by window. -1: 16 batches; 0: off.
+  int64_t length_window = -1;
   int workers = 1;  ///< reader/converter threads
   int threads = 0;  ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
@@ -79,6 +82,7 @@ struct FillResult {
   uint64_t bytes_written = 0;      ///< embedding bytes written by this run
   int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;       ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
+  int64_t length_window = 0;       ///< rows per length window (0: batches encoded as read)
   std::string out;                 ///< the file written (the shard file when sharded)
   std::string partial_path;        ///< where progress is kept (when interrupted)
   std::string fingerprint;

@@ -65,8 +65,11 @@ bool names_own_file(const std::string& name);
 /// A column's rows as stored.
 struct ColumnInfo {
   std::string name;            ///< the dataset, member or file, as the user named it
-  std::vector<int64_t> shape;  ///< [rows, ...]
+  std::vector<int64_t> shape;  ///< [rows, ...]; [rows] for a ragged column
   DType dtype = DType::other;
+  /// Rows of varying length (a variable-layout slab of integers: token sequences), read with
+  /// read_ragged().
+  bool ragged = false;
 
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   /// Elements in one row (product of shape[1:]).
@@ -102,6 +105,11 @@ class Column {
   /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
   virtual hid_t hdf5_dataset() const { return -1; }
 
+  /// Rows [start, start + count) of a ragged column as int64 values end to end: row i is
+  /// values[offsets[i], offsets[i+1]). Error(data) for other columns. Thread-safe.
+  virtual void read_ragged(int64_t start, int64_t count, std::vector<int64_t>& values,
+                           std::vector<int64_t>& offsets) const;
+
   /// Rows [start, start + count) of a string column (an image folder's paths, a manifest's keys).
   /// Error(data) for other columns.
   virtual std::vector<std::string> read_strings(int64_t start, int64_t count) const;
@@ -129,7 +137,8 @@ class Column {
 
 /// Opens column `name` of `path`:
 ///  - an HDF5 file: dataset `name`;
-///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`; fixed layout only);
+///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`); a variable layout of
+///    integers is a ragged column (token sequences), other variable layouts are refused;
 ///  - a .npy file: its array (`name` empty, `path`, or the file's stem), memory-mapped;
 ///  - a .npz archive: member `name` (".npy" optional); stored members are read in place,
 ///    compressed ones decompressed into memory once;

@@ -58,6 +58,7 @@ struct TokenizeOptions {
   int64_t max_length = 0;  ///< 0 = the tokenizer file's, else 512
   Padding padding = Padding::longest;
   bool strict_utf8 = false;  ///< refuse invalid UTF-8 instead of replacing it with U+FFFD
+  int64_t pad_id = 0;        ///< token sequences read as stored (no tokenizer): their padding id
 };
 
 /// The max_length used: `opts.max_length`, else the file's, else 512.
@@ -74,9 +75,41 @@ struct TokenBatch {
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
                           const std::string& what, int64_t first_row = 0);
 
+/// Many texts' tokens, end to end: sequence i is [offsets[i], offsets[i+1]) of ids and type_ids.
+/// Kept unpadded so that each batch (or chunk) is padded only to its own longest sequence.
+struct TokenRows {
+  std::vector<int64_t> offsets{0};
+  std::vector<int32_t> ids, type_ids;
+  int64_t pad_id = 0;
+
+  int64_t size() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  int64_t length(int64_t i) const {
+    return offsets[static_cast<std::size_t>(i) + 1] - offsets[static_cast<std::size_t>(i)];
+  }
+  void append(const Encoding& e);
+  /// Appends every sequence of `more` after this one's.
+  void extend(const TokenRows& more);
+};
+
+/// Tokenizes every text of `texts` (as tokenize_batch, truncated to effective_max_length) on
+/// `threads` threads (0: one per core); the result does not depend on the thread count.
+TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
+                        const std::string& what, int threads = 1);
+
+/// Token sequences read as stored (a ragged column's int64 values and row offsets, rows
+/// first_row... of `what`) as TokenRows padded with `pad_id`. A value that is not a vocabulary
+/// index (negative, or beyond int32) -> Error(data, "<what> row N").
+TokenRows token_rows(const std::vector<int64_t>& values, std::vector<int64_t> offsets, int64_t pad_id,
+                     const std::string& what, int64_t first_row = 0);
+
+/// Sequences `seqs` of `rows` (in that order, repeats allowed) padded to `length` tokens, or to
+/// the longest of them when `length` is 0 (at least 1 token).
+TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int64_t length = 0);
+
 /// Replaces every ill-formed UTF-8 sequence of `s` with U+FFFD (one per maximal subpart, as
-/// WHATWG and Python's "replace" do) in place; returns how many were replaced.
-int64_t repair_utf8(std::string& s);
+/// WHATWG and Python's "replace" do), or with `replacement`, in place; returns how many were
+/// replaced.
+int64_t repair_utf8(std::string& s, std::string_view replacement = "\xEF\xBF\xBD");
 
 /// The byte offset of the first ill-formed UTF-8 sequence of `s`, or npos.
 std::size_t first_invalid_utf8(std::string_view s);

@@ -14,6 +14,7 @@
 #include "traincache/launch.h"
 #include "traincache/similarity.h"
 #include "traincache/source.h"
+#include "traincache/tokenizer.h"
 
 namespace traincache::train {
 
@@ -36,6 +37,10 @@ struct TrainOptions {
   std::string query_encoder, passage_encoder;          ///< separate encoders
   double input_scale = 1.0 / 255.0;
   source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
+  // Raw text: a side whose fields are texts, tokenized once at load and padded per batch and
+  // chunk (docs/text.md). --tokenizer FILE serves both sides; query=FILE or passage=FILE one.
+  std::string tokenizer, query_tokenizer, passage_tokenizer;
+  text::TokenizeOptions tokenize;  ///< also --pad-id: ragged sides (slabs of token ids)
   // Cached embeddings (after cache-fill) and a trainable head.
   std::string cache;
   std::string query_embeddings, passage_embeddings;  ///< aligned pairing: two encoders' names
@@ -104,12 +109,14 @@ struct TrainResult {
   std::string backend;            ///< the process group's backend when world_size > 1
   int64_t collectives = 0;        ///< collective operations this rank took part in
   double collective_seconds = 0;  ///< time in them (transfers and waiting for other ranks)
+  int64_t utf8_replaced = 0;      ///< ill-formed UTF-8 sequences of text fields replaced with U+FFFD
 };
 
 /// Per-step callback (step, total, loss) and informational messages.
 struct TrainCallbacks {
   std::function<void(int64_t, int64_t, double)> progress;  ///< rank 0 only in a data-parallel run
   std::function<void(const std::string&)> info;            ///< rank 0 only in a data-parallel run
+  std::function<void(const std::string&)> warn;            ///< rank 0 only in a data-parallel run
 };
 
 /// Runs training. Throws traincache::Error with its exit code on failure.

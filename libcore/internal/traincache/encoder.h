@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "traincache/source.h"
+#include "traincache/tokenizer.h"
 
 namespace traincache::encode {
 
@@ -41,6 +42,25 @@ torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t
 /// Throws Error(data) when a column cannot be fed to an encoder (strings, compound types, 0-d).
 void require_numeric_input(const source::ColumnInfo& info, const std::string& file);
 
+/// A padded token batch as an encoder's inputs: input_ids, attention_mask, token_type_ids, each
+/// int64 [rows, length].
+std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b);
+
+/// Cuts `n` token tensors [rows, L] at `ts` to the longest sequence `mask` marks (at least one
+/// column): a batch padded for more rows than it now holds pays only for its own longest.
+void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask);
+
+/// The number of tensors `m.forward` takes (its arguments without self).
+std::size_t forward_arity(const torch::jit::Module& m);
+
+/// Rows of the first embedding table of `m` (a submodule whose type is an Embedding), or -1.
+int64_t embedding_rows(const torch::jit::Module& m);
+
+/// Error(data, subject) when `tok` (loaded from `tok_path`) has more tokens than the first
+/// embedding table of `m` has rows: its ids could not all be embedded.
+void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
+                      const std::string& tok_path);
+
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {
   bool used = false;             ///< the optimised module is now in use
@@ -67,8 +87,8 @@ class Encoder {
 
   /// The number of tensors forward() takes (its arguments without self), read once at load.
   std::size_t arity() const { return arity_; }
-  /// Rows of the first embedding table (a submodule whose type is an Embedding), or -1.
-  int64_t embedding_rows();
+  /// The plain module (as loaded, in eval mode, parameters frozen).
+  const torch::jit::Module& module() const { return plain_; }
 
   /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
   /// within `rtol` x max(1, max|plain|).
