@@ -1,5 +1,6 @@
 // libFuzzer harness: manifests (CSV, TSV, JSON Lines) on arbitrary bytes, each field read as
-// labels, keys and image paths (paths resolve inside a private directory holding no images).
+// labels, keys, image paths (paths resolve inside a private directory holding no images) and text
+// (strings or lists of strings; ill-formed UTF-8 repaired or, strictly, refused).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -13,11 +14,12 @@ using namespace traincache;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   source::FileOptions files;
   files.tolerate_unreadable = size % 2 == 0;
+  files.strict_utf8 = size % 3 == 0;
   for (const char* ext : {".csv", ".tsv", ".jsonl"}) {
     const std::string path = fuzz::work_dir() + "/m" + ext;
     fuzz::write_input(path, data, size);
-    for (const char* field : {"path", "label", "a"})
-      for (auto role : {source::Role::labels, source::Role::value, source::Role::images}) {
+    for (const char* field : {"path", "label", "a", "t"})
+      for (auto role : {source::Role::labels, source::Role::value, source::Role::images, source::Role::text}) {
         try {
           auto col = source::open_column(path, field, files, role);
           if (col->info().dtype == DType::string) col->read_strings(0, col->info().rows());
