@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test demo bench format clean sanitize tsan fuzz
+.PHONY: all deps build test demo demo-text bench format clean sanitize tsan fuzz
 
 all: build
 
@@ -24,6 +24,10 @@ test: build
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR)
+	scripts/demo-text.sh $(BUILD_DIR)
+
+demo-text: build
+	scripts/demo-text.sh $(BUILD_DIR)
 
 bench: build
 	bench/run-bench $(BUILD_DIR)
