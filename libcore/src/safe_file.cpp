@@ -137,19 +137,34 @@ void TempFile::commit() {
   tmp_.publish();
 }
 
+namespace {
+
+// The holder's pid, as it wrote it after taking the lock. A holder that has just taken the lock
+// may not have written it yet, so an empty file is read again for up to ~50 ms.
+std::string read_holder_pid(int fd) {
+  for (int tries = 0; tries < 25; ++tries) {
+    char buf[32] = "";
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    std::string pid = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    if (!pid.empty()) return pid;
+    ::usleep(2000);
+  }
+  return "";
+}
+
+}  // namespace
+
 OutputLock::OutputLock(const std::string& target, const std::string& what) : path_(target + ".lock") {
   for (int tries = 0; tries < 100; ++tries) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd_ < 0) throw Error(Exit::cant_create, path_, "cannot create the lock file: " + errno_text(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       int err = errno;
-      char buf[32] = "";
-      ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      std::string pid = err == EWOULDBLOCK ? read_holder_pid(fd_) : "";
       ::close(fd_);
       fd_ = -1;
       if (err != EWOULDBLOCK) throw Error(Exit::io, path_, "cannot lock: " + errno_text(err));
-      std::string pid = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
       throw Error(Exit::temp_failure, target,
                   "in use by another " + what + " run" + (pid.empty() ? "" : " (pid " + pid + ")") +
                       "; try again when it has finished");
@@ -159,8 +174,10 @@ OutputLock::OutputLock(const std::string& target, const std::string& what) : pat
     struct stat mine, now;
     if (::fstat(fd_, &mine) == 0 && ::lstat(path_.c_str(), &now) == 0 && mine.st_dev == now.st_dev &&
         mine.st_ino == now.st_ino) {
+      // Write first, then cut: a reader never sees an empty file once a pid has been written.
       std::string pid = std::to_string(getpid()) + "\n";
-      if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      if (::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size()) &&
+          ::ftruncate(fd_, static_cast<off_t>(pid.size())) != 0) {
         // the pid is informational only
       }
       return;
