@@ -21,6 +21,7 @@
 #include "traincache/dist.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
+#include "traincache/evaluate.h"
 #include "traincache/gradcache.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
@@ -150,6 +151,18 @@ std::vector<torch::Tensor> gather(const std::vector<torch::Tensor>& ts, const to
 std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int64_t>& seqs) {
   auto out = encode::token_tensors(text::pad_rows(t.seqs, seqs, t.length));
   for (auto& x : out) x = x.to(t.device);
+  return out;
+}
+
+std::vector<int64_t> label_list(const torch::Tensor& labels) {
+  auto l = labels.cpu().contiguous();
+  return {l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel()};
+}
+
+std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> out;
+  out.reserve(rows.size());
+  for (auto r : rows) out.push_back(v[static_cast<std::size_t>(r)]);
   return out;
 }
 
@@ -331,11 +344,10 @@ torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tenso
   return torch::cat(reps);
 }
 
-EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
-                     bool grouped, gc::Similarity sim, int64_t chunk) {
-  EvalMetrics m;
-  m.present = true;
-  m.rows = idx.size(0);
+// Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
+// passage of the set (pair modes), or each row against every other row (grouped mode).
+eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
+                          bool grouped, gc::Similarity sim, int64_t chunk, const std::vector<int64_t>& ks) {
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
     return sim == gc::Similarity::cos
@@ -343,36 +355,10 @@ EvalMetrics evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q
                : x;
   };
   auto q = norm(encode_eval(q_tower, query_inputs(d, idx), chunk)).to(torch::kFloat64);
-  if (grouped) {
-    auto labels = d.labels.index_select(0, idx.to(d.labels.device())).cpu();
-    int64_t correct = 0;
-    for (int64_t a = 0; a < q.size(0); a += 1024) {
-      int64_t b = std::min(a + 1024, q.size(0));
-      auto s = torch::matmul(q.slice(0, a, b), q.t());
-      auto rows = torch::arange(a, b, torch::kLong);
-      s.index_put_({torch::arange(b - a, torch::kLong), rows}, -INFINITY);
-      auto nn = s.argmax(1).cpu();
-      correct += labels.index_select(0, nn).eq(labels.slice(0, a, b)).sum().item<int64_t>();
-    }
-    m.nn_accuracy = static_cast<double>(correct) / std::max<int64_t>(1, q.size(0));
-    return m;
-  }
+  const auto rows = row_list(idx);
+  if (grouped) return eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
   auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk)).to(torch::kFloat64);
-  double r1 = 0, r10 = 0, mrr = 0;
-  for (int64_t a = 0; a < q.size(0); a += 1024) {
-    int64_t b = std::min(a + 1024, q.size(0));
-    auto s = torch::matmul(q.slice(0, a, b), p.t());
-    auto diag = s.gather(1, torch::arange(a, b, torch::kLong).unsqueeze(1));
-    auto rank = s.gt(diag).sum(1).to(torch::kFloat64);  // passages scored above the right one
-    r1 += rank.lt(1).sum().item<double>();
-    r10 += rank.lt(10).sum().item<double>();
-    mrr += (1.0 / (rank + 1)).sum().item<double>();
-  }
-  double n = static_cast<double>(std::max<int64_t>(1, q.size(0)));
-  m.recall_at_1 = r1 / n;
-  m.recall_at_10 = r10 / n;
-  m.mrr = mrr / n;
-  return m;
+  return eval::retrieval(q, p, rows, ks);
 }
 
 // ---- stage: setup ---------------------------------------------------------------------------
@@ -811,18 +797,37 @@ class Checkpointer {
 
 // ---- stage: evaluation -----------------------------------------------------------------------
 
-// Held-out rows of the training data, or a separate file with the same layout (--eval-data).
+// Held-out rows of the training data, or a separate file with the same layout (--eval-data);
+// the per-query results of every evaluation for --eval-dump.
 struct Evaluation {
   Data external;
   torch::Tensor idx;
   bool enabled = false, use_external = false;
+  std::string dump;  // TSV lines so far
 
-  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss) const {
+  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss, int64_t step) {
     for (auto* mod : m.distinct) mod->eval();
-    auto r = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss.similarity,
-                      std::max(o.query_chunk, o.passage_chunk));
+    auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss.similarity,
+                          std::max(o.query_chunk, o.passage_chunk), o.eval_k);
     for (auto* mod : m.distinct) mod->train();
+    EvalMetrics r;
+    r.present = true;
+    r.rows = idx.size(0);
+    r.queries = static_cast<int64_t>(table.rows.size());
+    r.excluded = table.excluded;
+    r.metrics = eval::summarise(table, o.eval_bootstrap, o.seed);
+    if (!o.eval_dump.empty()) dump += eval::dump_tsv(table, step, dump.empty());
     return r;
+  }
+
+  void write_dump(const TrainOptions& o) const {
+    if (!o.eval_dump.empty() && !dump.empty()) files::write_file_atomically(o.eval_dump, dump);
+  }
+
+  // The labels of the evaluation rows (grouped mode).
+  std::vector<int64_t> labels(const Data& data) const {
+    const Data& d = use_external ? external : data;
+    return label_list(d.labels.index_select(0, idx.to(d.labels.device())));
   }
 };
 
@@ -831,7 +836,8 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   Evaluation e;
   e.use_external = !o.eval_data.empty();
   if (e.use_external) {
-    if (o.eval_end > 0) throw Error(Exit::usage, "--eval-data", "give --eval-data or --eval-rows, not both");
+    if (o.eval_end > 0 || o.eval_split > 0)
+      throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
     e.external = s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data);
     for (std::size_t i = 0; i < data.query.size(); ++i)
       if (e.external.query[i].sizes().slice(1) != data.query[i].sizes().slice(1))
@@ -839,6 +845,10 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   }
   e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);
   e.enabled = e.use_external || !split.eval.empty();
+  if (!o.eval_dump.empty() && s.rank == 0) {  // refused now, not after training
+    const std::string dir = files::dir_name(o.eval_dump);
+    if (!fs::is_directory(dir)) throw Error(Exit::cant_create, o.eval_dump, "cannot create: no directory " + dir);
+  }
   return e;
 }
 
@@ -1019,7 +1029,7 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
   config["optimizer"] = {optimizer_choices().name(o.optimizer), o.lr, o.momentum, o.weight_decay, o.warmup_steps,
                          schedule_choices().name(o.schedule)};
-  config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data)};
+  config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data), o.eval_split, o.stratify};
   config["dtype"] = float_dtype_choices().name(o.dtype);
   return config.dump();
 }
@@ -1051,15 +1061,18 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
   }
   const gc::LossConfig loss = loss_config(o, m.grouped);
-  const RowSplit split = without_skipped(split_rows(o, data.rows), data.skipped, info);
+  const std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
+  const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
   const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
   Checkpointer ckpt(o, s, group.get(), checkpoint_config(o, s, m, split));
   const int64_t start = ckpt.resume(m.params, *opt, result, info);
   result.start_step = start;
-  const Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
-  if (eval.enabled && start == 0 && s.rank == 0) result.eval_before = eval.run(o, data, m, loss);
+  Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
+  if (m.grouped && eval.enabled && cb.warn && s.rank == 0)
+    for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) cb.warn(w);
+  if (eval.enabled && start == 0 && s.rank == 0) result.eval_before = eval.run(o, data, m, loss, 0);
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps);
@@ -1079,7 +1092,8 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     result.collective_seconds = group->collective_seconds();
   }
   if (!result.interrupted && s.rank == 0) {  // outputs, evaluation and the summary are rank 0's
-    if (eval.enabled) result.eval_after = eval.run(o, data, m, loss);
+    if (eval.enabled) result.eval_after = eval.run(o, data, m, loss, reached);
+    eval.write_dump(o);
     if (!o.out.empty()) {
       m.q->eval();
       save_module(*m.q, o.out);

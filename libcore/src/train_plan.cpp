@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <string>
 
 #include "traincache/error.h"
+#include "traincache/splitmix.h"
 
 namespace traincache {
 
@@ -17,8 +20,53 @@ const Choices<Similarity>& similarity_choices() {
 
 namespace traincache::train {
 
-RowSplit split_rows(const TrainOptions& o, int64_t rows) {
+namespace {
+
+void shuffle(std::vector<int64_t>& v, SplitMix& rng) {
+  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+}
+
+// The first round(F*n) rows of a seeded permutation of `rows` (per class with --stratify).
+std::vector<int64_t> random_eval_rows(const TrainOptions& o, int64_t rows, const std::vector<int64_t>* labels) {
+  SplitMix rng{o.seed ^ 0x5eedf00dull};
+  std::map<int64_t, std::vector<int64_t>> groups;
+  for (int64_t i = 0; i < rows; ++i) groups[o.stratify ? (*labels)[static_cast<std::size_t>(i)] : 0].push_back(i);
+  std::vector<int64_t> eval;
+  for (auto& [label, members] : groups) {
+    shuffle(members, rng);
+    const auto n = static_cast<int64_t>(members.size());
+    auto k = static_cast<int64_t>(std::llround(o.eval_split * static_cast<double>(n)));
+    if (o.stratify && n >= 2) k = std::clamp<int64_t>(k, 1, n - 1);
+    eval.insert(eval.end(), members.begin(), members.begin() + std::min(k, n));
+  }
+  std::sort(eval.begin(), eval.end());
+  return eval;
+}
+
+}  // namespace
+
+RowSplit split_rows(const TrainOptions& o, int64_t rows, const std::vector<int64_t>* labels) {
   RowSplit s;
+  if (o.eval_split > 0) {
+    if (o.eval_end > 0) throw Error(Exit::usage, "--eval-split", "give --eval-split or --eval-rows, not both");
+    if (o.stratify && (!labels || static_cast<int64_t>(labels->size()) != rows))
+      throw Error(Exit::usage, "--stratify", "needs labels: grouped mode (--cache with --embeddings)");
+    s.eval = random_eval_rows(o, rows, labels);
+    std::size_t e = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      if (e < s.eval.size() && s.eval[e] == i)
+        ++e;
+      else
+        s.train.push_back(i);
+    }
+    if (s.eval.empty())
+      throw Error(Exit::usage, "--eval-split",
+                  "holds out no rows of the data's " + std::to_string(rows) + " (use a larger fraction)");
+    if (s.train.empty())
+      throw Error(Exit::usage, "--eval-split", "leaves no training rows (the data has " + std::to_string(rows) + ")");
+    return s;
+  }
+  if (o.stratify) throw Error(Exit::usage, "--stratify", "applies to --eval-split");
   s.eval_begin = o.eval_begin;
   s.eval_end = o.eval_end > 0 ? std::min(o.eval_end, rows) : 0;
   if (o.eval_end > 0 && (s.eval_begin >= s.eval_end || s.eval_begin >= rows))
@@ -27,6 +75,38 @@ RowSplit split_rows(const TrainOptions& o, int64_t rows) {
   if (s.train.empty())
     throw Error(Exit::usage, "--eval-rows", "leaves no training rows (the data has " + std::to_string(rows) + ")");
   return s;
+}
+
+std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& train_labels,
+                                                const std::vector<int64_t>& eval_labels) {
+  std::vector<std::string> out;
+  if (train_labels.empty() || eval_labels.empty()) return out;
+  std::map<int64_t, double> p, q;
+  for (auto l : train_labels) p[l] += 1.0 / static_cast<double>(train_labels.size());
+  for (auto l : eval_labels) q[l] += 1.0 / static_cast<double>(eval_labels.size());
+  std::vector<int64_t> missing;
+  for (const auto& [label, share] : p)
+    if (!q.count(label)) missing.push_back(label);
+  if (!missing.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+    if (missing.size() > 10) list += ", ...";
+    out.push_back("the evaluation rows lack " + std::to_string(missing.size()) + " of the " + std::to_string(p.size()) +
+                  " classes of the training rows (" + list + "); --eval-split F --stratify holds out every class");
+  }
+  double tv = 0;
+  for (const auto& [label, share] : p) tv += std::abs(share - (q.count(label) ? q.at(label) : 0.0));
+  for (const auto& [label, share] : q)
+    if (!p.count(label)) tv += share;
+  tv /= 2;
+  if (tv > 0.2) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.2f", tv);
+    out.push_back(std::string("the evaluation rows' label distribution differs from the training rows' (total "
+                              "variation distance ") +
+                  buf + " > 0.2)");
+  }
+  return out;
 }
 
 StepPlan plan_steps(const TrainOptions& o, int64_t train_rows) {
@@ -80,6 +160,13 @@ void validate_options(const TrainOptions& o) {
   if (text && !o.cache.empty())
     throw Error(Exit::usage, "--tokenizer", "tokenizes raw text (--data); cached embeddings (--cache) need none");
   if (o.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
+  if (o.eval_split < 0 || o.eval_split >= 1)
+    throw Error(Exit::usage, "--eval-split", "must be a fraction of the rows, above 0 and below 1");
+  if (o.eval_end <= 0 && o.eval_split <= 0 && o.eval_data.empty()) {
+    const char* needs = "needs an evaluation set (--eval-rows, --eval-split or --eval-data)";
+    if (!o.eval_dump.empty()) throw Error(Exit::usage, "--eval-dump", needs);
+    if (o.eval_bootstrap > 0) throw Error(Exit::usage, "--eval-bootstrap", needs);
+  }
 }
 
 }  // namespace traincache::train

@@ -20,12 +20,12 @@ e = torch.from_numpy(h5py.File('$WORK/c.h5', 'r')['embeddings/cnn'][:4])
 print(j['mode'], j['steps'], sorted(j['eval_before']), j['eval_before']['rows'],
       [n for n, _ in h.named_parameters()], tuple(h(e).shape))
 "
-expect_out "cached-grouped 9 ['nn_accuracy', 'rows'] 50 ['weight0', 'bias0', 'weight1', 'bias1'] (4, 16)"
+expect_out "cached-grouped 9 ['excluded', 'map_at_r', 'precision_at_1', 'precision_at_10', 'precision_at_5', 'queries', 'r_precision', 'rows'] 50 ['weight0', 'bias0', 'weight1', 'bias1'] (4, 16)"
 
 run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings t --passage-embeddings d --head linear:8 \
   --batch-size 50 --chunk-size 16 --epochs 2 --eval-rows :50 --json
 expect_rc 0
-expect_out_re '"mode":"cached-aligned".*"eval_after":\{"rows":50,"recall_at_1":[0-9.]+'
+expect_out_re '"mode":"cached-aligned".*"eval_after":\{"rows":50,"queries":50,"excluded":0,"accuracy_at_1":[0-9.]+'
 
 # A repeated option takes its last value (scripts append overrides).
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --steps 2 --json
@@ -38,13 +38,13 @@ expect_out_re '"steps":2,"total_steps":2,'
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
   --epochs 1 --eval-data "$WORK/eval.h5" --json
 expect_rc 0
-expect_out_re '"eval_before":\{"rows":50,"nn_accuracy":[0-9.]+\},"eval_after":\{"rows":50,'
+expect_out_re '"eval_before":\{"rows":50,"queries":[0-9]+,"excluded":[0-9]+,"precision_at_1":[0-9.]+,.*\},"eval_after":\{"rows":50,'
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings mlp --epochs 1 --eval-data "$WORK/eval.h5"
 expect_rc 65
 expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache (have: cnn)"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --epochs 1 --eval-data "$WORK/eval.h5" --eval-rows 0:10
 expect_rc 64
-expect_err "gc-train: error: --eval-data: give --eval-data or --eval-rows, not both"
+expect_err "gc-train: error: --eval-data: give one of --eval-data, --eval-rows and --eval-split"
 
 # Per-encoder --cache-device is applied (there is no GPU here, so CUDA is refused).
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --cache-device cnn=cuda:0 --steps 1

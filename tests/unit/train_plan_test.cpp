@@ -78,3 +78,85 @@ CATCH_TEST_CASE("train plan: option checks", "[train]") {
   slabs.passage = {"shm:p"};
   CATCH_CHECK(code_of([&] { train::validate_options(slabs); }) == Exit::ok);
 }
+
+CATCH_TEST_CASE("train plan: --eval-split holds out a seeded random fraction", "[train]") {
+  train::TrainOptions o;
+  o.eval_split = 0.25;
+  o.seed = 3;
+  auto s = train::split_rows(o, 100);
+  CATCH_CHECK(s.eval.size() == 25);
+  CATCH_CHECK(s.train.size() == 75);
+  CATCH_CHECK(std::is_sorted(s.eval.begin(), s.eval.end()));
+  std::vector<int64_t> all = s.train;
+  all.insert(all.end(), s.eval.begin(), s.eval.end());
+  std::sort(all.begin(), all.end());
+  for (int64_t i = 0; i < 100; ++i) CATCH_CHECK(all[static_cast<std::size_t>(i)] == i);
+  CATCH_CHECK(train::split_rows(o, 100).eval == s.eval);  // the seed decides
+  CATCH_CHECK(s.eval.back() - s.eval.front() > 50);       // spread over the rows, not a block
+  o.seed = 4;
+  CATCH_CHECK(train::split_rows(o, 100).eval != s.eval);
+  o.eval_split = 0.001;  // rounds to no rows
+  CATCH_CHECK(test::message_of([&] { train::split_rows(o, 100); }) ==
+              "--eval-split: holds out no rows of the data's 100 (use a larger fraction)");
+  o.eval_split = 0.999;
+  CATCH_CHECK(code_of([&] { train::split_rows(o, 100); }) == Exit::usage);
+  o.eval_split = 0.5;
+  o.eval_end = 10;
+  CATCH_CHECK(test::message_of([&] { train::split_rows(o, 100); }) ==
+              "--eval-split: give --eval-split or --eval-rows, not both");
+}
+
+CATCH_TEST_CASE("train plan: --stratify holds out every class in proportion", "[train]") {
+  // Rows sorted by class, as an image folder lists them: 60 of class 0, 30 of 1, 9 of 2, 1 of 3.
+  std::vector<int64_t> labels;
+  for (auto [label, n] : std::vector<std::pair<int64_t, int>>{{0, 60}, {1, 30}, {2, 9}, {3, 1}})
+    labels.insert(labels.end(), static_cast<std::size_t>(n), label);
+  train::TrainOptions o;
+  o.eval_split = 0.2;
+  o.stratify = true;
+  auto s = train::split_rows(o, 100, &labels);
+  std::map<int64_t, int> held;
+  for (auto r : s.eval) ++held[labels[static_cast<std::size_t>(r)]];
+  CATCH_CHECK(held == std::map<int64_t, int>{{0, 12}, {1, 6}, {2, 2}});  // round(0.2 n); a lone row trains
+  CATCH_CHECK(s.train.size() + s.eval.size() == 100);
+  CATCH_CHECK(train::label_balance_warnings(
+                  [&] {
+                    std::vector<int64_t> l;
+                    for (auto r : s.train) l.push_back(labels[static_cast<std::size_t>(r)]);
+                    return l;
+                  }(),
+                  [&] {
+                    std::vector<int64_t> l;
+                    for (auto r : s.eval) l.push_back(labels[static_cast<std::size_t>(r)]);
+                    return l;
+                  }())
+                  .size() == 1);  // class 3 is in training only
+  o.eval_split = 0.01;            // each class of two or more still gives one row
+  held.clear();
+  for (auto r : train::split_rows(o, 100, &labels).eval) ++held[labels[static_cast<std::size_t>(r)]];
+  CATCH_CHECK(held == std::map<int64_t, int>{{0, 1}, {1, 1}, {2, 1}});
+  CATCH_CHECK(test::message_of([&] { train::split_rows(o, 100); }) ==
+              "--stratify: needs labels: grouped mode (--cache with --embeddings)");
+  o.eval_split = 0;
+  CATCH_CHECK(test::message_of([&] { train::split_rows(o, 100, &labels); }) == "--stratify: applies to --eval-split");
+}
+
+CATCH_TEST_CASE("train plan: an evaluation set unlike the training set is named", "[train]") {
+  // --eval-rows 1600: of a folder sorted by class: two classes held out, eight trained on.
+  std::vector<int64_t> train_l, eval_l;
+  for (int64_t c = 0; c < 8; ++c) train_l.insert(train_l.end(), 200, c);
+  for (int64_t c = 8; c < 10; ++c) eval_l.insert(eval_l.end(), 200, c);
+  auto w = train::label_balance_warnings(train_l, eval_l);
+  CATCH_REQUIRE(w.size() == 2);
+  CATCH_CHECK(w[0] ==
+              "the evaluation rows lack 8 of the 8 classes of the training rows (0, 1, 2, 3, 4, 5, 6, 7); "
+              "--eval-split F --stratify holds out every class");
+  CATCH_CHECK(w[1] ==
+              "the evaluation rows' label distribution differs from the training rows' (total variation "
+              "distance 1.00 > 0.2)");
+  // Alike: same classes, shares within 0.2 in total variation.
+  std::vector<int64_t> a{0, 0, 1, 1, 2, 2}, b{0, 1, 2, 2};
+  CATCH_CHECK(train::label_balance_warnings(a, b).empty());
+  std::vector<int64_t> skewed{0, 0, 0, 0, 0, 0, 0, 1, 2};
+  CATCH_CHECK(train::label_balance_warnings(a, skewed).size() == 1);
+}

@@ -1,6 +1,7 @@
 // gc-train: gradient-cached contrastive training on cached embeddings or raw inputs.
 // See docs/gc-train.md.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "traincache/cli.h"
@@ -17,29 +18,45 @@ constexpr const char* kTool = "gc-train";
 struct Options {
   cli::CommonOptions common;
   train::TrainOptions t;
-  std::string query, passage, negatives, chunk, eval_rows, input_scale = "1/255";
+  std::string query, passage, negatives, chunk, eval_rows, eval_k, input_scale = "1/255";
   bool no_gradcache = false, no_shuffle = false, no_drop_last = false;
   std::vector<std::string> cache_devices, tokenizers;
 };
 
-// Evaluation metrics as one field: JSON object (null without evaluation) and its text.
-void add_eval(report::Record& rec, const std::string& key, const train::EvalMetrics& m, bool grouped) {
-  char buf[160];
+// Evaluation metrics as one field: JSON object (null without evaluation) and its text, each
+// metric with its 95% interval when --eval-bootstrap asked for one.
+void add_eval(report::Record& rec, const std::string& key, const train::EvalMetrics& m) {
   if (!m.present) {
     rec.add(key, nullptr);
-  } else if (grouped) {
-    std::snprintf(buf, sizeof buf, "nearest-neighbour accuracy %.4f", m.nn_accuracy);
-    rec.add(key, {{"rows", m.rows}, {"nn_accuracy", m.nn_accuracy}}, buf);
-  } else {
-    std::snprintf(buf, sizeof buf, "recall@1 %.4f, recall@10 %.4f, MRR %.4f", m.recall_at_1, m.recall_at_10, m.mrr);
-    rec.add(key, {{"rows", m.rows}, {"recall_at_1", m.recall_at_1}, {"recall_at_10", m.recall_at_10}, {"mrr", m.mrr}},
-            buf);
+    return;
   }
+  report::Json j{{"rows", m.rows}, {"queries", m.queries}, {"excluded", m.excluded}};
+  report::Json ci = report::Json::object();
+  std::string text;
+  char buf[96];
+  for (const auto& x : m.metrics) {
+    j[x.key] = x.value;
+    if (std::isnan(x.lo)) {
+      std::snprintf(buf, sizeof buf, "%s %.4f", x.label.c_str(), x.value);
+    } else {
+      ci[x.key] = {x.lo, x.hi};
+      std::snprintf(buf, sizeof buf, "%s %.4f [%.4f, %.4f]", x.label.c_str(), x.value, x.lo, x.hi);
+    }
+    text += (text.empty() ? "" : ", ") + std::string(buf);
+  }
+  if (!ci.empty()) j["ci95"] = ci;
+  if (m.queries == 0) {
+    text = "no queries: each of the " + std::to_string(m.rows) + " rows is alone in its class";
+  } else {
+    text += " (" + std::to_string(m.queries) + " queries";
+    if (m.excluded > 0) text += "; " + std::to_string(m.excluded) + " alone in their class left out";
+    text += ")";
+  }
+  rec.add(key, j, text);
 }
 
 // The result's fields, declared once: --json writes them, the text lines below name them.
 report::Record train_record(const train::TrainResult& r) {
-  const bool grouped = r.mode == "cached-grouped";
   report::Record rec;
   rec.add("schema", "gc-train/1")
       .add("status", r.interrupted ? "interrupted" : "done")
@@ -55,8 +72,8 @@ report::Record train_record(const train::TrainResult& r) {
       .add("samples_per_second", r.samples_per_second)
       .add("seconds_per_epoch", r.seconds_per_epoch)
       .add("utf8_replaced", r.utf8_replaced);
-  add_eval(rec, "eval_before", r.eval_before, grouped);
-  add_eval(rec, "eval_after", r.eval_after, grouped);
+  add_eval(rec, "eval_before", r.eval_before);
+  add_eval(rec, "eval_after", r.eval_after);
   rec.add("checkpoint", r.checkpoint);
   rec.note("resume_hint", r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
                                                : "; checkpoint " + r.checkpoint + " (rerun with --resume)");
@@ -79,6 +96,7 @@ int run(Options& o) {
   }
   if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
+  if (!o.eval_k.empty()) t.eval_k = eval::parse_ks(o.eval_k);
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   for (const auto& spec : o.tokenizers) {
     auto [side, path] = cli::split_assignment(spec);
@@ -217,6 +235,26 @@ void add_batch_options(CLI::App& app, Options& o) {
   cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
 }
 
+// What is held out and how it is scored (docs/gc-train.md, "Evaluation").
+void add_eval_options(CLI::App& app, Options& o) {
+  auto& t = o.t;
+  auto* g = "Evaluation";
+  app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")
+      ->group(g);
+  app.add_option("--eval-split", t.eval_split, "Hold out this fraction of the rows, chosen at random by --seed")
+      ->group(g);
+  app.add_flag("--stratify", t.stratify, "--eval-split holds out that fraction of every label (grouped mode)")
+      ->group(g);
+  app.add_option("--eval-data", t.eval_data,
+                 "Evaluate on this file instead (same datasets, or a cache with the same encoders)")
+      ->group(g);
+  app.add_option("--eval-k", o.eval_k, "Cut-offs of the @k metrics, comma-separated (default 1,5,10)")->group(g);
+  app.add_option("--eval-bootstrap", t.eval_bootstrap, "Resamples of the queries for 95% intervals (0: none)")
+      ->check(cli::integer_range(0, INT64_MAX))
+      ->group(g);
+  app.add_option("--eval-dump", t.eval_dump, "Per-query results of every evaluation as TSV")->group(g);
+}
+
 // The optimiser, data parallelism, checkpoints and outputs.
 void add_optimiser_options(CLI::App& app, Options& o) {
   auto& t = o.t;
@@ -262,11 +300,6 @@ void add_optimiser_options(CLI::App& app, Options& o) {
   app.add_option("-o,--out", t.out, "Trained encoder or head as TorchScript")->group(g_out);
   app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);
   app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
-  app.add_option("--eval-rows", o.eval_rows, "Held-out rows A:B, excluded from training, evaluated before and after")
-      ->group(g_out);
-  app.add_option("--eval-data", t.eval_data,
-                 "Evaluate on this file instead (same datasets, or a cache with the same encoders)")
-      ->group(g_out);
 }
 
 }  // namespace
@@ -278,6 +311,7 @@ int main(int argc, char** argv) {
   add_input_options(app, o);
   add_batch_options(app, o);
   add_optimiser_options(app, o);
+  add_eval_options(app, o);
   app.footer(
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"

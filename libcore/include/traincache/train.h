@@ -11,6 +11,7 @@
 
 #include "traincache/choices.h"
 #include "traincache/dtype.h"
+#include "traincache/eval_stats.h"
 #include "traincache/launch.h"
 #include "traincache/similarity.h"
 #include "traincache/source.h"
@@ -75,7 +76,12 @@ struct TrainOptions {
   bool resume = false;
   std::string out, passage_out, metrics;
   int64_t eval_begin = 0, eval_end = -1;  ///< held-out rows [begin, end) when end > 0
+  double eval_split = 0;                  ///< or a seeded random fraction of the rows (0: none)
+  bool stratify = false;                  ///< --eval-split per label (grouped mode)
   std::string eval_data;                  ///< or a separate file (same datasets/encoders)
+  std::vector<int64_t> eval_k{1, 5, 10};  ///< cut-offs of the @k metrics, ascending
+  int64_t eval_bootstrap = 0;             ///< resamples for 95% intervals (0: none)
+  std::string eval_dump;                  ///< per-query results as TSV
   std::string device = "cpu";
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
@@ -84,12 +90,13 @@ struct TrainOptions {
   DType dtype = DType::f32;    ///< f32 or f64 (parameters and inputs)
 };
 
-/// Retrieval or nearest-neighbour metrics on the held-out rows.
+/// One evaluation of the held-out rows (docs/gc-train.md, "Metrics").
 struct EvalMetrics {
   bool present = false;
-  int64_t rows = 0;
-  double recall_at_1 = 0, recall_at_10 = 0, mrr = 0;  ///< pair modes
-  double nn_accuracy = 0;                             ///< grouped mode
+  int64_t rows = 0;      ///< evaluation rows (all are candidates)
+  int64_t queries = 0;   ///< rows the metrics average over
+  int64_t excluded = 0;  ///< grouped mode: rows alone in their class, candidates only
+  std::vector<eval::Metric> metrics;
 };
 
 /// What a run did.

@@ -4,21 +4,31 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "traincache/train.h"
 
 namespace traincache::train {
 
-/// Rows of the training data split into training rows and held-out evaluation rows (--eval-rows).
+/// Rows of the training data split into training rows and held-out evaluation rows (--eval-rows,
+/// --eval-split). Both lists ascending.
 struct RowSplit {
   std::vector<int64_t> train, eval;
   int64_t eval_begin = 0, eval_end = 0;  ///< the held-out range as used ([0, 0) when none)
 };
 
-/// Splits `rows` rows by the options' --eval-rows. Error(usage) for a range outside the data, or
-/// one that leaves no training rows.
-RowSplit split_rows(const TrainOptions& o, int64_t rows);
+/// Splits `rows` rows by the options' --eval-rows, or --eval-split F: a seeded random fraction,
+/// per label when --stratify (`labels` holds one per row; each class of n >= 2 rows gives
+/// round(F*n) of them, at least 1 and at most n-1). Error(usage) for a range outside the data,
+/// --stratify without labels, or a split that leaves no training or no evaluation rows.
+RowSplit split_rows(const TrainOptions& o, int64_t rows, const std::vector<int64_t>* labels = nullptr);
+
+/// Warnings about an evaluation set's labels against the training set's: classes that training
+/// has and evaluation lacks, and a total variation distance between the two label distributions
+/// above 0.2. Empty when they look alike.
+std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& train_labels,
+                                                const std::vector<int64_t>& eval_labels);
 
 /// Steps of one epoch and of the whole run.
 struct StepPlan {
