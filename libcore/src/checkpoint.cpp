@@ -61,13 +61,14 @@ void set_rng_state(const torch::Tensor& s) {
 }
 
 void save(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-          const std::string& config, const torch::Tensor& rngs) {
+          const std::string& config, const torch::Tensor& rngs, const std::string& state) {
   torch::serialize::OutputArchive ar;
   ar.write("step", torch::tensor(step));
   ar.write("rng", rngs[0].contiguous());
   ar.write("rng_ranks", rngs.contiguous());
   ar.write("world_size", torch::tensor(rngs.size(0)));
   ar.write("config", c10::IValue(config));
+  ar.write("state", c10::IValue(state));
   for (std::size_t i = 0; i < params.size(); ++i) ar.write("param" + std::to_string(i), params[i].detach());
   torch::serialize::OutputArchive opt_ar;
   opt.save(opt_ar);
@@ -97,7 +98,7 @@ std::string config_diff(const std::string& stored, const std::string& now) {
 }
 
 int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-             const std::string& config, int rank, int world_size) {
+             const std::string& config, int rank, int world_size, std::string* state) {
   const std::string payload = checkpoint_payload(path);
   torch::serialize::InputArchive ar;
   torch::Tensor step, rng, world;
@@ -137,6 +138,10 @@ int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, 
     throw;
   } catch (const std::exception&) {
     throw Error(Exit::data, path, "unreadable checkpoint");
+  }
+  if (state) {
+    c10::IValue stored_state;
+    *state = ar.try_read("state", stored_state) && stored_state.isString() ? stored_state.toStringRef() : "{}";
   }
   set_rng_state(rng);
   return step.item<int64_t>();

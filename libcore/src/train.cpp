@@ -760,7 +760,7 @@ class Checkpointer {
     if (o_.resume) {
       if (path_.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
       if (fs::exists(path_)) {
-        start = checkpoint::load(path_, params, opt, config_, s_.rank, s_.world);
+        start = checkpoint::load(path_, params, opt, config_, s_.rank, s_.world, &resumed_state_);
         result.checkpoint = path_;
         info("resuming at step " + std::to_string(start) + " from " + path_);
       } else {
@@ -781,17 +781,25 @@ class Checkpointer {
     return start;
   }
 
-  void save(int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt) {
+  // A collective in a data-parallel run: every rank calls it. `best`: DIR/best.pt instead.
+  void save(int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt, bool best = false) {
     auto mine = checkpoint::rng_state().unsqueeze(0);
     auto rngs = group_ ? group_->all_gather_rows(mine, std::vector<int64_t>(s_.world, 1)) : mine;
-    if (s_.rank == 0) checkpoint::save(path_, step, params, opt, config_, rngs);
+    if (s_.rank == 0)
+      checkpoint::save(best ? o_.checkpoint_dir + "/best.pt" : path_, step, params, opt, config_, rngs,
+                       state ? state() : "{}");
   }
+
+  /// The progress record saved with every checkpoint (the best evaluation so far).
+  std::function<std::string()> state;
+  /// The record of the checkpoint --resume loaded ("{}" otherwise).
+  const std::string& resumed_state() const { return resumed_state_; }
 
  private:
   const TrainOptions& o_;
   const Setup& s_;
   dist::Group* group_;
-  std::string config_, path_;
+  std::string config_, path_, resumed_state_ = "{}";
   std::unique_ptr<files::OutputLock> lock_;
 };
 
@@ -903,8 +911,9 @@ class Trainer {
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
+  // `after_step(n)` runs after step n (1-based) on every rank: true ends the run there.
   int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result, const TrainCallbacks& cb,
-              const std::function<void(const std::string&)>& info) {
+              const std::function<void(const std::string&)>& info, const std::function<bool(int64_t)>& after_step) {
     int64_t s = start;
     for (; s < steps_.total; ++s) {
       if (group_ ? stop_all_ : interrupt_requested()) {
@@ -938,9 +947,14 @@ class Trainer {
                      {"seconds", step_s},
                      {"samples_per_second", idx.size(0) / step_s}});
       if (cb.progress && s_.rank == 0) cb.progress(s + 1, steps_.total, l);
+      const bool stop = after_step(s + 1);
       if (ckpt.enabled() && o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0) {
         ckpt.save(s + 1, m_.params, opt_);
         result.checkpoint = ckpt.path();
+      }
+      if (stop) {
+        result.stopped_early = true;
+        return s + 1;
       }
     }
     return s;
@@ -1011,6 +1025,121 @@ class Trainer {
   bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
 };
 
+// ---- stage: evaluations during training ------------------------------------------------------
+
+// --out (and --passage-out): the trained modules as TorchScript, written by rank 0.
+void save_outputs(const TrainOptions& o, Models& m) {
+  if (!o.out.empty()) {
+    m.q->eval();
+    save_module(*m.q, o.out);
+    m.q->train();
+  }
+  if (m.p != m.q && !o.passage_out.empty()) {
+    m.p->eval();
+    save_module(*m.p, o.passage_out);
+    m.p->train();
+  }
+}
+
+// Every evaluation of a run: before training, every --eval-every steps, after training. Rank 0
+// evaluates; with --select-best a new best writes --out at once (and DIR/best.pt, which every rank
+// takes part in), and --early-stop ends the run when the best has not moved for long enough.
+class Monitor {
+ public:
+  Monitor(const TrainOptions& o, const Setup& s, dist::Group* group, Evaluation& eval, const Data& data, Models& m,
+          const gc::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb, BestRecord& best)
+      : o_(o),
+        s_(s),
+        group_(group),
+        eval_(eval),
+        data_(data),
+        m_(m),
+        loss_(loss),
+        log_(log),
+        ckpt_(ckpt),
+        cb_(cb),
+        best_(best) {
+    if (!o.select_best.empty()) {
+      const auto keys = metric_keys(m.grouped, o.eval_k);
+      if (std::find(keys.begin(), keys.end(), o.select_best) == keys.end()) {
+        std::string list;
+        for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+        throw Error(Exit::usage, "--select-best",
+                    "'" + o.select_best + "' is not a metric of this mode (" + list + ")");
+      }
+      best_.metric = o.select_best;
+    }
+  }
+
+  // Evaluates at `step` (every rank calls it; only rank 0 computes). `out`, when given, receives
+  // the metrics. Returns true on rank agreement that --early-stop's patience has run out.
+  bool evaluate(int64_t step, int64_t epoch, EvalMetrics* out = nullptr, bool during = false) {
+    bool is_best = false, stop = false;
+    if (s_.rank == 0) {
+      auto r = eval_.run(o_, data_, m_, loss_, step);
+      if (!best_.metric.empty()) {
+        is_best = update_best(best_, value_of(r, best_.metric), step);
+        stop = patience_exhausted(best_, o_.early_stop);
+        if (is_best) save_outputs(o_, m_);
+      }
+      log_.write({{"step", step}, {"epoch", epoch}, {"eval", eval_json(r)}});
+      if (cb_.evaluated && during) cb_.evaluated(step, r, is_best);
+      last_ = r;
+      if (out) *out = std::move(r);
+    }
+    last_step_ = step;  // on every rank: final_evaluation() must agree on whether to evaluate
+    if (group_) {       // rank 0's decisions, for the collective below and the loop
+      auto flags = torch::tensor({is_best ? 1.0 : 0.0, stop ? 1.0 : 0.0}, torch::kFloat64);
+      std::vector<torch::Tensor> t{flags.to(m_.params[0].device())};
+      group_->broadcast(t, 0);
+      is_best = t[0][0].item<double>() > 0;
+      stop = t[0][1].item<double>() > 0;
+    }
+    if (is_best && ckpt_.enabled()) ckpt_.save(step, m_.params, *opt_, true);
+    return stop;
+  }
+
+  // The loop's hook after step n: an evaluation when --eval-every says so (not at the last step,
+  // which the final evaluation covers).
+  bool after_step(int64_t n, int64_t total, int64_t per_epoch) {
+    if (!eval_.enabled || o_.eval_every <= 0 || n % o_.eval_every != 0 || n >= total) return false;
+    return evaluate(n, (n - 1) / per_epoch, nullptr, true);
+  }
+
+  void set_optimizer(torch::optim::Optimizer* opt) { opt_ = opt; }
+
+  // The evaluation after training, at `step`: the last one again when it was at that step (a run
+  // that --early-stop ended), without evaluating twice.
+  EvalMetrics final_evaluation(int64_t step, int64_t epoch) {
+    if (last_step_ == step) return last_;
+    EvalMetrics r;
+    evaluate(step, epoch, &r);
+    return r;
+  }
+
+ private:
+  static double value_of(const EvalMetrics& r, const std::string& key) {
+    for (const auto& x : r.metrics)
+      if (x.key == key) return x.value;
+    return -INFINITY;  // no queries: never a best
+  }
+
+  const TrainOptions& o_;
+  const Setup& s_;
+  dist::Group* group_;
+  Evaluation& eval_;
+  const Data& data_;
+  Models& m_;
+  const gc::LossConfig& loss_;
+  MetricsLog& log_;
+  Checkpointer& ckpt_;
+  const TrainCallbacks& cb_;
+  BestRecord& best_;
+  torch::optim::Optimizer* opt_ = nullptr;
+  EvalMetrics last_;  // rank 0: the latest evaluation
+  int64_t last_step_ = -1;
+};
+
 gc::LossConfig loss_config(const TrainOptions& o, bool grouped) {
   gc::LossConfig c;
   c.similarity = o.similarity;
@@ -1030,6 +1159,7 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   config["optimizer"] = {optimizer_choices().name(o.optimizer), o.lr, o.momentum, o.weight_decay, o.warmup_steps,
                          schedule_choices().name(o.schedule)};
   config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data), o.eval_split, o.stratify};
+  if (!o.select_best.empty()) config["select_best"] = {o.select_best, o.eval_k};
   config["dtype"] = float_dtype_choices().name(o.dtype);
   return config.dump();
 }
@@ -1067,22 +1197,31 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
   Checkpointer ckpt(o, s, group.get(), checkpoint_config(o, s, m, split));
+  ckpt.state = [&result] { return best_to_json(result.best); };
   const int64_t start = ckpt.resume(m.params, *opt, result, info);
   result.start_step = start;
   Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
+  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
+  result.best = best_from_json(ckpt.resumed_state());
+  Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
+  monitor.set_optimizer(opt.get());
   if (m.grouped && eval.enabled && cb.warn && s.rank == 0)
     for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) cb.warn(w);
-  if (eval.enabled && start == 0 && s.rank == 0) result.eval_before = eval.run(o, data, m, loss, 0);
-  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
+  if (eval.enabled && start == 0) monitor.evaluate(0, 0, &result.eval_before);
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps);
   auto t_loop = Clock::now();
-  const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info);
+  const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info,
+                                      [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
   result.steps_done = reached;
   double loop_s = seconds_since(t_loop);
   result.samples_per_second = loop_s > 0 ? trainer.samples() / loop_s : 0;
   result.seconds_per_epoch = reached > start ? loop_s / (reached - start) * steps.per_epoch : 0;
-  if (ckpt.enabled() && (result.interrupted || reached == steps.total) && reached > start) {
+  if (eval.enabled && !result.interrupted) {
+    if (group) group->set_context("final evaluation");
+    result.eval_after = monitor.final_evaluation(reached, reached > 0 ? (reached - 1) / steps.per_epoch : 0);
+  }
+  if (ckpt.enabled() && (result.interrupted || result.stopped_early || reached == steps.total) && reached > start) {
     if (group) group->set_context("final checkpoint");
     ckpt.save(reached, m.params, *opt);
     result.checkpoint = ckpt.path();
@@ -1091,17 +1230,9 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     result.collectives = group->collectives();
     result.collective_seconds = group->collective_seconds();
   }
-  if (!result.interrupted && s.rank == 0) {  // outputs, evaluation and the summary are rank 0's
-    if (eval.enabled) result.eval_after = eval.run(o, data, m, loss, reached);
+  if (!result.interrupted && s.rank == 0) {  // outputs are rank 0's; --select-best wrote them already
+    if (o.select_best.empty()) save_outputs(o, m);
     eval.write_dump(o);
-    if (!o.out.empty()) {
-      m.q->eval();
-      save_module(*m.q, o.out);
-    }
-    if (m.p != m.q && !o.passage_out.empty()) {
-      m.p->eval();
-      save_module(*m.p, o.passage_out);
-    }
   }
   result.seconds = seconds_since(t_start);
   return result;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "traincache/error.h"
@@ -99,14 +100,70 @@ std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& trai
   for (const auto& [label, share] : q)
     if (!p.count(label)) tv += share;
   tv /= 2;
-  if (tv > 0.2) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.2f", tv);
-    out.push_back(std::string("the evaluation rows' label distribution differs from the training rows' (total "
-                              "variation distance ") +
-                  buf + " > 0.2)");
+  // What drawing this many rows at random gives on average: sum of sqrt(p(1-p) / (2 pi n)).
+  const double n = static_cast<double>(eval_labels.size());
+  double noise = 0;
+  for (const auto& [label, share] : p) noise += std::sqrt(share * (1 - share) / (2 * M_PI * n));
+  if (tv > std::max(0.2, 3 * noise)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "the evaluation rows' label distribution differs from the training rows' (total variation "
+                  "distance %.2f; %zu rows drawn at random would differ by about %.2f)",
+                  tv, eval_labels.size(), noise);
+    out.emplace_back(buf);
   }
   return out;
+}
+
+std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks) {
+  std::vector<std::string> out;
+  const std::vector<std::string> at_k =
+      grouped ? std::vector<std::string>{"precision"} : std::vector<std::string>{"accuracy", "precision", "recall"};
+  for (const auto& m : at_k)
+    for (auto k : ks) out.push_back(m + "_at_" + std::to_string(k));
+  for (const char* m : grouped ? std::vector<const char*>{"r_precision", "map_at_r"}
+                               : std::vector<const char*>{"mrr_at_10", "ndcg_at_10", "map_at_100"})
+    out.emplace_back(m);
+  return out;
+}
+
+nlohmann::ordered_json eval_json(const EvalMetrics& m) {
+  nlohmann::ordered_json j{{"rows", m.rows}, {"queries", m.queries}, {"excluded", m.excluded}};
+  auto ci = nlohmann::ordered_json::object();
+  for (const auto& x : m.metrics) {
+    j[x.key] = x.value;
+    if (!std::isnan(x.lo)) ci[x.key] = {x.lo, x.hi};
+  }
+  if (!ci.empty()) j["ci95"] = ci;
+  return j;
+}
+
+bool update_best(BestRecord& r, double value, int64_t step) {
+  if (r.step >= 0 && !(value > r.value)) {
+    ++r.since;
+    return false;
+  }
+  r.value = value;
+  r.step = step;
+  r.since = 0;
+  return true;
+}
+
+std::string best_to_json(const BestRecord& r) {
+  if (r.step < 0) return "{}";
+  return nlohmann::json{{"metric", r.metric}, {"value", r.value}, {"step", r.step}, {"since", r.since}}.dump();
+}
+
+BestRecord best_from_json(const std::string& text) {
+  BestRecord r;
+  auto j = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
+  if (j.is_object() && j.contains("step")) {
+    r.metric = j.value("metric", "");
+    r.value = j.value("value", 0.0);
+    r.step = j.value("step", int64_t{-1});
+    r.since = j.value("since", int64_t{0});
+  }
+  return r;
 }
 
 StepPlan plan_steps(const TrainOptions& o, int64_t train_rows) {
@@ -166,7 +223,13 @@ void validate_options(const TrainOptions& o) {
     const char* needs = "needs an evaluation set (--eval-rows, --eval-split or --eval-data)";
     if (!o.eval_dump.empty()) throw Error(Exit::usage, "--eval-dump", needs);
     if (o.eval_bootstrap > 0) throw Error(Exit::usage, "--eval-bootstrap", needs);
+    if (o.eval_every > 0) throw Error(Exit::usage, "--eval-every", needs);
+    if (!o.select_best.empty()) throw Error(Exit::usage, "--select-best", needs);
   }
+  if (o.early_stop > 0 && o.select_best.empty())
+    throw Error(Exit::usage, "--early-stop", "needs --select-best METRIC (the metric whose best it waits for)");
+  if (o.early_stop > 0 && o.eval_every <= 0)
+    throw Error(Exit::usage, "--early-stop", "needs --eval-every N (evaluations during training)");
 }
 
 }  // namespace traincache::train

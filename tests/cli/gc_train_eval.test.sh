@@ -146,11 +146,73 @@ expect_out "True True"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --eval-rows 297:
 expect_rc 0
 expect_err_has "gc-train: warning: the evaluation rows lack 2 of the 5 classes of the training rows (0, 1); --eval-split F --stratify holds out every class
-gc-train: warning: the evaluation rows' label distribution differs from the training rows' (total variation distance 0.40 > 0.2)
 gc-train: before training: no queries: each of the 3 rows is alone in its class"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --eval-split 0.5 --stratify
 expect_rc 0
 [[ "$err" != *"warning"* ]] && _ok || _fail "a stratified split warned: $err"
+
+# ---- during training: --eval-every, --select-best, --early-stop, and a resume that keeps the record.
+# With this seed and rate, mrr_at_10 at steps 0, 3, 6, 9, 12 peaks at step 6.
+SEL=(--cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --head linear:16 --batch-size 32
+     --eval-split 0.3 --lr 0.03 --seed 1)
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 12 --eval-every 3 --select-best mrr_at_10 --out "$WORK/best.pt" \
+  --metrics "$WORK/m.jsonl" --json
+expect_rc 0
+echo "$out" >"$WORK/sel.json"
+py "
+import json
+j = json.load(open('$WORK/sel.json'))
+ev = [(l['step'], l['eval']['mrr_at_10']) for l in map(json.loads, open('$WORK/m.jsonl')) if 'eval' in l]
+top = max(ev, key=lambda e: e[1])  # the first of equal values, as a new best must be strictly better
+print([s for s, _ in ev], j['best']['step'] == top[0] and j['best']['value'] == top[1], j['best']['step'],
+      j['eval_after']['mrr_at_10'] == ev[-1][1], j['stopped_early'])
+"
+expect_out "[0, 3, 6, 9, 12] True 6 True False"
+# --out holds the step-6 parameters: those of a plain 6-step run, and not those of step 12.
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 6 --out "$WORK/six.pt"
+expect_rc 0
+same_params "$WORK/best.pt" "$WORK/six.pt" "" 0
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 12 --out "$WORK/twelve.pt"
+expect_rc 0
+py "
+import torch
+a = dict(torch.jit.load('$WORK/best.pt').named_parameters())
+b = dict(torch.jit.load('$WORK/twelve.pt').named_parameters())
+print(max(float((a[k] - b[k]).abs().max()) for k in a) > 1e-4)"
+expect_out "True"
+
+# Resume keeps the record: 6 steps, then resumed to 12, ends with the uninterrupted run's best and --out.
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 6 --eval-every 3 --select-best mrr_at_10 --out "$WORK/res.pt" \
+  --checkpoint-dir "$WORK/ck" -q
+expect_rc 0
+expect_file "$WORK/ck/best.pt"
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 12 --eval-every 3 --select-best mrr_at_10 --out "$WORK/res.pt" \
+  --checkpoint-dir "$WORK/ck" --resume --json
+expect_rc 0
+echo "$out" >"$WORK/res.json"
+py "
+import json
+a, b = json.load(open('$WORK/sel.json')), json.load(open('$WORK/res.json'))
+print(b['start_step'], a['best'] == b['best'])"
+expect_out "6 True"
+same_params "$WORK/best.pt" "$WORK/res.pt" "" 0
+# Selecting by another metric is another setting: the record would mean nothing.
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 12 --eval-every 3 --select-best ndcg_at_10 --checkpoint-dir "$WORK/ck" \
+  --resume
+expect_rc 65
+expect_err_has "checkpoint was written with other settings (changed: select_best)"
+
+# --early-stop 2: the evaluations at 9 and 12 do not beat step 6's, so a 15-step run ends after step 12.
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 15 --eval-every 3 --select-best mrr_at_10 --early-stop 2 \
+  --out "$WORK/early.pt" --checkpoint-dir "$WORK/ck2" --json
+expect_rc 0
+expect_out_re '"steps":12,"total_steps":15,.*"best":\{"metric":"mrr_at_10","value":[0-9.]+,"step":6\},"stopped_early":true'
+same_params "$WORK/best.pt" "$WORK/early.pt" "" 0
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 15 --eval-every 3 --select-best mrr_at_10 --early-stop 2 \
+  --out "$WORK/early.pt"
+expect_err_re "gc-train: step 6: accuracy@1 [0-9.]+, .* \(90 queries\) \(best so far\)
+gc-train: step 9: accuracy@1 [^(]*\(90 queries\)
+gc-train: step 12: "
 
 # ---- bad options: one line, exit 64, before any training
 bad() {  # bad MESSAGE ARGS...
@@ -166,6 +228,13 @@ bad "--eval-k: '0' is not a positive integer (give a list such as 1,5,10)" --eva
 bad "--eval-k: lists a cut-off twice" --eval-split 0.2 --eval-k 5,5
 bad "--eval-dump: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-dump "$WORK/x.tsv"
 bad "--eval-bootstrap: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-bootstrap 100
+bad "--eval-every: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-every 2
+bad "--select-best: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --select-best map_at_r
+bad "--early-stop: needs --select-best METRIC (the metric whose best it waits for)" --eval-split 0.2 --early-stop 2
+bad "--early-stop: needs --eval-every N (evaluations during training)" --eval-split 0.2 --select-best map_at_r \
+  --early-stop 2
+bad "--select-best: 'mrr_at_10' is not a metric of this mode (precision_at_1, precision_at_5, precision_at_10, r_precision, map_at_r)" \
+  --eval-split 0.2 --select-best mrr_at_10
 bad "--eval-split: must be a fraction of the rows, above 0 and below 1" --eval-split 1.5
 run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --steps 1 \
   --eval-split 0.2 --stratify

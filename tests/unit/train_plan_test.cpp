@@ -153,10 +153,57 @@ CATCH_TEST_CASE("train plan: an evaluation set unlike the training set is named"
               "--eval-split F --stratify holds out every class");
   CATCH_CHECK(w[1] ==
               "the evaluation rows' label distribution differs from the training rows' (total variation "
-              "distance 1.00 > 0.2)");
+              "distance 1.00; 400 rows drawn at random would differ by about 0.05)");
   // Alike: same classes, shares within 0.2 in total variation.
   std::vector<int64_t> a{0, 0, 1, 1, 2, 2}, b{0, 1, 2, 2};
   CATCH_CHECK(train::label_balance_warnings(a, b).empty());
-  std::vector<int64_t> skewed{0, 0, 0, 0, 0, 0, 0, 1, 2};
+  // Skewed: 70/15/15 against thirds, 100 rows (sampling explains about 0.06); 9 rows so skewed
+  // are within what sampling gives (about 0.19, times 3).
+  std::vector<int64_t> skewed(70, 0);
+  skewed.insert(skewed.end(), 15, 1);
+  skewed.insert(skewed.end(), 15, 2);
   CATCH_CHECK(train::label_balance_warnings(a, skewed).size() == 1);
+  std::vector<int64_t> few{0, 0, 0, 0, 0, 0, 0, 1, 2};
+  CATCH_CHECK(train::label_balance_warnings(a, few).empty());
+}
+
+CATCH_TEST_CASE("train plan: the best record needs a strictly better value, and patience counts evaluations",
+                "[train]") {
+  train::BestRecord r;
+  r.metric = "map_at_r";
+  CATCH_CHECK(train::update_best(r, 0.2, 0));         // the first evaluation is the best so far
+  CATCH_CHECK_FALSE(train::update_best(r, 0.2, 10));  // equal is not better: the earlier step stays
+  CATCH_CHECK(r.step == 0);
+  CATCH_CHECK(r.since == 1);
+  CATCH_CHECK_FALSE(train::patience_exhausted(r, 2));
+  CATCH_CHECK_FALSE(train::update_best(r, 0.1, 20));
+  CATCH_CHECK(train::patience_exhausted(r, 2));
+  CATCH_CHECK_FALSE(train::patience_exhausted(r, 0));  // 0: never stop
+  CATCH_CHECK(train::update_best(r, 0.3, 30));
+  CATCH_CHECK(r.since == 0);
+  auto back = train::best_from_json(train::best_to_json(r));
+  CATCH_CHECK(back.metric == "map_at_r");
+  CATCH_CHECK(back.value == 0.3);
+  CATCH_CHECK(back.step == 30);
+  CATCH_CHECK(train::best_from_json("{}").step == -1);
+  CATCH_CHECK(train::best_to_json(train::BestRecord{}) == "{}");
+}
+
+CATCH_TEST_CASE("train plan: metric keys per mode, and an evaluation as JSON", "[train]") {
+  CATCH_CHECK(train::metric_keys(true, {1, 5}) ==
+              std::vector<std::string>{"precision_at_1", "precision_at_5", "r_precision", "map_at_r"});
+  CATCH_CHECK(train::metric_keys(false, {3}) == std::vector<std::string>{"accuracy_at_3", "precision_at_3",
+                                                                         "recall_at_3", "mrr_at_10", "ndcg_at_10",
+                                                                         "map_at_100"});
+  train::EvalMetrics m;
+  m.present = true;
+  m.rows = 4;
+  m.queries = 3;
+  m.excluded = 1;
+  m.metrics.push_back({"r_precision", "R-precision", 0.5});
+  CATCH_CHECK(train::eval_json(m).dump() == R"({"rows":4,"queries":3,"excluded":1,"r_precision":0.5})");
+  m.metrics.push_back({"map_at_r", "MAP@R", 0.25, 0.125, 0.5});
+  CATCH_CHECK(
+      train::eval_json(m).dump() ==
+      R"({"rows":4,"queries":3,"excluded":1,"r_precision":0.5,"map_at_r":0.25,"ci95":{"map_at_r":[0.125,0.5]}})");
 }

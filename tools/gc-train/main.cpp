@@ -8,6 +8,7 @@
 #include "traincache/interrupt.h"
 #include "traincache/runtime.h"
 #include "traincache/train.h"
+#include "traincache/train_plan.h"
 
 using namespace traincache;
 
@@ -23,36 +24,30 @@ struct Options {
   std::vector<std::string> cache_devices, tokenizers;
 };
 
-// Evaluation metrics as one field: JSON object (null without evaluation) and its text, each
-// metric with its 95% interval when --eval-bootstrap asked for one.
-void add_eval(report::Record& rec, const std::string& key, const train::EvalMetrics& m) {
-  if (!m.present) {
-    rec.add(key, nullptr);
-    return;
-  }
-  report::Json j{{"rows", m.rows}, {"queries", m.queries}, {"excluded", m.excluded}};
-  report::Json ci = report::Json::object();
+// An evaluation's text: each metric (with its 95% interval when --eval-bootstrap asked for one)
+// and how many queries it averages over.
+std::string eval_text(const train::EvalMetrics& m) {
+  if (m.queries == 0) return "no queries: each of the " + std::to_string(m.rows) + " rows is alone in its class";
   std::string text;
   char buf[96];
   for (const auto& x : m.metrics) {
-    j[x.key] = x.value;
-    if (std::isnan(x.lo)) {
+    if (std::isnan(x.lo))
       std::snprintf(buf, sizeof buf, "%s %.4f", x.label.c_str(), x.value);
-    } else {
-      ci[x.key] = {x.lo, x.hi};
+    else
       std::snprintf(buf, sizeof buf, "%s %.4f [%.4f, %.4f]", x.label.c_str(), x.value, x.lo, x.hi);
-    }
     text += (text.empty() ? "" : ", ") + std::string(buf);
   }
-  if (!ci.empty()) j["ci95"] = ci;
-  if (m.queries == 0) {
-    text = "no queries: each of the " + std::to_string(m.rows) + " rows is alone in its class";
-  } else {
-    text += " (" + std::to_string(m.queries) + " queries";
-    if (m.excluded > 0) text += "; " + std::to_string(m.excluded) + " alone in their class left out";
-    text += ")";
-  }
-  rec.add(key, j, text);
+  text += " (" + std::to_string(m.queries) + " queries";
+  if (m.excluded > 0) text += "; " + std::to_string(m.excluded) + " alone in their class left out";
+  return text + ")";
+}
+
+// Evaluation metrics as one field: JSON object (null without evaluation) and its text.
+void add_eval(report::Record& rec, const std::string& key, const train::EvalMetrics& m) {
+  if (m.present)
+    rec.add(key, train::eval_json(m), eval_text(m));
+  else
+    rec.add(key, nullptr);
 }
 
 // The result's fields, declared once: --json writes them, the text lines below name them.
@@ -74,6 +69,11 @@ report::Record train_record(const train::TrainResult& r) {
       .add("utf8_replaced", r.utf8_replaced);
   add_eval(rec, "eval_before", r.eval_before);
   add_eval(rec, "eval_after", r.eval_after);
+  if (r.best.step >= 0)
+    rec.add("best", {{"metric", r.best.metric}, {"value", r.best.value}, {"step", r.best.step}});
+  else
+    rec.add("best", nullptr);
+  rec.add("stopped_early", r.stopped_early);
   rec.add("checkpoint", r.checkpoint);
   rec.note("resume_hint", r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
                                                : "; checkpoint " + r.checkpoint + " (rerun with --resume)");
@@ -134,6 +134,11 @@ int run(Options& o) {
   };
   cb.warn = [&](const std::string& m) {
     if (!o.common.quiet) cli::print_warning(kTool, m);
+  };
+  cb.evaluated = [&](int64_t step, const train::EvalMetrics& m, bool best) {
+    if (o.common.quiet) return;
+    std::fprintf(stderr, "%s: step %lld: %s%s\n", kTool, static_cast<long long>(step), eval_text(m).c_str(),
+                 best ? " (best so far)" : "");
   };
   auto r = train::run_train(t, cb);
   if (bar) bar->finish();
@@ -253,6 +258,15 @@ void add_eval_options(CLI::App& app, Options& o) {
       ->check(cli::integer_range(0, INT64_MAX))
       ->group(g);
   app.add_option("--eval-dump", t.eval_dump, "Per-query results of every evaluation as TSV")->group(g);
+  app.add_option("--eval-every", t.eval_every, "Also evaluate every N steps (0: before and after only)")
+      ->check(cli::integer_range(0, INT64_MAX))
+      ->group(g);
+  app.add_option("--select-best", t.select_best,
+                 "Keep --out (and DIR/best.pt) at the best value of this metric, e.g. map_at_r")
+      ->group(g);
+  app.add_option("--early-stop", t.early_stop, "Stop after N evaluations without a new best (0: never)")
+      ->check(cli::integer_range(0, INT64_MAX))
+      ->group(g);
 }
 
 // The optimiser, data parallelism, checkpoints and outputs.

@@ -82,6 +82,9 @@ struct TrainOptions {
   std::vector<int64_t> eval_k{1, 5, 10};  ///< cut-offs of the @k metrics, ascending
   int64_t eval_bootstrap = 0;             ///< resamples for 95% intervals (0: none)
   std::string eval_dump;                  ///< per-query results as TSV
+  int64_t eval_every = 0;                 ///< also evaluate every N steps (0: before and after only)
+  std::string select_best;                ///< keep --out (and DIR/best.pt) at this metric's best
+  int64_t early_stop = 0;                 ///< stop after this many evaluations without a new best
   std::string device = "cpu";
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
@@ -99,6 +102,15 @@ struct EvalMetrics {
   std::vector<eval::Metric> metrics;
 };
 
+/// The best evaluation so far of --select-best's metric (higher is better), and how many
+/// evaluations have not improved on it since (--early-stop). Kept in checkpoints.
+struct BestRecord {
+  std::string metric;
+  double value = 0;
+  int64_t step = -1;  ///< -1: no evaluation yet
+  int64_t since = 0;  ///< evaluations since the best
+};
+
 /// What a run did.
 struct TrainResult {
   bool interrupted = false;
@@ -111,6 +123,8 @@ struct TrainResult {
   double seconds_per_epoch = 0;
   std::string mode;  ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
   EvalMetrics eval_before, eval_after;
+  BestRecord best;                ///< with --select-best
+  bool stopped_early = false;     ///< --early-stop ended the run before its last step
   std::string checkpoint;         ///< last checkpoint written or loaded
   int rank = 0, world_size = 1;   ///< data parallelism: only rank 0 writes outputs
   std::string backend;            ///< the process group's backend when world_size > 1
@@ -124,6 +138,9 @@ struct TrainCallbacks {
   std::function<void(int64_t, int64_t, double)> progress;  ///< rank 0 only in a data-parallel run
   std::function<void(const std::string&)> info;            ///< rank 0 only in a data-parallel run
   std::function<void(const std::string&)> warn;            ///< rank 0 only in a data-parallel run
+  /// An evaluation during training (--eval-every; not those before and after) at a step; `best`
+  /// when it is a new best of --select-best's metric.
+  std::function<void(int64_t, const EvalMetrics&, bool best)> evaluated;  ///< rank 0 only
 };
 
 /// Runs training. Throws traincache::Error with its exit code on failure.

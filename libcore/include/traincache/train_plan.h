@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,25 @@ RowSplit split_rows(const TrainOptions& o, int64_t rows, const std::vector<int64
 /// above 0.2. Empty when they look alike.
 std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& train_labels,
                                                 const std::vector<int64_t>& eval_labels);
+
+/// The metric keys an evaluation reports: pair modes accuracy/precision/recall_at_k, mrr_at_10,
+/// ndcg_at_10, map_at_100; grouped mode precision_at_k, r_precision, map_at_r.
+std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks);
+
+/// An evaluation as JSON: rows, queries, excluded, every metric and, with intervals, ci95 (each
+/// metric's [low, high]). gc-train's --json and --metrics write this.
+nlohmann::ordered_json eval_json(const EvalMetrics& m);
+
+/// Takes an evaluation's value of the record's metric at `step`: true when it beats the best so
+/// far (or is the first), which resets the count of evaluations since the best.
+bool update_best(BestRecord& r, double value, int64_t step);
+
+/// --early-stop: true when `patience` > 0 evaluations in a row have not improved the best.
+inline bool patience_exhausted(const BestRecord& r, int64_t patience) { return patience > 0 && r.since >= patience; }
+
+/// The record as the JSON text a checkpoint keeps, and back ("{}" or "" gives an empty record).
+std::string best_to_json(const BestRecord& r);
+BestRecord best_from_json(const std::string& text);
 
 /// Steps of one epoch and of the whole run.
 struct StepPlan {
