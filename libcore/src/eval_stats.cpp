@@ -53,25 +53,29 @@ double quantile(std::vector<double>& v, double q) {
 std::vector<Metric> summarise(const QueryTable& t, int64_t bootstrap, uint64_t seed) {
   const std::size_t n = t.rows.size(), m = t.keys.size();
   std::vector<Metric> out(m);
-  for (std::size_t j = 0; j < m; ++j) {
+  for (std::size_t j = 0; j < m; ++j) {  // NaN: the metric does not apply to that query
     out[j].key = t.keys[j];
     out[j].label = t.labels[j];
-    double sum = 0;
-    for (double x : t.values[j]) sum += x;
-    out[j].value = n ? sum / static_cast<double>(n) : 0.0;
+    double sum = 0, count = 0;
+    for (double x : t.values[j])
+      if (!std::isnan(x)) sum += x, ++count;
+    out[j].value = count > 0 ? sum / count : 0.0;
   }
   if (bootstrap <= 0 || n == 0) return out;
   // One draw of query indices per resample serves every metric, so intervals stay comparable.
   SplitMix rng{seed ^ 0xb0075742ull};
   std::vector<std::vector<double>> means(m, std::vector<double>(static_cast<std::size_t>(bootstrap)));
-  std::vector<double> sums(m);
+  std::vector<double> sums(m), counts(m);
   for (int64_t b = 0; b < bootstrap; ++b) {
     std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(counts.begin(), counts.end(), 0.0);
     for (std::size_t i = 0; i < n; ++i) {
       const auto q = static_cast<std::size_t>(rng.below(n));
-      for (std::size_t j = 0; j < m; ++j) sums[j] += t.values[j][q];
+      for (std::size_t j = 0; j < m; ++j)
+        if (!std::isnan(t.values[j][q])) sums[j] += t.values[j][q], ++counts[j];
     }
-    for (std::size_t j = 0; j < m; ++j) means[j][static_cast<std::size_t>(b)] = sums[j] / static_cast<double>(n);
+    for (std::size_t j = 0; j < m; ++j)
+      means[j][static_cast<std::size_t>(b)] = counts[j] > 0 ? sums[j] / counts[j] : out[j].value;
   }
   for (std::size_t j = 0; j < m; ++j) {
     out[j].lo = quantile(means[j], 0.025);

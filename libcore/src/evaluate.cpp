@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <unordered_map>
 
 namespace traincache::eval {
 
@@ -92,6 +94,38 @@ QueryTable labelled(const torch::Tensor& embeddings, const torch::Tensor& labels
   const int64_t block = block_rows(n);
   for (int64_t a = 0; a < n; a += block) labelled_block(t, embeddings, l, rows, ks, a, std::min(a + block, n));
   return t;
+}
+
+void add_classification(QueryTable& t, const torch::Tensor& logits, const torch::Tensor& classes,
+                        const std::vector<int64_t>& rows, const std::vector<int64_t>& ks) {
+  torch::NoGradGuard no_grad;
+  auto y = classes.to(logits.device(), torch::kLong);
+  auto known = y.ge(0);
+  auto own = logits.gather(1, y.clamp_min(0).unsqueeze(1));
+  auto above = logits.gt(own).sum(1).cpu();  // classes scored strictly above the true one
+  auto ok = known.cpu();
+  auto a = above.accessor<int64_t, 1>();
+  auto k_ok = ok.accessor<bool, 1>();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::unordered_map<int64_t, std::size_t> at;
+  for (std::size_t i = 0; i < t.rows.size(); ++i) at[t.rows[i]] = i;
+  // The new columns (created first: adding a column may move the others), then pointers to them.
+  for (auto k : ks) t.column("accuracy_at_" + std::to_string(k), "accuracy@" + std::to_string(k));
+  t.column("class_rank");
+  std::vector<std::vector<double>*> acc;
+  for (auto k : ks) acc.push_back(&t.column("accuracy_at_" + std::to_string(k), "accuracy@" + std::to_string(k)));
+  auto& class_rank = t.column("class_rank");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto it = at.find(rows[i]);
+    std::size_t j = it != at.end() ? it->second : t.rows.size();
+    if (j == t.rows.size()) t.rows.push_back(rows[i]);
+    for (auto* col : {&t.values, &t.extra})
+      for (auto& c : *col) c.resize(t.rows.size(), nan);
+    const auto r = static_cast<double>(a[static_cast<int64_t>(i)]);
+    for (std::size_t q = 0; q < ks.size(); ++q)
+      (*acc[q])[j] = k_ok[static_cast<int64_t>(i)] && r < static_cast<double>(ks[q]) ? 1.0 : 0.0;
+    class_rank[j] = k_ok[static_cast<int64_t>(i)] ? r + 1 : inf;
+  }
 }
 
 }  // namespace traincache::eval

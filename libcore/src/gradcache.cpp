@@ -6,13 +6,16 @@
 #include <numeric>
 
 #include "traincache/error.h"
+#include "traincache/objectives.h"
 
 namespace traincache::gc {
 
 namespace {
 
-torch::Tensor prepare(const torch::Tensor& x, Similarity sim) {
-  return sim == Similarity::cos
+// The rows a loss compares: normalised for cosine similarity. The classifier kinds take them as
+// they are (ArcFace and CosFace normalise inside).
+torch::Tensor prepare(const torch::Tensor& x, const LossConfig& cfg) {
+  return cfg.similarity == Similarity::cos && !is_classifier(cfg.kind)
              ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1).eps(1e-12))
              : x;
 }
@@ -24,6 +27,8 @@ int64_t chunk_of(int64_t chunk, int64_t rows) { return chunk > 0 ? std::min(chun
 torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const torch::Tensor& labels,
                          const LossConfig& cfg, int64_t a, int64_t b, double denom) {
   const double inv_t = 1.0 / cfg.temperature;
+  if (is_classifier(cfg.kind)) return classification_chunk(qn, labels, cfg, a, b, denom);
+  if (is_triplet(cfg.kind)) return triplet_chunk(qn, labels, cfg, a, b, denom);
   if (cfg.kind == LossKind::supcon) {
     auto logits = torch::matmul(qn.slice(0, a, b), qn.t()) * inv_t;  // [c, B]
     auto rows = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device()));
@@ -54,7 +59,8 @@ torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const
 }
 
 double denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
-  if (cfg.kind != LossKind::supcon) return static_cast<double>(q.size(0));
+  if (is_pairs(cfg.kind) || is_classifier(cfg.kind)) return static_cast<double>(q.size(0));
+  if (is_triplet(cfg.kind)) return std::max(1.0, triplet_denominator(labels, cfg));
   // Anchors with at least one positive: those whose label occurs more than once. Counted per
   // distinct label (O(B) memory), never through a B x B mask.
   auto [values, inverse, counts] = at::_unique2(labels.reshape({-1}), true, true, true);
@@ -64,9 +70,11 @@ double denominator(const torch::Tensor& q, const torch::Tensor& labels, const Lo
 
 void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
   if (q.dim() != 2) throw Error(Exit::data, "loss", "representations must be [rows, dim]");
-  if (cfg.kind == LossKind::supcon) {
+  if (!is_pairs(cfg.kind)) {
     if (!labels.defined() || labels.size(0) != q.size(0))
-      throw Error(Exit::data, "loss", "supervised contrastive loss needs one label per row");
+      throw Error(Exit::data, "loss", "a loss over labelled rows needs one label per row");
+    if (is_classifier(cfg.kind) && (!cfg.class_weight.defined() || cfg.class_weight.size(1) != q.size(1)))
+      throw Error(Exit::internal, "loss", "the classifier does not match the representations");
     return;
   }
   if (p.dim() != 2 || p.size(1) != q.size(1))
@@ -81,8 +89,8 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::T
 
 torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
   check_shapes(q, p, labels, cfg);
-  auto qn = prepare(q, cfg.similarity);
-  auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
+  auto qn = prepare(q, cfg);
+  auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
   double denom = denominator(q, labels, cfg);
   int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
   torch::Tensor total;
@@ -102,8 +110,8 @@ double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tens
   double value = 0;
   for (int64_t a = anchor_begin; a < end; a += c) {
     // Normalisation is recomputed per chunk so that no graph outlives its chunk.
-    auto qn = prepare(q, cfg.similarity);
-    auto pn = cfg.kind == LossKind::supcon ? qn : prepare(p, cfg.similarity);
+    auto qn = prepare(q, cfg);
+    auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
     auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
     value += l.item<double>();
     l.backward();
@@ -188,7 +196,7 @@ torch::Tensor encode_with_graph(SideBatch& side, bool chunked) {
 // The data-parallel step (see Parallel in gradcache.h).
 double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
                      const StepMode& mode, const Parallel& par) {
-  const bool pairs = cfg.kind != LossKind::supcon;
+  const bool pairs = is_pairs(cfg.kind);
   const int64_t n = query.rows();
   if (par.rank < 0 || par.rank >= static_cast<int>(par.rows.size()) || par.rows[par.rank] != n || n == 0)
     throw Error(Exit::internal, "step", "this rank's share does not match the batch split");
@@ -255,7 +263,7 @@ double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& 
 double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
             const StepMode& mode, const Parallel* par) {
   if (par) return parallel_step(query, passage, labels, cfg, mode, *par);
-  const bool pairs = cfg.kind != LossKind::supcon;
+  const bool pairs = is_pairs(cfg.kind);
   if (!mode.gradcache) {
     auto q = encode_with_graph(query, mode.keep_chunk_graphs);
     auto p = pairs ? encode_with_graph(passage, mode.keep_chunk_graphs) : torch::Tensor();

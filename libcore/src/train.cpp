@@ -25,6 +25,7 @@
 #include "traincache/gradcache.h"
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
+#include "traincache/objectives.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
@@ -119,6 +120,7 @@ struct Data {
   std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
   std::optional<TextSide> query_text, passage_text;      // a text side instead of tensors
   torch::Tensor labels;                                  // grouped mode
+  torch::Tensor classes;  // classifier objectives: each row's class (-1: a label training lacks)
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
   int64_t hard_negatives = 0;
@@ -131,6 +133,17 @@ torch::Tensor read_all(const std::string& path, const std::string& ds, double sc
   auto t = encode::read_column_rows(*col, 0, col->info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
+}
+
+// One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files = {}) {
+  auto col = source::open_column(path, ds, files, source::Role::labels);
+  const auto& ci = col->info();
+  if (!is_integer(ci.dtype) || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
+    throw Error(Exit::data, path,
+                "labels '" + ds + "' must hold one integer per row, not " + dtype_name(ci.dtype) + " rows of shape " +
+                    shape_text(std::vector<int64_t>(ci.shape.begin() + 1, ci.shape.end())));
+  return encode::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
 }
 
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
@@ -345,20 +358,29 @@ torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tenso
 }
 
 // Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
-// passage of the set (pair modes), or each row against every other row (grouped mode).
+// passage of the set (pair modes), or each row against every other row (grouped mode); with a
+// classifier (`loss` of a classifier kind, d.classes), also its top-k accuracy on every row.
 eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
-                          bool grouped, gc::Similarity sim, int64_t chunk, const std::vector<int64_t>& ks) {
+                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks) {
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
-    return sim == gc::Similarity::cos
+    return loss.similarity == gc::Similarity::cos
                ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
                : x;
   };
-  auto q = norm(encode_eval(q_tower, query_inputs(d, idx), chunk)).to(torch::kFloat64);
+  auto reps = encode_eval(q_tower, query_inputs(d, idx), chunk);
+  auto q = norm(reps).to(torch::kFloat64);
   const auto rows = row_list(idx);
-  if (grouped) return eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
-  auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk)).to(torch::kFloat64);
-  return eval::retrieval(q, p, rows, ks);
+  if (!grouped) {
+    auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk)).to(torch::kFloat64);
+    return eval::retrieval(q, p, rows, ks);
+  }
+  auto table = eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
+  if (gc::is_classifier(loss.kind)) {
+    auto logits = gc::class_logits(reps, loss).to(torch::kFloat64);
+    eval::add_classification(table, logits, d.classes.index_select(0, idx.to(d.classes.device())), rows, ks);
+  }
+  return table;
 }
 
 // ---- stage: setup ---------------------------------------------------------------------------
@@ -370,6 +392,7 @@ struct Setup {
   torch::Device device{torch::kCPU}, cache_device{torch::kCPU};
   torch::Dtype float_type = torch::kFloat32;
   bool cached = false;
+  ObjectiveSpec objective;
 };
 
 Setup resolve_setup(const TrainOptions& o) {
@@ -390,6 +413,7 @@ Setup resolve_setup(const TrainOptions& o) {
   validate_options(o);
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
+  s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
   return s;
 }
 
@@ -502,7 +526,9 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
     d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced);
   else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
     for (const auto& q : o.query) d.query.push_back(load(q));
-  if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
+  if (o.passage.empty()) {  // raw grouped mode: one side and its labels
+    d.labels = read_labels(file, o.labels, o.files);
+  } else if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
     d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced);
     d.hard_negatives = d.passage_text->negatives;
   } else if (!(d.passage_text = ragged_side(o, s, file, o.passage, !o.negatives.empty()))) {
@@ -516,6 +542,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   d.utf8_replaced = replaced;
   d.rows = d.query_text ? d.query_text->rows : d.query.front().size(0);
   for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
+  if (d.labels.defined()) same_rows(file, o.query[0], d.rows, o.labels, d.labels.size(0));
   if (d.passage_text) same_rows(file, o.query[0], d.rows, o.passage[0], d.passage_text->rows);
   for (std::size_t i = 0; i < d.passage.size(); ++i)
     same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
@@ -603,6 +630,7 @@ struct Models {
   std::vector<torch::jit::Module*> distinct;
   std::vector<torch::Tensor> params;
   gc::Tower q_tower, p_tower;
+  std::optional<torch::jit::Module> classifier;  // softmax, arcface, cosface (in `distinct` too)
   bool grouped = false;
   std::string mode;
   json config;
@@ -659,8 +687,15 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   m.modules.reserve(2);
   std::vector<std::string> names;
   if (!s.cached) {
-    if (o.query.empty() || o.passage.empty())
-      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets");
+    m.grouped = !o.labels.empty();
+    if (o.query.empty() || (o.passage.empty() && !m.grouped))
+      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets (or --query and --labels)");
+    if (m.grouped && !o.passage.empty())
+      throw Error(Exit::usage, "--labels", "raw grouped mode trains one side: give --query and no --passage");
+    if (m.grouped && !o.negatives.empty())
+      throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
+    if (m.grouped && o.encoder.empty())
+      throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
     data = load_raw(o, s, o.data);
     bool tied = !o.encoder.empty();
     if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
@@ -671,7 +706,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
       throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
     names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
     for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
-    m.mode = tied ? "raw-tied" : "raw-separate";
+    m.mode = m.grouped ? "raw-grouped" : tied ? "raw-tied" : "raw-separate";
     m.config["encoders"] =
         tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
   } else {
@@ -815,7 +850,7 @@ struct Evaluation {
 
   EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss, int64_t step) {
     for (auto* mod : m.distinct) mod->eval();
-    auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss.similarity,
+    auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss,
                           std::max(o.query_chunk, o.passage_chunk), o.eval_k);
     for (auto* mod : m.distinct) mod->train();
     EvalMetrics r;
@@ -830,6 +865,12 @@ struct Evaluation {
 
   void write_dump(const TrainOptions& o) const {
     if (!o.eval_dump.empty() && !dump.empty()) files::write_file_atomically(o.eval_dump, dump);
+  }
+
+  // Evaluation rows whose label has no class (classifier objectives).
+  int64_t unknown_classes(const Data& data) const {
+    const Data& d = use_external ? external : data;
+    return d.classes.index_select(0, idx.to(d.classes.device())).lt(0).sum().item<int64_t>();
   }
 
   // The labels of the evaluation rows (grouped mode).
@@ -853,9 +894,10 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   }
   e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);
   e.enabled = e.use_external || !split.eval.empty();
-  if (!o.eval_dump.empty() && s.rank == 0) {  // refused now, not after training
-    const std::string dir = files::dir_name(o.eval_dump);
-    if (!fs::is_directory(dir)) throw Error(Exit::cant_create, o.eval_dump, "cannot create: no directory " + dir);
+  for (const auto* out : {&o.eval_dump, &o.classifier_out}) {  // refused now, not after training
+    if (out->empty() || s.rank != 0) continue;
+    const std::string dir = files::dir_name(*out);
+    if (!fs::is_directory(dir)) throw Error(Exit::cant_create, *out, "cannot create: no directory " + dir);
   }
   return e;
 }
@@ -985,7 +1027,9 @@ class Trainer {
     gc::SideBatch qb{m_.q_tower, query_inputs(data_, own), o_.query_chunk};
     gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own),
                      o_.passage_chunk};
-    torch::Tensor labels = m_.grouped ? data_.labels.index_select(0, idx) : torch::Tensor();
+    // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
+    torch::Tensor labels =
+        m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx) : torch::Tensor();
     double l = gc::step(qb, pb, labels, loss_, mode_, group_ ? &par_ : nullptr);
     if (group_) {
       // The one all-reduce of parameter gradients per step; an interrupt flag rides along.
@@ -1039,6 +1083,7 @@ void save_outputs(const TrainOptions& o, Models& m) {
     save_module(*m.p, o.passage_out);
     m.p->train();
   }
+  if (m.classifier && !o.classifier_out.empty()) save_module(*m.classifier, o.classifier_out);
 }
 
 // Every evaluation of a run: before training, every --eval-every steps, after training. Rank 0
@@ -1060,7 +1105,7 @@ class Monitor {
         cb_(cb),
         best_(best) {
     if (!o.select_best.empty()) {
-      const auto keys = metric_keys(m.grouped, o.eval_k);
+      const auto keys = metric_keys(m.grouped, o.eval_k, m.classifier.has_value());
       if (std::find(keys.begin(), keys.end(), o.select_best) == keys.end()) {
         std::string list;
         for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
@@ -1140,13 +1185,64 @@ class Monitor {
   int64_t last_step_ = -1;
 };
 
-gc::LossConfig loss_config(const TrainOptions& o, bool grouped) {
+gc::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) {
   gc::LossConfig c;
   c.similarity = o.similarity;
   c.temperature = o.temperature;
-  c.kind = grouped ? gc::LossKind::supcon : o.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+  switch (spec.kind) {
+    case Objective::supcon:
+      c.kind = gc::LossKind::supcon;
+      break;
+    case Objective::softmax:
+      c.kind = gc::LossKind::softmax;
+      break;
+    case Objective::arcface:
+      c.kind = gc::LossKind::arcface;
+      break;
+    case Objective::cosface:
+      c.kind = gc::LossKind::cosface;
+      break;
+    case Objective::triplet:
+      c.kind = spec.mining == Mining::semi_hard ? gc::LossKind::triplet_semi_hard : gc::LossKind::triplet_batch_hard;
+      break;
+    default:
+      c.kind = spec.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+  }
+  c.margin = spec.margin;
+  c.scale = spec.scale;
   c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
   return c;
+}
+
+// The classifier of softmax, arcface and cosface: one class per distinct label of the training
+// rows (ascending), as wide as the representations. Rows whose label training lacks get class -1
+// (wrong in every evaluation). Built before the first broadcast so that every rank starts alike.
+void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, gc::LossConfig& loss,
+                       std::vector<Data*> also) {
+  auto train_labels = label_list(data.labels.index_select(0, torch::tensor(split.train, torch::kLong)));
+  std::set<int64_t> distinct(train_labels.begin(), train_labels.end());
+  const std::vector<int64_t> classes(distinct.begin(), distinct.end());
+  also.push_back(&data);
+  for (Data* d : also) {
+    auto lut = label_list(d->labels);
+    for (auto& l : lut) {
+      auto it = std::lower_bound(classes.begin(), classes.end(), l);
+      l = it != classes.end() && *it == l ? it - classes.begin() : -1;
+    }
+    d->classes = torch::tensor(lut, torch::kLong);
+  }
+  int64_t dim = 0;
+  {  // the representation width: one row through the tower, in eval mode (no dropout draws)
+    torch::NoGradGuard no_grad;
+    m.q->eval();
+    dim = m.q_tower(query_inputs(data, torch::tensor({split.train.front()}, torch::kLong))).size(1);
+    m.q->train();
+  }
+  m.classifier = gc::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);
+  m.classifier->train();
+  m.distinct.push_back(&*m.classifier);
+  for (const auto& p : m.classifier->parameters()) m.params.push_back(p);
+  gc::use_classifier(loss, *m.classifier);
 }
 
 // What a checkpoint must have been written with to be resumed by this run.
@@ -1155,6 +1251,10 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   config["mode"] = m.mode;
   config["data"] = canonical(s.cached ? o.cache : o.data);
   config["loss"] = {similarity_choices().name(o.similarity), o.temperature, o.symmetric};
+  const ObjectiveSpec& obj = s.objective;
+  if (obj.kind != Objective::infonce && obj.kind != Objective::supcon)  // as before objectives existed
+    config["objective"] = {obj.name(), obj.margin, obj.scale, mining_choices().name(obj.mining)};
+  if (!o.labels.empty()) config["labels"] = o.labels;
   config["batch"] = {o.batch_size, o.shuffle, o.drop_last, o.seed};
   config["optimizer"] = {optimizer_choices().name(o.optimizer), o.lr, o.momentum, o.weight_decay, o.warmup_steps,
                          schedule_choices().name(o.schedule)};
@@ -1181,18 +1281,25 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   Data data;
   Models m = load_models(o, s, data);
   result.mode = m.mode;
+  result.objective = s.objective.name();
   result.utf8_replaced = data.utf8_replaced;
   if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
     cb.warn(std::to_string(data.utf8_replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  gc::LossConfig loss = loss_config(o, s.objective);
+  const std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
+  const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
+  Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
+  if (s.objective.classifier) {
+    attach_classifier(s, split, data, m, loss,
+                      eval.use_external ? std::vector<Data*>{&eval.external} : std::vector<Data*>{});
+    result.classes = m.classifier->attr("labels").toTensor().size(0);
+  }
   if (group) {
     // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
     group->broadcast(unique_params(m.distinct), 0);
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
   }
-  const gc::LossConfig loss = loss_config(o, m.grouped);
-  const std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
-  const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
   const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
@@ -1200,13 +1307,19 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   ckpt.state = [&result] { return best_to_json(result.best); };
   const int64_t start = ckpt.resume(m.params, *opt, result, info);
   result.start_step = start;
-  Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
   result.best = best_from_json(ckpt.resumed_state());
   Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
   monitor.set_optimizer(opt.get());
-  if (m.grouped && eval.enabled && cb.warn && s.rank == 0)
+  if (m.grouped && eval.enabled && cb.warn && s.rank == 0) {
     for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) cb.warn(w);
+    if (m.classifier) {
+      const auto lost = eval.unknown_classes(data);
+      if (lost > 0)
+        cb.warn(std::to_string(lost) + " evaluation rows have labels no training row has: the classifier cannot " +
+                "predict them and they count as wrong in accuracy_at_k");
+    }
+  }
   if (eval.enabled && start == 0) monitor.evaluate(0, 0, &result.eval_before);
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps);

@@ -115,7 +115,7 @@ std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& trai
   return out;
 }
 
-std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks) {
+std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks, bool classifier) {
   std::vector<std::string> out;
   const std::vector<std::string> at_k =
       grouped ? std::vector<std::string>{"precision"} : std::vector<std::string>{"accuracy", "precision", "recall"};
@@ -124,7 +124,57 @@ std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& k
   for (const char* m : grouped ? std::vector<const char*>{"r_precision", "map_at_r"}
                                : std::vector<const char*>{"mrr_at_10", "ndcg_at_10", "map_at_100"})
     out.emplace_back(m);
+  if (classifier)
+    for (auto k : ks) out.push_back("accuracy_at_" + std::to_string(k));
   return out;
+}
+
+std::string ObjectiveSpec::name() const {
+  if (kind == Objective::infonce && symmetric) return "symmetric";
+  return objective_choices().name(kind);
+}
+
+namespace {
+
+// The value of --margin or --scale: the loss's default when not given, else checked.
+double setting(double given, double fallback, const char* option, double low, double high, const char* range) {
+  if (std::isnan(given)) return fallback;
+  if (!(given >= low && given <= high)) throw Error(Exit::usage, option, std::string("must be ") + range);
+  return given;
+}
+
+}  // namespace
+
+ObjectiveSpec resolve_objective(const TrainOptions& o, bool labelled) {
+  ObjectiveSpec s;
+  s.kind = o.loss != Objective::automatic ? o.loss : labelled ? Objective::supcon : Objective::infonce;
+  const std::string name = objective_choices().name(s.kind);
+  if (labelled && s.kind == Objective::infonce)
+    throw Error(Exit::usage, "--loss",
+                "infonce trains on pairs (--query and --passage, or --query-embeddings and --passage-embeddings); "
+                "labelled rows train with supcon, softmax, arcface, cosface or triplet");
+  if (!labelled && s.kind != Objective::infonce)
+    throw Error(Exit::usage, "--loss",
+                name + " trains on labelled rows (--cache with --embeddings, or raw --query with --labels)");
+  s.symmetric = o.symmetric;
+  if (o.symmetric && s.kind != Objective::infonce) throw Error(Exit::usage, "--symmetric", "applies to infonce only");
+  const bool margin_loss = s.kind == Objective::arcface || s.kind == Objective::cosface;
+  if (!std::isnan(o.margin) && !margin_loss && s.kind != Objective::triplet)
+    throw Error(Exit::usage, "--margin", "applies to arcface, cosface and triplet, not " + name);
+  if (!std::isnan(o.scale) && !margin_loss)
+    throw Error(Exit::usage, "--scale", "applies to arcface and cosface, not " + name);
+  if (o.mining != Mining::automatic && s.kind != Objective::triplet)
+    throw Error(Exit::usage, "--mining", "applies to triplet, not " + name);
+  s.classifier = margin_loss || s.kind == Objective::softmax;
+  if (!o.classifier_out.empty() && !s.classifier)
+    throw Error(Exit::usage, "--classifier-out", "needs a loss with a classifier (softmax, arcface or cosface)");
+  if (s.kind == Objective::arcface)
+    s.margin = setting(o.margin, 0.5, "--margin", 0, M_PI / 2, "an angle in radians from 0 to pi/2");
+  if (s.kind == Objective::cosface) s.margin = setting(o.margin, 0.35, "--margin", 0, 2, "from 0 to 2");
+  if (s.kind == Objective::triplet) s.margin = setting(o.margin, 0.2, "--margin", 0, 1e6, "0 or more");
+  if (margin_loss) s.scale = setting(o.scale, 64, "--scale", 1e-6, 1e6, "positive");
+  if (s.kind == Objective::triplet) s.mining = o.mining == Mining::automatic ? Mining::batch_hard : o.mining;
+  return s;
 }
 
 nlohmann::ordered_json eval_json(const EvalMetrics& m) {
@@ -177,6 +227,18 @@ StepPlan plan_steps(const TrainOptions& o, int64_t train_rows) {
   return p;
 }
 
+const Choices<Objective>& objective_choices() {
+  static const Choices<Objective> c{{Objective::infonce, "infonce"}, {Objective::supcon, "supcon"},
+                                    {Objective::softmax, "softmax"}, {Objective::arcface, "arcface"},
+                                    {Objective::cosface, "cosface"}, {Objective::triplet, "triplet"}};
+  return c;
+}
+
+const Choices<Mining>& mining_choices() {
+  static const Choices<Mining> c{{Mining::batch_hard, "batch-hard"}, {Mining::semi_hard, "semi-hard"}};
+  return c;
+}
+
 const Choices<Optimizer>& optimizer_choices() {
   static const Choices<Optimizer> c{{Optimizer::sgd, "sgd"}, {Optimizer::adamw, "adamw"}};
   return c;
@@ -213,6 +275,8 @@ void validate_options(const TrainOptions& o) {
     for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
   if (!o.cache.empty() == (!o.data.empty() || all_slabs))
     throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
+  if (!o.labels.empty() && !o.cache.empty())
+    throw Error(Exit::usage, "--labels", "names raw labels (--data); a cache's own labels serve --embeddings");
   const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();
   if (text && !o.cache.empty())
     throw Error(Exit::usage, "--tokenizer", "tokenizes raw text (--data); cached embeddings (--cache) need none");

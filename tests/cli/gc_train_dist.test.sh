@@ -128,6 +128,13 @@ b = [json.loads(l)['loss'] for l in open('$WORK/h3.jsonl')]
 print(len(a), len(b), max(abs(x - y) / abs(x) for x, y in zip(a, b)) <= 1e-5)
 "
 expect_out "6 6 True"
+# A classifier objective (its class weights are parameters too): 2 ranks equal one process.
+run "$TC_BIN/gc-train" "${CACHED[@]}" --loss arcface --scale 16 --out "$WORK/a1.pt" --classifier-out "$WORK/a1c.pt"
+expect_rc 0
+launch 2 a2 "${CACHED[@]}" --loss arcface --scale 16 --out "$WORK/a2.pt" --classifier-out "$WORK/a2c.pt"
+expect_ranks_ok 2 a2
+same_params "$WORK/a1.pt" "$WORK/a2.pt"
+same_params "$WORK/a1c.pt" "$WORK/a2c.pt"
 
 # A last partial batch with fewer rows than ranks (--no-drop-last) is skipped on every rank.
 # (CACHED without its --steps 6: this run counts epochs; --steps 0 is a usage error)
@@ -257,7 +264,7 @@ if [ -x "$TORCHRUN" ]; then
   run timeout 120 "$TORCHRUN" --standalone --nproc_per_node 2 --redirects 2 --tee 2 --log_dir "$WORK/tr1" \
     --no_python gc-train "${CACHED[@]}" --out "$WORK/tr1.pt" --json
   expect_rc 0
-  expect_out_re '^\{"schema":"gc-train/1","status":"done","mode":"cached-grouped","world_size":2,'
+  expect_out_re '^\{"schema":"gc-train/1","status":"done","mode":"cached-grouped","objective":"supcon","classes":0,"world_size":2,'
   same_params "$WORK/h1.pt" "$WORK/tr1.pt"
   run timeout 120 "$TORCHRUN" --nnodes 1 --node_rank 0 --nproc_per_node 3 --master_addr 127.0.0.1 \
     --master_port "$(free_port)" --redirects 2 --tee 2 --log_dir "$WORK/tr2" \

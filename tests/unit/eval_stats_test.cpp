@@ -93,3 +93,18 @@ CATCH_TEST_CASE("eval stats: --eval-k lists positive distinct cut-offs", "[eval]
   CATCH_CHECK(test::message_of([] { eval::parse_ks("3,-1"); }) ==
               "--eval-k: '-1' is not a positive integer (give a list such as 1,5,10)");
 }
+
+CATCH_TEST_CASE("eval stats: a metric that does not apply to a query (NaN) is left out of its mean", "[eval]") {
+  eval::QueryTable t;
+  const double nan = std::nan("");
+  t.rows = {10, 11, 12, 13};
+  t.column("r_precision", "R-precision") = {0.5, 1.0, nan, 0.0};
+  t.column("accuracy_at_1", "accuracy@1") = {1, 0, 1, 1};
+  auto m = eval::summarise(t, 0, 1);
+  CATCH_CHECK(m[0].value == Approx(0.5));  // (0.5 + 1 + 0) / 3
+  CATCH_CHECK(m[1].value == Approx(0.75));
+  m = eval::summarise(t, 500, 1);
+  CATCH_CHECK((m[0].lo >= 0.0 && m[0].hi <= 1.0 && m[0].lo < m[0].hi));
+  CATCH_CHECK(!std::isnan(m[0].lo));
+  CATCH_CHECK(eval::dump_tsv(t, 0, false).find("12\tnan\t1") != std::string::npos);
+}

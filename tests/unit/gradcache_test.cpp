@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "traincache/objectives.h"
+
 using namespace traincache;
 
 namespace {
@@ -39,11 +41,27 @@ gc::Tower tower(torch::jit::Module& m) {
 
 struct Setup {
   bool tied = true;
-  int64_t k = 0;  // hard negatives
+  uint64_t classifier_seed = 5;  // classifier kinds: the seed of the class weights
+  int64_t k = 0;                 // hard negatives
   gc::LossConfig loss;
   int64_t batch = 10, qchunk = 3, pchunk = 4;
   double dropout = 0;
 };
+
+// The loss of s with, for the classifier kinds, a classifier of 3 classes over the 4-wide
+// representations (seeded, so every call and rank starts alike); its tensors join `params`.
+gc::LossConfig loss_with_classifier(const Setup& s, torch::Dtype dtype, std::vector<torch::Tensor>& params) {
+  gc::LossConfig cfg = s.loss;
+  if (!gc::is_classifier(cfg.kind)) return cfg;
+  torch::manual_seed(s.classifier_seed);
+  cfg.class_weight = torch::randn({3, 4}, dtype).requires_grad_(true);
+  params.push_back(cfg.class_weight);
+  if (cfg.kind == gc::LossKind::softmax) {
+    cfg.class_bias = (torch::randn({3}, dtype) * 0.1).requires_grad_(true);
+    params.push_back(cfg.class_bias);
+  }
+  return cfg;
+}
 
 // Runs `steps` SGD steps (lr 0.1) with the given mode; returns the parameters afterwards.
 std::vector<torch::Tensor> train(const Setup& s, const gc::StepMode& mode, torch::Dtype dtype, int steps,
@@ -54,6 +72,7 @@ std::vector<torch::Tensor> train(const Setup& s, const gc::StepMode& mode, torch
   for (auto p : qm.parameters()) params.push_back(p);
   if (!s.tied)
     for (auto p : pm.parameters()) params.push_back(p);
+  const gc::LossConfig cfg = loss_with_classifier(s, dtype, params);
   torch::manual_seed(99);
   auto q_all = torch::randn({steps, s.batch, 6}, dtype);
   auto p_all = torch::randn({steps, s.batch * (1 + s.k), 6}, dtype);
@@ -64,7 +83,7 @@ std::vector<torch::Tensor> train(const Setup& s, const gc::StepMode& mode, torch
       if (p.grad().defined()) p.grad().zero_();
     gc::SideBatch qb{tower(qm), {q_all[i]}, s.qchunk};
     gc::SideBatch pb{tower(pmod), {p_all[i]}, s.pchunk};
-    gc::step(qb, pb, labels, s.loss, mode);
+    gc::step(qb, pb, labels, cfg, mode);
     torch::NoGradGuard no_grad;
     for (auto& p : params) p.sub_(p.grad() * 0.1);
   }
@@ -110,7 +129,34 @@ std::vector<std::pair<std::string, Setup>> setups() {
   big.qchunk = 64;
   big.loss.anchor_chunk = 4;
   v.push_back({"chunk larger than the batch, loss in anchor chunks of 4", big});
+  for (auto [kind, name, margin] : {std::tuple{gc::LossKind::softmax, "softmax classifier", 0.0},
+                                    std::tuple{gc::LossKind::arcface, "ArcFace classifier", 0.5},
+                                    std::tuple{gc::LossKind::cosface, "CosFace classifier", 0.35},
+                                    std::tuple{gc::LossKind::triplet_batch_hard, "triplet, batch-hard", 0.2},
+                                    std::tuple{gc::LossKind::triplet_semi_hard, "triplet, semi-hard", 0.2}}) {
+    Setup l = base;
+    l.loss.kind = kind;
+    l.loss.margin = margin;
+    l.loss.scale = 4;
+    l.loss.anchor_chunk = 3;
+    v.push_back({name, l});
+  }
   return v;
+}
+
+// The setup with a loss that gives other gradients: another temperature, margin, mining or
+// classifier. (A triplet margin moves the gradient only where it switches terms on or off.)
+Setup perturbed(Setup s) {
+  if (gc::is_triplet(s.loss.kind))
+    s.loss.kind = s.loss.kind == gc::LossKind::triplet_batch_hard ? gc::LossKind::triplet_semi_hard
+                                                                  : gc::LossKind::triplet_batch_hard;
+  else if (s.loss.kind == gc::LossKind::arcface || s.loss.kind == gc::LossKind::cosface)
+    s.loss.margin += 0.3;
+  else if (s.loss.kind == gc::LossKind::softmax)
+    s.classifier_seed += 1;
+  else
+    s.loss.temperature *= 2;
+  return s;
 }
 
 }  // namespace
@@ -124,9 +170,7 @@ CATCH_TEST_CASE("gradient cache: SGD steps equal full-batch steps in float64 wit
     auto b = train(s, full, torch::kFloat64, 3);
     CATCH_CHECK(max_abs_diff(a, b) <= 1e-12);
     // The check can fail: a different loss gives different parameters.
-    Setup other = s;
-    other.loss.temperature = s.loss.temperature * 2;
-    CATCH_CHECK(max_abs_diff(train(other, cached, torch::kFloat64, 3), b) > 1e-6);
+    CATCH_CHECK(max_abs_diff(train(perturbed(s), cached, torch::kFloat64, 3), b) > 1e-6);
   }
 }
 
@@ -196,6 +240,164 @@ CATCH_TEST_CASE("loss: supervised contrastive matches a hand computation", "[gra
   }
   want /= 4;
   CATCH_CHECK(gc::loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
+}
+
+namespace {
+
+using Rows = std::vector<std::vector<double>>;
+
+Rows rows_of(const torch::Tensor& t) {
+  Rows out(static_cast<std::size_t>(t.size(0)));
+  for (int64_t i = 0; i < t.size(0); ++i)
+    for (int64_t j = 0; j < t.size(1); ++j) out[static_cast<std::size_t>(i)].push_back(t[i][j].item<double>());
+  return out;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+double cosine(const std::vector<double>& a, const std::vector<double>& b) {
+  return dot(a, b) / std::sqrt(dot(a, a) * dot(b, b));
+}
+
+// Mean over rows of -log softmax(logits)[target], from plain loops.
+double cross_entropy(const Rows& logits, const std::vector<int64_t>& y) {
+  double total = 0;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    double z = 0;
+    for (double l : logits[i]) z += std::exp(l);
+    total += std::log(z) - logits[i][static_cast<std::size_t>(y[i])];
+  }
+  return total / static_cast<double>(logits.size());
+}
+
+// The loss in anchor chunks of 1, 3 and all rows: one value whatever the chunking.
+void check_loss(const torch::Tensor& z, const torch::Tensor& labels, gc::LossConfig cfg, double want) {
+  for (int64_t chunk : {0, 1, 3}) {
+    CATCH_INFO("anchor chunk " << chunk);
+    cfg.anchor_chunk = chunk;
+    CATCH_CHECK(gc::loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-12));
+  }
+}
+
+struct LabelledCase {
+  torch::Tensor z, w, b, labels;
+  std::vector<int64_t> y;
+  Rows zr, wr;
+};
+
+LabelledCase labelled_case() {
+  torch::manual_seed(11);
+  LabelledCase c;
+  c.z = torch::randn({7, 4}, torch::kFloat64);
+  c.w = torch::randn({3, 4}, torch::kFloat64);
+  c.b = torch::randn({3}, torch::kFloat64);
+  c.y = {0, 2, 1, 0, 2, 2, 1};
+  c.labels = torch::tensor(c.y, torch::kLong);
+  c.zr = rows_of(c.z);
+  c.wr = rows_of(c.w);
+  return c;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("loss: softmax classifier matches a hand computation", "[gradcache][objectives]") {
+  auto c = labelled_case();
+  gc::LossConfig cfg;
+  cfg.kind = gc::LossKind::softmax;
+  cfg.class_weight = c.w;
+  cfg.class_bias = c.b;
+  Rows logits;
+  for (const auto& z : c.zr) {
+    logits.emplace_back();
+    for (int k = 0; k < 3; ++k) logits.back().push_back(dot(z, c.wr[k]) + c.b[k].item<double>());
+  }
+  check_loss(c.z, c.labels, cfg, cross_entropy(logits, c.y));
+  // The prediction logits are the same W z + b.
+  CATCH_CHECK(gc::class_logits(c.z, cfg)[3][1].item<double>() == Approx(logits[3][1]).epsilon(1e-14));
+}
+
+CATCH_TEST_CASE("loss: ArcFace and CosFace match a hand computation", "[gradcache][objectives]") {
+  auto c = labelled_case();
+  for (auto kind : {gc::LossKind::arcface, gc::LossKind::cosface}) {
+    for (double margin : {0.0, 0.5, 1.2}) {
+      CATCH_INFO((kind == gc::LossKind::arcface ? "ArcFace" : "CosFace") << " margin " << margin);
+      gc::LossConfig cfg;
+      cfg.kind = kind;
+      cfg.class_weight = c.w;
+      cfg.margin = margin;
+      cfg.scale = 8;
+      Rows logits;
+      for (std::size_t i = 0; i < c.zr.size(); ++i) {
+        logits.emplace_back();
+        for (std::size_t k = 0; k < 3; ++k) {
+          double cs = cosine(c.zr[i], c.wr[k]);
+          if (static_cast<int64_t>(k) == c.y[i]) {
+            // ArcFace: cos(theta + m) while theta + m < pi, else cos(theta) - m sin(m).
+            const double theta = std::acos(cs);
+            if (kind == gc::LossKind::cosface)
+              cs -= margin;
+            else
+              cs = theta + margin < M_PI ? std::cos(theta + margin) : cs - margin * std::sin(margin);
+          }
+          logits.back().push_back(8 * cs);
+        }
+      }
+      check_loss(c.z, c.labels, cfg, cross_entropy(logits, c.y));
+    }
+  }
+}
+
+CATCH_TEST_CASE("loss: triplet with batch-hard and semi-hard mining matches a hand computation",
+                "[gradcache][objectives]") {
+  auto c = labelled_case();
+  c.y[6] = 3;  // a class of one row: an anchor without positives
+  c.labels = torch::tensor(c.y, torch::kLong);
+  const std::size_t n = c.zr.size();
+  for (auto sim : {gc::Similarity::cos, gc::Similarity::dot}) {
+    auto s = [&](std::size_t i, std::size_t j) {
+      return sim == gc::Similarity::cos ? cosine(c.zr[i], c.zr[j]) : dot(c.zr[i], c.zr[j]);
+    };
+    const double m = 0.3;
+    double hard = 0, semi = 0;
+    int hard_n = 0, semi_n = 0;
+    for (std::size_t a = 0; a < n; ++a) {
+      double hp = INFINITY, hn = -INFINITY;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (j == a) continue;
+        if (c.y[j] == c.y[a]) hp = std::min(hp, s(a, j));
+        if (c.y[j] != c.y[a]) hn = std::max(hn, s(a, j));
+      }
+      if (std::isfinite(hp) && std::isfinite(hn)) {
+        hard += std::max(0.0, hn - hp + m);
+        ++hard_n;
+      }
+      for (std::size_t p = 0; p < n; ++p) {  // semi-hard: one term per (anchor, positive)
+        if (p == a || c.y[p] != c.y[a]) continue;
+        double below = -INFINITY, lowest = INFINITY;
+        for (std::size_t j = 0; j < n; ++j) {
+          if (c.y[j] == c.y[a]) continue;
+          lowest = std::min(lowest, s(a, j));
+          if (s(a, j) < s(a, p)) below = std::max(below, s(a, j));
+        }
+        semi += std::max(0.0, (std::isfinite(below) ? below : lowest) - s(a, p) + m);
+        ++semi_n;
+      }
+    }
+    CATCH_INFO((sim == gc::Similarity::cos ? "cos" : "dot"));
+    CATCH_REQUIRE(hard_n == 5);  // every anchor but rows 2 and 6, alone in their classes
+    CATCH_REQUIRE(semi_n == 8);  // pairs: 2 (class 0) + 6 (class 2)
+    gc::LossConfig cfg;
+    cfg.similarity = sim;
+    cfg.margin = m;
+    cfg.kind = gc::LossKind::triplet_batch_hard;
+    check_loss(c.z, c.labels, cfg, hard / hard_n);
+    cfg.kind = gc::LossKind::triplet_semi_hard;
+    check_loss(c.z, c.labels, cfg, semi / semi_n);
+  }
 }
 
 CATCH_TEST_CASE("loss: sides of different widths are refused", "[gradcache]") {
@@ -289,6 +491,7 @@ std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtyp
   std::vector<int64_t> rows;
   for (int r = 0; r < world; ++r) rows.push_back((r + 1) * s.batch / world - r * s.batch / world);
   ThreadGroup group(world);
+  std::mutex seed_mutex;
   std::vector<std::vector<torch::Tensor>> result(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
@@ -299,6 +502,11 @@ std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtyp
       for (auto p : qm.parameters()) params.push_back(p);
       if (!s.tied)
         for (auto p : pmod.parameters()) params.push_back(p);
+      gc::LossConfig cfg;
+      {
+        std::lock_guard<std::mutex> lock(seed_mutex);  // the classifier's seeded draw, one rank at a time
+        cfg = loss_with_classifier(s, dtype, params);
+      }
       auto par = group.parallel(r, rows);
       if (!sum_rep_grads) par.all_reduce_sum = [](const std::vector<torch::Tensor>&) {};
       const int64_t a = r * s.batch / world, b = (r + 1) * s.batch / world, g = 1 + s.k;
@@ -309,7 +517,7 @@ std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtyp
           if (p.grad().defined()) p.grad().zero_();
         gc::SideBatch qb{tower(qm), {q_all[i].slice(0, a, b)}, s.qchunk};
         gc::SideBatch pb{tower(pmod), {p_all[i].slice(0, a * g, b * g)}, s.pchunk};
-        gc::step(qb, pb, labels, s.loss, mode, &par);
+        gc::step(qb, pb, labels, cfg, mode, &par);
         std::vector<torch::Tensor> grads;
         for (auto& p : params) grads.push_back(p.grad());
         group.sum(r, grads);  // the caller's one all-reduce of parameter gradients

@@ -207,3 +207,51 @@ CATCH_TEST_CASE("train plan: metric keys per mode, and an evaluation as JSON", "
       train::eval_json(m).dump() ==
       R"({"rows":4,"queries":3,"excluded":1,"r_precision":0.5,"map_at_r":0.25,"ci95":{"map_at_r":[0.125,0.5]}})");
 }
+
+CATCH_TEST_CASE("train plan: the objective, its defaults and the options that do not apply", "[train]") {
+  using train::Objective;
+  train::TrainOptions o;
+  CATCH_CHECK(train::resolve_objective(o, false).name() == "infonce");
+  CATCH_CHECK(train::resolve_objective(o, true).name() == "supcon");
+  o.symmetric = true;
+  CATCH_CHECK(train::resolve_objective(o, false).name() == "symmetric");
+  CATCH_CHECK(test::message_of([&] { train::resolve_objective(o, true); }) == "--symmetric: applies to infonce only");
+  o.symmetric = false;
+  o.loss = Objective::arcface;
+  auto s = train::resolve_objective(o, true);
+  CATCH_CHECK(s.classifier);
+  CATCH_CHECK(s.margin == 0.5);
+  CATCH_CHECK(s.scale == 64);
+  CATCH_CHECK(code_of([&] { train::resolve_objective(o, false); }) == Exit::usage);  // needs labels
+  o.loss = Objective::cosface;
+  o.margin = 0.2;
+  o.scale = 30;
+  s = train::resolve_objective(o, true);
+  CATCH_CHECK((s.margin == 0.2 && s.scale == 30));
+  o.margin = 3;
+  CATCH_CHECK(test::message_of([&] { train::resolve_objective(o, true); }) == "--margin: must be from 0 to 2");
+  o.loss = Objective::triplet;
+  o.margin = std::nan("");
+  CATCH_CHECK(test::message_of([&] { train::resolve_objective(o, true); }) ==
+              "--scale: applies to arcface and cosface, not triplet");
+  o.scale = std::nan("");
+  s = train::resolve_objective(o, true);
+  CATCH_CHECK((s.margin == 0.2 && s.mining == train::Mining::batch_hard && !s.classifier));
+  o.classifier_out = "c.pt";
+  CATCH_CHECK(code_of([&] { train::resolve_objective(o, true); }) == Exit::usage);
+  o.classifier_out.clear();
+  o.loss = Objective::softmax;
+  o.margin = 0.1;
+  CATCH_CHECK(test::message_of([&] { train::resolve_objective(o, true); }) ==
+              "--margin: applies to arcface, cosface and triplet, not softmax");
+  o.margin = std::nan("");
+  o.mining = train::Mining::semi_hard;
+  CATCH_CHECK(test::message_of([&] { train::resolve_objective(o, true); }) ==
+              "--mining: applies to triplet, not softmax");
+  o.loss = Objective::infonce;
+  o.mining = train::Mining::automatic;
+  CATCH_CHECK(code_of([&] { train::resolve_objective(o, true); }) == Exit::usage);
+  CATCH_CHECK(train::metric_keys(true, {1, 5}, true) == std::vector<std::string>{"precision_at_1", "precision_at_5",
+                                                                                 "r_precision", "map_at_r",
+                                                                                 "accuracy_at_1", "accuracy_at_5"});
+}

@@ -56,6 +56,8 @@ report::Record train_record(const train::TrainResult& r) {
   rec.add("schema", "gc-train/1")
       .add("status", r.interrupted ? "interrupted" : "done")
       .add("mode", r.mode)
+      .add("objective", r.objective)
+      .add("classes", r.classes)
       .add("world_size", r.world_size)
       .add("collectives", r.collectives)
       .add("collective_seconds", r.collective_seconds)
@@ -174,11 +176,14 @@ void add_input_options(CLI::App& app, Options& o) {
                  "Hard-negative dataset(s) [rows, k, ...], a manifest path field (one each), or a text field of "
                  "strings or JSON lists of k strings")
       ->group(g_raw);
+  app.add_option("--labels", t.labels,
+                 "Label dataset or manifest field: train the --query side grouped by label (no --passage)")
+      ->group(g_raw);
   app.add_option("--encoder", t.encoder, "TorchScript encoder for both sides (tied)")->group(g_raw);
   app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);
   app.add_option("--passage-encoder", t.passage_encoder, "TorchScript passage encoder (separate)")->group(g_raw);
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
-  cli::add_file_options(app, t.files, g_raw, false);
+  cli::add_file_options(app, t.files, g_raw, true);
   auto* g_text = "Text";
   app.add_option("--tokenizer", o.tokenizers,
                  "[query=|passage=]FILE: the fields of both sides (or one) are texts, tokenized with this "
@@ -209,6 +214,19 @@ void add_input_options(CLI::App& app, Options& o) {
 void add_batch_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_loss = "Loss and batches";
+  cli::add_choice(app, "--loss", t.loss, train::objective_choices(),
+                  "infonce (pairs); supcon, softmax, arcface, cosface or triplet (labelled rows)")
+      ->default_str("infonce for pairs, supcon for labelled rows")
+      ->group(g_loss);
+  app.add_option("--margin", t.margin, "arcface (radians; 0.5), cosface (0.35) or triplet (0.2) margin")
+      ->check(cli::positive_number(true))
+      ->group(g_loss);
+  app.add_option("--scale", t.scale, "arcface and cosface logit scale (64)")
+      ->check(cli::positive_number())
+      ->group(g_loss);
+  cli::add_choice(app, "--mining", t.mining, train::mining_choices(), "triplet mining: batch-hard or semi-hard")
+      ->default_str("batch-hard")
+      ->group(g_loss);
   cli::add_choice(app, "--similarity", t.similarity, similarity_choices(), "cos or dot")->group(g_loss);
   app.add_option("--temperature", t.temperature, "Logit temperature")
       ->check(cli::positive_number())
@@ -313,6 +331,9 @@ void add_optimiser_options(CLI::App& app, Options& o) {
   app.add_flag("--resume", t.resume, "Continue from the checkpoint in --checkpoint-dir")->group(g_out);
   app.add_option("-o,--out", t.out, "Trained encoder or head as TorchScript")->group(g_out);
   app.add_option("--passage-out", t.passage_out, "Trained passage encoder (separate encoders)")->group(g_out);
+  app.add_option("--classifier-out", t.classifier_out,
+                 "Trained classifier (softmax, arcface, cosface) as TorchScript: representation -> class logits")
+      ->group(g_out);
   app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -24,6 +25,13 @@ enum class Optimizer { sgd, adamw };
 /// The learning rate after warmup (--schedule): kept, or decayed linearly or as a cosine to 0.
 enum class Schedule { constant, linear, cosine };
 
+/// The objective (--loss). automatic: infonce for pairs, supcon for labelled rows.
+enum class Objective { automatic, infonce, supcon, softmax, arcface, cosface, triplet };
+/// Triplet mining (--mining); automatic: batch-hard.
+enum class Mining { automatic, batch_hard, semi_hard };
+
+const Choices<Objective>& objective_choices();  ///< without automatic
+const Choices<Mining>& mining_choices();        ///< without automatic
 const Choices<Optimizer>& optimizer_choices();
 const Choices<Schedule>& schedule_choices();
 /// The parameter and input dtypes gc-train accepts (--dtype): float32, float64.
@@ -50,8 +58,13 @@ struct TrainOptions {
   std::string cache_device = "cpu";                  ///< where cached embeddings live
   std::map<std::string, std::string> cache_devices;  ///< per encoder name, overriding cache_device
   std::string cache_shm;                             ///< share embeddings through slabs "<name>-<encoder>"
-  bool trust_slab_owner = false;                     ///< attach to --cache-shm slabs of other users
+  std::string labels;             ///< raw mode: the label dataset or field; training is then over the query side
+  bool trust_slab_owner = false;  ///< attach to --cache-shm slabs of other users
   // Loss.
+  Objective loss = Objective::automatic;
+  double margin = std::numeric_limits<double>::quiet_NaN();  ///< NaN: the loss's default
+  double scale = std::numeric_limits<double>::quiet_NaN();   ///< NaN: the loss's default
+  Mining mining = Mining::automatic;
   Similarity similarity = Similarity::cos;
   double temperature = 0.05;
   bool symmetric = false;
@@ -75,6 +88,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   bool resume = false;
   std::string out, passage_out, metrics;
+  std::string classifier_out;             ///< the classifier of softmax, arcface and cosface as TorchScript
   int64_t eval_begin = 0, eval_end = -1;  ///< held-out rows [begin, end) when end > 0
   double eval_split = 0;                  ///< or a seeded random fraction of the rows (0: none)
   bool stratify = false;                  ///< --eval-split per label (grouped mode)
@@ -121,7 +135,9 @@ struct TrainResult {
   double seconds = 0;
   double samples_per_second = 0;
   double seconds_per_epoch = 0;
-  std::string mode;  ///< "raw-tied", "raw-separate", "cached-aligned", "cached-grouped"
+  std::string mode;       ///< "raw-tied", "raw-separate", "raw-grouped", "cached-aligned", "cached-grouped"
+  std::string objective;  ///< the loss trained: infonce, symmetric, supcon, softmax, arcface, ...
+  int64_t classes = 0;    ///< classifier objectives: the classes of the training rows
   EvalMetrics eval_before, eval_after;
   BestRecord best;                ///< with --select-best
   bool stopped_early = false;     ///< --early-stop ended the run before its last step

@@ -32,8 +32,25 @@ std::vector<std::string> label_balance_warnings(const std::vector<int64_t>& trai
                                                 const std::vector<int64_t>& eval_labels);
 
 /// The metric keys an evaluation reports: pair modes accuracy/precision/recall_at_k, mrr_at_10,
-/// ndcg_at_10, map_at_100; grouped mode precision_at_k, r_precision, map_at_r.
-std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks);
+/// ndcg_at_10, map_at_100; grouped mode precision_at_k, r_precision, map_at_r, and with a
+/// classifier accuracy_at_k (the true class among the k highest logits).
+std::vector<std::string> metric_keys(bool grouped, const std::vector<int64_t>& ks, bool classifier = false);
+
+/// The objective a run trains, from --loss, --symmetric, --margin, --scale and --mining with
+/// their defaults filled in.
+struct ObjectiveSpec {
+  Objective kind = Objective::infonce;
+  bool symmetric = false;
+  Mining mining = Mining::automatic;  ///< batch_hard or semi_hard for triplet
+  double margin = 0, scale = 0;       ///< as used (0 where the loss has none)
+  bool classifier = false;            ///< softmax, arcface, cosface: a trained classifier
+  std::string name() const;           ///< "infonce", "symmetric", "supcon", "softmax", ..., "triplet"
+};
+
+/// Resolves the objective for a run over pairs or, `labelled`, over rows with labels (grouped
+/// mode). Error(usage) for a loss of the other kind of data, and for --symmetric, --margin,
+/// --scale, --mining or --classifier-out with a loss they do not apply to, or out of range.
+ObjectiveSpec resolve_objective(const TrainOptions& o, bool labelled);
 
 /// An evaluation as JSON: rows, queries, excluded, every metric and, with intervals, ci95 (each
 /// metric's [low, high]). gc-train's --json and --metrics write this.

@@ -22,6 +22,13 @@ QueryTable retrieval(const torch::Tensor& queries, const torch::Tensor& passages
 QueryTable labelled(const torch::Tensor& embeddings, const torch::Tensor& labels, const std::vector<int64_t>& rows,
                     const std::vector<int64_t>& ks);
 
+/// A classifier's top-k accuracy on rows `rows` with logits [n, C] and true classes [n] (-1: a
+/// class the classifier lacks, never right): accuracy_at_k = 1 when fewer than k classes score
+/// strictly above the true one. Merged into `t` by row: rows `t` lacks (alone in their class)
+/// are appended with NaN (not applicable) in its other columns; dump column class_rank.
+void add_classification(QueryTable& t, const torch::Tensor& logits, const torch::Tensor& classes,
+                        const std::vector<int64_t>& rows, const std::vector<int64_t>& ks);
+
 /// Query rows per block so that a block's scores against `candidates` rows stay near 4M values.
 int64_t block_rows(int64_t candidates);
 

@@ -22,22 +22,40 @@ using Similarity = traincache::Similarity;
 
 /// Which loss.
 enum class LossKind {
-  infonce,    ///< query i against all passages (in-batch + hard negatives), target = its positive
-  symmetric,  ///< infonce plus positives against all queries, averaged
-  supcon,     ///< supervised contrastive over one side with labels (grouped mode)
+  infonce,             ///< query i against all passages (in-batch + hard negatives), target = its positive
+  symmetric,           ///< infonce plus positives against all queries, averaged
+  supcon,              ///< supervised contrastive over one side with labels (grouped mode)
+  softmax,             ///< classification head: cross-entropy of W z + b against each row's class
+  arcface,             ///< classification head with an additive angular margin (Deng et al. 2019)
+  cosface,             ///< classification head with an additive cosine margin (Wang et al. 2018)
+  triplet_batch_hard,  ///< triplet loss, hardest positive and negative per anchor (Hermans et al. 2017)
+  triplet_semi_hard,   ///< triplet loss, semi-hard negative per (anchor, positive) (Schroff et al. 2015)
 };
+
+/// Pair modes: queries against passages. Every other kind is over one side with labels.
+inline bool is_pairs(LossKind k) { return k == LossKind::infonce || k == LossKind::symmetric; }
+/// The kinds with a trainable classifier (LossConfig::class_weight).
+inline bool is_classifier(LossKind k) {
+  return k == LossKind::softmax || k == LossKind::arcface || k == LossKind::cosface;
+}
+inline bool is_triplet(LossKind k) { return k == LossKind::triplet_batch_hard || k == LossKind::triplet_semi_hard; }
 
 /// Loss settings.
 struct LossConfig {
   LossKind kind = LossKind::infonce;
   Similarity similarity = Similarity::cos;
-  double temperature = 0.05;
-  int64_t anchor_chunk = 0;  ///< anchor rows per loss chunk (0 = all at once)
+  double temperature = 0.05;      ///< infonce, symmetric, supcon
+  double margin = 0, scale = 64;  ///< arcface (radians), cosface, triplet (margin only)
+  int64_t anchor_chunk = 0;       ///< anchor rows per loss chunk (0 = all at once)
+  /// Classifier kinds: the class weights [C, d] (and bias [C], softmax) as trained parameters;
+  /// their gradients accumulate in .grad() like the encoders'.
+  torch::Tensor class_weight, class_bias;
 };
 
 /// The loss as a differentiable tensor. Pair modes: q [B, d]; p [B*(1+k), d] grouped per query
-/// (row i*(1+k) is query i's positive, the next k rows its hard negatives). supcon: q = z [B, d],
-/// labels [B], p unused. Computed in anchor chunks, but the graph of every chunk is kept.
+/// (row i*(1+k) is query i's positive, the next k rows its hard negatives). Labelled kinds: q = z
+/// [B, d], labels [B] (0-based classes for the classifier kinds), p unused. Computed in anchor chunks, but the graph of
+/// every chunk is kept.
 torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg);
 
 /// Computes the loss on leaf tensors q and p (requires_grad) one anchor chunk at a time,
@@ -83,7 +101,7 @@ struct Parallel {
 };
 
 /// Runs forward + backward for one batch, leaving parameter gradients in .grad() (accumulated:
-/// zero them first). `passage` is ignored for supcon. Returns the loss value.
+/// zero them first). `passage` is ignored by the labelled kinds. Returns the loss value.
 ///
 /// With `par`, the sides hold this rank's share and `labels` the whole batch's (supcon). Each rank
 /// encodes its share, the representations are all-gathered so that every rank's rows are
