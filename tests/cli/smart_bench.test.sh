@@ -22,6 +22,28 @@ print(d['schema'], len(recs), sorted(d['samples_per_second']), list(recs[0])[:5]
 "
 # 300 items of [1,28,28] float32 = 3136 bytes each; stochastic caches the first 150.
 expect_out "smart-bench/1 8 ['full', 'none', 'smart', 'stochastic'] ['strategy', 'epoch', 'samples', 'wall_seconds', 'samples_per_second'] 0.0 0.0 1.0 0.5 100 1.0 940800 470400"
+# scripts/plot-bench draws it: legend entries carry each strategy's samples per epoch (smart's
+# window is smaller), the title names the source file, not its path.
+cat >"$WORK/spy.py" <<'PY'
+import runpy, sys
+import matplotlib.pyplot as plt
+script, sys.argv = sys.argv[1], sys.argv[1:]
+saved = plt.Figure.savefig
+def spy(fig, *a, **k):
+    ax = fig.axes[0]
+    print(ax.get_title().splitlines()[0], [t.get_text() for t in ax.get_legend().get_texts()],
+          [t.get_text() for t in ax.get_yticklabels() if t.get_text()][:2])
+    return saved(fig, *a, **k)
+plt.Figure.savefig = spy
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as e:
+    sys.exit(e.code)
+PY
+run "$TC_PYTHON" "$WORK/spy.py" "$TC_SOURCE/scripts/plot-bench" "$WORK/run.json" "$WORK/run.png"
+expect_rc 0
+expect_out_re "^smart-bench: samples/s per strategy and epoch \(images.h5\) \['none \(300 samples/epoch\)', 'full \(300 samples/epoch\)', 'stochastic \(300 samples/epoch\)', 'smart \(100 samples/epoch\)'\] \['[0-9,]+', '[0-9,]+'\]$"
+expect_file "$WORK/run.png"
 
 # 73: the stochastic slab cannot be created. Its name carries smart-bench's pid; exec keeps the
 # pid of the shell that made a slab of that name first. The other slab is left alone.
