@@ -14,8 +14,8 @@ expect_rc 0
 hold_lock() {
   (
     exec 9>"$1"
-    echo "$2" >&9
     flock -n 9 || exit 1
+    echo "$2" >&9 # only once locked: a non-empty file means the lock is held
     sleep 5
   ) &
   holder=$!
