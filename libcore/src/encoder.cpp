@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "traincache/autocast.h"
 #include "traincache/error.h"
 
 namespace traincache::encode {
@@ -228,7 +229,14 @@ void check_vocabulary(const torch::jit::Module& m, const std::string& subject, c
 }
 
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
-  return run(optimized_ ? *optimized_ : plain_, inputs);
+  if (precision_ == Precision::fp32) return run(optimized_ ? *optimized_ : plain_, inputs);
+  torch::Tensor out;
+  {
+    precision::Autocast region(precision_, device_);
+    out = run(optimized_ ? *optimized_ : plain_, inputs);
+  }
+  c10::InferenceMode guard;
+  return out.is_floating_point() ? out.to(torch::kFloat) : out;
 }
 
 OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol) {

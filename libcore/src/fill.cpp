@@ -12,11 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 
+#include "traincache/autocast.h"
 #include "traincache/cache_file.h"
 #include "traincache/content_hash.h"
 #include "traincache/encoder.h"
@@ -392,7 +394,8 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"batch_size", opts.batch_size},
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
-  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";   // absent: fail (older caches)
+  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
+  if (opts.precision != Precision::fp32) fp["options"]["precision"] = precision_choices().name(opts.precision);
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
   f.text = fp.dump();
   f.hash = sha256_hex(f.text);
@@ -523,12 +526,35 @@ class Encoding {
         cb_.warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
       if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
     }
+    if (opts_.precision != Precision::fp32) check_precision(enc, args, resumed ? nullptr : &je);
     if (opts_.check_determinism) {
       torch::Tensor once = enc.forward(args), again = enc.forward(args);
       if (!torch::equal(once, again))
         throw Error(Exit::data, "encoder '" + enc.name() + "'",
                     "not deterministic: two runs on the first batch differ (dropout or randomness left on?)");
     }
+  }
+
+  // --precision: the first batch in reduced precision against float32, within the tolerance
+  // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
+  void check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder* je) {
+    torch::Tensor want = enc.forward(args);
+    enc.set_precision(opts_.precision);
+    torch::Tensor got = enc.forward(args);
+    c10::InferenceMode guard;
+    auto w = want.to(torch::kFloat64), g = got.to(torch::kFloat64);
+    const double scale = std::max(w.abs().max().item<double>(), std::numeric_limits<double>::min());
+    const double rel = (w - g).abs().max().item<double>() / scale;
+    const char* name = precision_choices().name(opts_.precision);
+    if (!(rel <= opts_.precision_tolerance)) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "%s output differs from float32 by %.3g%% of its largest value on the first batch (tolerance "
+                    "%.3g%%): use --precision fp32, or a larger --precision-tolerance",
+                    name, 100 * rel, 100 * opts_.precision_tolerance);
+      throw Error(Exit::data, "encoder '" + enc.name() + "'", buf);
+    }
+    if (je) je->precision_max_rel_diff = rel;
   }
 
   // The order in which the rows of a length window are encoded, batch by batch: by their token
@@ -710,7 +736,9 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                  {"features", json(in.per_encoder.at(enc.name())).dump()},
                  {"output", enc.output()},
                  {"inference", je.inference},
-                 {"optimize_max_abs_diff", je.optimize_max_abs_diff}};
+                 {"optimize_max_abs_diff", je.optimize_max_abs_diff},
+                 {"precision", precision_choices().name(opts.precision)},
+                 {"precision_max_rel_diff", je.precision_max_rel_diff}};
     spec.embeddings.push_back(src);
     std::vector<int64_t> shape{plan.rows()};
     shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
@@ -725,6 +753,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   auto t_start = Clock::now();
   validate_options(opts);
   torch::Device device = encode::parse_device(opts.device);
+  precision::check(opts.precision, device, "--precision");
   encode::configure_threads(opts.threads);
   Inputs in = open_inputs(opts);
   const RowPlan plan = plan_rows(opts, in.rows);

@@ -31,6 +31,8 @@ void validate_options(const FillOptions& opts) {
       throw Error(Exit::usage, "--tokenizer", "encoder '" + e.name + "' reads text: give its tokenizer.json or .model");
   }
   if (opts.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
+  if (!(opts.precision_tolerance > 0 && opts.precision_tolerance < 1))
+    throw Error(Exit::usage, "--precision-tolerance", "must be a fraction above 0 and below 1");
 }
 
 RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {

@@ -114,7 +114,7 @@ double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tens
     auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
     auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
     value += l.item<double>();
-    l.backward();
+    (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
   }
   return value;
 }
@@ -268,7 +268,7 @@ double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, c
     auto q = encode_with_graph(query, mode.keep_chunk_graphs);
     auto p = pairs ? encode_with_graph(passage, mode.keep_chunk_graphs) : torch::Tensor();
     auto l = loss(q, p, labels, cfg);
-    l.backward();
+    (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
     return l.item<double>();
   }
   std::vector<RngState> q_states, p_states;

@@ -52,6 +52,11 @@ JournalEncoder parse_encoder(const std::string& file, const std::string& name, c
       journal_damaged(file, "optimize_max_abs_diff of '" + name + "' is not a number");
     e.optimize_max_abs_diff = j.at("optimize_max_abs_diff").get<double>();
   }
+  if (j.contains("precision_max_rel_diff")) {  // absent in journals of float32 runs
+    if (!j.at("precision_max_rel_diff").is_number())
+      journal_damaged(file, "precision_max_rel_diff of '" + name + "' is not a number");
+    e.precision_max_rel_diff = j.at("precision_max_rel_diff").get<double>();
+  }
   return e;
 }
 
@@ -125,6 +130,7 @@ void Journal::save() const {
   json enc = json::object();
   for (const auto& [name, e] : encoders) {
     json je{{"inference", e.inference}, {"optimize_max_abs_diff", e.optimize_max_abs_diff}};
+    if (e.precision_max_rel_diff != 0) je["precision_max_rel_diff"] = e.precision_max_rel_diff;
     if (e.has_shape) je["row_shape"] = e.row_shape;
     enc[name] = je;
   }

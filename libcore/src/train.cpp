@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "traincache/autocast.h"
 #include "traincache/cache_file.h"
 #include "traincache/checkpoint.h"
 #include "traincache/dist.h"
@@ -411,6 +412,7 @@ Setup resolve_setup(const TrainOptions& o) {
           ? o.threads
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.launch.local_world_size));
   validate_options(o);
+  precision::check(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
   s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
@@ -755,6 +757,16 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   } else {
     use_text(o, data, m);
   }
+  if (o.precision != Precision::fp32) {  // the towers under autocast; the loss sees float32
+    auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](gc::Tower t) -> gc::Tower {
+      return [t = std::move(t), p, dev, ft](const std::vector<torch::Tensor>& in) {
+        precision::Autocast region(p, dev);
+        return t(in).to(ft);
+      };
+    };
+    m.q_tower = mixed(m.q_tower);
+    m.p_tower = mixed(m.p_tower);
+  }
   return m;
 }
 
@@ -930,7 +942,8 @@ class MetricsLog {
 class Trainer {
  public:
   Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
-          torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps)
+          torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
+          precision::GradScaler& scaler)
       : o_(o),
         s_(s),
         group_(group),
@@ -940,7 +953,8 @@ class Trainer {
         loss_(loss),
         train_idx_(torch::tensor(split.train, torch::kLong)),
         n_train_(static_cast<int64_t>(split.train.size())),
-        steps_(steps) {
+        steps_(steps),
+        scaler_(scaler) {
     mode_.gradcache = o.gradcache;
     if (group) {
       par_.rank = s.rank;
@@ -956,6 +970,7 @@ class Trainer {
   // `after_step(n)` runs after step n (1-based) on every rank: true ends the run there.
   int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result, const TrainCallbacks& cb,
               const std::function<void(const std::string&)>& info, const std::function<bool(int64_t)>& after_step) {
+    info_ = info;
     int64_t s = start;
     for (; s < steps_.total; ++s) {
       if (group_ ? stop_all_ : interrupt_requested()) {
@@ -1030,7 +1045,9 @@ class Trainer {
     // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
     torch::Tensor labels =
         m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx) : torch::Tensor();
-    double l = gc::step(qb, pb, labels, loss_, mode_, group_ ? &par_ : nullptr);
+    gc::LossConfig loss = loss_;
+    loss.grad_scale = scaler_.scale();  // fp16: the loss scaled, the gradients unscaled below
+    double l = gc::step(qb, pb, labels, loss, mode_, group_ ? &par_ : nullptr);
     if (group_) {
       // The one all-reduce of parameter gradients per step; an interrupt flag rides along.
       std::vector<torch::Tensor> sums;
@@ -1048,6 +1065,16 @@ class Trainer {
       throw Error(Exit::data, "step " + std::to_string(s),
                   "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
                       (ckpt.enabled() ? "; the last good checkpoint is kept in " + ckpt.path() : ""));
+    const double scale = scaler_.scale();
+    if (!scaler_.update(scaler_.unscale(m_.params))) {  // the same decision on every rank: summed gradients
+      char buf[128];
+      std::snprintf(buf, sizeof buf,
+                    "step %lld: gradients overflow float16 at loss scale %g: step skipped, scale halved",
+                    static_cast<long long>(s + 1), scale);
+      if (s_.rank == 0 && info_) info_(buf);
+      opt_.zero_grad();
+      return l;
+    }
     if (o_.clip_norm > 0) torch::nn::utils::clip_grad_norm_(m_.params, o_.clip_norm);
     opt_.step();
     return l;
@@ -1066,7 +1093,9 @@ class Trainer {
   int64_t epoch_ = -1, samples_ = 0;
   gc::StepMode mode_;
   gc::Parallel par_;
+  precision::GradScaler& scaler_;
   bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
+  std::function<void(const std::string&)> info_;
 };
 
 // ---- stage: evaluations during training ------------------------------------------------------
@@ -1261,6 +1290,7 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data), o.eval_split, o.stratify};
   if (!o.select_best.empty()) config["select_best"] = {o.select_best, o.eval_k};
   config["dtype"] = float_dtype_choices().name(o.dtype);
+  if (o.precision != Precision::fp32) config["precision"] = precision_choices().name(o.precision);
   return config.dump();
 }
 
@@ -1303,10 +1333,17 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
+  precision::GradScaler scaler(o.precision == Precision::fp16);
   Checkpointer ckpt(o, s, group.get(), checkpoint_config(o, s, m, split));
-  ckpt.state = [&result] { return best_to_json(result.best); };
+  ckpt.state = [&result, &scaler] {
+    auto j = json::parse(best_to_json(result.best));
+    if (scaler.enabled()) j["grad_scale"] = scaler.state();
+    return j.dump();
+  };
   const int64_t start = ckpt.resume(m.params, *opt, result, info);
   result.start_step = start;
+  if (auto st = json::parse(ckpt.resumed_state(), nullptr, false); st.is_object() && st.contains("grad_scale"))
+    scaler.restore(st["grad_scale"].get<std::string>());
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
   result.best = best_from_json(ckpt.resumed_state());
   Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
@@ -1322,7 +1359,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   }
   if (eval.enabled && start == 0) monitor.evaluate(0, 0, &result.eval_before);
 
-  Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps);
+  Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps, scaler);
   auto t_loop = Clock::now();
   const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info,
                                       [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });

@@ -275,6 +275,10 @@ void validate_options(const TrainOptions& o) {
     for (const auto& ds : *list) all_slabs = all_slabs && is_slab(ds);
   if (!o.cache.empty() == (!o.data.empty() || all_slabs))
     throw Error(Exit::usage, "--data", "give exactly one of --data (raw inputs) and --cache (embeddings)");
+  if (o.precision != Precision::fp32 && o.dtype != DType::f32)
+    throw Error(
+        Exit::usage, "--precision",
+        std::string(precision_choices().name(o.precision)) + " mixes with float32 parameters (--dtype float32)");
   if (!o.labels.empty() && !o.cache.empty())
     throw Error(Exit::usage, "--labels", "names raw labels (--data); a cache's own labels serve --embeddings");
   const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();

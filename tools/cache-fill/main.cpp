@@ -246,6 +246,11 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
+  cli::add_choice(app, "--precision", o.fill.precision, precision_choices(),
+                  "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
+  app.add_option("--precision-tolerance", o.fill.precision_tolerance,
+                 "Largest first-batch difference from float32, relative to its largest value")
+      ->capture_default_str();
   const char* text_group = "Text";
   app.add_option("--text", o.text,
                  "[NAME=]FIELD[,FIELD...]: text fields of a .jsonl/.csv/.tsv manifest or HDF5 string datasets, "

@@ -11,6 +11,7 @@
 
 #include "traincache/choices.h"
 #include "traincache/dtype.h"
+#include "traincache/precision.h"
 #include "traincache/source.h"
 #include "traincache/tokenizer.h"
 
@@ -55,10 +56,12 @@ struct FillOptions {
   std::string device = "cpu";
   DType dtype = DType::f32;  ///< storage type: one of storage_dtype_choices()
   int64_t row_begin = 0;
-  int64_t row_end = -1;              ///< -1 = to the end
-  double input_scale = 1.0 / 255.0;  ///< applied to uint8 inputs
-  bool optimize = true;              ///< freeze + optimize_for_inference
-  bool force = false;                ///< overwrite a cache or partial with another fingerprint
+  int64_t row_end = -1;                   ///< -1 = to the end
+  double input_scale = 1.0 / 255.0;       ///< applied to uint8 inputs
+  bool optimize = true;                   ///< freeze + optimize_for_inference
+  Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
+  double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
+  bool force = false;                     ///< overwrite a cache or partial with another fingerprint
   bool check_determinism = false;
   int64_t commit_rows = 16384;  ///< rows between durable progress commits
   int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)

@@ -19,6 +19,9 @@ struct JournalEncoder {
   std::vector<int64_t> row_shape;    ///< shape of one embedding row ([] for one value per row)
   std::string inference = "plain";   ///< "plain" or "optimized"
   double optimize_max_abs_diff = 0;  ///< largest difference optimised vs plain on the first batch
+  /// --precision bf16/fp16: the largest difference from float32 on the first batch, relative to
+  /// the largest float32 magnitude (0 with fp32).
+  double precision_max_rel_diff = 0;
 };
 
 /// The journal of one output. Move-only value; files are touched only by the member functions.

@@ -14,6 +14,7 @@
 #include "traincache/dtype.h"
 #include "traincache/eval_stats.h"
 #include "traincache/launch.h"
+#include "traincache/precision.h"
 #include "traincache/similarity.h"
 #include "traincache/source.h"
 #include "traincache/tokenizer.h"
@@ -103,8 +104,9 @@ struct TrainOptions {
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
   dist::Backend dist_backend = dist::Backend::automatic;
-  double dist_timeout = 1800;  ///< seconds a rank waits for the others
-  DType dtype = DType::f32;    ///< f32 or f64 (parameters and inputs)
+  double dist_timeout = 1800;             ///< seconds a rank waits for the others
+  DType dtype = DType::f32;               ///< f32 or f64 (parameters and inputs)
+  Precision precision = Precision::fp32;  ///< bf16/fp16: encoders and heads under autocast
 };
 
 /// One evaluation of the held-out rows (docs/gc-train.md, "Metrics").

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "traincache/precision.h"
 #include "traincache/source.h"
 #include "traincache/tokenizer.h"
 
@@ -90,6 +91,9 @@ class Encoder {
   /// The plain module (as loaded, in eval mode, parameters frozen).
   const torch::jit::Module& module() const { return plain_; }
 
+  /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded.
+  void set_precision(Precision p) { precision_ = p; }
+
   /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
   /// within `rtol` x max(1, max|plain|).
   OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);
@@ -102,6 +106,7 @@ class Encoder {
   std::size_t arity_ = 0;
   torch::jit::Module plain_;
   std::optional<torch::jit::Module> optimized_;
+  Precision precision_ = Precision::fp32;
 };
 
 }  // namespace traincache::encode

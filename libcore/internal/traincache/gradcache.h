@@ -47,6 +47,7 @@ struct LossConfig {
   double temperature = 0.05;      ///< infonce, symmetric, supcon
   double margin = 0, scale = 64;  ///< arcface (radians), cosface, triplet (margin only)
   int64_t anchor_chunk = 0;       ///< anchor rows per loss chunk (0 = all at once)
+  double grad_scale = 1;          ///< float16 training: the loss is back-propagated times this
   /// Classifier kinds: the class weights [C, d] (and bias [C], softmax) as trained parameters;
   /// their gradients accumulate in .grad() like the encoders'.
   torch::Tensor class_weight, class_bias;

@@ -1,0 +1,56 @@
+// Mixed precision for the engines (docs/gc-train.md, "Mixed precision"): an autocast region and
+// the dynamic loss scale of float16 training. Needs LibTorch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "traincache/precision.h"
+
+namespace traincache::precision {
+
+/// Error(usage, option) when `p` cannot run on `device`: fp16 needs CUDA (LibTorch's CPU autocast
+/// runs bfloat16 only).
+void check(Precision p, const torch::Device& device, const std::string& option);
+
+/// While alive, operations on `device`'s type run under autocast in `p`'s type, as Python's
+/// torch.autocast(device_type, dtype) does (thread-local; nested regions restore the outer one).
+/// Nothing for fp32.
+class Autocast {
+ public:
+  Autocast(Precision p, const torch::Device& device);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool active_ = false, cuda_ = false, was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+/// The dynamic loss scale of float16 training (as torch.cuda.amp.GradScaler): the loss is
+/// multiplied by scale() before back-propagation; unscale() divides the gradients again and says
+/// whether they are finite. A step with non-finite gradients is skipped and halves the scale;
+/// `growth_interval` finite steps in a row double it.
+class GradScaler {
+ public:
+  explicit GradScaler(bool enabled, double initial = 65536.0, int64_t growth_interval = 2000);
+  bool enabled() const { return enabled_; }
+  double scale() const { return enabled_ ? scale_ : 1.0; }
+  /// Divides every defined gradient by scale(); true when all are finite afterwards.
+  bool unscale(const std::vector<torch::Tensor>& params) const;
+  /// After a step: `finite` from unscale(). Returns whether the optimiser step should run.
+  bool update(bool finite);
+  /// The state a checkpoint keeps: "scale,good_steps", and back.
+  std::string state() const;
+  void restore(const std::string& state);
+
+ private:
+  bool enabled_;
+  double scale_;
+  int64_t growth_interval_, good_ = 0;
+};
+
+}  // namespace traincache::precision

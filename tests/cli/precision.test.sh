@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# --precision: gc-train under bf16 autocast (parameters float32) close to float32 training, and
+# cache-fill's first-batch check against float32, recorded in the cache and its fingerprint.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+
+# gc-train, raw grouped CNN: 3 SGD steps in bf16 land within 2% of float32's parameters (relative
+# to each tensor's largest value), and not on them: the region is really reduced precision.
+R=(--data "$D/images.h5" --query images --labels labels --encoder "$D/cnn.pt" -b 100 -c 25 --steps 3
+  --optimizer sgd --lr 0.1 --eval-split 0.2 --stratify)
+run "$TC_BIN/gc-train" -q "${R[@]}" --out "$WORK/fp32.pt" --json
+expect_rc 0
+cp "$WORK/.out" "$WORK/fp32.json"
+run "$TC_BIN/gc-train" -q "${R[@]}" --precision bf16 --out "$WORK/bf16.pt" --json
+expect_rc 0
+cp "$WORK/.out" "$WORK/bf16.json"
+py "
+import json, torch
+a = dict(torch.jit.load('$WORK/fp32.pt').named_parameters())
+b = dict(torch.jit.load('$WORK/bf16.pt').named_parameters())
+worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
+la, lb = json.load(open('$WORK/fp32.json'))['loss'], json.load(open('$WORK/bf16.json'))['loss']
+pa = json.load(open('$WORK/fp32.json'))['eval_after']['precision_at_1']
+pb = json.load(open('$WORK/bf16.json'))['eval_after']['precision_at_1']
+print('ok' if 1e-6 < worst < 0.02 and abs(la - lb) < 0.02 * abs(la) and abs(pa - pb) <= 0.05 else (worst, la, lb, pa, pb))
+"
+expect_out "ok"
+# Cached mode too, with gradient caching and a classifier; resumable like float32.
+C=(--cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --loss softmax -b 50 --steps 6 --precision bf16)
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+  --out "$WORK/c.h5" || _fail "cache-fill"
+run "$TC_BIN/gc-train" -q "${C[@]}" --out "$WORK/straight.pt"
+expect_rc 0
+run "$TC_BIN/gc-train" -q "${C[@]}" --steps 3 --checkpoint-dir "$WORK/ck"
+expect_rc 0
+run "$TC_BIN/gc-train" -q "${C[@]}" --checkpoint-dir "$WORK/ck" --resume --out "$WORK/resumed.pt"
+expect_rc 0
+same_params "$WORK/straight.pt" "$WORK/resumed.pt"
+run "$TC_BIN/gc-train" -q "${C[@]}" --precision fp32 --checkpoint-dir "$WORK/ck" --resume
+expect_rc 65
+expect_err_has "changed: precision"
+run "$TC_BIN/gc-train" "${C[@]}" --precision fp16
+expect_rc 64
+expect_err "gc-train: error: --precision: fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU"
+run "$TC_BIN/gc-train" "${C[@]}" --dtype float64
+expect_rc 64
+expect_err "gc-train: error: --precision: bf16 mixes with float32 parameters (--dtype float32)"
+
+# cache-fill: bf16 embeddings within 1% of float32's, the measured difference recorded.
+F=(--input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images)
+run "$TC_BIN/cache-fill" -q "${F[@]}" --out "$WORK/f32.h5"
+expect_rc 0
+run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --out "$WORK/bf16.h5"
+expect_rc 0
+py "
+import h5py, numpy as np
+a = h5py.File('$WORK/f32.h5')['embeddings/cnn']
+b = h5py.File('$WORK/bf16.h5')['embeddings/cnn']
+rel = float(np.abs(a[:] - b[:]).max() / np.abs(a[:]).max())
+first = float(np.abs(a[:256] - b[:256]).max() / np.abs(a[:256]).max())
+print(b.dtype, b.attrs['precision'], 0 < rel < 0.01, abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6,
+      a.attrs['precision'], a.attrs['precision_max_rel_diff'])
+"
+expect_out "float32 bf16 True True fp32 0.0"
+# The precision is part of the fingerprint: a float32 run does not take the bf16 cache as up to date.
+run "$TC_BIN/cache-fill" "${F[@]}" --out "$WORK/bf16.h5"
+expect_rc 73
+expect_err "cache-fill: error: $WORK/bf16.h5: exists with another fingerprint (changed: options/precision); use --force to overwrite it"
+run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --out "$WORK/bf16.h5"
+expect_rc 0
+expect_err_has "up to date"
+# Beyond the tolerance: refused before anything is stored.
+run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.0001 --out "$WORK/tight.h5"
+expect_rc 65
+expect_err_re "^cache-fill: error: encoder 'cnn': bf16 output differs from float32 by 0\.[0-9]+% of its largest value on the first batch \(tolerance 0\.01%\): use --precision fp32, or a larger --precision-tolerance$"
+expect_no_file "$WORK/tight.h5"
+run "$TC_BIN/cache-fill" "${F[@]}" --precision fp16 --out "$WORK/x.h5"
+expect_rc 64
+expect_err "cache-fill: error: --precision: fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU"
+run "$TC_BIN/cache-fill" "${F[@]}" --precision-tolerance 1 --out "$WORK/x.h5"
+expect_rc 64
+expect_err "cache-fill: error: --precision-tolerance: must be a fraction above 0 and below 1"
+finish
