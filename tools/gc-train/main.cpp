@@ -38,7 +38,10 @@ std::string eval_text(const train::EvalMetrics& m) {
     text += (text.empty() ? "" : ", ") + std::string(buf);
   }
   text += " (" + std::to_string(m.queries) + " queries";
-  if (m.excluded > 0) text += "; " + std::to_string(m.excluded) + " alone in their class left out";
+  // Rows alone in their class are no retrieval queries; a classifier's accuracy counts them.
+  if (m.excluded > 0)
+    text += "; " + std::to_string(m.excluded) + " alone in their class " +
+            (m.queries + m.excluded > m.rows ? "without retrieval metrics" : "left out");
   return text + ")";
 }
 
