@@ -135,6 +135,26 @@ launch 2 a2 "${CACHED[@]}" --loss arcface --scale 16 --out "$WORK/a2.pt" --class
 expect_ranks_ok 2 a2
 same_params "$WORK/a1.pt" "$WORK/a2.pt"
 same_params "$WORK/a1c.pt" "$WORK/a2c.pt"
+# --select-best and --early-stop: rank 0 evaluates and decides for all ranks. (Not compared with
+# one process: metrics that differ in the 5th digit, from summation order, can flip a decision.)
+# The run stops 2 evaluations after its best, or runs to the end; --out holds the parameters of
+# the best step (as a 2-rank run of exactly that many steps writes them); DIR/best.pt exists.
+SEL=("${CACHED[@]}" --steps 12 --eval-split 0.3 --stratify --eval-every 2 --select-best map_at_r --early-stop 2)
+launch 2 s2 "${SEL[@]}" --out "$WORK/s2.pt" --checkpoint-dir "$WORK/s2" --json
+expect_ranks_ok 2 s2
+best=$("$TC_PYTHON" -c "import json; j = json.load(open('$WORK/s2.out.0')); print(j['best']['step'])")
+py "
+import json
+j = json.load(open('$WORK/s2.out.0'))
+b, t = j['best']['step'], j['steps']
+print('ok' if (t == b + 4 if j['stopped_early'] else t == 12) and b % 2 == 0 else (b, t, j['stopped_early']))
+"
+expect_out "ok"
+expect_eq "$((best > 0))" 1 "a step after 0 is the best (here step 2)"
+launch 2 s3 "${CACHED[@]}" --steps "$best" --eval-split 0.3 --stratify --out "$WORK/s3.pt"
+expect_ranks_ok 2 s3
+same_params "$WORK/s3.pt" "$WORK/s2.pt"
+expect_file "$WORK/s2/best.pt"
 
 # A last partial batch with fewer rows than ranks (--no-drop-last) is skipped on every rank.
 # (CACHED without its --steps 6: this run counts epochs; --steps 0 is a usage error)
