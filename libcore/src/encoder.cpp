@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -115,7 +116,11 @@ void to_float32(DType t, const void* in, float* out, std::size_t n) {
 
 }  // namespace
 
-torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
+namespace {
+
+// Rows of `col` read by `fill` (count rows into a buffer of the column's layout), converted.
+torch::Tensor convert_rows(const source::Column& col, int64_t count, double scale,
+                           const std::function<void(void*)>& fill) {
   const auto& ci = col.info();
   require_numeric_input(ci, col.path());
   std::vector<int64_t> shape = ci.shape;
@@ -126,11 +131,11 @@ torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t
   const bool integer = is_integer(ci.dtype);
   auto t = torch::empty(shape, integer && ci.dtype != DType::u8 ? torch::kInt64 : torch::kFloat32);
   if (ci.dtype == DType::i64 || ci.dtype == DType::f32) {  // already the model's type: read in place
-    col.read(start, count, t.data_ptr());
+    fill(t.data_ptr());
     return t;
   }
   std::vector<char> raw(n * dtype_size(ci.dtype));
-  col.read(start, count, raw.data());
+  fill(raw.data());
   if (ci.dtype == DType::u8)
     convert<uint8_t>(raw.data(), t.data_ptr<float>(), n, static_cast<float>(scale));
   else if (integer)
@@ -138,6 +143,16 @@ torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t
   else
     to_float32(ci.dtype, raw.data(), t.data_ptr<float>(), n);
   return t;
+}
+
+}  // namespace
+
+torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
+  return convert_rows(col, count, scale, [&](void* out) { col.read(start, count, out); });
+}
+
+torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale) {
+  return convert_rows(col, static_cast<int64_t>(rows.size()), scale, [&](void* out) { col.read_rows(rows, out); });
 }
 
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)

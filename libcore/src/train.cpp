@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -10,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -116,11 +119,49 @@ struct TextSide {
   torch::Device device{torch::kCPU};
 };
 
+// A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
+// source a batch at a time, converted per batch, so that memory does not grow with the data.
+// The conversion is the same elementwise rule either way: both give the same values.
+struct Rows {
+  torch::Tensor all;                          // loaded whole
+  std::shared_ptr<const source::Column> col;  // or streamed
+  double scale = 1;                           // uint8 inputs
+  torch::Dtype float_type = torch::kFloat32;
+  torch::Device device{torch::kCPU};
+  bool one_per_row = false;  // a manifest's path field of negatives: [rows, 1, ...]
+  bool flat = false;         // cached embeddings: each row as one vector [rows, d]
+
+  std::vector<int64_t> sizes() const {
+    if (all.defined()) return all.sizes().vec();
+    std::vector<int64_t> s = col->info().shape;
+    if (one_per_row) s.insert(s.begin() + 1, 1);
+    if (flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
+    return s;
+  }
+  int64_t rows() const { return sizes().front(); }
+  int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+
+  // Rows `idx` (any order), converted, on the device. Streamed: read in ascending order (runs of
+  // consecutive rows are one read each; HDF5 then reads each chunk once), then put in idx's order.
+  torch::Tensor gather(const torch::Tensor& idx) const {
+    if (all.defined()) return all.index_select(0, idx.to(all.device()));
+    auto order = std::get<1>(idx.to(torch::kCPU, torch::kLong).sort());
+    auto sorted = idx.to(torch::kCPU, torch::kLong).index_select(0, order).contiguous();
+    std::vector<int64_t> rows(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + sorted.numel());
+    auto t = encode::read_column_rows(*col, rows, scale);
+    t = t.index_select(0, torch::empty_like(order).scatter_(0, order, torch::arange(order.numel())));
+    if (t.is_floating_point()) t = t.to(float_type);
+    if (one_per_row) t = t.unsqueeze(1);
+    if (flat) t = t.reshape({t.size(0), -1});
+    return t.to(device);
+  }
+};
+
 struct Data {
-  std::vector<std::shared_ptr<shm::Slab>> slabs;         // keep shared embeddings mapped
-  std::vector<torch::Tensor> query, passage, negatives;  // [N, ...]; negatives [N, k, ...]
-  std::optional<TextSide> query_text, passage_text;      // a text side instead of tensors
-  torch::Tensor labels;                                  // grouped mode
+  std::vector<std::shared_ptr<shm::Slab>> slabs;     // keep shared embeddings mapped
+  std::vector<Rows> query, passage, negatives;       // [N, ...]; negatives [N, k, ...]
+  std::optional<TextSide> query_text, passage_text;  // a text side instead of tensors
+  torch::Tensor labels;                              // grouped mode
   torch::Tensor classes;  // classifier objectives: each row's class (-1: a label training lacks)
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
@@ -154,11 +195,27 @@ void same_rows(const std::string& path, const std::string& a, int64_t na, const 
         "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
 }
 
-// Rows `idx` of every tensor.
-std::vector<torch::Tensor> gather(const std::vector<torch::Tensor>& ts, const torch::Tensor& idx) {
+// Rows `idx` of every dataset.
+std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tensor& idx) {
   std::vector<torch::Tensor> out;
-  for (const auto& t : ts) out.push_back(t.index_select(0, idx.to(t.device())));
+  for (const auto& t : ts) out.push_back(t.gather(idx));
   return out;
+}
+
+// A dataset of `path`: loaded whole, or with `stream` opened for per-batch reads.
+Rows open_rows(const std::string& path, const std::string& ds, double scale, torch::Device device,
+               torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
+  Rows r;
+  if (!stream) {
+    r.all = read_all(path, ds, scale, device, float_type, files);
+    return r;
+  }
+  r.col = source::open_column(path, ds, files, source::Role::images);
+  encode::require_numeric_input(r.col->info(), path);
+  r.scale = scale;
+  r.float_type = float_type;
+  r.device = device;
+  return r;
 }
 
 // Sequences `seqs` of a text side, padded: input_ids, attention_mask, token_type_ids.
@@ -521,7 +578,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   auto load = [&](const std::string& ds) {
     if (file.empty() && !source::names_own_file(ds))
       throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-    return read_all(file, ds, o.input_scale, s.device, s.float_type, o.files);
+    return open_rows(file, ds, o.input_scale, s.device, s.float_type, o.stream, o.files);
   };
   int64_t replaced = 0;
   if (const auto tok = side_tokenizer(o, true); !tok.empty())
@@ -538,28 +595,31 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
     for (const auto& n : o.negatives) {
       d.negatives.push_back(load(n));
       // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
-      if (source::kind_of(file) == source::Kind::manifest) d.negatives.back() = d.negatives.back().unsqueeze(1);
+      if (source::kind_of(file) == source::Kind::manifest) {
+        auto& n_rows = d.negatives.back();
+        n_rows.all.defined() ? void(n_rows.all = n_rows.all.unsqueeze(1)) : void(n_rows.one_per_row = true);
+      }
     }
   }
   d.utf8_replaced = replaced;
-  d.rows = d.query_text ? d.query_text->rows : d.query.front().size(0);
-  for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].size(0));
+  d.rows = d.query_text ? d.query_text->rows : d.query.front().rows();
+  for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].rows());
   if (d.labels.defined()) same_rows(file, o.query[0], d.rows, o.labels, d.labels.size(0));
   if (d.passage_text) same_rows(file, o.query[0], d.rows, o.passage[0], d.passage_text->rows);
   for (std::size_t i = 0; i < d.passage.size(); ++i)
-    same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].size(0));
+    same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].rows());
   if (d.negatives.empty()) return d;
   if (o.negatives.size() != o.passage.size())
     throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
   for (std::size_t i = 0; i < o.negatives.size(); ++i) {
-    same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].size(0));
-    if (d.negatives[i].dim() != d.passage[i].dim() + 1 ||
-        d.negatives[i].sizes().slice(2) != d.passage[i].sizes().slice(1) ||
-        d.negatives[i].size(1) != d.negatives.front().size(1))
+    same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].rows());
+    const auto ns = d.negatives[i].sizes(), ps = d.passage[i].sizes();
+    if (ns.size() != ps.size() + 1 || !std::equal(ns.begin() + 2, ns.end(), ps.begin() + 1) ||
+        ns[1] != d.negatives.front().sizes()[1])
       throw Error(Exit::data, file,
                   "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
   }
-  d.hard_negatives = d.negatives.front().size(1);
+  d.hard_negatives = d.negatives.front().sizes()[1];
   return d;
 }
 
@@ -578,10 +638,17 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device
                             : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
+    Rows r;
     if (shared)
-      return shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
-          .to(dev, s.float_type);
-    return read_all(path, "/embeddings/" + name, 1.0, dev, s.float_type).reshape({cinfo.rows, -1});
+      r.all = shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
+                  .to(dev, s.float_type);
+    else
+      r = open_rows(path, "/embeddings/" + name, 1.0, dev, s.float_type, o.stream);
+    if (r.all.defined())
+      r.all = r.all.reshape({cinfo.rows, -1});
+    else
+      r.flat = true;
+    return r;
   };
   d.rows = cinfo.rows;
   if (cinfo.skipped > 0) {
@@ -601,10 +668,10 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   }
   d.query.push_back(read_emb(o.query_embeddings));
   d.passage.push_back(read_emb(o.passage_embeddings));
-  if (d.query[0].size(1) != d.passage[0].size(1))
+  if (d.query[0].sizes()[1] != d.passage[0].sizes()[1])
     throw Error(Exit::data, path,
-                "embedding widths differ between sides (" + std::to_string(d.query[0].size(1)) + " vs " +
-                    std::to_string(d.passage[0].size(1)) + "); one head cannot serve both");
+                "embedding widths differ between sides (" + std::to_string(d.query[0].sizes()[1]) + " vs " +
+                    std::to_string(d.passage[0].sizes()[1]) + "); one head cannot serve both");
   return d;
 }
 
@@ -723,7 +790,8 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     data = load_cached(o, s, o.cache, m.grouped, !o.cache_shm.empty(), &fingerprint);
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
-    m.modules.push_back(head_file ? encode::load_module(o.head, s.device) : build_head(o.head, data.query[0].size(1)));
+    m.modules.push_back(head_file ? encode::load_module(o.head, s.device)
+                                  : build_head(o.head, data.query[0].sizes()[1]));
     names = {o.head};
     m.mode = m.grouped ? "cached-grouped" : "cached-aligned";
     m.config["cache_fingerprint"] = fingerprint;
@@ -901,7 +969,8 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
       throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
     e.external = s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data);
     for (std::size_t i = 0; i < data.query.size(); ++i)
-      if (e.external.query[i].sizes().slice(1) != data.query[i].sizes().slice(1))
+      if (auto a = e.external.query[i].sizes(), b = data.query[i].sizes();
+          !std::equal(a.begin() + 1, a.end(), b.begin() + 1, b.end()))
         throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
   }
   e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);

@@ -63,6 +63,10 @@ loss1=$(printf '%s' "$out" | "$TC_PYTHON" -c 'import json, sys; print(json.load(
 launch 2 raw2 "${RAW[@]}" --out "$WORK/raw2.pt" --json
 expect_ranks_ok 2 raw2
 same_params "$WORK/raw1.pt" "$WORK/raw2.pt" "$D/tower.pt"
+# --stream: each rank reads only its own rows of every batch from the file; the same result.
+launch 2 raws "${RAW[@]}" --stream --out "$WORK/raws.pt"
+expect_ranks_ok 2 raws
+same_params "$WORK/raw1.pt" "$WORK/raws.pt" "$D/tower.pt"
 # 40 rows over 3 ranks: shares of 13, 13 and 14.
 launch 3 raw3 "${RAW[@]}" --out "$WORK/raw3.pt" --json
 expect_ranks_ok 3 raw3

@@ -186,6 +186,9 @@ void add_input_options(CLI::App& app, Options& o) {
   app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);
   app.add_option("--passage-encoder", t.passage_encoder, "TorchScript passage encoder (separate)")->group(g_raw);
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
+  app.add_flag("--stream", t.stream,
+               "Read each batch's rows from --data (or --cache) instead of loading the datasets whole")
+      ->group(g_raw);
   cli::add_file_options(app, t.files, g_raw, true);
   auto* g_text = "Text";
   app.add_option("--tokenizer", o.tokenizers,

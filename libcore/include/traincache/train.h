@@ -43,8 +43,9 @@ struct TrainOptions {
   // Raw inputs: aligned datasets of one HDF5 file and trainable encoders.
   std::string data;
   std::vector<std::string> query, passage, negatives;  ///< datasets (several = several forward() args)
-  std::string encoder;                                 ///< tied: one encoder for both sides
-  std::string query_encoder, passage_encoder;          ///< separate encoders
+  bool stream = false;  ///< read each batch's rows from the data (and cache) instead of loading them whole
+  std::string encoder;  ///< tied: one encoder for both sides
+  std::string query_encoder, passage_encoder;  ///< separate encoders
   double input_scale = 1.0 / 255.0;
   source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
   // Raw text: a side whose fields are texts, tokenized once at load and padded per batch and

@@ -40,6 +40,10 @@ std::string torch_error_message(const std::string& what);
 /// Strings and other types -> Error(data). Converts with plain loops (no OpenMP from readers).
 torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale);
 
+/// The same for the rows listed in `rows` (ascending reads coalesce runs of consecutive rows:
+/// sort them first), in that order.
+torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale);
+
 /// Throws Error(data) when a column cannot be fed to an encoder (strings, compound types, 0-d).
 void require_numeric_input(const source::ColumnInfo& info, const std::string& file);
 
