@@ -30,6 +30,7 @@
 #include "traincache/h5.h"
 #include "traincache/interrupt.h"
 #include "traincache/objectives.h"
+#include "traincache/prefetch.h"
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
@@ -119,6 +120,8 @@ struct TextSide {
   torch::Device device{torch::kCPU};
 };
 
+std::vector<int64_t> row_list(const torch::Tensor& idx);
+
 // A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
 // source a batch at a time, converted per batch, so that memory does not grow with the data.
 // The conversion is the same elementwise rule either way: both give the same values.
@@ -142,15 +145,25 @@ struct Rows {
   int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
 
   // Rows `idx` (any order), converted, on the device. Streamed: read in ascending order (runs of
-  // consecutive rows are one read each; HDF5 then reads each chunk once), then put in idx's order.
+  // consecutive rows are one read each; HDF5 then reads each chunk once), then put in idx's order
+  // with plain copies: this runs on the prefetch thread, where OpenMP-parallel tensor operations
+  // would compete with the training step's threads.
   torch::Tensor gather(const torch::Tensor& idx) const {
     if (all.defined()) return all.index_select(0, idx.to(all.device()));
-    auto order = std::get<1>(idx.to(torch::kCPU, torch::kLong).sort());
-    auto sorted = idx.to(torch::kCPU, torch::kLong).index_select(0, order).contiguous();
-    std::vector<int64_t> rows(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + sorted.numel());
-    auto t = encode::read_column_rows(*col, rows, scale);
-    t = t.index_select(0, torch::empty_like(order).scatter_(0, order, torch::arange(order.numel())));
-    if (t.is_floating_point()) t = t.to(float_type);
+    const auto want = row_list(idx);
+    std::vector<std::size_t> order(want.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return want[a] < want[b]; });
+    std::vector<int64_t> rows(want.size());
+    for (std::size_t i = 0; i < order.size(); ++i) rows[i] = want[order[i]];
+    auto sorted = encode::read_column_rows(*col, rows, scale);
+    auto t = torch::empty_like(sorted);
+    const std::size_t row_bytes = sorted.numel() == 0 ? 0 : sorted.nbytes() / want.size();
+    const auto* src = static_cast<const char*>(sorted.data_ptr());
+    auto* dst = static_cast<char*>(t.data_ptr());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      std::memcpy(dst + order[i] * row_bytes, src + i * row_bytes, row_bytes);
+    if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
     if (one_per_row) t = t.unsqueeze(1);
     if (flat) t = t.reshape({t.size(0), -1});
     return t.to(device);
@@ -1040,14 +1053,22 @@ class Trainer {
   int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result, const TrainCallbacks& cb,
               const std::function<void(const std::string&)>& info, const std::function<bool(int64_t)>& after_step) {
     info_ = info;
+    // --stream: the next batches' rows are read (and converted) on a thread while a step computes.
+    std::unique_ptr<OrderedPrefetcher<BatchInputs>> ahead;
+    if (o_.stream)
+      ahead = std::make_unique<OrderedPrefetcher<BatchInputs>>(
+          steps_.total - start, 1, 2, [this, start, cache = std::make_shared<EpochPerm>()](int64_t k) {
+            return inputs_of(own_rows(rows_of_step(start + k, *cache)));
+          });
     int64_t s = start;
     for (; s < steps_.total; ++s) {
       if (group_ ? stop_all_ : interrupt_requested()) {
         result.interrupted = true;
         break;
       }
-      auto idx = batch_rows(s);
-      auto own = idx;
+      auto idx = rows_of_step(s, perm_);
+      auto own = own_rows(idx);
+      BatchInputs in = ahead ? ahead->next() : BatchInputs{};
       if (group_) {
         group_->set_context("step " + std::to_string(s + 1));
         const int64_t n = idx.size(0);
@@ -1058,11 +1079,11 @@ class Trainer {
         }
         par_.rows.clear();
         for (int r = 0; r < s_.world; ++r) par_.rows.push_back((r + 1) * n / s_.world - r * n / s_.world);
-        own = idx.slice(0, s_.rank * n / s_.world, (s_.rank + 1) * n / s_.world);
       }
       auto t_step = Clock::now();
       double lr = scheduled_lr(o_, s, steps_.total);
-      double l = step(s, idx, own, lr, ckpt);
+      if (!ahead) in = inputs_of(own);
+      double l = step(s, idx, std::move(in), lr, ckpt);
       result.last_loss = l;
       samples_ += idx.size(0);
       double step_s = seconds_since(t_step);
@@ -1090,27 +1111,51 @@ class Trainer {
 
  private:
   // The rows of step s's batch.
-  torch::Tensor batch_rows(int64_t s) {
+  // One epoch's order of the training rows, kept while its steps run (one per thread).
+  struct EpochPerm {
+    int64_t epoch = -1;
+    torch::Tensor perm;
+  };
+
+  // The rows of step s's batch; `cache` holds the permutation of the epoch last asked for.
+  torch::Tensor rows_of_step(int64_t s, EpochPerm& cache) const {
     int64_t epoch = s / steps_.per_epoch, b = s % steps_.per_epoch;
-    if (epoch != epoch_) {
-      epoch_ = epoch;
+    if (epoch != cache.epoch) {
+      cache.epoch = epoch;
       if (o_.shuffle) {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
-        perm_ = train_idx_.index_select(0, torch::randperm(n_train_, gen, torch::kLong));
+        cache.perm = train_idx_.index_select(0, torch::randperm(n_train_, gen, torch::kLong));
       } else {
-        perm_ = train_idx_;
+        cache.perm = train_idx_;
       }
     }
-    return perm_.slice(0, b * o_.batch_size, std::min((b + 1) * o_.batch_size, n_train_));
+    return cache.perm.slice(0, b * o_.batch_size, std::min((b + 1) * o_.batch_size, n_train_));
   }
 
-  // One optimiser step on the batch `idx`, of which this process encodes `own`; returns the loss.
-  double step(int64_t s, const torch::Tensor& idx, const torch::Tensor& own, double lr, const Checkpointer& ckpt) {
+  // This process's share of the batch `idx`: all of it, or rank r's [rB/W, (r+1)B/W) (empty when
+  // the batch has fewer rows than ranks: the step is skipped).
+  torch::Tensor own_rows(const torch::Tensor& idx) const {
+    if (!group_) return idx;
+    const int64_t n = idx.size(0);
+    if (n < s_.world) return idx.slice(0, 0, 0);
+    return idx.slice(0, s_.rank * n / s_.world, (s_.rank + 1) * n / s_.world);
+  }
+
+  // The encoders' inputs for the rows `own`: read and converted (a streamed side reads them now).
+  struct BatchInputs {
+    std::vector<torch::Tensor> query, passage;
+  };
+  BatchInputs inputs_of(const torch::Tensor& own) const {
+    if (own.numel() == 0) return {};
+    return {query_inputs(data_, own), m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own)};
+  }
+
+  // One optimiser step on the batch `idx`, of which this process encodes `in`; returns the loss.
+  double step(int64_t s, const torch::Tensor& idx, BatchInputs in, double lr, const Checkpointer& ckpt) {
     for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
     opt_.zero_grad();
-    gc::SideBatch qb{m_.q_tower, query_inputs(data_, own), o_.query_chunk};
-    gc::SideBatch pb{m_.p_tower, m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own),
-                     o_.passage_chunk};
+    gc::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk};
+    gc::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk};
     // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
     torch::Tensor labels =
         m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx) : torch::Tensor();
@@ -1156,10 +1201,11 @@ class Trainer {
   Models& m_;
   torch::optim::Optimizer& opt_;
   const gc::LossConfig& loss_;
-  torch::Tensor train_idx_, perm_;
+  torch::Tensor train_idx_;
+  EpochPerm perm_;  // the step loop's
   int64_t n_train_;
   StepPlan steps_;
-  int64_t epoch_ = -1, samples_ = 0;
+  int64_t samples_ = 0;
   gc::StepMode mode_;
   gc::Parallel par_;
   precision::GradScaler& scaler_;

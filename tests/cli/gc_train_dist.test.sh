@@ -172,6 +172,11 @@ j = json.load(open('$WORK/tail.out.0'))
 print(j['steps'], j['collectives'])
 "
 expect_out "4 8"
+# The same with --stream: the prefetched batches stay in step with the skipped ones.
+launch 2 tails "${CACHED[@]:0:10}" "${CACHED[@]:12}" --batch-size 299 --no-drop-last --epochs 2 --stream \
+  --out "$WORK/tails.pt"
+expect_ranks_ok 2 tails
+expect_eq "$(grep -c 'skipped' "$WORK/tails.err.0")" 2 "skipped steps (--stream)"
 
 # ---- checkpoints: rank 0 writes them; resuming with the same world size continues exactly
 CK=("${CACHED[@]}" --steps 8 --checkpoint-dir "$WORK/ck")
