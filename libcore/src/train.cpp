@@ -1058,7 +1058,7 @@ class Trainer {
     if (o_.stream)
       ahead = std::make_unique<OrderedPrefetcher<BatchInputs>>(
           steps_.total - start, 1, 2, [this, start, cache = std::make_shared<EpochPerm>()](int64_t k) {
-            return inputs_of(own_rows(rows_of_step(start + k, *cache)));
+            return inputs_of(rows_of_step(start + k, *cache));
           });
     int64_t s = start;
     for (; s < steps_.total; ++s) {
@@ -1066,9 +1066,9 @@ class Trainer {
         result.interrupted = true;
         break;
       }
-      auto idx = rows_of_step(s, perm_);
-      auto own = own_rows(idx);
-      BatchInputs in = ahead ? ahead->next() : BatchInputs{};
+      // The batch's rows: the reader's (it computed them with the inputs), or the loop's own.
+      BatchInputs in = ahead ? ahead->next() : BatchInputs{rows_of_step(s, perm_), {}, {}};
+      const torch::Tensor idx = in.idx;
       if (group_) {
         group_->set_context("step " + std::to_string(s + 1));
         const int64_t n = idx.size(0);
@@ -1082,7 +1082,7 @@ class Trainer {
       }
       auto t_step = Clock::now();
       double lr = scheduled_lr(o_, s, steps_.total);
-      if (!ahead) in = inputs_of(own);
+      if (!ahead) in = inputs_of(idx);
       double l = step(s, idx, std::move(in), lr, ckpt);
       result.last_loss = l;
       samples_ += idx.size(0);
@@ -1141,13 +1141,16 @@ class Trainer {
     return idx.slice(0, s_.rank * n / s_.world, (s_.rank + 1) * n / s_.world);
   }
 
-  // The encoders' inputs for the rows `own`: read and converted (a streamed side reads them now).
+  // The batch `idx` and the encoders' inputs for this process's share of it, read and converted
+  // (a streamed side reads them now); no inputs when the step is skipped.
   struct BatchInputs {
+    torch::Tensor idx;
     std::vector<torch::Tensor> query, passage;
   };
-  BatchInputs inputs_of(const torch::Tensor& own) const {
-    if (own.numel() == 0) return {};
-    return {query_inputs(data_, own), m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own)};
+  BatchInputs inputs_of(const torch::Tensor& idx) const {
+    const torch::Tensor own = own_rows(idx);
+    if (own.numel() == 0) return {idx, {}, {}};
+    return {idx, query_inputs(data_, own), m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own)};
   }
 
   // One optimiser step on the batch `idx`, of which this process encodes `in`; returns the loss.
@@ -1202,7 +1205,7 @@ class Trainer {
   torch::optim::Optimizer& opt_;
   const gc::LossConfig& loss_;
   torch::Tensor train_idx_;
-  EpochPerm perm_;  // the step loop's
+  EpochPerm perm_;  // the step loop's, without --stream (the reader computes the rows then)
   int64_t n_train_;
   StepPlan steps_;
   int64_t samples_ = 0;
