@@ -1,6 +1,7 @@
 #include "traincache/h5.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -197,7 +198,7 @@ int64_t DatasetInfo::row_elements() const {
   return n;
 }
 
-Id open_dataset(hid_t file, const std::string& file_path, const std::string& name) {
+Id open_dataset(hid_t file, const std::string& file_path, const std::string& name, bool direct_unfiltered) {
   init();
   if (!exists(file, name)) throw Error(Exit::data, file_path, "no dataset '" + name + "'");
   H5O_info_t oinfo;
@@ -205,6 +206,15 @@ Id open_dataset(hid_t file, const std::string& file_path, const std::string& nam
       oinfo.type != H5O_TYPE_DATASET)
     throw Error(Exit::data, file_path, "'" + name + "' is not a dataset");
   hid_t id = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  check(id, Exit::data, file_path, "cannot open dataset '" + name + "'");
+  Id dset(id);
+  if (!direct_unfiltered) return dset;
+  Id dcpl(H5Dget_create_plist(dset.get()));
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED || H5Pget_nfilters(dcpl.get()) != 0) return dset;
+  dset = Id();  // closed first: a dataset open twice shares the first opening's chunk cache
+  Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
+  id = H5Dopen2(file, name.c_str(), dapl.get());
   check(id, Exit::data, file_path, "cannot open dataset '" + name + "'");
   return Id(id);
 }
@@ -323,6 +333,100 @@ void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count
   Id file_space = row_selection(dset, start, count, &mem);
   check(H5Dread(dset, mem_type, mem.get(), file_space.get(), H5P_DEFAULT, buf), Exit::data, what,
         "cannot read rows " + std::to_string(start) + ".." + std::to_string(start + count));
+}
+
+void read_row_runs(hid_t dset, const std::string& what, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                   hid_t mem_type, void* buf) {
+  init();
+  Id space(H5Dget_space(dset));
+  const int nd = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  std::vector<hsize_t> off(dims.size(), 0), cnt = dims;
+  hsize_t total = 0;
+  for (const auto& [first, count] : runs) {
+    if (count == 0) continue;
+    off[0] = static_cast<hsize_t>(first);
+    cnt[0] = static_cast<hsize_t>(count);
+    check(H5Sselect_hyperslab(space.get(), total == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, off.data(), nullptr, cnt.data(),
+                              nullptr),
+          Exit::internal, what, "cannot select rows");
+    total += cnt[0];
+  }
+  if (total == 0) return;
+  cnt[0] = total;
+  Id mem(H5Screate_simple(nd, cnt.data(), nullptr));
+  check(H5Dread(dset, mem_type, mem.get(), space.get(), H5P_DEFAULT, buf), Exit::data, what,
+        "cannot read " + std::to_string(total) + " rows");
+}
+
+std::optional<RowMap> RowMap::of(hid_t file, hid_t dset, hid_t mem_type) {
+  init();
+  unsigned intent = 0;
+  Id fapl(H5Fget_access_plist(file));
+  if (H5Fget_intent(file, &intent) < 0 || (intent & H5F_ACC_RDWR) || H5Pget_driver(fapl.get()) != H5FD_SEC2)
+    return std::nullopt;
+  Id ftype(H5Dget_type(dset));
+  if (H5Tequal(ftype.get(), mem_type) <= 0) return std::nullopt;
+  Id space(H5Dget_space(dset));
+  const int nd = H5Sget_simple_extent_ndims(space.get());
+  if (nd < 1) return std::nullopt;
+  std::vector<hsize_t> dims(static_cast<std::size_t>(nd));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  RowMap m;
+  m.row_ = H5Tget_size(ftype.get());
+  for (int i = 1; i < nd; ++i) m.row_ *= dims[static_cast<std::size_t>(i)];
+  void* handle = nullptr;
+  if (m.row_ == 0 || H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || !handle) return std::nullopt;
+  m.fd_ = *static_cast<int*>(handle);
+  Id dcpl(H5Dget_create_plist(dset));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (H5Pget_nfilters(dcpl.get()) != 0) return std::nullopt;
+  if (layout == H5D_CONTIGUOUS) {
+    haddr_t at = H5Dget_offset(dset);
+    if (at == HADDR_UNDEF) return std::nullopt;
+    m.per_chunk_ = std::max<int64_t>(1, static_cast<int64_t>(dims[0]));
+    m.base_.push_back(at);
+    return m;
+  }
+  if (layout != H5D_CHUNKED) return std::nullopt;
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(nd));
+  if (H5Pget_chunk(dcpl.get(), nd, chunk.data()) != nd) return std::nullopt;
+  for (int i = 1; i < nd; ++i)
+    if (chunk[static_cast<std::size_t>(i)] != dims[static_cast<std::size_t>(i)]) return std::nullopt;
+  m.per_chunk_ = static_cast<int64_t>(chunk[0]);
+  std::vector<hsize_t> offset(static_cast<std::size_t>(nd), 0);
+  for (hsize_t r = 0; r < dims[0]; r += chunk[0]) {
+    offset[0] = r;
+    unsigned mask = 0;
+    haddr_t at = HADDR_UNDEF;
+    hsize_t bytes = 0;
+    if (H5Dget_chunk_info_by_coord(dset, offset.data(), &mask, &at, &bytes) < 0 || at == HADDR_UNDEF ||
+        bytes < chunk[0] * m.row_)
+      return std::nullopt;  // an unallocated chunk reads as fill values: HDF5's business
+    m.base_.push_back(at);
+  }
+  return m;
+}
+
+void RowMap::read(int64_t first, int64_t count, void* out, const std::string& what) const {
+  char* dst = static_cast<char*>(out);
+  while (count > 0) {
+    const int64_t c = first / per_chunk_, in = first % per_chunk_;
+    const int64_t n = std::min(count, per_chunk_ - in);
+    std::size_t want = static_cast<std::size_t>(n) * row_, got = 0;
+    const auto at = static_cast<off_t>(base_[static_cast<std::size_t>(c)] + static_cast<uint64_t>(in) * row_);
+    while (got < want) {
+      ssize_t k = ::pread(fd_, dst + got, want - got, at + static_cast<off_t>(got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0)
+        throw Error(Exit::io, what, "cannot read rows: " + (k < 0 ? errno_text(errno) : std::string("file truncated")));
+      got += static_cast<std::size_t>(k);
+    }
+    dst += want;
+    first += n;
+    count -= n;
+  }
 }
 
 void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, const void* buf) {

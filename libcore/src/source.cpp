@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
 
 #include "file_source.h"
 #include "traincache/error.h"
@@ -29,7 +32,7 @@ class Hdf5Column : public Column {
  public:
   Hdf5Column(const std::string& path, const std::string& name) : Column(Kind::hdf5, path) {
     file_ = h5::open_file(path);
-    dset_ = h5::open_dataset(file_.get(), path, name);
+    dset_ = h5::open_dataset(file_.get(), path, name, true);
     h5info_ = h5::describe(dset_.get(), name);
     info_.name = name;
     info_.shape = h5info_.shape;
@@ -80,9 +83,25 @@ class Hdf5Column : public Column {
     return out;
   }
 
+ protected:
+  void read_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, void* out) const override {
+    if (info_.dtype == DType::string || info_.dtype == DType::other)
+      throw Error(Exit::data, path(), "dataset '" + info_.name + "' is not numeric");
+    hid_t mtype = info_.dtype == DType::f16 ? half_.get() : h5::native_type(info_.dtype);
+    std::call_once(map_once_, [&] { map_ = h5::RowMap::of(file_.get(), dset_.get(), mtype); });
+    if (!map_) return h5::read_row_runs(dset_.get(), info_.name, runs, mtype, out);
+    char* dst = static_cast<char*>(out);
+    for (const auto& [first, count] : runs) {
+      map_->read(first, count, dst, path());
+      dst += static_cast<std::size_t>(count) * info_.row_bytes();
+    }
+  }
+
  private:
   h5::Id file_, dset_, half_;
   h5::DatasetInfo h5info_;
+  mutable std::once_flag map_once_;
+  mutable std::optional<h5::RowMap> map_;  // direct reads of scattered rows, where the layout allows
 };
 
 // A fixed-layout slab, attached read-only; every row read must be cached.
@@ -215,14 +234,42 @@ void Column::check_range(int64_t start, int64_t count) const {
                     std::to_string(info_.rows()) + " rows)");
 }
 
-void Column::read_rows(const std::vector<int64_t>& rows, void* out) const {
+void Column::read_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, void* out) const {
   const std::size_t row = info_.row_bytes();
   char* dst = static_cast<char*>(out);
-  for (std::size_t i = 0; i < rows.size();) {
-    std::size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
-    read(rows[i], static_cast<int64_t>(j - i), dst + i * row);
-    i = j;
+  for (const auto& [first, count] : runs) {
+    read(first, count, dst);
+    dst += static_cast<std::size_t>(count) * row;
+  }
+}
+
+void Column::read_rows(const std::vector<int64_t>& rows, void* out) const {
+  if (rows.empty()) return;
+  const bool ascending = std::is_sorted(rows.begin(), rows.end(), std::less_equal<int64_t>()) &&
+                         std::adjacent_find(rows.begin(), rows.end()) == rows.end();
+  std::vector<int64_t> distinct;
+  if (!ascending) {
+    distinct = rows;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  }
+  const std::vector<int64_t>& want = ascending ? rows : distinct;
+  for (int64_t r : {want.front(), want.back()}) check_range(r, 1);
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t r : want) {
+    if (!runs.empty() && runs.back().first + runs.back().second == r)
+      ++runs.back().second;
+    else
+      runs.emplace_back(r, 1);
+  }
+  const std::size_t row = info_.row_bytes();
+  if (ascending) return read_runs(runs, out);
+  std::vector<char> buf(want.size() * row);
+  read_runs(runs, buf.data());
+  char* dst = static_cast<char*>(out);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto at = static_cast<std::size_t>(std::lower_bound(want.begin(), want.end(), rows[i]) - want.begin());
+    std::memcpy(dst + i * row, buf.data() + at * row, row);
   }
 }
 

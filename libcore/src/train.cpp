@@ -34,6 +34,7 @@
 #include "traincache/safe_file.h"
 #include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
+#include "traincache/shuffle.h"
 #include "traincache/text.h"
 #include "traincache/timing.h"
 #include "traincache/train_plan.h"
@@ -144,25 +145,13 @@ struct Rows {
   int64_t rows() const { return sizes().front(); }
   int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
 
-  // Rows `idx` (any order), converted, on the device. Streamed: read in ascending order (runs of
-  // consecutive rows are one read each; HDF5 then reads each chunk once), then put in idx's order
-  // with plain copies: this runs on the prefetch thread, where OpenMP-parallel tensor operations
-  // would compete with the training step's threads.
+  // Rows `idx` (any order), converted, on the device. Streamed: the source reads the distinct
+  // rows in ascending order (HDF5: one selection, each chunk once) and places them; plain loops
+  // convert them: this runs on the prefetch thread, where OpenMP-parallel tensor operations would
+  // compete with the training step's threads.
   torch::Tensor gather(const torch::Tensor& idx) const {
     if (all.defined()) return all.index_select(0, idx.to(all.device()));
-    const auto want = row_list(idx);
-    std::vector<std::size_t> order(want.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return want[a] < want[b]; });
-    std::vector<int64_t> rows(want.size());
-    for (std::size_t i = 0; i < order.size(); ++i) rows[i] = want[order[i]];
-    auto sorted = encode::read_column_rows(*col, rows, scale);
-    auto t = torch::empty_like(sorted);
-    const std::size_t row_bytes = sorted.numel() == 0 ? 0 : sorted.nbytes() / want.size();
-    const auto* src = static_cast<const char*>(sorted.data_ptr());
-    auto* dst = static_cast<char*>(t.data_ptr());
-    for (std::size_t i = 0; i < order.size(); ++i)
-      std::memcpy(dst + order[i] * row_bytes, src + i * row_bytes, row_bytes);
+    auto t = encode::read_column_rows(*col, row_list(idx), scale);
     if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
     if (one_per_row) t = t.unsqueeze(1);
     if (flat) t = t.reshape({t.size(0), -1});
@@ -1033,7 +1022,7 @@ class Trainer {
         m_(m),
         opt_(opt),
         loss_(loss),
-        train_idx_(torch::tensor(split.train, torch::kLong)),
+        train_(split.train),
         n_train_(static_cast<int64_t>(split.train.size())),
         steps_(steps),
         scaler_(scaler) {
@@ -1110,26 +1099,29 @@ class Trainer {
   int64_t samples() const { return samples_; }
 
  private:
-  // The rows of step s's batch.
-  // One epoch's order of the training rows, kept while its steps run (one per thread).
+  // One epoch's order of the training rows (positions in the split's list), kept while its steps
+  // run (one per thread); none without shuffling.
   struct EpochPerm {
     int64_t epoch = -1;
-    torch::Tensor perm;
+    std::vector<int64_t> perm;
   };
 
-  // The rows of step s's batch; `cache` holds the permutation of the epoch last asked for.
+  // The rows of step s's batch; `cache` holds the permutation of the epoch last asked for. Only
+  // the permutation grows with the data (8 bytes a row); the batch's rows are looked up from it.
+  // No torch operation here: the streaming reader calls this on its own thread (shuffle.h).
   torch::Tensor rows_of_step(int64_t s, EpochPerm& cache) const {
     int64_t epoch = s / steps_.per_epoch, b = s % steps_.per_epoch;
-    if (epoch != cache.epoch) {
+    if (o_.shuffle && epoch != cache.epoch) {
+      std::vector<int64_t>().swap(cache.perm);  // freed before the next one is drawn
       cache.epoch = epoch;
-      if (o_.shuffle) {
-        auto gen = at::make_generator<at::CPUGeneratorImpl>(o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
-        cache.perm = train_idx_.index_select(0, torch::randperm(n_train_, gen, torch::kLong));
-      } else {
-        cache.perm = train_idx_;
-      }
+      cache.perm = shuffle::seeded_permutation(n_train_, o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
     }
-    return cache.perm.slice(0, b * o_.batch_size, std::min((b + 1) * o_.batch_size, n_train_));
+    const int64_t first = b * o_.batch_size, end = std::min((b + 1) * o_.batch_size, n_train_);
+    auto rows = torch::empty({end - first}, torch::kLong);
+    auto* out = rows.data_ptr<int64_t>();
+    for (int64_t i = first; i < end; ++i)
+      out[i - first] = train_[static_cast<std::size_t>(o_.shuffle ? cache.perm[static_cast<std::size_t>(i)] : i)];
+    return rows;
   }
 
   // This process's share of the batch `idx`: all of it, or rank r's [rB/W, (r+1)B/W) (empty when
@@ -1204,8 +1196,8 @@ class Trainer {
   Models& m_;
   torch::optim::Optimizer& opt_;
   const gc::LossConfig& loss_;
-  torch::Tensor train_idx_;
-  EpochPerm perm_;  // the step loop's, without --stream (the reader computes the rows then)
+  const std::vector<int64_t>& train_;  // the split's training rows (alive for the whole run)
+  EpochPerm perm_;                     // the step loop's, without --stream (the reader computes the rows then)
   int64_t n_train_;
   StepPlan steps_;
   int64_t samples_ = 0;
@@ -1435,7 +1427,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
     cb.warn(std::to_string(data.utf8_replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
   gc::LossConfig loss = loss_config(o, s.objective);
-  const std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
+  std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
   const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
   Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
   if (s.objective.classifier) {
@@ -1475,6 +1467,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
                 "predict them and they count as wrong in accuracy_at_k");
     }
   }
+  std::vector<int64_t>().swap(labels);  // per-row memory: only what the loop needs stays
   if (eval.enabled && start == 0) monitor.evaluate(0, 0, &result.eval_before);
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps, scaler);

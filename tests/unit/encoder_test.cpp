@@ -5,6 +5,7 @@
 
 #include "traincache/error.h"
 #include "traincache/h5.h"
+#include "traincache/shuffle.h"
 
 using namespace traincache;
 
@@ -100,4 +101,19 @@ CATCH_TEST_CASE("encoder: a device that is not cpu or cuda is a usage error", "[
     CATCH_CHECK(e.code() == Exit::usage);
   }
   CATCH_CHECK(encode::parse_device("cpu").is_cpu());
+}
+
+CATCH_TEST_CASE("shuffle: the serial permutation is torch::randperm's for the same seed", "[encoder]") {
+  for (int64_t n : {0, 1, 2, 7, 1000, 60000, 100003}) {
+    for (uint64_t seed : {0ull, 1ull, 1000003ull * 42 + 3}) {
+      CATCH_INFO("n " << n << " seed " << seed);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+      auto want = torch::randperm(n, gen, torch::kLong);
+      auto got = shuffle::seeded_permutation(n, seed);
+      CATCH_REQUIRE(static_cast<int64_t>(got.size()) == n);
+      CATCH_CHECK(std::equal(got.begin(), got.end(), want.data_ptr<int64_t>()));
+    }
+  }
+  // A different seed, a different order.
+  CATCH_CHECK(shuffle::seeded_permutation(1000, 1) != shuffle::seeded_permutation(1000, 2));
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "test_util.h"
+#include "traincache/h5.h"
 #include "traincache/source.h"
 
 using namespace traincache;
@@ -151,4 +152,72 @@ CATCH_TEST_CASE("source: kinds are chosen by what the path is", "[npy]") {
   CATCH_CHECK(!source::names_own_file("labels"));
   CATCH_CHECK(source::default_column("dir/images.npy") == "images");
   CATCH_CHECK(source::default_column("data.h5").empty());
+}
+
+// Writes dataset `name` [10, 3] holding 0..29 as `type`: chunks of 4 rows (0: contiguous),
+// deflated when `deflate`.
+void write_rows_dataset(hid_t f, const char* name, hid_t type, hsize_t chunk_rows, bool deflate) {
+  hsize_t dims[2] = {10, 3}, chunk[2] = {chunk_rows, 3};
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  if (chunk_rows) H5Pset_chunk(dcpl, 2, chunk);
+  if (deflate) H5Pset_deflate(dcpl, 1);
+  hid_t d = H5Dcreate2(f, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  std::vector<int32_t> v(30);
+  for (int i = 0; i < 30; ++i) v[static_cast<std::size_t>(i)] = i;
+  H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+}
+
+CATCH_TEST_CASE("source: an HDF5 column reads a list of rows directly or in one selection", "[npy]") {
+  hid_t f = H5Fcreate("rows.h5", H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  write_rows_dataset(f, "chunked", H5T_NATIVE_INT32, 4, false);  // read directly from the file
+  write_rows_dataset(f, "contiguous", H5T_NATIVE_INT32, 0, false);
+  write_rows_dataset(f, "deflated", H5T_NATIVE_INT32, 4, true);  // through HDF5: one selection
+  write_rows_dataset(f, "big_endian", H5T_STD_I32BE, 4, false);
+  H5Fclose(f);
+  {  // Which datasets are read directly: stored as read, unfiltered, read-only.
+    auto file = h5::open_file("rows.h5");
+    auto direct = [&](const char* name, hid_t fh) {
+      auto d = h5::open_dataset(fh, "rows.h5", name);
+      return h5::RowMap::of(fh, d.get(), H5T_NATIVE_INT32).has_value();
+    };
+    CATCH_CHECK(direct("chunked", file.get()));
+    CATCH_CHECK(direct("contiguous", file.get()));
+    CATCH_CHECK(!direct("deflated", file.get()));
+    CATCH_CHECK(!direct("big_endian", file.get()));
+    file.reset();
+    auto writable = h5::open_file("rows.h5", true);
+    CATCH_CHECK(!direct("chunked", writable.get()));
+  }
+  for (const char* name : {"chunked", "contiguous", "deflated", "big_endian"}) {
+    CATCH_INFO(name);
+    auto col = source::open_column("rows.h5", name);
+    auto rows_of = [&](const std::vector<int64_t>& rows) {
+      std::vector<int32_t> out(rows.size() * 3);
+      col->read_rows(rows, out.data());
+      std::vector<int32_t> first;  // each row's first element: 3 * row
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        CATCH_CHECK(out[i * 3 + 2] == out[i * 3] + 2);
+        first.push_back(out[i * 3]);
+      }
+      return first;
+    };
+    // Ascending runs spanning chunk boundaries (3..4, 7..9), straight into the output.
+    CATCH_CHECK(rows_of({0, 3, 4, 6, 7, 8, 9}) == std::vector<int32_t>{0, 9, 12, 18, 21, 24, 27});
+    // Any order with repeats: read once each, then placed.
+    CATCH_CHECK(rows_of({9, 0, 5, 5, 1, 9}) == std::vector<int32_t>{27, 0, 15, 15, 3, 27});
+    CATCH_CHECK(rows_of({}).empty());
+    int32_t out[6];
+    CATCH_CHECK(test::code_of([&] { col->read_rows({2, 10}, out); }) == Exit::internal);
+    CATCH_CHECK(test::code_of([&] { col->read_rows({-1, 2}, out); }) == Exit::internal);
+  }
+  // A file cut short under an open column: an I/O error, not zeros.
+  auto col = source::open_column("rows.h5", "chunked");
+  int32_t out[6];
+  col->read_rows({0, 9}, out);
+  std::filesystem::resize_file("rows.h5", 1024);
+  CATCH_CHECK(test::message_of([&] { col->read_rows({0, 9}, out); }) == "rows.h5: cannot read rows: file truncated");
 }

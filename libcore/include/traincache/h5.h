@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traincache/dtype.h"
@@ -95,7 +96,10 @@ struct DatasetInfo {
 };
 
 /// Opens dataset `name` of `file` (the path is used in messages). Missing -> Error(data).
-Id open_dataset(hid_t file, const std::string& file_path, const std::string& name);
+/// A chunked dataset without filters is opened without a chunk cache when `direct_unfiltered`:
+/// reads then copy only the selected bytes of each chunk from the file instead of the whole chunk
+/// (random rows of a large dataset would otherwise read a whole chunk per row).
+Id open_dataset(hid_t file, const std::string& file_path, const std::string& name, bool direct_unfiltered = false);
 
 /// Describes an open dataset.
 DatasetInfo describe(hid_t dset, const std::string& name);
@@ -108,6 +112,32 @@ Id float16_type();
 
 /// Reads rows [start, start+count) of `dset` into `buf` converting to `mem_type`.
 void read_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, void* buf);
+
+/// Reads the rows of `runs` (each [first, first+count), ascending, not overlapping) of `dset` into
+/// `buf` one after another, with one H5Dread: every chunk they touch is read once.
+void read_row_runs(hid_t dset, const std::string& what, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                   hid_t mem_type, void* buf);
+
+/// Where each row of a dataset lies in its file, for reads of scattered rows that bypass HDF5's
+/// selection machinery (which walks a selection of many row runs element by element): only for
+/// a dataset stored as `mem_type` (same type and byte order), without filters, contiguous or
+/// chunked with every chunk allocated and spanning whole rows, in a file opened read-only with
+/// the default (POSIX) driver. Built once per dataset: one index lookup per chunk.
+class RowMap {
+ public:
+  /// The map of `dset`, or nothing when its layout does not allow direct reads.
+  static std::optional<RowMap> of(hid_t file, hid_t dset, hid_t mem_type);
+
+  /// Copies rows [first, first + count) into `out` with positional reads of the file.
+  /// Error(io) on a read error or a short read (a file truncated under us).
+  void read(int64_t first, int64_t count, void* out, const std::string& what) const;
+
+ private:
+  int fd_ = -1;                 // HDF5's own descriptor of the file (kept open by the file's Id)
+  std::size_t row_ = 0;         // bytes per row
+  int64_t per_chunk_ = 0;       // rows per chunk (contiguous: all rows, one "chunk")
+  std::vector<uint64_t> base_;  // file offset of each chunk's first row
+};
 
 /// Writes rows [start, start+count) of `dset` from `buf` held as `mem_type`.
 void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, const void* buf);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traincache/choices.h"
@@ -96,7 +97,8 @@ class Column {
   virtual void read(int64_t start, int64_t count, void* out) const = 0;
 
   /// Copies the rows listed in `rows` (any order, repeats allowed) into `out`, one after another,
-  /// as read() lays them out. Runs of consecutive rows are read with one read() each. Thread-safe.
+  /// as read() lays them out. The distinct rows are read in ascending order as runs of
+  /// consecutive rows (an HDF5 dataset in one read: each chunk once). Thread-safe.
   void read_rows(const std::vector<int64_t>& rows, void* out) const;
 
   /// Feeds rows [a, b) to `h`, streamed in bounded blocks. The digest changes when any value does.
@@ -127,6 +129,9 @@ class Column {
  protected:
   Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
   void check_range(int64_t start, int64_t count) const;
+  /// Reads `runs` ([first, first + count), ascending, disjoint, in range) into `out` one after
+  /// another; by default one read() per run.
+  virtual void read_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, void* out) const;
 
   ColumnInfo info_;
 
