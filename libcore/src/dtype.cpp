@@ -1,8 +1,10 @@
 #include "traincache/dtype.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 
 #include "traincache/error.h"
@@ -70,6 +72,20 @@ void require_memory(const std::string& what, uint64_t count, uint64_t element_by
     throw Error(Exit::unavailable, what,
                 "needs " + (overflow ? std::string("more than 16 EiB") : format_size(bytes)) +
                     " of memory but this machine has " + format_size(physical));
+}
+
+uint64_t peak_rss_bytes() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<uint64_t>(kib) * 1024;
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
 std::string errno_text(int err) {

@@ -1,5 +1,6 @@
 #include "traincache/h5.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -407,6 +408,17 @@ std::optional<RowMap> RowMap::of(hid_t file, hid_t dset, hid_t mem_type) {
     m.base_.push_back(at);
   }
   return m;
+}
+
+void RowMap::advise(int64_t first, int64_t count) const {
+  while (count > 0) {
+    const int64_t c = first / per_chunk_, in = first % per_chunk_;
+    const int64_t n = std::min(count, per_chunk_ - in);
+    const auto at = static_cast<off_t>(base_[static_cast<std::size_t>(c)] + static_cast<uint64_t>(in) * row_);
+    ::posix_fadvise(fd_, at, static_cast<off_t>(static_cast<std::size_t>(n) * row_), POSIX_FADV_WILLNEED);
+    first += n;
+    count -= n;
+  }
 }
 
 void RowMap::read(int64_t first, int64_t count, void* out, const std::string& what) const {

@@ -2,7 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,12 +36,6 @@ void spin_us(double us) {
   auto end = Clock::now() + std::chrono::duration<double, std::micro>(us);
   volatile uint64_t x = 0;
   while (Clock::now() < end) x = x + 1;
-}
-
-uint64_t peak_rss() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
 // ---- sources: raw uint8 (or other) items by index ------------------------------------------
@@ -619,7 +612,7 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
   r.model_idle_fraction = r.data_wait_seconds / r.wall_seconds;
   r.hit_rate = m ? static_cast<double>(loader.hits()) / m : 0;
   r.bytes_cached = strat.bytes();
-  r.peak_rss_bytes = peak_rss();
+  r.peak_rss_bytes = peak_rss_bytes();
   return r;
 }
 

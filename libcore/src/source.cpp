@@ -90,6 +90,8 @@ class Hdf5Column : public Column {
     hid_t mtype = info_.dtype == DType::f16 ? half_.get() : h5::native_type(info_.dtype);
     std::call_once(map_once_, [&] { map_ = h5::RowMap::of(file_.get(), dset_.get(), mtype); });
     if (!map_) return h5::read_row_runs(dset_.get(), info_.name, runs, mtype, out);
+    if (runs.size() > 1)  // scattered over a file the page cache may not hold: start every read now
+      for (const auto& [first, count] : runs) map_->advise(first, count);
     char* dst = static_cast<char*>(out);
     for (const auto& [first, count] : runs) {
       map_->read(first, count, dst, path());

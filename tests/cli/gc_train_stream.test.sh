@@ -55,15 +55,19 @@ with h5py.File('$WORK/big.h5', 'w') as f:
     f.create_dataset('images', data=rng.integers(0, 256, (100000, 1, 28, 28), dtype=np.uint8), chunks=(512, 1, 28, 28))
     f['labels'] = np.arange(100000) % 10
 " || _fail "writing big.h5"
+# The peak is the one --json reports (VmHWM); this small Python parent's wait4 figure must agree.
 py "
-import os, subprocess
+import json, os, subprocess
 def peak(extra):
-    cmd = ['$TC_BIN/gc-train', '-q', '--data', '$WORK/big.h5', '--query', 'images', '--labels', 'labels',
+    cmd = ['$TC_BIN/gc-train', '-q', '--json', '--data', '$WORK/big.h5', '--query', 'images', '--labels', 'labels',
            '--encoder', '$D/cnn.pt', '-b', '64', '-c', '32', '--steps', '2', '--threads', '1'] + extra
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, p.stderr.read()
-    return usage.ru_maxrss / 1024
+    reported = json.loads(out)['peak_rss_bytes'] / 2**20
+    assert abs(reported - usage.ru_maxrss / 1024) < 0.05 * reported, (reported, usage.ru_maxrss / 1024)
+    return reported
 whole, streamed = peak([]), peak(['--stream'])
 print('ok' if whole - streamed > 200 else 'whole %.0f MiB, streamed %.0f MiB' % (whole, streamed))
 "

@@ -71,6 +71,7 @@ report::Record train_record(const train::TrainResult& r) {
       .add("seconds", r.seconds)
       .add("samples_per_second", r.samples_per_second)
       .add("seconds_per_epoch", r.seconds_per_epoch)
+      .add("peak_rss_bytes", peak_rss_bytes())
       .add("utf8_replaced", r.utf8_replaced);
   add_eval(rec, "eval_before", r.eval_before);
   add_eval(rec, "eval_after", r.eval_after);

@@ -45,4 +45,10 @@ std::string errno_text(int err);
 /// from a file or an option is checked before it is allocated.
 void require_memory(const std::string& what, uint64_t count, uint64_t element_bytes);
 
+/// This process's peak resident memory so far, in bytes: VmHWM of /proc/self/status (this
+/// program's own pages only; getrusage's ru_maxrss also counts the parent's memory at the fork
+/// that started it, so a child of a large process reports its parent's size), or getrusage
+/// where /proc is missing.
+uint64_t peak_rss_bytes();
+
 }  // namespace traincache

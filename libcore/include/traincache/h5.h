@@ -132,6 +132,11 @@ class RowMap {
   /// Error(io) on a read error or a short read (a file truncated under us).
   void read(int64_t first, int64_t count, void* out, const std::string& what) const;
 
+  /// Asks the kernel to start reading rows [first, first + count) from storage now
+  /// (POSIX_FADV_WILLNEED): advising every run of a batch before reading any lets the reads of
+  /// a batch scattered over a file larger than the page cache proceed in parallel.
+  void advise(int64_t first, int64_t count) const;
+
  private:
   int fd_ = -1;                 // HDF5's own descriptor of the file (kept open by the file's Id)
   std::size_t row_ = 0;         // bytes per row
