@@ -129,7 +129,7 @@ torch::Tensor convert_rows(const source::Column& col, int64_t count, double scal
   require_memory("reading " + std::to_string(count) + " rows of '" + ci.name + "'", std::max<uint64_t>(1, n),
                  dtype_size(ci.dtype) + (ci.dtype == DType::f32 || ci.dtype == DType::i64 ? 0 : 8));
   const bool integer = is_integer(ci.dtype);
-  auto t = torch::empty(shape, integer && ci.dtype != DType::u8 ? torch::kInt64 : torch::kFloat32);
+  auto t = torch::empty(shape, converted_type(ci.dtype));
   if (ci.dtype == DType::i64 || ci.dtype == DType::f32) {  // already the model's type: read in place
     fill(t.data_ptr());
     return t;
@@ -146,6 +146,8 @@ torch::Tensor convert_rows(const source::Column& col, int64_t count, double scal
 }
 
 }  // namespace
+
+torch::Dtype converted_type(DType t) { return is_integer(t) && t != DType::u8 ? torch::kInt64 : torch::kFloat32; }
 
 torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
   return convert_rows(col, count, scale, [&](void* out) { col.read(start, count, out); });

@@ -22,6 +22,7 @@
 #include "traincache/autocast.h"
 #include "traincache/cache_file.h"
 #include "traincache/checkpoint.h"
+#include "traincache/data_cache.h"
 #include "traincache/dist.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
@@ -132,8 +133,9 @@ struct Rows {
   double scale = 1;                           // uint8 inputs
   torch::Dtype float_type = torch::kFloat32;
   torch::Device device{torch::kCPU};
-  bool one_per_row = false;  // a manifest's path field of negatives: [rows, 1, ...]
-  bool flat = false;         // cached embeddings: each row as one vector [rows, d]
+  bool one_per_row = false;                     // a manifest's path field of negatives: [rows, 1, ...]
+  bool flat = false;                            // cached embeddings: each row as one vector [rows, d]
+  std::shared_ptr<data_cache::RowCache> cache;  // streamed: converted rows kept in a shared slab
 
   std::vector<int64_t> sizes() const {
     if (all.defined()) return all.sizes().vec();
@@ -151,11 +153,33 @@ struct Rows {
   // compete with the training step's threads.
   torch::Tensor gather(const torch::Tensor& idx) const {
     if (all.defined()) return all.index_select(0, idx.to(all.device()));
-    auto t = encode::read_column_rows(*col, row_list(idx), scale);
+    auto t = cache ? cached_rows(row_list(idx)) : encode::read_column_rows(*col, row_list(idx), scale);
     if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
     if (one_per_row) t = t.unsqueeze(1);
     if (flat) t = t.reshape({t.size(0), -1});
     return t.to(device);
+  }
+
+  // Rows `want` through the data cache: hits copied from the slab, the others read, converted
+  // and offered to it.
+  torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
+    const auto& ci = col->info();
+    std::vector<int64_t> shape = ci.shape;
+    shape[0] = static_cast<int64_t>(want.size());
+    auto t = torch::empty(shape, encode::converted_type(ci.dtype));
+    auto* out = static_cast<char*>(t.data_ptr());
+    const auto miss = cache->lookup(want, out);
+    if (miss.empty()) return t;
+    std::vector<int64_t> rows;
+    for (auto k : miss) rows.push_back(want[k]);
+    auto read = encode::read_column_rows(*col, rows, scale);
+    const auto* in = static_cast<const char*>(read.data_ptr());
+    const std::size_t rb = cache->row_bytes();
+    for (std::size_t j = 0; j < miss.size(); ++j) {
+      std::memcpy(out + miss[j] * rb, in + j * rb, rb);
+      cache->store(rows[j], in + j * rb);
+    }
+    return t;
   }
 };
 
@@ -574,13 +598,38 @@ std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const
   return t;
 }
 
+// --data-cache: the slab of streamed column `r` (dataset `ds` of `file`), named after what its
+// converted rows are made from (the file's identity, the dataset, the conversion); with
+// --data-cache-keep NAME, NAME-0, NAME-1, ... in the order the datasets are opened.
+void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
+  const auto& ci = r.col->info();
+  std::string parts = canonical(file.empty() ? ds : file) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' +
+                      std::to_string(r.scale) + '\0';
+  std::error_code ec;
+  const std::string on_disk = file.empty() ? ds : file;
+  if (auto size = fs::file_size(on_disk, ec); !ec) parts += std::to_string(size) + '\0';
+  if (auto t = fs::last_write_time(on_disk, ec); !ec) parts += std::to_string(t.time_since_epoch().count()) + '\0';
+  if (const image::Spec* spec = r.col->preprocess())
+    for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
+  data_cache::Spec spec = o.data_cache;
+  if (!spec.keep.empty()) spec.keep += "-" + std::to_string(index);
+  std::vector<uint64_t> dims;
+  for (std::size_t i = 1; i < ci.shape.size(); ++i) dims.push_back(static_cast<uint64_t>(ci.shape[i]));
+  const auto type = encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+  r.cache = data_cache::RowCache::open(spec, data_cache::content_id(parts), static_cast<uint64_t>(ci.rows()), type,
+                                       dims, o.trust_slab_owner);
+}
+
 // Raw datasets of `file` (slabs for names "shm:NAME"), or text fields for a side with a tokenizer.
 Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
   Data d;
+  int cached = 0;
   auto load = [&](const std::string& ds) {
     if (file.empty() && !source::names_own_file(ds))
       throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-    return open_rows(file, ds, o.input_scale, s.device, s.float_type, o.stream, o.files);
+    Rows r = open_rows(file, ds, o.input_scale, s.device, s.float_type, o.stream, o.files);
+    if (o.data_cache.mode != data_cache::Mode::none) attach_data_cache(o, file, ds, r, cached++);
+    return r;
   };
   int64_t replaced = 0;
   if (const auto tok = side_tokenizer(o, true); !tok.empty())
@@ -690,6 +739,25 @@ RowSplit without_skipped(RowSplit split, const std::vector<int64_t>& skipped,
   if (split.train.empty()) throw Error(Exit::data, "--cache", "every training row was skipped by cache-fill");
   info(std::to_string(drop.size()) + " rows skipped by cache-fill (unreadable images) are left out");
   return split;
+}
+
+// This process's hits and misses over every data cache, or nothing without one.
+std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
+  std::optional<data_cache::Stats> sum;
+  for (const auto* side : {&d.query, &d.passage, &d.negatives})
+    for (const auto& r : *side) {
+      if (!r.cache) continue;
+      const auto st = r.cache->stats();
+      if (!sum) sum.emplace();
+      sum->hits += st.hits;
+      sum->misses += st.misses;
+      sum->stored += st.stored;
+      sum->slots += st.slots;
+      sum->rows += st.rows;
+      sum->bytes += st.bytes;
+      sum->slabs.insert(sum->slabs.end(), st.slabs.begin(), st.slabs.end());
+    }
+  return sum;
 }
 
 // ---- stage: load models ----------------------------------------------------------------------
@@ -1475,6 +1543,7 @@ TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
   const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info,
                                       [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
   result.steps_done = reached;
+  result.data_cache = data_cache_stats(data);
   double loop_s = seconds_since(t_loop);
   result.samples_per_second = loop_s > 0 ? trainer.samples() / loop_s : 0;
   result.seconds_per_epoch = reached > start ? loop_s / (reached - start) * steps.per_epoch : 0;

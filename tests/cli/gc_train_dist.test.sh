@@ -67,6 +67,16 @@ same_params "$WORK/raw1.pt" "$WORK/raw2.pt" "$D/tower.pt"
 launch 2 raws "${RAW[@]}" --stream --out "$WORK/raws.pt"
 expect_ranks_ok 2 raws
 same_params "$WORK/raw1.pt" "$WORK/raws.pt" "$D/tower.pt"
+# --data-cache: the two ranks fill one slab per input between them (each reads its own half of
+# every batch; 4 batches of 40 distinct rows: 160 rows filled once) and train as one process.
+launch 2 rawdc "${RAW[@]}" --data-cache full --data-cache-keep dd --out "$WORK/rawdc.pt"
+expect_ranks_ok 2 rawdc
+same_params "$WORK/raw1.pt" "$WORK/rawdc.pt" "$D/tower.pt"
+for i in 0 1 2; do
+  run "$TC_BIN/shm-cache" stat "dd-$i"
+  expect_out_has "160 filled, 0 writing"
+  run "$TC_BIN/shm-cache" rm "dd-$i"
+done
 # 40 rows over 3 ranks: shares of 13, 13 and 14.
 launch 3 raw3 "${RAW[@]}" --out "$WORK/raw3.pt" --json
 expect_ranks_ok 3 raw3

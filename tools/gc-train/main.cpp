@@ -7,6 +7,7 @@
 #include "traincache/cli.h"
 #include "traincache/interrupt.h"
 #include "traincache/runtime.h"
+#include "traincache/shm_slab.h"
 #include "traincache/train.h"
 #include "traincache/train_plan.h"
 
@@ -20,6 +21,7 @@ struct Options {
   cli::CommonOptions common;
   train::TrainOptions t;
   std::string query, passage, negatives, chunk, eval_rows, eval_k, input_scale = "1/255";
+  std::string data_cache = "none", data_cache_limit, data_cache_keep;
   bool no_gradcache = false, no_shuffle = false, no_drop_last = false;
   std::vector<std::string> cache_devices, tokenizers;
 };
@@ -73,6 +75,24 @@ report::Record train_record(const train::TrainResult& r) {
       .add("seconds_per_epoch", r.seconds_per_epoch)
       .add("peak_rss_bytes", peak_rss_bytes())
       .add("utf8_replaced", r.utf8_replaced);
+  if (r.data_cache) {
+    const auto& c = *r.data_cache;
+    char text[160];
+    std::snprintf(text, sizeof text, "%llu hits, %llu misses, %llu of %llu rows cacheable",
+                  static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
+                  static_cast<unsigned long long>(c.slots), static_cast<unsigned long long>(c.rows));
+    rec.add("data_cache",
+            {{"slabs", c.slabs},
+             {"hits", c.hits},
+             {"misses", c.misses},
+             {"stored", c.stored},
+             {"slots", c.slots},
+             {"rows", c.rows},
+             {"bytes", c.bytes}},
+            text);
+  } else {
+    rec.add("data_cache", nullptr);
+  }
   add_eval(rec, "eval_before", r.eval_before);
   add_eval(rec, "eval_after", r.eval_after);
   if (r.best.step >= 0)
@@ -104,6 +124,21 @@ int run(Options& o) {
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
   if (!o.eval_k.empty()) t.eval_k = eval::parse_ks(o.eval_k);
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
+  t.data_cache = data_cache::parse(o.data_cache, "--data-cache");
+  t.data_cache.keep = o.data_cache_keep;
+  if (!o.data_cache_limit.empty()) {
+    if (t.data_cache.mode != data_cache::Mode::stochastic)
+      throw Error(Exit::usage, "--data-cache-limit", "needs --data-cache stochastic:F (the limit replaces F)");
+    t.data_cache.limit_bytes = shm::parse_size(o.data_cache_limit);
+  }
+  if (t.data_cache.mode != data_cache::Mode::none) {
+    if (!t.cache.empty())
+      throw Error(Exit::usage, "--data-cache",
+                  "caches raw inputs; cached embeddings are shared between processes with --cache-shm");
+    t.stream = true;
+  } else if (!o.data_cache_keep.empty()) {
+    throw Error(Exit::usage, "--data-cache-keep", "needs --data-cache full or stochastic:F");
+  }
   for (const auto& spec : o.tokenizers) {
     auto [side, path] = cli::split_assignment(spec);
     if (side && *side != "query" && *side != "passage")
@@ -189,6 +224,17 @@ void add_input_options(CLI::App& app, Options& o) {
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
   app.add_flag("--stream", t.stream,
                "Read each batch's rows from --data (or --cache) instead of loading the datasets whole")
+      ->group(g_raw);
+  app.add_option("--data-cache", o.data_cache,
+                 "none, full or stochastic:F: keep the converted rows of streamed inputs (all, or the first "
+                 "fraction F) in shared-memory slabs every process on the machine uses (implies --stream)")
+      ->capture_default_str()
+      ->group(g_raw);
+  app.add_option("--data-cache-limit", o.data_cache_limit,
+                 "stochastic: cache as many rows as fit in SIZE bytes (K/M/G suffixes) instead of a fraction")
+      ->group(g_raw);
+  app.add_option("--data-cache-keep", o.data_cache_keep,
+                 "Keep the data cache's slabs as NAME-0, NAME-1, ... after the run (and use them if they exist)")
       ->group(g_raw);
   cli::add_file_options(app, t.files, g_raw, true);
   auto* g_text = "Text";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "traincache/choices.h"
+#include "traincache/data_cache.h"
 #include "traincache/dtype.h"
 #include "traincache/eval_stats.h"
 #include "traincache/launch.h"
@@ -43,8 +44,9 @@ struct TrainOptions {
   // Raw inputs: aligned datasets of one HDF5 file and trainable encoders.
   std::string data;
   std::vector<std::string> query, passage, negatives;  ///< datasets (several = several forward() args)
-  bool stream = false;  ///< read each batch's rows from the data (and cache) instead of loading them whole
-  std::string encoder;  ///< tied: one encoder for both sides
+  bool stream = false;          ///< read each batch's rows from the data (and cache) instead of loading them whole
+  data_cache::Spec data_cache;  ///< streamed numeric inputs' converted rows kept in shared slabs (implies stream)
+  std::string encoder;          ///< tied: one encoder for both sides
   std::string query_encoder, passage_encoder;  ///< separate encoders
   double input_scale = 1.0 / 255.0;
   source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
@@ -142,14 +144,15 @@ struct TrainResult {
   std::string objective;  ///< the loss trained: infonce, symmetric, supcon, softmax, arcface, ...
   int64_t classes = 0;    ///< classifier objectives: the classes of the training rows
   EvalMetrics eval_before, eval_after;
-  BestRecord best;                ///< with --select-best
-  bool stopped_early = false;     ///< --early-stop ended the run before its last step
-  std::string checkpoint;         ///< last checkpoint written or loaded
-  int rank = 0, world_size = 1;   ///< data parallelism: only rank 0 writes outputs
-  std::string backend;            ///< the process group's backend when world_size > 1
-  int64_t collectives = 0;        ///< collective operations this rank took part in
-  double collective_seconds = 0;  ///< time in them (transfers and waiting for other ranks)
-  int64_t utf8_replaced = 0;      ///< ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  BestRecord best;                              ///< with --select-best
+  bool stopped_early = false;                   ///< --early-stop ended the run before its last step
+  std::string checkpoint;                       ///< last checkpoint written or loaded
+  int rank = 0, world_size = 1;                 ///< data parallelism: only rank 0 writes outputs
+  std::string backend;                          ///< the process group's backend when world_size > 1
+  int64_t collectives = 0;                      ///< collective operations this rank took part in
+  double collective_seconds = 0;                ///< time in them (transfers and waiting for other ranks)
+  int64_t utf8_replaced = 0;                    ///< ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  std::optional<data_cache::Stats> data_cache;  ///< with --data-cache: this process's hits and misses
 };
 
 /// Per-step callback (step, total, loss) and informational messages.

@@ -1,0 +1,80 @@
+// gc-train's data cache (--data-cache): the converted rows of a streamed input column kept in a
+// shared-memory slab, so that a later epoch, or another process on the node (a data-parallel
+// rank, a second run), takes a row from memory instead of reading and converting it again.
+// MONAI's CacheDataset (full) and stocaching's fraction of the items (stochastic), on the slot
+// protocol of shm-cache: crash-safe and shared. Torch-free: rows are bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "traincache/dtype.h"
+#include "traincache/shm_slab.h"
+
+namespace traincache::data_cache {
+
+enum class Mode { none, full, stochastic };
+
+/// What --data-cache, --data-cache-limit and --data-cache-keep asked for.
+struct Spec {
+  Mode mode = Mode::none;
+  double fraction = 1;       ///< stochastic: the share of the rows cached (the first ones)
+  uint64_t limit_bytes = 0;  ///< stochastic: a byte budget instead of the fraction
+  std::string keep;          ///< slab name kept after the run (and reused); "" = a temporary slab
+};
+
+/// Parses "none", "full" or "stochastic:F" (0 < F <= 1); Error(usage, option) otherwise.
+Spec parse(const std::string& text, const std::string& option);
+
+/// Hits and misses of one run, summed over the caches of its columns.
+struct Stats {
+  uint64_t hits = 0, misses = 0, stored = 0;
+  uint64_t slots = 0, rows = 0, bytes = 0;  ///< cacheable rows, rows of the columns, slab data bytes
+  std::vector<std::string> slabs;
+};
+
+/// One column's rows (all of one dtype and shape) in a slab.
+class RowCache {
+ public:
+  /// Attaches to the slab for `content_id` (made for the same column by this or another process:
+  /// same shape, same selection) or creates it. The slab is named `spec.keep`, or after the
+  /// content ("gc-train-" and 16 hex digits of its SHA-256) and then removed by its creator at the
+  /// end. Slots left being written by dead processes are repaired on attach. Errors: a slab that
+  /// does not fit in /dev/shm -> Error(cant_create, "--data-cache", ...) before anything is made;
+  /// another user's slab unless `trust_owner`, or one made for other contents -> Error(data).
+  static std::unique_ptr<RowCache> open(const Spec& spec, const std::string& content_id, uint64_t rows, DType dtype,
+                                        const std::vector<uint64_t>& dims, bool trust_owner);
+  ~RowCache();
+  RowCache(const RowCache&) = delete;
+  RowCache& operator=(const RowCache&) = delete;
+
+  std::size_t row_bytes() const { return row_bytes_; }
+
+  /// Copies the cached ones of `rows` into `out` (row k at k * row_bytes()); returns the
+  /// positions k of the others, in order. Thread-safe.
+  std::vector<std::size_t> lookup(const std::vector<int64_t>& rows, void* out);
+
+  /// Offers row `row` (row_bytes() bytes) to the cache: stored when its slot is free (not
+  /// cacheable, filled or being written elsewhere: nothing happens). Thread-safe.
+  void store(int64_t row, const void* data);
+
+  /// This process's counts and the slab's shape.
+  Stats stats() const;
+
+ private:
+  RowCache() = default;
+  std::unique_ptr<shm::Slab> slab_;
+  std::string name_;
+  bool remove_at_end_ = false;
+  std::size_t row_bytes_ = 0;
+  uint64_t rows_ = 0;
+  struct Counters;
+  std::unique_ptr<Counters> counts_;
+};
+
+/// The slab name and content id of a column, from what identifies its converted rows.
+std::string content_id(const std::string& parts);
+
+}  // namespace traincache::data_cache

@@ -1,0 +1,156 @@
+#include "traincache/data_cache.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "traincache/error.h"
+#include "traincache/sha256.h"
+#include "traincache/text.h"
+
+namespace traincache::data_cache {
+
+Spec parse(const std::string& text, const std::string& option) {
+  Spec s;
+  if (text == "none") return s;
+  if (text == "full") {
+    s.mode = Mode::full;
+    return s;
+  }
+  const std::string prefix = "stochastic:";
+  if (text.compare(0, prefix.size(), prefix) == 0) {
+    const std::string f = text.substr(prefix.size());
+    char* end = nullptr;
+    double v = std::strtod(f.c_str(), &end);
+    if (f.empty() || *end != '\0' || !(v > 0 && v <= 1))
+      throw Error(Exit::usage, option, "stochastic:F needs a fraction 0 < F <= 1, got '" + f + "'");
+    s.mode = Mode::stochastic;
+    s.fraction = v;
+    return s;
+  }
+  throw Error(Exit::usage, option, "expected none, full or stochastic:F, got '" + text + "'");
+}
+
+std::string content_id(const std::string& parts) { return "gc-train-rows:" + sha256_hex(parts).substr(0, 32); }
+
+struct RowCache::Counters {
+  std::atomic<uint64_t> hits{0}, misses{0}, stored{0};
+};
+
+namespace {
+
+// The slab `want` describes: attached when it exists (repairing dead writers' slots), else created
+// (refused before anything is made when its `need` bytes do not fit in the shm directory).
+std::unique_ptr<shm::Slab> attach_or_create(const shm::CreateOptions& want, uint64_t need, bool trust_owner,
+                                            bool* created) {
+  std::unique_ptr<shm::Slab> slab;
+  *created = false;
+  for (int attempt = 0; !slab; ++attempt) {
+    try {
+      slab = std::make_unique<shm::Slab>(shm::Slab::attach(want.name, true));
+      break;
+    } catch (const Error& e) {
+      if (e.code() != Exit::unavailable) throw;
+    }
+    const auto space = shm::shm_space();
+    if (need > space.free)
+      throw Error(Exit::cant_create, "--data-cache",
+                  "the cache needs " + format_size(need) + " but " + shm::shm_dir() + " has " +
+                      format_size(space.free) + " free (cache a part: stochastic:F or --data-cache-limit)");
+    try {
+      slab = std::make_unique<shm::Slab>(shm::Slab::create(want));
+      *created = true;
+    } catch (const Error& e) {
+      if (e.code() != Exit::cant_create || attempt > 0) throw;  // lost a race: attach to the winner's
+    }
+  }
+  auto si = slab->info();
+  if (si.uid != ::geteuid() && !trust_owner)
+    throw Error(Exit::data, want.name,
+                "slab is owned by another user (uid " + std::to_string(si.uid) +
+                    "); use --trust-slab-owner to share it, or another --data-cache-keep name");
+  if (si.content_id != want.content_id || si.layout != shm::Layout::fixed || si.dtype != want.dtype ||
+      si.dims != want.dims || si.length != want.length || si.selection != shm::Selection::first)
+    throw Error(Exit::data, want.name,
+                "slab holds other rows than this run's data (remove it: shm-cache rm " + want.name + ")");
+  if (!*created) slab->repair();
+  return slab;
+}
+
+}  // namespace
+
+std::unique_ptr<RowCache> RowCache::open(const Spec& spec, const std::string& id, uint64_t rows, DType dtype,
+                                         const std::vector<uint64_t>& dims, bool trust_owner) {
+  if (spec.mode == Mode::none) return nullptr;
+  std::unique_ptr<RowCache> c(new RowCache());
+  c->counts_ = std::make_unique<Counters>();
+  c->rows_ = rows;
+  c->row_bytes_ = dtype_size(dtype);
+  for (auto d : dims) c->row_bytes_ *= static_cast<std::size_t>(d);
+  shm::CreateOptions want;
+  want.name = spec.keep.empty() ? "gc-train-" + id.substr(id.size() - 16) : spec.keep;
+  shm::validate_name(want.name);
+  want.length = rows;
+  want.dtype = dtype;
+  want.dims = dims;
+  want.content_id = id;
+  want.tool = "gc-train";
+  want.temporary = spec.keep.empty();
+  uint64_t slots = rows;
+  if (spec.mode == Mode::stochastic)
+    slots = spec.limit_bytes > 0 ? spec.limit_bytes / std::max<std::size_t>(1, c->row_bytes_)
+                                 : static_cast<uint64_t>(std::ceil(spec.fraction * static_cast<double>(rows)));
+  if (slots == 0)
+    throw Error(Exit::usage, "--data-cache-limit", "the budget holds no row of " + format_size(c->row_bytes_));
+  want.slots = std::min(slots, rows);
+  bool created = false;
+  c->slab_ = attach_or_create(want, want.slots * c->row_bytes_, trust_owner, &created);
+  c->name_ = want.name;
+  c->remove_at_end_ = created && spec.keep.empty();
+  return c;
+}
+
+RowCache::~RowCache() {
+  slab_.reset();
+  if (!remove_at_end_) return;
+  try {
+    shm::remove_slab(name_);
+  } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
+  }
+}
+
+std::vector<std::size_t> RowCache::lookup(const std::vector<int64_t>& rows, void* out) {
+  std::vector<std::size_t> misses;
+  auto* dst = static_cast<char*>(out);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    auto v = slab_->view(static_cast<uint64_t>(rows[k]));
+    if (v && v.bytes == row_bytes_)
+      std::memcpy(dst + k * row_bytes_, v.data, row_bytes_);
+    else
+      misses.push_back(k);
+  }
+  counts_->hits += rows.size() - misses.size();
+  counts_->misses += misses.size();
+  return misses;
+}
+
+void RowCache::store(int64_t row, const void* data) {
+  if (slab_->set(static_cast<uint64_t>(row), data, row_bytes_)) ++counts_->stored;
+}
+
+Stats RowCache::stats() const {
+  Stats s;
+  s.hits = counts_->hits;
+  s.misses = counts_->misses;
+  s.stored = counts_->stored;
+  const auto si = slab_->info();
+  s.slots = si.slots;
+  s.rows = rows_;
+  s.bytes = si.slots * row_bytes_;
+  s.slabs.push_back(name_);
+  return s;
+}
+
+}  // namespace traincache::data_cache
