@@ -1124,7 +1124,9 @@ class Trainer {
         break;
       }
       // The batch's rows: the reader's (it computed them with the inputs), or the loop's own.
+      const auto t_wait = Clock::now();
       BatchInputs in = ahead ? ahead->next() : BatchInputs{rows_of_step(s, perm_), {}, {}};
+      const double wait_s = seconds_since(t_wait);  // --stream: how long the step waited for its data
       const torch::Tensor idx = in.idx;
       if (group_) {
         group_->set_context("step " + std::to_string(s + 1));
@@ -1149,6 +1151,7 @@ class Trainer {
                      {"loss", l},
                      {"lr", lr},
                      {"seconds", step_s},
+                     {"wait_seconds", wait_s},
                      {"samples_per_second", idx.size(0) / step_s}});
       if (cb.progress && s_.rank == 0) cb.progress(s + 1, steps_.total, l);
       const bool stop = after_step(s + 1);

@@ -37,7 +37,7 @@ print(j['schema'], j['mode'], j['steps'], j['total_steps'], sorted(j['eval_after
       j['eval_after']['mrr_at_10'] > j['eval_before']['mrr_at_10'])
 torch.jit.load('$WORK/q.pt'); torch.jit.load('$WORK/p.pt')
 "
-expect_out "gc-train/1 raw-separate 12 12 ['accuracy_at_1', 'accuracy_at_10', 'accuracy_at_5', 'excluded', 'map_at_100', 'mrr_at_10', 'ndcg_at_10', 'precision_at_1', 'precision_at_10', 'precision_at_5', 'queries', 'recall_at_1', 'recall_at_10', 'recall_at_5', 'rows'] 40 14 ['step', 'epoch', 'eval'] ['step', 'epoch', 'loss', 'lr', 'seconds', 'samples_per_second'] 12 True"
+expect_out "gc-train/1 raw-separate 12 12 ['accuracy_at_1', 'accuracy_at_10', 'accuracy_at_5', 'excluded', 'map_at_100', 'mrr_at_10', 'ndcg_at_10', 'precision_at_1', 'precision_at_10', 'precision_at_5', 'queries', 'recall_at_1', 'recall_at_10', 'recall_at_5', 'rows'] 40 14 ['step', 'epoch', 'eval'] ['step', 'epoch', 'loss', 'lr', 'seconds', 'wait_seconds', 'samples_per_second'] 12 True"
 
 # Checkpoint/resume: killed after a checkpoint, resumed, ends with the same parameters as an
 # uninterrupted run (model, optimizer state, schedule, RNG and data position are restored).
