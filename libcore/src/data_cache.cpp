@@ -81,34 +81,55 @@ std::unique_ptr<shm::Slab> attach_or_create(const shm::CreateOptions& want, uint
 
 }  // namespace
 
+shm::CreateOptions RowCache::slab_options(const Spec& spec, uint64_t rows, DType dtype,
+                                          const std::vector<uint64_t>& dims, std::size_t* row_bytes) {
+  *row_bytes = dtype_size(dtype);
+  for (auto d : dims) *row_bytes *= static_cast<std::size_t>(d);
+  shm::CreateOptions want;
+  want.length = rows;
+  want.dtype = dtype;
+  want.dims = dims;
+  uint64_t slots = rows;
+  if (spec.mode == Mode::stochastic)
+    slots = spec.limit_bytes > 0 ? spec.limit_bytes / std::max<std::size_t>(1, *row_bytes)
+                                 : static_cast<uint64_t>(std::ceil(spec.fraction * static_cast<double>(rows)));
+  if (slots == 0)
+    throw Error(Exit::usage, "--data-cache-limit", "the budget holds no row of " + format_size(*row_bytes));
+  want.slots = std::max<uint64_t>(1, std::min(slots, rows));
+  return want;
+}
+
 std::unique_ptr<RowCache> RowCache::open(const Spec& spec, const std::string& id, uint64_t rows, DType dtype,
                                          const std::vector<uint64_t>& dims, bool trust_owner) {
   if (spec.mode == Mode::none) return nullptr;
   std::unique_ptr<RowCache> c(new RowCache());
   c->counts_ = std::make_unique<Counters>();
   c->rows_ = rows;
-  c->row_bytes_ = dtype_size(dtype);
-  for (auto d : dims) c->row_bytes_ *= static_cast<std::size_t>(d);
-  shm::CreateOptions want;
+  shm::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
   want.name = spec.keep.empty() ? "gc-train-" + id.substr(id.size() - 16) : spec.keep;
   shm::validate_name(want.name);
-  want.length = rows;
-  want.dtype = dtype;
-  want.dims = dims;
   want.content_id = id;
   want.tool = "gc-train";
   want.temporary = spec.keep.empty();
-  uint64_t slots = rows;
-  if (spec.mode == Mode::stochastic)
-    slots = spec.limit_bytes > 0 ? spec.limit_bytes / std::max<std::size_t>(1, c->row_bytes_)
-                                 : static_cast<uint64_t>(std::ceil(spec.fraction * static_cast<double>(rows)));
-  if (slots == 0)
-    throw Error(Exit::usage, "--data-cache-limit", "the budget holds no row of " + format_size(c->row_bytes_));
-  want.slots = std::min(slots, rows);
   bool created = false;
   c->slab_ = attach_or_create(want, want.slots * c->row_bytes_, trust_owner, &created);
   c->name_ = want.name;
   c->remove_at_end_ = created && spec.keep.empty();
+  return c;
+}
+
+std::unique_ptr<RowCache> RowCache::create_own(const Spec& spec, const std::string& name, const std::string& tool,
+                                               uint64_t rows, DType dtype, const std::vector<uint64_t>& dims) {
+  std::unique_ptr<RowCache> c(new RowCache());
+  c->counts_ = std::make_unique<Counters>();
+  c->rows_ = rows;
+  shm::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
+  want.name = name;
+  want.tool = tool;
+  want.temporary = true;  // removed on exit; `shm-cache rm --stale` once the creator has died
+  c->slab_ = std::make_unique<shm::Slab>(shm::Slab::create(want));
+  c->name_ = name;
+  c->remove_at_end_ = true;
   return c;
 }
 
@@ -139,6 +160,8 @@ std::vector<std::size_t> RowCache::lookup(const std::vector<int64_t>& rows, void
 void RowCache::store(int64_t row, const void* data) {
   if (slab_->set(static_cast<uint64_t>(row), data, row_bytes_)) ++counts_->stored;
 }
+
+uint64_t RowCache::filled_bytes() const { return slab_->counts().filled_bytes; }
 
 Stats RowCache::stats() const {
   Stats s;

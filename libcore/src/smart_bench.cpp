@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "traincache/data_cache.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
@@ -243,73 +244,32 @@ class NoCache : public Strategy {
   uint64_t seed_;
 };
 
-// MONAI CacheDataset: the deterministic prefix of every item, kept in memory after first use.
-class FullCache : public NoCache {
+// Full (MONAI CacheDataset: every item kept after first use) and stochastic (stocaching: the first
+// fraction of the items), on gc-train's data cache: a slab of this process's own, named
+// smart-bench-STRATEGY-PID, removed at the end (and on SIGINT/SIGTERM).
+class SlabCache : public NoCache {
  public:
-  FullCache(Pipeline& p, int64_t n, uint64_t seed) : NoCache(p, n, seed), items_(static_cast<std::size_t>(n)) {}
-  torch::Tensor prefix(int64_t i, bool* hit) override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (items_[i].defined()) {
-        *hit = true;
-        return items_[i];
-      }
-    }
-    *hit = false;
-    auto t = p_.deterministic(i);
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!items_[i].defined()) bytes_ += static_cast<uint64_t>(t.numel() * t.element_size());
-    items_[i] = t;
-    return t;
-  }
-  uint64_t bytes() const override { return bytes_; }
-
- private:
-  std::mutex mu_;
-  std::vector<torch::Tensor> items_;
-  uint64_t bytes_ = 0;
-};
-
-// stocaching: a shared-memory slab holding a fraction of the items, filled lazily.
-class StochasticCache : public NoCache {
- public:
-  StochasticCache(Pipeline& p, int64_t n, uint64_t seed, double fraction, std::vector<int64_t> shape)
+  SlabCache(Pipeline& p, int64_t n, uint64_t seed, const data_cache::Spec& spec, const std::string& strategy,
+            std::vector<int64_t> shape)
       : NoCache(p, n, seed), shape_(std::move(shape)) {
-    name_ = "smart-bench-stochastic-" + std::to_string(getpid());
-    shm::CreateOptions c;
-    c.name = name_;
-    c.temporary = true;  // removed on exit and on SIGINT/SIGTERM; `shm-cache rm --stale` if killed
-    c.tool = "smart-bench";
-    c.length = static_cast<uint64_t>(n);
-    c.dtype = DType::f32;
-    for (auto d : shape_) c.dims.push_back(static_cast<uint64_t>(d));
-    c.slots = std::max<uint64_t>(1, static_cast<uint64_t>(fraction * static_cast<double>(n)));
-    slab_ = std::make_unique<shm::Slab>(shm::Slab::create(c));
-  }
-  ~StochasticCache() override {
-    slab_.reset();
-    try {
-      shm::remove_slab(name_);
-    } catch (const Error&) {
-    }
+    std::vector<uint64_t> dims;
+    for (auto d : shape_) dims.push_back(static_cast<uint64_t>(d));
+    cache_ = data_cache::RowCache::create_own(spec, "smart-bench-" + strategy + "-" + std::to_string(getpid()),
+                                              "smart-bench", static_cast<uint64_t>(n), DType::f32, dims);
   }
   torch::Tensor prefix(int64_t i, bool* hit) override {
-    auto v = slab_->view(static_cast<uint64_t>(i));
-    if (v) {
-      *hit = true;
-      return torch::from_blob(const_cast<void*>(v.data), shape_, torch::kFloat32).clone();
-    }
-    *hit = false;
-    auto t = p_.deterministic(i);
-    slab_->set(static_cast<uint64_t>(i), t.data_ptr(), static_cast<std::size_t>(t.numel()) * sizeof(float));
+    auto t = torch::empty(shape_, torch::kFloat32);
+    *hit = cache_->lookup({i}, t.data_ptr()).empty();
+    if (*hit) return t;
+    t = p_.deterministic(i);
+    cache_->store(i, t.data_ptr());
     return t;
   }
-  uint64_t bytes() const override { return slab_->counts().filled_bytes; }
+  uint64_t bytes() const override { return cache_->filled_bytes(); }
 
  private:
   std::vector<int64_t> shape_;
-  std::string name_;
-  std::unique_ptr<shm::Slab> slab_;
+  std::unique_ptr<data_cache::RowCache> cache_;
 };
 
 // MONAI SmartCache: each epoch trains on the window; the replacer prepares the next items.
@@ -483,11 +443,17 @@ Runs strategy_runs(Caching c) {
     case Caching::none:
       return {{"none", [](Context& c) { return std::unique_ptr<Strategy>(new NoCache(c.pipe, c.n, c.o.seed)); }}};
     case Caching::full:
-      return {{"full", [](Context& c) { return std::unique_ptr<Strategy>(new FullCache(c.pipe, c.n, c.o.seed)); }}};
+      return {{"full", [](Context& c) {
+                 data_cache::Spec spec;
+                 spec.mode = data_cache::Mode::full;
+                 return std::unique_ptr<Strategy>(new SlabCache(c.pipe, c.n, c.o.seed, spec, "full", c.shape));
+               }}};
     case Caching::stochastic:
       return {{"stochastic", [](Context& c) {
-                 return std::unique_ptr<Strategy>(
-                     new StochasticCache(c.pipe, c.n, c.o.seed, c.o.cache_fraction, c.shape));
+                 data_cache::Spec spec;
+                 spec.mode = data_cache::Mode::stochastic;
+                 spec.fraction = c.o.cache_fraction;
+                 return std::unique_ptr<Strategy>(new SlabCache(c.pipe, c.n, c.o.seed, spec, "stochastic", c.shape));
                }}};
     case Caching::smart:
       return {{"smart",

@@ -257,7 +257,7 @@ void add_input_options(CLI::App& app, Options& o) {
                  "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
       ->group(g_cache);
   app.add_flag("--trust-slab-owner", t.trust_slab_owner,
-               "Use --cache-shm slabs made by another user (refused otherwise)")
+               "Use --cache-shm and --data-cache slabs made by another user (refused otherwise)")
       ->group(g_cache);
   app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
       ->group(g_cache);

@@ -46,6 +46,10 @@ class RowCache {
   /// another user's slab unless `trust_owner`, or one made for other contents -> Error(data).
   static std::unique_ptr<RowCache> open(const Spec& spec, const std::string& content_id, uint64_t rows, DType dtype,
                                         const std::vector<uint64_t>& dims, bool trust_owner);
+  /// A slab of this process's own (smart-bench's strategies): created as `name` by `tool`,
+  /// temporary, removed at the end; an existing slab of that name -> Error(cant_create).
+  static std::unique_ptr<RowCache> create_own(const Spec& spec, const std::string& name, const std::string& tool,
+                                              uint64_t rows, DType dtype, const std::vector<uint64_t>& dims);
   ~RowCache();
   RowCache(const RowCache&) = delete;
   RowCache& operator=(const RowCache&) = delete;
@@ -63,8 +67,14 @@ class RowCache {
   /// This process's counts and the slab's shape.
   Stats stats() const;
 
+  /// Bytes of the rows filled so far (by any process).
+  uint64_t filled_bytes() const;
+
  private:
   RowCache() = default;
+  // The slab's options for `spec` (slots: all rows, the fraction or the budget) and row size.
+  static shm::CreateOptions slab_options(const Spec& spec, uint64_t rows, DType dtype,
+                                         const std::vector<uint64_t>& dims, std::size_t* row_bytes);
   std::unique_ptr<shm::Slab> slab_;
   std::string name_;
   bool remove_at_end_ = false;
