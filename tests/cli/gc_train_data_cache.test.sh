@@ -94,6 +94,26 @@ expect_eq "$stored" "300"
 run "$S" rm shared-0
 expect_rc 0
 
+# Two processes fill one kept slab and one is killed (SIGKILL) while filling: the other trains on
+# to the same bytes as alone, and a later run finds the slab consistent and completes it.
+"${TRAIN[@]}" --data-cache full --data-cache-keep killed --epochs 200 --metrics "$WORK/k.jsonl" > /dev/null 2>&1 &
+PK=$!
+for _ in $(seq 300); do [ -s "$WORK/k.jsonl" ] && break; sleep 0.1; done
+"${TRAIN[@]}" --data-cache full --data-cache-keep killed --out "$WORK/survivor.pt" > /dev/null 2>&1 &
+PS=$!
+sleep 0.3
+kill -KILL $PK
+wait $PK
+expect_eq "$?" "137" "the killed process"
+wait $PS
+expect_eq "$?" "0" "the survivor"
+expect_same "$WORK/plain.pt" "$WORK/survivor.pt"
+trained after --data-cache full --data-cache-keep killed
+expect_same "$WORK/plain.pt" "$WORK/after.pt"
+run "$S" stat killed-0
+expect_out_has "300 filled, 0 writing, 0 empty"
+run "$S" rm killed-0
+
 # SIGINT while the slab is being filled: the run stops after its step (130) and removes its
 # temporary slab; a slab it kept is consistent (no slot left being written).
 for keep in "" "--data-cache-keep intr"; do
