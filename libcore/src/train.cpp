@@ -1475,14 +1475,57 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   return config.dump();
 }
 
+// Bytes the raw numeric inputs take once loaded and converted (float32, int64 token ids); text
+// sides (tokenized either way) and cached embeddings are not counted.
+uint64_t converted_input_bytes(const TrainOptions& o) {
+  if (!o.cache.empty()) return 0;
+  std::vector<std::string> names;
+  if (side_tokenizer(o, true).empty()) names = o.query;
+  if (side_tokenizer(o, false).empty()) {
+    names.insert(names.end(), o.passage.begin(), o.passage.end());
+    names.insert(names.end(), o.negatives.begin(), o.negatives.end());
+  }
+  uint64_t bytes = 0;
+  for (const auto& ds : names) {
+    if (o.data.empty() && !source::names_own_file(ds)) continue;  // refused with its message later
+    auto col = source::open_column(o.data, ds, o.files, source::Role::images);
+    const auto& ci = col->info();
+    if (ci.ragged || ci.dtype == DType::string || ci.dtype == DType::other) continue;
+    const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+    bytes += static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
+  }
+  return bytes;
+}
+
+// Memory the kernel says is available for new allocations (MemAvailable), or 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
 }  // namespace
 
-TrainResult run_train(const TrainOptions& o, const TrainCallbacks& cb) {
+TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto t_start = Clock::now();
+  TrainOptions o = given;
   const Setup s = resolve_setup(o);
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
+  // Inputs that would not fit in memory once converted are streamed instead (the same result).
+  if (!o.stream) {
+    const uint64_t need = converted_input_bytes(o), have = available_memory();
+    if (have > 0 && need > have / 10 * 8) {
+      o.stream = true;
+      info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
+           " is available: streaming them (--stream)");
+    }
+  }
   TrainResult result;
   result.rank = s.rank;
   result.world_size = s.world;

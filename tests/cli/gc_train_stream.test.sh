@@ -72,4 +72,24 @@ whole, streamed = peak([]), peak(['--stream'])
 print('ok' if whole - streamed > 200 else 'whole %.0f MiB, streamed %.0f MiB' % (whole, streamed))
 "
 expect_out "ok"
+
+# Inputs that would not fit in memory are streamed without being asked: 1,000,000 rows of
+# 1x256x256 (unwritten chunks: a small file) would take 244 GiB as float32.
+"$TC_PYTHON" -c "
+import h5py, numpy as np, sys, torch
+with h5py.File(sys.argv[1], 'w') as f:
+    f.create_dataset('images', (1000000, 1, 256, 256), np.uint8, chunks=(16, 1, 256, 256))
+    f['labels'] = np.arange(1000000) % 10
+class Mean(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1, 4))
+    def forward(self, x):
+        return x.flatten(1).mean(1, keepdim=True) @ self.w + torch.arange(4.0)
+torch.jit.trace(Mean(), torch.zeros(2, 1, 8, 8)).save(sys.argv[2])" "$WORK/huge.h5" "$WORK/mean.pt" || _fail "writing huge.h5"
+run "$TC_BIN/gc-train" --data "$WORK/huge.h5" --query images --labels labels --encoder "$WORK/mean.pt" -b 8 \
+  --steps 1 --json
+expect_rc 0
+expect_err_re "gc-train: the converted inputs need 244\.14 GiB of memory but [0-9.]+ [GMT]iB is available: streaming them \(--stream\)"
+expect_out_has '"steps":1,'
 finish
