@@ -1508,6 +1508,16 @@ uint64_t available_memory() {
   return 0;
 }
 
+// Inputs that would not fit in memory once converted are streamed instead (the same result).
+void stream_if_too_large(TrainOptions& o, const std::function<void(const std::string&)>& info) {
+  if (o.stream) return;
+  const uint64_t need = converted_input_bytes(o), have = available_memory();
+  if (have == 0 || need <= have / 10 * 8) return;
+  o.stream = true;
+  info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
+       " is available: streaming them (--stream)");
+}
+
 }  // namespace
 
 TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
@@ -1517,15 +1527,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
-  // Inputs that would not fit in memory once converted are streamed instead (the same result).
-  if (!o.stream) {
-    const uint64_t need = converted_input_bytes(o), have = available_memory();
-    if (have > 0 && need > have / 10 * 8) {
-      o.stream = true;
-      info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
-           " is available: streaming them (--stream)");
-    }
-  }
+  stream_if_too_large(o, info);
   TrainResult result;
   result.rank = s.rank;
   result.world_size = s.world;
