@@ -35,6 +35,17 @@ Spec parse(const std::string& text, const std::string& option) {
 
 std::string content_id(const std::string& parts) { return "gc-train-rows:" + sha256_hex(parts).substr(0, 32); }
 
+Stats& Stats::operator+=(const Stats& o) {
+  hits += o.hits;
+  misses += o.misses;
+  stored += o.stored;
+  slots += o.slots;
+  rows += o.rows;
+  bytes += o.bytes;
+  slabs.insert(slabs.end(), o.slabs.begin(), o.slabs.end());
+  return *this;
+}
+
 struct RowCache::Counters {
   std::atomic<uint64_t> hits{0}, misses{0}, stored{0};
 };

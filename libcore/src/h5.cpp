@@ -410,25 +410,29 @@ std::optional<RowMap> RowMap::of(hid_t file, hid_t dset, hid_t mem_type) {
   return m;
 }
 
-void RowMap::advise(int64_t first, int64_t count) const {
+// Calls `piece(file_offset, bytes)` for each part of rows [first, first + count) that lies in one chunk.
+template <class F>
+void RowMap::pieces(int64_t first, int64_t count, F&& piece) const {
   while (count > 0) {
     const int64_t c = first / per_chunk_, in = first % per_chunk_;
     const int64_t n = std::min(count, per_chunk_ - in);
-    const auto at = static_cast<off_t>(base_[static_cast<std::size_t>(c)] + static_cast<uint64_t>(in) * row_);
-    ::posix_fadvise(fd_, at, static_cast<off_t>(static_cast<std::size_t>(n) * row_), POSIX_FADV_WILLNEED);
+    piece(static_cast<off_t>(base_[static_cast<std::size_t>(c)] + static_cast<uint64_t>(in) * row_),
+          static_cast<std::size_t>(n) * row_);
     first += n;
     count -= n;
   }
 }
 
+void RowMap::advise(int64_t first, int64_t count) const {
+  pieces(first, count, [&](off_t at, std::size_t bytes) {
+    ::posix_fadvise(fd_, at, static_cast<off_t>(bytes), POSIX_FADV_WILLNEED);
+  });
+}
+
 void RowMap::read(int64_t first, int64_t count, void* out, const std::string& what) const {
   char* dst = static_cast<char*>(out);
-  while (count > 0) {
-    const int64_t c = first / per_chunk_, in = first % per_chunk_;
-    const int64_t n = std::min(count, per_chunk_ - in);
-    std::size_t want = static_cast<std::size_t>(n) * row_, got = 0;
-    const auto at = static_cast<off_t>(base_[static_cast<std::size_t>(c)] + static_cast<uint64_t>(in) * row_);
-    while (got < want) {
+  pieces(first, count, [&](off_t at, std::size_t want) {
+    for (std::size_t got = 0; got < want;) {
       ssize_t k = ::pread(fd_, dst + got, want - got, at + static_cast<off_t>(got));
       if (k < 0 && errno == EINTR) continue;
       if (k <= 0)
@@ -436,9 +440,7 @@ void RowMap::read(int64_t first, int64_t count, void* out, const std::string& wh
       got += static_cast<std::size_t>(k);
     }
     dst += want;
-    first += n;
-    count -= n;
-  }
+  });
 }
 
 void write_rows(hid_t dset, const std::string& what, int64_t start, int64_t count, hid_t mem_type, const void* buf) {

@@ -123,6 +123,7 @@ struct TextSide {
 };
 
 std::vector<int64_t> row_list(const torch::Tensor& idx);
+torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
 
 // A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
 // source a batch at a time, converted per batch, so that memory does not grow with the data.
@@ -160,6 +161,23 @@ struct Rows {
     return t.to(device);
   }
 
+  // An opened column loaded whole (converted once), as without --stream.
+  void load() {
+    all = load_whole(*col, scale, device, float_type);
+    if (one_per_row) all = all.unsqueeze(1);
+    if (flat) all = all.reshape({all.size(0), -1});
+    col.reset();
+    one_per_row = flat = false;
+  }
+
+  // Bytes the rows take once loaded and converted (streamed: not loaded, so far).
+  uint64_t converted_bytes() const {
+    if (all.defined() || !col) return 0;
+    const auto& ci = col->info();
+    const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+    return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
+  }
+
   // Rows `want` through the data cache: hits copied from the slab, the others read, converted
   // and offered to it.
   torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
@@ -195,12 +213,16 @@ struct Data {
   int64_t utf8_replaced = 0;  // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
 };
 
-torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
-                       torch::Dtype float_type, const source::FileOptions& files = {}) {
-  auto col = source::open_column(path, ds, files, source::Role::images);
-  auto t = encode::read_column_rows(*col, 0, col->info().rows(), scale);
+// Every row of `col`, converted, on `device`.
+torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type) {
+  auto t = encode::read_column_rows(col, 0, col.info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
+}
+
+torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
+                       torch::Dtype float_type, const source::FileOptions& files = {}) {
+  return load_whole(*source::open_column(path, ds, files, source::Role::images), scale, device, float_type);
 }
 
 // One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
@@ -232,15 +254,12 @@ std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tens
 Rows open_rows(const std::string& path, const std::string& ds, double scale, torch::Device device,
                torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
   Rows r;
-  if (!stream) {
-    r.all = read_all(path, ds, scale, device, float_type, files);
-    return r;
-  }
   r.col = source::open_column(path, ds, files, source::Role::images);
   encode::require_numeric_input(r.col->info(), path);
   r.scale = scale;
   r.float_type = float_type;
   r.device = device;
+  if (!stream) r.load();
   return r;
 }
 
@@ -603,10 +622,10 @@ std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const
 // --data-cache-keep NAME, NAME-0, NAME-1, ... in the order the datasets are opened.
 void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
   const auto& ci = r.col->info();
-  std::string parts = canonical(file.empty() ? ds : file) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' +
-                      std::to_string(r.scale) + '\0';
+  const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
+  std::string parts =
+      canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) + '\0';
   std::error_code ec;
-  const std::string on_disk = file.empty() ? ds : file;
   if (auto size = fs::file_size(on_disk, ec); !ec) parts += std::to_string(size) + '\0';
   if (auto t = fs::last_write_time(on_disk, ec); !ec) parts += std::to_string(t.time_since_epoch().count()) + '\0';
   if (const image::Spec* spec = r.col->preprocess())
@@ -621,13 +640,14 @@ void attach_data_cache(const TrainOptions& o, const std::string& file, const std
 }
 
 // Raw datasets of `file` (slabs for names "shm:NAME"), or text fields for a side with a tokenizer.
-Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file) {
+// With `stream`, numeric datasets are only opened (run_train loads them or streams them).
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream) {
   Data d;
   int cached = 0;
   auto load = [&](const std::string& ds) {
     if (file.empty() && !source::names_own_file(ds))
       throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
-    Rows r = open_rows(file, ds, o.input_scale, s.device, s.float_type, o.stream, o.files);
+    Rows r = open_rows(file, ds, o.input_scale, s.device, s.float_type, stream, o.files);
     if (o.data_cache.mode != data_cache::Mode::none) attach_data_cache(o, file, ds, r, cached++);
     return r;
   };
@@ -747,15 +767,8 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
   for (const auto* side : {&d.query, &d.passage, &d.negatives})
     for (const auto& r : *side) {
       if (!r.cache) continue;
-      const auto st = r.cache->stats();
       if (!sum) sum.emplace();
-      sum->hits += st.hits;
-      sum->misses += st.misses;
-      sum->stored += st.stored;
-      sum->slots += st.slots;
-      sum->rows += st.rows;
-      sum->bytes += st.bytes;
-      sum->slabs.insert(sum->slabs.end(), st.slabs.begin(), st.slabs.end());
+      *sum += r.cache->stats();
     }
   return sum;
 }
@@ -835,7 +848,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
       throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
     if (m.grouped && o.encoder.empty())
       throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
-    data = load_raw(o, s, o.data);
+    data = load_raw(o, s, o.data, true);  // loaded or streamed by run_train
     bool tied = !o.encoder.empty();
     if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
       throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
@@ -1037,7 +1050,8 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   if (e.use_external) {
     if (o.eval_end > 0 || o.eval_split > 0)
       throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
-    e.external = s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data);
+    e.external =
+        s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data, o.stream);
     for (std::size_t i = 0; i < data.query.size(); ++i)
       if (auto a = e.external.query[i].sizes(), b = data.query[i].sizes();
           !std::equal(a.begin() + 1, a.end(), b.begin() + 1, b.end()))
@@ -1475,28 +1489,6 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   return config.dump();
 }
 
-// Bytes the raw numeric inputs take once loaded and converted (float32, int64 token ids); text
-// sides (tokenized either way) and cached embeddings are not counted.
-uint64_t converted_input_bytes(const TrainOptions& o) {
-  if (!o.cache.empty()) return 0;
-  std::vector<std::string> names;
-  if (side_tokenizer(o, true).empty()) names = o.query;
-  if (side_tokenizer(o, false).empty()) {
-    names.insert(names.end(), o.passage.begin(), o.passage.end());
-    names.insert(names.end(), o.negatives.begin(), o.negatives.end());
-  }
-  uint64_t bytes = 0;
-  for (const auto& ds : names) {
-    if (o.data.empty() && !source::names_own_file(ds)) continue;  // refused with its message later
-    auto col = source::open_column(o.data, ds, o.files, source::Role::images);
-    const auto& ci = col->info();
-    if (ci.ragged || ci.dtype == DType::string || ci.dtype == DType::other) continue;
-    const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
-    bytes += static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
-  }
-  return bytes;
-}
-
 // Memory the kernel says is available for new allocations (MemAvailable), or 0 when unknown.
 uint64_t available_memory() {
   std::ifstream f("/proc/meminfo");
@@ -1508,14 +1500,24 @@ uint64_t available_memory() {
   return 0;
 }
 
-// Inputs that would not fit in memory once converted are streamed instead (the same result).
-void stream_if_too_large(TrainOptions& o, const std::function<void(const std::string&)>& info) {
+// The training data's opened numeric datasets: streamed with --stream, or when loading them
+// converted would take more than 80% of the available memory (the same result either way; o.stream
+// then says so for the step loop); otherwise loaded whole now. Text sides are tokenized either way.
+void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std::string&)>& info) {
   if (o.stream) return;
-  const uint64_t need = converted_input_bytes(o), have = available_memory();
-  if (have == 0 || need <= have / 10 * 8) return;
-  o.stream = true;
-  info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
-       " is available: streaming them (--stream)");
+  uint64_t need = 0;
+  for (const auto* side : {&d.query, &d.passage, &d.negatives})
+    for (const auto& r : *side) need += r.converted_bytes();
+  const uint64_t have = available_memory();
+  if (have > 0 && need > have / 10 * 8) {
+    o.stream = true;
+    info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
+         " is available: streaming them (--stream)");
+    return;
+  }
+  for (auto* side : {&d.query, &d.passage, &d.negatives})
+    for (auto& r : *side)
+      if (r.col) r.load();
 }
 
 }  // namespace
@@ -1527,7 +1529,6 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
-  stream_if_too_large(o, info);
   TrainResult result;
   result.rank = s.rank;
   result.world_size = s.world;
@@ -1536,6 +1537,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
 
   Data data;
   Models m = load_models(o, s, data);
+  load_or_stream(o, data, info);
   result.mode = m.mode;
   result.objective = s.objective.name();
   result.utf8_replaced = data.utf8_replaced;

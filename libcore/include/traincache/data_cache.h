@@ -33,6 +33,9 @@ struct Stats {
   uint64_t hits = 0, misses = 0, stored = 0;
   uint64_t slots = 0, rows = 0, bytes = 0;  ///< cacheable rows, rows of the columns, slab data bytes
   std::vector<std::string> slabs;
+
+  /// Adds another cache's counts (one run, several columns).
+  Stats& operator+=(const Stats& o);
 };
 
 /// One column's rows (all of one dtype and shape) in a slab.

@@ -138,6 +138,9 @@ class RowMap {
   void advise(int64_t first, int64_t count) const;
 
  private:
+  template <class F>
+  void pieces(int64_t first, int64_t count, F&& piece) const;
+
   int fd_ = -1;                 // HDF5's own descriptor of the file (kept open by the file's Id)
   std::size_t row_ = 0;         // bytes per row
   int64_t per_chunk_ = 0;       // rows per chunk (contiguous: all rows, one "chunk")
