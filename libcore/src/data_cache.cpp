@@ -30,7 +30,25 @@ Spec parse(const std::string& text, const std::string& option) {
     s.fraction = v;
     return s;
   }
-  throw Error(Exit::usage, option, "expected none, full or stochastic:F, got '" + text + "'");
+  const std::string smart = "smart:";
+  if (text.compare(0, smart.size(), smart) == 0) {
+    const std::string nr = text.substr(smart.size());
+    const auto comma = nr.find(',');
+    char* end = nullptr;
+    const std::string n_text = nr.substr(0, comma), r_text = comma == std::string::npos ? "" : nr.substr(comma + 1);
+    long long n = std::strtoll(n_text.c_str(), &end, 10);
+    const bool n_ok = !n_text.empty() && *end == '\0' && n > 0;
+    double r = std::strtod(r_text.c_str(), &end);
+    const bool r_ok = !r_text.empty() && *end == '\0' && r > 0 && r <= 1;
+    if (!n_ok || !r_ok)
+      throw Error(Exit::usage, option,
+                  "smart:N,r needs a window of N > 0 rows and a replace rate 0 < r <= 1, got '" + nr + "'");
+    s.mode = Mode::smart;
+    s.cache_num = n;
+    s.replace_rate = r;
+    return s;
+  }
+  throw Error(Exit::usage, option, "expected none, full, stochastic:F or smart:N,r, got '" + text + "'");
 }
 
 std::string content_id(const std::string& parts) { return "gc-train-rows:" + sha256_hex(parts).substr(0, 32); }
@@ -39,6 +57,7 @@ Stats& Stats::operator+=(const Stats& o) {
   hits += o.hits;
   misses += o.misses;
   stored += o.stored;
+  replaced += o.replaced;
   slots += o.slots;
   rows += o.rows;
   bytes += o.bytes;
@@ -50,12 +69,7 @@ struct RowCache::Counters {
   std::atomic<uint64_t> hits{0}, misses{0}, stored{0};
 };
 
-namespace {
-
-// The slab `want` describes: attached when it exists (repairing dead writers' slots), else created
-// (refused before anything is made when its `need` bytes do not fit in the shm directory).
-std::unique_ptr<shm::Slab> attach_or_create(const shm::CreateOptions& want, uint64_t need, bool trust_owner,
-                                            bool* created) {
+std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created) {
   std::unique_ptr<shm::Slab> slab;
   *created = false;
   for (int attempt = 0; !slab; ++attempt) {
@@ -90,8 +104,6 @@ std::unique_ptr<shm::Slab> attach_or_create(const shm::CreateOptions& want, uint
   return slab;
 }
 
-}  // namespace
-
 shm::CreateOptions RowCache::slab_options(const Spec& spec, uint64_t rows, DType dtype,
                                           const std::vector<uint64_t>& dims, std::size_t* row_bytes) {
   *row_bytes = dtype_size(dtype);
@@ -123,7 +135,7 @@ std::unique_ptr<RowCache> RowCache::open(const Spec& spec, const std::string& id
   want.tool = "gc-train";
   want.temporary = spec.keep.empty();
   bool created = false;
-  c->slab_ = attach_or_create(want, want.slots * c->row_bytes_, trust_owner, &created);
+  c->slab_ = open_slab(want, want.slots * c->row_bytes_, trust_owner, &created);
   c->name_ = want.name;
   c->remove_at_end_ = created && spec.keep.empty();
   return c;

@@ -512,6 +512,46 @@ bool Slab::set(uint64_t index, const void* data, std::size_t bytes) {
   return true;
 }
 
+bool Slab::set_tagged(uint64_t index, uint64_t tag, const void* data, std::size_t bytes) {
+  if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
+  const Header& h = *header();
+  auto slot = slot_of(index);
+  if (!slot || h.layout != static_cast<uint32_t>(Layout::fixed) || bytes != h.item_bytes || tag == 0 ||
+      tag >= (uint64_t{1} << 56))
+    return false;
+  auto* st = states();
+  uint64_t w = __atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE);
+  do {
+    const SlotState s = state_of(w);
+    if (s != SlotState::empty && !(s == SlotState::filled && (w >> 8) < tag)) return false;
+  } while (!__atomic_compare_exchange_n(&st[*slot], &w, word(SlotState::writing, static_cast<uint64_t>(getpid())),
+                                        false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+  // Readers copying the old item see the state change before any of the new bytes (seqlock).
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  std::memcpy(slot_data(*slot), data, bytes);
+  __atomic_store_n(&st[*slot], word(SlotState::filled, tag), __ATOMIC_RELEASE);
+  return true;
+}
+
+bool Slab::read_tagged(uint64_t index, uint64_t tag, void* out) const {
+  const Header& h = *header();
+  auto slot = slot_of(index);
+  if (!slot || h.layout != static_cast<uint32_t>(Layout::fixed) || tag == 0) return false;
+  const auto* st = states();
+  const uint64_t want = word(SlotState::filled, tag);
+  if (__atomic_load_n(&st[*slot], __ATOMIC_ACQUIRE) != want) return false;
+  std::memcpy(out, slot_data(*slot), h.item_bytes);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return __atomic_load_n(&st[*slot], __ATOMIC_RELAXED) == want;
+}
+
+uint64_t Slab::tag(uint64_t index) const {
+  auto slot = slot_of(index);
+  if (!slot) return 0;
+  const uint64_t w = __atomic_load_n(&states()[*slot], __ATOMIC_ACQUIRE);
+  return state_of(w) == SlotState::filled ? w >> 8 : 0;
+}
+
 Slab::View Slab::view(uint64_t index) const {
   auto slot = slot_of(index);
   if (!slot) return {};

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "traincache/data_cache.h"
 #include "traincache/encoder.h"
@@ -272,47 +273,66 @@ class SlabCache : public NoCache {
   std::unique_ptr<data_cache::RowCache> cache_;
 };
 
-// MONAI SmartCache: each epoch trains on the window; the replacer prepares the next items.
+// MONAI SmartCache: each epoch trains on the window; the replacer prepares the next items; the
+// epoch starts once the window is ready (MONAI waits there: boundary_blocked_seconds). The window
+// lives in a slab of the process's own (smart-bench-smart-PID), gc-train's --data-cache smart code.
 class SmartStrategy : public Strategy {
  public:
-  SmartStrategy(Pipeline& p, int64_t n, const BenchOptions& o, std::vector<int64_t> shape)
-      : shape_(std::move(shape)), seed_(o.seed) {
-    auto plan = smart::make_plan(n, o.cache_num > 0 ? o.cache_num : std::max<int64_t>(1, n / 2), o.replace_rate);
-    cache_ = std::make_unique<smart::SmartCache>(
-        plan, shuffled(n, o.seed + 999),
-        [&p](int64_t i) {
-          auto t = p.deterministic(i);
-          std::vector<unsigned char> b(static_cast<std::size_t>(t.numel()) * sizeof(float));
-          std::memcpy(b.data(), t.data_ptr(), b.size());
-          return b;
-        },
-        o.replace_workers);
+  SmartStrategy(Pipeline& p, int64_t n, const BenchOptions& o, const std::vector<int64_t>& shape)
+      : p_(p), shape_(shape), seed_(o.seed), epochs_(o.epochs) {
+    smart::WindowOptions w;
+    w.plan = smart::make_plan(n, o.cache_num > 0 ? o.cache_num : std::max<int64_t>(1, n / 2), o.replace_rate);
+    w.items = std::make_shared<const std::vector<int64_t>>(shuffled(n, o.seed + 999));
+    w.dtype = DType::f32;
+    for (auto d : shape) w.dims.push_back(static_cast<uint64_t>(d));
+    w.name = "smart-bench-smart-" + std::to_string(getpid());
+    w.tool = "smart-bench";
+    w.own = true;
+    w.workers = o.replace_workers;
+    w.chunk = 1;
+    plan_ = w.plan;
+    cache_ = smart::WindowCache::open(w, [&p](const std::vector<int64_t>& items, void* out) {
+      auto* dst = static_cast<char*>(out);
+      for (auto i : items) {
+        auto t = p.deterministic(i);
+        std::memcpy(dst, t.data_ptr(), t.nbytes());
+        dst += t.nbytes();
+      }
+    });
   }
-  double begin_epoch(int64_t e) override {
-    auto t = Clock::now();
-    if (e == 0)
-      cache_->start();
-    else
-      cache_->advance();
-    return seconds_since(t);
-  }
+  double begin_epoch(int64_t e) override { return cache_->begin_epoch(e, true, e + 1 < epochs_).wait_seconds; }
   std::vector<int64_t> epoch_items(int64_t e) override {
-    auto w = cache_->window_indices();
+    std::vector<int64_t> keys(static_cast<std::size_t>(plan_.cache_num));
+    std::iota(keys.begin(), keys.end(), plan_.first_key(e));
     std::mt19937_64 rng(seed_ + static_cast<uint64_t>(e));
-    std::shuffle(w.begin(), w.end(), rng);
-    return w;
+    std::shuffle(keys.begin(), keys.end(), rng);
+    key_of_.clear();
+    std::vector<int64_t> items;
+    for (auto k : keys) {
+      items.push_back(cache_->item_of(k));
+      key_of_[items.back()] = k;
+    }
+    return items;
   }
   torch::Tensor prefix(int64_t i, bool* hit) override {
-    *hit = true;
-    const auto& b = cache_->item(i);
-    return torch::from_blob(const_cast<unsigned char*>(b.data()), shape_, torch::kFloat32).clone();
+    const int64_t key = key_of_.at(i);
+    auto t = torch::empty(shape_, torch::kFloat32);
+    *hit = cache_->lookup({key}, t.data_ptr()).empty();
+    if (*hit) return t;
+    t = p_.deterministic(i);
+    cache_->store(key, t.data_ptr());
+    return t;
   }
-  uint64_t bytes() const override { return cache_->bytes_cached(); }
+  uint64_t bytes() const override { return cache_->filled_bytes(); }
 
  private:
+  Pipeline& p_;
   std::vector<int64_t> shape_;
   uint64_t seed_;
-  std::unique_ptr<smart::SmartCache> cache_;
+  int64_t epochs_;
+  smart::WindowPlan plan_;
+  std::unordered_map<int64_t, int64_t> key_of_;  // the epoch's items -> their keys
+  std::unique_ptr<smart::WindowCache> cache_;
 };
 
 // The embed strategies: a frozen encoder run on every batch, or its embeddings read from a

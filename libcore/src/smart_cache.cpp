@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "traincache/error.h"
 
@@ -15,23 +16,20 @@ WindowPlan make_plan(int64_t dataset_len, int64_t cache_num, double replace_rate
   WindowPlan p;
   p.dataset_len = dataset_len;
   p.cache_num = std::min(cache_num, dataset_len);
-  p.replace_num = p.cache_num == dataset_len
-                      ? 0
-                      : static_cast<int64_t>(std::ceil(static_cast<double>(p.cache_num) * replace_rate - 1e-9));
+  const auto r = static_cast<int64_t>(std::ceil(static_cast<double>(p.cache_num) * replace_rate - 1e-9));
+  p.replace_num = std::min(r, dataset_len - p.cache_num);
   return p;
 }
 
 std::vector<int64_t> WindowPlan::window(int64_t epoch) const {
   std::vector<int64_t> w;
-  int64_t start = (epoch * replace_num) % dataset_len;
-  for (int64_t i = 0; i < cache_num; ++i) w.push_back((start + i) % dataset_len);
+  for (int64_t i = 0; i < cache_num; ++i) w.push_back((first_key(epoch) + i) % dataset_len);
   return w;
 }
 
 std::vector<int64_t> WindowPlan::incoming(int64_t epoch) const {
   std::vector<int64_t> in;
-  int64_t start = (epoch * replace_num + cache_num) % dataset_len;
-  for (int64_t i = 0; i < replace_num; ++i) in.push_back((start + i) % dataset_len);
+  for (int64_t i = 0; i < replace_num; ++i) in.push_back((first_key(epoch) + cache_num + i) % dataset_len);
   return in;
 }
 
@@ -40,116 +38,168 @@ int64_t WindowPlan::epochs_to_cover() const {
   return 1 + (dataset_len - cache_num + replace_num - 1) / replace_num;
 }
 
-SmartCache::SmartCache(WindowPlan plan, std::vector<int64_t> order, Prepare prepare, int replace_workers)
-    : plan_(plan), order_(std::move(order)), prepare_(std::move(prepare)), workers_(std::max(1, replace_workers)) {
-  if (static_cast<int64_t>(order_.size()) != plan_.dataset_len)
-    throw Error(Exit::internal, "smart cache", "the dataset order must list every index once");
+std::unique_ptr<WindowCache> WindowCache::open(const WindowOptions& o, Prepare prepare) {
+  if (!o.items || static_cast<int64_t>(o.items->size()) != o.plan.dataset_len || o.plan.cache_num <= 0)
+    throw Error(Exit::internal, o.name, "a window cache needs one item per position of its plan");
+  std::unique_ptr<WindowCache> c(new WindowCache());
+  c->plan_ = o.plan;
+  c->items_ = o.items;
+  c->prepare_ = std::move(prepare);
+  c->chunk_ = std::max<std::size_t>(1, o.chunk);
+  c->part_ = o.part;
+  c->parts_ = std::max(1, o.parts);
+  c->item_bytes_ = dtype_size(o.dtype);
+  for (auto d : o.dims) c->item_bytes_ *= static_cast<std::size_t>(d);
+  shm::CreateOptions want;
+  want.name = o.name;
+  want.length = want.slots = static_cast<uint64_t>(o.plan.slots());
+  want.dtype = o.dtype;
+  want.dims = o.dims;
+  want.content_id = o.content_id;
+  want.tool = o.tool;
+  want.temporary = true;
+  if (o.own) {
+    c->slab_ = std::make_unique<shm::Slab>(shm::Slab::create(want));
+    c->remove_at_end_ = true;
+  } else {
+    bool created = false;
+    c->slab_ = data_cache::open_slab(want, want.slots * c->item_bytes_, o.trust_owner, &created);
+    c->remove_at_end_ = created;
+  }
+  c->name_ = o.name;
+  if (const char* d = std::getenv("TRAINCACHE_TEST_REPLACER_DELAY_MS")) c->delay_ms_ = std::atoi(d);
+  for (int w = 0; w < std::max(1, o.workers); ++w) c->threads_.emplace_back([p = c.get()] { p->worker(); });
+  return c;
 }
 
-SmartCache::~SmartCache() { shutdown(); }
+WindowCache::~WindowCache() {
+  shutdown();
+  slab_.reset();
+  if (!remove_at_end_) return;
+  try {
+    shm::remove_slab(name_);
+  } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
+  }
+}
 
-void SmartCache::worker() {
+int64_t WindowCache::item_of(int64_t key) const { return (*items_)[static_cast<std::size_t>(key % plan_.dataset_len)]; }
+
+bool WindowCache::ready(int64_t key) const {
+  return slab_->tag(static_cast<uint64_t>(key % plan_.slots())) == static_cast<uint64_t>(key) + 1;
+}
+
+void WindowCache::worker() {
+  std::vector<unsigned char> buf;
+  std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    int64_t index;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      index = queue_.back();
-      queue_.pop_back();
+    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const uint64_t gen = generation_;
+    std::vector<int64_t> keys, items;
+    int64_t window_jobs = 0;
+    while (!queue_.empty() && keys.size() < chunk_) {
+      const Job j = queue_.front();
+      queue_.pop_front();
+      window_jobs += j.window ? 1 : 0;
+      if (ready(j.key)) continue;  // the training (or another rank) prepared it already
+      keys.push_back(j.key);
+      items.push_back(item_of(j.key));
     }
-    std::vector<unsigned char> item;
-    try {
-      item = prepare_(index);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!error_) error_ = std::current_exception();
-      --pending_;
-      cv_.notify_all();
-      continue;
+    lk.unlock();
+    uint64_t stored = 0;
+    std::exception_ptr failed;
+    if (!keys.empty()) {
+      try {
+        buf.resize(keys.size() * item_bytes_);
+        prepare_(items, buf.data());
+        if (delay_ms_ > 0) {  // a slower Prepare; shutdown drops its items
+          std::unique_lock<std::mutex> held(mu_);
+          if (cv_.wait_for(held, std::chrono::milliseconds(delay_ms_), [&] { return stop_; })) return;
+        }
+        for (std::size_t j = 0; j < keys.size(); ++j)
+          stored += slab_->set_tagged(static_cast<uint64_t>(keys[j] % plan_.slots()),
+                                      static_cast<uint64_t>(keys[j]) + 1, buf.data() + j * item_bytes_, item_bytes_);
+      } catch (...) {
+        failed = std::current_exception();
+      }
     }
-    std::lock_guard<std::mutex> lk(mu_);
-    incoming_[index] = std::move(item);
-    --pending_;
+    lk.lock();
+    replaced_ += stored;
+    if (failed && !error_) error_ = failed;
+    if (failed) queue_.clear();  // the training reads the same items itself and reports the error
+    if (gen == generation_) window_pending_ = failed ? 0 : window_pending_ - window_jobs;
     cv_.notify_all();
   }
 }
 
-void SmartCache::schedule(int64_t epoch) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto positions = plan_.incoming(epoch);
-  // Queue in reverse so that workers take them in order (pop from the back).
-  for (auto it = positions.rbegin(); it != positions.rend(); ++it) queue_.push_back(order_[*it]);
-  pending_ += static_cast<int64_t>(positions.size());
+Boundary WindowCache::begin_epoch(int64_t e, bool wait, bool prepare_next) {
+  Boundary b;
+  b.epoch = e;
+  const int64_t first = plan_.first_key(e);
+  std::vector<Job> jobs;
+  for (int64_t k = first; k < first + plan_.cache_num; ++k) {
+    if (ready(k)) continue;
+    ++b.late;
+    if (k % parts_ == part_) jobs.push_back({k, true});
+  }
+  const int64_t window_jobs = static_cast<int64_t>(jobs.size());
+  if (prepare_next)
+    for (int64_t k = first + plan_.cache_num; k < first + plan_.slots(); ++k)
+      if (k % parts_ == part_) jobs.push_back({k, false});
+  const auto t = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (error_) std::rethrow_exception(error_);
+  ++generation_;
+  queue_.assign(jobs.begin(), jobs.end());
+  window_pending_ = window_jobs;
   cv_.notify_all();
-}
-
-void SmartCache::start() {
-  for (int w = 0; w < workers_; ++w) threads_.emplace_back([this] { worker(); });
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto positions = plan_.window(0);
-    for (auto it = positions.rbegin(); it != positions.rend(); ++it) queue_.push_back(order_[*it]);
-    pending_ += static_cast<int64_t>(positions.size());
-    cv_.notify_all();
-  }
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return pending_ == 0 || stop_; });
+  if (wait) {
+    cv_.wait(lk, [&] { return stop_ || error_ || window_pending_ <= 0; });
     if (error_) std::rethrow_exception(error_);
-    window_ = std::move(incoming_);
-    incoming_.clear();
+    b.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
-  epoch_ = 0;
-  if (plan_.replace_num > 0) schedule(0);
-}
-
-std::vector<int64_t> SmartCache::window_indices() const {
-  std::vector<int64_t> out;
-  for (int64_t pos : plan_.window(epoch_)) out.push_back(order_[pos]);
-  return out;
-}
-
-const std::vector<unsigned char>& SmartCache::item(int64_t dataset_index) const {
-  auto it = window_.find(dataset_index);
-  if (it == window_.end())
-    throw Error(Exit::internal, "smart cache", "index " + std::to_string(dataset_index) + " is not in the window");
-  return it->second;
-}
-
-double SmartCache::advance() {
-  if (plan_.replace_num == 0) {
-    ++epoch_;
-    return 0;
-  }
-  auto t = std::chrono::steady_clock::now();
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return pending_ == 0 || stop_; });
-    if (error_) std::rethrow_exception(error_);
-    // The R oldest positions leave, the prepared ones enter.
-    for (int64_t i = 0; i < plan_.replace_num; ++i) {
-      int64_t leaving = order_[(epoch_ * plan_.replace_num + i) % plan_.dataset_len];
-      window_.erase(leaving);
-    }
-    for (auto& [index, item] : incoming_) window_[index] = std::move(item);
-    incoming_.clear();
-  }
-  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  ++epoch_;
-  schedule(epoch_);
-  return waited;
-}
-
-uint64_t SmartCache::bytes_cached() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  uint64_t b = 0;
-  for (const auto& [i, v] : window_) b += v.size();
-  for (const auto& [i, v] : incoming_) b += v.size();
   return b;
 }
 
-void SmartCache::shutdown() {
+std::vector<std::size_t> WindowCache::lookup(const std::vector<int64_t>& keys, void* out) {
+  std::vector<std::size_t> misses;
+  auto* dst = static_cast<char*>(out);
+  for (std::size_t j = 0; j < keys.size(); ++j)
+    if (!slab_->read_tagged(static_cast<uint64_t>(keys[j] % plan_.slots()), static_cast<uint64_t>(keys[j]) + 1,
+                            dst + j * item_bytes_))
+      misses.push_back(j);
+  std::lock_guard<std::mutex> lk(mu_);
+  hits_ += keys.size() - misses.size();
+  misses_ += misses.size();
+  return misses;
+}
+
+void WindowCache::store(int64_t key, const void* data) {
+  const bool s =
+      slab_->set_tagged(static_cast<uint64_t>(key % plan_.slots()), static_cast<uint64_t>(key) + 1, data, item_bytes_);
+  std::lock_guard<std::mutex> lk(mu_);
+  stored_ += s ? 1 : 0;
+}
+
+data_cache::Stats WindowCache::stats() const {
+  data_cache::Stats s;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    s.hits = hits_;
+    s.misses = misses_;
+    s.stored = stored_;
+    s.replaced = replaced_;
+  }
+  s.slots = static_cast<uint64_t>(plan_.slots());
+  s.rows = static_cast<uint64_t>(plan_.dataset_len);
+  s.bytes = s.slots * item_bytes_;
+  s.slabs.push_back(name_);
+  return s;
+}
+
+uint64_t WindowCache::filled_bytes() const { return slab_->counts().filled_bytes; }
+
+void WindowCache::shutdown() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -159,9 +209,6 @@ void SmartCache::shutdown() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-  std::lock_guard<std::mutex> lk(mu_);
-  std::map<int64_t, std::vector<unsigned char>>().swap(window_);
-  std::map<int64_t, std::vector<unsigned char>>().swap(incoming_);
 }
 
 }  // namespace traincache::smart

@@ -131,7 +131,7 @@ expect_out_has " 0 writing, "
 run "$S" rm intr-0
 
 # Bad requests: usage errors (64), and a cache /dev/shm cannot hold refused before training (73).
-for bad in "bogus|expected none, full or stochastic:F, got 'bogus'" \
+for bad in "bogus|expected none, full, stochastic:F or smart:N,r, got 'bogus'" \
   "stochastic:0|stochastic:F needs a fraction 0 < F <= 1, got '0'" \
   "stochastic:1.5|stochastic:F needs a fraction 0 < F <= 1, got '1.5'" \
   "stochastic:|stochastic:F needs a fraction 0 < F <= 1, got ''"; do

@@ -15,28 +15,38 @@
 
 namespace traincache::data_cache {
 
-enum class Mode { none, full, stochastic };
+enum class Mode { none, full, stochastic, smart };
 
 /// What --data-cache, --data-cache-limit and --data-cache-keep asked for.
 struct Spec {
   Mode mode = Mode::none;
   double fraction = 1;       ///< stochastic: the share of the rows cached (the first ones)
   uint64_t limit_bytes = 0;  ///< stochastic: a byte budget instead of the fraction
+  int64_t cache_num = 0;     ///< smart: the window's N rows
+  double replace_rate = 0;   ///< smart: r (R = ceil(N r) rows replaced per epoch)
   std::string keep;          ///< slab name kept after the run (and reused); "" = a temporary slab
 };
 
-/// Parses "none", "full" or "stochastic:F" (0 < F <= 1); Error(usage, option) otherwise.
+/// Parses "none", "full", "stochastic:F" (0 < F <= 1) or "smart:N,r" (N > 0, 0 < r <= 1);
+/// Error(usage, option) otherwise.
 Spec parse(const std::string& text, const std::string& option);
 
 /// Hits and misses of one run, summed over the caches of its columns.
 struct Stats {
   uint64_t hits = 0, misses = 0, stored = 0;
+  uint64_t replaced = 0;                    ///< smart: rows a replacer of this process stored
   uint64_t slots = 0, rows = 0, bytes = 0;  ///< cacheable rows, rows of the columns, slab data bytes
   std::vector<std::string> slabs;
 
   /// Adds another cache's counts (one run, several columns).
   Stats& operator+=(const Stats& o);
 };
+
+/// The slab `want` describes: attached when it exists (its dead writers' slots repaired; it must
+/// be this user's unless `trust_owner`, and hold what `want` says: content id, layout, shape,
+/// slots), else created, after checking that its `need` bytes fit in the shm directory
+/// (Error(cant_create, "--data-cache", ...) before anything is made). `*created` says which.
+std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created);
 
 /// One column's rows (all of one dtype and shape) in a slab.
 class RowCache {

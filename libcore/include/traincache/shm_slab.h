@@ -139,6 +139,19 @@ class Slab {
   };
   View view(uint64_t index) const;
 
+  /// Tagged slots (the SmartCache window, fixed layout): slot `index` holds one item at a time and
+  /// its FILLED state word carries `tag` (1 .. 2^56-1) in its upper bits, so that an item can be
+  /// replaced by a later one in place. Stores the item when the slot is empty or filled with a
+  /// smaller tag (an item the window has left); false otherwise (filled with `tag` or a later one,
+  /// being written, wrong size, not cacheable).
+  bool set_tagged(uint64_t index, uint64_t tag, const void* data, std::size_t bytes);
+  /// Copies slot `index` into `out` (item_bytes) when it is filled with `tag`; false otherwise.
+  /// A replacement racing with the copy is detected (the state word is read again after it): the
+  /// copy then counts as a miss, never as torn data.
+  bool read_tagged(uint64_t index, uint64_t tag, void* out) const;
+  /// The tag of a filled slot (0 for an untagged item or any other state).
+  uint64_t tag(uint64_t index) const;
+
   /// Start of the item region of a fixed layout: slot i at items() + i * item_bytes. With the
   /// first-N selection, slot i holds index i, so a full slab is one contiguous [slots, dims] array.
   const void* items() const;
