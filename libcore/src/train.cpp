@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -36,6 +37,7 @@
 #include "traincache/sha256.h"
 #include "traincache/shm_slab.h"
 #include "traincache/shuffle.h"
+#include "traincache/smart_cache.h"
 #include "traincache/text.h"
 #include "traincache/timing.h"
 #include "traincache/train_plan.h"
@@ -137,6 +139,8 @@ struct Rows {
   bool one_per_row = false;                     // a manifest's path field of negatives: [rows, 1, ...]
   bool flat = false;                            // cached embeddings: each row as one vector [rows, d]
   std::shared_ptr<data_cache::RowCache> cache;  // streamed: converted rows kept in a shared slab
+  std::string cache_parts;                      // --data-cache smart: what the column's rows are made of
+  std::shared_ptr<smart::WindowCache> window;   // and its SmartCache window (opened after the split)
 
   std::vector<int64_t> sizes() const {
     if (all.defined()) return all.sizes().vec();
@@ -152,9 +156,12 @@ struct Rows {
   // rows in ascending order (HDF5: one selection, each chunk once) and places them; plain loops
   // convert them: this runs on the prefetch thread, where OpenMP-parallel tensor operations would
   // compete with the training step's threads.
-  torch::Tensor gather(const torch::Tensor& idx) const {
+  // `keys`: the rows' SmartCache keys (training batches with --data-cache smart).
+  torch::Tensor gather(const torch::Tensor& idx, const std::vector<int64_t>* keys = nullptr) const {
     if (all.defined()) return all.index_select(0, idx.to(all.device()));
-    auto t = cache ? cached_rows(row_list(idx)) : encode::read_column_rows(*col, row_list(idx), scale);
+    auto t = window && keys ? window_rows(row_list(idx), *keys)
+             : cache        ? cached_rows(row_list(idx))
+                            : encode::read_column_rows(*col, row_list(idx), scale);
     if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
     if (one_per_row) t = t.unsqueeze(1);
     if (flat) t = t.reshape({t.size(0), -1});
@@ -178,26 +185,36 @@ struct Rows {
     return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
   }
 
-  // Rows `want` through the data cache: hits copied from the slab, the others read, converted
-  // and offered to it.
-  torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
+  // Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
+  // converted and offered to it by `store(k, bytes)` (k: the position in `want`).
+  template <class Lookup, class Store>
+  torch::Tensor through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const {
     const auto& ci = col->info();
     std::vector<int64_t> shape = ci.shape;
     shape[0] = static_cast<int64_t>(want.size());
     auto t = torch::empty(shape, encode::converted_type(ci.dtype));
     auto* out = static_cast<char*>(t.data_ptr());
-    const auto miss = cache->lookup(want, out);
+    const std::vector<std::size_t> miss = lookup(out);
     if (miss.empty()) return t;
     std::vector<int64_t> rows;
     for (auto k : miss) rows.push_back(want[k]);
     auto read = encode::read_column_rows(*col, rows, scale);
     const auto* in = static_cast<const char*>(read.data_ptr());
-    const std::size_t rb = cache->row_bytes();
     for (std::size_t j = 0; j < miss.size(); ++j) {
       std::memcpy(out + miss[j] * rb, in + j * rb, rb);
-      cache->store(rows[j], in + j * rb);
+      store(miss[j], in + j * rb);
     }
     return t;
+  }
+  torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
+    return through_cache(
+        want, cache->row_bytes(), [&](char* out) { return cache->lookup(want, out); },
+        [&](std::size_t k, const char* bytes) { cache->store(want[k], bytes); });
+  }
+  torch::Tensor window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const {
+    return through_cache(
+        want, window->item_bytes(), [&](char* out) { return window->lookup(keys, out); },
+        [&](std::size_t k, const char* bytes) { window->store(keys[k], bytes); });
   }
 };
 
@@ -211,6 +228,9 @@ struct Data {
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
   int64_t hard_negatives = 0;
   int64_t utf8_replaced = 0;  // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  // --data-cache smart: the window schedule over the training rows (item of a position: a row).
+  smart::WindowPlan window;
+  std::shared_ptr<const std::vector<int64_t>> window_rows;
 };
 
 // Every row of `col`, converted, on `device`.
@@ -243,10 +263,11 @@ void same_rows(const std::string& path, const std::string& a, int64_t na, const 
         "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
 }
 
-// Rows `idx` of every dataset.
-std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tensor& idx) {
+// Rows `idx` of every dataset (`keys`: their SmartCache keys, in a training batch).
+std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tensor& idx,
+                                  const std::vector<int64_t>* keys = nullptr) {
   std::vector<torch::Tensor> out;
-  for (const auto& t : ts) out.push_back(t.gather(idx));
+  for (const auto& t : ts) out.push_back(t.gather(idx, keys));
   return out;
 }
 
@@ -287,13 +308,15 @@ std::vector<int64_t> row_list(const torch::Tensor& idx) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx) {
-  return d.query_text ? token_inputs(*d.query_text, row_list(idx)) : gather(d.query, idx);
+std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx,
+                                        const std::vector<int64_t>* keys = nullptr) {
+  return d.query_text ? token_inputs(*d.query_text, row_list(idx)) : gather(d.query, idx, keys);
 }
 
 // Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...]; only the
 // positives without `negatives`.
-std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives = true) {
+std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives = true,
+                                          const std::vector<int64_t>* keys = nullptr) {
   if (d.passage_text) {
     const TextSide& t = *d.passage_text;
     std::vector<int64_t> seqs;
@@ -303,9 +326,9 @@ std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& id
     }
     return token_inputs(t, seqs);
   }
-  auto pos = gather(d.passage, idx);
+  auto pos = gather(d.passage, idx, keys);
   if (d.negatives.empty() || !negatives) return pos;
-  auto neg = gather(d.negatives, idx);
+  auto neg = gather(d.negatives, idx, keys);
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < pos.size(); ++i) {
     auto g = torch::cat({pos[i].unsqueeze(1), neg[i]}, 1);  // [B, 1+k, ...]
@@ -620,6 +643,7 @@ std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const
 // --data-cache: the slab of streamed column `r` (dataset `ds` of `file`), named after what its
 // converted rows are made from (the file's identity, the dataset, the conversion); with
 // --data-cache-keep NAME, NAME-0, NAME-1, ... in the order the datasets are opened.
+// With smart:N,r only what identifies the rows is kept: the window depends on the split (open_windows).
 void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
   const auto& ci = r.col->info();
   const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
@@ -630,6 +654,10 @@ void attach_data_cache(const TrainOptions& o, const std::string& file, const std
   if (auto t = fs::last_write_time(on_disk, ec); !ec) parts += std::to_string(t.time_since_epoch().count()) + '\0';
   if (const image::Spec* spec = r.col->preprocess())
     for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
+  if (o.data_cache.mode == data_cache::Mode::smart) {
+    r.cache_parts = parts;
+    return;
+  }
   data_cache::Spec spec = o.data_cache;
   if (!spec.keep.empty()) spec.keep += "-" + std::to_string(index);
   std::vector<uint64_t> dims;
@@ -766,11 +794,53 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
   std::optional<data_cache::Stats> sum;
   for (const auto* side : {&d.query, &d.passage, &d.negatives})
     for (const auto& r : *side) {
-      if (!r.cache) continue;
+      if (!r.cache && !r.window) continue;
       if (!sum) sum.emplace();
-      *sum += r.cache->stats();
+      *sum += r.cache ? r.cache->stats() : r.window->stats();
     }
   return sum;
+}
+
+// The seed of the SmartCache window's order of the training rows (the epochs' orders of the
+// window use seed * 1000003 + epoch, as without it).
+uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
+
+// --data-cache smart:N,r: the window schedule over the training rows `train` (in a seeded order;
+// as listed without --shuffle or when the window holds them all) and each streamed column's window cache, a slab named
+// after the column's rows and the schedule, shared by the ranks of the node (each prepares its share).
+void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d) {
+  if (o.data_cache.mode != data_cache::Mode::smart || train.empty()) return;
+  d.window = smart::make_plan(static_cast<int64_t>(train.size()), o.data_cache.cache_num, o.data_cache.replace_rate);
+  auto rows = std::make_shared<std::vector<int64_t>>(train);
+  if (o.shuffle && d.window.replace_num > 0) {  // a window of every row: the same batches as without
+    const auto order = shuffle::seeded_permutation(static_cast<int64_t>(train.size()), window_order_seed(o.seed));
+    for (std::size_t p = 0; p < order.size(); ++p) (*rows)[p] = train[static_cast<std::size_t>(order[p])];
+  }
+  d.window_rows = rows;
+  const std::string schedule =
+      "smart:" + std::to_string(d.window.cache_num) + "," + std::to_string(d.window.replace_num) + '\0' +
+      sha256_hex(std::string(reinterpret_cast<const char*>(rows->data()), rows->size() * sizeof(int64_t)));
+  for (auto* side : {&d.query, &d.passage, &d.negatives})
+    for (auto& r : *side) {
+      if (r.cache_parts.empty()) continue;
+      const auto& ci = r.col->info();
+      smart::WindowOptions w;
+      w.plan = d.window;
+      w.items = rows;
+      w.dtype = encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+      for (std::size_t i = 1; i < ci.shape.size(); ++i) w.dims.push_back(static_cast<uint64_t>(ci.shape[i]));
+      w.content_id = "gc-train-window:" + sha256_hex(r.cache_parts + schedule).substr(0, 32);
+      w.name = "gc-train-" + w.content_id.substr(w.content_id.size() - 16);
+      w.tool = "gc-train";
+      w.trust_owner = o.trust_slab_owner;
+      w.part = s.rank;
+      w.parts = s.world;
+      r.window =
+          smart::WindowCache::open(w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
+            auto t = encode::read_column_rows(*col, items, scale);
+            std::memcpy(out, t.data_ptr(), t.nbytes());
+          });
+    }
 }
 
 // ---- stage: load models ----------------------------------------------------------------------
@@ -1092,6 +1162,8 @@ class MetricsLog {
 
 // Steps [start, total): batch b of epoch e is rows perm_e[bB, (b+1)B) of the training rows
 // (perm_e = identity without shuffle); data parallel, rank r encodes [rB/W, (r+1)B/W) of each.
+// With --data-cache smart:N,r epoch e trains on the window's N rows (keys [eR, eR+N), in the
+// order perm_e of N), read through the window caches of the columns.
 class Trainer {
  public:
   Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
@@ -1121,14 +1193,16 @@ class Trainer {
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
   // `after_step(n)` runs after step n (1-based) on every rank: true ends the run there.
-  int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, TrainResult& result, const TrainCallbacks& cb,
-              const std::function<void(const std::string&)>& info, const std::function<bool(int64_t)>& after_step) {
+  int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, MetricsLog& batch_log, TrainResult& result,
+              const TrainCallbacks& cb, const std::function<void(const std::string&)>& info,
+              const std::function<bool(int64_t)>& after_step) {
     info_ = info;
     // --stream: the next batches' rows are read (and converted) on a thread while a step computes.
     std::unique_ptr<OrderedPrefetcher<BatchInputs>> ahead;
     if (o_.stream)
       ahead = std::make_unique<OrderedPrefetcher<BatchInputs>>(
           steps_.total - start, 1, 2, [this, start, cache = std::make_shared<EpochPerm>()](int64_t k) {
+            window_boundary(start, start + k);
             return inputs_of(rows_of_step(start + k, *cache));
           });
     int64_t s = start;
@@ -1137,11 +1211,14 @@ class Trainer {
         result.interrupted = true;
         break;
       }
+      if (!ahead) window_boundary(start, s);
       // The batch's rows: the reader's (it computed them with the inputs), or the loop's own.
       const auto t_wait = Clock::now();
       BatchInputs in = ahead ? ahead->next() : BatchInputs{rows_of_step(s, perm_), {}, {}};
       const double wait_s = seconds_since(t_wait);  // --stream: how long the step waited for its data
-      const torch::Tensor idx = in.idx;
+      if (data_.window_rows && (s == start || s % steps_.per_epoch == 0)) first_waits_.push_back(wait_s);
+      const torch::Tensor idx = in.batch.idx;
+      batch_log.write({{"step", s + 1}, {"epoch", s / steps_.per_epoch}, {"rows", row_list(idx)}});
       if (group_) {
         group_->set_context("step " + std::to_string(s + 1));
         const int64_t n = idx.size(0);
@@ -1155,7 +1232,7 @@ class Trainer {
       }
       auto t_step = Clock::now();
       double lr = scheduled_lr(o_, s, steps_.total);
-      if (!ahead) in = inputs_of(idx);
+      if (!ahead) in = inputs_of(std::move(in.batch));
       double l = step(s, idx, std::move(in), lr, ckpt);
       result.last_loss = l;
       samples_ += idx.size(0);
@@ -1183,6 +1260,17 @@ class Trainer {
 
   int64_t samples() const { return samples_; }
 
+  // The epochs this run began, with the wait of each one's first step.
+  std::vector<WindowEpoch> window_epochs() const {
+    std::lock_guard<std::mutex> lk(boundaries_mu_);
+    std::vector<WindowEpoch> out;
+    for (std::size_t i = 0; i < boundaries_.size() && i < first_waits_.size(); ++i) {
+      out.push_back(boundaries_[i]);
+      out.back().wait_seconds = first_waits_[i];
+    }
+    return out;
+  }
+
  private:
   // One epoch's order of the training rows (positions in the split's list), kept while its steps
   // run (one per thread); none without shuffling.
@@ -1191,22 +1279,54 @@ class Trainer {
     std::vector<int64_t> perm;
   };
 
+  // A batch: its rows, and (--data-cache smart) their keys in the SmartCache window.
+  struct Batch {
+    torch::Tensor idx;
+    std::vector<int64_t> keys;
+  };
+
   // The rows of step s's batch; `cache` holds the permutation of the epoch last asked for. Only
   // the permutation grows with the data (8 bytes a row); the batch's rows are looked up from it.
   // No torch operation here: the streaming reader calls this on its own thread (shuffle.h).
-  torch::Tensor rows_of_step(int64_t s, EpochPerm& cache) const {
+  Batch rows_of_step(int64_t s, EpochPerm& cache) const {
+    const bool window = data_.window_rows != nullptr;
+    const int64_t n = window ? data_.window.cache_num : n_train_;
     int64_t epoch = s / steps_.per_epoch, b = s % steps_.per_epoch;
     if (o_.shuffle && epoch != cache.epoch) {
       std::vector<int64_t>().swap(cache.perm);  // freed before the next one is drawn
       cache.epoch = epoch;
-      cache.perm = shuffle::seeded_permutation(n_train_, o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
+      cache.perm = shuffle::seeded_permutation(n, o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
     }
-    const int64_t first = b * o_.batch_size, end = std::min((b + 1) * o_.batch_size, n_train_);
-    auto rows = torch::empty({end - first}, torch::kLong);
-    auto* out = rows.data_ptr<int64_t>();
-    for (int64_t i = first; i < end; ++i)
-      out[i - first] = train_[static_cast<std::size_t>(o_.shuffle ? cache.perm[static_cast<std::size_t>(i)] : i)];
-    return rows;
+    const int64_t first = b * o_.batch_size, end = std::min((b + 1) * o_.batch_size, n);
+    Batch out{torch::empty({end - first}, torch::kLong), {}};
+    auto* rows = out.idx.data_ptr<int64_t>();
+    for (int64_t i = first; i < end; ++i) {
+      const int64_t p = o_.shuffle ? cache.perm[static_cast<std::size_t>(i)] : i;
+      if (!window) {
+        rows[i - first] = train_[static_cast<std::size_t>(p)];
+        continue;
+      }
+      const int64_t key = data_.window.first_key(epoch) + p;
+      out.keys.push_back(key);
+      rows[i - first] = (*data_.window_rows)[static_cast<std::size_t>(key % data_.window.dataset_len)];
+    }
+    return out;
+  }
+
+  // --data-cache smart: before the rows of step s are read (by the thread that reads them), the
+  // first step of an epoch begins it for every window cache (the replacer moves on to the rows
+  // entering next, unless it is the last epoch), recording what the boundary found.
+  void window_boundary(int64_t start, int64_t s) {
+    if (!data_.window_rows || !(s == start || s % steps_.per_epoch == 0)) return;
+    const int64_t e = s / steps_.per_epoch;
+    const bool next = (e + 1) * steps_.per_epoch < steps_.total;
+    WindowEpoch w;
+    w.epoch = e;
+    for (auto* side : {&data_.query, &data_.passage, &data_.negatives})
+      for (auto& r : *side)
+        if (r.window) w.late_rows = std::max(w.late_rows, r.window->begin_epoch(e, false, next).late);
+    std::lock_guard<std::mutex> lk(boundaries_mu_);
+    boundaries_.push_back(w);
   }
 
   // This process's share of the batch `idx`: all of it, or rank r's [rB/W, (r+1)B/W) (empty when
@@ -1218,16 +1338,25 @@ class Trainer {
     return idx.slice(0, s_.rank * n / s_.world, (s_.rank + 1) * n / s_.world);
   }
 
-  // The batch `idx` and the encoders' inputs for this process's share of it, read and converted
-  // (a streamed side reads them now); no inputs when the step is skipped.
+  // The batch and the encoders' inputs for this process's share of it, read and converted (a
+  // streamed side reads them now); no inputs when the step is skipped.
   struct BatchInputs {
-    torch::Tensor idx;
+    Batch batch;
     std::vector<torch::Tensor> query, passage;
   };
-  BatchInputs inputs_of(const torch::Tensor& idx) const {
-    const torch::Tensor own = own_rows(idx);
-    if (own.numel() == 0) return {idx, {}, {}};
-    return {idx, query_inputs(data_, own), m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own)};
+  BatchInputs inputs_of(Batch b) const {
+    const torch::Tensor own = own_rows(b.idx);
+    if (own.numel() == 0) return {std::move(b), {}, {}};
+    std::vector<int64_t> keys;  // the share's keys: the same slice of the batch
+    if (!b.keys.empty()) {
+      const int64_t n = b.idx.size(0), r = group_ ? s_.rank : 0;
+      const int64_t lo = group_ ? r * n / s_.world : 0;
+      keys.assign(b.keys.begin() + lo, b.keys.begin() + lo + own.size(0));
+    }
+    const auto* k = keys.empty() ? nullptr : &keys;
+    auto q = query_inputs(data_, own, k);
+    auto p = m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own, true, k);
+    return {std::move(b), std::move(q), std::move(p)};
   }
 
   // One optimiser step on the batch `idx`, of which this process encodes `in`; returns the loss.
@@ -1290,6 +1419,9 @@ class Trainer {
   gc::Parallel par_;
   precision::GradScaler& scaler_;
   bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
+  mutable std::mutex boundaries_mu_;
+  std::vector<WindowEpoch> boundaries_;  // --data-cache smart: the epochs begun (by the reading thread)
+  std::vector<double> first_waits_;      // and their first steps' waits (by the step loop)
   std::function<void(const std::string&)> info_;
 };
 
@@ -1558,7 +1690,15 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     group->broadcast(unique_params(m.distinct), 0);
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
   }
-  const StepPlan steps = plan_steps(o, static_cast<int64_t>(split.train.size()));
+  open_windows(o, s, split.train, data);
+  if (data.window_rows && o.drop_last && o.batch_size > data.window.cache_num)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " is larger than the " + std::to_string(data.window.cache_num) +
+                    " rows of the SmartCache window (use a smaller batch or --no-drop-last)");
+  result.window_rows = data.window.cache_num;
+  result.window_replace = data.window.replace_num;
+  const StepPlan steps =
+      plan_steps(o, data.window_rows ? data.window.cache_num : static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
   precision::GradScaler scaler(o.precision == Precision::fp16);
@@ -1573,6 +1713,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   if (auto st = json::parse(ckpt.resumed_state(), nullptr, false); st.is_object() && st.contains("grad_scale"))
     scaler.restore(st["grad_scale"].get<std::string>());
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
+  MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start > 0);
   result.best = best_from_json(ckpt.resumed_state());
   Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
   monitor.set_optimizer(opt.get());
@@ -1590,9 +1731,10 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps, scaler);
   auto t_loop = Clock::now();
-  const int64_t reached = trainer.run(start, ckpt, metrics, result, cb, info,
+  const int64_t reached = trainer.run(start, ckpt, metrics, batch_log, result, cb, info,
                                       [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
   result.steps_done = reached;
+  result.window_epochs = trainer.window_epochs();
   result.data_cache = data_cache_stats(data);
   double loop_s = seconds_since(t_loop);
   result.samples_per_second = loop_s > 0 ? trainer.samples() / loop_s : 0;

@@ -77,6 +77,23 @@ for i in 0 1 2; do
   expect_out_has "160 filled, 0 writing"
   run "$TC_BIN/shm-cache" rm "dd-$i"
 done
+# --data-cache smart: the ranks share one window slab per input (each rank's replacer prepares
+# every other incoming row) and train as one process on the window's batches: 2 epochs of a
+# 120-row window (3 batches each), 30 rows replaced.
+SMART=(--data "$D/pairs.h5" --query q --passage p --negatives negs --encoder "$D/tower.pt" --batch-size 40
+       --chunk-size 7 --optimizer sgd --lr 0.5 --similarity dot --temperature 0.5 --epochs 2 --seed 5 --threads 1
+       --data-cache smart:120,0.25)
+run "$TC_BIN/gc-train" "${SMART[@]}" --out "$WORK/smart1.pt"
+expect_rc 0
+launch 2 smart2 "${SMART[@]}" --out "$WORK/smart2.pt" --json
+expect_ranks_ok 2 smart2
+same_params "$WORK/smart1.pt" "$WORK/smart2.pt" "$D/tower.pt"
+py "
+import json
+c = json.load(open('$WORK/smart2.out.0'))['data_cache']
+print(len(c['slabs']), c['window']['cache_num'], c['window']['replace_num'], len(c['window']['epochs']), c['hits'] + c['misses'])"
+expect_out "3 120 30 2 360"
+expect_eq "$(ls /dev/shm | grep -c "^${TRAINCACHE_SHM_PREFIX}gc-train-")" "0" "window slabs after the runs"
 # 40 rows over 3 ranks: shares of 13, 13 and 14.
 launch 3 raw3 "${RAW[@]}" --out "$WORK/raw3.pt" --json
 expect_ranks_ok 3 raw3

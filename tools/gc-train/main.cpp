@@ -56,6 +56,18 @@ void add_eval(report::Record& rec, const std::string& key, const train::EvalMetr
 }
 
 // The result's fields, declared once: --json writes them, the text lines below name them.
+// --data-cache smart: the window's size and what each epoch boundary found (null otherwise).
+report::Json window_json(const train::TrainResult& r) {
+  if (r.window_rows == 0) return nullptr;
+  auto epochs = report::Json::array();
+  for (const auto& e : r.window_epochs)
+    epochs.push_back({{"epoch", e.epoch}, {"late_rows", e.late_rows}, {"wait_seconds", e.wait_seconds}});
+  return {{"cache_num", r.window_rows},
+          {"replace_num", r.window_replace},
+          {"replaced", r.data_cache ? r.data_cache->replaced : 0},
+          {"epochs", epochs}};
+}
+
 report::Record train_record(const train::TrainResult& r) {
   report::Record rec;
   rec.add("schema", "gc-train/1")
@@ -88,7 +100,8 @@ report::Record train_record(const train::TrainResult& r) {
              {"stored", c.stored},
              {"slots", c.slots},
              {"rows", c.rows},
-             {"bytes", c.bytes}},
+             {"bytes", c.bytes},
+             {"window", window_json(r)}},
             text);
   } else {
     rec.add("data_cache", nullptr);
@@ -136,6 +149,9 @@ int run(Options& o) {
       throw Error(Exit::usage, "--data-cache",
                   "caches raw inputs; cached embeddings are shared between processes with --cache-shm");
     t.stream = true;
+    if (t.data_cache.mode == data_cache::Mode::smart && !o.data_cache_keep.empty())
+      throw Error(Exit::usage, "--data-cache-keep",
+                  "needs --data-cache full or stochastic:F (a SmartCache window holds one run's rows)");
   } else if (!o.data_cache_keep.empty()) {
     throw Error(Exit::usage, "--data-cache-keep", "needs --data-cache full or stochastic:F");
   }
@@ -227,8 +243,9 @@ void add_input_options(CLI::App& app, Options& o) {
                "when the converted raw inputs would take over 80% of the available memory)")
       ->group(g_raw);
   app.add_option("--data-cache", o.data_cache,
-                 "none, full or stochastic:F: keep the converted rows of streamed inputs (all, or the first "
-                 "fraction F) in shared-memory slabs every process on the machine uses (implies --stream)")
+                 "none, full, stochastic:F or smart:N,r: keep the converted rows of streamed inputs (all, the "
+                 "first fraction F, or a SmartCache window of N rows of which ceil(N*r) are replaced per epoch) in "
+                 "shared-memory slabs every process on the machine uses (implies --stream)")
       ->capture_default_str()
       ->group(g_raw);
   app.add_option("--data-cache-limit", o.data_cache_limit,
@@ -392,6 +409,7 @@ void add_optimiser_options(CLI::App& app, Options& o) {
                  "Trained classifier (softmax, arcface, cosface) as TorchScript: representation -> class logits")
       ->group(g_out);
   app.add_option("--metrics", t.metrics, "Per-step metrics as JSON Lines")->group(g_out);
+  app.add_option("--batch-log", t.batch_log, "Each step's rows (of --data) as JSON Lines")->group(g_out);
 }
 
 }  // namespace

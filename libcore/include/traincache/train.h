@@ -92,6 +92,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;
   bool resume = false;
   std::string out, passage_out, metrics;
+  std::string batch_log;                  ///< JSON Lines: each step's rows (rank 0: the whole batch)
   std::string classifier_out;             ///< the classifier of softmax, arcface and cosface as TorchScript
   int64_t eval_begin = 0, eval_end = -1;  ///< held-out rows [begin, end) when end > 0
   double eval_split = 0;                  ///< or a seeded random fraction of the rows (0: none)
@@ -130,6 +131,13 @@ struct BestRecord {
   int64_t since = 0;  ///< evaluations since the best
 };
 
+/// What the SmartCache window found at the start of an epoch (--data-cache smart).
+struct WindowEpoch {
+  int64_t epoch = 0;
+  uint64_t late_rows = 0;   ///< rows of the window not prepared by then (read as the steps ask for them)
+  double wait_seconds = 0;  ///< the epoch's first step waited this long for its inputs
+};
+
 /// What a run did.
 struct TrainResult {
   bool interrupted = false;
@@ -153,6 +161,8 @@ struct TrainResult {
   double collective_seconds = 0;                ///< time in them (transfers and waiting for other ranks)
   int64_t utf8_replaced = 0;                    ///< ill-formed UTF-8 sequences of text fields replaced with U+FFFD
   std::optional<data_cache::Stats> data_cache;  ///< with --data-cache: this process's hits and misses
+  int64_t window_rows = 0, window_replace = 0;  ///< --data-cache smart: N and R
+  std::vector<WindowEpoch> window_epochs;       ///< --data-cache smart: the epochs this run began
 };
 
 /// Per-step callback (step, total, loss) and informational messages.
