@@ -1,12 +1,20 @@
 #include "traincache/data_cache.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "traincache/error.h"
+#include "traincache/interrupt.h"
 #include "traincache/sha256.h"
 #include "traincache/text.h"
 
@@ -195,6 +203,134 @@ Stats RowCache::stats() const {
   s.slots = si.slots;
   s.rows = rows_;
   s.bytes = si.slots * row_bytes_;
+  s.slabs.push_back(name_);
+  return s;
+}
+
+namespace {
+
+bool process_alive(int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+void pause_or_stop(const std::string& name) {
+  if (interrupt_requested()) throw Error(Exit::interrupted, name, "interrupted while waiting for the slab");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// The claim on making slab `name`: a file beside the slabs (hidden from their listing) holding the
+// maker's pid; false when a live process holds it (a dead one's is removed).
+bool take_claim(const std::string& path) {
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    const std::string pid = std::to_string(getpid());
+    const bool ok = ::write(fd, pid.data(), pid.size()) == static_cast<ssize_t>(pid.size());
+    ::close(fd);
+    if (!ok) {
+      ::unlink(path.c_str());
+      throw Error(Exit::cant_create, path, errno_text(errno ? errno : EIO));
+    }
+    return true;
+  }
+  if (errno != EEXIST) throw Error(Exit::cant_create, path, errno_text(errno));
+  char buf[32] = "";
+  int rfd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (rfd >= 0) {
+    const ssize_t n = ::read(rfd, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    ::close(rfd);
+  }
+  const long long holder = std::atoll(buf);
+  if (holder > 0 && !process_alive(holder)) ::unlink(path.c_str());  // its maker died
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust_owner,
+                                             const std::function<SealedItems()>& make) {
+  std::unique_ptr<SealedSlab> c(new SealedSlab());
+  c->name_ = want.name;
+  const std::string claim = shm::shm_dir() + "/." + shm::object_prefix() + want.name + ".claim";
+  for (;;) {
+    std::unique_ptr<shm::Slab> slab;
+    try {
+      slab = std::make_unique<shm::Slab>(shm::Slab::attach(want.name, false));
+    } catch (const Error& e) {
+      if (e.code() != Exit::unavailable) throw;
+    }
+    if (slab) {
+      const auto si = slab->info();
+      if (si.uid != ::geteuid() && !trust_owner)
+        throw Error(Exit::data, want.name,
+                    "slab is owned by another user (uid " + std::to_string(si.uid) +
+                        "); use --trust-slab-owner to share it, or another --data-cache-keep name");
+      if (si.content_id != want.content_id || si.layout != shm::Layout::variable || si.dtype != want.dtype)
+        throw Error(Exit::data, want.name,
+                    "slab holds other items than this run's data (remove it: shm-cache rm " + want.name + ")");
+      if (si.sealed_digest) {
+        if (slab->data_digest() != *si.sealed_digest)
+          throw Error(Exit::data, want.name,
+                      "slab changed since it was sealed (remove it: shm-cache rm " + want.name + ")");
+        c->slab_ = std::move(slab);
+        return c;
+      }
+      slab.reset();
+      if (!process_alive(si.creator_pid)) {  // made by a process that died before sealing it
+        try {
+          shm::remove_slab(want.name);
+        } catch (const Error&) {  // someone else removed it first
+        }
+        continue;
+      }
+      pause_or_stop(want.name);
+      continue;
+    }
+    if (!take_claim(claim)) {
+      pause_or_stop(want.name);
+      continue;
+    }
+    struct Unclaim {
+      const std::string& path;
+      ~Unclaim() { ::unlink(path.c_str()); }
+    } unclaim{claim};
+    const auto names = shm::list_slabs();
+    if (std::find(names.begin(), names.end(), want.name) != names.end()) continue;  // made since we looked
+    SealedItems items = make();
+    want.layout = shm::Layout::variable;
+    want.length = items.count;
+    want.slots = items.count;
+    want.limit_bytes = std::max<uint64_t>(1, items.bytes);
+    auto made = std::make_unique<shm::Slab>(shm::Slab::create(want));
+    try {
+      items.fill(*made);
+      made->seal(made->data_digest());
+    } catch (...) {
+      made.reset();
+      shm::remove_slab(want.name);
+      throw;
+    }
+    c->slab_ = std::move(made);
+    c->made_ = true;
+    c->remove_at_end_ = want.temporary;
+    return c;
+  }
+}
+
+SealedSlab::~SealedSlab() {
+  slab_.reset();
+  if (!remove_at_end_) return;
+  try {
+    shm::remove_slab(name_);
+  } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
+  }
+}
+
+Stats SealedSlab::stats() const {
+  Stats s;
+  const auto si = slab_->info();
+  s.stored = made_ ? si.slots : 0;
+  s.slots = si.slots;
+  s.rows = si.length;
+  s.bytes = si.arena_bytes;
   s.slabs.push_back(name_);
   return s;
 }

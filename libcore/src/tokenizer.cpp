@@ -204,28 +204,38 @@ TokenRows token_rows(const std::vector<int64_t>& values, std::vector<int64_t> of
   return rows;
 }
 
-TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int64_t length) {
+TokenBatch pad_seqs(const std::function<TokenSeq(int64_t)>& seq, const std::vector<int64_t>& seqs, int64_t length,
+                    int64_t pad_id) {
   TokenBatch b;
   b.rows = static_cast<int64_t>(seqs.size());
+  std::vector<TokenSeq> views;
+  views.reserve(seqs.size());
+  for (int64_t s : seqs) views.push_back(seq(s));
   b.length = length;
   if (length <= 0)
-    for (int64_t s : seqs) b.length = std::max(b.length, rows.length(s));
+    for (const auto& v : views) b.length = std::max(b.length, v.length);
   b.length = std::max<int64_t>(b.length, 1);
   const std::size_t n = static_cast<std::size_t>(b.rows * b.length);
-  b.input_ids.assign(n, rows.pad_id);
+  b.input_ids.assign(n, pad_id);
   b.attention_mask.assign(n, 0);
   b.token_type_ids.assign(n, 0);
-  for (std::size_t r = 0; r < seqs.size(); ++r) {
-    const auto from = static_cast<std::size_t>(rows.offsets[static_cast<std::size_t>(seqs[r])]);
-    const auto len = static_cast<std::size_t>(std::min(rows.length(seqs[r]), b.length));
+  for (std::size_t r = 0; r < views.size(); ++r) {
+    const auto len = static_cast<std::size_t>(std::min(views[r].length, b.length));
     const std::size_t base = r * static_cast<std::size_t>(b.length);
-    std::copy_n(rows.ids.begin() + static_cast<std::ptrdiff_t>(from), len,
-                b.input_ids.begin() + static_cast<std::ptrdiff_t>(base));
-    std::copy_n(rows.type_ids.begin() + static_cast<std::ptrdiff_t>(from), len,
-                b.token_type_ids.begin() + static_cast<std::ptrdiff_t>(base));
+    std::copy_n(views[r].ids, len, b.input_ids.begin() + static_cast<std::ptrdiff_t>(base));
+    std::copy_n(views[r].type_ids, len, b.token_type_ids.begin() + static_cast<std::ptrdiff_t>(base));
     std::fill_n(b.attention_mask.begin() + static_cast<std::ptrdiff_t>(base), len, 1);
   }
   return b;
+}
+
+TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int64_t length) {
+  return pad_seqs(
+      [&rows](int64_t i) {
+        const auto from = static_cast<std::size_t>(rows.offsets[static_cast<std::size_t>(i)]);
+        return TokenSeq{rows.ids.data() + from, rows.type_ids.data() + from, rows.length(i)};
+      },
+      seqs, length, rows.pad_id);
 }
 
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,

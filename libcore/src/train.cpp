@@ -115,13 +115,30 @@ gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
 
 // A text side's token sequences, tokenized once at load: the side's rows, then (passages) the
 // hard negatives, row i's j-th at rows + i*k + j. Batches are padded when they are drawn.
+// With --data-cache the sequences live in a sealed slab shared by the node (tokenized once).
 struct TextSide {
-  text::TokenRows seqs;
+  text::TokenRows seqs;                            // in this process's memory, or
+  std::shared_ptr<data_cache::SealedSlab> shared;  // sequence i in slot i: its ids, then its type ids
   int64_t rows = 0, negatives = 0;
   int64_t length = 0;  // every batch padded to this many tokens; 0: to its longest (chunks trimmed)
   std::shared_ptr<const text::Tokenizer> tok;
   std::string tokenizer;  // its file
   torch::Device device{torch::kCPU};
+
+  // Sequences `s` padded into a batch.
+  text::TokenBatch pad(const std::vector<int64_t>& s) const {
+    if (!shared) return text::pad_rows(seqs, s, length);
+    const shm::Slab& slab = shared->slab();
+    auto seq = [&slab](int64_t i) {
+      const auto v = slab.view(static_cast<uint64_t>(i));
+      if (!v || v.bytes % 8 != 0)
+        throw Error(Exit::data, slab.info().name, "sequence " + std::to_string(i) + " is missing or damaged");
+      const auto* ids = static_cast<const int32_t*>(v.data);
+      const auto n = static_cast<int64_t>(v.bytes / 8);
+      return text::TokenSeq{ids, ids + n, n};
+    };
+    return text::pad_seqs(seq, s, length, seqs.pad_id);
+  }
 };
 
 std::vector<int64_t> row_list(const torch::Tensor& idx);
@@ -286,7 +303,7 @@ Rows open_rows(const std::string& path, const std::string& ds, double scale, tor
 
 // Sequences `seqs` of a text side, padded: input_ids, attention_mask, token_type_ids.
 std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int64_t>& seqs) {
-  auto out = encode::token_tensors(text::pad_rows(t.seqs, seqs, t.length));
+  auto out = encode::token_tensors(t.pad(seqs));
   for (auto& x : out) x = x.to(t.device);
   return out;
 }
@@ -596,9 +613,58 @@ std::vector<std::string> read_texts(const TrainOptions& o, const std::string& fi
 }
 
 // A text side: one field of `file` (and one of its hard negatives), tokenized.
+// --data-cache: a text side's token sequences (`texts`, then `negs`) in a sealed slab, tokenized
+// by one process of the node and shared by all; named after what the tokens are made from (the
+// file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
+// --data-cache-keep.
+std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, const std::string& file,
+                                                      const std::string& field, const std::string& neg_field,
+                                                      const TextSide& t, const std::vector<std::string>& texts,
+                                                      const std::vector<std::string>& negs, int index) {
+  std::string parts = "text\0" + canonical(file) + '\0' + field + '\0' + neg_field + '\0' + sha256_file(t.tokenizer) +
+                      '\0' + std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
+                      (o.tokenize.strict_utf8 ? "strict" : "replace") + '\0';
+  std::error_code ec;
+  if (auto size = fs::file_size(file, ec); !ec) parts += std::to_string(size) + '\0';
+  if (auto mt = fs::last_write_time(file, ec); !ec) parts += std::to_string(mt.time_since_epoch().count()) + '\0';
+  shm::CreateOptions want;
+  want.content_id = data_cache::content_id(parts);
+  want.name = o.data_cache.keep.empty() ? "gc-train-" + want.content_id.substr(want.content_id.size() - 16)
+                                        : o.data_cache.keep + "-" + std::to_string(index);
+  shm::validate_name(want.name);
+  want.dtype = DType::i32;
+  want.tool = "gc-train";
+  want.temporary = o.data_cache.keep.empty();
+  auto make = [&] {
+    const std::string what = file + ": field '";
+    auto rows = std::make_shared<text::TokenRows>(
+        text::tokenize_rows(*t.tok, texts, o.tokenize, what + field + "'", o.threads));
+    if (!negs.empty()) rows->extend(text::tokenize_rows(*t.tok, negs, o.tokenize, what + neg_field + "'", o.threads));
+    data_cache::SealedItems items;
+    items.count = static_cast<uint64_t>(rows->size());
+    items.bytes = rows->ids.size() * 2 * sizeof(int32_t);
+    items.fill = [rows](shm::Slab& slab) {
+      std::vector<int32_t> buf;
+      for (int64_t i = 0; i < rows->size(); ++i) {
+        const auto from = rows->ids.begin() + rows->offsets[static_cast<std::size_t>(i)];
+        const auto type_from = rows->type_ids.begin() + rows->offsets[static_cast<std::size_t>(i)];
+        buf.assign(from, from + rows->length(i));
+        buf.insert(buf.end(), type_from, type_from + rows->length(i));
+        if (!slab.set(static_cast<uint64_t>(i), buf.data(), buf.size() * sizeof(int32_t)))
+          throw Error(Exit::internal, slab.info().name, "sequence " + std::to_string(i) + " was not stored");
+      }
+    };
+    return items;
+  };
+  return data_cache::SealedSlab::open(want, o.trust_slab_owner, make);
+}
+
+// A text side: fields[0] of `file` (and its hard negatives `negatives`), tokenized with `tok_path`
+// in this process, or through the node's shared slab with --data-cache (`cache_index`: its
+// --data-cache-keep number).
 TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                   const std::string& tok_path, const char* option, int64_t& replaced) {
+                   const std::string& tok_path, const char* option, int64_t& replaced, int cache_index) {
   if (fields.size() != 1)
     throw Error(Exit::usage, option, "a text side reads one field, not " + std::to_string(fields.size()));
   if (negatives.size() > 1) throw Error(Exit::usage, "--negatives", "a text side reads one field of negatives");
@@ -611,11 +677,19 @@ TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& fil
   int64_t one = 1;
   auto texts = read_texts(o, file, fields[0], false, one, replaced);
   t.rows = static_cast<int64_t>(texts.size());
+  std::vector<std::string> neg;
+  if (!negatives.empty()) {
+    neg = read_texts(o, file, negatives[0], true, t.negatives, replaced);
+    same_rows(file, fields[0], t.rows, negatives[0], static_cast<int64_t>(neg.size()) / t.negatives);
+  }
+  if (o.data_cache.mode != data_cache::Mode::none) {
+    t.shared = shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, texts, neg, cache_index);
+    t.seqs.pad_id = t.tok->pad_id();
+    return t;
+  }
   t.seqs = text::tokenize_rows(*t.tok, texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
-  if (negatives.empty()) return t;
-  auto neg = read_texts(o, file, negatives[0], true, t.negatives, replaced);
-  same_rows(file, fields[0], t.rows, negatives[0], static_cast<int64_t>(neg.size()) / t.negatives);
-  t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
+  if (!neg.empty())
+    t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
   return t;
 }
 
@@ -681,13 +755,13 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   };
   int64_t replaced = 0;
   if (const auto tok = side_tokenizer(o, true); !tok.empty())
-    d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced);
+    d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced, cached++);
   else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
     for (const auto& q : o.query) d.query.push_back(load(q));
   if (o.passage.empty()) {  // raw grouped mode: one side and its labels
     d.labels = read_labels(file, o.labels, o.files);
   } else if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
-    d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced);
+    d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
     d.hard_negatives = d.passage_text->negatives;
   } else if (!(d.passage_text = ragged_side(o, s, file, o.passage, !o.negatives.empty()))) {
     for (const auto& p : o.passage) d.passage.push_back(load(p));
@@ -797,6 +871,11 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
       if (!r.cache && !r.window) continue;
       if (!sum) sum.emplace();
       *sum += r.cache ? r.cache->stats() : r.window->stats();
+    }
+  for (const auto* t : {&d.query_text, &d.passage_text})
+    if (*t && (*t)->shared) {
+      if (!sum) sum.emplace();
+      *sum += (*t)->shared->stats();
     }
   return sum;
 }

@@ -114,9 +114,85 @@ rc1=$?
 expect_eq "$rc0,$rc1" "0,0" "rank exits (stderr: $(head -c 400 "$WORK/dist.err.0") $(head -c 400 "$WORK/dist.err.1"))"
 same_params "$WORK/gc.pt" "$WORK/dist.pt" "$ENC" 1e-4
 
-# ---- token ids in variable-layout slabs (ragged rows, no tokenizer) train like the text fields
 export TRAINCACHE_SHM_PREFIX="tctrain-$$-"
-trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"* /dev/shm/."$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+
+# ---- --data-cache: each side's token sequences in a sealed slab every process of the node shares,
+# tokenized by one of them; the same trained bytes.
+# dc_counts: "slabs stored slots" of the data_cache record on stdin.
+dc_counts() {
+  "$TC_PYTHON" -c "
+import json, sys
+c = json.load(sys.stdin)['data_cache']
+print(len(c['slabs']), c['stored'], c['slots'])"
+}
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --json -o "$WORK/dc.pt"
+expect_rc 0
+expect_same "$WORK/gc.pt" "$WORK/dc.pt"
+# 400 words; 400 glosses and their 800 negatives.
+expect_eq "$(printf '%s' "$out" | dc_counts)" "2 1600 1600"
+expect_eq "$(ls /dev/shm | grep -c "^$TRAINCACHE_SHM_PREFIX")" "0" "temporary token slabs removed"
+# Kept: the next run finds the sequences and tokenizes nothing.
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --data-cache-keep tok --json -o "$WORK/k1.pt"
+expect_eq "$(printf '%s' "$out" | dc_counts)" "2 1600 1600"
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --data-cache-keep tok --json -o "$WORK/k2.pt"
+expect_eq "$(printf '%s' "$out" | dc_counts)" "2 0 1600"
+expect_same "$WORK/gc.pt" "$WORK/k2.pt"
+run "$TC_BIN/shm-cache" stat tok-1
+expect_out_has "1200 filled, 0 writing"
+run "$TC_BIN/shm-cache" stat tok-1 --json
+expect_out_has '"sealed":true'
+# Two processes started together tokenize each side once between them.
+for i in 1 2; do
+  "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --json -o "$WORK/two$i.pt" > "$WORK/two$i.json" &
+  pids[i]=$!
+done
+wait "${pids[1]}" && wait "${pids[2]}"
+expect_eq "$?" "0" "two runs at once"
+expect_same "$WORK/gc.pt" "$WORK/two1.pt"
+expect_same "$WORK/gc.pt" "$WORK/two2.pt"
+expect_eq "$(( $(dc_counts < "$WORK/two1.json" | cut -d' ' -f2) + $(dc_counts < "$WORK/two2.json" | cut -d' ' -f2) ))" \
+  "1600" "sequences stored by the two runs"
+# A claim left by a dead process is taken over.
+echo 999999999 > "/dev/shm/.${TRAINCACHE_SHM_PREFIX}tc2-0.claim"
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --data-cache-keep tc2 --json -o "$WORK/tc2.pt"
+expect_rc 0
+expect_eq "$(printf '%s' "$out" | dc_counts)" "2 1600 1600"
+expect_no_file "/dev/shm/.${TRAINCACHE_SHM_PREFIX}tc2-0.claim"
+# A sealed slab whose bytes changed, and a slab made for other items, are refused (65).
+run "$TC_BIN/shm-cache" stat tok-0 --json
+printf '%s' "$out" > "$WORK/stat.json"
+py "
+import json, mmap
+s = json.load(open('$WORK/stat.json'))['slab']
+with open(s['path'], 'r+b') as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[s['offsets']['data']] ^= 1
+"
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --data-cache full --data-cache-keep tok
+expect_rc 65
+expect_err "gc-train: error: tok-0: slab changed since it was sealed (remove it: shm-cache rm tok-0)"
+run "$TC_BIN/shm-cache" create other-0 --len 4 --variable --dtype int32 --limit 1KiB
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --data-cache full --data-cache-keep other
+expect_rc 65
+expect_err "gc-train: error: other-0: slab holds other items than this run's data (remove it: shm-cache rm other-0)"
+# Two data-parallel ranks share the sequences and train like one process.
+port=$("$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --threads 1 \
+    --dist-timeout 60 --data-cache full -o "$WORK/distdc.pt" >"$WORK/distdc.out.$r" 2>"$WORK/distdc.err.$r" <&- &
+  pids[r]=$!
+done
+wait "${pids[0]}"
+rc0=$?
+wait "${pids[1]}"
+rc1=$?
+expect_eq "$rc0,$rc1" "0,0" "rank exits (stderr: $(head -c 400 "$WORK/distdc.err.0") $(head -c 400 "$WORK/distdc.err.1"))"
+same_params "$WORK/gc.pt" "$WORK/distdc.pt" "$ENC" 1e-4
+for n in tok-0 tok-1 tc2-0 tc2-1 other-0; do "$TC_BIN/shm-cache" rm -q "$n"; done
+expect_eq "$(ls -a /dev/shm | grep -c "$TRAINCACHE_SHM_PREFIX")" "0" "slabs and claims left"
+
+# ---- token ids in variable-layout slabs (ragged rows, no tokenizer) train like the text fields
 for side in word gloss; do
   py "
 import json

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,44 @@ class RowCache {
   uint64_t rows_ = 0;
   struct Counters;
   std::unique_ptr<Counters> counts_;
+};
+
+/// Items made once per node (gc-train's tokenized text sides), and how to store them.
+struct SealedItems {
+  uint64_t count = 0;                    ///< items
+  uint64_t bytes = 0;                    ///< their bytes in all (the slab's arena)
+  std::function<void(shm::Slab&)> fill;  ///< stores every item (index i in slot i)
+};
+
+/// A variable-layout slab of items made once and then only read, shared by every process on the
+/// node: attached when it exists and is sealed (complete; its data is checked against the sealed
+/// digest), waited for while another process makes it, else made here. One process at a time
+/// makes it (it holds a claim file beside the slabs; a claim or an unsealed slab left by a dead
+/// process is taken over), so N ranks tokenize a corpus once, not N times.
+class SealedSlab {
+ public:
+  /// `want`: name, content id, dtype, tool, temporary (removed at the end by the process that
+  /// made it); its length, slots and arena come from `make()`. Errors: another user's slab unless
+  /// `trust_owner`, one made for other contents, or one whose data changed since it was sealed ->
+  /// Error(data); no room in /dev/shm -> Error(cant_create); SIGINT while waiting ->
+  /// Error(interrupted); whatever `make()` throws.
+  static std::unique_ptr<SealedSlab> open(shm::CreateOptions want, bool trust_owner,
+                                          const std::function<SealedItems()>& make);
+  ~SealedSlab();
+  SealedSlab(const SealedSlab&) = delete;
+  SealedSlab& operator=(const SealedSlab&) = delete;
+
+  const shm::Slab& slab() const { return *slab_; }
+  /// Whether this process made it (and stored every item).
+  bool made() const { return made_; }
+  /// `stored`: the items when this process made it; slots, rows and bytes of the slab.
+  Stats stats() const;
+
+ private:
+  SealedSlab() = default;
+  std::unique_ptr<shm::Slab> slab_;
+  std::string name_;
+  bool made_ = false, remove_at_end_ = false;
 };
 
 /// The slab name and content id of a column, from what identifies its converted rows.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -105,6 +106,17 @@ TokenRows token_rows(const std::vector<int64_t>& values, std::vector<int64_t> of
 /// Sequences `seqs` of `rows` (in that order, repeats allowed) padded to `length` tokens, or to
 /// the longest of them when `length` is 0 (at least 1 token).
 TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int64_t length = 0);
+
+/// One sequence's tokens, wherever they are kept (TokenRows, a shared-memory slab).
+struct TokenSeq {
+  const int32_t* ids = nullptr;
+  const int32_t* type_ids = nullptr;
+  int64_t length = 0;
+};
+
+/// As pad_rows, for sequences `seq(i)` padded with `pad_id`.
+TokenBatch pad_seqs(const std::function<TokenSeq(int64_t)>& seq, const std::vector<int64_t>& seqs, int64_t length,
+                    int64_t pad_id);
 
 /// Replaces every ill-formed UTF-8 sequence of `s` with U+FFFD (one per maximal subpart, as
 /// WHATWG and Python's "replace" do), or with `replacement`, in place; returns how many were
