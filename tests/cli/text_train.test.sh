@@ -101,18 +101,25 @@ print('ok' if got['rows'] == 100 and all(abs(got[k] - want[k]) < 1e-9 for k in (
 expect_out "ok"
 
 # ---- two data-parallel ranks over Gloo train like one process with the whole batch
-port=$("$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 \
-    --threads 1 --dist-timeout 60 -o "$WORK/dist.pt" >"$WORK/dist.out.$r" 2>"$WORK/dist.err.$r" <&- &
-  pids[r]=$!
-done
-wait "${pids[0]}"
-rc0=$?
-wait "${pids[1]}"
-rc1=$?
-expect_eq "$rc0,$rc1" "0,0" "rank exits (stderr: $(head -c 400 "$WORK/dist.err.0") $(head -c 400 "$WORK/dist.err.1"))"
-same_params "$WORK/gc.pt" "$WORK/dist.pt" "$ENC" 1e-4
+# two_ranks NAME ARGS...: gc-train TRAIN ARGS on two ranks writing $WORK/NAME.pt; both must exit 0,
+# and the result must equal the one-process run's.
+two_ranks() {
+  local name=$1 port r
+  shift
+  port=$("$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 \
+      --threads 1 --dist-timeout 60 "$@" -o "$WORK/$name.pt" >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
+    pids[r]=$!
+  done
+  wait "${pids[0]}"
+  rc0=$?
+  wait "${pids[1]}"
+  rc1=$?
+  expect_eq "$rc0,$rc1" "0,0" "rank exits (stderr: $(head -c 400 "$WORK/$name.err.0") $(head -c 400 "$WORK/$name.err.1"))"
+  same_params "$WORK/gc.pt" "$WORK/$name.pt" "$ENC" 1e-4
+}
+two_ranks dist
 
 export TRAINCACHE_SHM_PREFIX="tctrain-$$-"
 trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"* /dev/shm/."$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
@@ -177,18 +184,7 @@ run "$TC_BIN/gc-train" "${TRAIN[@]}" --data-cache full --data-cache-keep other
 expect_rc 65
 expect_err "gc-train: error: other-0: slab holds other items than this run's data (remove it: shm-cache rm other-0)"
 # Two data-parallel ranks share the sequences and train like one process.
-port=$("$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --threads 1 \
-    --dist-timeout 60 --data-cache full -o "$WORK/distdc.pt" >"$WORK/distdc.out.$r" 2>"$WORK/distdc.err.$r" <&- &
-  pids[r]=$!
-done
-wait "${pids[0]}"
-rc0=$?
-wait "${pids[1]}"
-rc1=$?
-expect_eq "$rc0,$rc1" "0,0" "rank exits (stderr: $(head -c 400 "$WORK/distdc.err.0") $(head -c 400 "$WORK/distdc.err.1"))"
-same_params "$WORK/gc.pt" "$WORK/distdc.pt" "$ENC" 1e-4
+two_ranks distdc --data-cache full
 for n in tok-0 tok-1 tc2-0 tc2-1 other-0; do "$TC_BIN/shm-cache" rm -q "$n"; done
 expect_eq "$(ls -a /dev/shm | grep -c "$TRAINCACHE_SHM_PREFIX")" "0" "slabs and claims left"
 
