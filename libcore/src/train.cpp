@@ -890,6 +890,10 @@ uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
 void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d) {
   if (o.data_cache.mode != data_cache::Mode::smart || train.empty()) return;
   d.window = smart::make_plan(static_cast<int64_t>(train.size()), o.data_cache.cache_num, o.data_cache.replace_rate);
+  if (o.drop_last && o.batch_size > d.window.cache_num)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " is larger than the " + std::to_string(d.window.cache_num) +
+                    " rows of the SmartCache window (use a smaller batch or --no-drop-last)");
   auto rows = std::make_shared<std::vector<int64_t>>(train);
   if (o.shuffle && d.window.replace_num > 0) {  // a window of every row: the same batches as without
     const auto order = shuffle::seeded_permutation(static_cast<int64_t>(train.size()), window_order_seed(o.seed));
@@ -1770,10 +1774,6 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
   }
   open_windows(o, s, split.train, data);
-  if (data.window_rows && o.drop_last && o.batch_size > data.window.cache_num)
-    throw Error(Exit::usage, "--batch-size",
-                std::to_string(o.batch_size) + " is larger than the " + std::to_string(data.window.cache_num) +
-                    " rows of the SmartCache window (use a smaller batch or --no-drop-last)");
   result.window_rows = data.window.cache_num;
   result.window_replace = data.window.replace_num;
   const StepPlan steps =
