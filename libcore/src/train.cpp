@@ -613,6 +613,22 @@ std::vector<std::string> read_texts(const TrainOptions& o, const std::string& fi
 }
 
 // A text side: one field of `file` (and one of its hard negatives), tokenized.
+// What tells versions of file `path` apart in a data cache's name (beside its absolute path): its
+// size and modification time, NUL-terminated.
+std::string file_stamp(const std::string& path) {
+  std::string id;
+  std::error_code ec;
+  if (auto size = fs::file_size(path, ec); !ec) id += std::to_string(size) + '\0';
+  if (auto t = fs::last_write_time(path, ec); !ec) id += std::to_string(t.time_since_epoch().count()) + '\0';
+  return id;
+}
+
+// The element type and row shape a streamed column's converted rows have in a slab.
+DType converted_slab_type(const source::ColumnInfo& ci, std::vector<uint64_t>* dims) {
+  for (std::size_t i = 1; i < ci.shape.size(); ++i) dims->push_back(static_cast<uint64_t>(ci.shape[i]));
+  return encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+}
+
 // --data-cache: a text side's token sequences (`texts`, then `negs`) in a sealed slab, tokenized
 // by one process of the node and shared by all; named after what the tokens are made from (the
 // file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
@@ -621,12 +637,10 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
                                                       const std::string& field, const std::string& neg_field,
                                                       const TextSide& t, const std::vector<std::string>& texts,
                                                       const std::vector<std::string>& negs, int index) {
-  std::string parts = "text\0" + canonical(file) + '\0' + field + '\0' + neg_field + '\0' + sha256_file(t.tokenizer) +
-                      '\0' + std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
-                      (o.tokenize.strict_utf8 ? "strict" : "replace") + '\0';
-  std::error_code ec;
-  if (auto size = fs::file_size(file, ec); !ec) parts += std::to_string(size) + '\0';
-  if (auto mt = fs::last_write_time(file, ec); !ec) parts += std::to_string(mt.time_since_epoch().count()) + '\0';
+  const std::string parts = std::string("text") + '\0' + canonical(file) + '\0' + file_stamp(file) + field + '\0' +
+                            neg_field + '\0' + sha256_file(t.tokenizer) + '\0' +
+                            std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
+                            (o.tokenize.strict_utf8 ? "strict" : "replace") + '\0';
   shm::CreateOptions want;
   want.content_id = data_cache::content_id(parts);
   want.name = o.data_cache.keep.empty() ? "gc-train-" + want.content_id.substr(want.content_id.size() - 16)
@@ -721,11 +735,8 @@ std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const
 void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
   const auto& ci = r.col->info();
   const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
-  std::string parts =
-      canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) + '\0';
-  std::error_code ec;
-  if (auto size = fs::file_size(on_disk, ec); !ec) parts += std::to_string(size) + '\0';
-  if (auto t = fs::last_write_time(on_disk, ec); !ec) parts += std::to_string(t.time_since_epoch().count()) + '\0';
+  std::string parts = canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) +
+                      '\0' + file_stamp(on_disk);
   if (const image::Spec* spec = r.col->preprocess())
     for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
   if (o.data_cache.mode == data_cache::Mode::smart) {
@@ -735,8 +746,7 @@ void attach_data_cache(const TrainOptions& o, const std::string& file, const std
   data_cache::Spec spec = o.data_cache;
   if (!spec.keep.empty()) spec.keep += "-" + std::to_string(index);
   std::vector<uint64_t> dims;
-  for (std::size_t i = 1; i < ci.shape.size(); ++i) dims.push_back(static_cast<uint64_t>(ci.shape[i]));
-  const auto type = encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+  const DType type = converted_slab_type(ci, &dims);
   r.cache = data_cache::RowCache::open(spec, data_cache::content_id(parts), static_cast<uint64_t>(ci.rows()), type,
                                        dims, o.trust_slab_owner);
 }
@@ -910,8 +920,7 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
       smart::WindowOptions w;
       w.plan = d.window;
       w.items = rows;
-      w.dtype = encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
-      for (std::size_t i = 1; i < ci.shape.size(); ++i) w.dims.push_back(static_cast<uint64_t>(ci.shape[i]));
+      w.dtype = converted_slab_type(ci, &w.dims);
       w.content_id = "gc-train-window:" + sha256_hex(r.cache_parts + schedule).substr(0, 32);
       w.name = "gc-train-" + w.content_id.substr(w.content_id.size() - 16);
       w.tool = "gc-train";
