@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <csignal>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -136,6 +137,19 @@ struct Slab::Header {
   char creator_host[64];
 };
 static_assert(sizeof(Slab::Header) <= kHeaderBytes, "header must fit its page");
+// The header's field offsets and the element type codes are part of the format (docs/shm-cache.md,
+// "On-memory layout"): readers in other languages rely on them.
+static_assert(offsetof(Slab::Header, dtype) == 16 && offsetof(Slab::Header, dims) == 24 &&
+                  offsetof(Slab::Header, length) == 88 && offsetof(Slab::Header, selection) == 128 &&
+                  offsetof(Slab::Header, creator) == 152 && offsetof(Slab::Header, map_offset) == 280 &&
+                  offsetof(Slab::Header, total_bytes) == 312 && offsetof(Slab::Header, content_id) == 320 &&
+                  offsetof(Slab::Header, sealed) == 448 && offsetof(Slab::Header, creator_pid) == 496 &&
+                  offsetof(Slab::Header, flags) == 504 && offsetof(Slab::Header, creator_host) == 512,
+              "slab header layout changed: that is a new format version");
+static_assert(static_cast<int>(DType::u8) == 0 && static_cast<int>(DType::i64) == 7 &&
+                  static_cast<int>(DType::f16) == 8 && static_cast<int>(DType::f32) == 9 &&
+                  static_cast<int>(DType::f64) == 10 && static_cast<int>(DType::string) == 11,
+              "dtype codes are stored in slab headers and must not change");
 
 namespace {
 
@@ -469,47 +483,50 @@ void* Slab::slot_data(uint64_t slot) const {
   return data + idx[2 * slot];
 }
 
-bool Slab::begin_write_for_test(uint64_t index, const void* data, std::size_t bytes) {
+std::optional<uint64_t> Slab::begin_write(uint64_t index, std::size_t bytes) {
   if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
   const Header& h = *header();
   auto slot = slot_of(index);
-  if (!slot) return false;
-  if (h.layout == static_cast<uint32_t>(Layout::fixed) && bytes != h.item_bytes) return false;
-  if (!claim(*slot)) return false;
-  uint64_t offset = 0;
-  if (h.layout == static_cast<uint32_t>(Layout::variable)) {
-    // Bump allocation that never moves past the end, so a later, smaller item can still fit.
-    offset = __atomic_load_n(&header()->arena_used, __ATOMIC_ACQUIRE);
-    bool fits;
-    do {
-      fits = bytes <= h.arena_bytes && offset <= h.arena_bytes - bytes;
-    } while (fits && !__atomic_compare_exchange_n(&header()->arena_used, &offset, offset + bytes, true,
-                                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
-    if (!fits) {
-      // The arena is full: give the slot back.
-      auto* st = states();
-      __atomic_store_n(&st[*slot], word(SlotState::empty), __ATOMIC_RELEASE);
-      return false;
-    }
+  if (!slot) return std::nullopt;
+  if (h.layout == static_cast<uint32_t>(Layout::fixed) && bytes != h.item_bytes) return std::nullopt;
+  if (!claim(*slot)) return std::nullopt;
+  if (h.layout == static_cast<uint32_t>(Layout::fixed))
+    return static_cast<uint64_t>(static_cast<char*>(slot_data(*slot)) - static_cast<char*>(base_));
+  // Bump allocation that never moves past the end, so a later, smaller item can still fit.
+  uint64_t offset = __atomic_load_n(&header()->arena_used, __ATOMIC_ACQUIRE);
+  bool fits;
+  do {
+    fits = bytes <= h.arena_bytes && offset <= h.arena_bytes - bytes;
+  } while (fits && !__atomic_compare_exchange_n(&header()->arena_used, &offset, offset + bytes, true, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE));
+  if (!fits) {
+    // The arena is full: give the slot back.
+    __atomic_store_n(&states()[*slot], word(SlotState::empty), __ATOMIC_RELEASE);
+    return std::nullopt;
   }
-  char* dst;
-  if (h.layout == static_cast<uint32_t>(Layout::variable)) {
-    auto* idx = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.index_offset);
-    idx[2 * *slot] = offset;
-    idx[2 * *slot + 1] = bytes;
-    dst = static_cast<char*>(base_) + h.data_offset + offset;
-  } else {
-    dst = static_cast<char*>(slot_data(*slot));
-  }
-  std::memcpy(dst, data, bytes);
-  return true;
+  auto* idx = reinterpret_cast<uint64_t*>(static_cast<char*>(base_) + h.index_offset);
+  idx[2 * *slot] = offset;
+  idx[2 * *slot + 1] = bytes;
+  return h.data_offset + offset;
 }
 
+bool Slab::release_claim(uint64_t index, uint64_t to) {
+  if (!writable_) throw Error(Exit::usage, name_, "attached read-only");
+  auto slot = slot_of(index);
+  if (!slot) return false;
+  uint64_t expected = word(SlotState::writing, static_cast<uint64_t>(getpid()));
+  return __atomic_compare_exchange_n(&states()[*slot], &expected, to, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+bool Slab::commit(uint64_t index) { return release_claim(index, word(SlotState::filled)); }
+
+bool Slab::abort(uint64_t index) { return release_claim(index, word(SlotState::empty)); }
+
 bool Slab::set(uint64_t index, const void* data, std::size_t bytes) {
-  if (!begin_write_for_test(index, data, bytes)) return false;
-  auto* st = states();
-  __atomic_store_n(&st[*slot_of(index)], word(SlotState::filled), __ATOMIC_RELEASE);
-  return true;
+  auto offset = begin_write(index, bytes);
+  if (!offset) return false;
+  std::memcpy(static_cast<char*>(base_) + *offset, data, bytes);
+  return commit(index);
 }
 
 bool Slab::set_tagged(uint64_t index, uint64_t tag, const void* data, std::size_t bytes) {

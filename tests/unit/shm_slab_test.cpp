@@ -155,14 +155,82 @@ CATCH_TEST_CASE("shm slab: variable-size items share an arena; a full arena refu
   CATCH_CHECK(s.counts().filled_bytes == 48);
 }
 
+CATCH_TEST_CASE("shm slab: begin_write hands out the item's place, commit publishes it, abort gives it back", "[shm]") {
+  Prefix p;
+  auto s = shm::Slab::create(fixed("split", 8, {16}, 6));
+  const auto info = s.info();
+  auto off = s.begin_write(2, 16);
+  CATCH_REQUIRE(off);
+  CATCH_CHECK(*off == info.data_offset + 2 * 16);
+  CATCH_CHECK(s.state(2) == shm::SlotState::writing);
+  CATCH_CHECK_FALSE(s.view(2));             // a miss until committed
+  CATCH_CHECK_FALSE(s.begin_write(2, 16));  // claimed once
+  auto v = item(2, 16);
+  std::memcpy(static_cast<char*>(const_cast<void*>(s.items())) + 2 * 16, v.data(), 16);
+  CATCH_CHECK(s.commit(2));
+  CATCH_CHECK_FALSE(s.commit(2));  // no longer WRITING
+  CATCH_CHECK_FALSE(s.abort(2));   // a filled slot stays filled
+  std::vector<unsigned char> out;
+  CATCH_CHECK(s.get(2, out));
+  CATCH_CHECK(out == v);
+  // Abort returns the slot to empty; the item can be written again.
+  CATCH_REQUIRE(s.begin_write(3, 16));
+  CATCH_CHECK(s.abort(3));
+  CATCH_CHECK(s.state(3) == shm::SlotState::empty);
+  CATCH_CHECK(s.set(3, v.data(), 16));
+  // Nothing to commit or abort: an empty slot, a slot past the cacheable range, a wrong size.
+  CATCH_CHECK_FALSE(s.commit(4));
+  CATCH_CHECK_FALSE(s.abort(4));
+  CATCH_CHECK_FALSE(s.begin_write(6, 16));
+  CATCH_CHECK_FALSE(s.begin_write(4, 15));
+  CATCH_CHECK(s.state(4) == shm::SlotState::empty);
+  // Another process cannot publish or give back this process's claim.
+  CATCH_REQUIRE(s.begin_write(5, 16));
+  pid_t pid = fork();
+  if (pid == 0) {
+    auto child = shm::Slab::attach("split");
+    _exit(child.commit(5) || child.abort(5) ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CATCH_CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CATCH_CHECK(s.state(5) == shm::SlotState::writing);
+  CATCH_CHECK(s.commit(5));
+}
+
+CATCH_TEST_CASE("shm slab: begin_write in a variable layout reserves arena bytes and records them", "[shm]") {
+  Prefix p;
+  shm::CreateOptions o;
+  o.name = "varsplit";
+  o.length = 4;
+  o.layout = shm::Layout::variable;
+  o.dtype = DType::i32;
+  o.limit_bytes = 64;
+  auto s = shm::Slab::create(o);
+  const auto info = s.info();
+  auto a = s.begin_write(1, 24);
+  CATCH_REQUIRE(a);
+  CATCH_CHECK(*a == info.data_offset);
+  auto b = s.begin_write(0, 40);
+  CATCH_REQUIRE(b);
+  CATCH_CHECK(*b == info.data_offset + 24);
+  CATCH_CHECK_FALSE(s.begin_write(2, 1));  // the arena is full: nothing claimed
+  CATCH_CHECK(s.state(2) == shm::SlotState::empty);
+  CATCH_CHECK(s.abort(1));  // its 24 bytes are not reused
+  CATCH_CHECK_FALSE(s.begin_write(1, 8));
+  CATCH_CHECK(s.commit(0));
+  auto view = s.view(0);
+  CATCH_CHECK(view.bytes == 40);
+  CATCH_CHECK(static_cast<const char*>(view.data) == static_cast<const char*>(s.items()) + 24);
+}
+
 CATCH_TEST_CASE("shm slab: a writer killed inside a write leaves a miss, and repair recovers the slot", "[shm]") {
   Prefix p;
   auto s = shm::Slab::create(fixed("crash", 8, {16}, 8));
   pid_t pid = fork();
   if (pid == 0) {
     auto child = shm::Slab::attach("crash");
-    auto v = item(5, 16);
-    child.begin_write_for_test(5, v.data(), 16);  // claimed and copied, never published
+    child.begin_write(5, 16);  // claimed, never published
     raise(SIGKILL);
   }
   int status = 0;
@@ -181,8 +249,7 @@ CATCH_TEST_CASE("shm slab: a writer killed inside a write leaves a miss, and rep
   CATCH_CHECK(s.get(5, out));
   CATCH_CHECK(out == v);
   // A live writer's slot is left alone.
-  auto w = item(6, 16);
-  CATCH_CHECK(s.begin_write_for_test(6, w.data(), 16));
+  CATCH_CHECK(s.begin_write(6, 16));
   CATCH_CHECK(s.repair() == 0);
 }
 

@@ -120,16 +120,35 @@ class Slab {
   /// The header's description.
   SlabInfo info() const;
 
+  /// The object's file descriptor, owned by the slab (another mapping of the same object: the C ABI).
+  int fd() const { return fd_; }
+  /// Start of the mapping: the offsets of begin_write() count from here.
+  const void* base() const { return base_; }
+
   /// The slot of dataset index `index`, or nullopt when it is not cacheable (or out of range).
   std::optional<uint64_t> slot_of(uint64_t index) const;
 
   /// State of the slot of `index` (empty for non-cacheable indices).
   SlotState state(uint64_t index) const;
 
-  /// Stores an item. A no-op returning false when the index is not cacheable, the slot is not
-  /// empty (filled, or being written by someone else), the size is wrong (fixed layout) or the
-  /// arena is full (variable layout). Data is published with release ordering.
+  /// Stores an item: begin_write(), a copy, commit(). A no-op returning false when the index is not
+  /// cacheable, the slot is not empty (filled, or being written by someone else), the size is
+  /// wrong (fixed layout) or the arena is full (variable layout). Data is published with release
+  /// ordering.
   bool set(uint64_t index, const void* data, std::size_t bytes);
+
+  /// The first half of set(), for writers that fill the item in place (the C ABI, Python): claims
+  /// the slot of `index` (EMPTY -> WRITING with this process's pid, one compare-and-swap) and, in a
+  /// variable layout, reserves `bytes` in the arena. Returns the offset of the item's bytes from
+  /// the start of the object, or nullopt where set() would be a no-op (then nothing is claimed).
+  /// Until commit() or abort(), readers see a miss; if the process dies, repair() frees the slot.
+  std::optional<uint64_t> begin_write(uint64_t index, std::size_t bytes);
+  /// Publishes a slot this process claimed with begin_write() (WRITING by this pid -> FILLED,
+  /// release ordering). False, changing nothing, when the slot is not WRITING by this process.
+  bool commit(uint64_t index);
+  /// Gives back a slot this process claimed (WRITING by this pid -> EMPTY); false, changing
+  /// nothing, otherwise. Arena bytes reserved for it are not reused.
+  bool abort(uint64_t index);
 
   /// A zero-copy view of a filled item, or an empty view for a miss (any other state).
   struct View {
@@ -175,15 +194,12 @@ class Slab {
   /// Per-state counts (a scan of the state array).
   SlotCounts counts() const;
 
-  /// Test hook: claims the slot of `index` for writing and copies `bytes` of `data`, but does not
-  /// publish it (what a writer killed inside a write leaves behind). Returns false like set().
-  bool begin_write_for_test(uint64_t index, const void* data, std::size_t bytes);
-
  private:
   Slab() = default;
   Header* header() const;
   uint64_t* states() const;  ///< the state word of every slot
   bool claim(uint64_t slot);
+  bool release_claim(uint64_t index, uint64_t to);  ///< WRITING by this pid -> `to`
   void* slot_data(uint64_t slot) const;
 
   std::string name_;
