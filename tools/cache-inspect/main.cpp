@@ -5,6 +5,7 @@
 
 #include "traincache/cache_file.h"
 #include "traincache/cli.h"
+#include "traincache/describe.h"
 #include "traincache/runtime.h"
 #include "traincache/text.h"
 #include "traincache/verify.h"
@@ -27,117 +28,8 @@ struct Options {
   double rtol = -1, atol = 1e-5;
 };
 
-// Each result's fields are declared once below: --json writes the records, text output fills the
-// templates that follow each record from the same fields.
-
-// The text inputs: one line each (a field and its tokenizer, or ragged token sequences).
-void add_text(report::Record& r, const cache::CacheInfo& c) {
-  report::Json text = report::Json::array();
-  std::string lines;
-  for (const auto& t : c.text) {
-    text.push_back({{"key", t.key},
-                    {"field", t.field},
-                    {"ragged", t.ragged},
-                    {"tokenizer_path", t.tokenizer_path},
-                    {"tokenizer_sha256", t.tokenizer_sha256},
-                    {"tokenizer_kind", t.tokenizer_kind},
-                    {"max_length", t.max_length},
-                    {"padding", t.padding},
-                    {"strict_utf8", t.strict_utf8},
-                    {"pad_id", t.pad_id}});
-    lines += "  text         " + t.field + ": " +
-             (t.ragged ? "token sequences as stored, pad id " + std::to_string(t.pad_id)
-                       : t.tokenizer_kind + " " + t.tokenizer_path + " (sha256 " + t.tokenizer_sha256.substr(0, 12) +
-                             "), max length " + std::to_string(t.max_length) + ", padding " + t.padding +
-                             (t.strict_utf8 ? ", strict UTF-8" : "")) +
-             (c.length_window > 0 ? ", length window " + std::to_string(c.length_window) : "") + "\n";
-  }
-  r.add("text", c.text.empty() ? report::Json(nullptr) : text, lines);
-  r.add("length_window", c.length_window);
-}
-
-report::Record info_record(const cache::CacheInfo& c) {
-  report::Record r;
-  std::string features;
-  for (const auto& f : c.features) features += (features.empty() ? "" : ",") + f;
-  r.add("path", c.path)
-      .add("format", cache::kFormatName)
-      .add("format_version", c.format_version)
-      .add("complete", c.complete, c.complete ? "complete" : "INCOMPLETE")
-      .add("rows", c.rows)
-      .add("row_start", c.row_start)
-      .add("created_by", c.created_by)
-      .add("input_path", c.input_path)
-      .add("input_kind", c.input_kind.empty() ? nullptr : report::Json(c.input_kind),
-           c.input_kind.empty() ? "unrecorded" : c.input_kind)
-      .add("features", c.features, features)
-      .add("input_scale", c.input_scale)
-      .add("fingerprint", c.fingerprint);
-  report::Json pre = report::Json::object();
-  std::string pre_text;
-  for (const auto& [k, v] : c.preprocess) {
-    pre[k] = v;
-    pre_text += (pre_text.empty() ? "" : ", ") + k + " " + v;
-  }
-  r.add("preprocess", c.preprocess.empty() ? nullptr : pre, c.preprocess.empty() ? "none (no images)" : pre_text);
-  r.note("row_end", std::to_string(c.row_start + c.rows));
-  // --input-scale applies to uint8 arrays; images are scaled by ToTensor's 1/255 instead.
-  char scale[64];
-  std::snprintf(scale, sizeof scale, "uint8 scale %g", c.input_scale);
-  r.note("scale", !c.preprocess.empty() ? "images scaled to [0,1]" : c.features.empty() ? "no numeric inputs" : scale);
-  add_text(r, c);
-  report::Json embeddings = report::Json::array();
-  std::string text;
-  char line[1024];
-  for (const auto& e : c.embeddings) {
-    embeddings.push_back({{"name", e.name},
-                          {"shape", e.shape},
-                          {"dtype", dtype_name(e.dtype)},
-                          {"bytes", e.bytes},
-                          {"encoder_path", e.encoder_path},
-                          {"encoder_sha256", e.encoder_sha256},
-                          {"features", e.features},
-                          {"text", e.text},
-                          {"output", e.output},
-                          {"inference", e.inference}});
-    std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
-                  shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(), e.inference.c_str(),
-                  e.encoder_path.c_str(), e.encoder_sha256.c_str());
-    text += line;
-  }
-  r.add("embeddings", embeddings, text);
-  if (c.labels) {
-    report::Json counts = report::Json::object();
-    std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
-    if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
-    const auto& names = c.labels->names;
-    for (auto [k, n] : c.labels->counts) {
-      counts[std::to_string(k)] = n;
-      const bool named = k >= 0 && static_cast<std::size_t>(k) < names.size();
-      t += " " + std::to_string(k) + (named ? "=" + names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
-    }
-    r.add("labels",
-          {{"source", c.labels->source},
-           {"dtype", dtype_name(c.labels->dtype)},
-           {"rows", c.labels->rows},
-           {"classes", c.labels->counts.size()},
-           {"counts", counts},
-           {"names", names.empty() ? report::Json(nullptr) : report::Json(names)}},
-          t);
-  } else {
-    r.add("labels", nullptr, "none");
-  }
-  if (c.keys_dtype)
-    r.add("keys", {{"source", *c.keys_source}, {"dtype", dtype_name(*c.keys_dtype)}},
-          std::string(dtype_name(*c.keys_dtype)) + " from '" + *c.keys_source + "'");
-  else
-    r.add("keys", nullptr, "none (key = input row number)");
-  r.add("skipped", c.skipped,
-        c.skipped
-            ? std::to_string(c.skipped) + " rows whose image could not be read (zeros; /skipped/rows, /skipped/reasons)"
-            : "none");
-  return r;
-}
+// Each result's fields are declared once (the summary's and the statistics' in describe.h): --json
+// writes the records, text output fills the templates that follow each record from the same fields.
 
 constexpr const char* kInfoText =
     "{path}\n  format       {format} v{format_version}, {complete}\n"
@@ -145,19 +37,6 @@ constexpr const char* kInfoText =
     "  input        {input_path} ({input_kind}) [{features}], {scale}\n"
     "  preprocess   {preprocess}\n{text}  fingerprint  {fingerprint}\n"
     "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}";
-
-report::Record stats_record(const cache::EmbeddingStats& s) {
-  report::Record r;
-  r.add("name", s.name)
-      .add("rows", s.rows)
-      .add("norm_mean", s.norm_mean)
-      .add("norm_std", s.norm_std)
-      .add("norm_min", s.norm_min)
-      .add("norm_max", s.norm_max)
-      .add("nan_count", s.nan_count)
-      .add("inf_count", s.inf_count);
-  return r;
-}
 
 constexpr const char* kStatsText =
     "  stats/{name}  norm mean {norm_mean:%.6g} std {norm_std:%.6g} min {norm_min:%.6g} max {norm_max:%.6g}; "
@@ -290,13 +169,13 @@ int run(Options& o) {
         if (o.common.json) doc["files"].push_back({{"path", f}, {"rows", out}});
         continue;
       }
-      auto rec = info_record(info);
+      auto rec = describe::cache_record(info);
       j = rec.json();
       if (!o.common.json) std::printf("%s\n", rec.format(kInfoText).c_str());
       if (o.stats) {
         report::Json stats = report::Json::array();
         for (const auto& st : cache::compute_stats(f)) {
-          auto srec = stats_record(st);
+          auto srec = describe::stats_record(st);
           stats.push_back(srec.json());
           if (!o.common.json) std::printf("%s\n", srec.format(kStatsText).c_str());
         }

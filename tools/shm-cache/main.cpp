@@ -4,9 +4,9 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <ctime>
 
 #include "traincache/cli.h"
+#include "traincache/describe.h"
 #include "traincache/shm_fill.h"
 #include "traincache/shm_slab.h"
 
@@ -15,74 +15,6 @@ using namespace traincache;
 namespace {
 
 constexpr const char* kTool = "shm-cache";
-
-std::string layout_text(const shm::SlabInfo& i) {
-  if (i.layout == shm::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
-  return std::string("variable ") + dtype_name(i.dtype);
-}
-
-std::string age_text(int64_t created) {
-  int64_t s = static_cast<int64_t>(std::time(nullptr)) - created;
-  char buf[32];
-  if (s < 120)
-    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
-  else if (s < 7200)
-    std::snprintf(buf, sizeof buf, "%lldm", static_cast<long long>(s / 60));
-  else if (s < 172800)
-    std::snprintf(buf, sizeof buf, "%lldh", static_cast<long long>(s / 3600));
-  else
-    std::snprintf(buf, sizeof buf, "%lldd", static_cast<long long>(s / 86400));
-  return buf;
-}
-
-// A slab's fields, declared once: --json writes them; stat, list and create show them as text.
-report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
-  const bool fixed = i.layout == shm::Layout::fixed, first = i.selection == shm::Selection::first;
-  char mode[16];
-  std::snprintf(mode, sizeof mode, "%04o", i.mode);
-  report::Record r;
-  r.add("name", i.name)
-      .add("path", i.path)
-      .add("layout", fixed ? "fixed" : "variable", layout_text(i))
-      .add("dtype", dtype_name(i.dtype))
-      .add("dims", i.dims)
-      .add("length", i.length)
-      .add("slots", i.slots)
-      .add("selection", shm::selection_choices().name(i.selection), first ? "first-N" : "hashed")
-      .add("item_bytes", i.item_bytes)
-      .add("arena_bytes", i.arena_bytes, format_size(i.arena_bytes))
-      .add("arena_used_bytes", i.arena_used, format_size(i.arena_used))
-      .add("total_bytes", i.total_bytes, format_size(i.total_bytes))
-      .add("offsets",
-           {{"map", i.map_offset}, {"states", i.states_offset}, {"index", i.index_offset}, {"data", i.data_offset}})
-      .add("mode", i.mode, mode)
-      .add("uid", i.uid)
-      .add("creator", i.creator)
-      .add("creator_pid", i.creator_pid)
-      .add("temporary", i.temporary, i.temporary ? ", temporary" : "")
-      .add("content_id", i.content_id)
-      .add("sealed", i.sealed_digest.has_value())
-      .add("created_unix", i.created_unix, age_text(i.created_unix));
-  r.note("arena", fixed ? "" : " (arena " + format_size(i.arena_bytes) + ", " + format_size(i.arena_used) + " used)");
-  if (c) {
-    double fraction = i.slots ? double(c->filled) / i.slots : 0.0;
-    std::string text = std::to_string(c->filled) + " filled, " + std::to_string(c->writing) + " writing, " +
-                       std::to_string(c->empty) + " empty";
-    if (c->invalid) text += ", " + std::to_string(c->invalid) + " invalid (corrupt; repair resets them)";
-    r.add("counts",
-          {{"empty", c->empty},
-           {"writing", c->writing},
-           {"filled", c->filled},
-           {"invalid", c->invalid},
-           {"filled_bytes", c->filled_bytes},
-           {"filled_fraction", fraction}},
-          text + "; " + format_size(c->filled_bytes) + " of data");
-    char pct[16];
-    std::snprintf(pct, sizeof pct, "%.1f%%", 100 * fraction);
-    r.note("filled_percent", pct);
-  }
-  return r;
-}
 
 constexpr const char* kStatText =
     "{name}\n  path       {path}\n  layout     {layout}, {selection} selection\n"
@@ -145,7 +77,7 @@ int do_create(Options& o) {
   }
   auto slab = shm::Slab::create(c);
   auto i = slab.info();
-  auto rec = slab_record(i, nullptr);
+  auto rec = describe::slab_record(i, nullptr);
   if (o.common.json)
     print_json("created", rec.json());
   else if (!o.common.quiet)
@@ -162,7 +94,7 @@ int do_list(Options& o) {
     try {
       auto slab = shm::Slab::attach(n, false);
       auto c = slab.counts();
-      auto rec = slab_record(slab.info(), &c);
+      auto rec = describe::slab_record(slab.info(), &c);
       if (o.common.json)
         arr.push_back(rec.json());
       else
@@ -181,7 +113,7 @@ int do_list(Options& o) {
 int do_stat(Options& o) {
   auto slab = shm::Slab::attach(o.name, false);
   auto c = slab.counts();
-  auto rec = slab_record(slab.info(), &c);
+  auto rec = describe::slab_record(slab.info(), &c);
   if (o.common.json)
     print_json("slab", rec.json());
   else
