@@ -30,6 +30,7 @@ PACKAGES=(
   python3 python3-torch python3-h5py python3-numpy   # fixtures, encoder export, h5py read-back
   python3-pil python3-torchvision   # the reference image pipeline in the parity test and benchmark
   python3-matplotlib                # scripts/plot-bench
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python into a venv (docs/python.md)
   dataset-fashion-mnist             # demo data
   clang-format-14                   # make format, and the lint.format test
 )

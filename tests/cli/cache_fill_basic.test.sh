@@ -12,7 +12,8 @@ expect_file "$WORK/c.h5"
 expect_no_file "$WORK/c.h5.partial"
 expect_no_file "$WORK/c.h5.tmp"
 
-# The five-line h5py recipe of docs/cache-format.md, checked against the encoder run in Python.
+# The h5py recipe of docs/cache-format.md (string keys), checked against the encoder run in Python;
+# tests/python/cache_dataset.py runs the whole recipe on caches of every kind.
 # Tolerance 1e-5 absolute: the optimised (oneDNN) module rounds differently from the plain one;
 # the observed difference is ~1e-7 on values of order 0.1.
 py "

@@ -1,0 +1,119 @@
+"""CacheDataset: a map-style torch Dataset over a cache file written by cache-fill
+(docs/cache-format.md). The file is checked once by the library cache-inspect uses (the same checks
+and messages), then read with h5py, opened lazily in each process that reads it.
+"""
+import os
+
+import h5py
+import numpy as np
+import torch
+
+from . import _capi
+from ._capi import TraincacheError
+
+class CacheDataset(torch.utils.data.Dataset):
+    """Rows of a cache file as a torch Dataset: item i is a tuple of the selected parts of row i,
+    in this order: each embedding named in `embeddings`, then the label, then the key.
+
+    embeddings: a name, a list of names, or None for every encoder of the cache (file order).
+    labels:     None (default) includes the label when the cache has labels; True requires them;
+                False leaves them out.
+    keys:       True adds the row's key: its stored key (str for string keys, int for integer keys)
+                or, for caches made without --key, the input row number (row_start + i), as
+                cache-inspect shows it.
+
+    Embeddings and labels come as tensors of the stored dtype (float32 or float16 embeddings),
+    keys as str or int, so the default collate_fn batches them. `fields` names the tuple's parts.
+    The file is opened on first use in each process (DataLoader workers each open their own) and a
+    batch of indices is read in one request (`__getitems__`).
+    """
+
+    def __init__(self, path, embeddings=None, labels=None, keys: bool = False):
+        self.path = os.fspath(path)
+        desc = _capi.describe_cache(self.path)  # TraincacheError 66 (missing), 65 (not a sound cache)
+        if not desc["complete"]:
+            raise TraincacheError(65, f"{self.path}: incomplete (complete attribute is not 1)")
+        names = [e["name"] for e in desc["embeddings"]]
+        if not names:
+            raise TraincacheError(65, f"{self.path}: no embeddings")
+        if embeddings is None:
+            chosen = names
+        else:
+            chosen = [embeddings] if isinstance(embeddings, str) else list(embeddings)
+            unknown = [n for n in chosen if n not in names]
+            if unknown or not chosen:
+                raise ValueError(f"{self.path}: no embeddings named {', '.join(unknown) or '(none given)'} "
+                                 f"(the cache has {', '.join(names)})")
+        has_labels = desc["labels"] is not None
+        if labels and not has_labels:
+            raise ValueError(f"{self.path}: the cache has no labels (cache-fill ran without --labels); "
+                             "use labels=False")
+        self.rows, self.row_start = desc["rows"], desc["row_start"]
+        self._has_key_dataset = desc["keys"] is not None
+        self._key_is_string = self._has_key_dataset and desc["keys"]["dtype"] == "string"
+        self.embeddings = chosen
+        self.labels = has_labels if labels is None else bool(labels)
+        self.keys = bool(keys)
+        self.fields = tuple(self.embeddings) + (("label",) if self.labels else ()) + (("key",) if self.keys else ())
+        self._file = None
+        self._pid = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def info(self, stats: bool = False) -> dict:
+        """What `cache-inspect --json [--stats] PATH` prints for this file (its "files"[0] object)."""
+        return _capi.describe_cache(self.path, stats)
+
+    def __getitem__(self, index):
+        i = int(index)
+        if i < -self.rows or i >= self.rows:
+            raise IndexError(f"{self.path}: row {index} out of range for {self.rows} rows")
+        return self.__getitems__([i % self.rows])[0]
+
+    def __getitems__(self, indices):
+        """The items of `indices` (a list), read with one request per dataset."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.rows):
+            bad = idx[(idx < 0) | (idx >= self.rows)][0]
+            raise IndexError(f"{self.path}: row {bad} out of range for {self.rows} rows")
+        f = self._handle()
+        columns = [self._read(f[f"embeddings/{n}"], idx) for n in self.embeddings]
+        if self.labels:
+            columns.append(self._read(f["labels"], idx))
+        parts = [[torch.from_numpy(np.asarray(c[j])) for j in range(len(idx))] for c in columns]
+        if self.keys:
+            parts.append(self._keys(f, idx))
+        return [tuple(p[j] for p in parts) for j in range(len(idx))]
+
+    def _handle(self):
+        # One h5py file per process: an HDF5 handle inherited through fork() is not safe to use.
+        if self._file is None or self._pid != os.getpid():
+            self._file = h5py.File(self.path, "r")
+            self._pid = os.getpid()
+        return self._file
+
+    @staticmethod
+    def _read(dset, idx):
+        """dset[idx] for any order and repeats: one contiguous read when the rows are close together,
+        else one sorted point selection."""
+        if not idx.size:
+            return dset[0:0]
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        if hi - lo <= 4 * idx.size:
+            return dset[lo:hi][idx - lo]
+        unique, inverse = np.unique(idx, return_inverse=True)
+        return dset[unique][inverse]
+
+    def _keys(self, f, idx):
+        if not self._has_key_dataset:
+            return [self.row_start + int(i) for i in idx]
+        dset = f["keys"].asstr() if self._key_is_string else f["keys"]
+        values = self._read(dset, idx)
+        return [str(v) for v in values] if self._key_is_string else [int(v) for v in values]
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_file"] = None
+        state["_pid"] = None
+        return state

@@ -1,0 +1,154 @@
+"""SharedCache: a node-wide cache of a Dataset's items for every DataLoader worker and every rank on
+the machine, in one shared-memory slab (one copy of each item per node, not per process).
+
+    x = cache.get(i)
+    if x is None:
+        x = load(i)
+        cache.put(i, x)
+"""
+import os
+import warnings
+import weakref
+
+import numpy as np
+import torch
+
+from .slab import Slab, TraincacheError
+
+# torch.from_numpy warns that a read-only array gives a tensor over memory it cannot write: that is
+# the point here (a write through a cached item would change it for every process), and the warning
+# would be printed by every worker. Only calls from this module are silenced.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                        module=__name__)
+
+
+def _remove_if_owner(path: str, inode: int, pid: int) -> None:
+    """Removes a temporary slab's object when this is the process that created it and the name
+    still refers to the same object (not one made after it was removed)."""
+    if os.getpid() != pid:
+        return
+    try:
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+class SharedCache:
+    """Items of a dataset of `length` items, each of `shape` and `dtype`, cached by index in slab
+    `name`. The first process on the machine creates the slab, every other one (DataLoader workers,
+    other ranks, other jobs) attaches to it; slots left half-written by a process that died are
+    repaired when attaching.
+
+    `slots` (an item count) or `limit` (bytes, or "2GiB") caches only part of the dataset: the
+    first indices, or with `selection="hashed"` a seeded subset spread over it. Without either,
+    every item is cacheable. The slab is checked before use: /dev/shm must have room for it
+    (TraincacheError 73 otherwise: no silent fallback), and an existing slab must hold the same
+    length, shape, dtype and `content_id` (65 otherwise). Give `content_id` something that changes
+    when the items would (the data's path and the preprocessing), so that a kept slab is never
+    reused for other data.
+
+    Unless `keep`, the slab is temporary: the process that created it removes it when it closes
+    the cache or exits (processes still attached keep their mapping), and `shm-cache rm --stale`
+    removes it if that process was killed. With `keep=True` it stays for the next run.
+
+    Create the cache in the main process (the Dataset's __init__), before the DataLoader starts its
+    workers: they inherit the attachment. A cache pickled for a spawned worker attaches again.
+    """
+
+    def __init__(self, name: str, length: int, shape, dtype="float32", *, slots=None, limit=None,
+                 selection: str = "first", seed: int = 0, content_id: str = "", keep: bool = False,
+                 mode: int = 0o600):
+        self._spec = dict(name=name, length=int(length), shape=tuple(int(d) for d in shape),
+                          dtype=np.dtype(dtype).name, slots=slots, limit=limit, selection=selection, seed=seed,
+                          content_id=content_id, keep=keep, mode=mode)
+        if slots is None and limit is None:
+            self._spec["slots"] = int(length)
+        self.hits = self.misses = self.stored = 0
+        self.slab, self.created = self._open(create=True)
+        self._finalizer = None
+        if self.created and not keep:
+            self._finalizer = weakref.finalize(self, _remove_if_owner, self.slab.path,
+                                               os.stat(self.slab.path).st_ino, os.getpid())
+
+    def _open(self, create: bool):
+        s = self._spec
+        for _ in range(2):
+            try:
+                slab = Slab.attach(s["name"], writable=True)
+            except TraincacheError as e:
+                if e.code != 69 or not create:
+                    raise
+            else:
+                self._check(slab)
+                slab.repair()
+                return slab, False
+            try:
+                slab = Slab.create(s["name"], s["length"], s["shape"], s["dtype"], slots=s["slots"],
+                                   limit=s["limit"], selection=s["selection"], seed=s["seed"], mode=s["mode"],
+                                   content_id=s["content_id"], temporary=not s["keep"])
+                return slab, True
+            except TraincacheError as e:
+                if e.code != 73:
+                    raise
+                error = e  # another process created it first, or there is no room: attach again to tell
+        raise error
+
+    def _check(self, slab: Slab) -> None:
+        s = self._spec
+        want = (s["length"], s["shape"], s["dtype"], s["content_id"])
+        have = (slab.length, slab.shape, slab.dtype.name, slab.content_id)
+        if have != want:
+            slab.close()
+            raise TraincacheError(65, f"{s['name']}: the slab holds other items (length {have[0]}, shape "
+                                      f"{list(have[1]) if have[1] else 'variable'}, {have[2]}, content id "
+                                      f"'{have[3]}'; wanted length {want[0]}, shape {list(want[1])}, {want[2]}, "
+                                      f"content id '{want[3]}'): remove it (shm-cache rm {s['name']}) or use "
+                                      "another name")
+
+    def get(self, index: int, copy: bool = False):
+        """The cached item at `index` as a torch tensor, or None for a miss. Without `copy` the tensor
+        shares the slab's memory, which is read-only: an in-place change of it (x.add_(1)) faults
+        instead of changing the item for every process; ask for a copy to change it in place."""
+        x = self.slab.get(index, copy=copy)
+        if x is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return torch.from_numpy(x)
+
+    def put(self, index: int, value) -> bool:
+        """Caches `value` (a tensor or array of the cache's shape) at `index` unless it is there
+        already, being written by another process, or not cacheable; True when this call stored it."""
+        stored = self.slab.put(index, value)
+        self.stored += stored
+        return stored
+
+    def counts(self) -> dict:
+        """Slot counts of the whole slab (every process's items): empty, writing, filled, ..."""
+        return self.slab.info(counts=True)["counts"]
+
+    def close(self) -> None:
+        """Detaches; the process that created a temporary slab also removes it."""
+        self.slab.close()
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __len__(self) -> int:
+        return self._spec["length"]
+
+    def __getstate__(self):
+        return {"spec": self._spec}
+
+    def __setstate__(self, state):
+        # A spawned worker: attach to the slab its parent made (never create or own one).
+        self._spec = state["spec"]
+        self.hits = self.misses = self.stored = 0
+        self.slab, self.created = self._open(create=False)
+        self._finalizer = None

@@ -1,0 +1,271 @@
+"""Shared-memory slabs from Python: the objects shm-cache, gc-train and cache-fill use, with the
+same crash-safe slot protocol (docs/shm-cache.md), through libtraincache_c.so.
+
+Reads are zero-copy: `get` returns a read-only numpy view of the item in shared memory (a second,
+read-only mapping of the object, so that writing through a view faults instead of changing what
+every other process reads). `put` claims the slot with a compare-and-swap, copies the item and
+publishes it; an exception or a signal in between gives the slot back, and a process killed there
+leaves it WRITING until `repair` (or `shm-cache repair`) returns it to empty.
+"""
+import ctypes
+import json
+import mmap
+
+import numpy as np
+
+from . import _capi
+from ._capi import TraincacheError
+
+# The dtype names of docs/shm-cache.md (numpy spells them the same way).
+DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32",
+          "float64")
+STATES = {0: "empty", 1: "writing", 2: "filled", 255: "invalid"}
+
+
+def _to_numpy(value):
+    """A numpy array of `value` (a torch tensor is detached and moved to the CPU first)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def parse_size(size) -> int:
+    """Bytes of `size`: an int, or "2GiB", "512MiB", "1.5G", "1000000" as the tools read sizes."""
+    if isinstance(size, int):
+        return size
+    text = str(size).strip()
+    units = {"": 1, "B": 1, "K": 1 << 10, "k": 1 << 10, "KiB": 1 << 10, "M": 1 << 20, "MiB": 1 << 20,
+             "G": 1 << 30, "GiB": 1 << 30, "T": 1 << 40, "TiB": 1 << 40, "KB": 10**3, "MB": 10**6,
+             "GB": 10**9, "TB": 10**12}
+    number = text.rstrip("BKMGTikb")
+    try:
+        value, mult = float(number), units[text[len(number):]]
+    except (ValueError, KeyError):
+        raise ValueError(f"'{size}': not a size (examples: 512MiB, 2GiB, 1000000)") from None
+    if value < 0:
+        raise ValueError(f"'{size}': not a size (examples: 512MiB, 2GiB, 1000000)")
+    return int(round(value * mult))
+
+
+class Slab:
+    """One attachment to a named slab (/dev/shm/<prefix><name>). Use Slab.attach() or Slab.create()."""
+
+    def __init__(self, handle, writable: bool):
+        lib = _capi.lib()
+        self._handle = ctypes.c_void_p(handle)
+        self.writable = writable
+        try:
+            desc = _capi.take_json(lib.tc_slab_describe, self._handle, 0)
+            fd = lib.tc_slab_fd(self._handle)
+            size = desc["total_bytes"]
+            # Views come from a read-only mapping; writes go through a second, writable one.
+            self._ro = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            self._rw = (mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                        if writable else None)
+        except BaseException:
+            lib.tc_slab_close(self._handle)
+            self._handle = None
+            raise
+        self.name = desc["name"]
+        self.path = desc["path"]
+        self.layout = desc["layout"]
+        self.dtype = np.dtype(desc["dtype"])
+        self.shape = tuple(desc["dims"]) if self.layout == "fixed" else None
+        self.length = desc["length"]
+        self.slots = desc["slots"]
+        self.content_id = desc["content_id"]
+        self.temporary = desc["temporary"]
+        self.creator_pid = desc["creator_pid"]
+
+    # --- opening and closing ---------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, name: str, writable: bool = True) -> "Slab":
+        """Attaches to slab `name`, validating its header first. TraincacheError 69 when there is
+        no such slab, 65 when the object is corrupt or not a slab, 66 when it cannot be opened
+        (another user's slab without permission)."""
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.lib().tc_slab_attach(name.encode(), 1 if writable else 0, ctypes.byref(handle)))
+        return cls(handle.value, writable)
+
+    @classmethod
+    def create(cls, name: str, length: int, shape=None, dtype="uint8", *, slots=None, limit=None,
+               variable: bool = False, selection: str = "first", seed: int = 0, mode: int = 0o600,
+               content_id: str = "", temporary: bool = False) -> "Slab":
+        """Creates slab `name` for a dataset of `length` items and attaches to it (writable).
+
+        Fixed layout: every item has `shape` and `dtype`; `slots` (how many items are cacheable) or
+        `limit` (a byte budget: an int or "2GiB") sets its size, every item when neither is given. Variable layout (`variable=True`):
+        items of any length in an arena of `limit` bytes. `selection="hashed"` spreads the
+        cacheable indices over the dataset (seeded by `seed`) instead of the first `slots`.
+        `content_id` records what the slab holds (checked by whoever attaches); a `temporary` slab
+        is listed as such and removed by `shm-cache rm --stale` once its creator has died.
+        TraincacheError 73 when the name exists or /dev/shm has no room for it; 64 for bad options.
+        """
+        dtype = np.dtype(dtype).name
+        if slots is not None and limit is not None:
+            raise ValueError(f"{name}: give slots or limit, not both")
+        if slots is None and limit is None and not variable:
+            slots = length  # every item cacheable
+        opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
+                "dtype": dtype, "selection": selection, "seed": int(seed), "mode": int(mode),
+                "content_id": content_id, "temporary": bool(temporary), "tool": "python"}
+        if shape is not None:
+            opts["dims"] = [int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+        if slots is not None:
+            opts["slots"] = int(slots)
+        if limit is not None:
+            opts["limit_bytes"] = parse_size(limit)
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.lib().tc_slab_create(json.dumps(opts).encode(), ctypes.byref(handle)))
+        return cls(handle.value, True)
+
+    def close(self) -> None:
+        """Detaches. Views handed out by get() stay valid: the mapping goes when the last one does."""
+        if self._handle is not None:
+            _capi.lib().tc_slab_close(self._handle)
+            self._handle = None
+        self._ro = self._rw = None
+
+    def remove(self) -> None:
+        """Removes the slab's object from /dev/shm (attached processes keep their mappings) and closes."""
+        _capi.check(_capi.lib().tc_slab_remove(self.name.encode()))
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        what = f"{list(self.shape)} {self.dtype}" if self.shape else f"variable {self.dtype}"
+        return f"<traincache.Slab {self.name!r}: {what}, {self.length} indices, {self.slots} cacheable>"
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError(f"slab {self.name!r} is closed")
+        return self._handle
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def info(self, counts: bool = True) -> dict:
+        """What `shm-cache stat --json NAME` prints as "slab" (slot counts when `counts`)."""
+        return _capi.take_json(_capi.lib().tc_slab_describe, self._h(), 1 if counts else 0)
+
+    def slot(self, index: int):
+        """The slot of `index`, or None when the index is not cacheable."""
+        s = _capi.lib().tc_slab_slot(self._h(), self._index(index))
+        return None if s < 0 else s
+
+    def state(self, index: int):
+        """"empty", "writing", "filled" or "invalid" for the slot of `index`; None when not cacheable."""
+        s = _capi.lib().tc_slab_state(self._h(), self._index(index))
+        return None if s < 0 else STATES[s]
+
+    def get(self, index: int, copy: bool = False):
+        """The item at `index` as a numpy array (item shape, or 1-D for a variable layout), or None
+        for a miss (not filled yet, being written, not cacheable). Without `copy` it is a read-only
+        view into shared memory: torch.from_numpy() shares it too."""
+        offset, nbytes = ctypes.c_uint64(), ctypes.c_uint64()
+        if not _capi.lib().tc_slab_locate(self._h(), self._index(index), ctypes.byref(offset), ctypes.byref(nbytes)):
+            return None
+        count, rest = divmod(nbytes.value, self.dtype.itemsize)
+        if rest:
+            raise TraincacheError(65, f"{self.name}: index {index}: an item of {nbytes.value} bytes is not a whole "
+                                      f"number of {self.dtype} elements")
+        view = np.frombuffer(self._ro, dtype=self.dtype, count=count, offset=offset.value)
+        if self.shape is not None:
+            view = view.reshape(self.shape)
+        return view.copy() if copy else view
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def put(self, index: int, value) -> bool:
+        """Stores `value` (array-like or torch tensor) at `index`: True when stored, False when the
+        slot was filled or claimed by someone else, the index is not cacheable, or the arena is full.
+        A fixed layout needs the item shape. Values are converted to the slab's dtype within their
+        kind (float64 -> float32), integers to any integer type they fit, never floats to integers.
+        Filled slots are never changed."""
+        item = self._item(value)
+        index, handle, lib = self._index(index), self._h(), _capi.lib()
+        if not self.writable:
+            raise TraincacheError(64, f"{self.name}: attached read-only")
+        offset, claimed = ctypes.c_uint64(), None
+        try:
+            # CPython raises a pending KeyboardInterrupt as soon as a call returns, before its result
+            # is stored: `claimed` is still None then, and the claim (if any) is given back below.
+            claimed = lib.tc_slab_begin_write(handle, index, item.nbytes, ctypes.byref(offset))
+            if claimed <= 0:
+                _capi.check(claimed)
+                return False
+            if item.nbytes:
+                dst = np.frombuffer(self._rw, dtype=np.uint8, count=item.nbytes, offset=offset.value)
+                dst[:] = item.reshape(-1).view(np.uint8)
+            committed = lib.tc_slab_commit(handle, index)
+        except BaseException:
+            if claimed is None or claimed == 1:
+                # Undoes a WRITING claim of this process's pid only. (Had another thread of this
+                # process claimed the same index at that instant, its put() fails loudly.)
+                lib.tc_slab_abort(handle, index)
+            raise
+        if committed != 1:
+            raise TraincacheError(70, f"{self.name}: index {index}: the claim was lost before it was published")
+        return True
+
+    def begin_write(self, index: int, nbytes: int):
+        """Low level: claims the slot of `index` for `nbytes` (one compare-and-swap, EMPTY -> WRITING
+        with this process's pid). The offset in the object where the bytes go, or None when nothing
+        was claimed. Follow with commit() or abort(); put() does all three."""
+        if not self.writable:
+            raise TraincacheError(64, f"{self.name}: attached read-only")
+        offset = ctypes.c_uint64()
+        claimed = _capi.check(_capi.lib().tc_slab_begin_write(self._h(), self._index(index), int(nbytes),
+                                                              ctypes.byref(offset)))
+        return offset.value if claimed else None
+
+    def commit(self, index: int) -> bool:
+        """Publishes this process's claim on `index` (WRITING -> FILLED); False if it holds none."""
+        return bool(_capi.check(_capi.lib().tc_slab_commit(self._h(), self._index(index))))
+
+    def abort(self, index: int) -> bool:
+        """Gives back this process's claim on `index` (WRITING -> EMPTY); False if it holds none."""
+        return bool(_capi.check(_capi.lib().tc_slab_abort(self._h(), self._index(index))))
+
+    def repair(self) -> int:
+        """Returns to empty every slot left WRITING by a dead process (and every invalid one); how many."""
+        return _capi.check(_capi.lib().tc_slab_repair(self._h()))
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _index(self, index) -> int:
+        i = int(index)
+        if i < 0:
+            raise IndexError(f"{self.name}: index {index} is negative")
+        return i
+
+    def _item(self, value):
+        a = _to_numpy(value)
+        if a.size and not np.can_cast(a.dtype, self.dtype, casting="safe"):
+            if a.dtype.kind in "iub" and self.dtype.kind in "iu":
+                limits = np.iinfo(self.dtype)
+                if a.min() < limits.min or a.max() > limits.max:
+                    raise ValueError(f"{self.name}: values outside the range of {self.dtype}")
+            elif not np.can_cast(a.dtype, self.dtype, casting="same_kind"):
+                raise TypeError(f"{self.name}: cannot store {a.dtype} values in a {self.dtype} slab")
+        if self.shape is not None and a.shape != self.shape:
+            raise ValueError(f"{self.name}: item shape {list(a.shape)} is not the slab's {list(self.shape)}")
+        return np.ascontiguousarray(a, dtype=self.dtype)
+
+
+def remove_slab(name: str) -> None:
+    """Removes slab `name` (as `shm-cache rm NAME`); TraincacheError 69 when there is none."""
+    _capi.check(_capi.lib().tc_slab_remove(name.encode()))
+

@@ -1,0 +1,136 @@
+"""CacheDataset over every kind of cache cache-fill writes (with and without labels, string,
+integer and no keys, one and two encoders, float16), compared with the h5py recipe of
+docs/cache-format.md run on the same file;
+a DataLoader with 2 workers (fork and spawn) yields exactly those rows; info() is cache-inspect's
+JSON; bad files and arguments fail with the documented error."""
+import os
+
+import h5py
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from tc_check import DATA, SOURCE, WORK, cache_fill, eq, finish, ok, raises, tool, tool_json
+import traincache
+from traincache import CacheDataset, TraincacheError
+
+images = os.path.join(DATA, "images.h5")
+
+
+# docs/cache-format.md's h5py recipe, run as written.
+DOC = open(os.path.join(SOURCE, "docs", "cache-format.md")).read()
+RECIPE = DOC.split("## Reading it from Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def h5_rows(path):
+    """Every row as the documented recipe reads it: ({name: embeddings}, labels or None, keys)."""
+    scope = {}
+    exec(RECIPE.replace('"cache.h5"', repr(path)), scope)
+    keys = [int(k) if isinstance(k, (int, np.integer)) else str(k) for k in scope["keys"]]
+    return scope["emb"], scope["labels"], keys
+
+
+def main():
+    labelled = cache_fill("labelled.h5", "--input", images, "--encoder", f"cnn={DATA}/cnn.pt", "--features", "images",
+                          "--labels", "labels", "--key", "skeys")
+    int_keys = cache_fill("intkeys.h5", "--input", images, "--encoder", f"mlp={DATA}/mlp.pt", "--features", "vec",
+                          "--key", "ikeys", "--rows", "10:250", "--dtype", "float16")
+    two = cache_fill("two.h5", "--input", images, "--encoder", f"a={DATA}/cnn.pt", "--encoder",
+                     f"b={DATA}/cnn_other.pt", "--features", "images", "--rows", "5:300")
+
+
+    # --- items equal h5py's rows, for each kind of cache -------------------------------------------
+    for path, kw, want_fields in (
+            (labelled, dict(keys=True), ("cnn", "label", "key")),
+            (int_keys, dict(keys=True), ("mlp", "key")),
+            (two, dict(embeddings=["b", "a"], keys=True), ("b", "a", "key")),
+            (two, dict(), ("a", "b")),
+            (labelled, dict(labels=False), ("cnn",))):
+        name = f"{os.path.basename(path)} {kw}"
+        ds = CacheDataset(path, **kw)
+        emb, labels, keys = h5_rows(path)
+        eq(ds.fields, want_fields, f"{name}: fields")
+        eq(len(ds), len(keys), f"{name}: length")
+        for i in (0, 7, len(ds) - 1, -1):
+            item = ds[i]
+            row = i % len(ds)
+            want = [emb[n][row] for n in want_fields if n in emb]
+            if "label" in want_fields:
+                want.append(labels[row])
+            got_arrays = [t.numpy() for t, f in zip(item, want_fields) if f != "key"]
+            ok(all(g.dtype == w.dtype and g.shape == np.shape(w) and np.array_equal(g, w) for g, w in zip(got_arrays, want)),
+               f"{name}: item {i} equals h5py's row")
+            if "key" in want_fields:
+                eq(item[-1], keys[row], f"{name}: key of item {i}")
+
+    eq(CacheDataset(int_keys, keys=True)[0][1], 1010, "integer keys come as int (ikeys of input row 10)")
+    eq(CacheDataset(two, keys=True)[0][2], 5, "no key dataset: the key is the input row number")
+    eq(CacheDataset(labelled, keys=True)[299][2], "img-0299", "string keys come as str")
+    eq(CacheDataset(int_keys)[3][0].dtype, torch.float16, "float16 caches give float16 tensors")
+    eq(CacheDataset(labelled)[4][1].shape, torch.Size([]), "a scalar label is a 0-d tensor")
+
+    # --- a DataLoader with 2 workers yields exactly the rows h5py reads -------------------------------
+    for path, context in ((labelled, "fork"), (int_keys, "fork"), (two, "spawn")):
+        ds = CacheDataset(path, keys=True)
+        emb, labels, keys = h5_rows(path)
+        order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3)).tolist()
+        loader = DataLoader(ds, batch_size=32, sampler=order, num_workers=2, multiprocessing_context=context)
+        batches = list(loader)
+        got = {f: torch.cat([b[k] for b in batches]).numpy() for k, f in enumerate(ds.fields) if f != "key"}
+        got_keys = [k for b in batches for k in (b[-1].tolist() if torch.is_tensor(b[-1]) else b[-1])]
+        name = f"DataLoader(num_workers=2, {context}) over {os.path.basename(path)}"
+        ok(all(np.array_equal(got[n], emb[n][order]) for n in emb), f"{name}: embeddings equal h5py's rows")
+        if labels is not None:
+            ok(np.array_equal(got["label"], labels[order]), f"{name}: labels equal h5py's")
+        eq(got_keys, [keys[i] for i in order], f"{name}: keys")
+
+    # A batch of scattered and repeated rows is read in one request, in the order asked.
+    ds = CacheDataset(labelled)
+    emb, labels, _ = h5_rows(labelled)
+    idx = [299, 0, 150, 0, 3]
+    items = ds.__getitems__(idx)
+    ok(all(np.array_equal(it[0].numpy(), emb["cnn"][i]) and int(it[1]) == labels[i] for it, i in zip(items, idx)),
+       "__getitems__: scattered and repeated rows, in order")
+    raises(lambda: ds[300], IndexError, f"{labelled}: row 300 out of range for 300 rows")
+    raises(lambda: ds.__getitems__([1, -2]), IndexError, f"{labelled}: row -2 out of range for 300 rows")
+
+    # --- info() is cache-inspect --json --------------------------------------------------------------
+    for path in (labelled, int_keys, two):
+        eq(CacheDataset(path).info(), tool_json("cache-inspect", "--json", path)["files"][0],
+           f"info() of {os.path.basename(path)} equals cache-inspect --json")
+    eq(traincache.describe_cache(labelled, stats=True), tool_json("cache-inspect", "--json", "--stats", labelled)["files"][0],
+       "describe_cache(stats=True) equals cache-inspect --json --stats")
+    eq(CacheDataset(labelled).info()["labels"]["counts"], {str(c): 60 for c in range(5)}, "info(): label counts")
+
+    # --- errors ---------------------------------------------------------------------------------------
+    # Bad files: the same exit code and message as cache-inspect (one library checks both).
+    missing = os.path.join(WORK, "missing.h5")
+    huge = os.path.join(WORK, "huge.h5")  # a dataset claiming far more bytes than the file holds
+    with h5py.File(huge, "w") as f:
+        f.attrs.update({"format": "traincache", "format_version": 1, "complete": 1, "rows": 10 ** 9})
+        f.create_dataset("embeddings/x", shape=(10 ** 9, 64), dtype=np.float32, chunks=(1024, 64))
+        f["embeddings/x"][0] = 1
+    for path in (missing, WORK, os.path.join(DATA, "foreign.h5"), os.path.join(DATA, "truncated.h5"), huge):
+        p = tool("cache-inspect", path, check=False)
+        message = p.stderr.strip().removeprefix("cache-inspect: error: ")
+        ok(p.returncode in (65, 66) and message, f"cache-inspect refuses {path}")
+        raises(lambda: CacheDataset(path), TraincacheError, message, p.returncode)
+        raises(lambda: traincache.describe_cache(path), TraincacheError, message, p.returncode)
+    altered = os.path.join(WORK, "altered.h5")
+    with open(labelled, "rb") as src, open(altered, "wb") as dst:
+        dst.write(src.read())
+    with h5py.File(altered, "r+") as f:
+        f.attrs["complete"] = 0
+    raises(lambda: CacheDataset(altered), TraincacheError, f"{altered}: incomplete (complete attribute is not 1)", 65)
+    with h5py.File(altered, "r+") as f:
+        f.attrs["complete"], f.attrs["format_version"] = 1, 2
+    raises(lambda: CacheDataset(altered), TraincacheError,
+           f"{altered}: format version 2 is newer than this tool reads (1)", 65)
+    raises(lambda: CacheDataset(int_keys, labels=True), ValueError,
+           f"{int_keys}: the cache has no labels (cache-fill ran without --labels); use labels=False")
+    raises(lambda: CacheDataset(two, embeddings=["a", "c"]), ValueError, f"{two}: no embeddings named c (the cache has a, b)")
+    finish()
+
+
+if __name__ == "__main__":
+    main()

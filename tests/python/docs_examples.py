@@ -1,0 +1,64 @@
+"""Runs docs/python.md as a reader would: every ```sh and ```python block in order, in one scratch
+directory that has the repository's scripts/ and the built tools on PATH, with the package found
+the way the page says (PYTHONPATH=python). A ```python FILE block is saved as FILE instead of run.
+A ```text block right after a block is that block's exact standard output. ```console blocks
+(installation) are left to install.py.
+
+Usage: docs_examples.py [DOC]   (default: docs/python.md)"""
+import os
+import re
+import subprocess
+import sys
+
+from tc_check import BIN, SOURCE, WORK, eq, finish, ok
+
+BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.S | re.M)
+
+
+def blocks(text):
+    """(language, info, body) of each fenced block, with the text block that follows each one."""
+    found = [(m.group(1), m.group(2).strip(), m.group(3)) for m in BLOCK.finditer(text)]
+    out = []
+    for lang, info, body in found:
+        if lang == "text" and out and out[-1][3] is None:
+            out[-1] = out[-1][:3] + (body,)
+        else:
+            out.append((lang, info, body, None))
+    return out
+
+
+def main():
+    doc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(SOURCE, "docs", "python.md")
+    here = os.path.join(WORK, "docs")
+    os.makedirs(here)
+    os.symlink(os.path.join(SOURCE, "scripts"), os.path.join(here, "scripts"))
+    # `python3` in the page is the Python with Debian's torch (this one), whatever else is on PATH.
+    os.makedirs(os.path.join(here, ".bin"))
+    os.symlink(sys.executable, os.path.join(here, ".bin", "python3"))
+    env = dict(os.environ, PATH=f"{BIN}:{here}/.bin:{os.environ['PATH']}", PYTHONPATH=os.path.join(SOURCE, "python"))
+    # The page's claim is that the package finds build/lib by itself: test that when the build is there.
+    if os.path.realpath(os.environ.get("TC_BUILD", "")) == os.path.realpath(os.path.join(SOURCE, "build")):
+        env.pop("TRAINCACHE_LIBRARY", None)
+    ran = 0
+    for n, (lang, info, body, want) in enumerate(blocks(open(doc).read())):
+        if lang == "python" and info:
+            with open(os.path.join(here, info), "w") as f:
+                f.write(body)
+            continue
+        if lang not in ("sh", "python"):
+            continue
+        cmd = ["bash", "-euo", "pipefail", "-c", body] if lang == "sh" else [sys.executable, "-c", body]
+        p = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=240)
+        ran += 1
+        first = body.strip().splitlines()[0]
+        if not ok(p.returncode == 0, f"block {n} ({lang}: {first}) exits 0, got {p.returncode}: {p.stderr[-3000:]}"):
+            break
+        if want is not None:
+            eq(p.stdout, want, f"block {n} ({lang}: {first}): its output as the page shows it")
+    ok(ran >= 8, f"the page's blocks ran ({ran})")
+    finish()
+
+
+if __name__ == "__main__":
+    main()
