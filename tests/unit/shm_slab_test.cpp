@@ -41,6 +41,16 @@ shm::CreateOptions fixed(const std::string& name, uint64_t len, std::vector<uint
   return o;
 }
 
+shm::CreateOptions variable(const std::string& name, uint64_t len, DType dt, uint64_t arena_bytes) {
+  shm::CreateOptions o;
+  o.name = name;
+  o.length = len;
+  o.layout = shm::Layout::variable;
+  o.dtype = dt;
+  o.limit_bytes = arena_bytes;
+  return o;
+}
+
 std::vector<unsigned char> item(uint64_t index, std::size_t bytes) {
   std::vector<unsigned char> v(bytes);
   for (std::size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>((index * 131 + i * 7) & 0xff);
@@ -135,13 +145,7 @@ CATCH_TEST_CASE("shm slab: a hashed selection caches exactly `slots` indices, fi
 
 CATCH_TEST_CASE("shm slab: variable-size items share an arena; a full arena refuses without claiming", "[shm]") {
   Prefix p;
-  shm::CreateOptions o;
-  o.name = "var";
-  o.length = 10;
-  o.layout = shm::Layout::variable;
-  o.dtype = DType::i64;
-  o.limit_bytes = 100;
-  auto s = shm::Slab::create(o);
+  auto s = shm::Slab::create(variable("var", 10, DType::i64, 100));
   auto a = item(0, 40), b = item(1, 8), c = item(2, 60);
   CATCH_CHECK(s.set(0, a.data(), a.size()));
   CATCH_CHECK(s.set(1, b.data(), b.size()));
@@ -200,13 +204,7 @@ CATCH_TEST_CASE("shm slab: begin_write hands out the item's place, commit publis
 
 CATCH_TEST_CASE("shm slab: begin_write in a variable layout reserves arena bytes and records them", "[shm]") {
   Prefix p;
-  shm::CreateOptions o;
-  o.name = "varsplit";
-  o.length = 4;
-  o.layout = shm::Layout::variable;
-  o.dtype = DType::i32;
-  o.limit_bytes = 64;
-  auto s = shm::Slab::create(o);
+  auto s = shm::Slab::create(variable("varsplit", 4, DType::i32, 64));
   const auto info = s.info();
   auto a = s.begin_write(1, 24);
   CATCH_REQUIRE(a);
