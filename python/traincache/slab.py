@@ -103,9 +103,15 @@ class Slab:
         TraincacheError 73 when the name exists or /dev/shm has no room for it; 64 for bad options.
         """
         dtype = np.dtype(dtype).name
+        if int(length) <= 0:
+            raise ValueError(f"{name}: the dataset length must be positive")
         if slots is not None and limit is not None:
             raise ValueError(f"{name}: give slots or limit, not both")
-        if slots is None and limit is None and not variable:
+        if variable and (shape is not None or limit is None):
+            raise ValueError(f"{name}: a variable layout takes no shape and needs limit (its arena's bytes)")
+        if not variable and shape is None:
+            raise ValueError(f"{name}: a fixed layout needs the item shape (or variable=True)")
+        if slots is None and limit is None:
             slots = length  # every item cacheable
         opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
                 "dtype": dtype, "selection": selection, "seed": int(seed), "mode": int(mode),
@@ -139,8 +145,11 @@ class Slab:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            self.close()
+        try:
+            if getattr(self, "_handle", None) is not None:
+                self.close()
+        except Exception:  # at interpreter shutdown the ctypes module may be gone already
+            pass
 
     def __len__(self) -> int:
         return self.length

@@ -182,6 +182,13 @@ raises(lambda: py.put(0, np.zeros(15, np.float32)), ValueError, "py: item shape 
 raises(lambda: py.put(0, np.zeros(16, np.complex64)), TypeError, "py: cannot store complex64 values in a float32 slab")
 raises(lambda: Slab.create("i8", 4, (2,), "int8").put(0, [1, 300]), ValueError, "i8: values outside the range of int8")
 raises(lambda: Slab.create("c", 4, (2,), "complex64"), TraincacheError, None, 64)
+raises(lambda: Slab.create("c", 0, (2,)), ValueError, "c: the dataset length must be positive")
+raises(lambda: Slab.create("c", 4), ValueError, "c: a fixed layout needs the item shape (or variable=True)")
+raises(lambda: Slab.create("c", 4, variable=True), ValueError,
+       "c: a variable layout takes no shape and needs limit (its arena's bytes)")
+raises(lambda: Slab.create("c", 4, (2,), slots=2, limit=64), ValueError, "c: give slots or limit, not both")
+raises(lambda: Slab.create("c", 4, (2,), limit="lots"), ValueError, "'lots': not a size (examples: 512MiB, 2GiB, 1000000)")
+eq(Slab.create("c", 10, (4,), "float32", limit="64B").slots, 4, "limit in bytes: 64 B hold 4 items of 16 B")
 raises(lambda: py.get(-1), IndexError, "py: index -1 is negative")
 py.close()
 raises(lambda: py.get(0), ValueError, "slab 'py' is closed")
