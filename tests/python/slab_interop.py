@@ -160,7 +160,10 @@ except KeyboardInterrupt:
 """
 proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED], env=ENV, stdout=subprocess.PIPE, text=True)
 proc.stdout.readline()
-time.sleep(0.1)
+watch, deadline = Slab.attach("sigint", writable=False), time.monotonic() + 60
+while watch.state(0) != "filled" and time.monotonic() < deadline:  # interrupt once it is filling
+    time.sleep(0.005)
+watch.close()
 proc.send_signal(signal.SIGINT)
 out, _ = proc.communicate(timeout=60)
 ok(out.startswith("interrupted"), f"the writer was interrupted while filling ({out.strip()})")
