@@ -13,7 +13,7 @@ import time
 import h5py
 import numpy as np
 
-from tc_check import DATA, PREFIX, SOURCE, WORK, cache_fill, eq, finish, ok, raises, tool, tool_json
+from tc_check import DATA, PREFIX, SOURCE, cache_fill, eq, finish, ok, raises, tool, tool_json
 from traincache import Slab, TraincacheError, remove_slab
 
 ENV = dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "python"))
