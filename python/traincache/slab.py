@@ -205,8 +205,6 @@ class Slab:
         Filled slots are never changed."""
         item = self._item(value)
         index, handle, lib = self._index(index), self._h(), _capi.lib()
-        if not self.writable:
-            raise TraincacheError(64, f"{self.name}: attached read-only")
         offset, claimed = ctypes.c_uint64(), None
         try:
             # CPython raises a pending KeyboardInterrupt as soon as a call returns, before its result
@@ -233,8 +231,6 @@ class Slab:
         """Low level: claims the slot of `index` for `nbytes` (one compare-and-swap, EMPTY -> WRITING
         with this process's pid). The offset in the object where the bytes go, or None when nothing
         was claimed. Follow with commit() or abort(); put() does all three."""
-        if not self.writable:
-            raise TraincacheError(64, f"{self.name}: attached read-only")
         offset = ctypes.c_uint64()
         claimed = _capi.check(_capi.lib().tc_slab_begin_write(self._h(), self._index(index), int(nbytes),
                                                               ctypes.byref(offset)))
