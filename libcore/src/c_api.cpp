@@ -2,9 +2,13 @@
 // the library's typed errors into negative exit codes and a thread-local message.
 #include "traincache/c_api.h"
 
+#include <setjmp.h>
+#include <signal.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -38,6 +42,61 @@ auto guarded(F&& f) -> decltype(f()) {
     t_error = std::string("internal error: ") + e.what();
   }
   return -static_cast<decltype(f())>(Exit::internal);
+}
+
+// ---- a slab truncated under us: SIGBUS inside a call becomes -74 --------------------------------
+// A process-wide SIGBUS handler, installed at the first slab call, jumps back into the call that
+// faulted (t_bus_jump, set only while a call touches a mapping); a bus error anywhere else goes to
+// the disposition that was there before (restored, and the faulting access runs again under it).
+
+thread_local sigjmp_buf* t_bus_jump = nullptr;
+struct sigaction g_previous_bus {};
+
+void on_bus(int sig, siginfo_t* info, void*) {
+  if (sigjmp_buf* jump = t_bus_jump) siglongjmp(*jump, 1);
+  sigaction(SIGBUS, &g_previous_bus, nullptr);
+  if (info == nullptr || info->si_code <= 0) raise(sig);  // sent, not a fault: deliver it again
+}
+
+void install_bus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;  // not blocked in the handler: siglongjmp need not restore a mask
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_previous_bus);
+  });
+}
+
+// guarded(f) for a call that reads or writes `slab`'s mapping: a bus error inside it (the object
+// was truncated while in use) returns -74 with a message naming the slab; `undo` then runs under
+// the same guard (giving back a claim). `f` must not own anything a jump would leak but plain data.
+template <typename F, typename U>
+auto bus_guarded(const shm::Slab& slab, F&& f, U&& undo) -> decltype(f()) {
+  using R = decltype(f());
+  install_bus_handler();
+  sigjmp_buf jump;
+  sigjmp_buf* const outer = t_bus_jump;
+  if (sigsetjmp(jump, 0) != 0) {
+    t_bus_jump = nullptr;
+    if (sigsetjmp(jump, 0) == 0) {
+      t_bus_jump = &jump;
+      undo();
+    }
+    t_bus_jump = outer;
+    t_error = slab.name() + ": the slab's object was truncated while in use (a bus error reading it)";
+    return -static_cast<R>(Exit::io);
+  }
+  t_bus_jump = &jump;
+  R r = guarded(f);
+  t_bus_jump = outer;
+  return r;
+}
+
+template <typename F>
+auto bus_guarded(const shm::Slab& slab, F&& f) -> decltype(f()) {
+  return bus_guarded(slab, f, [] {});
 }
 
 char* copy_string(const std::string& s) {
@@ -122,7 +181,8 @@ int tc_slab_attach(const char* name, int writable, tc_slab** out) {
 void tc_slab_close(tc_slab* slab) { delete slab; }
 
 int tc_slab_describe(const tc_slab* slab, int counts, char** json) {
-  return guarded([&] {
+  return bus_guarded(slab->slab, [&] {
+    slab->slab.check_size();
     shm::SlotCounts c;
     if (counts) c = slab->slab.counts();
     *json = copy_string(describe::slab_record(slab->slab.info(), counts ? &c : nullptr).json().dump());
@@ -133,25 +193,45 @@ int tc_slab_describe(const tc_slab* slab, int counts, char** json) {
 int tc_slab_fd(const tc_slab* slab) { return slab->slab.fd(); }
 
 int64_t tc_slab_slot(const tc_slab* slab, uint64_t index) {
-  auto slot = slab->slab.slot_of(index);
-  return slot ? static_cast<int64_t>(*slot) : -1;
+  return bus_guarded(slab->slab, [&]() -> int64_t {
+    auto slot = slab->slab.slot_of(index);
+    return slot ? static_cast<int64_t>(*slot) : -1;
+  });
 }
 
 int tc_slab_state(const tc_slab* slab, uint64_t index) {
-  if (!slab->slab.slot_of(index)) return -1;
-  return static_cast<int>(slab->slab.state(index));
+  return bus_guarded(slab->slab, [&] {
+    if (!slab->slab.slot_of(index)) return -1;
+    return static_cast<int>(slab->slab.state(index));
+  });
 }
 
 int tc_slab_locate(const tc_slab* slab, uint64_t index, uint64_t* offset, uint64_t* bytes) {
-  auto view = slab->slab.view(index);
-  if (!view) return 0;
-  *offset = static_cast<uint64_t>(static_cast<const char*>(view.data) - static_cast<const char*>(slab->slab.base()));
-  *bytes = view.bytes;
-  return 1;
+  return bus_guarded(slab->slab, [&] {
+    auto view = slab->slab.view(index);
+    if (!view) return 0;
+    *offset = static_cast<uint64_t>(static_cast<const char*>(view.data) - static_cast<const char*>(slab->slab.base()));
+    *bytes = view.bytes;
+    return 1;
+  });
+}
+
+int tc_slab_read(const tc_slab* slab, uint64_t index, void* dst, uint64_t capacity, uint64_t* bytes) {
+  return bus_guarded(slab->slab, [&] {
+    auto view = slab->slab.view(index);
+    if (!view) return 0;
+    *bytes = view.bytes;
+    if (view.bytes > capacity)
+      throw Error(Exit::data, slab->slab.name(),
+                  "index " + std::to_string(index) + ": the item's " + std::to_string(view.bytes) +
+                      " bytes do not fit in " + std::to_string(capacity));
+    std::memcpy(dst, view.data, view.bytes);
+    return 1;
+  });
 }
 
 int tc_slab_begin_write(tc_slab* slab, uint64_t index, uint64_t bytes, uint64_t* offset) {
-  return guarded([&] {
+  return bus_guarded(slab->slab, [&] {
     auto at = slab->slab.begin_write(index, bytes);
     if (!at) return 0;
     *offset = *at;
@@ -159,16 +239,36 @@ int tc_slab_begin_write(tc_slab* slab, uint64_t index, uint64_t bytes, uint64_t*
   });
 }
 
+int tc_slab_put(tc_slab* slab, uint64_t index, const void* src, uint64_t bytes) {
+  bool claimed = false;
+  return bus_guarded(
+      slab->slab,
+      [&] {
+        auto at = slab->slab.begin_write(index, bytes);
+        if (!at) return 0;
+        claimed = true;
+        if (bytes) std::memcpy(static_cast<char*>(const_cast<void*>(slab->slab.base())) + *at, src, bytes);
+        if (!slab->slab.commit(index))
+          throw Error(Exit::internal, slab->slab.name(),
+                      "index " + std::to_string(index) + ": the claim was lost before it was published");
+        claimed = false;
+        return 1;
+      },
+      [&] {
+        if (claimed) slab->slab.abort(index);
+      });
+}
+
 int tc_slab_commit(tc_slab* slab, uint64_t index) {
-  return guarded([&] { return slab->slab.commit(index) ? 1 : 0; });
+  return bus_guarded(slab->slab, [&] { return slab->slab.commit(index) ? 1 : 0; });
 }
 
 int tc_slab_abort(tc_slab* slab, uint64_t index) {
-  return guarded([&] { return slab->slab.abort(index) ? 1 : 0; });
+  return bus_guarded(slab->slab, [&] { return slab->slab.abort(index) ? 1 : 0; });
 }
 
 int64_t tc_slab_repair(tc_slab* slab) {
-  return guarded([&] { return static_cast<int64_t>(slab->slab.repair()); });
+  return bus_guarded(slab->slab, [&] { return static_cast<int64_t>(slab->slab.repair()); });
 }
 
 int tc_slab_remove(const char* name) {

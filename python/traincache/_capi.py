@@ -10,7 +10,7 @@ import json
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 LIBRARY = "libtraincache_c.so"
 
 _lock = threading.Lock()
@@ -68,6 +68,8 @@ _PROTOTYPES = {
     "tc_slab_slot": (_i64, [_p, _u64]),
     "tc_slab_state": (_int, [_p, _u64]),
     "tc_slab_locate": (_int, [_p, _u64, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
+    "tc_slab_read": (_int, [_p, _u64, _p, _u64, ctypes.POINTER(_u64)]),
+    "tc_slab_put": (_int, [_p, _u64, _p, _u64]),
     "tc_slab_begin_write": (_int, [_p, _u64, _u64, ctypes.POINTER(_u64)]),
     "tc_slab_commit": (_int, [_p, _u64]),
     "tc_slab_abort": (_int, [_p, _u64]),

@@ -106,10 +106,12 @@ class SharedCache:
                                       f"content id '{want[3]}'): remove it (shm-cache rm {s['name']}) or use "
                                       "another name")
 
-    def get(self, index: int, copy: bool = False):
-        """The cached item at `index` as a torch tensor, or None for a miss. Without `copy` the tensor
-        shares the slab's memory, which is read-only: an in-place change of it (x.add_(1)) faults
-        instead of changing the item for every process; ask for a copy to change it in place."""
+    def get(self, index: int, copy: bool = True):
+        """The cached item at `index` as a torch tensor, or None for a miss. By default the tensor is
+        a private copy (a few microseconds; see docs/python.md): it may be changed in place, and a
+        slab truncated while in use is a TraincacheError instead of a SIGBUS. With `copy=False` it
+        shares the slab's memory, which is read-only: an in-place change of it (x.add_(1)) kills
+        the process with SIGSEGV instead of changing the item for every process."""
         x = self.slab.get(index, copy=copy)
         if x is None:
             self.misses += 1

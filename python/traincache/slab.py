@@ -1,11 +1,14 @@
 """Shared-memory slabs from Python: the objects shm-cache, gc-train and cache-fill use, with the
 same crash-safe slot protocol (docs/shm-cache.md), through libtraincache_c.so.
 
-Reads are zero-copy: `get` returns a read-only numpy view of the item in shared memory (a second,
-read-only mapping of the object, so that writing through a view faults instead of changing what
-every other process reads). `put` claims the slot with a compare-and-swap, copies the item and
-publishes it; an exception or a signal in between gives the slot back, and a process killed there
-leaves it WRITING until `repair` (or `shm-cache repair`) returns it to empty.
+`get` returns a private copy of the item by default: the copy is made inside the library, which
+turns a slab truncated under the reader into TraincacheError(74) instead of a SIGBUS that would
+kill the interpreter, and the copy may be changed in place. `get(i, copy=False)` returns a
+zero-copy, read-only view of the item in shared memory (a second, read-only mapping of the
+object): no copy, but an in-place write through it faults, and a slab truncated while the view
+is read kills the process with SIGBUS. `put` claims the slot with a compare-and-swap, copies the
+item and publishes it in one library call; a failure in between gives the slot back, and a
+process killed there leaves it WRITING until `repair` (or `shm-cache repair`) returns it to empty.
 """
 import ctypes
 import json
@@ -172,28 +175,34 @@ class Slab:
     def slot(self, index: int):
         """The slot of `index`, or None when the index is not cacheable."""
         s = _capi.lib().tc_slab_slot(self._h(), self._index(index))
-        return None if s < 0 else s
+        return None if s == -1 else _capi.check(s)
 
     def state(self, index: int):
         """"empty", "writing", "filled" or "invalid" for the slot of `index`; None when not cacheable."""
         s = _capi.lib().tc_slab_state(self._h(), self._index(index))
-        return None if s < 0 else STATES[s]
+        return None if s == -1 else STATES[_capi.check(s)]
 
-    def get(self, index: int, copy: bool = False):
+    def get(self, index: int, copy: bool = True):
         """The item at `index` as a numpy array (item shape, or 1-D for a variable layout), or None
-        for a miss (not filled yet, being written, not cacheable). Without `copy` it is a read-only
-        view into shared memory: torch.from_numpy() shares it too."""
+        for a miss (not filled yet, being written, not cacheable). By default a private, writable
+        copy, made by the library (TraincacheError 74 if the slab was truncated while in use).
+        With `copy=False` a read-only view into shared memory (torch.from_numpy() shares it too):
+        no copy, but see the module's notes on what a view cannot survive."""
+        index, handle, lib = self._index(index), self._h(), _capi.lib()
         offset, nbytes = ctypes.c_uint64(), ctypes.c_uint64()
-        if not _capi.lib().tc_slab_locate(self._h(), self._index(index), ctypes.byref(offset), ctypes.byref(nbytes)):
+        if not _capi.check(lib.tc_slab_locate(handle, index, ctypes.byref(offset), ctypes.byref(nbytes))):
             return None
         count, rest = divmod(nbytes.value, self.dtype.itemsize)
         if rest:
             raise TraincacheError(65, f"{self.name}: index {index}: an item of {nbytes.value} bytes is not a whole "
                                       f"number of {self.dtype} elements")
-        view = np.frombuffer(self._ro, dtype=self.dtype, count=count, offset=offset.value)
-        if self.shape is not None:
-            view = view.reshape(self.shape)
-        return view.copy() if copy else view
+        if not copy:
+            view = np.frombuffer(self._ro, dtype=self.dtype, count=count, offset=offset.value)
+            return view.reshape(self.shape) if self.shape is not None else view
+        out = np.empty(self.shape if self.shape is not None else (count,), dtype=self.dtype)
+        if not _capi.check(lib.tc_slab_read(handle, index, out.ctypes.data, out.nbytes, ctypes.byref(nbytes))):
+            return None
+        return out
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -202,30 +211,11 @@ class Slab:
         slot was filled or claimed by someone else, the index is not cacheable, or the arena is full.
         A fixed layout needs the item shape. Values are converted to the slab's dtype within their
         kind (float64 -> float32), integers to any integer type they fit, never floats to integers.
-        Filled slots are never changed."""
+        Filled slots are never changed. The claim, the copy and the publication are one library
+        call, so a KeyboardInterrupt never falls between them."""
         item = self._item(value)
-        index, handle, lib = self._index(index), self._h(), _capi.lib()
-        offset, claimed = ctypes.c_uint64(), None
-        try:
-            # CPython raises a pending KeyboardInterrupt as soon as a call returns, before its result
-            # is stored: `claimed` is still None then, and the claim (if any) is given back below.
-            claimed = lib.tc_slab_begin_write(handle, index, item.nbytes, ctypes.byref(offset))
-            if claimed <= 0:
-                _capi.check(claimed)
-                return False
-            if item.nbytes:
-                dst = np.frombuffer(self._rw, dtype=np.uint8, count=item.nbytes, offset=offset.value)
-                dst[:] = item.reshape(-1).view(np.uint8)
-            committed = lib.tc_slab_commit(handle, index)
-        except BaseException:
-            if claimed is None or claimed == 1:
-                # Undoes a WRITING claim of this process's pid only. (Had another thread of this
-                # process claimed the same index at that instant, its put() fails loudly.)
-                lib.tc_slab_abort(handle, index)
-            raise
-        if committed != 1:
-            raise TraincacheError(70, f"{self.name}: index {index}: the claim was lost before it was published")
-        return True
+        stored = _capi.check(_capi.lib().tc_slab_put(self._h(), self._index(index), item.ctypes.data, item.nbytes))
+        return bool(stored)
 
     def begin_write(self, index: int, nbytes: int):
         """Low level: claims the slot of `index` for `nbytes` (one compare-and-swap, EMPTY -> WRITING

@@ -85,8 +85,13 @@ def main():
     eq((cache.created, cache.slab.temporary), (True, True), "the first process created a temporary slab")
     x = cache.get(7)
     ok(torch.equal(x, torch.from_numpy(np.load(os.path.join(FILES, "00007.npy")))), "get() returns the item")
-    eq(x.data_ptr() == cache.get(7).data_ptr(), True, "a zero-copy view of shared memory")
-    eq((cache.hits, cache.misses, cache.stored), (2, 0, 0), "this process's counts (its workers keep their own)")
+    ok(x.data_ptr() != cache.get(7).data_ptr(), "by default each get() is a private copy")
+    x.add_(1)  # an in-place op on a copy: the process lives and the cached item is unchanged
+    ok(torch.equal(cache.get(7), torch.from_numpy(np.load(os.path.join(FILES, "00007.npy")))),
+       "an in-place change of a got tensor leaves the item as stored")
+    eq(cache.get(7, copy=False).data_ptr() == cache.get(7, copy=False).data_ptr(), True,
+       "copy=False: a zero-copy view of shared memory")
+    eq((cache.hits, cache.misses, cache.stored), (5, 0, 0), "this process's counts (its workers keep their own)")
 
     # spawn: the cache is pickled and attaches again in each worker
     loads_spawn = torch.multiprocessing.get_context("spawn").Value("l", 0)

@@ -39,8 +39,9 @@ eq((img.layout, img.shape, img.dtype.name, img.length, img.slots), ("fixed", (1,
 ok(all(img.get(i).tobytes() == images[i].tobytes() for i in range(300)), "all 300 items equal the HDF5 rows")
 ok(all(img.get(i).tobytes() == cxx_get("img", i)[1] for i in (0, 151, 299)), "and shm-cache get's bytes")
 eq(img.info(), tool_json("shm-cache", "stat", "img", "--json")["slab"], "info() equals shm-cache stat --json")
-eq(img.get(5).flags.writeable, False, "views are read-only")
-eq(img.get(5, copy=True).flags.writeable, True, "copies are not")
+eq(img.get(5, copy=False).flags.writeable, False, "views are read-only")
+eq(img.get(5).flags.writeable, True, "copies (the default) are not")
+ok(img.get(5, copy=False).tobytes() == images[5].tobytes(), "a view holds the item's bytes too")
 
 # docs/shm-cache.md's recipe for readers without traincache, run as written on the same slab
 doc = open(os.path.join(SOURCE, "docs", "shm-cache.md")).read()
@@ -196,5 +197,19 @@ raises(lambda: py.get(-1), IndexError, "py: index -1 is negative")
 py.close()
 raises(lambda: py.get(0), ValueError, "slab 'py' is closed")
 raises(lambda: remove_slab("nope"), TraincacheError, "nope: no such slab in /dev/shm", 69)
+
+# --- a slab truncated while in use: TraincacheError 74 from every call, never a SIGBUS ---------------
+cut = Slab.create("cut", 64, (1024,), "float32")
+eq(cut.put(3, np.full(1024, 3, np.float32)), True, "an item stored before the truncation")
+os.truncate(cut.path, 0)
+TRUNCATED = "cut: the slab's object was truncated while in use (a bus error reading it)"
+raises(lambda: cut.get(3), TraincacheError, TRUNCATED, 74)
+raises(lambda: cut.put(4, np.zeros(1024, np.float32)), TraincacheError, TRUNCATED, 74)
+raises(lambda: cut.state(3), TraincacheError, TRUNCATED, 74)
+raises(lambda: cut.slot(3), TraincacheError, TRUNCATED, 74)
+raises(lambda: cut.repair(), TraincacheError, TRUNCATED, 74)
+e = raises(lambda: cut.info(), TraincacheError, None, 74)
+ok(str(e).startswith("cut: the slab was truncated to 0 bytes while in use (it had "), f"info() says so ({e})")
+cut.remove()
 
 finish()

@@ -8,7 +8,11 @@
  * Strings handed out through `char**` are allocated by the library: release them with tc_free().
  * Slab offsets are bytes from the start of the shared-memory object, so that a caller that maps
  * the object itself (tc_slab_fd()) finds an item at its own base + offset. The slab layout is in
- * docs/shm-cache.md; the slot protocol (EMPTY -> WRITING -> FILLED) is the one every tool uses. */
+ * docs/shm-cache.md; the slot protocol (EMPTY -> WRITING -> FILLED) is the one every tool uses.
+ * A slab whose object is truncated while in use never kills the caller inside these functions:
+ * the bus error is caught and the call returns -74 ("the slab's object was truncated while in
+ * use"); tc_slab_slot and tc_slab_state return -74 too. Reading the mapping of tc_slab_fd()
+ * directly carries no such guard. */
 #ifndef TRAINCACHE_C_API_H
 #define TRAINCACHE_C_API_H
 
@@ -25,7 +29,7 @@ extern "C" {
 #endif
 
 /** Incremented when a function changes meaning or signature; callers check it at load. */
-#define TC_ABI_VERSION 1
+#define TC_ABI_VERSION 2
 
 /** TC_ABI_VERSION of the loaded library. */
 TC_API int tc_abi_version(void);
@@ -64,6 +68,13 @@ TC_API int tc_slab_state(const tc_slab* slab, uint64_t index);
 /** 1 when `index` is filled, with the item's *offset and *bytes (acquire ordering: the bytes are
  * complete); 0 for a miss (any other state, not cacheable). */
 TC_API int tc_slab_locate(const tc_slab* slab, uint64_t index, uint64_t* offset, uint64_t* bytes);
+/** Copies the item at `index` into `dst` (room for `capacity` bytes) when it is filled: 1 and
+ * *bytes; 0 for a miss; -65 when the item is larger than `capacity` (*bytes says how large). */
+TC_API int tc_slab_read(const tc_slab* slab, uint64_t index, void* dst, uint64_t capacity, uint64_t* bytes);
+/** Stores `bytes` bytes from `src` at `index` (claim, copy, publish, as one call): 1 when stored,
+ * 0 when nothing was claimed (as tc_slab_begin_write), -64 read-only. A failure after the claim
+ * gives the slot back. */
+TC_API int tc_slab_put(tc_slab* slab, uint64_t index, const void* src, uint64_t bytes);
 /** Try-begin-write: claims the slot of `index` for an item of `bytes` (EMPTY -> WRITING with this
  * process's pid, by compare-and-swap; variable layouts also reserve the bytes in the arena).
  * 1 and *offset where the caller copies the item; 0 when nothing was claimed (not cacheable,

@@ -124,6 +124,8 @@ class Slab {
   int fd() const { return fd_; }
   /// Start of the mapping: the offsets of begin_write() count from here.
   const void* base() const { return base_; }
+  /// The slab's name (without the prefix).
+  const std::string& name() const { return name_; }
 
   /// The slot of dataset index `index`, or nullopt when it is not cacheable (or out of range).
   std::optional<uint64_t> slot_of(uint64_t index) const;
