@@ -18,6 +18,8 @@
 #include <set>
 
 #include "traincache/error.h"
+#include "traincache/json_input.h"
+#include "traincache/safe_file.h"
 #include "traincache/text.h"
 #include "traincache/tokenizer.h"
 
@@ -27,32 +29,9 @@ namespace traincache::source {
 
 namespace {
 
-std::string errno_message(int err) { return std::strerror(err); }
-
-// A whole input file (symbolic links followed: datasets are often linked into place).
-std::string read_input_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_message(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(Exit::no_input, path, "not a regular file");
-  }
-  std::string out(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : 0;
-      ::close(fd);
-      throw Error(Exit::io, path, err ? errno_message(err) : "file shrank while being read");
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  return out;
-}
+// A whole input file (symbolic links followed: datasets are often linked into place); anything
+// but a regular file is refused without blocking.
+std::string read_input_file(const std::string& path) { return files::read_input(path); }
 
 bool parse_int(const std::string& s, int64_t& v) {
   auto r = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -255,7 +234,8 @@ void list_class(const fs::path& root, const fs::path& dir, std::set<std::pair<de
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;
-    if (it->is_directory(ec))
+    std::error_code entry_ec;  // a link loop or dangling link: an item that fails when it is read
+    if (it->is_directory(entry_ec))
       list_class(root, it->path(), seen, by_dir);
     else if (is_image_name(name))
       names.push_back(name);
@@ -268,7 +248,8 @@ Listing list_folder(const std::string& dir) {
   Listing out;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] != '.' && it->is_directory(ec)) out.classes.push_back(name);
+    std::error_code entry_ec;  // a link loop at the top level is not a class folder
+    if (!name.empty() && name[0] != '.' && it->is_directory(entry_ec)) out.classes.push_back(name);
   }
   if (ec) throw Error(Exit::no_input, dir, ec.message());
   std::sort(out.classes.begin(), out.classes.end());
@@ -399,7 +380,7 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
     pos = nl == std::string::npos ? text.size() : nl + 1;
     if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string marker;  // set when the line's ill-formed UTF-8 was marked
-    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    nlohmann::json j = parse_json_input(s, path + ":" + std::to_string(line));
     const std::size_t bad = j.is_discarded() ? traincache::text::first_invalid_utf8(s) : std::string::npos;
     if (bad != std::string::npos) {
       if (strict_utf8)
@@ -408,7 +389,7 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
             "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
       marker = utf8_marker(s);
       traincache::text::repair_utf8(s, marker);
-      j = nlohmann::json::parse(s, nullptr, false);
+      j = parse_json_input(s, path + ":" + std::to_string(line));
     }
     if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
     if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
@@ -476,6 +457,14 @@ std::vector<std::string> field_values(const std::string& path, const Table& t, c
 }
 
 }  // namespace
+
+std::vector<std::string> manifest_fields(const std::string& path) { return read_manifest(path).fields; }
+
+void require_input(const std::string& path) {
+  if (path.empty() || kind_of(path) == Kind::shm) return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+}
 
 std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::string& name, const FileOptions& files) {
   if (name != "image" && name != "label" && name != "path")
@@ -564,7 +553,7 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
       full.push_back(fs::path(values[i]).is_absolute() ? values[i] : (base / values[i]).string());
       struct stat st;
       if (::stat(full.back().c_str(), &st) != 0 && !files.tolerate_unreadable)
-        throw Error(Exit::no_input, where, errno_message(errno));
+        throw Error(Exit::no_input, where, errno_text(errno));
       shown.push_back(where);
     }
     return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown),

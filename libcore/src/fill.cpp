@@ -126,6 +126,14 @@ torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
   }
 }
 
+// `out` with the rows skipped in `batch` set to zero (no embedding for them). Out of place: the
+// encoder's output is an inference tensor, which must not be changed outside InferenceMode.
+torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
+  std::vector<int64_t> rows;
+  for (const auto& [row, why] : batch.skipped) rows.push_back(row - batch.start);
+  return out.index_fill(0, torch::tensor(rows, torch::kInt64), 0);
+}
+
 // Units (batches or length windows) [first_row, end_row) in steps of `unit` rows, read ahead on `workers` threads (at
 // most two per worker in flight) and handed out in order.
 class Prefetcher {
@@ -245,9 +253,20 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const source::File
   }
 }
 
+// Why encoder `name` has no input: for a manifest, its fields and the flags that name them.
+std::string no_features_message(const std::string& input, const std::string& name) {
+  std::string msg = "no input dataset for encoder '" + name + "'";
+  if (source::kind_of(input) != source::Kind::manifest) return msg;
+  std::string fields;
+  for (const auto& f : source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
+  return msg + ": name the manifest's image field with --features FIELD or its text field with --text FIELD (" + input +
+         " has " + fields + ")";
+}
+
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
+  source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
   const std::string implicit = source::default_column(opts.input);
   source::FileOptions files = opts.files;
   files.tolerate_unreadable = opts.on_error == OnError::skip;
@@ -261,7 +280,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
       in.per_encoder[e.name] = {};
       continue;
     }
-    if (feats.empty()) throw Error(Exit::usage, "--features", "no input dataset for encoder '" + e.name + "'");
+    if (feats.empty()) throw Error(Exit::usage, "--features", no_features_message(opts.input, e.name));
     auto& own = in.per_encoder[e.name];
     for (const auto& f : feats) {
       // Ragged columns (token sequences) are fed after the others, padded per batch like text.
@@ -642,7 +661,7 @@ class Encoding {
     torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
     if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
     JournalEncoder& je = journal_.encoders[enc.name()];
-    for (const auto& [row, why] : batch.skipped) out[row - batch.start].zero_();  // no embedding for them
+    if (!batch.skipped.empty()) out = zero_skipped(out, batch);
     std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
     if (!je.has_shape) {
       row_shapes_[i] = shape;

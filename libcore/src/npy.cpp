@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "traincache/error.h"
+#include "traincache/safe_file.h"
 
 namespace traincache::npy {
 
@@ -170,17 +171,12 @@ Header finish(Header h, std::size_t data_offset, const std::string& what) {
 class NpyColumn : public source::Column {
  public:
   explicit NpyColumn(const std::string& path) : Column(source::Kind::npy, path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno));
+    int fd = files::open_input(path);
     struct stat st;
     if (fstat(fd, &st) != 0) {
       int err = errno;
       ::close(fd);
       throw Error(Exit::io, path, errno_text(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error(Exit::no_input, path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
     }
     size_ = static_cast<std::size_t>(st.st_size);
     void* map = size_ > 0 ? ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
@@ -233,8 +229,7 @@ std::string zip_message(int code) {
 class NpzColumn : public source::Column {
  public:
   NpzColumn(const std::string& path, const std::string& name) : Column(source::Kind::npz, path) {
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno));
+    ::close(files::open_input(path));  // a regular file: libzip would block on a FIFO
     int code = 0;
     za_.reset(zip_open(path.c_str(), ZIP_RDONLY, &code));
     if (!za_) refuse(path, "not a .npz archive (" + zip_message(code) + ")");

@@ -226,9 +226,45 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   tmp.commit();
 }
 
-std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno));
+namespace {
+
+// What a file that is not a regular one is, for messages.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a file";
+}
+
+// Opens `path` read-only, without blocking (O_NONBLOCK, cleared once the file is known to be
+// regular); Error(no_input) for anything but a regular file. With `follow` false a link at `path`
+// is not followed and is an I/O error (a link where the tools never make one).
+int open_regular(const std::string& path, bool follow) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+  if (fd < 0) {
+    const int err = errno;
+    const bool io = err == EIO || err == EMFILE || err == ENFILE || err == ENOMEM || (!follow && err == ELOOP);
+    throw Error(io ? Exit::io : Exit::no_input, path, errno_text(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(Exit::io, path, errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(
+        Exit::no_input, path,
+        S_ISDIR(st.st_mode) ? "is a directory" : std::string("not a regular file (") + file_kind(st.st_mode) + ")");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+// The rest of `fd`'s bytes; closes it. Error(io) naming `path` on a read error.
+std::string read_all_and_close(int fd, const std::string& path) {
   std::string out;
   char buf[1 << 16];
   while (true) {
@@ -245,5 +281,38 @@ std::string read_file(const std::string& path) {
   ::close(fd);
   return out;
 }
+
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_all_and_close(open_regular(path, false), path); }
+
+int open_log(const std::string& path, bool append) {
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0);
+  int fd = ::open(path.c_str(), flags, 0666);
+  const int err = errno;
+  struct stat st {};
+  const bool known = fd >= 0 ? ::fstat(fd, &st) == 0 : ::lstat(path.c_str(), &st) == 0;
+  std::string why;
+  if (known && S_ISLNK(st.st_mode))
+    why = "is a symbolic link; refusing to use it";
+  else if (known && S_ISDIR(st.st_mode))
+    why = "is a directory";
+  else if (known && !S_ISREG(st.st_mode))
+    why = std::string("not a regular file (") + file_kind(st.st_mode) + ")";
+  else if (fd < 0)
+    why = errno_text(err);
+  else if (!append && ::ftruncate(fd, 0) != 0)
+    why = "cannot truncate: " + errno_text(errno);
+  if (!why.empty()) {
+    if (fd >= 0) ::close(fd);
+    throw Error(Exit::cant_create, path, why);
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+int open_input(const std::string& path) { return open_regular(path, true); }
+
+std::string read_input(const std::string& path) { return read_all_and_close(open_input(path), path); }
 
 }  // namespace traincache::files

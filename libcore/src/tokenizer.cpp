@@ -15,6 +15,7 @@
 
 #include "tokenizer_internal.h"
 #include "traincache/error.h"
+#include "traincache/safe_file.h"
 #include "traincache_build_info.h"
 
 namespace traincache::text {
@@ -105,15 +106,7 @@ class SpmTokenizer : public Tokenizer {
 };
 
 // The whole file; symbolic links followed (the Hugging Face hub cache links snapshots to blobs).
-std::string read_tokenizer_file(const std::string& path) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(errno == ENOENT ? Exit::no_input : Exit::io, path, errno_text(errno ? errno : EIO));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(Exit::io, path, "read error");
-  return ss.str();
-}
+std::string read_tokenizer_file(const std::string& path) { return files::read_input(path); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -140,6 +133,10 @@ const Choices<Padding>& padding_choices() {
 }
 
 int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) {
+  if (opts.max_length > 0 && opts.max_length < tok.special_tokens())
+    throw Error(Exit::usage, "--max-length",
+                std::to_string(opts.max_length) + " cannot hold the " + std::to_string(tok.special_tokens()) +
+                    " special tokens the tokenizer adds to every text");
   if (opts.max_length > 0) return opts.max_length;
   return tok.file_max_length() > 0 ? tok.file_max_length() : 512;
 }

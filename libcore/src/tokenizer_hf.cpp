@@ -13,6 +13,7 @@
 
 #include "tokenizer_internal.h"
 #include "traincache/error.h"
+#include "traincache/json_input.h"
 #include "unicode_text.h"
 
 namespace traincache::text {
@@ -502,8 +503,14 @@ class HfTokenizer : public Tokenizer {
     vocab_ = model_->vocab_size();
     for (const auto& t : added_) vocab_ = std::max(vocab_, t.id + 1);
     pad_ = pad_id_of(j, added_ids);
-    if (j.contains("truncation") && j["truncation"].is_object())
-      file_max_ = j["truncation"].value("max_length", int64_t{0});
+    if (j.contains("truncation") && j["truncation"].is_object() && j["truncation"].contains("max_length")) {
+      const json& m = j["truncation"]["max_length"];
+      if (!m.is_number_integer() || m.get<int64_t>() < post_.added() || m.get<int64_t>() < 1)
+        throw Error(Exit::data, path,
+                    "truncation.max_length " + m.dump() + " is not a length (a whole number of tokens, at least " +
+                        std::to_string(std::max<int64_t>(1, post_.added())) + ")");
+      file_max_ = m.get<int64_t>();
+    }
     for (int64_t id : post_.before) check_id(id, path);
     for (int64_t id : post_.after) check_id(id, path);
   }
@@ -576,7 +583,7 @@ class HfTokenizer : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> hf::load(const std::string& path, const std::string& bytes) {
-  json j = json::parse(bytes, nullptr, false);
+  json j = parse_json_input(bytes, path);
   if (j.is_discarded()) throw Error(Exit::data, path, "not a valid tokenizer.json: invalid JSON");
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     throw Error(Exit::data, path, "not a tokenizer.json: no \"model\" object");

@@ -250,7 +250,7 @@ expect_err "cache-fill: error: $WORK/hollow/b: class folder holds no image files
 printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\n' > "$WORK/miss.csv"
 bad_fill --input "$WORK/miss.csv" --features file --labels class
 expect_rc 66
-expect_err "cache-fill: error: $WORK/miss.csv:3: mixed/png_rgb/nope.png: No such file or directory"
+expect_err "cache-fill: error: $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
 bad_fill --input "$WORK/m.csv" --features file --labels clas --resize 8,8
 expect_rc 64
 expect_err "cache-fill: error: $WORK/m.csv: no field 'clas' (fields: file, class, id); did you mean 'class'?"
@@ -336,7 +336,7 @@ run "$TC_BIN/cache-fill" --input "$WORK/miss.csv" --features file --labels class
   --resize 8,8 --on-error skip
 expect_rc 0
 py "import h5py; f = h5py.File('$WORK/miss.h5'); print(f['skipped/rows'][:].tolist(), f['skipped/reasons'][0].decode())"
-expect_out "[1] $WORK/miss.csv:3: mixed/png_rgb/nope.png: No such file or directory"
+expect_out "[1] $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
 rm "$WORK/bad/b/"*
 
 # ---- SIGKILL during a fill from an image folder resumes to identical bytes ---------------------

@@ -86,6 +86,12 @@ class OutputLock {
   int fd_ = -1;
 };
 
+/// Opens a log that is written through line by line (gc-train's --metrics, --batch-log): created
+/// (0666 less the umask) or truncated, or appended to with `append`. A link at `path` is never
+/// followed and anything but a regular file is refused, both Error(cant_create) naming `path`; the
+/// open never blocks (a FIFO). Returns the descriptor, which the caller closes.
+int open_log(const std::string& path, bool append);
+
 /// Writes every byte to `fd`, looping over short writes and EINTR; Error(io, subject,
 /// "write failed: ...") on failure (ENOSPC, EIO...).
 void write_all(int fd, const void* data, std::size_t n, const std::string& subject);
@@ -107,6 +113,15 @@ void write_file_atomically(const std::string& path, const std::string& bytes);
 
 /// Reads a whole regular file (O_NOFOLLOW); Error(no_input/io) on failure.
 std::string read_file(const std::string& path);
+
+/// Opens an input file for reading, links followed (datasets are often linked into place), never
+/// blocking: a FIFO, a device, a socket or a directory is refused with Error(no_input, path,
+/// "not a regular file (a FIFO)"). Failing to open it (missing, a link loop, no permission) is
+/// Error(no_input) too, the read side's code; only EIO and running out of descriptors are Error(io).
+int open_input(const std::string& path);
+
+/// The whole of a regular input file, opened with open_input(); Error(io) on a read error.
+std::string read_input(const std::string& path);
 
 /// The directory part of `path` ("." when it has none).
 std::string dir_name(const std::string& path);

@@ -164,6 +164,14 @@ class Column {
 std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files = {},
                                     Role role = Role::value);
 
+/// The fields of manifest `path` (its header, or every key of its JSON lines), for messages that
+/// list them. Error(no_input/data) as open_column().
+std::vector<std::string> manifest_fields(const std::string& path);
+
+/// Throws Error(no_input, path, "no such file or directory") (or the reason it cannot be
+/// examined) when input `path` does not exist; slabs ("shm:NAME") are looked up when opened.
+void require_input(const std::string& path);
+
 /// The name a column of `path` gets when none is given: the stem of a .npy file, `path` itself
 /// for a slab, "image" for an image folder; "" for HDF5 files, .npz archives and manifests,
 /// whose columns must be named.
