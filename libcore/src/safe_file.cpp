@@ -297,11 +297,11 @@ int open_log(const std::string& path, bool append) {
     why = "is a symbolic link; refusing to use it";
   else if (known && S_ISDIR(st.st_mode))
     why = "is a directory";
-  else if (known && !S_ISREG(st.st_mode))
+  else if (known && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
     why = std::string("not a regular file (") + file_kind(st.st_mode) + ")";
   else if (fd < 0)
     why = errno_text(err);
-  else if (!append && ::ftruncate(fd, 0) != 0)
+  else if (!append && S_ISREG(st.st_mode) && ::ftruncate(fd, 0) != 0)
     why = "cannot truncate: " + errno_text(errno);
   if (!why.empty()) {
     if (fd >= 0) ::close(fd);

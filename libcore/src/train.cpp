@@ -1229,25 +1229,27 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   return e;
 }
 
-// --metrics: one JSON line per step, written through at once; write errors are exit 74.
+// --metrics: one JSON line per step, written through at once; write errors are exit 74. Opened as
+// files::open_log() says: a planted link or FIFO is refused (73), never followed.
 class MetricsLog {
  public:
   MetricsLog(const std::string& path, bool append) : path_(path) {
-    if (path.empty()) return;
-    out_ = std::make_unique<std::ofstream>(path, append ? std::ios::app : std::ios::trunc);
-    if (!*out_) throw Error(Exit::cant_create, path, errno_text(errno));
+    if (!path.empty()) fd_ = files::open_log(path, append);
+  }
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  ~MetricsLog() {
+    if (fd_ >= 0) ::close(fd_);
   }
   void write(const nlohmann::ordered_json& line) {
-    if (!out_) return;
-    errno = 0;
-    *out_ << line.dump() << "\n";
-    out_->flush();
-    if (!*out_) throw Error(Exit::io, path_, "write failed: " + errno_text(errno ? errno : EIO));
+    if (fd_ < 0) return;
+    const std::string text = line.dump() + "\n";
+    files::write_all(fd_, text.data(), text.size(), path_);
   }
 
  private:
   std::string path_;
-  std::unique_ptr<std::ofstream> out_;
+  int fd_ = -1;
 };
 
 // ---- stage: the step loop --------------------------------------------------------------------
@@ -1750,6 +1752,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto t_start = Clock::now();
   TrainOptions o = given;
   const Setup s = resolve_setup(o);
+  if (o.data_cache.mode != data_cache::Mode::none) o.stream = true;  // a data cache keeps streamed rows
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
@@ -1771,6 +1774,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   gc::LossConfig loss = loss_config(o, s.objective);
   std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
   const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
+  if (m.grouped) require_two_classes(s.objective, pick(labels, split.train));
   Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
   if (s.objective.classifier) {
     attach_classifier(s, split, data, m, loss,
@@ -1841,7 +1845,10 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     result.collective_seconds = group->collective_seconds();
   }
   if (!result.interrupted && s.rank == 0) {  // outputs are rank 0's; --select-best wrote them already
-    if (o.select_best.empty()) save_outputs(o, m);
+    if (!o.select_best.empty() && result.best.step < 0 && cb.warn)
+      cb.warn("--select-best: '" + o.select_best +
+              "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
+    if (o.select_best.empty() || result.best.step < 0) save_outputs(o, m);
     eval.write_dump(o);
   }
   result.seconds = seconds_since(t_start);

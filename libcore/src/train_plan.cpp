@@ -177,6 +177,16 @@ ObjectiveSpec resolve_objective(const TrainOptions& o, bool labelled) {
   return s;
 }
 
+void require_two_classes(const ObjectiveSpec& spec, const std::vector<int64_t>& train_labels) {
+  if (!spec.classifier && spec.kind != Objective::triplet) return;
+  if (train_labels.empty()) return;
+  for (int64_t l : train_labels)
+    if (l != train_labels[0]) return;
+  throw Error(Exit::data, "--loss",
+              spec.name() + " needs two classes or more, but every training row has label " +
+                  std::to_string(train_labels[0]) + ": nothing to train");
+}
+
 nlohmann::ordered_json eval_json(const EvalMetrics& m) {
   nlohmann::ordered_json j{{"rows", m.rows}, {"queries", m.queries}, {"excluded", m.excluded}};
   auto ci = nlohmann::ordered_json::object();
@@ -189,7 +199,7 @@ nlohmann::ordered_json eval_json(const EvalMetrics& m) {
 }
 
 bool update_best(BestRecord& r, double value, int64_t step) {
-  if (r.step >= 0 && !(value > r.value)) {
+  if (!std::isfinite(value) || (r.step >= 0 && !(value > r.value))) {
     ++r.since;
     return false;
   }
@@ -207,7 +217,8 @@ std::string best_to_json(const BestRecord& r) {
 BestRecord best_from_json(const std::string& text) {
   BestRecord r;
   auto j = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, false);
-  if (j.is_object() && j.contains("step")) {
+  // A record without a finite value (older versions saved -inf as null) is no record.
+  if (j.is_object() && j.contains("step") && j.contains("value") && j["value"].is_number()) {
     r.metric = j.value("metric", "");
     r.value = j.value("value", 0.0);
     r.step = j.value("step", int64_t{-1});
@@ -298,6 +309,24 @@ void validate_options(const TrainOptions& o) {
     throw Error(Exit::usage, "--early-stop", "needs --select-best METRIC (the metric whose best it waits for)");
   if (o.early_stop > 0 && o.eval_every <= 0)
     throw Error(Exit::usage, "--early-stop", "needs --eval-every N (evaluations during training)");
+  validate_data_cache(o);
+}
+
+void validate_data_cache(const TrainOptions& o) {
+  const auto mode = o.data_cache.mode;
+  if (o.data_cache.limit_bytes > 0 && mode != data_cache::Mode::stochastic)
+    throw Error(Exit::usage, "--data-cache-limit", "needs --data-cache stochastic:F (the limit replaces F)");
+  if (mode == data_cache::Mode::none) {
+    if (!o.data_cache.keep.empty())
+      throw Error(Exit::usage, "--data-cache-keep", "needs --data-cache full or stochastic:F");
+    return;
+  }
+  if (!o.cache.empty())
+    throw Error(Exit::usage, "--data-cache",
+                "caches raw inputs; cached embeddings are shared between processes with --cache-shm");
+  if (mode == data_cache::Mode::smart && !o.data_cache.keep.empty())
+    throw Error(Exit::usage, "--data-cache-keep",
+                "needs --data-cache full or stochastic:F (a SmartCache window holds one run's rows)");
 }
 
 }  // namespace traincache::train

@@ -93,6 +93,28 @@ run "$TC_BIN/gc-train" "${RAW[@]}" --checkpoint-dir "$WORK/ck" --resume
 expect_rc 73
 expect_err "gc-train: error: $WORK/ck/checkpoint.pt.lock: cannot create the lock file: too many levels of symbolic links"
 victim_intact
+# --metrics and --batch-log: a planted link is refused (73, naming it) before training, its target
+# untouched; a FIFO there is refused at once instead of blocking. (No test planted one before: both
+# were opened with std::ofstream, which follows links.)
+for flag in --metrics --batch-log; do
+  ln -sf "$victim" "$WORK/log.jsonl"
+  run timeout 60 "$TC_BIN/gc-train" "${RAW[@]}" "$flag" "$WORK/log.jsonl"
+  expect_rc 73
+  expect_err "gc-train: error: $WORK/log.jsonl: is a symbolic link; refusing to use it"
+  victim_intact
+  rm "$WORK/log.jsonl"
+  mkfifo "$WORK/log.jsonl"
+  run timeout 60 "$TC_BIN/gc-train" "${RAW[@]}" "$flag" "$WORK/log.jsonl"
+  expect_rc 73
+  expect_err "gc-train: error: $WORK/log.jsonl: not a regular file (a FIFO)"
+  rm "$WORK/log.jsonl"
+done
+# A regular file there is replaced by this run's lines.
+printf 'old line\n' > "$WORK/log.jsonl"
+run "$TC_BIN/gc-train" "${RAW[@]}" --metrics "$WORK/log.jsonl"
+expect_rc 0
+expect_eq "$(grep -c '"step"' "$WORK/log.jsonl") $(grep -c 'old line' "$WORK/log.jsonl")" "2 0" "metrics lines"
+
 # No temporary file is left anywhere.
 [ -z "$(find "$WORK" -name '*.tmp' ! -type l)" ] && _ok || _fail "temporary files left: $(find "$WORK" -name '*.tmp')"
 

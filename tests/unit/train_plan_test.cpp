@@ -186,6 +186,13 @@ CATCH_TEST_CASE("train plan: the best record needs a strictly better value, and 
   CATCH_CHECK(back.value == 0.3);
   CATCH_CHECK(back.step == 30);
   CATCH_CHECK(train::best_from_json("{}").step == -1);
+  // A metric without queries (-inf, NaN) is never a best; a record saved with a null value is none.
+  train::BestRecord none;
+  CATCH_CHECK_FALSE(train::update_best(none, -INFINITY, 0));
+  CATCH_CHECK_FALSE(train::update_best(none, NAN, 10));
+  CATCH_CHECK(none.step == -1);
+  CATCH_CHECK(train::best_to_json(none) == "{}");
+  CATCH_CHECK(train::best_from_json(R"({"metric":"recall_at_1","value":null,"step":0,"since":3})").step == -1);
   CATCH_CHECK(train::best_to_json(train::BestRecord{}) == "{}");
 }
 
@@ -254,4 +261,21 @@ CATCH_TEST_CASE("train plan: the objective, its defaults and the options that do
   CATCH_CHECK(train::metric_keys(true, {1, 5}, true) == std::vector<std::string>{"precision_at_1", "precision_at_5",
                                                                                  "r_precision", "map_at_r",
                                                                                  "accuracy_at_1", "accuracy_at_5"});
+}
+
+CATCH_TEST_CASE("train plan: losses that need two classes refuse training rows of one", "[train]") {
+  train::TrainOptions o;
+  o.loss = train::Objective::softmax;
+  const auto softmax = train::resolve_objective(o, true);
+  o.loss = train::Objective::triplet;
+  const auto triplet = train::resolve_objective(o, true);
+  o.loss = train::Objective::automatic;
+  const auto supcon = train::resolve_objective(o, true);
+  const std::vector<int64_t> one{3, 3, 3}, two{3, 3, 4};
+  CATCH_CHECK(code_of([&] { train::require_two_classes(softmax, one); }) == Exit::data);
+  CATCH_CHECK(test::message_of([&] { train::require_two_classes(triplet, one); }) ==
+              "--loss: triplet needs two classes or more, but every training row has label 3: nothing to train");
+  CATCH_CHECK_NOTHROW(train::require_two_classes(softmax, two));
+  CATCH_CHECK_NOTHROW(train::require_two_classes(triplet, two));
+  CATCH_CHECK_NOTHROW(train::require_two_classes(supcon, one));  // SupCon still pulls one class together
 }

@@ -139,22 +139,9 @@ int run(Options& o) {
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   t.data_cache = data_cache::parse(o.data_cache, "--data-cache");
   t.data_cache.keep = o.data_cache_keep;
-  if (!o.data_cache_limit.empty()) {
-    if (t.data_cache.mode != data_cache::Mode::stochastic)
-      throw Error(Exit::usage, "--data-cache-limit", "needs --data-cache stochastic:F (the limit replaces F)");
-    t.data_cache.limit_bytes = shm::parse_size(o.data_cache_limit);
-  }
-  if (t.data_cache.mode != data_cache::Mode::none) {
-    if (!t.cache.empty())
-      throw Error(Exit::usage, "--data-cache",
-                  "caches raw inputs; cached embeddings are shared between processes with --cache-shm");
-    t.stream = true;
-    if (t.data_cache.mode == data_cache::Mode::smart && !o.data_cache_keep.empty())
-      throw Error(Exit::usage, "--data-cache-keep",
-                  "needs --data-cache full or stochastic:F (a SmartCache window holds one run's rows)");
-  } else if (!o.data_cache_keep.empty()) {
-    throw Error(Exit::usage, "--data-cache-keep", "needs --data-cache full or stochastic:F");
-  }
+  if (!o.data_cache_limit.empty()) t.data_cache.limit_bytes = shm::parse_size(o.data_cache_limit);
+  if (!o.data_cache_limit.empty() && t.data_cache.limit_bytes == 0)
+    throw Error(Exit::usage, "--data-cache-limit", "must be a positive size");
   for (const auto& spec : o.tokenizers) {
     auto [side, path] = cli::split_assignment(spec);
     if (side && *side != "query" && *side != "passage")

@@ -88,8 +88,8 @@ class OutputLock {
 
 /// Opens a log that is written through line by line (gc-train's --metrics, --batch-log): created
 /// (0666 less the umask) or truncated, or appended to with `append`. A link at `path` is never
-/// followed and anything but a regular file is refused, both Error(cant_create) naming `path`; the
-/// open never blocks (a FIFO). Returns the descriptor, which the caller closes.
+/// followed and anything but a regular file or a character device (/dev/null) is refused, both
+/// Error(cant_create) naming `path`; the open never blocks (a FIFO). Returns the descriptor.
 int open_log(const std::string& path, bool append);
 
 /// Writes every byte to `fd`, looping over short writes and EINTR; Error(io, subject,

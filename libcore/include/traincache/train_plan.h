@@ -52,12 +52,18 @@ struct ObjectiveSpec {
 /// --scale, --mining or --classifier-out with a loss they do not apply to, or out of range.
 ObjectiveSpec resolve_objective(const TrainOptions& o, bool labelled);
 
+/// Error(data, "--loss", ...) when the training rows' labels hold one class and the objective
+/// needs two: softmax, ArcFace and CosFace (one class is always right) and triplet (no negative)
+/// would train nothing at loss 0.
+void require_two_classes(const ObjectiveSpec& spec, const std::vector<int64_t>& train_labels);
+
 /// An evaluation as JSON: rows, queries, excluded, every metric and, with intervals, ci95 (each
 /// metric's [low, high]). gc-train's --json and --metrics write this.
 nlohmann::ordered_json eval_json(const EvalMetrics& m);
 
 /// Takes an evaluation's value of the record's metric at `step`: true when it beats the best so
-/// far (or is the first), which resets the count of evaluations since the best.
+/// far (or is the first), which resets the count of evaluations since the best. A value that is
+/// not finite (a metric with no evaluation queries) is never a best.
 bool update_best(BestRecord& r, double value, int64_t step);
 
 /// --early-stop: true when `patience` > 0 evaluations in a row have not improved the best.
@@ -81,7 +87,12 @@ StepPlan plan_steps(const TrainOptions& o, int64_t train_rows);
 double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
 
 /// Checks the options that need no data (dtype, optimiser, schedule, temperature, batch and chunk
-/// sizes, exactly one of --data and --cache). Error(usage) otherwise.
+/// sizes, exactly one of --data and --cache, the data cache's rules). Error(usage) otherwise.
 void validate_options(const TrainOptions& o);
+
+/// The rules of --data-cache, --data-cache-limit and --data-cache-keep: a data cache keeps raw
+/// inputs (not --cache), the limit belongs to stochastic:F, and a SmartCache window is never kept.
+/// Error(usage) otherwise. A data cache implies streaming: run_train() sets `stream` itself.
+void validate_data_cache(const TrainOptions& o);
 
 }  // namespace traincache::train

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# What a hostile test and new users broke (issue 29), each case here failing before its fix:
+# --on-error skip with encoders that compute (the suite's skip tests used an encoder that returns
+# a view of its input, which hid an in-place update of an inference tensor); FIFOs and link loops
+# named x.png, in a folder and in a manifest, never opened blocking; a tokenizer.json nested
+# 50,000 levels deep.
+source "$(dirname "$0")/../cli/lib.sh"
+D=$TC_DATA
+
+# An image folder of 28x28 grey PNGs (the fixture images), two classes of 6.
+py "
+import h5py, os
+from PIL import Image
+imgs = h5py.File('$D/images.h5')['images'][:12, 0]
+for i, a in enumerate(imgs):
+    os.makedirs('$WORK/ok/c%d' % (i % 2), exist_ok=True)
+    Image.fromarray(a).save('$WORK/ok/c%d/%02d.png' % (i % 2, i))
+"
+expect_rc 0
+cp -r "$WORK/ok" "$WORK/bad"
+FILL=(--channels gray --threads 2 -q)
+
+# ---- 1. --on-error skip with an encoder that computes (a convolution and a linear layer) ---------
+printf 'not a png' > "$WORK/bad/c0/03.png"     # undecodable: between good rows
+ln -s loop.png "$WORK/bad/c1/loop.png"          # a link to itself
+mkfifo "$WORK/bad/c1/x.png"                     # a FIFO: never opened blocking
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/bad" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --on-error skip \
+  --out "$WORK/skip.h5"
+expect_rc 0
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/ok" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/ref.h5"
+expect_rc 0
+# The skipped rows are zeros with their reasons; every other row equals the clean folder's, by key
+# (within 1e-6: the two fills run the convolution on batches of other sizes).
+py "
+import h5py, numpy as np
+s, r = h5py.File('$WORK/skip.h5'), h5py.File('$WORK/ref.h5')
+keys = [k.decode() for k in s['keys'][:]]
+ref = dict(zip([k.decode() for k in r['keys'][:]], r['embeddings/cnn'][:]))
+skipped = {keys[i]: why.decode().split(': ', 1)[1] for i, why in zip(s['skipped/rows'][:], s['skipped/reasons'][:])}
+emb = s['embeddings/cnn'][:]
+same = all(np.allclose(emb[i], ref[k], rtol=0, atol=1e-6) for i, k in enumerate(keys) if k not in skipped)
+zero = all((emb[keys.index(k)] == 0).all() for k in skipped)
+print(len(keys), sorted(skipped.items()), same, zero, s['labels'][:].tolist())
+"
+expect_out "15 [('c0/03.png', 'unsupported image format (not an image); JPEG and PNG are'), ('c1/loop.png', 'too many levels of symbolic links'), ('c1/x.png', 'not a regular file (a FIFO)')] True True [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]"
+
+# Without --on-error skip: the FIFO and the link loop are refused at once with the read side's
+# code (66, was 74 for the loop and a hang for the FIFO), naming the file.
+rm "$WORK/bad/c0/03.png"
+cp "$WORK/ok/c0/02.png" "$WORK/bad/c0/03.png"
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/bad" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/x.h5"
+expect_rc 66
+expect_err "cache-fill: error: $WORK/bad/c1/loop.png: too many levels of symbolic links"
+rm "$WORK/bad/c1/loop.png"
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/bad" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/x.h5"
+expect_rc 66
+expect_err "cache-fill: error: $WORK/bad/c1/x.png: not a regular file (a FIFO)"
+expect_no_file "$WORK/x.h5"
+
+# The same from a manifest: a FIFO, a missing file and a link loop.
+ln -s loop.png "$WORK/bad/loop.png"
+printf 'file,label\nbad/c0/00.png,a\nbad/c1/x.png,b\nbad/c1/01.png,b\n' > "$WORK/fifo.csv"
+printf 'file,label\nbad/c0/00.png,a\nbad/c1/x.png,b\nbad/nope.png,a\nbad/loop.png,b\nbad/c1/01.png,b\n' > "$WORK/m.csv"
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/fifo.csv" --features file --labels label \
+  --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/m.h5"
+expect_rc 66
+expect_err "cache-fill: error: $WORK/fifo.csv:3: bad/c1/x.png: not a regular file (a FIFO)"
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/m.csv" --features file --labels label \
+  --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/m.h5" --on-error skip
+expect_rc 0
+py "
+import h5py
+f = h5py.File('$WORK/m.h5')
+e = f['embeddings/cnn'][:]
+print(f['skipped/rows'][:].tolist(), f['labels'][:].tolist(), [r.decode().split(': ')[-1] for r in f['skipped/reasons'][:]],
+      bool((e[[1, 2, 3]] == 0).all()), bool((e[[0, 4]] != 0).any(1).all()))
+"
+expect_out "[1, 2, 3] [0, 1, 0, 1, 1] ['not a regular file (a FIFO)', 'no such file or directory', 'too many levels of symbolic links'] True True"
+
+# ---- 4. a tokenizer.json nested 50,000 levels deep: 65 naming the file, no crash -----------------
+py "
+import json
+t = json.load(open('$D/tokenizers/bert-uncased.json'))
+deep = '[' * 50000 + ']' * 50000
+open('$WORK/deep.json', 'w').write(json.dumps(t)[:-1] + ', \"extra\": ' + deep + '}')
+open('$WORK/deep_model.json', 'w').write(json.dumps(t).replace('\"model\": {', '\"model\": {\"x\": ' + deep + ', ', 1))
+"
+printf '{"t": "a few words"}\n' > "$WORK/t.jsonl"
+for tok in deep deep_model; do
+  run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/t.jsonl" --text t --tokenizer "$WORK/$tok.json" \
+    --encoder "$D/text.pt" --out "$WORK/t.h5" -q
+  expect_rc 65
+  expect_err "cache-fill: error: $WORK/$tok.json: JSON nested deeper than 64 levels"
+done
+# A JSON Lines manifest line nested as deep: the same refusal, naming the line.
+py "open('$WORK/deep.jsonl', 'w').write('{\"t\": \"a\"}\n{\"t\": ' + '[' * 50000 + ']' * 50000 + '}\n')"
+run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/deep.jsonl" --text t --tokenizer "$D/tokenizers/bert-uncased.json" \
+  --encoder "$D/text.pt" --out "$WORK/t.h5" -q
+expect_rc 65
+expect_err "cache-fill: error: $WORK/deep.jsonl:2: JSON nested deeper than 64 levels"
+expect_no_file "$WORK/t.h5"
+
+# ---- 9. a --max-length shorter than the special tokens, an invalid truncation length ------------
+# --max-length 1 gave the untruncated embeddings: 1 - 2 special tokens wrapped around as unsigned.
+run "$TC_BIN/cache-fill" --input "$WORK/t.jsonl" --text t --tokenizer "$D/tokenizers/bert-uncased.json" \
+  --max-length 1 --encoder "$D/text.pt" --out "$WORK/t.h5" -q
+expect_rc 64
+expect_err "cache-fill: error: --max-length: 1 cannot hold the 2 special tokens the tokenizer adds to every text"
+for bad in -5 '"long"' 1; do
+  py "
+import json
+t = json.load(open('$D/tokenizers/bert-uncased.json'))
+t['truncation'] = {'max_length': $bad, 'strategy': 'LongestFirst', 'stride': 0, 'direction': 'Right'}
+json.dump(t, open('$WORK/trunc.json', 'w'))"
+  run "$TC_BIN/cache-fill" --input "$WORK/t.jsonl" --text t --tokenizer "$WORK/trunc.json" \
+    --encoder "$D/text.pt" --out "$WORK/t.h5" -q
+  expect_rc 65
+  expect_err "cache-fill: error: $WORK/trunc.json: truncation.max_length $bad is not a length (a whole number of tokens, at least 2)"
+done
+expect_no_file "$WORK/t.h5"
+
+# ---- 15. a mistyped --input is 66; a manifest without --features lists its fields ---------------
+run "$TC_BIN/cache-fill" --input "$WORK/smal/" --encoder cnn32="$D/cnn.pt" --out "$WORK/x.h5" -q
+expect_rc 66
+expect_err "cache-fill: error: $WORK/smal/: no such file or directory"
+run "$TC_BIN/cache-fill" --input "$WORK/m.csv" --encoder cnn="$D/cnn.pt" --out "$WORK/x.h5" -q
+expect_rc 64
+expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn': name the manifest's image field with --features FIELD or its text field with --text FIELD ($WORK/m.csv has file, label)"
+
+# ---- 7. --select-best when the evaluation rows hold no queries (one row per label) ----------------
+# The untrained step-0 model was kept as --out and -inf saved as null broke --resume (70).
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+  --out "$WORK/c.h5" || _fail "cache-fill"
+PLAIN=(--cache "$WORK/c.h5" --embeddings cnn --head linear:8 --batch-size 32 --eval-rows 0:5 --seed 3)
+SEL=("${PLAIN[@]}" --eval-every 1 --select-best map_at_r)
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 3 --out "$WORK/sel.pt" --checkpoint-dir "$WORK/ck"
+expect_rc 0
+expect_err_has "gc-train: warning: --select-best: 'map_at_r' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one"
+run "$TC_BIN/gc-train" "${PLAIN[@]}" --steps 3 --out "$WORK/plain.pt"
+expect_rc 0
+py "
+import torch
+a = dict(torch.jit.load('$WORK/sel.pt').named_parameters())
+b = dict(torch.jit.load('$WORK/plain.pt').named_parameters())
+print(all(torch.equal(a[k], b[k]) for k in a))"
+expect_out "True"
+run "$TC_BIN/gc-train" "${SEL[@]}" --steps 5 --out "$WORK/sel.pt" --checkpoint-dir "$WORK/ck" --resume
+expect_rc 0
+
+finish
