@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -456,6 +457,24 @@ std::vector<std::string> field_values(const std::string& path, const Table& t, c
   return out;
 }
 
+// Names as the cache stores them (class folders, file paths, label and key strings): HDF5 strings
+// are UTF-8 and h5py decodes them, so ill-formed UTF-8 (a Latin-1 file name) is replaced with
+// U+FFFD, as Python's decode(errors="replace") does, or with --strict-utf8 refused before anything
+// is encoded. `where(i)` names item i for the refusal.
+std::vector<std::string> utf8_names(std::vector<std::string> names, bool strict,
+                                    const std::function<std::string(std::size_t)>& where) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::size_t bad = traincache::text::first_invalid_utf8(names[i]);
+    if (bad == std::string::npos) continue;
+    if (strict)
+      throw Error(
+          Exit::data, where(i),
+          "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
+    traincache::text::repair_utf8(names[i]);
+  }
+  return names;
+}
+
 }  // namespace
 
 std::vector<std::string> manifest_fields(const std::string& path) { return read_manifest(path).fields; }
@@ -470,8 +489,15 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
   if (name != "image" && name != "label" && name != "path")
     throw Error(Exit::usage, dir, "an image folder has the columns image, label and path; '" + name + "' is none");
   Listing l = list_folder(dir);
-  if (name == "label") return std::make_unique<IntColumn>(Kind::image_folder, dir, name, l.labels, l.classes);
-  if (name == "path") return std::make_unique<StringColumn>(Kind::image_folder, dir, name, l.files);
+  if (name == "label")
+    return std::make_unique<IntColumn>(Kind::image_folder, dir, name, l.labels,
+                                       utf8_names(l.classes, files.strict_utf8, [&](std::size_t i) {
+                                         return (fs::path(dir) / l.classes[i]).string();
+                                       }));
+  if (name == "path")
+    return std::make_unique<StringColumn>(
+        Kind::image_folder, dir, name,
+        utf8_names(l.files, files.strict_utf8, [&](std::size_t i) { return (fs::path(dir) / l.files[i]).string(); }));
   std::vector<std::string> full, shown;
   for (const auto& f : l.files) {
     full.push_back((fs::path(dir) / f).string());
@@ -561,6 +587,9 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   }
   if (all_int)
     return std::make_unique<IntColumn>(Kind::manifest, path, name, std::move(ints), std::vector<std::string>{});
+  values = utf8_names(std::move(values), files.strict_utf8, [&](std::size_t i) {
+    return path + ":" + std::to_string(t.lines[i]) + ": field '" + name + "'";
+  });
   if (role == Role::labels) return labels_from_names(Kind::manifest, path, name, values, files.label_order);
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
 }

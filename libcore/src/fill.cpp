@@ -109,7 +109,9 @@ torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
       std::vector<int64_t> shape = in.info().shape;
       shape[0] = 1;
       rows.push_back(torch::zeros(shape, torch::kFloat32));
-      b.skipped.emplace(r, e.what());
+      std::string why = e.what();
+      text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
+      b.skipped.emplace(r, why);
     }
   }
   return torch::cat(rows);
@@ -817,6 +819,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   journal.fingerprint = fp.hash;
   result.resumed_from = journal.committed_rows;
   Encoding encoding(opts, in, encoders, journal, result, cb);
+  bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     if (!encoding.run(plan)) {
       result.status = FillStatus::interrupted;
@@ -826,6 +829,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       return result;
     }
     encoding.close();
+    encoded = true;
     auto t_publish = Clock::now();
     publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, result);
     std::error_code ec;
@@ -833,7 +837,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
     // Progress is kept when it exists and the failure is one a later run can get past (a full
-    // disk, an output in the way); anything else discards it. Every exception counts.
+    // disk, an output in the way), and always once every row is encoded (a failure while
+    // publishing loses no encoding work); anything else discards it. Every exception counts.
     encoding.abandon();
     Exit code = Exit::internal;
     try {
@@ -842,8 +847,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       code = e.code();
     } catch (...) {
     }
-    const bool resumable =
-        journal.committed_rows > 0 && (code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
+    const bool resumable = journal.committed_rows > 0 &&
+                           (encoded || code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
     if (!resumable) {
       std::error_code ec;
       fs::remove_all(partial, ec);
@@ -853,6 +858,10 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       throw;
     } catch (const Error& e) {
       throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial + " (run again to resume)");
+    } catch (const std::exception& e) {
+      throw Error(
+          Exit::internal, "",
+          std::string("internal error: ") + e.what() + "; progress kept in " + partial + " (run again to resume)");
     }
   }
   result.seconds = seconds_since(t_start);

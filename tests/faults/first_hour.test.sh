@@ -119,6 +119,35 @@ json.dump(t, open('$WORK/trunc.json', 'w'))"
 done
 expect_no_file "$WORK/t.h5"
 
+# ---- 6. names that are not UTF-8 (a Latin-1 class folder, file name and CSV label) ---------------
+# cache-fill exited 70 while publishing, after the whole encode, and discarded the journal. The
+# names are stored with U+FFFD for each ill-formed sequence (h5py decodes them); --strict-utf8
+# refuses them before anything is encoded.
+cafe=$(printf 'caf\xe9') naive=$(printf 'na\xefve')
+mkdir -p "$WORK/latin/$cafe" "$WORK/latin/plain"
+cp "$WORK/ok/c0/00.png" "$WORK/latin/$cafe/$naive.png"
+cp "$WORK/ok/c0/02.png" "$WORK/latin/plain/a.png"
+printf 'file,label,key\nlatin/plain/a.png,%s,%s\nlatin/%s/%s.png,b,k2\n' "$cafe" "$naive" "$cafe" "$naive" > "$WORK/latin.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/latin" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/latin.h5"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/latin.csv" --features file --labels label --key key --encoder cnn="$D/cnn.pt" \
+  "${FILL[@]}" --out "$WORK/latin_csv.h5"
+expect_rc 0
+py "
+import h5py, json
+for name in ('latin', 'latin_csv'):
+    f = h5py.File('$WORK/' + name + '.h5')
+    print(ascii([k.decode() for k in f['keys'][:]]), f['labels'][:].tolist(), f['embeddings/cnn'].shape[0])
+"
+expect_out "['caf\ufffd/na\ufffdve.png', 'plain/a.png'] [0, 1] 2
+['na\ufffdve', 'k2'] [1, 0] 2"
+run "$TC_BIN/cache-inspect" --json "$WORK/latin.h5"
+expect_out_has "\"names\":[\"caf$(printf '\xef\xbf\xbd')\",\"plain\"]"
+run "$TC_BIN/cache-fill" --input "$WORK/latin" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/strict.h5" --strict-utf8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/latin/$cafe: invalid UTF-8 at byte 4 (without --strict-utf8 it is replaced with U+FFFD)"
+expect_no_file "$WORK/strict.h5"
+
 # ---- 15. a mistyped --input is 66; a manifest without --features lists its fields ---------------
 run "$TC_BIN/cache-fill" --input "$WORK/smal/" --encoder cnn32="$D/cnn.pt" --out "$WORK/x.h5" -q
 expect_rc 66

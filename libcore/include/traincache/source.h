@@ -54,8 +54,10 @@ struct FileOptions {
   /// missing file is not an error at open, and files whose header cannot be read do not decide
   /// the column's shape. Reading such a row still fails.
   bool tolerate_unreadable = false;
-  /// Text fields: refuse ill-formed UTF-8 (Error(data) naming the line) instead of replacing each
-  /// ill-formed sequence with U+FFFD (counted in Column::utf8_replaced()).
+  /// Text fields, and names stored as strings (class folders, an image folder's paths, a
+  /// manifest's label and key strings): refuse ill-formed UTF-8 (Error(data) naming the line or
+  /// file) instead of replacing each ill-formed sequence with U+FFFD (counted in
+  /// Column::utf8_replaced() for text).
   bool strict_utf8 = false;
 };
 
