@@ -520,6 +520,8 @@ class Encoding {
  private:
   void commit(int64_t rows) {
     for (auto& r : raws_) r.sync();
+    for (std::size_t i = 0; i < raws_.size(); ++i)
+      journal_.encoders[encoders_[i]->name()].chunks.emplace_back(rows, raws_[i].take_digest());
     journal_.committed_rows = rows;
     journal_.save();
   }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
+#include "traincache/content_hash.h"
 #include "traincache/error.h"
 #include "traincache/safe_file.h"
 
@@ -57,7 +58,52 @@ JournalEncoder parse_encoder(const std::string& file, const std::string& name, c
       journal_damaged(file, "precision_max_rel_diff of '" + name + "' is not a number");
     e.precision_max_rel_diff = j.at("precision_max_rel_diff").get<double>();
   }
+  if (j.contains("chunks")) {
+    if (!j.at("chunks").is_array()) journal_damaged(file, "chunks of '" + name + "' is not a list");
+    int64_t last = 0;
+    for (const auto& c : j.at("chunks")) {
+      if (!c.is_array() || c.size() != 2 || !c[0].is_number_integer() || !c[1].is_string() ||
+          c[0].get<int64_t>() <= last)
+        journal_damaged(file, "chunks of '" + name + "' holds an entry that is not [end row, digest] in order");
+      last = c[0].get<int64_t>();
+      e.chunks.emplace_back(last, c[1].get<std::string>());
+    }
+  }
   return e;
+}
+
+// Checks encoder `name`'s raw file against the digests of its committed chunks.
+void check_chunks(const std::string& file, const std::string& raw_path, const std::string& name,
+                  const JournalEncoder& e, int64_t committed_rows, int64_t row_bytes) {
+  if (e.chunks.empty())
+    journal_damaged(file, "rows of '" + name + "' are committed without chunk digests (an older version's journal)");
+  if (e.chunks.back().first != committed_rows)
+    journal_damaged(file, "the chunks of '" + name + "' end at row " + std::to_string(e.chunks.back().first) +
+                              ", not at " + std::to_string(committed_rows));
+  const int fd = ::open(raw_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) journal_damaged(file, name + ".raw cannot be read (" + errno_text(errno) + ")");
+  std::vector<char> buf(1 << 20);
+  int64_t begin = 0;
+  for (const auto& [end, digest] : e.chunks) {
+    ContentHash h;
+    for (int64_t left = (end - begin) * row_bytes; left > 0;) {
+      const ssize_t n = ::read(fd, buf.data(), static_cast<std::size_t>(std::min<int64_t>(left, buf.size())));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fd);
+        journal_damaged(file, name + ".raw cannot be read");
+      }
+      h.update(buf.data(), static_cast<std::size_t>(n));
+      left -= n;
+    }
+    if (h.hex_digest() != digest) {
+      ::close(fd);
+      journal_damaged(file, name + ".raw rows " + std::to_string(begin) + "-" + std::to_string(end - 1) +
+                                " differ from what was committed (their digest does not match)");
+    }
+    begin = end;
+  }
+  ::close(fd);
 }
 
 }  // namespace
@@ -123,6 +169,7 @@ void Journal::validate(const std::vector<std::string>& encoder_names, int64_t ro
     if (st.st_size < need)
       journal_damaged(file(), name + ".raw holds " + std::to_string(st.st_size) + " bytes but " +
                                   std::to_string(committed_rows) + " committed rows need " + std::to_string(need));
+    check_chunks(file(), raw_path, name, it->second, committed_rows, need / committed_rows);
   }
 }
 
@@ -132,6 +179,7 @@ void Journal::save() const {
     json je{{"inference", e.inference}, {"optimize_max_abs_diff", e.optimize_max_abs_diff}};
     if (e.precision_max_rel_diff != 0) je["precision_max_rel_diff"] = e.precision_max_rel_diff;
     if (e.has_shape) je["row_shape"] = e.row_shape;
+    if (!e.chunks.empty()) je["chunks"] = e.chunks;
     enc[name] = je;
   }
   json j{{"format", "traincache-journal"},
@@ -160,7 +208,18 @@ RawFile::~RawFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void RawFile::append(const void* data, std::size_t n) { files::write_all(fd_, data, n, files::dir_name(path_)); }
+void RawFile::append(const void* data, std::size_t n) {
+  files::write_all(fd_, data, n, files::dir_name(path_));
+  if (!hash_) hash_ = std::make_unique<ContentHash>();
+  hash_->update(data, n);
+}
+
+std::string RawFile::take_digest() {
+  if (!hash_) hash_ = std::make_unique<ContentHash>();
+  std::string d = hash_->hex_digest();
+  hash_ = std::make_unique<ContentHash>();
+  return d;
+}
 
 void RawFile::sync() {
   if (::fsync(fd_) != 0) throw Error(Exit::io, files::dir_name(path_), "cannot write progress: " + errno_text(errno));

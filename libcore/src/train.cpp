@@ -1712,6 +1712,17 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   if (!o.select_best.empty()) config["select_best"] = {o.select_best, o.eval_k};
   config["dtype"] = float_dtype_choices().name(o.dtype);
   if (o.precision != Precision::fp32) config["precision"] = precision_choices().name(o.precision);
+  if (!s.cached) {  // a cache has a content fingerprint; raw files are told apart by size and time
+    json stamps = json::object();
+    for (const std::string* f : {&o.data, &o.eval_data}) {
+      std::error_code size_ec, time_ec;
+      if (f->empty() || source::kind_of(*f) == source::Kind::shm) continue;
+      const auto bytes = fs::file_size(*f, size_ec);
+      const auto time = fs::last_write_time(*f, time_ec).time_since_epoch().count();
+      if (!size_ec && !time_ec) stamps[canonical(*f)] = {{"bytes", bytes}, {"modified", time}};
+    }
+    if (!stamps.empty()) config["data_files"] = stamps;
+  }
   return config.dump();
 }
 

@@ -119,6 +119,19 @@ json.dump(t, open('$WORK/trunc.json', 'w'))"
 done
 expect_no_file "$WORK/t.h5"
 
+# ---- 10. raw-mode --resume after the data file changed in place: refused, naming it ------------
+cp "$D/pairs.h5" "$WORK/pairs.h5"
+RAW=(--data "$WORK/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 32 --checkpoint-dir "$WORK/rck" -q)
+run "$TC_BIN/gc-train" "${RAW[@]}" --steps 2
+expect_rc 0
+py "
+import h5py
+with h5py.File('$WORK/pairs.h5', 'r+') as f:
+    f['q'][0] = f['q'][0] + 1"
+run "$TC_BIN/gc-train" "${RAW[@]}" --steps 4 --resume
+expect_rc 65
+expect_err "gc-train: error: $WORK/rck/checkpoint.pt: checkpoint was written with other settings (changed: data_files)"
+
 # ---- 6. names that are not UTF-8 (a Latin-1 class folder, file name and CSV label) ---------------
 # cache-fill exited 70 while publishing, after the whole encode, and discarded the journal. The
 # names are stored with U+FFFD for each ill-formed sequence (h5py decodes them); --strict-utf8

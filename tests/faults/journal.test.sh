@@ -71,6 +71,16 @@ make_partial "$WORK/g.h5"
 edit_journal "$WORK/g.h5.partial/journal.json" "del j['encoders']['cnn']"
 damaged "$WORK/g.h5" "rows are committed but encoder 'cnn' has no row shape"
 
+# Committed bytes zeroed in place (the size is right): caught by the chunk digests. Before them
+# the zeros were resumed and published with exit 0.
+make_partial "$WORK/z.h5"
+dd if=/dev/zero of="$WORK/z.h5.partial/cnn.raw" bs=128 seek=300 count=1 conv=notrunc status=none
+damaged "$WORK/z.h5" "cnn.raw rows 256-511 differ from what was committed (their digest does not match)"
+# A journal whose chunk digests were removed (or an older version's) is not resumed either.
+make_partial "$WORK/y.h5"
+edit_journal "$WORK/y.h5.partial/journal.json" "del j['encoders']['cnn']['chunks']"
+damaged "$WORK/y.h5" "rows of 'cnn' are committed without chunk digests (an older version's journal)"
+
 # A sound journal still resumes to the same bytes.
 make_partial "$WORK/h.h5"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/h.h5"

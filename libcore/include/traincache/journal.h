@@ -7,9 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace traincache {
+class ContentHash;
+}
 
 namespace traincache::fill {
 
@@ -22,6 +27,9 @@ struct JournalEncoder {
   /// --precision bf16/fp16: the largest difference from float32 on the first batch, relative to
   /// the largest float32 magnitude (0 with fp32).
   double precision_max_rel_diff = 0;
+  /// The committed raw bytes in the pieces each commit added: (end row, XXH3-128 hex of the bytes
+  /// of rows [previous end, end)). A resume checks every piece against the raw file.
+  std::vector<std::pair<int64_t, std::string>> chunks;
 };
 
 /// The journal of one output. Move-only value; files are touched only by the member functions.
@@ -42,8 +50,9 @@ class Journal {
   bool load();
 
   /// Checks a loaded journal against this run before resuming: committed rows within [0, rows] and
-  /// on a batch boundary, every encoder known when rows are committed, and every raw file (a
-  /// regular file, not a link) holding at least the committed rows. Error(data) as load().
+  /// on a batch boundary, every encoder known when rows are committed, every raw file (a regular
+  /// file, not a link) holding at least the committed rows, and those rows matching the digests
+  /// of their chunks. Error(data) as load().
   void validate(const std::vector<std::string>& encoder_names, int64_t rows, int64_t batch_size,
                 std::size_t element_bytes) const;
 
@@ -72,13 +81,15 @@ class RawFile {
  public:
   /// Opens (creating) `path` and truncates it to `keep_bytes`; Error(io) on failure.
   RawFile(const std::string& path, int64_t keep_bytes);
-  RawFile(RawFile&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_) { o.fd_ = -1; }
+  RawFile(RawFile&& o) noexcept : path_(std::move(o.path_)), fd_(o.fd_), hash_(std::move(o.hash_)) { o.fd_ = -1; }
   RawFile(const RawFile&) = delete;
   RawFile& operator=(const RawFile&) = delete;
   ~RawFile();
 
   /// Appends every byte; Error(io) naming the journal directory on failure (ENOSPC...).
   void append(const void* data, std::size_t n);
+  /// The digest (XXH3-128 hex) of the bytes appended since the last call, for a journal chunk.
+  std::string take_digest();
   /// fsync; Error(io) on failure.
   void sync();
   /// Closes now, checking the result; Error(io) on failure.
@@ -87,6 +98,7 @@ class RawFile {
  private:
   std::string path_;
   int fd_ = -1;
+  std::unique_ptr<ContentHash> hash_;  // of the bytes appended since the last take_digest()
 };
 
 }  // namespace traincache::fill
