@@ -108,6 +108,8 @@ std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t ne
       si.dims != want.dims || si.length != want.length || si.selection != shm::Selection::first)
     throw Error(Exit::data, want.name,
                 "slab holds other rows than this run's data (remove it: shm-cache rm " + want.name + ")");
+  if (!*created && si.sealed_digest && slab->data_digest() != *si.sealed_digest)
+    throw Error(Exit::data, want.name, "slab changed since it was sealed (remove it: shm-cache rm " + want.name + ")");
   if (!*created) slab->repair();
   return slab;
 }
@@ -146,6 +148,7 @@ std::unique_ptr<RowCache> RowCache::open(const Spec& spec, const std::string& id
   c->slab_ = open_slab(want, want.slots * c->row_bytes_, trust_owner, &created);
   c->name_ = want.name;
   c->remove_at_end_ = created && spec.keep.empty();
+  c->kept_ = !spec.keep.empty();
   return c;
 }
 
@@ -165,11 +168,22 @@ std::unique_ptr<RowCache> RowCache::create_own(const Spec& spec, const std::stri
 }
 
 RowCache::~RowCache() {
+  seal_if_complete();
   slab_.reset();
   if (!remove_at_end_) return;
   try {
     shm::remove_slab(name_);
   } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
+  }
+}
+
+void RowCache::seal_if_complete() {
+  if (!kept_ || !slab_) return;
+  try {
+    const auto si = slab_->info();
+    if (si.sealed_digest || slab_->counts().filled != si.slots) return;
+    slab_->seal(slab_->data_digest());  // every slot filled: nothing in it changes any more
+  } catch (const Error&) {              // a slab we cannot seal stays unsealed, as partly filled ones do
   }
 }
 

@@ -66,6 +66,9 @@ class CacheDataset(torch.utils.data.Dataset):
         return _capi.describe_cache(self.path, stats)
 
     def __getitem__(self, index):
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
+            # int(1.5) would be row 1: a float index is a bug in the caller, as it is for a list
+            raise TypeError(f"{self.path}: row indices must be integers, not {type(index).__name__}")
         i = int(index)
         if i < -self.rows or i >= self.rows:
             raise IndexError(f"{self.path}: row {index} out of range for {self.rows} rows")
@@ -73,7 +76,10 @@ class CacheDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices):
         """The items of `indices` (a list), read with one request per dataset."""
-        idx = np.asarray(indices, dtype=np.int64)
+        raw = np.asarray(indices)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise TypeError(f"{self.path}: row indices must be integers, not {raw.dtype}")
+        idx = raw.astype(np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.rows):
             bad = idx[(idx < 0) | (idx >= self.rows)][0]
             raise IndexError(f"{self.path}: row {bad} out of range for {self.rows} rows")

@@ -132,6 +132,22 @@ run "$TC_BIN/gc-train" "${RAW[@]}" --steps 4 --resume
 expect_rc 65
 expect_err "gc-train: error: $WORK/rck/checkpoint.pt: checkpoint was written with other settings (changed: data_files)"
 
+# ---- 11. a kept --data-cache float slab changed after it was complete: refused, like token slabs --
+export TRAINCACHE_SHM_PREFIX="tc-test-fh-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+KEPT=(--data "$D/images.h5" --query images --labels labels --encoder "$D/cnn.pt" -b 50 -c 25 --epochs 1 -q
+      --data-cache full --data-cache-keep fh)
+run "$TC_BIN/gc-train" "${KEPT[@]}"
+expect_rc 0
+run "$TC_BIN/gc-train" "${KEPT[@]}"  # the sealed slab, unchanged, is used again
+expect_rc 0
+size=$(stat -c %s "/dev/shm/${TRAINCACHE_SHM_PREFIX}fh-0")
+dd if=/dev/zero of="/dev/shm/${TRAINCACHE_SHM_PREFIX}fh-0" bs=1 seek=$((size / 2)) count=1000 conv=notrunc status=none
+run "$TC_BIN/gc-train" "${KEPT[@]}"
+expect_rc 65
+expect_err "gc-train: error: fh-0: slab changed since it was sealed (remove it: shm-cache rm fh-0)"
+"$TC_BIN/shm-cache" rm -q fh-0
+
 # ---- 6. names that are not UTF-8 (a Latin-1 class folder, file name and CSV label) ---------------
 # cache-fill exited 70 while publishing, after the whole encode, and discarded the journal. The
 # names are stored with U+FFFD for each ill-formed sequence (h5py decodes them); --strict-utf8

@@ -93,6 +93,10 @@ def main():
        "__getitems__: scattered and repeated rows, in order")
     raises(lambda: ds[300], IndexError, f"{labelled}: row 300 out of range for 300 rows")
     raises(lambda: ds.__getitems__([1, -2]), IndexError, f"{labelled}: row -2 out of range for 300 rows")
+    # a float index was row int(index) (ds[1.5] gave row 1): refused, as a list refuses it
+    raises(lambda: ds[1.5], TypeError, f"{labelled}: row indices must be integers, not float")
+    raises(lambda: ds.__getitems__([0, 1.5]), TypeError, f"{labelled}: row indices must be integers, not float64")
+    eq(ds[np.int64(3)][0].tolist(), ds[3][0].tolist(), "a numpy integer index is an index")
 
     # --- info() is cache-inspect --json --------------------------------------------------------------
     for path in (labelled, int_keys, two):

@@ -86,11 +86,15 @@ class RowCache {
 
  private:
   RowCache() = default;
+  // A kept slab whose every slot is filled is sealed with its digest (at the end of the run), and
+  // checked against it whenever a later run attaches: bytes changed since are refused.
+  void seal_if_complete();
   // The slab's options for `spec` (slots: all rows, the fraction or the budget) and row size.
   static shm::CreateOptions slab_options(const Spec& spec, uint64_t rows, DType dtype,
                                          const std::vector<uint64_t>& dims, std::size_t* row_bytes);
   std::unique_ptr<shm::Slab> slab_;
   std::string name_;
+  bool kept_ = false;
   bool remove_at_end_ = false;
   std::size_t row_bytes_ = 0;
   uint64_t rows_ = 0;
