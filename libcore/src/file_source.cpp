@@ -432,6 +432,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 Table read_manifest(const std::string& path, bool strict_utf8 = false) {
   std::string text = read_input_file(path);
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark (Excel writes one)
   if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return parse_jsonl(path, text, strict_utf8);
   return parse_delimited(path, text, ends_with(path, ".tsv") ? '\t' : ',');
 }
@@ -567,9 +568,20 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   Table t = read_manifest(path, role == Role::text && files.strict_utf8);
   if (role == Role::text) return text_column(path, name, t, files.strict_utf8);
   std::vector<std::string> values = field_values(path, t, name);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i].find('\0') != std::string::npos)
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[i]), "field '" + name + "' holds a NUL byte");
+  // Integers when every value is one as written: a JSON string ("5") or a number with a sign or
+  // leading zeros ("007", "+5") keeps the whole column as strings, so keys stay as the user wrote them.
+  const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
+  const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".ndjson");
   std::vector<int64_t> ints(values.size());
   bool all_int = true;
-  for (std::size_t i = 0; i < values.size() && all_int; ++i) all_int = parse_int(values[i], ints[i]);
+  for (std::size_t i = 0; i < values.size() && all_int; ++i) {
+    const std::string& v = values[i];
+    const bool plain = !v.empty() && v[0] != '+' && !(v.size() > 1 && (v[0] == '0' || (v[0] == '-' && v[1] == '0')));
+    all_int = plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]);
+  }
   if (role == Role::images) {
     const fs::path base = fs::path(path).parent_path();
     std::vector<std::string> full, shown;

@@ -177,6 +177,25 @@ expect_rc 65
 expect_err "cache-fill: error: $WORK/latin/$cafe: invalid UTF-8 at byte 4 (without --strict-utf8 it is replaced with U+FFFD)"
 expect_no_file "$WORK/strict.h5"
 
+# ---- 14. manifests: a UTF-8 byte order mark, a NUL byte, keys that look like integers -----------
+printf '\xef\xbb\xbffile,key\nok/c0/00.png,007\nok/c1/01.png,12\n' > "$WORK/bom.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/bom.csv" --features file --key key --encoder cnn="$D/cnn.pt" "${FILL[@]}" \
+  --out "$WORK/bom.h5"
+expect_rc 0
+printf '{"file": "ok/c0/00.png", "key": "5"}\n{"file": "ok/c1/01.png", "key": "6"}\n' > "$WORK/k.jsonl"
+run "$TC_BIN/cache-fill" --input "$WORK/k.jsonl" --features file --key key --encoder cnn="$D/cnn.pt" "${FILL[@]}" \
+  --out "$WORK/k.h5"
+expect_rc 0
+py "
+import h5py
+print([h5py.File('$WORK/' + n + '.h5')['keys'][:].tolist() for n in ('bom', 'k')])"
+expect_out "[[b'007', b'12'], [b'5', b'6']]"
+printf 'file,key\nok/c0/00.png,a\0b\n' > "$WORK/nul.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/nul.csv" --features file --key key --encoder cnn="$D/cnn.pt" "${FILL[@]}" \
+  --out "$WORK/nul.h5"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/nul.csv:2: field 'key' holds a NUL byte"
+
 # ---- 15. a mistyped --input is 66; a manifest without --features lists its fields ---------------
 run "$TC_BIN/cache-fill" --input "$WORK/smal/" --encoder cnn32="$D/cnn.pt" --out "$WORK/x.h5" -q
 expect_rc 66
