@@ -549,7 +549,7 @@ class Encoding {
         cb_.warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
       if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
     }
-    if (opts_.precision != Precision::fp32) check_precision(enc, args, resumed ? nullptr : &je);
+    if (opts_.precision != Precision::fp32) check_precision(enc, args, resumed, je);
     if (opts_.check_determinism) {
       torch::Tensor once = enc.forward(args), again = enc.forward(args);
       if (!torch::equal(once, again))
@@ -558,17 +558,35 @@ class Encoding {
     }
   }
 
-  // --precision: the first batch in reduced precision against float32, within the tolerance
-  // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
-  void check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder* je) {
-    torch::Tensor want = enc.forward(args);
+  // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32),
+  // relative to want's largest magnitude.
+  double precision_difference(encode::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want) {
     enc.set_precision(opts_.precision);
     torch::Tensor got = enc.forward(args);
     c10::InferenceMode guard;
     auto w = want.to(torch::kFloat64), g = got.to(torch::kFloat64);
     const double scale = std::max(w.abs().max().item<double>(), std::numeric_limits<double>::min());
-    const double rel = (w - g).abs().max().item<double>() / scale;
+    return (w - g).abs().max().item<double>() / scale;
+  }
+
+  // --precision: the first batch in reduced precision against float32, within the tolerance
+  // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
+  // An optimised module beyond the tolerance gives way to the plain one (on CPUs without native
+  // bfloat16, oneDNN's prepacked bf16 path can be several times further off) unless committed
+  // rows were encoded with it.
+  void check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed, JournalEncoder& je) {
+    const torch::Tensor want = enc.forward(args);
+    double rel = precision_difference(enc, args, want);
     const char* name = precision_choices().name(opts_.precision);
+    if (!(rel <= opts_.precision_tolerance) && !resumed && std::string(enc.inference()) == "optimized") {
+      enc.set_precision(Precision::fp32);
+      enc.use_plain();
+      const double plain = precision_difference(enc, args, enc.forward(args));
+      if (plain <= opts_.precision_tolerance && cb_.warn)
+        cb_.warn("encoder '" + enc.name() + "': using the plain module: the optimised module's " + name +
+                 " output differs from float32 by " + percent(rel) + ", the plain module's by " + percent(plain));
+      rel = plain;
+    }
     if (!(rel <= opts_.precision_tolerance)) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
@@ -577,7 +595,13 @@ class Encoding {
                     name, 100 * rel, 100 * opts_.precision_tolerance);
       throw Error(Exit::data, "encoder '" + enc.name() + "'", buf);
     }
-    if (je) je->precision_max_rel_diff = rel;
+    if (!resumed) je.precision_max_rel_diff = rel;
+  }
+
+  static std::string percent(double fraction) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g%%", 100 * fraction);
+    return buf;
   }
 
   // The order in which the rows of a length window are encoded, batch by batch: by their token

@@ -46,19 +46,28 @@ run "$TC_BIN/gc-train" "${C[@]}" --dtype float64
 expect_rc 64
 expect_err "gc-train: error: --precision: bf16 mixes with float32 parameters (--dtype float32)"
 
-# cache-fill: bf16 embeddings within 1% of float32's, the measured difference recorded.
+# cache-fill: bf16 embeddings as close to float32's as PyTorch's own autocast of the plain module
+# gets on this CPU (within 1% where the CPU has native bfloat16; 2.1% on an AVX2-only EPYC, where
+# the optimised module's prepacked bf16 path was 12.8% off and cache-fill now falls back to the
+# plain module), the measured difference recorded. The tolerance is set above both.
 F=(--input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images)
 run "$TC_BIN/cache-fill" -q "${F[@]}" --out "$WORK/f32.h5"
 expect_rc 0
-run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --out "$WORK/bf16.h5"
+run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5"
 expect_rc 0
 py "
-import h5py, numpy as np
+import h5py, numpy as np, torch
+torch.set_num_threads(2)
 a = h5py.File('$WORK/f32.h5')['embeddings/cnn']
 b = h5py.File('$WORK/bf16.h5')['embeddings/cnn']
+m = torch.jit.load('$D/cnn.pt').eval()
+x = torch.from_numpy(h5py.File('$D/images.h5')['images'][:256]).float()
+with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+    ref_out = m(x).float()
+ref = float((torch.from_numpy(a[:256]) - ref_out).abs().max() / torch.from_numpy(a[:256]).abs().max())
 rel = float(np.abs(a[:] - b[:]).max() / np.abs(a[:]).max())
 first = float(np.abs(a[:256] - b[:256]).max() / np.abs(a[:256]).max())
-print(b.dtype, b.attrs['precision'], 0 < rel < 0.01, abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6,
+print(b.dtype, b.attrs['precision'], 0 < rel <= max(0.01, 1.25 * ref), abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6,
       a.attrs['precision'], a.attrs['precision_max_rel_diff'])
 "
 expect_out "float32 bf16 True True fp32 0.0"
@@ -66,13 +75,13 @@ expect_out "float32 bf16 True True fp32 0.0"
 run "$TC_BIN/cache-fill" "${F[@]}" --out "$WORK/bf16.h5"
 expect_rc 73
 expect_err "cache-fill: error: $WORK/bf16.h5: exists with another fingerprint (changed: options/precision); use --force to overwrite it"
-run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --out "$WORK/bf16.h5"
+run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5"
 expect_rc 0
 expect_err_has "up to date"
 # Beyond the tolerance: refused before anything is stored.
 run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.0001 --out "$WORK/tight.h5"
 expect_rc 65
-expect_err_re "^cache-fill: error: encoder 'cnn': bf16 output differs from float32 by 0\.[0-9]+% of its largest value on the first batch \(tolerance 0\.01%\): use --precision fp32, or a larger --precision-tolerance$"
+expect_err_re "^cache-fill: error: encoder 'cnn': bf16 output differs from float32 by [0-9.]+% of its largest value on the first batch \(tolerance 0\.01%\): use --precision fp32, or a larger --precision-tolerance$"
 expect_no_file "$WORK/tight.h5"
 run "$TC_BIN/cache-fill" "${F[@]}" --precision fp16 --out "$WORK/x.h5"
 expect_rc 64

@@ -100,6 +100,8 @@ class Encoder {
 
   /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded.
   void set_precision(Precision p) { precision_ = p; }
+  /// Drops the optimised module: forward() runs the plain one from now on.
+  void use_plain() { optimized_.reset(); }
 
   /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
   /// within `rtol` x max(1, max|plain|).
