@@ -12,9 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace traincache {
-class ContentHash;
-}
+#include "traincache/content_hash.h"
 
 namespace traincache::fill {
 
@@ -59,8 +57,9 @@ class Journal {
   /// Writes journal.json atomically (temporary file, fsync, rename); Error(io) on failure.
   void save() const;
 
-  std::string fingerprint;     ///< the run's fingerprint
-  int64_t committed_rows = 0;  ///< rows durable in every raw file
+  std::string fingerprint;       ///< the run's fingerprint
+  std::string fingerprint_json;  ///< what it was computed from, to name what changed ("" in older journals)
+  int64_t committed_rows = 0;    ///< rows durable in every raw file
   std::map<std::string, JournalEncoder> encoders;
   /// Rows skipped with --on-error skip among the committed ones: (cache row, reason), in order.
   std::vector<std::pair<int64_t, std::string>> skipped;
