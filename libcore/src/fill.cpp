@@ -161,12 +161,18 @@ class Prefetcher {
   OrderedPrefetcher<Batch> pf_;
 };
 
+// Every input byte and every option that changes the stored values, and what all shards of one
+// job share (everything but their own rows and digest).
+struct Fingerprint {
+  json doc, job;
+  std::string text, hash, job_hash;
+};
+
 // The journal in `partial`: adopted only when the directory is private to this user and the
 // journal validates against this run. With --force, a foreign, damaged or other run's journal is
 // discarded instead of refused.
-Journal open_journal(const std::string& partial, const std::string& fingerprint,
-                     const std::vector<std::string>& encoder_names, int64_t rows, int64_t unit,
-                     const FillOptions& opts) {
+Journal open_journal(const std::string& partial, const Fingerprint& fp, const std::vector<std::string>& encoder_names,
+                     int64_t rows, int64_t unit, const FillOptions& opts) {
   auto start_over = [&] {
     std::error_code ec;
     fs::remove_all(partial, ec);
@@ -187,10 +193,13 @@ Journal open_journal(const std::string& partial, const std::string& fingerprint,
     if (!opts.force || e.code() != Exit::data) throw;
     return start_over();
   }
-  if (journal.fingerprint != fingerprint) {
+  if (journal.fingerprint != fp.hash) {
+    const std::string changed = journal.fingerprint_json.empty()
+                                    ? ""
+                                    : " (changed: " + fingerprint_diff(journal.fingerprint_json, fp.text) + ")";
     if (!opts.force)
       throw Error(Exit::cant_create, partial,
-                  "holds progress of a run with another fingerprint; use --force to discard it");
+                  "holds progress of a run with another fingerprint" + changed + "; use --force to discard it");
     return start_over();
   }
   try {
@@ -362,13 +371,6 @@ Inputs open_inputs(const FillOptions& opts) {
 }
 
 // ---- stage: fingerprint ---------------------------------------------------------------------
-
-// Every input byte and every option that changes the stored values, and what all shards of one
-// job share (everything but their own rows and digest).
-struct Fingerprint {
-  json doc, job;
-  std::string text, hash, job_hash;
-};
 
 // The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
 json text_json(const FillOptions& opts, const Inputs& in) {
@@ -841,8 +843,9 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     return result;
   }
 
-  Journal journal = open_journal(partial, fp.hash, encoder_names, plan.rows(), in.unit, opts);
+  Journal journal = open_journal(partial, fp, encoder_names, plan.rows(), in.unit, opts);
   journal.fingerprint = fp.hash;
+  journal.fingerprint_json = fp.text;
   result.resumed_from = journal.committed_rows;
   Encoding encoding(opts, in, encoders, journal, result, cb);
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it

@@ -281,7 +281,8 @@ Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bo
   else if (size == 0)
     throw Error(Exit::data, what, "empty file, not a JPEG or PNG image");
   else
-    throw Error(Exit::data, what, "unsupported image format (" + format_hint(bytes, size) + "); JPEG and PNG are");
+    throw Error(Exit::data, what,
+                "unsupported image format (" + format_hint(bytes, size) + "); only JPEG and PNG are supported");
   if (exif_transpose) {
     int o = exif_orientation(bytes, size);
     if (o != 1) img = apply_orientation(img, o);

@@ -126,6 +126,9 @@ bool Journal::load() {
       j.at("committed_rows").get<int64_t>() < 0)
     journal_damaged(file(), "committed_rows is missing or not a non-negative integer");
   fingerprint = j.at("fingerprint").get<std::string>();
+  fingerprint_json = j.contains("fingerprint_json") && j.at("fingerprint_json").is_string()
+                         ? j.at("fingerprint_json").get<std::string>()
+                         : "";
   committed_rows = j.at("committed_rows").get<int64_t>();
   encoders.clear();
   if (j.contains("encoders")) {
@@ -186,6 +189,7 @@ void Journal::save() const {
          {"fingerprint", fingerprint},
          {"committed_rows", committed_rows},
          {"encoders", enc}};
+  if (!fingerprint_json.empty()) j["fingerprint_json"] = fingerprint_json;
   if (!skipped.empty()) j["skipped"] = skipped;
   std::string text = j.dump(1) + "\n";
   try {

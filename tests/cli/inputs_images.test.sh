@@ -240,7 +240,7 @@ rm "$WORK/bad/b/crc.png"
 printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
-expect_err "cache-fill: error: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); JPEG and PNG are"
+expect_err "cache-fill: error: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
 bad_fill --input "$WORK/empty"
 expect_rc 65
 expect_err "cache-fill: error: $WORK/empty: no class folders: an image folder holds one subfolder per class (ImageFolder layout)"
@@ -315,7 +315,7 @@ run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip.h5" --encoder "$W
   --channels gray --on-error skip
 expect_rc 0
 expect_err_has "cache-fill: warning: skipped input row 5: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
-expect_err_has "cache-fill: warning: skipped input row 6: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); JPEG and PNG are"
+expect_err_has "cache-fill: warning: skipped input row 6: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
 expect_err_has "skip.h5: 7 rows (7 encoded, 2 skipped (see /skipped)) in"
 py "
 import h5py
@@ -324,7 +324,7 @@ e = f['embeddings/flat'][:]
 print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['labels'][:].tolist(),
       bool((e[5:] == 0).all()), bool((e[4] != 0).any()), f['skipped/reasons'][1].decode())
 "
-expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); JPEG and PNG are"
+expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
 run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
 expect_out_has '"skipped":2'
 run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1

@@ -25,6 +25,8 @@ print(b[:8] == b'\x89PNG\r\n\x1a\n', w, abs(h - 990) <= 1)
 "
 expect_out "True 1380 True"
 expect_eq "$(ls -A "$WORK" | grep -c '^\.plot-train-')" 0 "temporary files left"
+# Readable as any new file is (0666 less the umask): it was 0600, mkstemp's mode.
+expect_eq "$(stat -c %a "$WORK/curves.png")" "$(printf '%o' $((0666 & ~$(umask))))" "the PNG's mode"
 
 # --metric picks panels; a resumed run's repeated steps count once.
 cat "$WORK/a.jsonl" <(sed -n '10,14p' "$WORK/a.jsonl") >"$WORK/resumed.jsonl"

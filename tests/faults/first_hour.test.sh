@@ -42,7 +42,7 @@ same = all(np.allclose(emb[i], ref[k], rtol=0, atol=1e-6) for i, k in enumerate(
 zero = all((emb[keys.index(k)] == 0).all() for k in skipped)
 print(len(keys), sorted(skipped.items()), same, zero, s['labels'][:].tolist())
 "
-expect_out "15 [('c0/03.png', 'unsupported image format (not an image); JPEG and PNG are'), ('c1/loop.png', 'too many levels of symbolic links'), ('c1/x.png', 'not a regular file (a FIFO)')] True True [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]"
+expect_out "15 [('c0/03.png', 'unsupported image format (not an image); only JPEG and PNG are supported'), ('c1/loop.png', 'too many levels of symbolic links'), ('c1/x.png', 'not a regular file (a FIFO)')] True True [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]"
 
 # Without --on-error skip: the FIFO and the link loop are refused at once with the read side's
 # code (66, was 74 for the loop and a hang for the FIFO), naming the file.

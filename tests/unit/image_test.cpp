@@ -120,7 +120,7 @@ CATCH_TEST_CASE("EXIF orientations turn the image as PIL's exif_transpose", "[im
 CATCH_TEST_CASE("bad image bytes and spec text are refused with the reason", "[image]") {
   const unsigned char gif[] = {'G', 'I', 'F', '8', '9', 'a', 0, 0};
   CATCH_CHECK(test::message_of([&] { decode(gif, sizeof gif, Channels::rgb, false, "x.gif"); }) ==
-              "x.gif: unsupported image format (a GIF image); JPEG and PNG are");
+              "x.gif: unsupported image format (a GIF image); only JPEG and PNG are supported");
   CATCH_CHECK(test::message_of([&] { decode(gif, 0, Channels::rgb, false, "e.png"); }) ==
               "e.png: empty file, not a JPEG or PNG image");
   const unsigned char jpeg_head[] = {0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 'J', 'F', 'I', 'F', 0};
