@@ -35,14 +35,15 @@ expect_rc 0
 expect_err_re "resumed at [0-9]+"
 expect_same "$WORK/int.h5" "$WORK/ref.h5"
 
-# Progress of another run is never mixed in: a different fingerprint is refused.
+# Progress of another run is never mixed in: a different fingerprint is refused, naming what changed
+# (issue 29, item 18: it named nothing).
 "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/mix.h5" 2>/dev/null &
 pid=$!
 wait_committed "$WORK/mix.h5.partial" 512
 kill -KILL "$pid"; wait "$pid" 2>/dev/null
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --dtype float16 --out "$WORK/mix.h5"
 expect_rc 73
-expect_err "cache-fill: error: $WORK/mix.h5.partial: holds progress of a run with another fingerprint; use --force to discard it"
+expect_err "cache-fill: error: $WORK/mix.h5.partial: holds progress of a run with another fingerprint (changed: options/dtype); use --force to discard it"
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --dtype float16 --out "$WORK/mix.h5" --force
 expect_rc 0
 expect_err_re "\(12000 encoded\)"

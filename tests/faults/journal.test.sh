@@ -81,13 +81,6 @@ make_partial "$WORK/y.h5"
 edit_journal "$WORK/y.h5.partial/journal.json" "del j['encoders']['cnn']['chunks']"
 damaged "$WORK/y.h5" "rows of 'cnn' are committed without chunk digests (an older version's journal)"
 
-# After Ctrl-C, a rerun with another setting names the setting, as a finished cache does (it said
-# only "another fingerprint").
-make_partial "$WORK/x.h5"
-run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/x.h5" --dtype float16
-expect_rc 73
-expect_err "cache-fill: error: $WORK/x.h5.partial: holds progress of a run with another fingerprint (changed: options/dtype); use --force to discard it"
-
 # A sound journal still resumes to the same bytes.
 make_partial "$WORK/h.h5"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/h.h5"
