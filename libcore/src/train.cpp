@@ -1757,6 +1757,17 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
       if (r.col) r.load();
 }
 
+// Rank 0's outputs after a run that was not interrupted: --out (unless --select-best wrote the best
+// already; with no best ever selected, the last model and a warning) and --eval-dump.
+void write_final_outputs(const TrainOptions& o, Models& m, Evaluation& eval, const BestRecord& best,
+                         const TrainCallbacks& cb) {
+  if (!o.select_best.empty() && best.step < 0 && cb.warn)
+    cb.warn("--select-best: '" + o.select_best +
+            "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
+  if (o.select_best.empty() || best.step < 0) save_outputs(o, m);
+  eval.write_dump(o);
+}
+
 }  // namespace
 
 TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
@@ -1855,13 +1866,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     result.collectives = group->collectives();
     result.collective_seconds = group->collective_seconds();
   }
-  if (!result.interrupted && s.rank == 0) {  // outputs are rank 0's; --select-best wrote them already
-    if (!o.select_best.empty() && result.best.step < 0 && cb.warn)
-      cb.warn("--select-best: '" + o.select_best +
-              "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
-    if (o.select_best.empty() || result.best.step < 0) save_outputs(o, m);
-    eval.write_dump(o);
-  }
+  if (!result.interrupted && s.rank == 0) write_final_outputs(o, m, eval, result.best, cb);
   result.seconds = seconds_since(t_start);
   return result;
 }
