@@ -273,6 +273,10 @@ void add_tokenize_options(CLI::App& app, text::TokenizeOptions& opts, const std:
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group(group);
+  app.add_option("--vocab-table", opts.vocab_table,
+                 "The encoder's token embedding table, by module path (default: the smallest nn.Embedding that "
+                 "holds the tokenizer's vocabulary; none: no check)")
+      ->group(group);
 }
 
 }  // namespace traincache::cli

@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -40,6 +42,18 @@ std::string torch_message(const std::string& msg) {
 }  // namespace
 
 std::string torch_error_message(const std::string& what) { return torch_message(what); }
+
+namespace {
+// The keys of an encoder's dict output, for messages: "'pooled', 'tokens'".
+std::string dict_keys(const c10::impl::GenericDict& dict) {
+  std::string keys;
+  for (const auto& kv : dict) {
+    const std::string k = kv.key().isString() ? "'" + kv.key().toStringRef() + "'" : kv.key().tagKind();
+    keys += (keys.empty() ? "" : ", ") + k;
+  }
+  return keys.empty() ? "none" : keys;
+}
+}  // namespace
 
 torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
                                 const std::string& subject) {
@@ -189,7 +203,9 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
     } else if (out.isGenericDict()) {
       auto dict = out.toGenericDict();
       auto it = dict.find(torch::jit::IValue(output_));
-      if (it == dict.end()) throw Error(Exit::data, "encoder '" + name_ + "'", "output has no key '" + output_ + "'");
+      if (it == dict.end())
+        throw Error(Exit::data, "encoder '" + name_ + "'",
+                    "output has no key '" + output_ + "' (its keys: " + dict_keys(dict) + ")");
       out = it->value();
     } else {
       throw Error(Exit::data, "encoder '" + name_ + "'",
@@ -201,8 +217,9 @@ torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tenso
                        : out.isGenericDict() ? "a dict"
                        : out.isList()        ? "a list"
                                              : "not a tensor";
+    const std::string keys = out.isGenericDict() ? " (its keys: " + dict_keys(out.toGenericDict()) + ")" : "";
     throw Error(Exit::data, "encoder '" + name_ + "'",
-                "output is " + kind + "; select a tensor with --output KEY|INDEX");
+                "output is " + kind + keys + "; select a tensor with --output KEY|INDEX");
   }
   return out.toTensor();
 }
@@ -225,24 +242,75 @@ std::size_t forward_arity(const torch::jit::Module& m) {
   return args.empty() ? 0 : args.size() - 1;
 }
 
-int64_t embedding_rows(const torch::jit::Module& m) {
+std::size_t text_tensors(std::size_t arity, std::size_t features, std::size_t texts, const std::string& subject) {
+  if (texts == 0) return 0;
+  const std::size_t free = arity > features ? arity - features : 0;
+  if (free % texts == 0 && free / texts >= 1 && free / texts <= 3) return free / texts;
+  throw Error(Exit::data, subject,
+              "forward() takes " + std::to_string(arity) + " tensors, but " + std::to_string(features) +
+                  " input(s) and " + std::to_string(texts) +
+                  " text field(s) need that many plus 1, 2 or 3 per text field (input_ids[, attention_mask[, "
+                  "token_type_ids]])");
+}
+
+std::vector<EmbeddingTable> embedding_tables(const torch::jit::Module& m) {
+  std::vector<EmbeddingTable> out;
   for (const auto& sub : m.named_modules()) {
     auto type = sub.value.type()->name();
     if (!type || type->name() != "Embedding" || !sub.value.hasattr("weight")) continue;
     auto w = sub.value.attr("weight");
-    if (w.isTensor() && w.toTensor().dim() == 2) return w.toTensor().size(0);
+    if (w.isTensor() && w.toTensor().dim() == 2) out.push_back({sub.name, w.toTensor().size(0)});
   }
-  return -1;
+  return out;
+}
+
+namespace {
+std::string table_list(const std::vector<EmbeddingTable>& tables) {
+  std::string out;
+  for (const auto& t : tables) out += (out.empty() ? "" : ", ") + t.name + " (" + std::to_string(t.rows) + " rows)";
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
+std::optional<EmbeddingTable> token_table(const torch::jit::Module& m, int64_t vocab, const std::string& chosen) {
+  if (chosen == "none") return std::nullopt;
+  const std::vector<EmbeddingTable> tables = embedding_tables(m);
+  if (!chosen.empty()) {
+    for (const auto& t : tables)
+      if (t.name == chosen) return t;
+    throw Error(Exit::usage, "--vocab-table",
+                "the encoder has no nn.Embedding '" + chosen + "' (its tables: " + table_list(tables) + ")");
+  }
+  std::optional<EmbeddingTable> best;
+  for (const auto& t : tables)  // the smallest that holds the vocabulary
+    if (vocab > 0 && t.rows >= vocab && (!best || t.rows < best->rows)) best = t;
+  if (best) return best;
+  for (const auto& t : tables)  // else the largest: the table that comes nearest
+    if (!best || t.rows > best->rows) best = t;
+  return best;
+}
+
+std::optional<EmbeddingTable> position_table(const torch::jit::Module& m, const std::string& token_name) {
+  for (const auto& t : embedding_tables(m)) {
+    std::string leaf = t.name.substr(t.name.rfind('.') == std::string::npos ? 0 : t.name.rfind('.') + 1);
+    std::transform(leaf.begin(), leaf.end(), leaf.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (t.name != token_name && (leaf.find("pos") != std::string::npos || leaf == "wpe")) return t;
+  }
+  return std::nullopt;
 }
 
 void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
-                      const std::string& tok_path) {
-  const int64_t rows = embedding_rows(m);
-  if (rows >= 0 && tok.vocab_size() > rows)
-    throw Error(Exit::data, subject,
-                "its embedding table has " + std::to_string(rows) + " rows but " + tok_path + " has " +
-                    std::to_string(tok.vocab_size()) +
-                    " tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)");
+                      const std::string& tok_path, const std::string& chosen) {
+  const int64_t vocab = tok.vocab_size();
+  const auto table = token_table(m, vocab, chosen);
+  if (!table || table->rows >= vocab) return;
+  const std::string which = chosen.empty()
+                                ? "no embedding table holds them (its tables: " + table_list(embedding_tables(m)) + ")"
+                                : "its table " + table->name + " has " + std::to_string(table->rows) + " rows";
+  throw Error(Exit::data, subject,
+              tok_path + " has " + std::to_string(vocab) + " tokens but " + which +
+                  ": token ids beyond the table cannot be embedded (is this the encoder's tokenizer? --vocab-table "
+                  "NAME picks the table, none skips this check)");
 }
 
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {

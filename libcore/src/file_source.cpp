@@ -45,8 +45,8 @@ bool parse_int(const std::string& s, int64_t& v) {
 class IntColumn : public Column {
  public:
   IntColumn(Kind kind, const std::string& path, const std::string& name, std::vector<int64_t> values,
-            std::vector<std::string> names)
-      : Column(kind, path), values_(std::move(values)), names_(std::move(names)) {
+            std::vector<std::string> names, std::string warning = {})
+      : Column(kind, path), values_(std::move(values)), names_(std::move(names)), warning_(std::move(warning)) {
     info_ = {name, {static_cast<int64_t>(values_.size())}, DType::i64};
   }
   void read(int64_t start, int64_t count, void* out) const override {
@@ -58,10 +58,12 @@ class IntColumn : public Column {
     for (const auto& n : names_) h.update(n + '\0');
   }
   const std::vector<std::string>& label_names() const override { return names_; }
+  std::string warning() const override { return warning_; }
 
  private:
   std::vector<int64_t> values_;
   std::vector<std::string> names_;
+  std::string warning_;
 };
 
 // Strings held in memory (an image folder's paths, a manifest's string keys).
@@ -191,7 +193,8 @@ class ImageColumn : public Column {
 
 // Labels from names: ids in sorted or first-seen order.
 std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& path, const std::string& name,
-                                          const std::vector<std::string>& values, LabelOrder order) {
+                                          const std::vector<std::string>& values, LabelOrder order,
+                                          std::string warning = {}) {
   std::vector<std::string> names;
   std::map<std::string, int64_t> id;
   for (const auto& v : values)
@@ -201,7 +204,7 @@ std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& path, co
   std::vector<int64_t> ids;
   ids.reserve(values.size());
   for (const auto& v : values) ids.push_back(id[v]);
-  return std::make_unique<IntColumn>(kind, path, name, std::move(ids), std::move(names));
+  return std::make_unique<IntColumn>(kind, path, name, std::move(ids), std::move(names), std::move(warning));
 }
 
 // ---- image folders ------------------------------------------------------------------------------
@@ -563,6 +566,17 @@ std::unique_ptr<Column> text_column(const std::string& path, const std::string& 
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced, width);
 }
 
+// A label field holding integers and names alike is numbered as names (the integer 3 need not
+// stay class 3): the reader is told, naming the first value that is not an integer.
+std::string mixed_labels_warning(const std::string& path, const Table& t, const std::string& name,
+                                 const std::vector<std::string>& values, std::size_t n_int, std::size_t first_other) {
+  if (n_int == 0) return {};
+  return path + ":" + std::to_string(t.lines[first_other]) + ": field '" + name + "' holds " + std::to_string(n_int) +
+         " integer labels and " + std::to_string(values.size() - n_int) + " that are not ('" + values[first_other] +
+         "' the first): every label is read as a name and numbered 0..K-1 in --label-order, so the integers "
+         "do not keep their values";
+}
+
 std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
                                              const FileOptions& files) {
   Table t = read_manifest(path, role == Role::text && files.strict_utf8);
@@ -576,12 +590,16 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
   const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".ndjson");
   std::vector<int64_t> ints(values.size());
-  bool all_int = true;
-  for (std::size_t i = 0; i < values.size() && all_int; ++i) {
+  std::size_t n_int = 0, first_other = values.size();
+  for (std::size_t i = 0; i < values.size(); ++i) {
     const std::string& v = values[i];
     const bool plain = !v.empty() && v[0] != '+' && !(v.size() > 1 && (v[0] == '0' || (v[0] == '-' && v[1] == '0')));
-    all_int = plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]);
+    if (plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]))
+      ++n_int;
+    else if (first_other == values.size())
+      first_other = i;
   }
+  const bool all_int = n_int == values.size();
   if (role == Role::images) {
     const fs::path base = fs::path(path).parent_path();
     std::vector<std::string> full, shown;
@@ -602,7 +620,9 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   values = utf8_names(std::move(values), files.strict_utf8, [&](std::size_t i) {
     return path + ":" + std::to_string(t.lines[i]) + ": field '" + name + "'";
   });
-  if (role == Role::labels) return labels_from_names(Kind::manifest, path, name, values, files.label_order);
+  if (role == Role::labels)
+    return labels_from_names(Kind::manifest, path, name, values, files.label_order,
+                             mixed_labels_warning(path, t, name, values, n_int, first_other));
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
 }
 

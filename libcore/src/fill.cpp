@@ -532,7 +532,9 @@ class Encoding {
   void check_vocabulary(encode::Encoder& enc) {
     for (const auto& key : in_.per_encoder_text.at(enc.name())) {
       const TextInput& t = in_.texts.at(key);
-      if (t.tok) encode::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path);
+      if (t.tok)
+        encode::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path,
+                                 opts_.tokenize.vocab_table);
     }
   }
 
@@ -616,13 +618,18 @@ class Encoding {
     return std::get<1>(tokens.sort(/*stable=*/true, 0, false));
   }
 
+  // Where a text field's tensors are among an encoder's arguments (n from `first`), and its mask.
+  struct TextArgs {
+    std::size_t first, n;
+    torch::Tensor mask;
+  };
+
   // Rows `rows` of every argument; each text field's tensors trimmed to its longest text there.
   static std::vector<torch::Tensor> rows_of(const std::vector<torch::Tensor>& args,
-                                            const std::vector<std::pair<std::size_t, std::size_t>>& text_args,
-                                            const torch::Tensor& rows) {
+                                            const std::vector<TextArgs>& text_args, const torch::Tensor& rows) {
     std::vector<torch::Tensor> out;
     for (const auto& a : args) out.push_back(a.index_select(0, rows));
-    for (const auto& [first, n] : text_args) encode::trim_padding(&out[first], n, torch::Tensor(out[first + 1]));
+    for (const auto& t : text_args) encode::trim_padding(&out[t.first], t.n, t.mask.index_select(0, rows));
     return out;
   }
 
@@ -636,15 +643,44 @@ class Encoding {
 
   // Token ids of a ragged input must index the encoder's first embedding table.
   void check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch) {
-    auto [it, added] = embedding_rows_.emplace(enc.name(), 0);
-    if (added) it->second = encode::embedding_rows(enc.module());
-    if (it->second < 0) return;
+    const auto& table = tables(enc).token;
+    if (!table) return;
     const torch::Tensor row_max = std::get<0>(ids.max(1));
     const int64_t r = row_max.argmax().item<int64_t>(), id = row_max[r].item<int64_t>();
-    if (id >= it->second)
+    if (id >= table->rows)
       throw Error(Exit::data, "encoder '" + enc.name() + "'",
                   "token id " + std::to_string(id) + " of input row " + std::to_string(batch.start + r) +
-                      " is beyond its embedding table of " + std::to_string(it->second) + " rows");
+                      " is beyond its embedding table " + table->name + " of " + std::to_string(table->rows) + " rows");
+  }
+
+  // A text longer than the encoder's position table would fail inside it ("index out of range in
+  // self", naming no row): refused naming the row, its length and the table.
+  void check_lengths(encode::Encoder& enc, const torch::Tensor& mask, const Batch& batch) {
+    const auto& table = tables(enc).position;
+    if (!table) return;
+    const torch::Tensor lengths = mask.sum(1);
+    const int64_t r = lengths.argmax().item<int64_t>(), n = lengths[r].item<int64_t>();
+    if (n > table->rows)
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "input row " + std::to_string(batch.start + r) + " holds " + std::to_string(n) +
+                      " tokens but the position table " + table->name + " has " + std::to_string(table->rows) +
+                      " rows: give --max-length " + std::to_string(table->rows) + " (or less)");
+  }
+
+  struct Tables {
+    std::optional<encode::EmbeddingTable> token, position;
+  };
+  // An encoder's token and position tables, found once.
+  const Tables& tables(encode::Encoder& enc) {
+    auto [it, added] = tables_.emplace(enc.name(), Tables{});
+    if (added) {
+      int64_t vocab = 0;
+      for (const auto& key : in_.per_encoder_text.at(enc.name()))
+        if (const auto& tok = in_.texts.at(key).tok) vocab = std::max(vocab, tok->vocab_size());
+      it->second.token = encode::token_table(enc.module(), vocab, opts_.tokenize.vocab_table);
+      it->second.position = encode::position_table(enc.module(), it->second.token ? it->second.token->name : "");
+    }
+    return it->second;
   }
 
   // One batch through encoder i (with the first batch's checks when `first`), as stored.
@@ -652,7 +688,6 @@ class Encoding {
     auto& enc = *encoders_[i];
     JournalEncoder& je = journal_.encoders[enc.name()];
     auto t_setup = Clock::now();
-    if (first) check_vocabulary(enc);
     if (first) first_batch_checks(enc, args, je);
     result_.model_setup_seconds += seconds_since(t_setup);
     auto t_enc = Clock::now();
@@ -671,22 +706,37 @@ class Encoding {
   void encode(std::size_t i, const Batch& batch, bool first) {
     auto& enc = *encoders_[i];
     std::vector<torch::Tensor> args;
-    std::vector<std::pair<std::size_t, std::size_t>> text_args;  // (first argument, count) per text field
+    std::vector<TextArgs> text_args;
     for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
-    for (const auto& key : in_.per_encoder_text.at(enc.name())) {
+    const auto& keys = in_.per_encoder_text.at(enc.name());
+    if (first) check_vocabulary(enc);
+    const std::size_t n = encode::text_tensors(enc.arity(), args.size(), keys.size(), "encoder '" + enc.name() + "'");
+    for (const auto& key : keys) {
       const auto& t = batch.text.at(key);
       if (!in_.texts.at(key).tok) check_ragged_ids(enc, t[0], batch);
-      const std::size_t n = enc.arity() > args.size() + 2 ? 3 : 2;  // forward(ids, mask[, token_type_ids])
-      text_args.emplace_back(args.size(), n);
+      check_lengths(enc, t[1], batch);
+      text_args.push_back({args.size(), n, t[1]});
       args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
     }
     const torch::Tensor order = encode_order(enc.name(), batch);
     std::vector<torch::Tensor> outs;
-    for (int64_t a = 0; a < batch.count; a += opts_.batch_size) {
-      const int64_t b = std::min(a + opts_.batch_size, batch.count);
-      outs.push_back(
-          forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
-                        b - a, first && a == 0));
+    try {
+      for (int64_t a = 0; a < batch.count; a += opts_.batch_size) {
+        const int64_t b = std::min(a + opts_.batch_size, batch.count);
+        outs.push_back(
+            forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
+                          b - a, first && a == 0));
+      }
+    } catch (const Error& e) {
+      if (text_args.empty() || std::string(e.what()).find("index out of range") == std::string::npos) throw;
+      const torch::Tensor lengths = text_args.front().mask.sum(1);
+      const int64_t r = lengths.argmax().item<int64_t>();
+      throw Error(e.code(), "",
+                  std::string(e.what()) + " (input rows " + std::to_string(batch.start) + ".." +
+                      std::to_string(batch.start + batch.count - 1) + "; the longest, row " +
+                      std::to_string(batch.start + r) + ", holds " + std::to_string(lengths[r].item<int64_t>()) +
+                      " tokens: a text longer than the encoder's position table, or a token id beyond its token "
+                      "table, fails so)");
     }
     torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
     if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
@@ -721,7 +771,7 @@ class Encoding {
   const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
   std::vector<std::vector<int64_t>> row_shapes_;
   std::vector<RawFile> raws_;
-  std::map<std::string, int64_t> embedding_rows_;  // by encoder, once (ragged inputs)
+  std::map<std::string, Tables> tables_;  // by encoder, once
 };
 
 // ---- stage: publish --------------------------------------------------------------------------
@@ -828,6 +878,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   if (result.utf8_replaced > 0 && cb.warn)
     cb.warn(std::to_string(result.utf8_replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  if (in.labels && !in.labels->col->warning().empty() && cb.warn) cb.warn(in.labels->col->warning());
   auto t_digest = Clock::now();
   const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
   result.digest_seconds = seconds_since(t_digest);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zip.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -250,6 +251,7 @@ class NpzColumn : public source::Column {
     h_ = parse_header(head.data(), head.size(), what);
     if (zs.size - h_.data_offset < h_.data_bytes) refuse(what, "truncated member");
     if (!stored_) memory_ = read_exactly(h_.data_bytes, what);  // inflated once
+    check_crc(zs, head, what);
     info_.name = name;
     info_.shape = h_.shape;
     info_.dtype = h_.dtype;
@@ -284,6 +286,23 @@ class NpzColumn : public source::Column {
       members += (members.empty() ? "" : ", ") + m;
     }
     refuse(path(), "no member '" + name + "' (members: " + (members.empty() ? "none" : members) + ")");
+  }
+
+  // The member's bytes against the CRC-32 its zip entry records, checked once when opened (a
+  // stored member is read through to its end): a flipped byte is refused, not trained on.
+  void check_crc(const zip_stat_t& zs, const std::vector<char>& head, const std::string& what) {
+    if (!(zs.valid & ZIP_STAT_CRC)) return;
+    auto bytes = [](const std::vector<char>& v) { return reinterpret_cast<const Bytef*>(v.data()); };
+    uLong crc = crc32_z(crc32(0L, Z_NULL, 0), bytes(head), head.size());
+    if (!memory_.empty()) crc = crc32_z(crc, bytes(memory_), memory_.size());  // a null buffer restarts the CRC
+    std::vector<char> buf(std::size_t(1) << 20);
+    for (;;) {
+      zip_int64_t n = zip_fread(zf_.get(), buf.data(), buf.size());
+      if (n < 0) refuse(what, std::string("cannot read: ") + zip_file_strerror(zf_.get()));
+      if (n == 0) break;
+      crc = crc32_z(crc, bytes(buf), static_cast<std::size_t>(n));
+    }
+    if (crc != zs.crc) refuse(what, "damaged member: its bytes do not match the CRC-32 the archive records");
   }
 
   std::vector<char> read_exactly(std::size_t n, const std::string& what) {

@@ -139,6 +139,24 @@ struct TextSide {
     };
     return text::pad_seqs(seq, s, length, seqs.pad_id);
   }
+
+  // The longest sequence (rows first, then each row's negatives) and its length in tokens.
+  std::pair<int64_t, int64_t> longest() const {
+    std::pair<int64_t, int64_t> best{0, 0};
+    const int64_t n = rows * (1 + negatives);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len =
+          shared ? static_cast<int64_t>(shared->slab().view(static_cast<uint64_t>(i)).bytes / 8) : seqs.length(i);
+      if (len > best.second) best = {i, len};
+    }
+    return best;
+  }
+  // Sequence i in words: "row 12" or "row 12's hard negative 2" (rows counted from 0).
+  std::string describe(int64_t i) const {
+    if (i < rows) return "row " + std::to_string(i);
+    const int64_t k = std::max<int64_t>(1, negatives);
+    return "row " + std::to_string((i - rows) / k) + "'s hard negative " + std::to_string((i - rows) % k + 1);
+  }
 };
 
 std::vector<int64_t> row_list(const torch::Tensor& idx);
@@ -244,7 +262,8 @@ struct Data {
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
   int64_t hard_negatives = 0;
-  int64_t utf8_replaced = 0;  // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  int64_t utf8_replaced = 0;   // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  std::string labels_warning;  // how the labels were read, when the user should be told
   // --data-cache smart: the window schedule over the training rows (item of a position: a row).
   smart::WindowPlan window;
   std::shared_ptr<const std::vector<int64_t>> window_rows;
@@ -263,8 +282,10 @@ torch::Tensor read_all(const std::string& path, const std::string& ds, double sc
 }
 
 // One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
-torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files = {}) {
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
+                          std::string& warning) {
   auto col = source::open_column(path, ds, files, source::Role::labels);
+  warning = col->warning();
   const auto& ci = col->info();
   if (!is_integer(ci.dtype) || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
     throw Error(Exit::data, path,
@@ -769,7 +790,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
     for (const auto& q : o.query) d.query.push_back(load(q));
   if (o.passage.empty()) {  // raw grouped mode: one side and its labels
-    d.labels = read_labels(file, o.labels, o.files);
+    d.labels = read_labels(file, o.labels, o.files, d.labels_warning);
   } else if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
     d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
     d.hard_negatives = d.passage_text->negatives;
@@ -952,20 +973,25 @@ struct Models {
 
 // A text side's tower: the encoder gets input_ids, attention_mask and, when its forward() takes
 // three tensors, token_type_ids; padded to the longest, each chunk is trimmed to its own longest.
-gc::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t) {
-  const std::size_t arity = encode::forward_arity(*m);
-  if (arity < 1 || arity > 3)
-    throw Error(Exit::data, name,
-                "forward() takes " + std::to_string(arity) +
-                    " tensors; a text encoder takes input_ids[, attention_mask[, token_type_ids]]");
-  if (t.tok) {
-    encode::check_vocabulary(*m, name, *t.tok, t.tokenizer);
-  } else if (const int64_t rows = encode::embedding_rows(*m); rows >= 0 && !t.seqs.ids.empty()) {
+gc::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t,
+                     const std::string& vocab_table) {
+  const std::size_t arity = encode::text_tensors(encode::forward_arity(*m), 0, 1, name);
+  if (t.tok) encode::check_vocabulary(*m, name, *t.tok, t.tokenizer, vocab_table);
+  const auto table = encode::token_table(*m, t.tok ? t.tok->vocab_size() : 0, vocab_table);
+  if (table && !t.tok && !t.seqs.ids.empty()) {
     const int64_t top = *std::max_element(t.seqs.ids.begin(), t.seqs.ids.end());
-    if (top >= rows)
+    if (top >= table->rows)
       throw Error(Exit::data, name,
-                  t.tokenizer + " holds token id " + std::to_string(top) + ", beyond its embedding table of " +
-                      std::to_string(rows) + " rows");
+                  t.tokenizer + " holds token id " + std::to_string(top) + ", beyond its embedding table " +
+                      table->name + " of " + std::to_string(table->rows) + " rows");
+  }
+  if (const auto pos = encode::position_table(*m, table ? table->name : "")) {
+    const auto [i, n] = t.longest();
+    if (n > pos->rows)
+      throw Error(Exit::data, name,
+                  t.describe(i) + " holds " + std::to_string(n) + " tokens but the position table " + pos->name +
+                      " has " + std::to_string(pos->rows) + " rows: give --max-length " + std::to_string(pos->rows) +
+                      " (or less)");
   }
   return [inner = tower_of(m, name), arity, trim = t.length == 0](const std::vector<torch::Tensor>& in) {
     std::vector<torch::Tensor> args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(arity));
@@ -986,11 +1012,11 @@ void use_text(const TrainOptions& o, const Data& d, Models& m) {
                 {"strict_utf8", o.tokenize.strict_utf8}};
   };
   if (d.query_text) {
-    m.q_tower = text_tower(m.q, "query encoder", *d.query_text);
+    m.q_tower = text_tower(m.q, "query encoder", *d.query_text, o.tokenize.vocab_table);
     m.config["text"]["query"] = config(*d.query_text);
   }
   if (d.passage_text) {
-    m.p_tower = text_tower(m.p, "passage encoder", *d.passage_text);
+    m.p_tower = text_tower(m.p, "passage encoder", *d.passage_text, o.tokenize.vocab_table);
     m.config["text"]["passage"] = config(*d.passage_text);
   }
 }
@@ -1793,6 +1819,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
     cb.warn(std::to_string(data.utf8_replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  if (!data.labels_warning.empty() && cb.warn && s.rank == 0) cb.warn(data.labels_warning);
   gc::LossConfig loss = loss_config(o, s.objective);
   std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
   const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);

@@ -97,9 +97,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
       args.push_back(torch::cat(rows));
     }
     encode::Encoder enc(e.name, v.encoder_path, device, e.output);
+    const std::size_t n = encode::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
     for (const auto& key : e.text) {
       auto t = text_args(info, key, input, rep.rows);
-      args.insert(args.end(), t.begin(), t.begin() + (enc.arity() > args.size() + 2 ? 3 : 2));
+      args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
     }
     if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
     torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});

@@ -48,8 +48,10 @@ expect_fail 65 "cache-fill: error: encoder 'tuple': --output 5 out of range: the
 # An index beyond 64 bits was a std::stoul exception: exit 70 and OUT.partial left behind.
 expect_fail 65 "cache-fill: error: encoder 'tuple': --output 99999999999999999999 out of range: the output has 2 elements" \
   --input "$D/images.h5" --encoder "$D/tuple.pt" --features vec --output 99999999999999999999
-expect_fail 65 "cache-fill: error: encoder 'dict': output has no key 'nope'" \
+expect_fail 65 "cache-fill: error: encoder 'dict': output has no key 'nope' (its keys: 'emb', 'norm')" \
   --input "$D/images.h5" --encoder "$D/dict.pt" --features vec --output nope
+expect_fail 65 "cache-fill: error: encoder 'dict': output is a dict (its keys: 'emb', 'norm'); select a tensor with --output KEY|INDEX" \
+  --input "$D/images.h5" --encoder "$D/dict.pt" --features vec
 expect_fail 69 "cache-fill: error: --device cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features images --device cuda:0
 expect_fail 64 "cache-fill: error: --device: expected cpu or cuda[:N], got 'gpu'" \

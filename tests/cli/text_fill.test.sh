@@ -189,7 +189,7 @@ print(float(np.abs(a - b).max()) < 1e-5, json.loads(h5py.File('$WORK/ragged.h5')
 expect_out "True {'shm:ids|ragged': {'field': 'shm:ids', 'pad_id': 0, 'ragged': True}}"
 run "$TC_BIN/cache-fill" --input shm:ids --encoder "$TC_DATA/text.pt" --threads 2 -b 64 -q --out "$WORK/bad.h5"
 expect_rc 65
-expect_err_re "^cache-fill: error: encoder 'text': token id [0-9]+ of input row [0-9]+ is beyond its embedding table of 1000 rows$"
+expect_err_re "^cache-fill: error: encoder 'text': token id [0-9]+ of input row [0-9]+ is beyond its embedding table tok of 1000 rows$"
 expect_no_file "$WORK/bad.h5"
 py "
 import h5py, numpy as np
@@ -248,7 +248,7 @@ expect_rc 65
 expect_err_re "^cache-fill: error: $WORK/b.model: not a valid SentencePiece model: "
 bad --input "$WORK/pairs.jsonl" --text gloss --tokenizer "$T/bert-uncased.json" --encoder "$TC_DATA/text.pt"
 expect_rc 65
-expect_err "cache-fill: error: encoder 'text': its embedding table has 1000 rows but $T/bert-uncased.json has 4000 tokens: token ids beyond the table cannot be embedded (is this the encoder's tokenizer?)"
+expect_err "cache-fill: error: encoder 'text': $T/bert-uncased.json has 4000 tokens but no embedding table holds them (its tables: tok (1000 rows), pos (64 rows)): token ids beyond the table cannot be embedded (is this the encoder's tokenizer? --vocab-table NAME picks the table, none skips this check)"
 printf '{"t": "fine"}\n{"t": 7}\n' > "$WORK/num.jsonl"
 bad --input "$WORK/num.jsonl" --text t --tokenizer "$T/bert-uncased.json"
 expect_rc 65

@@ -221,7 +221,7 @@ expect_rc 64
 expect_err "gc-train: error: --negatives: hard negatives of token sequences are read from text fields (--tokenizer)"
 run "$TC_BIN/gc-train" "${SLABS[@]}" --encoder "$TC_DATA/text.pt"
 expect_rc 65
-expect_err_re "^gc-train: error: query encoder: shm:word holds token id [0-9]+, beyond its embedding table of 1000 rows$"
+expect_err_re "^gc-train: error: query encoder: shm:word holds token id [0-9]+, beyond its embedding table tok of 1000 rows$"
 
 # ---- checkpoints: resume continues; another tokenisation is refused
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --steps 2 --checkpoint-dir "$WORK/ck"
@@ -268,7 +268,7 @@ expect_err "gc-train: error: $WORK/latin1.jsonl:1: invalid UTF-8 at byte 13 (wit
 # A tokenizer larger than the encoder's embedding table (text.pt has 1000 rows).
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --encoder "$TC_DATA/text.pt"
 expect_rc 65
-expect_err_re "^gc-train: error: query encoder: its embedding table has 1000 rows but .*/bert-uncased.json has [0-9]+ tokens: token ids beyond the table cannot be embedded \(is this the encoder's tokenizer\?\)$"
+expect_err_re "^gc-train: error: query encoder: .*/bert-uncased.json has [0-9]+ tokens but no embedding table holds them \(its tables: tok \(1000 rows\), pos \(64 rows\)\): token ids beyond the table cannot be embedded \(is this the encoder's tokenizer\? --vocab-table NAME picks the table, none skips this check\)$"
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --query word,gloss
 expect_rc 64
 expect_err "gc-train: error: --query: a text side reads one field, not 2"

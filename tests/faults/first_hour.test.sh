@@ -196,6 +196,41 @@ run "$TC_BIN/cache-fill" --input "$WORK/nul.csv" --features file --key key --enc
 expect_rc 65
 expect_err "cache-fill: error: $WORK/nul.csv:2: field 'key' holds a NUL byte"
 
+# A flipped byte in an .npz member, stored or compressed, fails the CRC-32 the archive records:
+# 65 naming the member (it was read as data). The byte is the last of the member's data.
+py "
+import h5py, numpy as np, zipfile
+images = h5py.File('$D/images.h5')['images'][:40]
+for name, save in (('stored', np.savez), ('deflated', np.savez_compressed)):
+    save('$WORK/' + name + '.npz', images=images)
+    raw = bytearray(open('$WORK/' + name + '.npz', 'rb').read())
+    info = zipfile.ZipFile('$WORK/' + name + '.npz').getinfo('images.npy')
+    at = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.compress_size - 1
+    raw[at] ^= 0x01
+    open('$WORK/' + name + '_bad.npz', 'wb').write(bytes(raw))
+"
+expect_rc 0
+for z in stored deflated; do
+  run "$TC_BIN/cache-fill" --input "$WORK/${z}.npz" --features images --encoder cnn="$D/cnn.pt" --threads 2 -q \
+    --out "$WORK/$z.h5"
+  expect_rc 0
+  run "$TC_BIN/cache-fill" --input "$WORK/${z}_bad.npz" --features images --encoder cnn="$D/cnn.pt" --threads 2 -q \
+    --out "$WORK/${z}_bad.h5"
+  expect_rc 65
+  expect_err_has "cache-fill: error: $WORK/${z}_bad.npz: images: "
+  expect_no_file "$WORK/${z}_bad.h5"
+done
+# One label that is not an integer renumbers a column of integer labels: said, not silent.
+printf 'file,label\nok/c0/00.png,7\nok/c1/01.png,3\nok/c0/02.png,cat\n' > "$WORK/mixed.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/mixed.csv" --features file --labels label --encoder cnn="$D/cnn.pt" \
+  --channels gray --threads 2 --out "$WORK/mixed.h5"
+expect_rc 0
+expect_err_has "cache-fill: warning: $WORK/mixed.csv:4: field 'label' holds 2 integer labels and 1 that are not ('cat' the first): every label is read as a name and numbered 0..K-1 in --label-order, so the integers do not keep their values"
+py "
+import h5py
+print(h5py.File('$WORK/mixed.h5')['labels'][:].tolist())"
+expect_out "[1, 0, 2]"
+
 # ---- 15. a mistyped --input is 66; a manifest without --features lists its fields ---------------
 run "$TC_BIN/cache-fill" --input "$WORK/smal/" --encoder cnn32="$D/cnn.pt" --out "$WORK/x.h5" -q
 expect_rc 66

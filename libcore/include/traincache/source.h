@@ -125,6 +125,10 @@ class Column {
   /// For a text column: how many ill-formed UTF-8 sequences were replaced with U+FFFD.
   virtual int64_t utf8_replaced() const { return 0; }
 
+  /// Something about how the column was read that its user should be told (a manifest's label
+  /// field of integers numbered as names because one value is not an integer), or "".
+  virtual std::string warning() const { return {}; }
+
   /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
   virtual const image::Spec* preprocess() const { return nullptr; }
 

@@ -60,6 +60,9 @@ struct TokenizeOptions {
   Padding padding = Padding::longest;
   bool strict_utf8 = false;  ///< refuse invalid UTF-8 instead of replacing it with U+FFFD
   int64_t pad_id = 0;        ///< token sequences read as stored (no tokenizer): their padding id
+  /// The encoder's token embedding table by module path ("" = the smallest nn.Embedding holding
+  /// the tokenizer's vocabulary; "none" = no vocabulary check).
+  std::string vocab_table;
 };
 
 /// The max_length used: `opts.max_length`, else the file's, else 512.

@@ -61,13 +61,34 @@ void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask);
 /// The number of tensors `m.forward` takes (its arguments without self).
 std::size_t forward_arity(const torch::jit::Module& m);
 
-/// Rows of the first embedding table of `m` (a submodule whose type is an Embedding), or -1.
-int64_t embedding_rows(const torch::jit::Module& m);
+/// How many tensors each of `texts` text fields gives a forward() of `arity` tensors whose first
+/// `features` are other inputs: 1 (input_ids), 2 (+ attention_mask) or 3 (+ token_type_ids); 0
+/// when `texts` is 0. Error(data, subject) when the arguments cannot be split so.
+std::size_t text_tensors(std::size_t arity, std::size_t features, std::size_t texts, const std::string& subject);
 
-/// Error(data, subject) when `tok` (loaded from `tok_path`) has more tokens than the first
-/// embedding table of `m` has rows: its ids could not all be embedded.
+/// An nn.Embedding of a module (a submodule whose type is an Embedding with a 2-D weight).
+struct EmbeddingTable {
+  std::string name;  ///< its path in the module, e.g. "embeddings.word_embeddings"
+  int64_t rows = 0;
+};
+
+/// The embedding tables of `m`, in the module's order.
+std::vector<EmbeddingTable> embedding_tables(const torch::jit::Module& m);
+
+/// The table token ids index: `chosen` by path (--vocab-table; "none": no table, no check;
+/// Error(usage) naming the tables when there is no such one); else the smallest table with at
+/// least `vocab` rows (a position table declared first is not taken for it), else the largest;
+/// nullopt when `m` has none.
+std::optional<EmbeddingTable> token_table(const torch::jit::Module& m, int64_t vocab, const std::string& chosen = {});
+
+/// The position table of `m`: an embedding table other than `token_name` whose last path part
+/// names positions ("pos", "position_embeddings", "embed_positions", GPT-2's "wpe"), or nullopt.
+std::optional<EmbeddingTable> position_table(const torch::jit::Module& m, const std::string& token_name);
+
+/// Error(data, subject) when `tok` (loaded from `tok_path`) has more tokens than the token
+/// table (token_table(m, vocab, chosen)) has rows: its ids could not all be embedded.
 void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
-                      const std::string& tok_path);
+                      const std::string& tok_path, const std::string& chosen = {});
 
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {
