@@ -9,6 +9,7 @@
 #      caching (batch 512 in chunks of 64, each chunk padded to its own longest text); recall@1,
 #      recall@10 and MRR of the 2,000 held-out words against their 2,000 glosses, before and after
 #   5. cache-fill with the trained encoder: the glosses' embeddings, ready to search
+. "$(dirname "$0")/help.sh"
 set -euo pipefail
 BUILD=${1:-build}
 BIN=$BUILD/bin

@@ -13,6 +13,7 @@
 #   6. gc-train: an ArcFace head on each encoder's cached embeddings of the 60,000 training images
 #      (the raw images are not read again), evaluated on the test split before, during and after
 #      training with 95% bootstrap intervals; scripts/plot-train draws both runs' curves
+. "$(dirname "$0")/help.sh"
 set -euo pipefail
 BUILD=${1:-build}
 BIN=$BUILD/bin

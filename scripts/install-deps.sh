@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Install every Debian package that traincache's build, tests, demo and benchmarks need.
 # Idempotent: when everything is present it only says so. Needs root (or sudo) to install.
-#   scripts/install-deps.sh          install what is missing (and Tokenizers.js from npm: install-js-deps.sh)
+#   scripts/install-deps.sh          install what is missing (and Tokenizers.js from npm:
+#                                    install-js-deps.sh)
 #   scripts/install-deps.sh --check  exit 1 (and list them) when packages are missing
-#   scripts/install-deps.sh --fuzz   also clang-14 and libFuzzer, for make fuzz (either order with --check)
+#   scripts/install-deps.sh --fuzz   also clang-14 and libFuzzer, for make fuzz (with or without
+#                                    --check, in either order)
+. "$(dirname "$0")/help.sh"
 set -euo pipefail
 
 check=0

@@ -2,6 +2,7 @@
 # Installs Tokenizers.js (@huggingface/tokenizers, pinned in tests/js/package-lock.json) into
 # tests/js/node_modules: the reference of the tokenizer parity tests. Idempotent: nothing happens
 # when the pinned version is there. Needs node and npm (on every machine here) and the npm registry.
+. "$(dirname "$0")/help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/../tests/js"
 want=$(sed -n 's/.*"@huggingface\/tokenizers": "\(.*\)".*/\1/p' package.json)

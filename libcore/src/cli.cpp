@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <new>
+#include <sstream>
 
 #include "traincache/h5.h"
 #include "traincache/image.h"
@@ -73,6 +75,53 @@ std::string first_line_lower(std::string s) {
   return s;
 }
 
+// `text` with every line longer than `width` broken at spaces; a continuation line starts with
+// the broken line's own indentation. Lines without a space to break at stay as they are.
+std::string wrap_lines(const std::string& text, std::size_t width) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    const std::string indent =
+        line.substr(0, line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' '));
+    while (line.size() > width) {
+      std::size_t cut = line.rfind(' ', width);
+      if (cut == std::string::npos || cut <= indent.size()) break;
+      out += line.substr(0, cut) + '\n';
+      line = indent + line.substr(cut + 1);
+    }
+    out += line;
+    if (nl < text.size()) out += '\n';
+    pos = nl + 1;
+  }
+  return out;
+}
+
+// --help within kHelpWidth columns: option names in a column of kNameColumn, their descriptions
+// wrapped beside them, the description and footer wrapped as they are.
+constexpr std::size_t kHelpWidth = 100, kNameColumn = 36;
+class WrappedHelp : public CLI::Formatter {
+ public:
+  WrappedHelp() { column_width(kNameColumn); }
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    return wrap_lines(CLI::Formatter::make_option_desc(opt), kHelpWidth - kNameColumn);
+  }
+  std::string make_description(const CLI::App* app) const override {
+    return wrap_lines(CLI::Formatter::make_description(app), kHelpWidth);
+  }
+  std::string make_footer(const CLI::App* app) const override {
+    return wrap_lines(CLI::Formatter::make_footer(app), kHelpWidth);
+  }
+  std::string make_subcommand(const CLI::App* sub) const override {
+    std::ostringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(), wrap_lines(sub->get_description(), kHelpWidth - kNameColumn),
+                             kNameColumn);
+    return out.str();
+  }
+};
+
 // "; did you mean --batch-size?" for the first --option in argv that `app` (or a subcommand of it)
 // does not know and that is within two edits of one it does; "" otherwise.
 std::string suggestion(CLI::App& app, int argc, char** argv) {
@@ -104,6 +153,9 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
   int status = 0;
   shm::install_sigbus_handler(tool);
   h5::skip_exit_cleanup();
+  auto help = std::make_shared<WrappedHelp>();
+  app.formatter(help);
+  for (auto* sub : app.get_subcommands({})) sub->formatter(help);
   try {
     try {
       app.parse(argc, argv);

@@ -26,27 +26,46 @@ Progress::Progress(std::string label, int64_t total, ProgressMode mode, std::str
 
 Progress::~Progress() { finish(); }
 
+void RateMeter::sample(int64_t done, double seconds) {
+  if (base_done_ < 0) {
+    base_done_ = done, base_seconds_ = seconds;
+    return;
+  }
+  const double dt = seconds - base_seconds_;
+  if (dt < interval_ || done < base_done_) return;
+  const double now = static_cast<double>(done - base_done_) / dt;
+  rate_ = rate_ > 0 ? weight_ * now + (1 - weight_) * rate_ : now;
+  base_done_ = done, base_seconds_ = seconds;
+}
+
+std::string rate_text(double rate) {
+  if (!(rate > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, rate >= 100 ? "%.0f" : rate >= 10 ? "%.1f" : rate >= 1 ? "%.2f" : "%.3g", rate);
+  return buf;
+}
+
 void Progress::update(int64_t done, const std::string& extra) {
   last_done_ = done;
-  if (!enabled_) return;
   auto now = std::chrono::steady_clock::now();
+  meter_.sample(done, std::chrono::duration<double>(now - start_).count());
+  if (!enabled_) return;
   if (now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;
   last_draw_ = now;
   draw(done, extra);
 }
 
 void Progress::draw(int64_t done, const std::string& extra) {
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  double rate = secs > 0 ? done / secs : 0;
+  const double rate = meter_.rate();
   constexpr int kWidth = 30;
   int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : 0;
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.resize(kWidth, '.');
   char eta[32] = "";
   if (rate > 0 && total_ > done) std::snprintf(eta, sizeof eta, "  ETA %.0fs", (total_ - done) / rate);
-  std::fprintf(stderr, "\r%s [%s] %lld/%lld  %.0f %s/s%s%s%s\x1b[K", label_.c_str(), bar.c_str(),
-               static_cast<long long>(done), static_cast<long long>(total_), rate, unit_.c_str(), eta,
-               extra.empty() ? "" : "  ", extra.c_str());
+  std::fprintf(stderr, "\r%s [%s] %lld/%lld  %s %s/s%s%s%s\x1b[K", label_.c_str(), bar.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total_), rate_text(rate).c_str(), unit_.c_str(),
+               eta, extra.empty() ? "" : "  ", extra.c_str());
   std::fflush(stderr);
 }
 

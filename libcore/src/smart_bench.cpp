@@ -59,14 +59,15 @@ class Source {
 // member, or the images of an image folder or a manifest, decoded on every read.
 class ColumnSource : public Source {
  public:
-  ColumnSource(const std::string& path, const std::string& name, const std::string& labels_name) {
-    col_ = source::open_column(path, name, {}, source::Role::images);
+  ColumnSource(const std::string& path, const std::string& name, const std::string& labels_name,
+               const source::FileOptions& files) {
+    col_ = source::open_column(path, name, files, source::Role::images);
     const auto& ci = col_->info();
     if (ci.dtype != DType::u8 && !(ci.dtype == DType::f32 && col_->preprocess()))
       throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
     labels.assign(static_cast<std::size_t>(ci.rows()), 0);
     if (!labels_name.empty()) {
-      auto l = source::open_column(path, labels_name, {}, source::Role::labels);
+      auto l = source::open_column(path, labels_name, files, source::Role::labels);
       if (l->info().rows() != ci.rows() || !is_integer(l->info().dtype) || l->info().shape.size() != 1)
         throw Error(Exit::data, path,
                     "'" + labels_name + "' must hold one integer label per item of '" + ci.name + "'");
@@ -164,7 +165,8 @@ class ShmSource : public Source {
 struct Pipeline {
   const BenchOptions& o;
   Source& src;
-  std::mutex read_mu;  // sources are read one item at a time (HDF5 is serialised anyway)
+  std::vector<int64_t> resize;  // arrays: H,W of the bilinear resize (empty: keep)
+  std::mutex read_mu;           // sources are read one item at a time (HDF5 is serialised anyway)
 
   torch::Tensor deterministic(int64_t i) {
     std::vector<unsigned char> raw;
@@ -178,11 +180,11 @@ struct Pipeline {
     auto dims = src.dims();
     auto x = src.floating() ? torch::from_blob(raw.data(), dims, torch::kFloat32).clone()
                             : torch::from_blob(raw.data(), dims, torch::kUInt8).to(torch::kFloat32).div_(255.0);
-    x.sub_(0.5).div_(0.5);
-    if (!o.resize.empty()) {
+    if (!src.floating()) x.sub_(0.5).div_(0.5);  // decoded images are as the preprocessing made them
+    if (!resize.empty()) {
       auto img = x.dim() == 2 ? x.unsqueeze(0) : x;  // [C, H, W]
       x = torch::nn::functional::interpolate(img.unsqueeze(0), torch::nn::functional::InterpolateFuncOptions()
-                                                                   .size(std::vector<int64_t>{o.resize[0], o.resize[1]})
+                                                                   .size(std::vector<int64_t>{resize[0], resize[1]})
                                                                    .mode(torch::kBilinear)
                                                                    .align_corners(false))
               .squeeze(0);
@@ -490,6 +492,31 @@ Runs strategy_runs(Caching c) {
   return {};
 }
 
+// True when the items are images decoded by the source (an image folder, a manifest).
+bool image_source(const BenchOptions& o) {
+  const auto kind = o.data.empty() ? source::Kind::shm : source::kind_of(o.data);
+  return kind == source::Kind::image_folder || kind == source::Kind::manifest;
+}
+
+// H,W of the deterministic stage's resize of array items; images take the whole spec in their
+// source instead. A spec an array cannot take (--resize S, --center-crop, --normalize,
+// --exif-transpose) is refused for arrays.
+std::vector<int64_t> array_resize(const BenchOptions& o) {
+  const image::Spec& spec = o.images.preprocess;
+  if (image_source(o)) return {};
+  const char* image_only = spec.resize_short > 0 ? "--resize"
+                           : spec.crop_h > 0     ? "--center-crop"
+                           : !spec.mean.empty()  ? "--normalize"
+                           : spec.exif_transpose ? "--exif-transpose"
+                                                 : nullptr;
+  if (image_only)
+    throw Error(Exit::usage, image_only,
+                std::string(spec.resize_short > 0 ? "S (the shorter side) " : "") +
+                    "applies to images (an image folder or a manifest); uint8 arrays take --resize H,W only");
+  if (spec.resize_h > 0) return {spec.resize_h, spec.resize_w};
+  return {};
+}
+
 void validate(const BenchOptions& o) {
   int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
@@ -500,12 +527,10 @@ void validate(const BenchOptions& o) {
     throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
   if (!(o.cache_fraction > 0) || o.cache_fraction > 1)
     throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
-  if (!o.resize.empty() && o.resize.size() != 2) throw Error(Exit::usage, "--resize", "expected H,W");
-  if (!o.resize.empty()) {
-    if (o.resize[0] <= 0 || o.resize[1] <= 0) throw Error(Exit::usage, "--resize", "H and W must be positive");
+  if (const auto hw = array_resize(o); !hw.empty()) {
     // One resized sample in float32, times the batches the loaders keep in flight.
-    uint64_t pixels = static_cast<uint64_t>(o.resize[0]) * static_cast<uint64_t>(o.resize[1]);
-    require_memory("--resize " + std::to_string(o.resize[0]) + "," + std::to_string(o.resize[1]), pixels,
+    const uint64_t pixels = static_cast<uint64_t>(hw[0]) * static_cast<uint64_t>(hw[1]);
+    require_memory("--resize " + std::to_string(hw[0]) + "," + std::to_string(hw[1]), pixels,
                    4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
   }
 }
@@ -516,7 +541,7 @@ std::unique_ptr<Source> open_source(const BenchOptions& o) {
                              : source::kind_of(o.data) == source::Kind::hdf5 ? "images"
                                                                              : source::default_column(o.data);
     const std::string labels = o.labels.empty() ? source::default_labels(o.data) : o.labels;
-    return std::make_unique<ColumnSource>(o.data, name, labels);
+    return std::make_unique<ColumnSource>(o.data, name, labels, o.images);
   }
   if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);
   return std::make_unique<ShmSource>(o.shm);
@@ -619,7 +644,7 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   encode::configure_threads(o.threads);
   std::unique_ptr<Source> src = open_source(o);
   const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
-  Pipeline pipe{o, *src, {}};
+  Pipeline pipe{o, *src, array_resize(o), {}};
   Context ctx{o, pipe, n, pipe.deterministic(0).sizes().vec()};
   Step step(o);
   int64_t classes = 1;

@@ -513,11 +513,19 @@ void save_module(torch::jit::Module& m, const std::string& path) {
 
 // ---- evaluation ---------------------------------------------------------------------------
 
-torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk) {
+// Rows encoded of all an evaluation encodes, for a progress display (may be empty).
+using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+
+// The representations of `inputs`, a chunk at a time; rows [done, done + n) of `total` to `progress`.
+torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk,
+                          const EvalProgress& progress = {}, int64_t done = 0, int64_t total = 0) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> reps;
   int64_t n = inputs.front().size(0);
-  for (int64_t a = 0; a < n; a += chunk) reps.push_back(tower(gc::slice_rows(inputs, a, std::min(a + chunk, n))));
+  for (int64_t a = 0; a < n; a += chunk) {
+    reps.push_back(tower(gc::slice_rows(inputs, a, std::min(a + chunk, n))));
+    if (progress) progress(done + std::min(a + chunk, n), total);
+  }
   return torch::cat(reps);
 }
 
@@ -525,18 +533,20 @@ torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tenso
 // passage of the set (pair modes), or each row against every other row (grouped mode); with a
 // classifier (`loss` of a classifier kind, d.classes), also its top-k accuracy on every row.
 eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
-                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks) {
+                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks,
+                          const EvalProgress& progress) {
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
     return loss.similarity == gc::Similarity::cos
                ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
                : x;
   };
-  auto reps = encode_eval(q_tower, query_inputs(d, idx), chunk);
+  const int64_t n = idx.size(0), total = grouped ? n : 2 * n;
+  auto reps = encode_eval(q_tower, query_inputs(d, idx), chunk, progress, 0, total);
   auto q = norm(reps).to(torch::kFloat64);
   const auto rows = row_list(idx);
   if (!grouped) {
-    auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk)).to(torch::kFloat64);
+    auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk, progress, n, total)).to(torch::kFloat64);
     return eval::retrieval(q, p, rows, ks);
   }
   auto table = eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
@@ -1199,10 +1209,11 @@ struct Evaluation {
   bool enabled = false, use_external = false;
   std::string dump;  // TSV lines so far
 
-  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss, int64_t step) {
+  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss, int64_t step,
+                  const EvalProgress& progress) {
     for (auto* mod : m.distinct) mod->eval();
     auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss,
-                          std::max(o.query_chunk, o.passage_chunk), o.eval_k);
+                          std::max(o.query_chunk, o.passage_chunk), o.eval_k, progress);
     for (auto* mod : m.distinct) mod->train();
     EvalMetrics r;
     r.present = true;
@@ -1597,7 +1608,7 @@ class Monitor {
   bool evaluate(int64_t step, int64_t epoch, EvalMetrics* out = nullptr, bool during = false) {
     bool is_best = false, stop = false;
     if (s_.rank == 0) {
-      auto r = eval_.run(o_, data_, m_, loss_, step);
+      auto r = eval_.run(o_, data_, m_, loss_, step, cb_.eval_progress);
       if (!best_.metric.empty()) {
         is_best = update_best(best_, value_of(r, best_.metric), step);
         stop = patience_exhausted(best_, o_.early_stop);
@@ -1796,6 +1807,18 @@ void write_final_outputs(const TrainOptions& o, Models& m, Evaluation& eval, con
 
 }  // namespace
 
+// Warnings about the labels of grouped mode (rank 0, with an evaluation): classes missing from
+// one side of the split, and evaluation rows a classifier cannot predict.
+void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split, Evaluation& eval, Data& data,
+                       const Models& m, const std::function<void(const std::string&)>& warn) {
+  for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) warn(w);
+  if (!m.classifier) return;
+  const auto lost = eval.unknown_classes(data);
+  if (lost > 0)
+    warn(std::to_string(lost) + " evaluation rows have labels no training row has: the classifier cannot " +
+         "predict them and they count as wrong in accuracy_at_k");
+}
+
 TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto t_start = Clock::now();
   TrainOptions o = given;
@@ -1858,17 +1881,12 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   result.best = best_from_json(ckpt.resumed_state());
   Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
   monitor.set_optimizer(opt.get());
-  if (m.grouped && eval.enabled && cb.warn && s.rank == 0) {
-    for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) cb.warn(w);
-    if (m.classifier) {
-      const auto lost = eval.unknown_classes(data);
-      if (lost > 0)
-        cb.warn(std::to_string(lost) + " evaluation rows have labels no training row has: the classifier cannot " +
-                "predict them and they count as wrong in accuracy_at_k");
-    }
-  }
+  if (m.grouped && eval.enabled && cb.warn && s.rank == 0) warn_about_labels(labels, split, eval, data, m, cb.warn);
   std::vector<int64_t>().swap(labels);  // per-row memory: only what the loop needs stays
-  if (eval.enabled && start == 0) monitor.evaluate(0, 0, &result.eval_before);
+  if (eval.enabled && start == 0) {
+    monitor.evaluate(0, 0, &result.eval_before);
+    if (s.rank == 0 && cb.evaluated_before) cb.evaluated_before(result.eval_before);
+  }
 
   Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps, scaler);
   auto t_loop = Clock::now();

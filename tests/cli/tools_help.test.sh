@@ -6,8 +6,11 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   expect_rc 0
   expect_out_has "Usage: $tool"
   expect_out_has "EXIT STATUS"
+  expect_out_has $'\nEXAMPLES\n  '"$tool "
   expect_err ""
   help_text=$out
+  # Within 100 columns (lines of 291 were seen), with no sentence cut off at the wrap.
+  expect_eq "$(printf '%s\n' "$out" | awk 'length > 100' | head -3)" "" "--help lines of $tool over 100 columns"
   run "$TC_BIN/$tool" --version
   expect_rc 0
   expect_out_re "^$tool [0-9]+\.[0-9]+\.[0-9]+ \(git [^)]*\)"
@@ -31,13 +34,31 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   expect_rc 64
   expect_err_re "^$tool: error: .*; did you mean --json\? \(see --help\)\$"
 done
+# Exit 75 as the tools use it (the help said only "--merge gave up" and "slab busy").
+run "$TC_BIN/cache-fill" --help
+expect_out_has "75 another run holds the output, or"
+run "$TC_BIN/gc-train" --help
+expect_out_has "75 another run holds --checkpoint-dir, or a"
 for sub in create fill rm; do
   run "$TC_BIN/shm-cache" $sub --help
+  expect_eq "$(printf '%s\n' "$out" | awk 'length > 100' | head -3)" "" "--help lines of shm-cache $sub over 100 columns"
   undocumented=""
   for flag in $(printf '%s\n' "$out" | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
     grep -q -- "$flag" "$TC_SOURCE/docs/shm-cache.md" || undocumented="$undocumented $flag"
   done
   expect_eq "$undocumented" "" "options of shm-cache $sub missing from docs/shm-cache.md"
+done
+# Every script a user may run answers --help on stdout, exit 0, within 100 columns, and makes
+# nothing (demo.sh used to create a directory named "--help/demo"; make-test-fixtures filled one).
+mkdir "$WORK/scripts-cwd"
+for script in "$TC_SOURCE"/scripts/*; do
+  [ -x "$script" ] || continue
+  name=$(basename "$script")
+  run env -C "$WORK/scripts-cwd" COLUMNS=100 "$script" --help
+  expect_rc 0
+  expect_eq "$([ -n "$out" ] && echo text)" text "scripts/$name --help prints its usage"
+  expect_eq "$(printf '%s\n' "$out" | awk 'length > 100' | head -3)" "" "scripts/$name --help over 100 columns"
+  expect_eq "$(ls -A "$WORK/scripts-cwd")" "" "files made by scripts/$name --help"
 done
 # -vv, applied once by the common options for every tool, shows HDF5's own error stack.
 run "$TC_BIN/cache-inspect" "$TC_DATA/truncated.h5"

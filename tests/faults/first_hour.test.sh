@@ -239,6 +239,28 @@ run "$TC_BIN/cache-fill" --input "$WORK/m.csv" --encoder cnn="$D/cnn.pt" --out "
 expect_rc 64
 expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn': name the manifest's image field with --features FIELD or its text field with --text FIELD ($WORK/m.csv has file, label)"
 
+# ---- 20. smart-bench on an image folder of mixed sizes: cache-fill's preprocessing ---------------
+# Its message said to add --center-crop, which smart-bench did not have. The same options now
+# reach the same decoding code; arrays take --resize H,W only.
+py "
+import os
+from PIL import Image
+for i, size in enumerate([(28, 28), (40, 30), (33, 50), (28, 28)] * 4):
+    os.makedirs('$WORK/mixed/c%d' % (i % 2), exist_ok=True)
+    Image.new('L', size, color=i * 9).save('$WORK/mixed/c%d/%02d.png' % (i % 2, i))
+"
+expect_rc 0
+SBI=("$TC_BIN/smart-bench" --data "$WORK/mixed" --strategy none,full --epochs 1 -b 4 --model-ms 0)
+run "${SBI[@]}"
+expect_rc 65
+expect_err_has "add --resize and/or --center-crop to bring them to one size"
+run "${SBI[@]}" --resize 32 --center-crop 28 --channels gray --model "$D/cnn.pt" --json
+expect_rc 0
+expect_out_has '"strategy":"full","epoch":1,"samples":16,'
+run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --center-crop 20
+expect_rc 64
+expect_err "smart-bench: error: --center-crop: applies to images (an image folder or a manifest); uint8 arrays take --resize H,W only"
+
 # ---- 7. --select-best when the evaluation rows hold no queries (one row per label) ----------------
 # The untrained step-0 model was kept as --out and -inf saved as null broke --resume (70).
 "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
@@ -259,4 +281,16 @@ expect_out "True"
 run "$TC_BIN/gc-train" "${SEL[@]}" --steps 5 --out "$WORK/sel.pt" --checkpoint-dir "$WORK/ck" --resume
 expect_rc 0
 
+
+# ---- 19. gc-train's before-training metrics when computed, evaluation progress, a sane rate ------
+# The metrics before training were printed only at the end; an evaluation drew nothing; the first
+# tick showed one step over microseconds (93,502 steps/s).
+run "$TC_BIN/gc-train" "${PLAIN[@]/0:5/0:100}" --steps 12 --out "$WORK/p19.pt" --progress always
+expect_rc 0
+before=${err%%"gc-train: before training:"*} first_bar=${err%%"training ["*}
+(( ${#before} < ${#first_bar} )) && _ok || _fail "the before-training metrics came after the training bar"
+expect_err_has "evaluating [##############################] 100/100"
+expect_err_has "training [##............................] 1/12  - steps/s"
+after=${err%%"gc-train: after training:"*}
+(( ${#before} < ${#after} )) && _ok || _fail "after training came before the metrics before it"
 finish

@@ -58,6 +58,25 @@ CATCH_TEST_CASE("cli: --progress accepts auto, always, never only", "[cli]") {
   CATCH_CHECK_FALSE(off.enabled());
 }
 
+// gc-train showed 93,502 steps/s at the first tick (one step over the microseconds since the bar
+// was made) and 0 on steps slower than a second.
+CATCH_TEST_CASE("progress: the rate is unknown until measured, then smoothed", "[cli]") {
+  RateMeter m;
+  m.sample(1, 0.00001);  // the first item, as the bar is made: the baseline, not a rate
+  CATCH_CHECK(m.rate() == 0);
+  m.sample(2, 0.2);  // too soon to measure
+  CATCH_CHECK(m.rate() == 0);
+  m.sample(11, 1.00001);
+  CATCH_CHECK(m.rate() == Approx(10.0));
+  m.sample(12, 11.00001);  // one slow item: 0.1/s, averaged in
+  CATCH_CHECK(m.rate() == Approx(0.3 * 0.1 + 0.7 * 10.0));
+  CATCH_CHECK(rate_text(0) == "-");
+  CATCH_CHECK(rate_text(0.125) == "0.125");
+  CATCH_CHECK(rate_text(3.14159) == "3.14");
+  CATCH_CHECK(rate_text(12.46) == "12.5");
+  CATCH_CHECK(rate_text(1234.4) == "1234");
+}
+
 CATCH_TEST_CASE("cli: choices map names to enums once, with the valid names in errors", "[cli]") {
   enum class Fruit { apple, pear, plum };
   const Choices<Fruit> fruits{{Fruit::apple, "apple"}, {Fruit::pear, "pear"}, {Fruit::plum, "plum"}};

@@ -269,10 +269,18 @@ int main(int argc, char** argv) {
                   "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")
       ->group("Images and manifests");
   app.footer(
-      "EXIT STATUS\n  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, "
-      "non-deterministic encoder);\n  66 input or encoder missing; 69 CUDA unavailable; 70 internal; "
-      "73 output in the way or not creatable;\n  74 I/O error; 75 --merge gave up waiting for shards; 130 interrupted "
-      "(progress kept, run again "
-      "to resume).\nSee docs/cache-fill.md.");
+      "EXAMPLES\n"
+      "  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --normalize imagenet \\\n"
+      "             --encoder resnet18=resnet18.pt --out photos.h5\n"
+      "  cache-fill --input pairs.jsonl --text passage --tokenizer tokenizer.json --max-length 128 \\\n"
+      "             --encoder text=encoder.pt --key id --out passages.h5\n"
+      "  cache-fill --input data.h5 --features images --labels labels --encoder cnn.pt \\\n"
+      "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n\n"
+      "EXIT STATUS\n"
+      "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
+      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA unavailable; 70 internal;\n"
+      "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
+      "  --merge gave up waiting for shards; 130 interrupted (progress kept, run again to resume).\n"
+      "See docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return merge->parsed() ? run_merge(o) : run(o); });
 }

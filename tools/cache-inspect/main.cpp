@@ -215,6 +215,11 @@ int main(int argc, char** argv) {
       ->check(cli::positive_number(true))
       ->capture_default_str();
   app.footer(
+      "EXAMPLES\n"
+      "  cache-inspect cache.h5\n"
+      "  cache-inspect --check --json shards/*.h5\n"
+      "  cache-inspect --verify 32 cache.h5\n"
+      "  cache-inspect --head 5 cache.h5\n\n"
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA unavailable;\n"
       "  70 internal error. With several files every file is processed; the status is that of the\n"

@@ -162,16 +162,22 @@ int run(Options& o) {
   t.device = o.common.device;
   install_interrupt_handlers();
 
-  std::unique_ptr<Progress> bar;
-  auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Progress> bar, eval_bar;
   train::TrainCallbacks cb;
   cb.progress = [&](int64_t step, int64_t total, double loss) {
     if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress, "steps");
     char extra[80];
-    std::snprintf(extra, sizeof extra, "loss %.4f  %.0f samples/s", loss,
-                  o.t.batch_size * step /
-                      std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    std::snprintf(extra, sizeof extra, "loss %.4f  %s samples/s", loss,
+                  rate_text(bar->rate() * static_cast<double>(o.t.batch_size)).c_str());
     bar->update(step, extra);
+  };
+  cb.eval_progress = [&](int64_t done, int64_t total) {
+    if (!eval_bar) eval_bar = std::make_unique<Progress>("evaluating", total, o.common.progress, "rows");
+    eval_bar->update(done);
+    if (done >= total) eval_bar.reset();  // the line ends; a training bar goes on below it
+  };
+  cb.evaluated_before = [&](const train::EvalMetrics& m) {
+    if (!o.common.quiet) std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(m).c_str());
   };
   cb.info = [&](const std::string& m) {
     if (!o.common.quiet) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
@@ -195,8 +201,7 @@ int run(Options& o) {
     return cli::code(Exit::interrupted);
   }
   cli::print_result(kTool, o.common, rec,
-                    {r.eval_before.present ? "before training: {eval_before}" : "",
-                     r.eval_after.present ? "after training:  {eval_after}" : "",
+                    {r.eval_after.present ? "after training:  {eval_after}" : "",
                      "{mode}: {steps} steps, loss {loss:%.6g}, {seconds:%.2f} s, {samples_per_second:%.0f} samples/s, "
                      "{seconds_per_epoch:%.2f} s per epoch"});
   return 0;
@@ -273,8 +278,9 @@ void add_batch_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_loss = "Loss and batches";
   cli::add_choice(app, "--loss", t.loss, train::objective_choices(),
-                  "infonce (pairs); supcon, softmax, arcface, cosface or triplet (labelled rows)")
-      ->default_str("infonce for pairs, supcon for labelled rows")
+                  "infonce (pairs); supcon, softmax, arcface, cosface or triplet (labelled rows); default: infonce for "
+                  "pairs, supcon for labelled rows")
+      ->default_str("")
       ->group(g_loss);
   app.add_option("--margin", t.margin, "arcface (radians; 0.5), cosface (0.35) or triplet (0.2) margin")
       ->check(cli::positive_number(true))
@@ -410,10 +416,18 @@ int main(int argc, char** argv) {
   add_optimiser_options(app, o);
   add_eval_options(app, o);
   app.footer(
+      "EXAMPLES\n"
+      "  gc-train --cache cache.h5 --embeddings cnn --head mlp:256,128 -b 4096 -c 512 --epochs 10 \\\n"
+      "           --eval-split 0.1 --out head.pt\n"
+      "  gc-train --data pairs.jsonl --query query --passage passage --tokenizer tokenizer.json \\\n"
+      "           --max-length 128 --encoder text.pt -b 1024 -c 32 --epochs 1 --out tuned.pt\n"
+      "  gc-train --data pairs.h5 --query q --passage p --encoder tower.pt -b 512 -c 64 \\\n"
+      "           --steps 1000 --checkpoint-dir ck --resume --out tuned.pt\n\n"
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
       "  69 CUDA or NCCL unavailable, or another rank failed, hung or was unreachable (data parallel);\n"
-      "  70 internal; 73/74 output or I/O error; 75 --cache-shm slab busy;\n"
+      "  70 internal; 73/74 output or I/O error; 75 another run holds --checkpoint-dir, or a\n"
+      "  --cache-shm slab is still being filled by another process;\n"
       "  130 interrupted (checkpoint saved).\n"
       "See docs/gc-train.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });

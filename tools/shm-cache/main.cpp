@@ -276,6 +276,11 @@ int main(int argc, char** argv) {
   // Common options are accepted after the subcommand too.
   for (auto* sub : app.get_subcommands({})) sub->fallthrough();
   app.footer(
+      "EXAMPLES\n"
+      "  shm-cache create imgs --len 60000 --dims 3,32,32 --dtype uint8 --slots 20000\n"
+      "  shm-cache fill imgs --from data.h5 --dataset images\n"
+      "  shm-cache list\n"
+      "  shm-cache rm imgs\n\n"
       "EXIT STATUS\n  0 ok; 1 get: a miss; 64 usage (bad name, size or option); 65 a corrupt or foreign object,\n"
       "  a dataset whose shape does not fit; 66 input file missing; 69 no such slab; 70 internal;\n"
       "  73 cannot create (exists, or /dev/shm too small); 74 I/O error. See docs/shm-cache.md.");

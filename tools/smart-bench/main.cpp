@@ -78,7 +78,7 @@ report::Record epoch_record(const sbench::EpochRecord& r) {
 struct Options {
   cli::CommonOptions common;
   sbench::BenchOptions b;
-  std::string strategies = "none,full,stochastic,smart", resize, baseline;
+  std::string strategies = "none,full,stochastic,smart", baseline;
   bool jsonl = false, csv = false;
   double max_regression = 0.10;
 };
@@ -91,11 +91,6 @@ int run(Options& o) {
       throw Error(Exit::usage, "--strategy",
                   "unknown strategy '" + name + "' (known: " + sbench::caching_choices().list(", ") + ")");
     o.b.strategies.push_back(*c);
-  }
-  for (const auto& d : cli::split(o.resize, ',')) {
-    auto v = cli::parse_int(d);
-    if (!v || *v <= 0) throw Error(Exit::usage, "--resize", "expected H,W, got '" + o.resize + "'");
-    o.b.resize.push_back(*v);
   }
   o.b.threads = o.common.threads;
   json baseline;
@@ -189,7 +184,7 @@ int main(int argc, char** argv) {
   app.add_option("--deterministic-cost-us", b.deterministic_cost_us, "Emulated CPU cost per deterministic transform")
       ->capture_default_str()
       ->group("Cost");
-  app.add_option("--resize", o.resize, "H,W of the deterministic bilinear resize")->group("Cost");
+  cli::add_file_options(app, b.images, "Images (cache-fill's preprocessing; arrays: --resize H,W only)", true);
   app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
       ->capture_default_str()
@@ -218,6 +213,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-regression", o.max_regression, "Allowed relative drop of samples/s per strategy")
       ->capture_default_str();
   app.footer(
+      "EXAMPLES\n"
+      "  smart-bench --data data.h5 --dataset images --strategy none,full,stochastic:0.5,smart:0.2,0.1\n"
+      "  smart-bench --data photos/ --resize 64 --center-crop 64 --strategy none,full --json\n"
+      "  smart-bench --data data.h5 --dataset images --strategy full --baseline base.json \\\n"
+      "              --max-regression 0.2\n\n"
       "EXIT STATUS\n  0 done (no regression); 1 a strategy regressed beyond --max-regression; 64 usage;\n"
       "  65 bad data; 66 input missing; 69 slab missing; 70 internal; 73 cannot create the stochastic slab;\n"
       "  130 interrupted (SIGINT/SIGTERM; the temporary slab is removed).\n"

@@ -18,6 +18,25 @@ const Choices<ProgressMode>& progress_choices();
 /// Parses "auto", "always" or "never"; throws Error(usage) otherwise.
 ProgressMode parse_progress_mode(const std::string& s);
 
+/// A smoothed rate of items per second from (done, seconds) samples: unknown (0) until two samples
+/// at least `interval` seconds apart, then an exponential average (weight `weight` on the newest)
+/// of the rates between such samples. The first sample is the baseline, so a bar created when the
+/// first item is done does not report that item as done in no time.
+class RateMeter {
+ public:
+  explicit RateMeter(double interval = 0.5, double weight = 0.3) : interval_(interval), weight_(weight) {}
+  void sample(int64_t done, double seconds);
+  double rate() const { return rate_; }
+
+ private:
+  double interval_, weight_, rate_ = 0, base_seconds_ = 0;
+  int64_t base_done_ = -1;
+};
+
+/// A rate as a bar shows it: "-" while unknown, else three significant digits at most ("0.125",
+/// "12.5", "1234").
+std::string rate_text(double rate);
+
 /// A rate-limited single-line progress display: "label [####....] done/total  1234 rows/s  ETA 5s".
 class Progress {
  public:
@@ -31,6 +50,8 @@ class Progress {
   void finish();
   /// True when this bar draws anything.
   bool enabled() const { return enabled_; }
+  /// Items per second, smoothed (0 while unknown).
+  double rate() const { return meter_.rate(); }
 
  private:
   void draw(int64_t done, const std::string& extra);
@@ -40,6 +61,7 @@ class Progress {
   bool enabled_;
   bool finished_ = false;
   int64_t last_done_ = 0;
+  RateMeter meter_;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 

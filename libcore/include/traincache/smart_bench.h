@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "traincache/choices.h"
+#include "traincache/source.h"
 
 namespace traincache::sbench {
 
@@ -29,7 +30,10 @@ struct BenchOptions {
   bool page_cache = false;            ///< let file reads be served from the page cache
   int64_t read_latency_us = 0;        ///< added per read: emulates slow storage
   int64_t deterministic_cost_us = 0;  ///< added per deterministic transform: heavy preprocessing
-  std::vector<int64_t> resize;        ///< H,W of the deterministic resize (empty: keep)
+  /// Images (a folder, a manifest's path field) are decoded and preprocessed as cache-fill does
+  /// (images.preprocess, the same code path); uint8 arrays (datasets, files, slabs) take only a
+  /// resize to H,W from it, as a bilinear resize of the deterministic stage.
+  source::FileOptions images;
   // The step.
   std::string model;      ///< TorchScript model trained with SGD, or
   double model_ms = 1.0;  ///< synthetic compute per batch (when no model)

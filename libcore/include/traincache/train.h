@@ -173,6 +173,10 @@ struct TrainCallbacks {
   /// An evaluation during training (--eval-every; not those before and after) at a step; `best`
   /// when it is a new best of --select-best's metric.
   std::function<void(int64_t, const EvalMetrics&, bool best)> evaluated;  ///< rank 0 only
+  /// The evaluation before training, as soon as it is computed (rank 0 only).
+  std::function<void(const EvalMetrics&)> evaluated_before;
+  /// An evaluation's progress: rows encoded so far of all it encodes (queries, then passages).
+  std::function<void(int64_t done, int64_t total)> eval_progress;  ///< rank 0 only
 };
 
 /// Runs training. Throws traincache::Error with its exit code on failure.
