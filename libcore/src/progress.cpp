@@ -56,7 +56,11 @@ void Progress::update(int64_t done, const std::string& extra) {
 }
 
 void Progress::draw(int64_t done, const std::string& extra) {
-  const double rate = meter_.rate();
+  double rate = meter_.rate();
+  if (done >= total_ && total_ > 0) {  // the last line: the whole run's rate, known even for a short one
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (secs > 0) rate = static_cast<double>(done) / secs;
+  }
   constexpr int kWidth = 30;
   int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : 0;
   std::string bar(static_cast<std::size_t>(filled), '#');

@@ -177,7 +177,9 @@ int run(Options& o) {
     if (done >= total) eval_bar.reset();  // the line ends; a training bar goes on below it
   };
   cb.evaluated_before = [&](const train::EvalMetrics& m) {
-    if (!o.common.quiet) std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(m).c_str());
+    // With --json the metrics are in the JSON document only, as the after-training ones.
+    if (!o.common.quiet && !o.common.json)
+      std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(m).c_str());
   };
   cb.info = [&](const std::string& m) {
     if (!o.common.quiet) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
