@@ -19,9 +19,20 @@ for arg in "$@"; do
   esac
 done
 
+# Debian 12 (bookworm) and 13 (trixie) are supported; a few package names differ between them.
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+case "$codename" in
+  bookworm) clang_format=clang-format-14 fuzz_packages=(clang-14 libfuzzer-14-dev) ;;
+  trixie) clang_format=clang-format fuzz_packages=() ;;
+  *)
+    echo "install-deps: error: Debian 12 (bookworm) or 13 (trixie) expected, this is '${codename:-unknown}'" >&2
+    exit 69
+    ;;
+esac
+
 PACKAGES=(
   build-essential cmake ninja-build git ccache pkg-config
-  libtorch-dev libgloo-dev          # LibTorch 1.13 (CPU) and the c10d headers
+  libtorch-dev libgloo-dev          # LibTorch (1.13 on Debian 12, 2.6 on 13, CPU) and Gloo for c10d
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
   libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
   libzip-dev                        # .npz archives (NumPy's zip of .npy members)
@@ -36,10 +47,17 @@ PACKAGES=(
   python3-matplotlib                # scripts/plot-bench
   python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python into a venv (docs/python.md)
   dataset-fashion-mnist             # demo data
-  clang-format-14                   # make format, and the lint.format test
+  "$clang_format"                   # make format, and the lint.format test (clang-format 14's style)
 )
+# Tokenizers.js (the tokenizer parity tests' reference) installs through npm: Debian's, unless
+# a node and npm are already on PATH.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 if [ "$fuzz" -eq 1 ]; then
-  PACKAGES+=(clang-14 libfuzzer-14-dev)  # make fuzz: libFuzzer harnesses built with clang
+  if [ "${#fuzz_packages[@]}" -eq 0 ]; then
+    echo "install-deps: error: --fuzz: make fuzz is set up for Debian 12's clang-14 and libFuzzer" >&2
+    exit 69
+  fi
+  PACKAGES+=("${fuzz_packages[@]}")  # make fuzz: libFuzzer harnesses built with clang
 fi
 
 missing=()

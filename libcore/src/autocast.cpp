@@ -1,6 +1,7 @@
 #include "traincache/autocast.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,31 +21,42 @@ Autocast::Autocast(Precision p, const torch::Device& device) {
   active_ = true;
   cuda_ = device.is_cuda();
   const at::ScalarType type = p == Precision::bf16 ? at::kBFloat16 : at::kHalf;
-  if (cuda_) {
-    was_enabled_ = at::autocast::is_enabled();
-    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(type);
-  } else {
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(type);
-  }
+  was_enabled_ = enabled(cuda_);
+  was_dtype_ = dtype(cuda_);
+  set(cuda_, true, type);
   at::autocast::increment_nesting();
 }
+
+// LibTorch 2.4 replaced the per-device calls (is_enabled, is_cpu_enabled, ...: deprecated since,
+// a warning at every call) with ones that take the device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool Autocast::enabled(bool cuda) { return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU); }
+at::ScalarType Autocast::dtype(bool cuda) { return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU); }
+void Autocast::set(bool cuda, bool enabled, at::ScalarType type) {
+  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, enabled);
+  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, type);
+}
+#else
+bool Autocast::enabled(bool cuda) { return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+at::ScalarType Autocast::dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void Autocast::set(bool cuda, bool enabled, at::ScalarType type) {
+  if (cuda) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(type);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(type);
+  }
+}
+#endif
 
 Autocast::~Autocast() {
   if (!active_) return;
   // The cast weights are cached for the outermost region only, as torch.autocast does.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(was_enabled_);
-    at::autocast::set_autocast_gpu_dtype(was_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(was_dtype_);
-  }
+  set(cuda_, was_enabled_, was_dtype_);
 }
 
 GradScaler::GradScaler(bool enabled, double initial, int64_t growth_interval)

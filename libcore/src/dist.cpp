@@ -1,13 +1,18 @@
 #include "traincache/dist.h"
 
+#include <c10/util/Logging.h>
+#include <torch/version.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "traincache_dist_config.h"  // before c10d: says which process groups there are
+#ifdef TRAINCACHE_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef TRAINCACHE_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
-
-#include <glog/logging.h>
 
 #include <cstdlib>
 
@@ -24,16 +29,32 @@ Backend choose_backend(Backend requested, const torch::Device& device) {
     throw Error(Exit::unavailable, "--dist-backend",
                 "this LibTorch has no NCCL (build against a CUDA LibTorch, or use --dist-backend gloo)");
 #endif
+#ifndef TRAINCACHE_WITH_GLOO
+  if (b == Backend::gloo)
+    throw Error(Exit::unavailable, "--dist-backend",
+                "gloo: traincache was built without Gloo (this LibTorch ships no Gloo headers; see docs/gpu.md)" +
+                    std::string(device.is_cuda() ? "; use --dist-backend nccl" : ""));
+#endif
   if (b == Backend::nccl && !device.is_cuda()) throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
   return b;
 }
 
+// Since LibTorch 2.0 ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend implementations (a
+// ProcessGroup dispatches to them); in 1.13 they are ProcessGroups. Either has the collectives used.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
 struct Group::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<CollectiveBackend> pg;
 };
 
 namespace {
+
+#ifdef TRAINCACHE_WITH_GLOO
 
 // The Gloo transport devices: one per interface in GLOO_SOCKET_IFNAME (as torch.distributed does),
 // else the address this host's name resolves to (loopback when it resolves to nothing).
@@ -46,6 +67,19 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices() {
     devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   return devices;
+}
+#endif
+
+// c10d logs failures as well as throwing them; the exception becomes our one-line error, so its
+// log stays quiet unless TORCH_CPP_LOG_LEVEL asks for it. LibTorch logs through glog when it was
+// built with it (Debian 12), else through c10's own logging (Debian 13, pip).
+void quiet_c10d_log() {
+  if (std::getenv("TORCH_CPP_LOG_LEVEL")) return;
+#ifdef C10_USE_GLOG
+  FLAGS_minloglevel = std::max(FLAGS_minloglevel, google::GLOG_FATAL);
+#else
+  FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, c10::GLOG_FATAL);
+#endif
 }
 
 // The exception's message without Gloo's "[file.cc:line] " prefix.
@@ -67,9 +101,7 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
       size_(launch.world_size),
       backend_(backend),
       comm_device_(backend == Backend::nccl ? device : torch::Device(torch::kCPU)) {
-  // c10d logs failures through glog as well as throwing them; the exception becomes our one-line
-  // error, so glog stays quiet unless TORCH_CPP_LOG_LEVEL asks for it.
-  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_minloglevel = std::max(FLAGS_minloglevel, google::GLOG_FATAL);
+  quiet_c10d_log();
   wait("connecting", [&] {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(launch.master_port);
@@ -95,10 +127,12 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
       return;
     }
 #endif
+#ifdef TRAINCACHE_WITH_GLOO
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices = gloo_devices();
     opts->threads = 2;
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, opts);
+#endif
   });
   context_ = "start-up";
   collectives_ = 0;

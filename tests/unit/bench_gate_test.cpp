@@ -2,10 +2,10 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 
+#include "catch.h"
 #include "test_util.h"
 
 using namespace traincache;

@@ -1,6 +1,5 @@
 #include "traincache/cache_file.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "catch.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/row_digest.h"

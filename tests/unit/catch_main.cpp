@@ -1,13 +1,14 @@
 // The one Catch2 main shared by every unit test binary. Tests that write files use relative
 // paths; they land in a fresh temporary directory, removed afterwards, wherever the binary runs.
-#define CATCH_CONFIG_RUNNER
+#define CATCH_CONFIG_RUNNER  // Catch2 2: this file has the main (Catch2 3 needs no macro)
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "catch.h"
 
 int main(int argc, char** argv) {
   const char* tmp = std::getenv("TMPDIR");

@@ -1,10 +1,10 @@
 #include "traincache/checkpoint.h"
 
-#include <catch2/catch.hpp>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "catch.h"
 #include "test_util.h"
 
 using namespace traincache;

@@ -1,6 +1,6 @@
 #include "traincache/cli.h"
 
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 using namespace traincache;
 

@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/error.h"
 #include "traincache/shm_slab.h"

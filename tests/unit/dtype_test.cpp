@@ -1,7 +1,6 @@
 #include "traincache/dtype.h"
 
-#include <catch2/catch.hpp>
-
+#include "catch.h"
 #include "traincache/error.h"
 
 using namespace traincache;

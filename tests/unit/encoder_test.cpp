@@ -1,8 +1,8 @@
 #include "traincache/encoder.h"
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "catch.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/shuffle.h"

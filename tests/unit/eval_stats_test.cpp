@@ -1,8 +1,8 @@
 #include "traincache/eval_stats.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/splitmix.h"
 

@@ -1,7 +1,6 @@
 #include "traincache/fill_plan.h"
 
-#include <catch2/catch.hpp>
-
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/error.h"
 

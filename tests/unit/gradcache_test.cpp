@@ -2,11 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "catch.h"
 #include "traincache/objectives.h"
 
 using namespace traincache;

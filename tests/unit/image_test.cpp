@@ -1,7 +1,6 @@
 #include "traincache/image.h"
 
-#include <catch2/catch.hpp>
-
+#include "catch.h"
 #include "test_util.h"
 
 using namespace traincache;

@@ -1,10 +1,10 @@
 #include "traincache/npy.h"
 
-#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/h5.h"
 #include "traincache/source.h"

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "catch.h"
 
 using namespace traincache;
 

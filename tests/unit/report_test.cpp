@@ -1,7 +1,8 @@
 #include "traincache/report.h"
 
-#include <catch2/catch.hpp>
 #include <stdexcept>
+
+#include "catch.h"
 
 using traincache::report::Column;
 using traincache::report::Record;

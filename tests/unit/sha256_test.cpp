@@ -1,8 +1,8 @@
 #include "traincache/sha256.h"
 
-#include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "catch.h"
 #include "traincache/error.h"
 
 using namespace traincache;

@@ -5,12 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/error.h"
 

@@ -3,13 +3,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <numeric>
 #include <set>
 #include <thread>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/error.h"
 #include "traincache/shm_slab.h"

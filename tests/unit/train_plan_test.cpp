@@ -1,9 +1,9 @@
 #include "traincache/train_plan.h"
 
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 
+#include "catch.h"
 #include "test_util.h"
 #include "traincache/error.h"
 

@@ -26,6 +26,11 @@ class Autocast {
   Autocast& operator=(const Autocast&) = delete;
 
  private:
+  // The autocast state of the CUDA (cuda) or CPU device type, through the calls of this LibTorch.
+  static bool enabled(bool cuda);
+  static at::ScalarType dtype(bool cuda);
+  static void set(bool cuda, bool enabled, at::ScalarType type);
+
   bool active_ = false, cuda_ = false, was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kFloat;
 };

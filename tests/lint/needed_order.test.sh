@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every torch-linked binary binds the C++ standard library's symbols to libstdc++, never to copies
+# that LibTorch exports: libstdc++ comes first in its NEEDED list (checked statically, since
+# Debian's LibTorch exports no such copy that a run could catch), and a run of each tool binds no
+# std:: symbol of ours into libtorch or libc10 (LD_DEBUG). The check fails on a binary linked the
+# usual way (LibTorch, then g++'s implicit -lstdc++), which is how the tools were linked before.
+set -euo pipefail
+: "${TC_SOURCE:?}" "${TC_BUILD:?}"
+check="$TC_SOURCE/tests/lint/check-needed-order"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+bins=("$TC_BUILD"/bin/* "$TC_BUILD"/tests/encoder_test)
+"$check" "${bins[@]}" || fail "a torch-linked binary lists LibTorch before libstdc++"
+for tool in cache-fill cache-inspect gc-train smart-bench; do
+  bindings=$(LD_DEBUG=bindings LD_DEBUG_OUTPUT= "$TC_BUILD/bin/$tool" --version 2>&1 >/dev/null |
+    grep -E "binding file [^ ]*/$tool \[0\] to [^ ]*lib(torch|c10)[^ ]* .*symbol \`_Z(NSt|St|NKSt)" || true)
+  [ -z "$bindings" ] || fail "$tool binds std:: symbols into LibTorch: $(head -3 <<<"$bindings")"
+done
+
+# A binary linked as the tools were: the check must name it.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+c10=$(ldd "$TC_BUILD/bin/cache-fill" | sed -n 's/.*libc10[^ ]* => \([^ ]*\) .*/\1/p' | head -1)
+[ -n "$c10" ] || fail "cache-fill links no libc10"
+printf '#include <string>\nint main() { return std::string("x").size() == 1 ? 0 : 1; }\n' > "$work/m.cpp"
+c++ "$work/m.cpp" -o "$work/usual" -Wl,--no-as-needed "$c10"
+rc=0
+err=$("$check" "$work/usual" 2>&1) || rc=$?
+[ "$rc" = 1 ] || fail "a binary with libc10 before libstdc++ passed the check (rc $rc)"
+grep -qF "$work/usual: libstdc++ comes after libc10" <<<"$err" || fail "not named: $err"
+echo "ok"
