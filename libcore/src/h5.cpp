@@ -199,12 +199,33 @@ int64_t DatasetInfo::row_elements() const {
   return n;
 }
 
+// HDF5 1.12 gave H5Oget_info a new struct (H5O_info2_t) and renumbered the calls; 1.10 has v1/v2.
+#if H5_VERSION_GE(1, 12, 0)
+using ObjectInfo = H5O_info2_t;
+#define TC_H5O_GET_INFO_BY_NAME H5Oget_info_by_name3
+#define TC_H5O_GET_INFO H5Oget_info3
+#else
+using ObjectInfo = H5O_info_t;  // 1.10: the v1 struct, which H5Oget_info*2 fill
+#define TC_H5O_GET_INFO_BY_NAME H5Oget_info_by_name2
+#define TC_H5O_GET_INFO H5Oget_info2
+#endif
+
+H5O_type_t object_type(hid_t loc, const std::string& path) {
+  ObjectInfo info;
+  if (TC_H5O_GET_INFO_BY_NAME(loc, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) return H5O_TYPE_UNKNOWN;
+  return info.type;
+}
+
+hsize_t attribute_count(hid_t object) {
+  ObjectInfo info;
+  if (TC_H5O_GET_INFO(object, &info, H5O_INFO_NUM_ATTRS) < 0) return 0;
+  return info.num_attrs;
+}
+
 Id open_dataset(hid_t file, const std::string& file_path, const std::string& name, bool direct_unfiltered) {
   init();
   if (!exists(file, name)) throw Error(Exit::data, file_path, "no dataset '" + name + "'");
-  H5O_info_t oinfo;
-  if (H5Oget_info_by_name2(file, name.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
-      oinfo.type != H5O_TYPE_DATASET)
+  if (object_type(file, name) != H5O_TYPE_DATASET)
     throw Error(Exit::data, file_path, "'" + name + "' is not a dataset");
   hid_t id = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
   check(id, Exit::data, file_path, "cannot open dataset '" + name + "'");

@@ -42,9 +42,8 @@ std::vector<std::string> dataset_names(const CacheInfo& c) {
 }
 
 void copy_attributes(hid_t src, hid_t dst) {
-  H5O_info_t oi;
-  H5Oget_info2(src, &oi, H5O_INFO_NUM_ATTRS);
-  for (hsize_t i = 0; i < oi.num_attrs; ++i) {
+  const hsize_t n = h5::attribute_count(src);
+  for (hsize_t i = 0; i < n; ++i) {
     h5::Id a(H5Aopen_by_idx(src, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
     if (!a) a = h5::Id(H5Aopen_by_idx(src, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
     if (!a) continue;

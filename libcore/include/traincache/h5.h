@@ -82,6 +82,11 @@ void close_file(Id& file, const std::string& path);
 /// True when `path` names a link below `loc` (intermediate groups are checked too).
 bool exists(hid_t loc, const std::string& path);
 
+/// The kind of object at `path` (H5O_TYPE_UNKNOWN when it cannot be read), and the number of
+/// attributes of an open object: one call on HDF5 1.10 (H5O_info1_t) and 1.12+ (H5O_info2_t).
+H5O_type_t object_type(hid_t loc, const std::string& path);
+hsize_t attribute_count(hid_t object);
+
 /// What an input dataset holds.
 struct DatasetInfo {
   std::string name;            ///< path inside the file
