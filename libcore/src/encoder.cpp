@@ -78,6 +78,14 @@ torch::jit::Module load_module(const std::string& path, torch::Device device) {
   }
 }
 
+void require_device_index(const torch::Device& device, const std::string& subject) {
+  if (!device.is_cuda() || !device.has_index()) return;
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  if (device.index() >= count)
+    throw Error(Exit::unavailable, subject,
+                "no CUDA device " + std::to_string(device.index()) + ": this machine has " + std::to_string(count));
+}
+
 torch::Device parse_device(const std::string& spec, const std::string& option) {
   std::optional<torch::Device> dev;
   try {
@@ -90,8 +98,7 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
     if (!torch::cuda::is_available())
       throw Error(Exit::unavailable, subject,
                   "CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)");
-    if (dev->has_index() && dev->index() >= static_cast<int>(torch::cuda::device_count()))
-      throw Error(Exit::unavailable, subject, "only " + std::to_string(torch::cuda::device_count()) + " CUDA devices");
+    require_device_index(*dev, subject);
   } else if (!dev->is_cpu()) {
     throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
   }

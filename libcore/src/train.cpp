@@ -576,8 +576,10 @@ Setup resolve_setup(const TrainOptions& o) {
   s.world = s.launch.world_size;
   s.device = encode::parse_device(o.device);
   // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK.
-  if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index())
+  if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index()) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
+    encode::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
+  }
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   // Processes of one machine share its cores unless --threads says otherwise.
   encode::configure_threads(

@@ -17,6 +17,8 @@ namespace traincache::encode {
 /// Parses "cpu", "cuda" or "cuda:N". Malformed -> Error(usage); CUDA not available -> Error(unavailable).
 /// `option` names the flag in messages.
 torch::Device parse_device(const std::string& spec, const std::string& option = "--device");
+/// Throws Error(unavailable) naming `subject` when `device` is a CUDA index this machine lacks.
+void require_device_index(const torch::Device& device, const std::string& subject);
 
 /// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core. (Debian's OpenMP
 /// LibTorch otherwise starts with a single thread in C++ programs.)
