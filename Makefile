@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test demo demo-text bench format clean sanitize tsan fuzz
+.PHONY: all deps build test test-debian13 demo demo-text bench format clean sanitize tsan fuzz
 
 all: build
 
@@ -21,6 +21,11 @@ build: deps $(BUILD_DIR)/build.ninja
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The same suite on Debian 13 (LibTorch 2.6, HDF5 1.14, CLI11 2.4, Catch2 3), in a root that
+# scripts/debian13 makes with debootstrap once and reuses; built in build-debian13.
+test-debian13:
+	scripts/debian13 $(MAKE) test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR)

@@ -22,8 +22,8 @@ done
 # Debian 12 (bookworm) and 13 (trixie) are supported; a few package names differ between them.
 codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 case "$codename" in
-  bookworm) clang_format=clang-format-14 fuzz_packages=(clang-14 libfuzzer-14-dev) ;;
-  trixie) clang_format=clang-format fuzz_packages=() ;;
+  bookworm) clang_format=clang-format-14 fuzz_packages=(clang-14 libfuzzer-14-dev) host_packages=(debootstrap) ;;
+  trixie) clang_format=clang-format fuzz_packages=() host_packages=() ;;
   *)
     echo "install-deps: error: Debian 12 (bookworm) or 13 (trixie) expected, this is '${codename:-unknown}'" >&2
     exit 69
@@ -49,6 +49,8 @@ PACKAGES=(
   dataset-fashion-mnist             # demo data
   "$clang_format"                   # make format, and the lint.format test (clang-format 14's style)
 )
+# make test-debian13 (CI's second leg) makes its Debian 13 root with debootstrap.
+PACKAGES+=("${host_packages[@]}")
 # Tokenizers.js (the tokenizer parity tests' reference) installs through npm: Debian's, unless
 # a node and npm are already on PATH.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)

@@ -4,7 +4,15 @@
 set -euo pipefail
 : "${TC_SOURCE:?}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v clang-format-14 >/dev/null || fail "clang-format-14 is missing: run scripts/install-deps.sh"
+if ! command -v clang-format-14 >/dev/null; then
+  # Debian 13 has only a newer clang-format, which formats some constructs otherwise: the style is
+  # pinned to 14's output, so the check runs on Debian 12 (make test) and is skipped there.
+  if [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = trixie ]; then
+    echo "skipped: clang-format-14 is not packaged for Debian 13; the format is checked on Debian 12"
+    exit 77
+  fi
+  fail "clang-format-14 is missing: run scripts/install-deps.sh"
+fi
 cd "$TC_SOURCE"
 
 mapfile -t files < <(git ls-files '*.cpp' '*.h')
