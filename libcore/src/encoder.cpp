@@ -8,10 +8,17 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "traincache/autocast.h"
 #include "traincache/error.h"
+
+// Declared in torch/csrc/jit/codegen/fuser/interface.h, which Debian's libtorch-dev does not ship;
+// LibTorch 1.13 to 2.x export it with this signature.
+namespace torch::jit {
+TORCH_API void overrideCanFuseOnCPU(bool value);
+}  // namespace torch::jit
 
 namespace traincache::encode {
 
@@ -66,7 +73,21 @@ torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::I
   }
 }
 
+namespace {
+
+// TorchScript's CPU fuser compiles fused kernels with LLVM at run time when LibTorch was built with
+// it (Debian 13's 2.6 is): minutes of compilation on the second or third call of a module, for
+// kernels that gain little over a frozen, optimised module. PyTorch leaves CPU fusion off by
+// default; so do the tools. GPU fusion is untouched.
+void disable_cpu_fusion() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::jit::overrideCanFuseOnCPU(false); });
+}
+
+}  // namespace
+
 torch::jit::Module load_module(const std::string& path, torch::Device device) {
+  disable_cpu_fusion();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
   try {
