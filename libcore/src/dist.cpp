@@ -104,6 +104,12 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
   quiet_c10d_log();
   wait("connecting", [&] {
     c10d::TCPStoreOptions so;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+    // The libuv store backend (LibTorch's default since 2.4) is missing from builds without libuv,
+    // Debian 13's among them, and matters only at thousands of ranks: used when USE_LIBUV=1 asks.
+    const char* libuv = std::getenv("USE_LIBUV");
+    so.useLibUV = libuv && std::string(libuv) == "1";
+#endif
     so.port = static_cast<std::uint16_t>(launch.master_port);
     so.numWorkers = launch.world_size;
     so.timeout = timeout;

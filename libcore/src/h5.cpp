@@ -90,6 +90,10 @@ std::string last_error() {
   std::string msg;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &msg);
   for (auto& c : msg) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // HDF5 1.12+ words its innermost messages after its asynchronous API ("unable to synchronously
+  // open file"); the word says nothing to a user and the messages stay those of 1.10.
+  const std::string sync = "synchronously ";
+  for (auto at = msg.find(sync); at != std::string::npos; at = msg.find(sync, at)) msg.erase(at, sync.size());
   return msg;
 }
 

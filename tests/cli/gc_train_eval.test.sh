@@ -100,7 +100,7 @@ held = {}
 for c in np.unique(lab):
     n = (lab == c).sum()
     held[int(c)] = int(min(max(np.floor(0.3 * n + 0.5), 1), n - 1)) if n >= 2 else 0
-print(sorted(set(d['step'].astype(int))), j['eval_after']['rows'] == sum(held.values()),
+print(sorted({int(s) for s in d['step']}), j['eval_after']['rows'] == sum(held.values()),
       j['eval_after']['queries'] + j['eval_after']['excluded'] == j['eval_after']['rows'])
 "
 expect_out "[0, 3] True True"

@@ -38,8 +38,12 @@ def main():
     # PYTHONPATH=python: the checkout's build/lib when it is there, else a clear error.
     in_tree = os.path.join(SOURCE, "build", "lib", "libtraincache_c.so")
     rc, out, err = python(SMOKE, cache, env={"PYTHONPATH": os.path.join(SOURCE, "python")})
-    if os.path.isfile(in_tree):
+    if os.path.isfile(in_tree) and os.path.samefile(in_tree, built):
         eq((rc, out.splitlines()), (0, [in_tree, "[1, -2, 3] ('mlp',)"]), "PYTHONPATH=python finds build/lib")
+    elif os.path.isfile(in_tree):
+        # build/ is another build's (make test-debian13 builds in build-debian13 beside Debian 12's
+        # build/, whose library links that system's HDF5): nothing to say about this build.
+        print("note: build/lib is another build's library; the PYTHONPATH=python case is not checked")
     else:
         ok(rc == 1 and "libtraincache_c.so: not found (looked in" in err, f"no build/lib: a clear error ({err})")
 
