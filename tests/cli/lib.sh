@@ -11,6 +11,10 @@ rc=0
 out=""
 err=""
 
+# torchrun_unusable: nothing when this Python's torchrun can launch processes here, else why not
+# (tests/torchrun-usable: Debian 13's torch has no libuv, which every torchrun rendezvous asks for).
+torchrun_unusable() { "$TC_PYTHON" "$TC_SOURCE/tests/torchrun-usable" 2>&1; }
+
 # run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
 run() {
   "$@" <&- >"$WORK/.out" 2>"$WORK/.err"

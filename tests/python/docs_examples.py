@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from tc_check import BIN, SOURCE, WORK, eq, finish, ok
+from tc_check import BIN, SOURCE, WORK, eq, finish, ok, torchrun_unusable
 
 BLOCK = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.S | re.M)
 
@@ -40,12 +40,16 @@ def main():
     if os.path.realpath(os.environ.get("TC_BUILD", "")) == os.path.realpath(os.path.join(SOURCE, "build")):
         env.pop("TRAINCACHE_LIBRARY", None)
     ran = 0
+    no_torchrun = torchrun_unusable()
     for n, (lang, info, body, want) in enumerate(blocks(open(doc).read())):
         if lang == "python" and info:
             with open(os.path.join(here, info), "w") as f:
                 f.write(body)
             continue
         if lang not in ("sh", "python"):
+            continue
+        if no_torchrun and lang == "sh" and body.lstrip().startswith("torchrun"):
+            print(f"note: block {n} (torchrun) is not run here: {no_torchrun}")
             continue
         cmd = ["bash", "-euo", "pipefail", "-c", body] if lang == "sh" else [sys.executable, "-c", body]
         p = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tc_check import PREFIX, SOURCE, WORK, eq, finish, ok, raises
+from tc_check import PREFIX, SOURCE, WORK, eq, finish, ok, raises, torchrun_unusable
 from traincache import SharedCache, Slab, TraincacheError
 
 N, SHAPE = 480, (3, 16, 16)
@@ -68,6 +68,30 @@ def slab_objects():
     return sorted(n[len(PREFIX):] for n in os.listdir("/dev/shm") if n.startswith(PREFIX))
 
 
+def torchrun_ranks():
+    """Two torchrun ranks, two workers each, share one slab."""
+    logs = os.path.join(WORK, "torchrun")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SOURCE, "python"), os.path.dirname(__file__)]))
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                        "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--redirects", "2",
+                        "--tee", "2", "--log_dir", logs, os.path.join(os.path.dirname(__file__), "shared_cache_rank.py"),
+                        FILES, str(N), os.path.join(WORK, "rank")], env=env, capture_output=True, text=True,
+                       timeout=240)
+    ok(p.returncode == 0, f"torchrun with 2 ranks exits 0 (stderr: {p.stderr[-2000:]})")
+    ranks = [json.load(open(os.path.join(WORK, f"rank{r}.json"))) for r in range(2)]
+    eq(sum(r["loads"][0] for r in ranks), N, "epoch 1: the two ranks load each file once between them")
+    eq([r["loads"][1:] for r in ranks], [[0, 0], [0, 0]], "epochs 2-3: no rank loads a file (reshuffled halves)")
+    eq(sorted(r["created"] for r in ranks), [False, True], "one rank created the slab, the other attached")
+    eq([r["slab_objects"] for r in ranks], [1, 1], "one slab object on the node")
+    copies = [r["resident_bytes"] / (N * 3 * 16 * 16 * 4) for r in ranks]
+    ok(all(c < 1.05 for c in copies), f"the node holds one copy of the items ({copies[0]:.3f}x)")
+    ok(all(r["same_as_reference"] for r in ranks), "each rank's batches equal its uncached reference")
+    eq(slab_objects(), [], "the temporary slab is gone after the job")
+
+
 def main():
     os.makedirs(FILES)
     rng = np.random.default_rng(5)
@@ -108,26 +132,11 @@ def main():
     eq(slab_objects(), [], "the creator removes its temporary slab on close")
 
     # --- two torchrun ranks, two workers each ---------------------------------------------------
-    logs = os.path.join(WORK, "torchrun")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SOURCE, "python"), os.path.dirname(__file__)]))
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-                        "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--redirects", "2",
-                        "--tee", "2", "--log_dir", logs, os.path.join(os.path.dirname(__file__), "shared_cache_rank.py"),
-                        FILES, str(N), os.path.join(WORK, "rank")], env=env, capture_output=True, text=True,
-                       timeout=240)
-    ok(p.returncode == 0, f"torchrun with 2 ranks exits 0 (stderr: {p.stderr[-2000:]})")
-    ranks = [json.load(open(os.path.join(WORK, f"rank{r}.json"))) for r in range(2)]
-    eq(sum(r["loads"][0] for r in ranks), N, "epoch 1: the two ranks load each file once between them")
-    eq([r["loads"][1:] for r in ranks], [[0, 0], [0, 0]], "epochs 2-3: no rank loads a file (reshuffled halves)")
-    eq(sorted(r["created"] for r in ranks), [False, True], "one rank created the slab, the other attached")
-    eq([r["slab_objects"] for r in ranks], [1, 1], "one slab object on the node")
-    copies = [r["resident_bytes"] / (N * 3 * 16 * 16 * 4) for r in ranks]
-    ok(all(c < 1.05 for c in copies), f"the node holds one copy of the items ({copies[0]:.3f}x)")
-    ok(all(r["same_as_reference"] for r in ranks), "each rank's batches equal its uncached reference")
-    eq(slab_objects(), [], "the temporary slab is gone after the job")
+    why = torchrun_unusable()
+    if why:
+        print(f"note: the torchrun ranks are not checked here: {why}")
+    else:
+        torchrun_ranks()
 
     # --- kept slabs serve the next run; repairs on attach -----------------------------------------
     kept = SharedCache("kept", N, SHAPE, "float32", content_id=FILES, keep=True)

@@ -107,3 +107,11 @@ def cache_fill(out, *args) -> str:
 def finish():
     print(f"{NAME}: {_counts['passed']} passed, {_counts['failed']} failed", flush=True)
     sys.exit(1 if _counts["failed"] else 0)
+
+
+def torchrun_unusable():
+    """'' when this Python's torchrun can launch processes here, else why not (tests/torchrun-usable:
+    Debian 13's torch has no libuv, which every torchrun rendezvous asks for)."""
+    p = subprocess.run([sys.executable, os.path.join(SOURCE, "tests", "torchrun-usable")], capture_output=True,
+                       text=True)
+    return "" if p.returncode == 0 else (p.stdout + p.stderr).strip() or f"exit {p.returncode}"
