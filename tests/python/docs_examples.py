@@ -39,7 +39,7 @@ def main():
     # The page's claim is that the package finds build/lib by itself: test that when the build is there.
     if os.path.realpath(os.environ.get("TC_BUILD", "")) == os.path.realpath(os.path.join(SOURCE, "build")):
         env.pop("TRAINCACHE_LIBRARY", None)
-    ran = 0
+    ran = skipped = 0
     no_torchrun = torchrun_unusable()
     for n, (lang, info, body, want) in enumerate(blocks(open(doc).read())):
         if lang == "python" and info:
@@ -50,6 +50,7 @@ def main():
             continue
         if no_torchrun and lang == "sh" and body.lstrip().startswith("torchrun"):
             print(f"note: block {n} (torchrun) is not run here: {no_torchrun}")
+            skipped += 1
             continue
         cmd = ["bash", "-euo", "pipefail", "-c", body] if lang == "sh" else [sys.executable, "-c", body]
         p = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -60,7 +61,7 @@ def main():
             break
         if want is not None:
             eq(p.stdout, want, f"block {n} ({lang}: {first}): its output as the page shows it")
-    ok(ran >= 8, f"the page's blocks ran ({ran})")
+    ok(ran >= 8 - skipped, f"the page's blocks ran ({ran}, {skipped} torchrun blocks skipped)")
     finish()
 
 
