@@ -15,10 +15,12 @@
 #endif
 
 #include <cstdlib>
+#include <thread>
 
 #include "traincache/cli.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
+#include "traincache/interrupt.h"
 
 namespace traincache::dist {
 
@@ -48,8 +50,13 @@ using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
 struct Group::Impl {
-  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> store;    // the job's store (ours or torchrun's agent's)
+  c10::intrusive_ptr<c10d::Store> control;  // our keys in it: "ready", "failed", "ended"
   c10::intrusive_ptr<CollectiveBackend> pg;
+  std::chrono::milliseconds timeout{0};
+  Backend backend = Backend::gloo;
+  torch::Device device{torch::kCPU};
+  bool hosts_store = false;
 };
 
 namespace {
@@ -102,6 +109,9 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
       backend_(backend),
       comm_device_(backend == Backend::nccl ? device : torch::Device(torch::kCPU)) {
   quiet_c10d_log();
+  impl_->timeout = timeout;
+  impl_->backend = backend;
+  impl_->device = device;
   wait("connecting", [&] {
     c10d::TCPStoreOptions so;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
@@ -111,7 +121,7 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
     so.useLibUV = libuv && std::string(libuv) == "1";
 #endif
     so.port = static_cast<std::uint16_t>(launch.master_port);
-    so.numWorkers = launch.world_size;
+    so.waitWorkers = false;  // start() waits for the ranks, watching for failures and signals
     so.timeout = timeout;
     if (launch.agent_store) {
       // torchrun's agent already serves the store on MASTER_PORT; its workers use a prefix per attempt.
@@ -122,19 +132,51 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
     } else {
       so.isServer = launch.rank == 0;
       so.multiTenant = true;
+      impl_->hosts_store = so.isServer;
       impl_->store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
     }
+    impl_->control = c10::make_intrusive<c10d::PrefixStore>("traincache-control", impl_->store);
+  });
+}
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+}  // namespace
+
+void Group::start() {
+  const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
+  auto& control = *impl_->control;
+  int64_t ready = 0;
+  wait("start-up", [&] { ready = control.add("ready", 1); });
+  while (ready < size_) {
+    if (auto why = peer_failure()) throw_peer_failure(*why);
+    if (interrupt_requested())
+      throw Error(Exit::interrupted, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+                  "interrupted while waiting for the other ranks");
+    if (std::chrono::steady_clock::now() > deadline) {
+      passing_on_ = failed_ = true;  // about the others: not this rank's failure to report
+      throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+                  "start-up failed: " + std::to_string(ready) + " of " + std::to_string(size_) +
+                      " ranks were ready after waiting " + std::to_string(impl_->timeout.count()) +
+                      "ms (another rank exited, hung or cannot be reached)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait("start-up", [&] { ready = control.add("ready", 0); });
+  }
+  wait("connecting", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>("traincache", impl_->store);
 #ifdef TRAINCACHE_WITH_NCCL
-    if (backend == Backend::nccl) {
+    if (backend_ == Backend::nccl) {
       auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = timeout;
+      opts->timeout = impl_->timeout;
       impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, size_, opts);
       return;
     }
 #endif
 #ifdef TRAINCACHE_WITH_GLOO
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    auto opts = c10d::ProcessGroupGloo::Options::create(impl_->timeout);
     opts->devices = gloo_devices();
     opts->threads = 2;
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, opts);
@@ -145,7 +187,73 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
   collective_seconds_ = 0;
 }
 
-Group::~Group() = default;
+std::optional<std::string> Group::peer_failure() {
+  try {
+    if (!impl_->control || !impl_->control->check({"failed"})) return std::nullopt;
+    auto v = impl_->control->get("failed");
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception&) {
+    return std::nullopt;  // the store is gone with its host: nothing more to learn
+  }
+}
+
+void Group::throw_peer_failure(const std::string& reason) {
+  passing_on_ = failed_ = true;
+  linger_ms_ = 5000;  // the others may still need the message from the store this rank may serve
+  try {
+    impl_->control->add("ended", 1);
+  } catch (const std::exception&) {
+  }
+  throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_), reason);
+}
+
+// Shuts the collectives down: NCCL's communicators are destroyed cleanly (LibTorch >= 2.4 warns
+// at exit otherwise), or aborted after a failure so that nothing waits on a peer that is gone.
+void Group::close_backend() noexcept {
+  if (!impl_->pg) return;
+  try {
+#if defined(TRAINCACHE_WITH_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
+    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(impl_->pg.get())) {
+      if (failed_)
+        nccl->abort();
+      else
+        nccl->shutdown();
+    }
+#endif
+    impl_->pg.reset();
+  } catch (const std::exception&) {
+  }
+}
+
+void Group::report_failure(const std::exception& e) noexcept {
+  failed_ = true;
+  if (passing_on_ || !impl_->control) return;
+  auto* err = dynamic_cast<const Error*>(&e);
+  // A signal asks to stop now: the others get a moment to read why, not the usual few seconds.
+  linger_ms_ = err && err->code() == Exit::interrupted ? 1000 : 5000;
+  try {
+    std::string what = err ? e.what() : std::string("internal error: ") + e.what();
+    impl_->control->compareSet("failed", {}, bytes_of("rank " + std::to_string(rank_) + " failed: " + what));
+    impl_->control->add("ended", 1);  // a reply: the store has the failure before our sockets close
+  } catch (const std::exception&) {
+  }
+  close_backend();  // the others' collectives with this rank fail now, not after their timeout
+}
+
+Group::~Group() {
+  close_backend();
+  if (linger_ms_ > 0 && impl_->hosts_store) {
+    // The others read the failure from the store this process serves: wait (a few seconds at
+    // most) until every rank has ended.
+    const auto until =
+        std::chrono::steady_clock::now() + std::min(impl_->timeout, std::chrono::milliseconds(linger_ms_));
+    try {
+      while (impl_->control->add("ended", 0) < size_ && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } catch (const std::exception&) {
+    }
+  }
+}
 
 void Group::wait(const char* op, const std::function<void()>& run) {
   ++collectives_;
@@ -156,6 +264,8 @@ void Group::wait(const char* op, const std::function<void()>& run) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
+    if (auto why = peer_failure()) throw_peer_failure(*why);
+    passing_on_ = failed_ = true;  // another rank died, hung or went away without a word
     throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
                 std::string(op) + " (" + context_ + ") failed: " + message_of(e) +
                     " (another rank exited, hung or cannot be reached)");

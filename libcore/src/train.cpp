@@ -564,6 +564,7 @@ struct Setup {
   dist::Launch launch;
   int rank = 0, world = 1;
   torch::Device device{torch::kCPU}, cache_device{torch::kCPU};
+  bool device_from_local_rank = false;  // --device cuda with no index, data parallel
   torch::Dtype float_type = torch::kFloat32;
   bool cached = false;
   ObjectiveSpec objective;
@@ -575,10 +576,10 @@ Setup resolve_setup(const TrainOptions& o) {
   s.rank = s.launch.rank;
   s.world = s.launch.world_size;
   s.device = encode::parse_device(o.device);
-  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK.
+  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected).
   if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index()) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
-    encode::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
+    s.device_from_local_rank = true;
   }
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   // Processes of one machine share its cores unless --threads says otherwise.
@@ -594,23 +595,27 @@ Setup resolve_setup(const TrainOptions& o) {
   return s;
 }
 
-// Data parallelism: connect before anything can fail on one rank only, so that a rank that stops
-// is seen by the others in their next collective instead of leaving them waiting.
-std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result,
-                                     const std::function<void(const std::string&)>& info) {
+// Data parallelism: every rank connects to the job's store before anything can fail on one rank
+// only, so that such a failure reaches the others (report_failure) instead of leaving them waiting.
+// What every rank decides alike (options, the backend) is checked before, without waiting.
+std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result) {
   if (!s.launch.distributed()) return nullptr;
   dist::Backend backend = dist::choose_backend(o.dist_backend, s.device);
-  std::string backend_name = dist::backend_choices().name(backend);
   if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
   if (o.batch_size < s.world)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");
   auto group = std::make_unique<dist::Group>(
       s.launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), s.device);
-  result.backend = backend_name;
-  info("rank 0 of " + std::to_string(s.world) + " (" + backend_name + "); every rank encodes 1/" +
-       std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
+  result.backend = dist::backend_choices().name(backend);
   return group;
+}
+
+// This rank's own resources, once connected: its GPU (a device index that does not exist is 69
+// before any model is loaded).
+void check_local_device(const Setup& s) {
+  if (s.device_from_local_rank)
+    encode::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
 }
 
 // ---- stage: load data ------------------------------------------------------------------------
@@ -1821,18 +1826,14 @@ void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split
          "predict them and they count as wrong in accuracy_at_k");
 }
 
-TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
-  auto t_start = Clock::now();
-  TrainOptions o = given;
-  const Setup s = resolve_setup(o);
-  if (o.data_cache.mode != data_cache::Mode::none) o.stream = true;  // a data cache keeps streamed rows
+namespace {
+
+// Everything after connecting, on every rank; `group` is null for one process.
+void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallbacks& cb, TrainResult& result) {
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
-  TrainResult result;
-  result.rank = s.rank;
-  result.world_size = s.world;
-  auto group = connect(o, s, result, info);
+  check_local_device(s);
   torch::manual_seed(o.seed);
 
   Data data;
@@ -1856,6 +1857,9 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     result.classes = m.classifier->attr("labels").toTensor().size(0);
   }
   if (group) {
+    group->start();
+    info("rank 0 of " + std::to_string(s.world) + " (" + result.backend + "); every rank encodes 1/" +
+         std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
     // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
     group->broadcast(unique_params(m.distinct), 0);
     if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
@@ -1868,7 +1872,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
   precision::GradScaler scaler(o.precision == Precision::fp16);
-  Checkpointer ckpt(o, s, group.get(), checkpoint_config(o, s, m, split));
+  Checkpointer ckpt(o, s, group, checkpoint_config(o, s, m, split));
   ckpt.state = [&result, &scaler] {
     auto j = json::parse(best_to_json(result.best));
     if (scaler.enabled()) j["grad_scale"] = scaler.state();
@@ -1881,7 +1885,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
   MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start > 0);
   result.best = best_from_json(ckpt.resumed_state());
-  Monitor monitor(o, s, group.get(), eval, data, m, loss, metrics, ckpt, cb, result.best);
+  Monitor monitor(o, s, group, eval, data, m, loss, metrics, ckpt, cb, result.best);
   monitor.set_optimizer(opt.get());
   if (m.grouped && eval.enabled && cb.warn && s.rank == 0) warn_about_labels(labels, split, eval, data, m, cb.warn);
   std::vector<int64_t>().swap(labels);  // per-row memory: only what the loop needs stays
@@ -1890,7 +1894,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     if (s.rank == 0 && cb.evaluated_before) cb.evaluated_before(result.eval_before);
   }
 
-  Trainer trainer(o, s, group.get(), data, m, *opt, loss, split, steps, scaler);
+  Trainer trainer(o, s, group, data, m, *opt, loss, split, steps, scaler);
   auto t_loop = Clock::now();
   const int64_t reached = trainer.run(start, ckpt, metrics, batch_log, result, cb, info,
                                       [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
@@ -1914,6 +1918,25 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
     result.collective_seconds = group->collective_seconds();
   }
   if (!result.interrupted && s.rank == 0) write_final_outputs(o, m, eval, result.best, cb);
+}
+
+}  // namespace
+
+TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
+  auto t_start = Clock::now();
+  TrainOptions o = given;
+  const Setup s = resolve_setup(o);
+  if (o.data_cache.mode != data_cache::Mode::none) o.stream = true;  // a data cache keeps streamed rows
+  TrainResult result;
+  result.rank = s.rank;
+  result.world_size = s.world;
+  auto group = connect(o, s, result);
+  try {
+    train(o, s, group.get(), cb, result);
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e);  // the other ranks stop with this reason
+    throw;
+  }
   result.seconds = seconds_since(t_start);
   return result;
 }

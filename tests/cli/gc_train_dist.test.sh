@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel gc-train over c10d/Gloo on loopback: W ranks x B/W rows train exactly like one
-# process with batch B; checkpoints, resume, SIGINT, failing and hanging ranks, torchrun.
+# process with batch B; checkpoints, resume, SIGINT, failing (with and without a reason), killed and
+# hanging ranks, torchrun.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
 export MASTER_ADDR=127.0.0.1
@@ -267,6 +268,42 @@ for r in 0 2; do
   expect_err_re "gc-train: error: rank $r of 3: (all-gather|all-reduce) \(step [0-9]+\) failed: .*\(another rank exited, hung or cannot be reached\)$"
 done
 
+# ---- a rank that fails tells the others why: they stop within seconds with its reason (69)
+# Before training (rank 1 is given a cache that does not exist; rank 0 waits for it to be ready).
+port=$(free_port)
+pids=()
+start=$SECONDS
+for r in 0 1; do
+  cache="$WORK/c.h5"
+  [ "$r" -eq 1 ] && cache="$WORK/missing.h5"
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --cache "$cache" \
+    >/dev/null 2>"$WORK/early.err.$r" <&- &
+  pids+=($!)
+done
+wait "${pids[0]}"
+expect_eq "$?" 69 "rank 0 exit when rank 1 fails at start-up"
+wait "${pids[1]}"
+expect_eq "$?" 66 "failing rank 1 exit"
+expect_eq "$((SECONDS - start <= 15))" 1 "both ranks exited within 15 s of a --dist-timeout of 60 (took $((SECONDS - start)) s)"
+expect_eq "$(cat "$WORK/early.err.1")" "gc-train: error: $WORK/missing.h5: no such file or directory"
+expect_eq "$(cat "$WORK/early.err.0")" \
+  "gc-train: error: rank 0 of 2: rank 1 failed: $WORK/missing.h5: no such file or directory"
+
+# During training: rank 0 (which serves the store) cannot write its checkpoint; rank 1, waiting in
+# a collective, learns why before rank 0's store goes away.
+start_ranks 2 late "${CACHED[@]}" --steps 1000000 --lr 0.01 --checkpoint-every 20 --checkpoint-dir "$WORK/late" \
+  --metrics "$WORK/late.jsonl"
+for _ in $(seq 300); do [ -s "$WORK/late/checkpoint.pt" ] && break; sleep 0.1; done
+rm -rf "$WORK/late" && echo in-the-way >"$WORK/late"
+start=$SECONDS
+wait_ranks 2 late
+expect_eq "$((SECONDS - start <= 15))" 1 "ranks exited within 15 s of the failure (took $((SECONDS - start)) s)"
+expect_eq "$(cat "$WORK/late.rc.0")" 73 "rank 0 exit (its checkpoint cannot be written)"
+expect_eq "$(cat "$WORK/late.rc.1")" 69 "rank 1 exit"
+late0="gc-train: error: $WORK/late/checkpoint.pt: cannot create a temporary file beside it: not a directory"
+expect_eq "$(tail -1 "$WORK/late.err.0")" "$late0"
+expect_eq "$(cat "$WORK/late.err.1")" "gc-train: error: rank 1 of 2: rank 0 failed: ${late0#gc-train: error: }"
+
 # A hung rank (stopped, sockets open): the others give up after --dist-timeout.
 start_ranks 2 hang "${CACHED[@]}" --steps 1000000 --lr 0.01 --dist-timeout 5 --metrics "$WORK/hang.jsonl"
 wait_lines "$WORK/hang.jsonl" 20
@@ -289,6 +326,22 @@ run env RANK=1 WORLD_SIZE=2 MASTER_PORT="$(free_port)" "$TC_BIN/gc-train" "${CAC
 expect_rc 69
 expect_err_re "gc-train: error: rank 1 of 2: connecting \(start-up\) failed: .*timed out.*\(another rank exited, hung or cannot be reached\)$"
 expect_eq "$((SECONDS - start <= 15))" 1 "lonely rank gave up within 15 s"
+run env RANK=0 WORLD_SIZE=2 MASTER_PORT="$(free_port)" "$TC_BIN/gc-train" "${CACHED[@]}" --dist-timeout 2
+expect_rc 69
+expect_err "gc-train: error: rank 0 of 2: start-up failed: 1 of 2 ranks were ready after waiting 2000ms (another rank exited, hung or cannot be reached)"
+
+# A rank waiting for the others to be ready stops at once on SIGTERM (what torchrun sends).
+RANK=0 WORLD_SIZE=2 MASTER_PORT="$(free_port)" timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" \
+  >/dev/null 2>"$WORK/term.err" <&- &
+pid=$!
+for _ in $(seq 300); do ss -ltnp 2>/dev/null | grep -q "pid=$(pgrep -P $pid)," && break; sleep 0.1; done
+sleep 1
+start=$SECONDS
+kill -TERM "$(pgrep -P $pid)"
+wait $pid
+expect_eq "$?" 130 "rank 0 exit on SIGTERM while waiting for rank 1"
+expect_eq "$((SECONDS - start <= 5))" 1 "stopped within 5 s of SIGTERM (took $((SECONDS - start)) s)"
+expect_eq "$(cat "$WORK/term.err")" "gc-train: error: rank 0 of 2: interrupted while waiting for the other ranks"
 
 # ---- launcher environment and option errors (before any connection is tried)
 run env RANK=2 WORLD_SIZE=2 "$TC_BIN/gc-train" "${CACHED[@]}"

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,16 +21,32 @@ namespace traincache::dist {
 /// on a CPU device.
 Backend choose_backend(Backend requested, const torch::Device& device);
 
-/// One process group. Every collective must be called by every rank in the same order. A failed
-/// or timed-out collective (a rank died, hung or disconnected) throws Error(unavailable) naming this
-/// rank, the collective and the context set with set_context().
+/// One process group, made in two steps: the constructor connects to the job's store, start()
+/// creates the process group once every rank got ready. A rank that fails in between, or later,
+/// says so through the store (report_failure) and the others stop with its reason instead of
+/// waiting. Every collective must be called by every rank in the same order. A failed or
+/// timed-out collective (a rank died, hung or disconnected) throws Error(unavailable) naming this
+/// rank, the collective and the context set with set_context(), and the failed rank's own
+/// message when it left one.
 class Group {
  public:
-  /// Connects to the others (rank 0 hosts the TCP store unless torchrun's agent does); waits at
-  /// most `timeout` for them, and the same for every later collective. Tensors travel on
+  /// Connects to the job's store (rank 0 hosts it unless torchrun's agent does); waits at most
+  /// `timeout` for it, and the same in start() and every later collective. Tensors travel on
   /// `device` for NCCL and on the CPU for Gloo; results come back where the inputs were.
   Group(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device);
+  /// Tears the process group down (NCCL's communicators shut down cleanly), then the store; the
+  /// rank that hosts the store first gives the others a few seconds to read a failure.
   ~Group();
+
+  /// Says this rank is ready, waits until every rank is, then creates the process group.
+  /// Error(unavailable) with the other rank's reason when one reported a failure, on timeout, or
+  /// Error(interrupted) on SIGINT/SIGTERM while waiting.
+  void start();
+
+  /// Leaves `e` (this rank's error) in the store for the other ranks and closes this rank's side
+  /// of the process group, so that they stop within moments with its reason. Does nothing when
+  /// this rank is only passing on another's failure. Never throws.
+  void report_failure(const std::exception& e) noexcept;
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
@@ -68,7 +85,13 @@ class Group {
   std::string context_ = "start-up";
   int64_t collectives_ = 0;
   double collective_seconds_ = 0;
+  bool passing_on_ = false;  // this rank stops because of another rank (report_failure stays quiet)
+  bool failed_ = false;      // a failure ends this rank: NCCL communicators are aborted, not shut down
+  int linger_ms_ = 0;        // a failure message is in the store: its host waits for the others to read it
   void wait(const char* op, const std::function<void()>& run);
+  void close_backend() noexcept;
+  std::optional<std::string> peer_failure();
+  [[noreturn]] void throw_peer_failure(const std::string& reason);
 };
 
 }  // namespace traincache::dist
