@@ -59,6 +59,15 @@ Autocast::~Autocast() {
   set(cuda_, was_enabled_, was_dtype_);
 }
 
+void allow_tf32(bool allow) { at::globalContext().setAllowTF32CuDNN(allow); }
+
+const char* math_mode(const torch::Device& device) {
+  return device.is_cuda() && at::globalContext().allowTF32CuDNN() ? "tf32" : "ieee";
+}
+
+FullFloat32::FullFloat32() : was_(at::globalContext().allowTF32CuDNN()) { allow_tf32(false); }
+FullFloat32::~FullFloat32() { allow_tf32(was_); }
+
 GradScaler::GradScaler(bool enabled, double initial, int64_t growth_interval)
     : enabled_(enabled), scale_(initial), growth_interval_(growth_interval) {}
 

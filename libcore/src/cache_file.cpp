@@ -242,6 +242,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     e.output = h5::read_attr_string(d.get(), "output").value_or("");
     if (auto t = text.find(name); t != text.end()) e.text = t->second;
     e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
+    e.math_mode = h5::read_attr_string(d.get(), "math_mode").value_or("");
     info.embeddings.push_back(std::move(e));
   }
 

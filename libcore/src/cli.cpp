@@ -45,6 +45,13 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
     app.add_option("--device", opts.device, "cpu or cuda[:N] (needs a CUDA build of LibTorch)")->capture_default_str();
 }
 
+CLI::Option* add_tf32_option(CLI::App& app, bool* tf32) {
+  return app.add_flag_callback(
+      "--no-tf32", [tf32] { *tf32 = false; },
+      "CUDA: float32 convolutions in full float32 (cuDNN's TF32 is on by default on Ampere and later, as in "
+      "PyTorch)");
+}
+
 void print_error(const std::string& tool, const std::string& msg) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), msg.c_str());

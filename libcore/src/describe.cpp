@@ -99,7 +99,8 @@ report::Record cache_record(const cache::CacheInfo& c) {
                           {"features", e.features},
                           {"text", e.text},
                           {"output", e.output},
-                          {"inference", e.inference}});
+                          {"inference", e.inference},
+                          {"math_mode", e.math_mode}});
     std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
                   shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(), e.inference.c_str(),
                   e.encoder_path.c_str(), e.encoder_sha256.c_str());

@@ -419,6 +419,8 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
   if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
   if (opts.precision != Precision::fp32) fp["options"]["precision"] = precision_choices().name(opts.precision);
+  // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
+  if (std::string(precision::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
   f.text = fp.dump();
   f.hash = sha256_hex(f.text);
@@ -837,11 +839,13 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                  {"inference", je.inference},
                  {"optimize_max_abs_diff", je.optimize_max_abs_diff},
                  {"precision", precision_choices().name(opts.precision)},
+                 {"math_mode", precision::math_mode(device)},
                  {"precision_max_rel_diff", je.precision_max_rel_diff}};
     spec.embeddings.push_back(src);
     std::vector<int64_t> shape{plan.rows()};
     shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
-    result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff});
+    result.encoders.push_back(
+        {enc.name(), shape, je.inference, je.optimize_max_abs_diff, precision::math_mode(device)});
   }
   cache::assemble(spec);
 }
@@ -852,6 +856,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   auto t_start = Clock::now();
   validate_options(opts);
   torch::Device device = encode::parse_device(opts.device);
+  precision::allow_tf32(opts.tf32);
   precision::check(opts.precision, device, "--precision");
   encode::configure_threads(opts.threads);
   Inputs in = open_inputs(opts);
@@ -889,7 +894,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     std::error_code ec;
     fs::remove_all(partial, ec);  // left over from a run killed after its rename
     result.status = FillStatus::up_to_date;
-    for (const auto& e : old->embeddings) result.encoders.push_back({e.name, e.shape, e.inference, 0});
+    for (const auto& e : old->embeddings)
+      result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode});
     result.seconds = seconds_since(t_start);
     return result;
   }

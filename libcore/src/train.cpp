@@ -582,6 +582,7 @@ Setup resolve_setup(const TrainOptions& o) {
     s.device_from_local_rank = true;
   }
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
+  precision::allow_tf32(o.tf32);
   // Processes of one machine share its cores unless --threads says otherwise.
   encode::configure_threads(
       o.threads > 0 || s.launch.local_world_size <= 1

@@ -4,6 +4,7 @@
 #include <random>
 #include <set>
 
+#include "traincache/autocast.h"
 #include "traincache/cache_file.h"
 #include "traincache/encoder.h"
 #include "traincache/error.h"
@@ -80,7 +81,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
     auto it = opts.encoders.find(e.name);
     v.encoder_path = it != opts.encoders.end() ? it->second : e.encoder_path;
     v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
-    v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 ? 2e-3 : 1e-4);
+    // Re-encoded in the math mode the rows were encoded in (TF32 when the cache says so and the
+    // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
+    precision::allow_tf32(e.math_mode == "tf32");
+    v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
     v.atol = opts.atol;
 
     std::vector<torch::Tensor> args;

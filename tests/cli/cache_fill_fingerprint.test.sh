@@ -21,6 +21,18 @@ fill --json
 expect_rc 0
 expect_out_has '"status":"up_to_date"'
 
+# --no-tf32 changes nothing on the CPU (float32 there is always IEEE): the same fingerprint. The
+# math mode is recorded per embedding dataset and reported.
+fill --no-tf32 --json
+expect_rc 0
+expect_out_has '"status":"up_to_date"'
+expect_out_has '"math_mode":"ieee"'
+expect_eq "$("$TC_PYTHON" -c "import h5py; print(h5py.File('$WORK/c.h5','r')['embeddings/cnn'].attrs['math_mode'])")" ieee \
+  "math_mode attribute"
+run "$TC_BIN/cache-inspect" "$WORK/c.h5" --json
+expect_rc 0
+expect_out_has '"math_mode":"ieee"'
+
 fill --dtype float16
 expect_rc 73
 expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: options/dtype); use --force to overwrite it"

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "catch.h"
+#include "traincache/autocast.h"
 #include "traincache/error.h"
 #include "traincache/h5.h"
 #include "traincache/shuffle.h"
@@ -91,6 +92,36 @@ CATCH_TEST_CASE("encoder: the optimised module is kept only when it matches the 
   CATCH_CHECK(std::string(lin.inference()) == "optimized");
   CATCH_CHECK(o.max_abs_diff <= 1e-4);
   CATCH_CHECK(torch::allclose(lin.forward({x}), plain));
+}
+
+CATCH_TEST_CASE("encoder: on the CPU the optimised-module check runs in full float32", "[encoder]") {
+  encode::Encoder lin("l", save_module("enc_lin2", "def forward(self, x):\n  return x * self.w\n"), torch::kCPU);
+  precision::allow_tf32(true);  // TF32 is a cuDNN matter: the CPU stays IEEE whatever the setting
+  auto o = lin.try_optimize({torch::randn({4, 5})}, 1e-4);
+  CATCH_CHECK(o.used);
+  CATCH_CHECK(o.math == "ieee");
+  CATCH_CHECK(o.plain_diff == 0);
+  CATCH_CHECK(std::string(precision::math_mode(torch::kCPU)) == "ieee");
+  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");
+  {
+    precision::FullFloat32 full;
+    CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
+  }
+  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");  // restored
+  precision::allow_tf32(false);
+  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
+  precision::allow_tf32(true);
+}
+
+CATCH_TEST_CASE("encoder: in TF32 the optimised module may differ as much as TF32 makes the plain one", "[encoder]") {
+  // Full float32: rtol x scale only.
+  CATCH_CHECK(encode::optimised_within(0.5e-4, 0, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(encode::optimised_within(2e-4, 0, 1.0, 1e-4));
+  CATCH_CHECK(encode::optimised_within(2e-4, 0, 4.0, 1e-4));  // relative to the largest magnitude
+  // TF32: the plain module itself is 0.01 off full float32; the optimised one may be 3x that.
+  CATCH_CHECK(encode::optimised_within(0.0334, 0.0112, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(encode::optimised_within(0.0340, 0.0112, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(encode::optimised_within(std::nan(""), 0.01, 1.0, 1e-4));
 }
 
 CATCH_TEST_CASE("encoder: a device that is not cpu or cuda is a usage error", "[encoder]") {

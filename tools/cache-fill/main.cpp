@@ -132,7 +132,8 @@ report::Record fill_record(const fill::FillResult& r) {
     encoders.push_back({{"name", e.name},
                         {"shape", e.shape},
                         {"inference", e.inference},
-                        {"optimize_max_abs_diff", e.optimize_max_abs_diff}});
+                        {"optimize_max_abs_diff", e.optimize_max_abs_diff},
+                        {"math_mode", e.math_mode}});
     text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
   }
   rec.add("encoders", encoders, text);
@@ -248,6 +249,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
   cli::add_choice(app, "--precision", o.fill.precision, precision_choices(),
                   "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
+  cli::add_tf32_option(app, &o.fill.tf32);
   app.add_option("--precision-tolerance", o.fill.precision_tolerance,
                  "Largest first-batch difference from float32, relative to its largest value")
       ->capture_default_str();

@@ -325,6 +325,7 @@ void add_batch_options(CLI::App& app, Options& o) {
   cli::add_choice(app, "--precision", t.precision, precision_choices(),
                   "fp32, bf16 (autocast; CPU or CUDA) or fp16 (autocast with loss scaling; CUDA)")
       ->group(g_loss);
+  cli::add_tf32_option(app, &t.tf32)->group(g_loss);
 }
 
 // What is held out and how it is scored (docs/gc-train.md, "Evaluation").

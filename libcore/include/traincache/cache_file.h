@@ -31,6 +31,7 @@ struct EmbeddingInfo {
   std::vector<std::string> text;      ///< text inputs (keys of CacheInfo::text) fed after the features
   std::string output;                 ///< output selector ("" = the whole output)
   std::string inference;              ///< "optimized" or "plain"
+  std::string math_mode;              ///< "tf32" or "ieee" ("" in caches written before it was recorded)
 };
 
 /// Labels, /labels.

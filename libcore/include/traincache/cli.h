@@ -40,6 +40,10 @@ enum class Compute { none, threads_only, full };
 void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
                         std::function<std::string()> version_extra = {});
 
+/// Adds --no-tf32 (CUDA: float32 convolutions in full precision instead of cuDNN's default TF32)
+/// for the tools that run models (cache-fill, gc-train). Sets `*tf32` to false when given.
+CLI::Option* add_tf32_option(CLI::App& app, bool* tf32);
+
 /// Parses argv and runs `body`, mapping every outcome to an exit code in one place:
 /// --help/--version -> 0 on stdout; CLI11 errors -> 64; traincache::Error -> its code;
 /// any other exception -> 70. Messages are one line: "tool: error: <what>" after flushing stdout.

@@ -59,6 +59,7 @@ struct FillOptions {
   int64_t row_end = -1;                   ///< -1 = to the end
   double input_scale = 1.0 / 255.0;       ///< applied to uint8 inputs
   bool optimize = true;                   ///< freeze + optimize_for_inference
+  bool tf32 = true;                       ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
   Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
   double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
   bool force = false;                     ///< overwrite a cache or partial with another fingerprint
@@ -94,6 +95,7 @@ struct FillResult {
     std::vector<int64_t> shape;  ///< [rows, ...]
     std::string inference;       ///< "optimized" or "plain"
     double optimize_max_abs_diff = 0;
+    std::string math_mode;  ///< "tf32" or "ieee"
   };
   std::vector<Encoder> encoders;
 };

@@ -105,6 +105,7 @@ struct TrainOptions {
   std::string select_best;                ///< keep --out (and DIR/best.pt) at this metric's best
   int64_t early_stop = 0;                 ///< stop after this many evaluations without a new best
   std::string device = "cpu";
+  bool tf32 = true;  ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
   dist::Backend dist_backend = dist::Backend::automatic;

@@ -35,6 +35,27 @@ class Autocast {
   at::ScalarType was_dtype_ = at::kFloat;
 };
 
+/// Float32 math on CUDA: whether cuDNN may run float32 convolutions in TF32 (10-bit mantissa
+/// products, float32 sums; Ampere and later). LibTorch, like PyTorch, allows it by default and
+/// keeps float32 matrix products in full precision; --no-tf32 turns it off. Process-wide.
+void allow_tf32(bool allow);
+
+/// "tf32" when float32 convolutions on `device` may run in TF32 (a CUDA device with TF32
+/// allowed; the GPU decides whether it has TF32, Ampere and later do), else "ieee".
+const char* math_mode(const torch::Device& device);
+
+/// While alive, TF32 is off (a full-float32 reference); the setting before is restored after.
+class FullFloat32 {
+ public:
+  FullFloat32();
+  ~FullFloat32();
+  FullFloat32(const FullFloat32&) = delete;
+  FullFloat32& operator=(const FullFloat32&) = delete;
+
+ private:
+  bool was_;
+};
+
 /// The dynamic loss scale of float16 training (as torch.cuda.amp.GradScaler): the loss is
 /// multiplied by scale() before back-propagation; unscale() divides the gradients again and says
 /// whether they are finite. A step with non-finite gradients is skipped and halves the scale;

@@ -92,10 +92,17 @@ std::optional<EmbeddingTable> position_table(const torch::jit::Module& m, const 
 void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
                       const std::string& tok_path, const std::string& chosen = {});
 
+/// Whether an optimised module's output is close enough to the full-float32 reference: within
+/// `rtol` x `scale`, plus three times what the plain module itself differs from that reference in
+/// the math mode both will run with (TF32 rounding; 0 in full float32). NaN is never close.
+bool optimised_within(double optimised_diff, double plain_diff, double scale, double rtol);
+
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {
   bool used = false;             ///< the optimised module is now in use
-  double max_abs_diff = 0;       ///< between plain and optimised outputs on the sample
+  std::string math = "ieee";     ///< the math mode both were run in (precision::math_mode)
+  double max_abs_diff = 0;       ///< between the optimised output and the plain one in full float32
+  double plain_diff = 0;         ///< the plain output in `math` against full float32 (0 for ieee)
   std::string why_not;           ///< reason for falling back, when !used
   bool plain_nonfinite = false;  ///< the plain output already holds NaN/Inf (nothing to compare)
 };
@@ -126,8 +133,9 @@ class Encoder {
   /// Drops the optimised module: forward() runs the plain one from now on.
   void use_plain() { optimized_.reset(); }
 
-  /// Tries the optimised module on `sample`; keeps it only when its output matches the plain one
-  /// within `rtol` x max(1, max|plain|).
+  /// Tries the optimised module on `sample` in the math mode the rows will be encoded with; keeps
+  /// it only when optimised_within(its difference from the plain module in full float32, the
+  /// plain module's own TF32 difference, max(1, max|plain|), rtol).
   OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);
 
  private:
