@@ -80,7 +80,7 @@ import h5py, os
 from PIL import Image
 f = h5py.File('$D/images.h5')
 for i, (img, lab) in enumerate(zip(f['images'][:], f['labels'][:])):
-    for copy in range(20):  # 300 in png/, 5700 in big/ for the resume test below
+    for copy in range(7):  # 300 in png/, 1800 in big/ for the resume test below
         d = '$WORK/%s/c%d' % ('png' if copy == 0 else 'big', lab)
         os.makedirs(d, exist_ok=True)
         Image.fromarray(img[0]).save('%s/%03d_%02d.png' % (d, i, copy))
@@ -343,8 +343,8 @@ rm "$WORK/bad/b/"*
 ARGS=(--input "$WORK/big" --channels gray --encoder cnn="$D/cnn.pt" --threads 2 --batch-size 32 --commit-rows 256 --workers 1)
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref.h5"
 expect_rc 0
-expect_err_re "ref\.h5: 5700 rows \(5700 encoded\)"
-for target in 256 2048; do
+expect_err_re "ref\.h5: 1800 rows \(1800 encoded\)"
+for target in 256 1024; do
   killed_fill "$WORK/k$target.h5" "$target" "${ARGS[@]}"
   expect_rc 0
   expect_err_re "resumed at [0-9]+"

@@ -64,18 +64,52 @@ killed_fill() {
 # same_params A B [START [TOL]]: the TorchScript files' parameters agree within TOL relative
 # (max |a-b| / max |a|, default 1e-5), and moved away from START's by more than 1e-3 when given.
 same_params() {
-  py "
-import torch
-a = dict(torch.jit.load('$1').named_parameters()); b = dict(torch.jit.load('$2').named_parameters())
-assert sorted(a) == sorted(b)
-worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
-moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load('${3:-}').named_parameters()) if '${3:-}' else 1
-print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved))
+  # The files are copied now (a later step may overwrite them) and compared at finish, all in one
+  # Python process: importing torch costs 2-3 s a start.
+  local dir
+  SAME_PARAMS_N=$((${SAME_PARAMS_N:-0} + 1))
+  dir="$WORK/.same_params/$SAME_PARAMS_N"
+  mkdir -p "$dir"
+  if ! cp "$1" "$dir/a.pt" || ! cp "$2" "$dir/b.pt" || { [ -n "${3:-}" ] && ! cp "$3" "$dir/base.pt"; }; then
+    _fail "same_params: cannot read $1, $2 or ${3:-}"
+    return
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$dir" "${3:+$dir/base.pt}" "${4:-1e-5}" \
+    "${BASH_SOURCE[1]##*/}:${BASH_LINENO[0]}" "$1 vs $2" >>"$WORK/.same_params/list"
+}
+
+# check_same_params: the comparisons same_params recorded; one PASS or FAIL line each (called by
+# finish).
+check_same_params() {
+  [ -s "$WORK/.same_params/list" ] || return 0
+  local verdict where what
+  run "$TC_PYTHON" -c "
+import sys, torch
+for line in open('$WORK/.same_params/list'):
+    d, base, tol, where, what = line.rstrip('\n').split('\t')
+    a = dict(torch.jit.load(d + '/a.pt').named_parameters()); b = dict(torch.jit.load(d + '/b.pt').named_parameters())
+    if sorted(a) != sorted(b):
+        print('names', where, what, sep='\t'); continue
+    worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
+    moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load(base).named_parameters()) if base else 1
+    print('ok' if worst <= float(tol) and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved), where, what, sep='\t')
 "
-  expect_out "ok"
+  if [ "$rc" -ne 0 ] || [ "$(printf '%s\n' "$out" | wc -l)" -ne "$(wc -l <"$WORK/.same_params/list")" ]; then
+    _fail "same_params: the comparison did not run"
+    return
+  fi
+  while IFS=$'\t' read -r verdict where what; do
+    if [ "$verdict" = ok ]; then
+      _ok
+    else
+      FAILED=$((FAILED + 1))
+      printf 'FAIL (%s): same_params %s: %s\n' "$where" "$what" "$verdict" >&2
+    fi
+  done <<<"$out"
 }
 
 finish() {
+  check_same_params
   echo "${0##*/}: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
 }
