@@ -54,8 +54,6 @@ struct Group::Impl {
   c10::intrusive_ptr<c10d::Store> control;  // our keys in it: "ready", "failed", "ended"
   c10::intrusive_ptr<CollectiveBackend> pg;
   std::chrono::milliseconds timeout{0};
-  Backend backend = Backend::gloo;
-  torch::Device device{torch::kCPU};
   bool hosts_store = false;
 };
 
@@ -110,8 +108,6 @@ Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds ti
       comm_device_(backend == Backend::nccl ? device : torch::Device(torch::kCPU)) {
   quiet_c10d_log();
   impl_->timeout = timeout;
-  impl_->backend = backend;
-  impl_->device = device;
   wait("connecting", [&] {
     c10d::TCPStoreOptions so;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
@@ -152,12 +148,10 @@ void Group::start() {
   wait("start-up", [&] { ready = control.add("ready", 1); });
   while (ready < size_) {
     if (auto why = peer_failure()) throw_peer_failure(*why);
-    if (interrupt_requested())
-      throw Error(Exit::interrupted, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
-                  "interrupted while waiting for the other ranks");
+    if (interrupt_requested()) throw Error(Exit::interrupted, label(), "interrupted while waiting for the other ranks");
     if (std::chrono::steady_clock::now() > deadline) {
       passing_on_ = failed_ = true;  // about the others: not this rank's failure to report
-      throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+      throw Error(Exit::unavailable, label(),
                   "start-up failed: " + std::to_string(ready) + " of " + std::to_string(size_) +
                       " ranks were ready after waiting " + std::to_string(impl_->timeout.count()) +
                       "ms (another rank exited, hung or cannot be reached)");
@@ -187,6 +181,8 @@ void Group::start() {
   collective_seconds_ = 0;
 }
 
+std::string Group::label() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
+
 std::optional<std::string> Group::peer_failure() {
   try {
     if (!impl_->control || !impl_->control->check({"failed"})) return std::nullopt;
@@ -204,7 +200,7 @@ void Group::throw_peer_failure(const std::string& reason) {
     impl_->control->add("ended", 1);
   } catch (const std::exception&) {
   }
-  throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_), reason);
+  throw Error(Exit::unavailable, label(), reason);
 }
 
 // Shuts the collectives down: NCCL's communicators are destroyed cleanly (LibTorch >= 2.4 warns
@@ -266,7 +262,7 @@ void Group::wait(const char* op, const std::function<void()>& run) {
   } catch (const std::exception& e) {
     if (auto why = peer_failure()) throw_peer_failure(*why);
     passing_on_ = failed_ = true;  // another rank died, hung or went away without a word
-    throw Error(Exit::unavailable, "rank " + std::to_string(rank_) + " of " + std::to_string(size_),
+    throw Error(Exit::unavailable, label(),
                 std::string(op) + " (" + context_ + ") failed: " + message_of(e) +
                     " (another rank exited, hung or cannot be reached)");
   }

@@ -90,6 +90,7 @@ class Group {
   int linger_ms_ = 0;        // a failure message is in the store: its host waits for the others to read it
   void wait(const char* op, const std::function<void()>& run);
   void close_backend() noexcept;
+  std::string label() const;  // "rank R of N", the subject of this rank's errors
   std::optional<std::string> peer_failure();
   [[noreturn]] void throw_peer_failure(const std::string& reason);
 };
