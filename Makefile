@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test test-debian13 demo demo-text bench format clean sanitize tsan fuzz
+.PHONY: all deps build test test-debian13 test-js js-reference demo demo-text bench format clean sanitize tsan fuzz
 
 all: build
 
@@ -26,6 +26,15 @@ test: build
 # scripts/debian13 makes with debootstrap once and reuses; built in build-debian13.
 test-debian13:
 	scripts/debian13 $(MAKE) test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
+
+# The tokenizer parity tests against Tokenizers.js itself rather than its committed ids (needs node,
+# npm and the npm registry: scripts/install-js-deps.sh); js-reference remakes the committed ids.
+test-js: build
+	scripts/install-js-deps.sh
+	TRAINCACHE_JS=live ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -R '^cli\.text_(parity|fill|train)$$'
+
+js-reference: build
+	scripts/make-js-reference $(BUILD_DIR)
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR)

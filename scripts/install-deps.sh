@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Install every Debian package that traincache's build, tests, demo and benchmarks need.
 # Idempotent: when everything is present it only says so. Needs root (or sudo) to install.
-#   scripts/install-deps.sh          install what is missing (and Tokenizers.js from npm:
-#                                    install-js-deps.sh)
+#   scripts/install-deps.sh          install what is missing
 #   scripts/install-deps.sh --check  exit 1 (and list them) when packages are missing
 #   scripts/install-deps.sh --fuzz   also clang-14 and libFuzzer, for make fuzz (with or without
 #                                    --check, in either order)
@@ -51,9 +50,8 @@ PACKAGES=(
 )
 # make test-debian13 (CI's second leg) makes its Debian 13 root with debootstrap.
 PACKAGES+=("${host_packages[@]}")
-# Tokenizers.js (the tokenizer parity tests' reference) installs through npm: Debian's, unless
-# a node and npm are already on PATH.
-command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+# Tokenizers.js, the tokenizer parity tests' reference, is not needed: its ids are committed
+# (tests/data/js-reference). make test-js and make bench compare with it live (install-js-deps.sh).
 if [ "$fuzz" -eq 1 ]; then
   if [ "${#fuzz_packages[@]}" -eq 0 ]; then
     echo "install-deps: error: --fuzz: make fuzz is set up for Debian 12's clang-14 and libFuzzer" >&2
@@ -69,13 +67,8 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-js_deps() {  # Tokenizers.js for the tokenizer parity tests (npm, not Debian)
-  [ "$check" -eq 1 ] || "$(dirname "$0")/install-js-deps.sh"
-}
-
 if [ "${#missing[@]}" -eq 0 ]; then
   [ "$check" -eq 1 ] || echo "install-deps: all ${#PACKAGES[@]} packages are installed" >&2
-  js_deps
   exit 0
 fi
 if [ "$check" -eq 1 ]; then
@@ -95,4 +88,3 @@ fi
 echo "install-deps: installing ${missing[*]}" >&2
 "${SUDO[@]}" apt-get update -q
 DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-js_deps

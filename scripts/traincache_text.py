@@ -102,7 +102,7 @@ def learn_bpe(texts, merges_wanted):
             continue
         merges.append(p)
         vocab.append(p[0] + p[1])
-        for w in list(where.pop(p, ())):
+        for w in sorted(where.pop(p, ())):  # sorted: the same merges whatever the set order
             s = seqs[w]
             for a, b in zip(s, s[1:]):
                 pairs[(a, b)] -= words[w]

@@ -15,6 +15,10 @@ err=""
 # (tests/torchrun-usable: Debian 13's torch has no libuv, which every torchrun rendezvous asks for).
 torchrun_unusable() { "$TC_PYTHON" "$TC_SOURCE/tests/torchrun-usable" 2>&1; }
 
+# js_ids TOKENIZER STRINGS: Tokenizers.js's ids of each line of STRINGS, one JSON array a line: the
+# committed ones, or under TRAINCACHE_JS=live|record node's (tests/cli/js_reference.py).
+js_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/js_reference.py" "$@"; }
+
 # run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
 run() {
   "$@" <&- >"$WORK/.out" 2>"$WORK/.err"

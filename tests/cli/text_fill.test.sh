@@ -24,7 +24,7 @@ FILL=(--input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 6
 
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --out "$WORK/b.h5"
 expect_rc 0
-node "$TC_SOURCE/tests/js/reference.mjs" "$T/bert-uncased.json" "$WORK/glosses.jsonl" > "$WORK/js.txt"
+js_ids "$T/bert-uncased.json" "$WORK/glosses.jsonl" > "$WORK/js.txt"
 py "
 import json, h5py, numpy as np, torch
 m = torch.jit.load('$ENC').eval()

@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
-# Tokenizer parity: traincache's token ids are identical to Tokenizers.js (@huggingface/tokenizers,
-# installed by scripts/install-js-deps.sh) for every tokenizer.json kind, and to
+# Tokenizer parity: traincache's token ids are identical to Tokenizers.js (@huggingface/tokenizers:
+# its ids committed, js_ids in lib.sh; live with make test-js) for every tokenizer.json kind, and to
 # python3-sentencepiece for SentencePiece models, on 10,000 seeded strings (accents, CJK, emoji,
 # controls, whitespace runs, special-token spellings, texts longer than --max-length), with and
 # without truncation.
 source "$(dirname "$0")/lib.sh"
 T=$TC_DATA/tokenizers
-JS=$TC_SOURCE/tests/js/reference.mjs
 S=$WORK/strings.jsonl
 
 run "$TC_PYTHON" "$TC_SOURCE/tests/cli/text_strings.py" "$S" 10000 1
 expect_rc 0
 expect_eq "$(wc -l < "$S")" 10000 "strings written"
+
+# The committed ids are found by the SHA-256 of both files, so other strings (or a changed fixture)
+# have none rather than stale ones; each stored file holds what its provenance record says.
+if [ -z "${TRAINCACHE_JS:-}" ]; then
+  printf '"x"\n' >"$WORK/other.jsonl"
+  run js_ids "$T/bert-uncased.json" "$WORK/other.jsonl"
+  expect_rc 1
+  key=$(sha256sum "$T/bert-uncased.json" | cut -c1-16)-$(sha256sum "$WORK/other.jsonl" | cut -c1-16)
+  expect_err "js_reference: error: no committed Tokenizers.js ids for bert-uncased.json on other.jsonl ($key): the fixture or the strings changed; scripts/make-js-reference remakes them (needs node and npm)"
+  py "
+import glob, gzip, json, os
+bad = []
+for meta in sorted(glob.glob('$TC_SOURCE/tests/data/js-reference/*.json')):
+    m = json.load(open(meta))
+    name = meta[:-5]
+    ids = gzip.open(name + '.ids.gz').read().decode().split('\n')[:-1]
+    ok = os.path.basename(name) == m['tokenizer_sha256'][:16] + '-' + m['strings_sha256'][:16]
+    ok = ok and len(ids) == m['lines'] and all(isinstance(json.loads(l), list) for l in ids)
+    bad += [] if ok else [os.path.basename(meta)]
+print(len(glob.glob('$TC_SOURCE/tests/data/js-reference/*.ids.gz')) >= 8, bad)
+"
+  expect_out "True []"
+fi
 
 # Tokens of one sequence: specials before and after (of the single-sequence template).
 declare -A BEFORE=([bert-uncased]=1 [bert-cased]=1 [roberta-bpe]=1 [gpt2-bpe]=0)
@@ -31,7 +53,7 @@ with open(sys.argv[2], 'w') as out:
 }
 
 for t in bert-uncased bert-cased roberta-bpe gpt2-bpe; do
-  run node "$JS" "$T/$t.json" "$S"
+  run js_ids "$T/$t.json" "$S"
   expect_rc 0
   printf '%s\n' "$out" > "$WORK/js-$t.txt"
   run "$TC_BIN/tokenize-bench" "$T/$t.json" "$S" --dump

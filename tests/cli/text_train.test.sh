@@ -76,8 +76,8 @@ same_params "$WORK/csv.pt" "$WORK/one.pt" "$ENC" 1e-6
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --eval-rows 300: --steps 1 --chunk-size 8 --json
 expect_rc 0
 echo "$out" >"$WORK/eval.json"
-node "$TC_SOURCE/tests/js/reference.mjs" "$T/bert-uncased.json" "$WORK/words.jsonl" >"$WORK/q.txt"
-node "$TC_SOURCE/tests/js/reference.mjs" "$T/bert-uncased.json" "$WORK/glosses.jsonl" >"$WORK/p.txt"
+js_ids "$T/bert-uncased.json" "$WORK/words.jsonl" >"$WORK/q.txt"
+js_ids "$T/bert-uncased.json" "$WORK/glosses.jsonl" >"$WORK/p.txt"
 py "
 import json, torch
 m = torch.jit.load('$ENC').eval()
@@ -196,7 +196,7 @@ with open('$WORK/$side.txt', 'w') as f:
     for l in open('$WORK/pairs.jsonl'):
         f.write(json.dumps(json.loads(l)['$side']) + '\n')
 "
-  node "$TC_SOURCE/tests/js/reference.mjs" "$T/bert-uncased.json" "$WORK/$side.txt" >"$WORK/$side.ids"
+  js_ids "$T/bert-uncased.json" "$WORK/$side.txt" >"$WORK/$side.ids"
   py "
 import h5py, json, numpy as np
 with h5py.File('$WORK/$side.h5', 'w') as f:
