@@ -244,7 +244,7 @@ void list_class(const fs::path& root, const fs::path& dir, std::set<std::pair<de
     else if (is_image_name(name))
       names.push_back(name);
   }
-  if (ec) throw Error(Exit::io, dir.string(), ec.message());
+  if (ec) throw Error(Exit::io, dir.string(), errno_text(ec.value()));
 }
 
 Listing list_folder(const std::string& dir) {
@@ -255,7 +255,7 @@ Listing list_folder(const std::string& dir) {
     std::error_code entry_ec;  // a link loop at the top level is not a class folder
     if (!name.empty() && name[0] != '.' && it->is_directory(entry_ec)) out.classes.push_back(name);
   }
-  if (ec) throw Error(Exit::no_input, dir, ec.message());
+  if (ec) throw Error(Exit::no_input, dir, errno_text(ec.value()));
   std::sort(out.classes.begin(), out.classes.end());
   if (out.classes.empty())
     throw Error(Exit::data, dir,

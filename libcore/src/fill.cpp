@@ -176,7 +176,7 @@ Journal open_journal(const std::string& partial, const Fingerprint& fp, const st
   auto start_over = [&] {
     std::error_code ec;
     fs::remove_all(partial, ec);
-    if (ec) throw Error(Exit::cant_create, partial, "cannot discard it: " + ec.message());
+    if (ec) throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(ec.value()));
     files::make_or_adopt_private_dir(partial);
     return Journal(partial);
   };

@@ -446,8 +446,8 @@ void validate(const Spec& spec) {
   if (n > 1 && static_cast<int>(n) != spec.out_channels())
     throw Error(Exit::usage, "--normalize",
                 std::to_string(n) + " values per statistic for " + std::to_string(spec.out_channels()) +
-                    " channel(s) (--channels " + channels_choices().name(spec.channels) + "); give 1 or " +
-                    std::to_string(spec.out_channels()));
+                    " channel(s) (--channels " + channels_choices().name(spec.channels) + "); give 1" +
+                    (spec.out_channels() > 1 ? " or " + std::to_string(spec.out_channels()) : std::string()));
 }
 
 std::pair<int, int> resized_size(const Spec& spec, int h, int w) {

@@ -73,13 +73,14 @@ std::string Record::text(const std::string& key) const {
 std::string Record::format(const std::string& tmpl) const {
   std::string out;
   for (std::size_t i = 0; i < tmpl.size(); ++i) {
-    if (tmpl[i] != '{') {
+    const bool doubled = i + 1 < tmpl.size() && tmpl[i + 1] == tmpl[i];
+    if ((tmpl[i] == '{' || tmpl[i] == '}') && doubled) {  // "{{" and "}}" print one brace
       out += tmpl[i];
+      ++i;
       continue;
     }
-    if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
-      out += '{';
-      ++i;
+    if (tmpl[i] != '{') {
+      out += tmpl[i];
       continue;
     }
     auto close = tmpl.find('}', i);

@@ -1150,7 +1150,7 @@ class Checkpointer {
     if (path_.empty() || s.rank != 0) return;
     std::error_code ec;
     fs::create_directories(o.checkpoint_dir, ec);
-    if (ec) throw Error(Exit::cant_create, o.checkpoint_dir, ec.message());
+    if (ec) throw Error(Exit::cant_create, o.checkpoint_dir, errno_text(ec.value()));
     lock_ = std::make_unique<files::OutputLock>(path_, "gc-train");  // a second run exits 75
   }
 

@@ -267,7 +267,7 @@ expect_rc 64
 expect_err "cache-fill: error: --resize: expected S or H,W (integers 1..65535), got '0'"
 bad_fill --input "$WORK/mixed" --resize 8 --channels gray --normalize imagenet
 expect_rc 64
-expect_err "cache-fill: error: --normalize: 3 values per statistic for 1 channel(s) (--channels gray); give 1 or 1"
+expect_err "cache-fill: error: --normalize: 3 values per statistic for 1 channel(s) (--channels gray); give 1"
 printf '{"file": "mixed/png_rgb/000.png"}\n[1, 2]\n' > "$WORK/array.jsonl"
 bad_fill --input "$WORK/array.jsonl" --features file
 expect_rc 65

@@ -38,7 +38,8 @@ CATCH_TEST_CASE("report: templates name fields, with printf conversions and {{ e
   Record r = sample();
   CATCH_CHECK(r.format("{out}: {rows} rows{resumed} in {seconds} s") == "c.h5: 300 rows, resumed at 64 in 1.23 s");
   CATCH_CHECK(r.format("{seconds:%.3f} {rows:%5d} {out:%.2s} {rate:%.0f}") == "1.235   300 c. 2500000");
-  CATCH_CHECK(r.format("{{x}} {rows}") == "{x}} 300");
+  CATCH_CHECK(r.format("{{x}} {rows}") == "{x} 300");
+  CATCH_CHECK(r.format("}}{{{rows}}}") == "}{300}");
 }
 
 CATCH_TEST_CASE("report: an unknown field or a format that does not fit is a logic error", "[report]") {

@@ -229,6 +229,11 @@ int main(int argc, char** argv) {
   merge->add_option("shards", o.merge.shards, "Shard files")->required();
   merge->add_flag("--copy", o.merge.copy, "Copy the data (default: HDF5 virtual datasets over the shard files)");
   merge->fallthrough();
+  merge->footer(
+      "EXIT STATUS\n"
+      "  0 merged; 64 usage; 65 a shard is not a complete cache of the same job, or shards are\n"
+      "  missing or repeated; 66 a shard file missing; 73 output in the way or not creatable;\n"
+      "  74 I/O error; 75 another cache-fill merge holds the output. See docs/cache-fill.md.");
   app.add_option("--output", o.outputs, "[NAME=]KEY|INDEX: the tensor to keep from a tuple/dict output");
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
       ->check(cli::positive_integer())

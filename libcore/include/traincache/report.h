@@ -34,7 +34,7 @@ class Record {
   std::string text(const std::string& key) const;
 
   /// `tmpl` with every "{key}" replaced by text(key), and "{key:%.2f}" (any printf conversion of
-  /// one number or string) by the value formatted so; "{{" is a literal "{". An unknown key or a
+  /// one number or string) by the value formatted so; "{{" and "}}" are literal braces. An unknown key or a
   /// malformed placeholder is a bug in the caller: std::logic_error naming it.
   std::string format(const std::string& tmpl) const;
 
