@@ -3,9 +3,10 @@
   images_reference.py make DIR         writes an ImageFolder of mixed sizes and modes, a subfolder
                                        of EXIF-oriented JPEGs, and flat.pt (an encoder that returns
                                        its input flattened, so a cache holds the preprocessed tensors)
-  images_reference.py compare DIR CACHE CONFIG
+  images_reference.py compare DIR CACHE CONFIG [DIR CACHE CONFIG ...]
                                        compares the cache's rows with torchvision's transforms on
                                        PIL images for CONFIG (see CONFIGS); prints one line of figures
+                                       for each, starting with CONFIG
 """
 import json
 import os
@@ -127,7 +128,7 @@ def compare(folder, cache, config):
     deep = np.array(["png16" in k for k in keys])
     within = (d <= 1 / 255 + 1e-6).mean()
     exact8 = float(d[~deep].max()) if (~deep).any() else 0.0
-    print(f"rows {len(ds)} order {same_order} classes {names == ds.classes} "
+    print(f"{config} rows {len(ds)} order {same_order} classes {names == ds.classes} "
           f"within {within:.6f} mad {d.mean():.6f} max8 {exact8:.2e} maxall {d.max():.5f}")
 
 
@@ -135,4 +136,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
     else:
-        compare(sys.argv[2], sys.argv[3], sys.argv[4])
+        for i in range(2, len(sys.argv), 3):
+            compare(*sys.argv[i:i + 3])
