@@ -1,0 +1,388 @@
+#include "data.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "traincache/cache_file.h"
+#include "traincache/error.h"
+#include "traincache/image.h"
+#include "traincache/safe_file.h"
+#include "traincache/sha256.h"
+#include "traincache/shuffle.h"
+
+namespace fs = std::filesystem;
+
+namespace traincache::train {
+
+namespace {
+
+torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
+                       torch::Dtype float_type, const source::FileOptions& files = {}) {
+  return load_whole(*source::open_column(path, ds, files, source::Role::images), scale, device, float_type);
+}
+
+// Rows `idx` of every dataset (`keys`: their SmartCache keys, in a training batch).
+std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tensor& idx,
+                                  const std::vector<int64_t>* keys = nullptr) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.gather(idx, keys));
+  return out;
+}
+
+// A dataset of `path`: loaded whole, or with `stream` opened for per-batch reads.
+Rows open_rows(const std::string& path, const std::string& ds, double scale, torch::Device device,
+               torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
+  Rows r;
+  r.col = source::open_column(path, ds, files, source::Role::images);
+  encode::require_numeric_input(r.col->info(), path);
+  r.scale = scale;
+  r.float_type = float_type;
+  r.device = device;
+  if (!stream) r.load();
+  return r;
+}
+
+// Sequences `seqs` of a text side, padded: input_ids, attention_mask, token_type_ids.
+std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int64_t>& seqs) {
+  auto out = encode::token_tensors(t.pad(seqs));
+  for (auto& x : out) x = x.to(t.device);
+  return out;
+}
+
+// The element type and row shape a streamed column's converted rows have in a slab.
+DType converted_slab_type(const source::ColumnInfo& ci, std::vector<uint64_t>* dims) {
+  for (std::size_t i = 1; i < ci.shape.size(); ++i) dims->push_back(static_cast<uint64_t>(ci.shape[i]));
+  return encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+}
+
+// --data-cache: the slab of streamed column `r` (dataset `ds` of `file`), named after what its
+// converted rows are made from (the file's identity, the dataset, the conversion); with
+// --data-cache-keep NAME, NAME-0, NAME-1, ... in the order the datasets are opened.
+// With smart:N,r only what identifies the rows is kept: the window depends on the split (open_windows).
+void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
+  const auto& ci = r.col->info();
+  const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
+  std::string parts = canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) +
+                      '\0' + file_stamp(on_disk);
+  if (const image::Spec* spec = r.col->preprocess())
+    for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
+  if (o.data_cache.mode == data_cache::Mode::smart) {
+    r.cache_parts = parts;
+    return;
+  }
+  data_cache::Spec spec = o.data_cache;
+  if (!spec.keep.empty()) spec.keep += "-" + std::to_string(index);
+  std::vector<uint64_t> dims;
+  const DType type = converted_slab_type(ci, &dims);
+  r.cache = data_cache::RowCache::open(spec, data_cache::content_id(parts), static_cast<uint64_t>(ci.rows()), type,
+                                       dims, o.trust_slab_owner);
+}
+
+// Memory the kernel says is available for new allocations (MemAvailable), or 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+// The seed of the SmartCache window's order of the training rows (the epochs' orders of the
+// window use seed * 1000003 + epoch, as without it).
+uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
+
+}  // namespace
+
+// Every row of `col`, converted, on `device`.
+torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type) {
+  auto t = encode::read_column_rows(col, 0, col.info().rows(), scale);
+  if (t.is_floating_point()) t = t.to(float_type);
+  return t.to(device);
+}
+
+// One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
+                          std::string& warning) {
+  auto col = source::open_column(path, ds, files, source::Role::labels);
+  warning = col->warning();
+  const auto& ci = col->info();
+  if (!is_integer(ci.dtype) || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
+    throw Error(Exit::data, path,
+                "labels '" + ds + "' must hold one integer per row, not " + dtype_name(ci.dtype) + " rows of shape " +
+                    shape_text(std::vector<int64_t>(ci.shape.begin() + 1, ci.shape.end())));
+  return encode::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
+}
+
+void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
+  if (na != nb)
+    throw Error(
+        Exit::data, path,
+        "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
+}
+
+std::vector<int64_t> label_list(const torch::Tensor& labels) {
+  auto l = labels.cpu().contiguous();
+  return {l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel()};
+}
+
+std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> out;
+  out.reserve(rows.size());
+  for (auto r : rows) out.push_back(v[static_cast<std::size_t>(r)]);
+  return out;
+}
+
+std::vector<int64_t> row_list(const torch::Tensor& idx) {
+  auto c = idx.to(torch::kCPU, torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx, const std::vector<int64_t>* keys) {
+  return d.query_text ? token_inputs(*d.query_text, row_list(idx)) : gather(d.query, idx, keys);
+}
+
+// Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...]; only the
+// positives without `negatives`.
+std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives,
+                                          const std::vector<int64_t>* keys) {
+  if (d.passage_text) {
+    const TextSide& t = *d.passage_text;
+    std::vector<int64_t> seqs;
+    for (int64_t i : row_list(idx)) {
+      seqs.push_back(i);
+      for (int64_t j = 0; negatives && j < t.negatives; ++j) seqs.push_back(t.rows + i * t.negatives + j);
+    }
+    return token_inputs(t, seqs);
+  }
+  auto pos = gather(d.passage, idx, keys);
+  if (d.negatives.empty() || !negatives) return pos;
+  auto neg = gather(d.negatives, idx, keys);
+  std::vector<torch::Tensor> out;
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    auto g = torch::cat({pos[i].unsqueeze(1), neg[i]}, 1);  // [B, 1+k, ...]
+    std::vector<int64_t> shape{-1};
+    for (int64_t s = 2; s < g.dim(); ++s) shape.push_back(g.size(s));
+    out.push_back(g.reshape(shape));
+  }
+  return out;
+}
+
+// A path as the file system resolves it (so that "./a.h5" and "a.h5" are one setting); a value
+// that names no file (a built-in head spec) stays as it is.
+std::string canonical(const std::string& path) { return files::absolute_path(path); }
+
+// What tells versions of file `path` apart in a data cache's name (beside its absolute path): its
+// size and modification time, NUL-terminated.
+std::string file_stamp(const std::string& path) {
+  std::string id;
+  std::error_code ec;
+  if (auto size = fs::file_size(path, ec); !ec) id += std::to_string(size) + '\0';
+  if (auto t = fs::last_write_time(path, ec); !ec) id += std::to_string(t.time_since_epoch().count()) + '\0';
+  return id;
+}
+
+// Raw datasets of `file` (slabs for names "shm:NAME"), or text fields for a side with a tokenizer.
+// With `stream`, numeric datasets are only opened (run_train loads them or streams them).
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream) {
+  Data d;
+  int cached = 0;
+  auto load = [&](const std::string& ds) {
+    if (file.empty() && !source::names_own_file(ds))
+      throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
+    Rows r = open_rows(file, ds, o.input_scale, s.device, s.float_type, stream, o.files);
+    if (o.data_cache.mode != data_cache::Mode::none) attach_data_cache(o, file, ds, r, cached++);
+    return r;
+  };
+  int64_t replaced = 0;
+  if (const auto tok = side_tokenizer(o, true); !tok.empty())
+    d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced, cached++);
+  else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
+    for (const auto& q : o.query) d.query.push_back(load(q));
+  if (o.passage.empty()) {  // raw grouped mode: one side and its labels
+    d.labels = read_labels(file, o.labels, o.files, d.labels_warning);
+  } else if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
+    d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
+    d.hard_negatives = d.passage_text->negatives;
+  } else if (!(d.passage_text = ragged_side(o, s, file, o.passage, !o.negatives.empty()))) {
+    for (const auto& p : o.passage) d.passage.push_back(load(p));
+    for (const auto& n : o.negatives) {
+      d.negatives.push_back(load(n));
+      // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
+      if (source::kind_of(file) == source::Kind::manifest) {
+        auto& n_rows = d.negatives.back();
+        n_rows.all.defined() ? void(n_rows.all = n_rows.all.unsqueeze(1)) : void(n_rows.one_per_row = true);
+      }
+    }
+  }
+  d.utf8_replaced = replaced;
+  d.rows = d.query_text ? d.query_text->rows : d.query.front().rows();
+  for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].rows());
+  if (d.labels.defined()) same_rows(file, o.query[0], d.rows, o.labels, d.labels.size(0));
+  if (d.passage_text) same_rows(file, o.query[0], d.rows, o.passage[0], d.passage_text->rows);
+  for (std::size_t i = 0; i < d.passage.size(); ++i)
+    same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].rows());
+  if (d.negatives.empty()) return d;
+  if (o.negatives.size() != o.passage.size())
+    throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
+  for (std::size_t i = 0; i < o.negatives.size(); ++i) {
+    same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].rows());
+    const auto ns = d.negatives[i].sizes(), ps = d.passage[i].sizes();
+    if (ns.size() != ps.size() + 1 || !std::equal(ns.begin() + 2, ns.end(), ps.begin() + 1) ||
+        ns[1] != d.negatives.front().sizes()[1])
+      throw Error(Exit::data, file,
+                  "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
+  }
+  d.hard_negatives = d.negatives.front().sizes()[1];
+  return d;
+}
+
+// Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
+Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
+                 std::string* fingerprint) {
+  Data d;
+  auto cinfo = cache::read_info(path, false);
+  if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
+  if (fingerprint) *fingerprint = cinfo.fingerprint;
+  auto read_emb = [&](const std::string& name) {
+    if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
+      throw Error(Exit::data, path,
+                  "no encoder named '" + name + "' in the cache (have: " + cache::encoder_names(cinfo) + ")");
+    auto dev_it = o.cache_devices.find(name);
+    torch::Device dev = dev_it == o.cache_devices.end()
+                            ? s.cache_device
+                            : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
+    Rows r;
+    if (shared)
+      r.all = shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
+                  .to(dev, s.float_type);
+    else
+      r = open_rows(path, "/embeddings/" + name, 1.0, dev, s.float_type, o.stream);
+    if (r.all.defined())
+      r.all = r.all.reshape({cinfo.rows, -1});
+    else
+      r.flat = true;
+    return r;
+  };
+  d.rows = cinfo.rows;
+  if (cinfo.skipped > 0) {
+    auto rows = read_all(path, "/skipped/rows", 1.0, torch::kCPU, s.float_type).to(torch::kLong);
+    d.skipped.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+  }
+  if (grouped) {
+    if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
+    d.query.push_back(read_emb(o.embeddings));
+    auto labels = read_all(path, "/labels", 1.0, torch::kCPU, s.float_type);
+    if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
+      throw Error(Exit::data, path,
+                  "/labels must hold one value per row, not rows of shape " +
+                      shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
+    d.labels = labels.to(torch::kLong).reshape({-1});
+    return d;
+  }
+  d.query.push_back(read_emb(o.query_embeddings));
+  d.passage.push_back(read_emb(o.passage_embeddings));
+  if (d.query[0].sizes()[1] != d.passage[0].sizes()[1])
+    throw Error(Exit::data, path,
+                "embedding widths differ between sides (" + std::to_string(d.query[0].sizes()[1]) + " vs " +
+                    std::to_string(d.passage[0].sizes()[1]) + "); one head cannot serve both");
+  return d;
+}
+
+// The split without the rows cache-fill skipped: neither trained on nor evaluated.
+RowSplit without_skipped(RowSplit split, const std::vector<int64_t>& skipped,
+                         const std::function<void(const std::string&)>& info) {
+  if (skipped.empty()) return split;
+  std::set<int64_t> drop(skipped.begin(), skipped.end());
+  auto keep = [&](std::vector<int64_t>& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [&](int64_t r) { return drop.count(r) > 0; }), v.end());
+  };
+  keep(split.train);
+  keep(split.eval);
+  if (split.train.empty()) throw Error(Exit::data, "--cache", "every training row was skipped by cache-fill");
+  info(std::to_string(drop.size()) + " rows skipped by cache-fill (unreadable images) are left out");
+  return split;
+}
+
+// This process's hits and misses over every data cache, or nothing without one.
+std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
+  std::optional<data_cache::Stats> sum;
+  for (const auto* side : {&d.query, &d.passage, &d.negatives})
+    for (const auto& r : *side) {
+      if (!r.cache && !r.window) continue;
+      if (!sum) sum.emplace();
+      *sum += r.cache ? r.cache->stats() : r.window->stats();
+    }
+  for (const auto* t : {&d.query_text, &d.passage_text})
+    if (*t && (*t)->shared) {
+      if (!sum) sum.emplace();
+      *sum += (*t)->shared->stats();
+    }
+  return sum;
+}
+
+// --data-cache smart:N,r: the window schedule over the training rows `train` (in a seeded order;
+// as listed without --shuffle or when the window holds them all) and each streamed column's window cache, a slab named
+// after the column's rows and the schedule, shared by the ranks of the node (each prepares its share).
+void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d) {
+  if (o.data_cache.mode != data_cache::Mode::smart || train.empty()) return;
+  d.window = smart::make_plan(static_cast<int64_t>(train.size()), o.data_cache.cache_num, o.data_cache.replace_rate);
+  if (o.drop_last && o.batch_size > d.window.cache_num)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " is larger than the " + std::to_string(d.window.cache_num) +
+                    " rows of the SmartCache window (use a smaller batch or --no-drop-last)");
+  auto rows = std::make_shared<std::vector<int64_t>>(train);
+  if (o.shuffle && d.window.replace_num > 0) {  // a window of every row: the same batches as without
+    const auto order = shuffle::seeded_permutation(static_cast<int64_t>(train.size()), window_order_seed(o.seed));
+    for (std::size_t p = 0; p < order.size(); ++p) (*rows)[p] = train[static_cast<std::size_t>(order[p])];
+  }
+  d.window_rows = rows;
+  const std::string schedule =
+      "smart:" + std::to_string(d.window.cache_num) + "," + std::to_string(d.window.replace_num) + '\0' +
+      sha256_hex(std::string(reinterpret_cast<const char*>(rows->data()), rows->size() * sizeof(int64_t)));
+  for (auto* side : {&d.query, &d.passage, &d.negatives})
+    for (auto& r : *side) {
+      if (r.cache_parts.empty()) continue;
+      const auto& ci = r.col->info();
+      smart::WindowOptions w;
+      w.plan = d.window;
+      w.items = rows;
+      w.dtype = converted_slab_type(ci, &w.dims);
+      w.content_id = "gc-train-window:" + sha256_hex(r.cache_parts + schedule).substr(0, 32);
+      w.name = "gc-train-" + w.content_id.substr(w.content_id.size() - 16);
+      w.tool = "gc-train";
+      w.trust_owner = o.trust_slab_owner;
+      w.part = s.rank;
+      w.parts = s.world;
+      r.window =
+          smart::WindowCache::open(w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
+            auto t = encode::read_column_rows(*col, items, scale);
+            std::memcpy(out, t.data_ptr(), t.nbytes());
+          });
+    }
+}
+
+// The training data's opened numeric datasets: streamed with --stream, or when loading them
+// converted would take more than 80% of the available memory (the same result either way; o.stream
+// then says so for the step loop); otherwise loaded whole now. Text sides are tokenized either way.
+void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std::string&)>& info) {
+  if (o.stream) return;
+  uint64_t need = 0;
+  for (const auto* side : {&d.query, &d.passage, &d.negatives})
+    for (const auto& r : *side) need += r.converted_bytes();
+  const uint64_t have = available_memory();
+  if (have > 0 && need > have / 10 * 8) {
+    o.stream = true;
+    info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
+         " is available: streaming them (--stream)");
+    return;
+  }
+  for (auto* side : {&d.query, &d.passage, &d.negatives})
+    for (auto& r : *side)
+      if (r.col) r.load();
+}
+
+}  // namespace traincache::train

@@ -1,0 +1,230 @@
+// gc-train's engine, stage 2: the rows of each side (loaded, streamed, through a data cache, or text).
+// docs/code-map.md shows every stage and the way the data flows.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "setup.h"
+#include "traincache/data_cache.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/shm_slab.h"
+#include "traincache/smart_cache.h"
+#include "traincache/source.h"
+#include "traincache/text.h"
+#include "traincache/train_plan.h"
+
+namespace traincache::train {
+
+// A text side's token sequences, tokenized once at load: the side's rows, then (passages) the
+// hard negatives, row i's j-th at rows + i*k + j. Batches are padded when they are drawn.
+// With --data-cache the sequences live in a sealed slab shared by the node (tokenized once).
+struct TextSide {
+  text::TokenRows seqs;                            // in this process's memory, or
+  std::shared_ptr<data_cache::SealedSlab> shared;  // sequence i in slot i: its ids, then its type ids
+  int64_t rows = 0, negatives = 0;
+  int64_t length = 0;  // every batch padded to this many tokens; 0: to its longest (chunks trimmed)
+  std::shared_ptr<const text::Tokenizer> tok;
+  std::string tokenizer;  // its file
+  torch::Device device{torch::kCPU};
+
+  // Sequences `s` padded into a batch.
+  text::TokenBatch pad(const std::vector<int64_t>& s) const {
+    if (!shared) return text::pad_rows(seqs, s, length);
+    const shm::Slab& slab = shared->slab();
+    auto seq = [&slab](int64_t i) {
+      const auto v = slab.view(static_cast<uint64_t>(i));
+      if (!v || v.bytes % 8 != 0)
+        throw Error(Exit::data, slab.info().name, "sequence " + std::to_string(i) + " is missing or damaged");
+      const auto* ids = static_cast<const int32_t*>(v.data);
+      const auto n = static_cast<int64_t>(v.bytes / 8);
+      return text::TokenSeq{ids, ids + n, n};
+    };
+    return text::pad_seqs(seq, s, length, seqs.pad_id);
+  }
+
+  // The longest sequence (rows first, then each row's negatives) and its length in tokens.
+  std::pair<int64_t, int64_t> longest() const {
+    std::pair<int64_t, int64_t> best{0, 0};
+    const int64_t n = rows * (1 + negatives);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t len =
+          shared ? static_cast<int64_t>(shared->slab().view(static_cast<uint64_t>(i)).bytes / 8) : seqs.length(i);
+      if (len > best.second) best = {i, len};
+    }
+    return best;
+  }
+  // Sequence i in words: "row 12" or "row 12's hard negative 2" (rows counted from 0).
+  std::string describe(int64_t i) const {
+    if (i < rows) return "row " + std::to_string(i);
+    const int64_t k = std::max<int64_t>(1, negatives);
+    return "row " + std::to_string((i - rows) / k) + "'s hard negative " + std::to_string((i - rows) % k + 1);
+  }
+};
+
+std::vector<int64_t> row_list(const torch::Tensor& idx);
+torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
+
+// A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
+// source a batch at a time, converted per batch, so that memory does not grow with the data.
+// The conversion is the same elementwise rule either way: both give the same values.
+struct Rows {
+  torch::Tensor all;                          // loaded whole
+  std::shared_ptr<const source::Column> col;  // or streamed
+  double scale = 1;                           // uint8 inputs
+  torch::Dtype float_type = torch::kFloat32;
+  torch::Device device{torch::kCPU};
+  bool one_per_row = false;                     // a manifest's path field of negatives: [rows, 1, ...]
+  bool flat = false;                            // cached embeddings: each row as one vector [rows, d]
+  std::shared_ptr<data_cache::RowCache> cache;  // streamed: converted rows kept in a shared slab
+  std::string cache_parts;                      // --data-cache smart: what the column's rows are made of
+  std::shared_ptr<smart::WindowCache> window;   // and its SmartCache window (opened after the split)
+
+  std::vector<int64_t> sizes() const {
+    if (all.defined()) return all.sizes().vec();
+    std::vector<int64_t> s = col->info().shape;
+    if (one_per_row) s.insert(s.begin() + 1, 1);
+    if (flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
+    return s;
+  }
+  int64_t rows() const { return sizes().front(); }
+  int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+
+  // Rows `idx` (any order), converted, on the device. Streamed: the source reads the distinct
+  // rows in ascending order (HDF5: one selection, each chunk once) and places them; plain loops
+  // convert them: this runs on the prefetch thread, where OpenMP-parallel tensor operations would
+  // compete with the training step's threads.
+  // `keys`: the rows' SmartCache keys (training batches with --data-cache smart).
+  torch::Tensor gather(const torch::Tensor& idx, const std::vector<int64_t>* keys = nullptr) const {
+    if (all.defined()) return all.index_select(0, idx.to(all.device()));
+    auto t = window && keys ? window_rows(row_list(idx), *keys)
+             : cache        ? cached_rows(row_list(idx))
+                            : encode::read_column_rows(*col, row_list(idx), scale);
+    if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
+    if (one_per_row) t = t.unsqueeze(1);
+    if (flat) t = t.reshape({t.size(0), -1});
+    return t.to(device);
+  }
+
+  // An opened column loaded whole (converted once), as without --stream.
+  void load() {
+    all = load_whole(*col, scale, device, float_type);
+    if (one_per_row) all = all.unsqueeze(1);
+    if (flat) all = all.reshape({all.size(0), -1});
+    col.reset();
+    one_per_row = flat = false;
+  }
+
+  // Bytes the rows take once loaded and converted (streamed: not loaded, so far).
+  uint64_t converted_bytes() const {
+    if (all.defined() || !col) return 0;
+    const auto& ci = col->info();
+    const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+    return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
+  }
+
+  // Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
+  // converted and offered to it by `store(k, bytes)` (k: the position in `want`).
+  template <class Lookup, class Store>
+  torch::Tensor through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const {
+    const auto& ci = col->info();
+    std::vector<int64_t> shape = ci.shape;
+    shape[0] = static_cast<int64_t>(want.size());
+    auto t = torch::empty(shape, encode::converted_type(ci.dtype));
+    auto* out = static_cast<char*>(t.data_ptr());
+    const std::vector<std::size_t> miss = lookup(out);
+    if (miss.empty()) return t;
+    std::vector<int64_t> rows;
+    for (auto k : miss) rows.push_back(want[k]);
+    auto read = encode::read_column_rows(*col, rows, scale);
+    const auto* in = static_cast<const char*>(read.data_ptr());
+    for (std::size_t j = 0; j < miss.size(); ++j) {
+      std::memcpy(out + miss[j] * rb, in + j * rb, rb);
+      store(miss[j], in + j * rb);
+    }
+    return t;
+  }
+  torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
+    return through_cache(
+        want, cache->row_bytes(), [&](char* out) { return cache->lookup(want, out); },
+        [&](std::size_t k, const char* bytes) { cache->store(want[k], bytes); });
+  }
+  torch::Tensor window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const {
+    return through_cache(
+        want, window->item_bytes(), [&](char* out) { return window->lookup(keys, out); },
+        [&](std::size_t k, const char* bytes) { window->store(keys[k], bytes); });
+  }
+};
+
+struct Data {
+  std::vector<std::shared_ptr<shm::Slab>> slabs;     // keep shared embeddings mapped
+  std::vector<Rows> query, passage, negatives;       // [N, ...]; negatives [N, k, ...]
+  std::optional<TextSide> query_text, passage_text;  // a text side instead of tensors
+  torch::Tensor labels;                              // grouped mode
+  torch::Tensor classes;  // classifier objectives: each row's class (-1: a label training lacks)
+  int64_t rows = 0;
+  std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
+  int64_t hard_negatives = 0;
+  int64_t utf8_replaced = 0;   // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  std::string labels_warning;  // how the labels were read, when the user should be told
+  // --data-cache smart: the window schedule over the training rows (item of a position: a row).
+  smart::WindowPlan window;
+  std::shared_ptr<const std::vector<int64_t>> window_rows;
+};
+
+/// Rows `idx` of the query side (`keys`: their SmartCache keys, in a training batch).
+std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx,
+                                        const std::vector<int64_t>* keys = nullptr);
+/// Passages of the rows `idx` grouped per query, with their hard negatives unless `negatives` is false.
+std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives = true,
+                                          const std::vector<int64_t>* keys = nullptr);
+/// One integer label per row of dataset `ds` of `path`, as int64 on the CPU.
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
+                          std::string& warning);
+/// Error(data) unless datasets `a` and `b` of `path` have as many rows.
+void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb);
+std::vector<int64_t> label_list(const torch::Tensor& labels);
+/// v[r] for every r of `rows`.
+std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& rows);
+/// A path as the file system resolves it; a value that names no file stays as it is.
+std::string canonical(const std::string& path);
+/// Size and modification time of `path`, NUL-terminated (a data cache's name tells versions apart by them).
+std::string file_stamp(const std::string& path);
+
+/// Raw datasets of `file` (or text fields), opened for streaming with `stream` (text_side.cpp for text).
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream);
+/// Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
+Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
+                 std::string* fingerprint);
+/// Loads the opened numeric datasets whole, or streams them (--stream, or too little memory).
+void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std::string&)>& info);
+/// The split without the rows cache-fill skipped.
+RowSplit without_skipped(RowSplit split, const std::vector<int64_t>& skipped,
+                         const std::function<void(const std::string&)>& info);
+/// This process's hits and misses over every data cache, or nothing without one.
+std::optional<data_cache::Stats> data_cache_stats(const Data& d);
+/// --data-cache smart:N,r: the window schedule over the training rows and each column's window cache.
+void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d);
+
+// text_side.cpp
+/// The tokenizer file of a side, or "" when the side is not text.
+std::string side_tokenizer(const TrainOptions& o, bool query);
+/// A text side: fields[0] of `file` (and its hard negatives), tokenized.
+TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
+                   const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
+                   const std::string& tok_path, const char* option, int64_t& replaced, int cache_index);
+/// A side whose one dataset is ragged token ids; nothing for other datasets.
+std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
+                                    const std::vector<std::string>& fields, bool negatives);
+
+// shared_embeddings.cpp
+/// Embeddings `name` of the cache in a slab shared by every process of the machine (a view of it).
+torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
+                                const std::string& fingerprint, const std::string& name, int64_t rows);
+
+}  // namespace traincache::train

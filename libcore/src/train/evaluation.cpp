@@ -1,0 +1,175 @@
+#include "evaluation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "traincache/error.h"
+#include "traincache/safe_file.h"
+
+namespace fs = std::filesystem;
+
+namespace traincache::train {
+
+namespace {
+
+// The representations of `inputs`, a chunk at a time; rows [done, done + n) of `total` to `progress`.
+torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk,
+                          const EvalProgress& progress = {}, int64_t done = 0, int64_t total = 0) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> reps;
+  int64_t n = inputs.front().size(0);
+  for (int64_t a = 0; a < n; a += chunk) {
+    reps.push_back(tower(gc::slice_rows(inputs, a, std::min(a + chunk, n))));
+    if (progress) progress(done + std::min(a + chunk, n), total);
+  }
+  return torch::cat(reps);
+}
+
+}  // namespace
+
+// Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
+// passage of the set (pair modes), or each row against every other row (grouped mode); with a
+// classifier (`loss` of a classifier kind, d.classes), also its top-k accuracy on every row.
+eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
+                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks,
+                          const EvalProgress& progress) {
+  torch::NoGradGuard no_grad;
+  auto norm = [&](torch::Tensor x) {
+    return loss.similarity == gc::Similarity::cos
+               ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
+               : x;
+  };
+  const int64_t n = idx.size(0), total = grouped ? n : 2 * n;
+  auto reps = encode_eval(q_tower, query_inputs(d, idx), chunk, progress, 0, total);
+  auto q = norm(reps).to(torch::kFloat64);
+  const auto rows = row_list(idx);
+  if (!grouped) {
+    auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk, progress, n, total)).to(torch::kFloat64);
+    return eval::retrieval(q, p, rows, ks);
+  }
+  auto table = eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
+  if (gc::is_classifier(loss.kind)) {
+    auto logits = gc::class_logits(reps, loss).to(torch::kFloat64);
+    eval::add_classification(table, logits, d.classes.index_select(0, idx.to(d.classes.device())), rows, ks);
+  }
+  return table;
+}
+
+Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data& data, const RowSplit& split,
+                              bool grouped) {
+  Evaluation e;
+  e.use_external = !o.eval_data.empty();
+  if (e.use_external) {
+    if (o.eval_end > 0 || o.eval_split > 0)
+      throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
+    e.external =
+        s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data, o.stream);
+    for (std::size_t i = 0; i < data.query.size(); ++i)
+      if (auto a = e.external.query[i].sizes(), b = data.query[i].sizes();
+          !std::equal(a.begin() + 1, a.end(), b.begin() + 1, b.end()))
+        throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
+  }
+  e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);
+  e.enabled = e.use_external || !split.eval.empty();
+  for (const auto* out : {&o.eval_dump, &o.classifier_out}) {  // refused now, not after training
+    if (out->empty() || s.rank != 0) continue;
+    const std::string dir = files::dir_name(*out);
+    if (!fs::is_directory(dir)) throw Error(Exit::cant_create, *out, "cannot create: no directory " + dir);
+  }
+  return e;
+}
+
+Monitor::Monitor(const TrainOptions& o, const Setup& s, dist::Group* group, Evaluation& eval, const Data& data,
+                 Models& m, const gc::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb,
+                 BestRecord& best)
+    : o_(o),
+      s_(s),
+      group_(group),
+      eval_(eval),
+      data_(data),
+      m_(m),
+      loss_(loss),
+      log_(log),
+      ckpt_(ckpt),
+      cb_(cb),
+      best_(best) {
+  if (!o.select_best.empty()) {
+    const auto keys = metric_keys(m.grouped, o.eval_k, m.classifier.has_value());
+    if (std::find(keys.begin(), keys.end(), o.select_best) == keys.end()) {
+      std::string list;
+      for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+      throw Error(Exit::usage, "--select-best", "'" + o.select_best + "' is not a metric of this mode (" + list + ")");
+    }
+    best_.metric = o.select_best;
+  }
+}
+
+bool Monitor::evaluate(int64_t step, int64_t epoch, EvalMetrics* out, bool during) {
+  bool is_best = false, stop = false;
+  if (s_.rank == 0) {
+    auto r = eval_.run(o_, data_, m_, loss_, step, cb_.eval_progress);
+    if (!best_.metric.empty()) {
+      is_best = update_best(best_, value_of(r, best_.metric), step);
+      stop = patience_exhausted(best_, o_.early_stop);
+      if (is_best) save_outputs(o_, m_);
+    }
+    log_.write({{"step", step}, {"epoch", epoch}, {"eval", eval_json(r)}});
+    if (cb_.evaluated && during) cb_.evaluated(step, r, is_best);
+    last_ = r;
+    if (out) *out = std::move(r);
+  }
+  last_step_ = step;  // on every rank: final_evaluation() must agree on whether to evaluate
+  if (group_) {       // rank 0's decisions, for the collective below and the loop
+    auto flags = torch::tensor({is_best ? 1.0 : 0.0, stop ? 1.0 : 0.0}, torch::kFloat64);
+    std::vector<torch::Tensor> t{flags.to(m_.params[0].device())};
+    group_->broadcast(t, 0);
+    is_best = t[0][0].item<double>() > 0;
+    stop = t[0][1].item<double>() > 0;
+  }
+  if (is_best && ckpt_.enabled()) ckpt_.save(step, m_.params, *opt_, true);
+  return stop;
+}
+
+bool Monitor::after_step(int64_t n, int64_t total, int64_t per_epoch) {
+  if (!eval_.enabled || o_.eval_every <= 0 || n % o_.eval_every != 0 || n >= total) return false;
+  return evaluate(n, (n - 1) / per_epoch, nullptr, true);
+}
+
+EvalMetrics Monitor::final_evaluation(int64_t step, int64_t epoch) {
+  if (last_step_ == step) return last_;
+  EvalMetrics r;
+  evaluate(step, epoch, &r);
+  return r;
+}
+
+double Monitor::value_of(const EvalMetrics& r, const std::string& key) {
+  for (const auto& x : r.metrics)
+    if (x.key == key) return x.value;
+  return -INFINITY;  // no queries: never a best
+}
+
+// Warnings about the labels of grouped mode (rank 0, with an evaluation): classes missing from
+// one side of the split, and evaluation rows a classifier cannot predict.
+void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split, Evaluation& eval, Data& data,
+                       const Models& m, const std::function<void(const std::string&)>& warn) {
+  for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) warn(w);
+  if (!m.classifier) return;
+  const auto lost = eval.unknown_classes(data);
+  if (lost > 0)
+    warn(std::to_string(lost) + " evaluation rows have labels no training row has: the classifier cannot " +
+         "predict them and they count as wrong in accuracy_at_k");
+}
+
+// Rank 0's outputs after a run that was not interrupted: --out (unless --select-best wrote the best
+// already; with no best ever selected, the last model and a warning) and --eval-dump.
+void write_final_outputs(const TrainOptions& o, Models& m, Evaluation& eval, const BestRecord& best,
+                         const TrainCallbacks& cb) {
+  if (!o.select_best.empty() && best.step < 0 && cb.warn)
+    cb.warn("--select-best: '" + o.select_best +
+            "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
+  if (o.select_best.empty() || best.step < 0) save_outputs(o, m);
+  eval.write_dump(o);
+}
+
+}  // namespace traincache::train

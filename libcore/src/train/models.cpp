@@ -1,0 +1,326 @@
+#include "models.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "traincache/autocast.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+#include "traincache/safe_file.h"
+#include "traincache/sha256.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace traincache::train {
+
+namespace {
+
+// A built-in head "mlp:H1,...,Hn" (ReLU between layers) or "linear:D", as a TorchScript module so
+// that --out is loadable with torch.jit.load. Weights are initialised like nn.Linear.
+torch::jit::Module build_head(const std::string& spec, int64_t in_dim) {
+  auto colon = spec.find(':');
+  std::string kind = spec.substr(0, colon);
+  if (kind != "mlp" && kind != "linear")
+    throw Error(Exit::usage, "--head", "expected mlp:H1,...,Hn, linear:D or a TorchScript file, got '" + spec + "'");
+  std::vector<int64_t> dims;
+  std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  std::size_t pos = 0;
+  while (pos < rest.size()) {
+    std::size_t next = rest.find(',', pos);
+    if (next == std::string::npos) next = rest.size();
+    try {
+      dims.push_back(std::stoll(rest.substr(pos, next - pos)));
+    } catch (const std::exception&) {
+      throw Error(Exit::usage, "--head", "not a layer width in '" + spec + "'");
+    }
+    if (dims.back() <= 0) throw Error(Exit::usage, "--head", "layer widths must be positive");
+    pos = next + 1;
+  }
+  if (dims.empty() || (kind == "linear" && dims.size() != 1))
+    throw Error(Exit::usage, "--head", "'" + spec + "' names no layer widths");
+  torch::jit::Module m("TraincacheHead");
+  std::string body = "def forward(self, x):\n  h = x\n";
+  int64_t fan_in = in_dim;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    auto w = torch::empty({dims[i], fan_in}).uniform_(-bound, bound);
+    auto b = torch::empty({dims[i]}).uniform_(-bound, bound);
+    m.register_parameter("weight" + std::to_string(i), w, false);
+    m.register_parameter("bias" + std::to_string(i), b, false);
+    body += "  h = torch.matmul(h, self.weight" + std::to_string(i) + ".t()) + self.bias" + std::to_string(i) + "\n";
+    if (i + 1 < dims.size()) body += "  h = torch.relu(h)\n";
+    fan_in = dims[i];
+  }
+  body += "  return h\n";
+  m.define(body);
+  return m;
+}
+
+void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
+  for (const auto& b : m.named_buffers())
+    if (b.name.find("running_mean") != std::string::npos)
+      throw Error(Exit::data, what,
+                  "has BatchNorm layers (" + b.name +
+                      "); gradient caching would update their running statistics twice: use "
+                      "LayerNorm/GroupNorm, or --no-gradcache");
+}
+
+gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
+  return [m, name](const std::vector<torch::Tensor>& inputs) {
+    torch::jit::IValue out =
+        encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
+    if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
+    auto t = out.toTensor();
+    return t.dim() == 2 ? t : t.reshape({t.size(0), -1});
+  };
+}
+
+void save_module(torch::jit::Module& m, const std::string& path) {
+  std::ostringstream bytes;
+  try {
+    m.save(bytes);
+  } catch (const std::exception& e) {
+    throw Error(Exit::internal, path, "cannot serialise the trained model: " + encode::torch_error_message(e.what()));
+  }
+  files::write_file_atomically(path, bytes.str());
+}
+
+// A text side's tower: the encoder gets input_ids, attention_mask and, when its forward() takes
+// three tensors, token_type_ids; padded to the longest, each chunk is trimmed to its own longest.
+gc::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t,
+                     const std::string& vocab_table) {
+  const std::size_t arity = encode::text_tensors(encode::forward_arity(*m), 0, 1, name);
+  if (t.tok) encode::check_vocabulary(*m, name, *t.tok, t.tokenizer, vocab_table);
+  const auto table = encode::token_table(*m, t.tok ? t.tok->vocab_size() : 0, vocab_table);
+  if (table && !t.tok && !t.seqs.ids.empty()) {
+    const int64_t top = *std::max_element(t.seqs.ids.begin(), t.seqs.ids.end());
+    if (top >= table->rows)
+      throw Error(Exit::data, name,
+                  t.tokenizer + " holds token id " + std::to_string(top) + ", beyond its embedding table " +
+                      table->name + " of " + std::to_string(table->rows) + " rows");
+  }
+  if (const auto pos = encode::position_table(*m, table ? table->name : "")) {
+    const auto [i, n] = t.longest();
+    if (n > pos->rows)
+      throw Error(Exit::data, name,
+                  t.describe(i) + " holds " + std::to_string(n) + " tokens but the position table " + pos->name +
+                      " has " + std::to_string(pos->rows) + " rows: give --max-length " + std::to_string(pos->rows) +
+                      " (or less)");
+  }
+  return [inner = tower_of(m, name), arity, trim = t.length == 0](const std::vector<torch::Tensor>& in) {
+    std::vector<torch::Tensor> args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(arity));
+    if (trim) {
+      encode::trim_padding(args.data(), args.size(), in[1]);
+    }
+    return inner(args);
+  };
+}
+
+// Text sides: their towers, and their tokenisation among the settings a checkpoint must match.
+void use_text(const TrainOptions& o, const Data& d, Models& m) {
+  auto config = [&](const TextSide& t) {
+    if (!t.tok) return json{{"ragged", true}, {"pad_id", t.seqs.pad_id}};
+    return json{{"tokenizer_sha256", sha256_file(t.tokenizer)},
+                {"max_length", text::effective_max_length(*t.tok, o.tokenize)},
+                {"padding", text::padding_choices().name(o.tokenize.padding)},
+                {"strict_utf8", o.tokenize.strict_utf8}};
+  };
+  if (d.query_text) {
+    m.q_tower = text_tower(m.q, "query encoder", *d.query_text, o.tokenize.vocab_table);
+    m.config["text"]["query"] = config(*d.query_text);
+  }
+  if (d.passage_text) {
+    m.p_tower = text_tower(m.p, "passage encoder", *d.passage_text, o.tokenize.vocab_table);
+    m.config["text"]["passage"] = config(*d.passage_text);
+  }
+}
+
+}  // namespace
+
+// The training data and the modules that train on it.
+Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
+  Models m;
+  m.modules.reserve(2);
+  std::vector<std::string> names;
+  if (!s.cached) {
+    m.grouped = !o.labels.empty();
+    if (o.query.empty() || (o.passage.empty() && !m.grouped))
+      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets (or --query and --labels)");
+    if (m.grouped && !o.passage.empty())
+      throw Error(Exit::usage, "--labels", "raw grouped mode trains one side: give --query and no --passage");
+    if (m.grouped && !o.negatives.empty())
+      throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
+    if (m.grouped && o.encoder.empty())
+      throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
+    data = load_raw(o, s, o.data, true);  // loaded or streamed by run_train
+    bool tied = !o.encoder.empty();
+    if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
+      throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
+    if (!tied && (o.query_encoder.empty() || o.passage_encoder.empty()))
+      throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
+    if (!tied && !o.out.empty() && o.passage_out.empty())
+      throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
+    names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
+    for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
+    m.mode = m.grouped ? "raw-grouped" : tied ? "raw-tied" : "raw-separate";
+    m.config["encoders"] =
+        tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
+  } else {
+    m.grouped = !o.embeddings.empty();
+    if (m.grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
+      throw Error(
+          Exit::usage, "--embeddings",
+          "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
+    if (!m.grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
+      throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+    std::string fingerprint;
+    data = load_cached(o, s, o.cache, m.grouped, !o.cache_shm.empty(), &fingerprint);
+    struct stat st;
+    bool head_file = stat(o.head.c_str(), &st) == 0;
+    m.modules.push_back(head_file ? encode::load_module(o.head, s.device)
+                                  : build_head(o.head, data.query[0].sizes()[1]));
+    names = {o.head};
+    m.mode = m.grouped ? "cached-grouped" : "cached-aligned";
+    m.config["cache_fingerprint"] = fingerprint;
+    m.config["head"] = canonical(o.head);
+  }
+  for (std::size_t i = 0; i < m.modules.size(); ++i) {
+    m.modules[i].to(s.device);
+    m.modules[i].to(s.float_type);
+    m.modules[i].train();
+    if (o.gradcache) refuse_batchnorm(m.modules[i], names[i]);
+  }
+  m.q = &m.modules[0];
+  m.p = m.modules.size() > 1 ? &m.modules[1] : &m.modules[0];
+  m.distinct = {m.q};
+  if (m.p != m.q) m.distinct.push_back(m.p);
+  // Built-in heads are trained whole; a loaded module keeps its own requires_grad flags, so a
+  // frozen part (requires_grad=False when it was saved) stays frozen.
+  bool builtin_head = s.cached && !fs::exists(o.head);
+  for (auto& p : unique_params(m.distinct)) {
+    if (builtin_head) p.set_requires_grad(true);
+    if (p.requires_grad()) m.params.push_back(p);
+  }
+  if (m.params.empty()) throw Error(Exit::data, names[0], "has no parameter that requires grad: nothing to train");
+  m.q_tower = tower_of(m.q, "query encoder");
+  m.p_tower = tower_of(m.p, "passage encoder");
+  if (s.cached) {
+    m.q_tower = [t = tower_of(m.q, "head"), dev = s.device](const std::vector<torch::Tensor>& in) {
+      return t({in[0].to(dev)});
+    };
+    m.p_tower = m.q_tower;
+  } else {
+    use_text(o, data, m);
+  }
+  if (o.precision != Precision::fp32) {  // the towers under autocast; the loss sees float32
+    auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](gc::Tower t) -> gc::Tower {
+      return [t = std::move(t), p, dev, ft](const std::vector<torch::Tensor>& in) {
+        precision::Autocast region(p, dev);
+        return t(in).to(ft);
+      };
+    };
+    m.q_tower = mixed(m.q_tower);
+    m.p_tower = mixed(m.p_tower);
+  }
+  return m;
+}
+
+std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>& mods) {
+  std::vector<torch::Tensor> params;
+  std::set<const void*> seen;
+  for (auto* m : mods)
+    for (const auto& p : m->parameters())
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  return params;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
+                                                        const std::vector<torch::Tensor>& params) {
+  if (o.optimizer == Optimizer::sgd)
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
+}
+
+gc::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) {
+  gc::LossConfig c;
+  c.similarity = o.similarity;
+  c.temperature = o.temperature;
+  switch (spec.kind) {
+    case Objective::supcon:
+      c.kind = gc::LossKind::supcon;
+      break;
+    case Objective::softmax:
+      c.kind = gc::LossKind::softmax;
+      break;
+    case Objective::arcface:
+      c.kind = gc::LossKind::arcface;
+      break;
+    case Objective::cosface:
+      c.kind = gc::LossKind::cosface;
+      break;
+    case Objective::triplet:
+      c.kind = spec.mining == Mining::semi_hard ? gc::LossKind::triplet_semi_hard : gc::LossKind::triplet_batch_hard;
+      break;
+    default:
+      c.kind = spec.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+  }
+  c.margin = spec.margin;
+  c.scale = spec.scale;
+  c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
+  return c;
+}
+
+// The classifier of softmax, arcface and cosface: one class per distinct label of the training
+// rows (ascending), as wide as the representations. Rows whose label training lacks get class -1
+// (wrong in every evaluation). Built before the first broadcast so that every rank starts alike.
+void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, gc::LossConfig& loss,
+                       std::vector<Data*> also) {
+  auto train_labels = label_list(data.labels.index_select(0, torch::tensor(split.train, torch::kLong)));
+  std::set<int64_t> distinct(train_labels.begin(), train_labels.end());
+  const std::vector<int64_t> classes(distinct.begin(), distinct.end());
+  also.push_back(&data);
+  for (Data* d : also) {
+    auto lut = label_list(d->labels);
+    for (auto& l : lut) {
+      auto it = std::lower_bound(classes.begin(), classes.end(), l);
+      l = it != classes.end() && *it == l ? it - classes.begin() : -1;
+    }
+    d->classes = torch::tensor(lut, torch::kLong);
+  }
+  int64_t dim = 0;
+  {  // the representation width: one row through the tower, in eval mode (no dropout draws)
+    torch::NoGradGuard no_grad;
+    m.q->eval();
+    dim = m.q_tower(query_inputs(data, torch::tensor({split.train.front()}, torch::kLong))).size(1);
+    m.q->train();
+  }
+  m.classifier = gc::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);
+  m.classifier->train();
+  m.distinct.push_back(&*m.classifier);
+  for (const auto& p : m.classifier->parameters()) m.params.push_back(p);
+  gc::use_classifier(loss, *m.classifier);
+}
+
+// --out (and --passage-out): the trained modules as TorchScript, written by rank 0.
+void save_outputs(const TrainOptions& o, Models& m) {
+  if (!o.out.empty()) {
+    m.q->eval();
+    save_module(*m.q, o.out);
+    m.q->train();
+  }
+  if (m.p != m.q && !o.passage_out.empty()) {
+    m.p->eval();
+    save_module(*m.p, o.passage_out);
+    m.p->train();
+  }
+  if (m.classifier && !o.classifier_out.empty()) save_module(*m.classifier, o.classifier_out);
+}
+
+}  // namespace traincache::train

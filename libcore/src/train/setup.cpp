@@ -1,0 +1,61 @@
+#include "setup.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "traincache/autocast.h"
+#include "traincache/encoder.h"
+#include "traincache/error.h"
+
+namespace traincache::train {
+
+Setup resolve_setup(const TrainOptions& o) {
+  Setup s;
+  s.launch = dist::read_launch();
+  s.rank = s.launch.rank;
+  s.world = s.launch.world_size;
+  s.device = encode::parse_device(o.device);
+  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected).
+  if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index()) {
+    s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
+    s.device_from_local_rank = true;
+  }
+  s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
+  precision::allow_tf32(o.tf32);
+  // Processes of one machine share its cores unless --threads says otherwise.
+  encode::configure_threads(
+      o.threads > 0 || s.launch.local_world_size <= 1
+          ? o.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.launch.local_world_size));
+  validate_options(o);
+  precision::check(o.precision, s.device, "--precision");
+  s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
+  s.cached = !o.cache.empty();
+  s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
+  return s;
+}
+
+// Data parallelism: every rank connects to the job's store before anything can fail on one rank
+// only, so that such a failure reaches the others (report_failure) instead of leaving them waiting.
+// What every rank decides alike (options, the backend) is checked before, without waiting.
+std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result) {
+  if (!s.launch.distributed()) return nullptr;
+  dist::Backend backend = dist::choose_backend(o.dist_backend, s.device);
+  if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
+  if (o.batch_size < s.world)
+    throw Error(Exit::usage, "--batch-size",
+                std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");
+  auto group = std::make_unique<dist::Group>(
+      s.launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), s.device);
+  result.backend = dist::backend_choices().name(backend);
+  return group;
+}
+
+// This rank's own resources, once connected: its GPU (a device index that does not exist is 69
+// before any model is loaded).
+void check_local_device(const Setup& s) {
+  if (s.device_from_local_rank)
+    encode::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
+}
+
+}  // namespace traincache::train

@@ -1,0 +1,126 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "data.h"
+#include "traincache/error.h"
+#include "traincache/h5.h"
+
+namespace traincache::train {
+
+namespace {
+
+// Attaches to slab `slab_name` when it exists and may be trusted (this user's, or any owner's with
+// --trust-slab-owner; made for the same cache contents), or creates it.
+std::shared_ptr<shm::Slab> shared_slab(const shm::CreateOptions& want, bool trust_owner, const std::string& cache) {
+  std::shared_ptr<shm::Slab> slab;
+  try {
+    slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));
+  } catch (const Error& e) {
+    if (e.code() != Exit::unavailable) throw;
+  }
+  if (!slab) {
+    try {
+      return std::make_shared<shm::Slab>(shm::Slab::create(want));
+    } catch (const Error& e) {
+      if (e.code() != Exit::cant_create) throw;
+      slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));  // lost a race
+    }
+  }
+  auto si = slab->info();
+  if (si.uid != ::geteuid() && !trust_owner)
+    throw Error(Exit::data, want.name,
+                "slab is owned by another user (uid " + std::to_string(si.uid) +
+                    "); use --trust-slab-owner to share it, or another --cache-shm name");
+  if (si.content_id != want.content_id)
+    throw Error(Exit::data, want.name,
+                "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + want.name + ")");
+  if (si.layout != shm::Layout::fixed || si.dtype != DType::f32 || si.dims != want.dims || si.length != want.length ||
+      si.slots != want.length || si.selection != shm::Selection::first)
+    throw Error(Exit::data, want.name, "slab does not have the shape of the cache's embeddings");
+  return slab;
+}
+
+// Fills the slab's missing rows from dataset `d` of `cache` (set() skips filled slots, so
+// concurrent processes cooperate) until every row is filled. Slots left WRITING by a dead process
+// are repaired and refilled at once; an invalid slot state means a corrupt slab.
+void fill_shared(shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+  constexpr int64_t kBlock = 4096;
+  std::vector<float> buf;
+  for (int tries = 0;; ++tries) {
+    for (int64_t s = 0; s < rows; s += kBlock) {
+      int64_t n = std::min(kBlock, rows - s);
+      bool missing = false;
+      for (int64_t i = 0; i < n && !missing; ++i) missing = slab.state(uint64_t(s + i)) == shm::SlotState::empty;
+      if (!missing) continue;
+      buf.resize(static_cast<std::size_t>(n * dim));
+      h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+      for (int64_t i = 0; i < n; ++i) slab.set(uint64_t(s + i), buf.data() + i * dim, dim * sizeof(float));
+    }
+    auto c = slab.counts();
+    if (c.invalid > 0)
+      throw Error(Exit::data, slab.info().name,
+                  std::to_string(c.invalid) + " slot(s) hold an invalid state: corrupt slab (remove it: shm-cache rm " +
+                      slab.info().name + ")");
+    if (c.filled == uint64_t(rows)) return;
+    if (slab.repair() > 0) continue;  // writers that died mid-row: their rows are ours to write
+    if (tries > 12000)
+      throw Error(Exit::temp_failure, slab.info().name, "still being filled by another process after 120 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// The whole slab against the cache file, block by block; Error(data) at the first difference.
+void compare_with_cache(const shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+  constexpr int64_t kBlock = 4096;
+  std::vector<float> buf;
+  const char* items = static_cast<const char*>(slab.items());
+  for (int64_t s = 0; s < rows; s += kBlock) {
+    int64_t n = std::min(kBlock, rows - s);
+    buf.resize(static_cast<std::size_t>(n * dim));
+    h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+    if (std::memcmp(items + s * dim * sizeof(float), buf.data(), buf.size() * sizeof(float)) != 0)
+      throw Error(Exit::data, slab.info().name,
+                  "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + slab.info().name + ")");
+  }
+}
+
+}  // namespace
+
+// Embeddings `name` of the cache placed in the slab "<shm>-<name>", shared by every process on
+// the machine: the first one creates and fills it, the others attach (and help fill). The first
+// process to see it complete compares it with the cache file in full and seals it with a digest;
+// later ones check the digest. Returns a zero-copy [rows, dim] float32 view of the slab.
+torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
+                                const std::string& fingerprint, const std::string& name, int64_t rows) {
+  h5::Id f = h5::open_file(cache);
+  std::string dpath = "/embeddings/" + name;
+  h5::Id d = h5::open_dataset(f.get(), cache, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  const int64_t dim = di.row_elements();
+  shm::CreateOptions c;
+  c.name = shm_name + "-" + name;
+  c.length = static_cast<uint64_t>(rows);
+  c.dtype = DType::f32;
+  c.dims = {static_cast<uint64_t>(dim)};
+  c.slots = c.length;
+  c.content_id = fingerprint.substr(0, 64) + "/" + name.substr(0, 60);
+  c.tool = "gc-train";
+  auto slab = shared_slab(c, trust_owner, cache);
+  fill_shared(*slab, d.get(), cache, rows, dim);
+  auto sealed = slab->info().sealed_digest;
+  std::string digest = slab->data_digest();
+  if (!sealed) {
+    compare_with_cache(*slab, d.get(), cache, rows, dim);
+    slab->seal(digest);
+  } else if (*sealed != digest) {
+    throw Error(Exit::data, c.name,
+                "slab contents changed after it was filled and sealed (remove it: shm-cache rm " + c.name + ")");
+  }
+  data.slabs.push_back(slab);
+  return torch::from_blob(const_cast<void*>(slab->items()), {rows, dim}, torch::kFloat32);
+}
+
+}  // namespace traincache::train

@@ -1,0 +1,142 @@
+#include <memory>
+
+#include "data.h"
+#include "traincache/error.h"
+#include "traincache/sha256.h"
+
+namespace traincache::train {
+
+namespace {
+
+// The texts of field `field` of `file` and how many each row holds (1, or k for lists).
+std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
+                                    bool lists, int64_t& per_row, int64_t& replaced) {
+  source::FileOptions files = o.files;
+  files.strict_utf8 = o.tokenize.strict_utf8;
+  auto col = source::open_column(file, field, files, source::Role::text);
+  const auto& ci = col->info();
+  if (ci.dtype != DType::string || ci.shape.size() > (lists ? 2u : 1u))
+    throw Error(Exit::data, file,
+                "text field '" + field + "' must hold " +
+                    (lists ? "a string or a list of strings per row" : "one string per row") +
+                    " (a manifest field or an HDF5 string dataset)");
+  per_row = ci.shape.size() == 2 ? ci.shape[1] : 1;
+  replaced += col->utf8_replaced();
+  auto texts = col->read_strings(0, ci.rows());
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    if (texts[i].empty())
+      throw Error(Exit::data,
+                  file + ": field '" + field + "' row " + std::to_string(i / static_cast<std::size_t>(per_row)) +
+                      (per_row > 1 ? " item " + std::to_string(i % static_cast<std::size_t>(per_row)) : ""),
+                  "empty text");
+  return texts;
+}
+
+// --data-cache: a text side's token sequences (`texts`, then `negs`) in a sealed slab, tokenized
+// by one process of the node and shared by all; named after what the tokens are made from (the
+// file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
+// --data-cache-keep.
+std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, const std::string& file,
+                                                      const std::string& field, const std::string& neg_field,
+                                                      const TextSide& t, const std::vector<std::string>& texts,
+                                                      const std::vector<std::string>& negs, int index) {
+  const std::string parts = std::string("text") + '\0' + canonical(file) + '\0' + file_stamp(file) + field + '\0' +
+                            neg_field + '\0' + sha256_file(t.tokenizer) + '\0' +
+                            std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
+                            (o.tokenize.strict_utf8 ? "strict" : "replace") + '\0';
+  shm::CreateOptions want;
+  want.content_id = data_cache::content_id(parts);
+  want.name = o.data_cache.keep.empty() ? "gc-train-" + want.content_id.substr(want.content_id.size() - 16)
+                                        : o.data_cache.keep + "-" + std::to_string(index);
+  shm::validate_name(want.name);
+  want.dtype = DType::i32;
+  want.tool = "gc-train";
+  want.temporary = o.data_cache.keep.empty();
+  auto make = [&] {
+    const std::string what = file + ": field '";
+    auto rows = std::make_shared<text::TokenRows>(
+        text::tokenize_rows(*t.tok, texts, o.tokenize, what + field + "'", o.threads));
+    if (!negs.empty()) rows->extend(text::tokenize_rows(*t.tok, negs, o.tokenize, what + neg_field + "'", o.threads));
+    data_cache::SealedItems items;
+    items.count = static_cast<uint64_t>(rows->size());
+    items.bytes = rows->ids.size() * 2 * sizeof(int32_t);
+    items.fill = [rows](shm::Slab& slab) {
+      std::vector<int32_t> buf;
+      for (int64_t i = 0; i < rows->size(); ++i) {
+        const auto from = rows->ids.begin() + rows->offsets[static_cast<std::size_t>(i)];
+        const auto type_from = rows->type_ids.begin() + rows->offsets[static_cast<std::size_t>(i)];
+        buf.assign(from, from + rows->length(i));
+        buf.insert(buf.end(), type_from, type_from + rows->length(i));
+        if (!slab.set(static_cast<uint64_t>(i), buf.data(), buf.size() * sizeof(int32_t)))
+          throw Error(Exit::internal, slab.info().name, "sequence " + std::to_string(i) + " was not stored");
+      }
+    };
+    return items;
+  };
+  return data_cache::SealedSlab::open(want, o.trust_slab_owner, make);
+}
+
+}  // namespace
+
+// The tokenizer file of a side, or "" when the side is not text.
+std::string side_tokenizer(const TrainOptions& o, bool query) {
+  const std::string& own = query ? o.query_tokenizer : o.passage_tokenizer;
+  return own.empty() ? o.tokenizer : own;
+}
+
+// A text side: fields[0] of `file` (and its hard negatives `negatives`), tokenized with `tok_path`
+// in this process, or through the node's shared slab with --data-cache (`cache_index`: its
+// --data-cache-keep number).
+TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
+                   const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
+                   const std::string& tok_path, const char* option, int64_t& replaced, int cache_index) {
+  if (fields.size() != 1)
+    throw Error(Exit::usage, option, "a text side reads one field, not " + std::to_string(fields.size()));
+  if (negatives.size() > 1) throw Error(Exit::usage, "--negatives", "a text side reads one field of negatives");
+  if (file.empty()) throw Error(Exit::usage, "--data", "text fields need --data (a manifest or an HDF5 file)");
+  TextSide t;
+  t.tokenizer = tok_path;
+  t.tok = text::load(tok_path);
+  t.device = s.device;
+  if (o.tokenize.padding == text::Padding::max_length) t.length = text::effective_max_length(*t.tok, o.tokenize);
+  int64_t one = 1;
+  auto texts = read_texts(o, file, fields[0], false, one, replaced);
+  t.rows = static_cast<int64_t>(texts.size());
+  std::vector<std::string> neg;
+  if (!negatives.empty()) {
+    neg = read_texts(o, file, negatives[0], true, t.negatives, replaced);
+    same_rows(file, fields[0], t.rows, negatives[0], static_cast<int64_t>(neg.size()) / t.negatives);
+  }
+  if (o.data_cache.mode != data_cache::Mode::none) {
+    t.shared = shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, texts, neg, cache_index);
+    t.seqs.pad_id = t.tok->pad_id();
+    return t;
+  }
+  t.seqs = text::tokenize_rows(*t.tok, texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
+  if (!neg.empty())
+    t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
+  return t;
+}
+
+// A side whose one dataset is ragged (a variable-layout slab of token ids): its sequences as
+// stored, padded per batch and chunk like text. Nothing for other datasets.
+std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
+                                    const std::vector<std::string>& fields, bool negatives) {
+  if (fields.size() != 1 || source::kind_of(source::names_own_file(fields[0]) ? fields[0] : file) != source::Kind::shm)
+    return std::nullopt;
+  auto col = source::open_column(file, fields[0], o.files);
+  if (!col->info().ragged) return std::nullopt;
+  if (negatives)
+    throw Error(Exit::usage, "--negatives",
+                "hard negatives of token sequences are read from text fields (--tokenizer)");
+  TextSide t;
+  t.rows = col->info().rows();
+  t.device = s.device;
+  t.tokenizer = fields[0];
+  std::vector<int64_t> values, offsets;
+  col->read_ragged(0, t.rows, values, offsets);
+  t.seqs = text::token_rows(values, std::move(offsets), o.tokenize.pad_id, fields[0]);
+  return t;
+}
+
+}  // namespace traincache::train

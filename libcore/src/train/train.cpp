@@ -1,0 +1,133 @@
+#include "traincache/train.h"
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoints.h"
+#include "data.h"
+#include "evaluation.h"
+#include "models.h"
+#include "setup.h"
+#include "step.h"
+#include "traincache/autocast.h"
+#include "traincache/timing.h"
+
+using nlohmann::json;
+
+namespace traincache::train {
+
+namespace {
+
+// Everything after connecting, on every rank; `group` is null for one process.
+void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallbacks& cb, TrainResult& result) {
+  auto info = [&](const std::string& msg) {
+    if (cb.info && s.rank == 0) cb.info(msg);
+  };
+  check_local_device(s);
+  torch::manual_seed(o.seed);
+
+  Data data;
+  Models m = load_models(o, s, data);
+  load_or_stream(o, data, info);
+  result.mode = m.mode;
+  result.objective = s.objective.name();
+  result.utf8_replaced = data.utf8_replaced;
+  if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
+    cb.warn(std::to_string(data.utf8_replaced) +
+            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  if (!data.labels_warning.empty() && cb.warn && s.rank == 0) cb.warn(data.labels_warning);
+  gc::LossConfig loss = loss_config(o, s.objective);
+  std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
+  const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
+  if (m.grouped) require_two_classes(s.objective, pick(labels, split.train));
+  Evaluation eval = prepare_evaluation(o, s, data, split, m.grouped);
+  if (s.objective.classifier) {
+    attach_classifier(s, split, data, m, loss,
+                      eval.use_external ? std::vector<Data*>{&eval.external} : std::vector<Data*>{});
+    result.classes = m.classifier->attr("labels").toTensor().size(0);
+  }
+  if (group) {
+    group->start();
+    info("rank 0 of " + std::to_string(s.world) + " (" + result.backend + "); every rank encodes 1/" +
+         std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
+    // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
+    group->broadcast(unique_params(m.distinct), 0);
+    if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
+  }
+  open_windows(o, s, split.train, data);
+  result.window_rows = data.window.cache_num;
+  result.window_replace = data.window.replace_num;
+  const StepPlan steps =
+      plan_steps(o, data.window_rows ? data.window.cache_num : static_cast<int64_t>(split.train.size()));
+  result.total_steps = steps.total;
+  auto opt = make_optimizer(o, m.params);
+  precision::GradScaler scaler(o.precision == Precision::fp16);
+  Checkpointer ckpt(o, s, group, checkpoint_config(o, s, m, split));
+  ckpt.state = [&result, &scaler] {
+    auto j = json::parse(best_to_json(result.best));
+    if (scaler.enabled()) j["grad_scale"] = scaler.state();
+    return j.dump();
+  };
+  const int64_t start = ckpt.resume(m.params, *opt, result, info);
+  result.start_step = start;
+  if (auto st = json::parse(ckpt.resumed_state(), nullptr, false); st.is_object() && st.contains("grad_scale"))
+    scaler.restore(st["grad_scale"].get<std::string>());
+  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
+  MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start > 0);
+  result.best = best_from_json(ckpt.resumed_state());
+  Monitor monitor(o, s, group, eval, data, m, loss, metrics, ckpt, cb, result.best);
+  monitor.set_optimizer(opt.get());
+  if (m.grouped && eval.enabled && cb.warn && s.rank == 0) warn_about_labels(labels, split, eval, data, m, cb.warn);
+  std::vector<int64_t>().swap(labels);  // per-row memory: only what the loop needs stays
+  if (eval.enabled && start == 0) {
+    monitor.evaluate(0, 0, &result.eval_before);
+    if (s.rank == 0 && cb.evaluated_before) cb.evaluated_before(result.eval_before);
+  }
+
+  Trainer trainer(o, s, group, data, m, *opt, loss, split, steps, scaler);
+  auto t_loop = Clock::now();
+  const int64_t reached = trainer.run(start, ckpt, metrics, batch_log, result, cb, info,
+                                      [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
+  result.steps_done = reached;
+  result.window_epochs = trainer.window_epochs();
+  result.data_cache = data_cache_stats(data);
+  double loop_s = seconds_since(t_loop);
+  result.samples_per_second = loop_s > 0 ? trainer.samples() / loop_s : 0;
+  result.seconds_per_epoch = reached > start ? loop_s / (reached - start) * steps.per_epoch : 0;
+  if (eval.enabled && !result.interrupted) {
+    if (group) group->set_context("final evaluation");
+    result.eval_after = monitor.final_evaluation(reached, reached > 0 ? (reached - 1) / steps.per_epoch : 0);
+  }
+  if (ckpt.enabled() && (result.interrupted || result.stopped_early || reached == steps.total) && reached > start) {
+    if (group) group->set_context("final checkpoint");
+    ckpt.save(reached, m.params, *opt);
+    result.checkpoint = ckpt.path();
+  }
+  if (group) {
+    result.collectives = group->collectives();
+    result.collective_seconds = group->collective_seconds();
+  }
+  if (!result.interrupted && s.rank == 0) write_final_outputs(o, m, eval, result.best, cb);
+}
+
+}  // namespace
+
+TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
+  auto t_start = Clock::now();
+  TrainOptions o = given;
+  const Setup s = resolve_setup(o);
+  if (o.data_cache.mode != data_cache::Mode::none) o.stream = true;  // a data cache keeps streamed rows
+  TrainResult result;
+  result.rank = s.rank;
+  result.world_size = s.world;
+  auto group = connect(o, s, result);
+  try {
+    train(o, s, group.get(), cb, result);
+  } catch (const std::exception& e) {
+    if (group) group->report_failure(e);  // the other ranks stop with this reason
+    throw;
+  }
+  result.seconds = seconds_since(t_start);
+  return result;
+}
+
+}  // namespace traincache::train
