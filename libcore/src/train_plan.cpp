@@ -309,7 +309,72 @@ void validate_options(const TrainOptions& o) {
     throw Error(Exit::usage, "--early-stop", "needs --select-best METRIC (the metric whose best it waits for)");
   if (o.early_stop > 0 && o.eval_every <= 0)
     throw Error(Exit::usage, "--early-stop", "needs --eval-every N (evaluations during training)");
+  if (!o.eval_data.empty() && (o.eval_end > 0 || o.eval_split > 0))
+    throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
+  if (o.resume && o.checkpoint_dir.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
+  if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
   validate_data_cache(o);
+  o.cache.empty() ? validate_raw_sides(o) : validate_cached_sides(o);
+}
+
+void validate_cached_sides(const TrainOptions& o) {
+  const bool grouped = !o.embeddings.empty();
+  if (grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
+    throw Error(Exit::usage, "--embeddings",
+                "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
+  if (!grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
+    throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+}
+
+namespace {
+
+// A side read as text (tokenized with `tokenizer`): one field of --data, and at most one field of
+// hard negatives.
+void validate_text_side(const TrainOptions& o, const std::vector<std::string>& fields, const char* option,
+                        bool negatives) {
+  if (fields.size() != 1)
+    throw Error(Exit::usage, option, "a text side reads one field, not " + std::to_string(fields.size()));
+  if (negatives && o.negatives.size() > 1)
+    throw Error(Exit::usage, "--negatives", "a text side reads one field of negatives");
+  if (o.data.empty()) throw Error(Exit::usage, "--data", "text fields need --data (a manifest or an HDF5 file)");
+}
+
+}  // namespace
+
+void validate_raw_sides(const TrainOptions& o) {
+  const bool grouped = !o.labels.empty();
+  if (o.query.empty() || (o.passage.empty() && !grouped))
+    throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets (or --query and --labels)");
+  if (grouped && !o.passage.empty())
+    throw Error(Exit::usage, "--labels", "raw grouped mode trains one side: give --query and no --passage");
+  if (grouped && !o.negatives.empty())
+    throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
+  if (grouped && o.encoder.empty())
+    throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
+  auto own_tokenizer = [&](const std::string& own) { return !(own.empty() ? o.tokenizer : own).empty(); };
+  const bool query_text = own_tokenizer(o.query_tokenizer);
+  const bool passage_text = !o.passage.empty() && own_tokenizer(o.passage_tokenizer);
+  if (query_text) validate_text_side(o, o.query, "--query", false);
+  if (passage_text) validate_text_side(o, o.passage, "--passage", true);
+  if (!passage_text && !o.negatives.empty() && o.negatives.size() != o.passage.size())
+    throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
+  const bool tied = !o.encoder.empty();
+  if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
+    throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
+  if (!tied && (o.query_encoder.empty() || o.passage_encoder.empty()))
+    throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
+  if (!tied && !o.out.empty() && o.passage_out.empty())
+    throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
+}
+
+void validate_selection(const TrainOptions& o, const ObjectiveSpec& spec) {
+  if (o.select_best.empty()) return;
+  const bool grouped = o.cache.empty() ? !o.labels.empty() : !o.embeddings.empty();
+  const auto keys = metric_keys(grouped, o.eval_k, spec.classifier);
+  if (std::find(keys.begin(), keys.end(), o.select_best) != keys.end()) return;
+  std::string list;
+  for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+  throw Error(Exit::usage, "--select-best", "'" + o.select_best + "' is not a metric of this mode (" + list + ")");
 }
 
 void validate_data_cache(const TrainOptions& o) {

@@ -42,9 +42,6 @@ expect_out_re '"eval_before":\{"rows":50,"queries":[0-9]+,"excluded":[0-9]+,"pre
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings mlp --epochs 1 --eval-data "$WORK/eval.h5"
 expect_rc 65
 expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache (have: cnn)"
-run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --epochs 1 --eval-data "$WORK/eval.h5" --eval-rows 0:10
-expect_rc 64
-expect_err "gc-train: error: --eval-data: give one of --eval-data, --eval-rows and --eval-split"
 
 # Per-encoder --cache-device is applied (there is no GPU here, so CUDA is refused).
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --cache-device cnn=cuda:0 --steps 1

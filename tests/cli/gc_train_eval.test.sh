@@ -222,20 +222,14 @@ bad() {  # bad MESSAGE ARGS...
   expect_rc 64
   expect_err "gc-train: error: $msg"
 }
+# Each rule's message is checked in unit.train_plan_test and unit.eval_stats_test (split_rows,
+# validate_options, validate_selection, parse_ks); here, one of each kind through the tool.
 bad "--eval-split: give --eval-split or --eval-rows, not both" --eval-split 0.2 --eval-rows 0:10
-bad "--stratify: applies to --eval-split" --stratify --eval-rows 0:10
-bad "--eval-k: '0' is not a positive integer (give a list such as 1,5,10)" --eval-split 0.2 --eval-k 1,0
 bad "--eval-k: lists a cut-off twice" --eval-split 0.2 --eval-k 5,5
-bad "--eval-dump: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-dump "$WORK/x.tsv"
-bad "--eval-bootstrap: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-bootstrap 100
-bad "--eval-every: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --eval-every 2
-bad "--select-best: needs an evaluation set (--eval-rows, --eval-split or --eval-data)" --select-best map_at_r
-bad "--early-stop: needs --select-best METRIC (the metric whose best it waits for)" --eval-split 0.2 --early-stop 2
 bad "--early-stop: needs --eval-every N (evaluations during training)" --eval-split 0.2 --select-best map_at_r \
   --early-stop 2
 bad "--select-best: 'mrr_at_10' is not a metric of this mode (precision_at_1, precision_at_5, precision_at_10, r_precision, map_at_r)" \
   --eval-split 0.2 --select-best mrr_at_10
-bad "--eval-split: must be a fraction of the rows, above 0 and below 1" --eval-split 1.5
 run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --steps 1 \
   --eval-split 0.2 --stratify
 expect_rc 64

@@ -100,10 +100,6 @@ expect_fail 64 "gc-train: error: --batch-size: 500 is larger than the 240 traini
   --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 500
 expect_fail 66 "gc-train: error: $WORK/none.h5: no such file or directory" \
   --data "$WORK/none.h5" --query q --passage p --encoder "$D/tower.pt"
-expect_fail 64 "gc-train: error: --encoder: give --encoder (tied) or both --query-encoder and --passage-encoder" \
-  --data "$D/pairs.h5" --query q --passage p
-expect_fail 64 "gc-train: error: --data: give exactly one of --data (raw inputs) and --cache (embeddings)" \
-  --query q --passage p --encoder "$D/tower.pt"
 expect_fail 69 "gc-train: error: --device cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)" \
   --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --device cuda:0
 expect_fail 65 "gc-train: error: loss: query and passage representations differ in width (8 vs 16)" \

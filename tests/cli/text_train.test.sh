@@ -269,9 +269,6 @@ expect_err "gc-train: error: $WORK/latin1.jsonl:1: invalid UTF-8 at byte 13 (wit
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --encoder "$TC_DATA/text.pt"
 expect_rc 65
 expect_err_re "^gc-train: error: query encoder: .*/bert-uncased.json has [0-9]+ tokens but no embedding table holds them \(its tables: tok \(1000 rows\), pos \(64 rows\)\): token ids beyond the table cannot be embedded \(is this the encoder's tokenizer\? --vocab-table NAME picks the table, none skips this check\)$"
-run "$TC_BIN/gc-train" "${TRAIN[@]}" --query word,gloss
-expect_rc 64
-expect_err "gc-train: error: --query: a text side reads one field, not 2"
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --tokenizer "answer=$T/bert-uncased.json"
 expect_rc 64
 expect_err "gc-train: error: --tokenizer: expected FILE, query=FILE or passage=FILE, got 'answer=$T/bert-uncased.json'"

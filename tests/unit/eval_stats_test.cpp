@@ -92,6 +92,9 @@ CATCH_TEST_CASE("eval stats: --eval-k lists positive distinct cut-offs", "[eval]
   CATCH_CHECK(code_of([] { eval::parse_ks(""); }) == Exit::usage);
   CATCH_CHECK(test::message_of([] { eval::parse_ks("3,-1"); }) ==
               "--eval-k: '-1' is not a positive integer (give a list such as 1,5,10)");
+  CATCH_CHECK(test::message_of([] { eval::parse_ks("1,0"); }) ==
+              "--eval-k: '0' is not a positive integer (give a list such as 1,5,10)");
+  CATCH_CHECK(test::message_of([] { eval::parse_ks("5,5"); }) == "--eval-k: lists a cut-off twice");
 }
 
 CATCH_TEST_CASE("eval stats: a metric that does not apply to a query (NaN) is left out of its mean", "[eval]") {

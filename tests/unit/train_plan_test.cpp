@@ -64,9 +64,17 @@ CATCH_TEST_CASE("train plan: learning-rate schedules", "[train]") {
 CATCH_TEST_CASE("train plan: option checks", "[train]") {
   train::TrainOptions o;
   o.cache = "c.h5";
+  o.embeddings = "e";
   CATCH_CHECK(code_of([&] { train::validate_options(o); }) == Exit::ok);
   o.data = "d.h5";  // both
-  CATCH_CHECK(code_of([&] { train::validate_options(o); }) == Exit::usage);
+  CATCH_CHECK(test::message_of([&] { train::validate_options(o); }) ==
+              "--data: give exactly one of --data (raw inputs) and --cache (embeddings)");
+  train::TrainOptions neither;
+  neither.query = {"q"};
+  neither.passage = {"p"};
+  neither.encoder = "m.pt";
+  CATCH_CHECK(test::message_of([&] { train::validate_options(neither); }) ==
+              "--data: give exactly one of --data (raw inputs) and --cache (embeddings)");
   o.cache.clear();
   // --dtype is an enum from parsing on: float16 is refused there, with the valid names.
   CATCH_CHECK(code_of([&] { train::float_dtype_choices().parse("float16", "--dtype"); }) == Exit::usage);
@@ -76,7 +84,207 @@ CATCH_TEST_CASE("train plan: option checks", "[train]") {
   train::TrainOptions slabs;  // raw datasets all in slabs need no --data
   slabs.query = {"shm:q"};
   slabs.passage = {"shm:p"};
+  slabs.encoder = "m.pt";
   CATCH_CHECK(code_of([&] { train::validate_options(slabs); }) == Exit::ok);
+}
+
+namespace {
+
+// Valid options of each mode, to break one rule at a time.
+train::TrainOptions raw_pairs() {
+  train::TrainOptions o;
+  o.data = "d.h5";
+  o.query = {"q"};
+  o.passage = {"p"};
+  o.encoder = "m.pt";
+  return o;
+}
+train::TrainOptions cached_aligned() {
+  train::TrainOptions o;
+  o.cache = "c.h5";
+  o.query_embeddings = "q";
+  o.passage_embeddings = "p";
+  return o;
+}
+std::string refusal(const train::TrainOptions& o) {
+  return test::message_of([&] { train::validate_options(o); });
+}
+
+}  // namespace
+
+// Every rule of the datasets and modules of a mode, checked before anything is loaded; each
+// message as gc-train prints it after "gc-train: error: ".
+CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") {
+  CATCH_CHECK(refusal(raw_pairs()).empty());
+  CATCH_CHECK(refusal(cached_aligned()).empty());
+  auto raw = [](const std::function<void(train::TrainOptions&)>& change) {
+    auto o = raw_pairs();
+    change(o);
+    return refusal(o);
+  };
+  auto cached = [](const std::function<void(train::TrainOptions&)>& change) {
+    auto o = cached_aligned();
+    change(o);
+    return refusal(o);
+  };
+  CATCH_CHECK(raw([](auto& o) { o.passage.clear(); }) ==
+              "--query: raw mode needs --query and --passage datasets (or --query and --labels)");
+  CATCH_CHECK(raw([](auto& o) { o.labels = "y"; }) ==
+              "--labels: raw grouped mode trains one side: give --query and no --passage");
+  CATCH_CHECK(raw([](auto& o) {
+                o.labels = "y";
+                o.passage.clear();
+                o.negatives = {"n"};
+              }) == "--negatives: raw grouped mode has no passages: the other labels are the negatives");
+  CATCH_CHECK(raw([](auto& o) {
+                o.labels = "y";
+                o.passage.clear();
+                o.encoder.clear();
+                o.query_encoder = "q.pt";
+                o.passage_encoder = "p.pt";
+              }) == "--encoder: raw grouped mode trains one encoder: give --encoder");
+  CATCH_CHECK(raw([](auto& o) {
+                o.labels = "y";
+                o.passage.clear();
+              }).empty());
+  CATCH_CHECK(raw([](auto& o) { o.query_encoder = "q.pt"; }) ==
+              "--encoder: give --encoder (tied) or both --query-encoder and --passage-encoder");
+  CATCH_CHECK(raw([](auto& o) { o.encoder.clear(); }) ==
+              "--encoder: give --encoder (tied) or both --query-encoder and --passage-encoder");
+  CATCH_CHECK(raw([](auto& o) {
+                o.encoder.clear();
+                o.passage_encoder = "p.pt";
+              }) == "--query-encoder: separate encoders need both --query-encoder and --passage-encoder");
+  auto separate = [](train::TrainOptions& o) {
+    o.encoder.clear();
+    o.query_encoder = "q.pt";
+    o.passage_encoder = "p.pt";
+  };
+  CATCH_CHECK(raw(separate).empty());
+  CATCH_CHECK(raw([&](auto& o) {
+                separate(o);
+                o.out = "q-out.pt";
+              }) == "--passage-out: separate encoders need --passage-out as well as --out");
+  CATCH_CHECK(raw([&](auto& o) {
+                separate(o);
+                o.out = "q-out.pt";
+                o.passage_out = "p-out.pt";
+              }).empty());
+  CATCH_CHECK(raw([](auto& o) {
+                o.negatives = {"n1", "n2"};
+              }) == "--negatives: give one negatives dataset per passage dataset");
+  CATCH_CHECK(raw([](auto& o) { o.negatives = {"n1"}; }).empty());
+  // Text sides: one field of --data each, at most one field of negatives.
+  CATCH_CHECK(raw([](auto& o) {
+                o.tokenizer = "tok.json";
+                o.query = {"a", "b"};
+              }) == "--query: a text side reads one field, not 2");
+  CATCH_CHECK(raw([](auto& o) {
+                o.passage_tokenizer = "tok.json";
+                o.passage = {"a", "b"};
+              }) == "--passage: a text side reads one field, not 2");
+  CATCH_CHECK(raw([](auto& o) {
+                o.query_tokenizer = "tok.json";
+                o.query = {"a", "b"};
+                o.passage = {"p1", "p2"};  // a numeric side may read several
+              }) == "--query: a text side reads one field, not 2");
+  CATCH_CHECK(raw([](auto& o) {
+                o.tokenizer = "tok.json";
+                o.negatives = {"n1", "n2"};
+              }) == "--negatives: a text side reads one field of negatives");
+  CATCH_CHECK(raw([](auto& o) {
+                o.tokenizer = "tok.json";
+                o.data.clear();
+                o.query = {"shm:q"};
+                o.passage = {"shm:p"};
+              }) == "--data: text fields need --data (a manifest or an HDF5 file)");
+  // Cached mode.
+  CATCH_CHECK(cached([](auto& o) { o.embeddings = "e"; }) ==
+              "--embeddings: give --embeddings NAME (grouped by labels) or --query-embeddings and "
+              "--passage-embeddings (aligned)");
+  CATCH_CHECK(cached([](auto& o) {
+                o.query_embeddings.clear();
+                o.passage_embeddings.clear();
+              }) ==
+              "--embeddings: give --embeddings NAME (grouped by labels) or --query-embeddings and "
+              "--passage-embeddings (aligned)");
+  CATCH_CHECK(cached([](auto& o) { o.passage_embeddings.clear(); }) ==
+              "--query-embeddings: aligned mode needs --query-embeddings and --passage-embeddings");
+  CATCH_CHECK(cached([](auto& o) {
+                o.query_embeddings.clear();
+                o.passage_embeddings.clear();
+                o.embeddings = "e";
+              }).empty());
+  // Evaluation, checkpoints and the launch, in either mode.
+  CATCH_CHECK(cached([](auto& o) {
+                o.eval_data = "e.h5";
+                o.eval_split = 0.1;
+              }) == "--eval-data: give one of --eval-data, --eval-rows and --eval-split");
+  CATCH_CHECK(raw([](auto& o) {
+                o.eval_data = "e.h5";
+                o.eval_end = 10;
+              }) == "--eval-data: give one of --eval-data, --eval-rows and --eval-split");
+  CATCH_CHECK(cached([](auto& o) { o.eval_data = "e.h5"; }).empty());
+  CATCH_CHECK(cached([](auto& o) { o.resume = true; }) == "--resume: needs --checkpoint-dir");
+  CATCH_CHECK(cached([](auto& o) {
+                o.resume = true;
+                o.checkpoint_dir = "ck";
+              }).empty());
+  CATCH_CHECK(cached([](auto& o) { o.dist_timeout = 0; }) == "--dist-timeout: must be positive");
+  CATCH_CHECK(cached([](auto& o) { o.dist_timeout = -1; }) == "--dist-timeout: must be positive");
+  const std::string needs = ": needs an evaluation set (--eval-rows, --eval-split or --eval-data)";
+  CATCH_CHECK(cached([](auto& o) { o.eval_dump = "x.tsv"; }) == "--eval-dump" + needs);
+  CATCH_CHECK(cached([](auto& o) { o.eval_bootstrap = 100; }) == "--eval-bootstrap" + needs);
+  CATCH_CHECK(cached([](auto& o) { o.eval_every = 2; }) == "--eval-every" + needs);
+  CATCH_CHECK(cached([](auto& o) { o.select_best = "mrr_at_10"; }) == "--select-best" + needs);
+  CATCH_CHECK(cached([](auto& o) {
+                o.eval_dump = "x.tsv";
+                o.eval_end = 10;
+              }).empty());
+  CATCH_CHECK(cached([](auto& o) {
+                o.eval_split = 0.2;
+                o.early_stop = 2;
+              }) == "--early-stop: needs --select-best METRIC (the metric whose best it waits for)");
+  CATCH_CHECK(cached([](auto& o) {
+                o.eval_split = 0.2;
+                o.select_best = "mrr_at_10";
+                o.early_stop = 2;
+              }) == "--early-stop: needs --eval-every N (evaluations during training)");
+  CATCH_CHECK(cached([](auto& o) {
+                o.eval_split = 0.2;
+                o.select_best = "mrr_at_10";
+                o.early_stop = 2;
+                o.eval_every = 5;
+              }).empty());
+  for (double f : {1.5, 1.0, -0.1})
+    CATCH_CHECK(cached([f](auto& o) { o.eval_split = f; }) ==
+                "--eval-split: must be a fraction of the rows, above 0 and below 1");
+}
+
+CATCH_TEST_CASE("train plan: --select-best names a metric of the mode and objective", "[train]") {
+  auto selection = [](const train::TrainOptions& o, bool labelled) {
+    return test::message_of([&] { train::validate_selection(o, train::resolve_objective(o, labelled)); });
+  };
+  auto o = cached_aligned();
+  o.select_best = "mrr_at_10";
+  CATCH_CHECK(selection(o, false).empty());
+  o.select_best = "r_precision";  // a metric of grouped mode
+  CATCH_CHECK(selection(o, false) ==
+              "--select-best: 'r_precision' is not a metric of this mode (accuracy_at_1, accuracy_at_5, "
+              "accuracy_at_10, precision_at_1, precision_at_5, precision_at_10, recall_at_1, recall_at_5, "
+              "recall_at_10, mrr_at_10, ndcg_at_10, map_at_100)");
+  train::TrainOptions grouped;
+  grouped.cache = "c.h5";
+  grouped.embeddings = "e";
+  grouped.eval_k = {1, 3};
+  grouped.select_best = "r_precision";
+  CATCH_CHECK(selection(grouped, true).empty());
+  grouped.select_best = "accuracy_at_1";  // a classifier's metric
+  CATCH_CHECK(selection(grouped, true) ==
+              "--select-best: 'accuracy_at_1' is not a metric of this mode (precision_at_1, precision_at_3, "
+              "r_precision, map_at_r)");
+  grouped.loss = train::Objective::softmax;
+  CATCH_CHECK(selection(grouped, true).empty());
 }
 
 CATCH_TEST_CASE("train plan: --eval-split holds out a seeded random fraction", "[train]") {
@@ -261,6 +469,59 @@ CATCH_TEST_CASE("train plan: the objective, its defaults and the options that do
   CATCH_CHECK(train::metric_keys(true, {1, 5}, true) == std::vector<std::string>{"precision_at_1", "precision_at_5",
                                                                                  "r_precision", "map_at_r",
                                                                                  "accuracy_at_1", "accuracy_at_5"});
+}
+
+// The objective's refusals as gc-train prints them (cli.gc_train_objectives runs one through the tool).
+CATCH_TEST_CASE("train plan: the objective's refusals, message by message", "[train]") {
+  using train::Objective;
+  auto refused = [](const std::function<void(train::TrainOptions&)>& change, bool labelled) {
+    train::TrainOptions o;
+    change(o);
+    return test::message_of([&] { train::resolve_objective(o, labelled); });
+  };
+  CATCH_CHECK(refused([](auto& o) { o.loss = Objective::infonce; }, true) ==
+              "--loss: infonce trains on pairs (--query and --passage, or --query-embeddings and "
+              "--passage-embeddings); labelled rows train with supcon, softmax, arcface, cosface or triplet");
+  CATCH_CHECK(refused([](auto& o) { o.loss = Objective::softmax; }, false) ==
+              "--loss: softmax trains on labelled rows (--cache with --embeddings, or raw --query with --labels)");
+  CATCH_CHECK(refused([](auto& o) { o.margin = 0.1; }, true) ==
+              "--margin: applies to arcface, cosface and triplet, not supcon");
+  CATCH_CHECK(refused(
+                  [](auto& o) {
+                    o.loss = Objective::triplet;
+                    o.scale = 16;
+                  },
+                  true) == "--scale: applies to arcface and cosface, not triplet");
+  CATCH_CHECK(refused(
+                  [](auto& o) {
+                    o.loss = Objective::softmax;
+                    o.mining = train::Mining::semi_hard;
+                  },
+                  true) == "--mining: applies to triplet, not softmax");
+  CATCH_CHECK(refused(
+                  [](auto& o) {
+                    o.loss = Objective::arcface;
+                    o.margin = 2;
+                  },
+                  true) == "--margin: must be an angle in radians from 0 to pi/2");
+  CATCH_CHECK(refused(
+                  [](auto& o) {
+                    o.loss = Objective::triplet;
+                    o.classifier_out = "x.pt";
+                  },
+                  true) == "--classifier-out: needs a loss with a classifier (softmax, arcface or cosface)");
+  CATCH_CHECK(refused([](auto& o) { o.symmetric = true; }, true) == "--symmetric: applies to infonce only");
+  CATCH_CHECK(refused(
+                  [](auto& o) {
+                    o.loss = Objective::softmax;
+                    o.classifier_out = "x.pt";
+                  },
+                  true)
+                  .empty());
+  train::TrainOptions labels_of_cache = cached_aligned();
+  labels_of_cache.labels = "labels";
+  CATCH_CHECK(refusal(labels_of_cache) ==
+              "--labels: names raw labels (--data); a cache's own labels serve --embeddings");
 }
 
 CATCH_TEST_CASE("train plan: losses that need two classes refuse training rows of one", "[train]") {

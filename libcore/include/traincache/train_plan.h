@@ -86,9 +86,22 @@ StepPlan plan_steps(const TrainOptions& o, int64_t train_rows);
 /// then constant, linear decay or cosine decay to 0 at the last step.
 double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
 
-/// Checks the options that need no data (dtype, optimiser, schedule, temperature, batch and chunk
-/// sizes, exactly one of --data and --cache, the data cache's rules). Error(usage) otherwise.
+/// Checks every rule of the options that needs no data (dtype, optimiser, schedule, temperature,
+/// batch and chunk sizes, exactly one of --data and --cache, evaluation, checkpoints, the data
+/// cache's rules, and the datasets and modules of the mode: validate_raw_sides or
+/// validate_cached_sides). Error(usage) otherwise. run_train() calls it first, before any data or
+/// model is loaded, so that every caller gets the same refusals.
 void validate_options(const TrainOptions& o);
+
+/// Raw mode: --query with --passage (pairs) or --labels (grouped), their datasets (text sides: one
+/// field of --data), --negatives per passage dataset, and --encoder or both separate encoders.
+void validate_raw_sides(const TrainOptions& o);
+
+/// Cached mode: --embeddings (grouped) or both --query-embeddings and --passage-embeddings.
+void validate_cached_sides(const TrainOptions& o);
+
+/// --select-best names a metric the mode reports (metric_keys) for the objective `spec`.
+void validate_selection(const TrainOptions& o, const ObjectiveSpec& spec);
 
 /// The rules of --data-cache, --data-cache-limit and --data-cache-keep: a data cache keeps raw
 /// inputs (not --cache), the limit belongs to stochastic:F, and a SmartCache window is never kept.

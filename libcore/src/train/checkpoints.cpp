@@ -28,7 +28,6 @@ int64_t Checkpointer::resume(const std::vector<torch::Tensor>& params, torch::op
                              TrainResult& result, const std::function<void(const std::string&)>& info) {
   int64_t start = 0;
   if (o_.resume) {
-    if (path_.empty()) throw Error(Exit::usage, "--resume", "needs --checkpoint-dir");
     if (fs::exists(path_)) {
       start = checkpoint::load(path_, params, opt, config_, s_.rank, s_.world, &resumed_state_);
       result.checkpoint = path_;

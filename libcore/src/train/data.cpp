@@ -191,8 +191,6 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   Data d;
   int cached = 0;
   auto load = [&](const std::string& ds) {
-    if (file.empty() && !source::names_own_file(ds))
-      throw Error(Exit::usage, "--data", "dataset '" + ds + "' needs --data");
     Rows r = open_rows(file, ds, o.input_scale, s.device, s.float_type, stream, o.files);
     if (o.data_cache.mode != data_cache::Mode::none) attach_data_cache(o, file, ds, r, cached++);
     return r;
@@ -226,8 +224,6 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   for (std::size_t i = 0; i < d.passage.size(); ++i)
     same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].rows());
   if (d.negatives.empty()) return d;
-  if (o.negatives.size() != o.passage.size())
-    throw Error(Exit::usage, "--negatives", "give one negatives dataset per passage dataset");
   for (std::size_t i = 0; i < o.negatives.size(); ++i) {
     same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].rows());
     const auto ns = d.negatives[i].sizes(), ps = d.passage[i].sizes();

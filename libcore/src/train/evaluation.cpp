@@ -61,8 +61,6 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   Evaluation e;
   e.use_external = !o.eval_data.empty();
   if (e.use_external) {
-    if (o.eval_end > 0 || o.eval_split > 0)
-      throw Error(Exit::usage, "--eval-data", "give one of --eval-data, --eval-rows and --eval-split");
     e.external =
         s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data, o.stream);
     for (std::size_t i = 0; i < data.query.size(); ++i)
@@ -94,15 +92,7 @@ Monitor::Monitor(const TrainOptions& o, const Setup& s, dist::Group* group, Eval
       ckpt_(ckpt),
       cb_(cb),
       best_(best) {
-  if (!o.select_best.empty()) {
-    const auto keys = metric_keys(m.grouped, o.eval_k, m.classifier.has_value());
-    if (std::find(keys.begin(), keys.end(), o.select_best) == keys.end()) {
-      std::string list;
-      for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-      throw Error(Exit::usage, "--select-best", "'" + o.select_best + "' is not a metric of this mode (" + list + ")");
-    }
-    best_.metric = o.select_best;
-  }
+  if (!o.select_best.empty()) best_.metric = o.select_best;  // validate_selection: a metric of the mode
 }
 
 bool Monitor::evaluate(int64_t step, int64_t epoch, EvalMetrics* out, bool during) {

@@ -150,35 +150,15 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   std::vector<std::string> names;
   if (!s.cached) {
     m.grouped = !o.labels.empty();
-    if (o.query.empty() || (o.passage.empty() && !m.grouped))
-      throw Error(Exit::usage, "--query", "raw mode needs --query and --passage datasets (or --query and --labels)");
-    if (m.grouped && !o.passage.empty())
-      throw Error(Exit::usage, "--labels", "raw grouped mode trains one side: give --query and no --passage");
-    if (m.grouped && !o.negatives.empty())
-      throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
-    if (m.grouped && o.encoder.empty())
-      throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
-    data = load_raw(o, s, o.data, true);  // loaded or streamed by run_train
-    bool tied = !o.encoder.empty();
-    if (tied == (!o.query_encoder.empty() || !o.passage_encoder.empty()))
-      throw Error(Exit::usage, "--encoder", "give --encoder (tied) or both --query-encoder and --passage-encoder");
-    if (!tied && (o.query_encoder.empty() || o.passage_encoder.empty()))
-      throw Error(Exit::usage, "--query-encoder", "separate encoders need both --query-encoder and --passage-encoder");
-    if (!tied && !o.out.empty() && o.passage_out.empty())
-      throw Error(Exit::usage, "--passage-out", "separate encoders need --passage-out as well as --out");
+    data = load_raw(o, s, o.data, true);   // loaded or streamed by run_train
+    const bool tied = !o.encoder.empty();  // validate_raw_sides: or both separate ones
     names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
     for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
     m.mode = m.grouped ? "raw-grouped" : tied ? "raw-tied" : "raw-separate";
     m.config["encoders"] =
         tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
   } else {
-    m.grouped = !o.embeddings.empty();
-    if (m.grouped == (!o.query_embeddings.empty() || !o.passage_embeddings.empty()))
-      throw Error(
-          Exit::usage, "--embeddings",
-          "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
-    if (!m.grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
-      throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+    m.grouped = !o.embeddings.empty();  // validate_cached_sides: or both aligned sides
     std::string fingerprint;
     data = load_cached(o, s, o.cache, m.grouped, !o.cache_shm.empty(), &fingerprint);
     struct stat st;

@@ -32,6 +32,7 @@ Setup resolve_setup(const TrainOptions& o) {
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
   s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
+  validate_selection(o, s.objective);
   return s;
 }
 
@@ -41,7 +42,6 @@ Setup resolve_setup(const TrainOptions& o) {
 std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result) {
   if (!s.launch.distributed()) return nullptr;
   dist::Backend backend = dist::choose_backend(o.dist_backend, s.device);
-  if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
   if (o.batch_size < s.world)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");

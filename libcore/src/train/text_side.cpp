@@ -90,10 +90,6 @@ std::string side_tokenizer(const TrainOptions& o, bool query) {
 TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
                    const std::string& tok_path, const char* option, int64_t& replaced, int cache_index) {
-  if (fields.size() != 1)
-    throw Error(Exit::usage, option, "a text side reads one field, not " + std::to_string(fields.size()));
-  if (negatives.size() > 1) throw Error(Exit::usage, "--negatives", "a text side reads one field of negatives");
-  if (file.empty()) throw Error(Exit::usage, "--data", "text fields need --data (a manifest or an HDF5 file)");
   TextSide t;
   t.tokenizer = tok_path;
   t.tok = text::load(tok_path);
