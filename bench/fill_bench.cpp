@@ -5,14 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "traincache/cli.h"
-#include "traincache/encoder.h"
-#include "traincache/fill.h"
-#include "traincache/h5.h"
-#include "traincache/report.h"
-#include "traincache/runtime.h"
-#include "traincache/source.h"
-#include "traincache/version.h"
+#include "traincache/base/report.h"
+#include "traincache/base/version.h"
+#include "traincache/cli/cli.h"
+#include "traincache/fill/fill.h"
+#include "traincache/io/h5.h"
+#include "traincache/io/source.h"
+#include "traincache/model/encoder.h"
+#include "traincache/model/runtime.h"
 
 using namespace traincache;
 using Clock = std::chrono::steady_clock;

@@ -18,9 +18,9 @@
 #include <random>
 #include <vector>
 
-#include "traincache/cli.h"
-#include "traincache/report.h"
-#include "traincache/shm_slab.h"
+#include "traincache/base/report.h"
+#include "traincache/cli/cli.h"
+#include "traincache/slab/shm_slab.h"
 
 using namespace traincache;
 using Clock = std::chrono::steady_clock;

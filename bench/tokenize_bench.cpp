@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "traincache/cli.h"
-#include "traincache/error.h"
-#include "traincache/tokenizer.h"
+#include "traincache/base/error.h"
+#include "traincache/cli/cli.h"
+#include "traincache/text/tokenizer.h"
 
 using namespace traincache;
 

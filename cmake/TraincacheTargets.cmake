@@ -76,6 +76,7 @@ function(tc_add_unit_test name)
   target_compile_definitions(${name} PRIVATE CATCH_CONFIG_PREFIX_ALL
                              TRAINCACHE_TEST_DATA_DIR="${PROJECT_BINARY_DIR}/tests/data")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/unit)  # catch.h, test_util.h
   if(ARG_TORCH)
     tc_reuse_torch_pch(${name})
   else()

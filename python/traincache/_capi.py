@@ -1,4 +1,4 @@
-"""The C ABI of libtraincache_c.so (libcore/include/traincache/c_api.h), loaded with ctypes.
+"""The C ABI of libtraincache_c.so (libcore/include/traincache/c_api/c_api.h), loaded with ctypes.
 
 The library is found, in this order, at $TRAINCACHE_LIBRARY, next to this file (a pip-installed
 copy bundles it), in the build directory of the checkout this package lives in (`make` builds

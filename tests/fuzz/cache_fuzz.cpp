@@ -5,9 +5,9 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "traincache/cache_file.h"
-#include "traincache/error.h"
-#include "traincache/h5.h"
+#include "traincache/base/error.h"
+#include "traincache/io/cache_file.h"
+#include "traincache/io/h5.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   traincache::h5::skip_exit_cleanup();

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "traincache/error.h"
-#include "traincache/image.h"
+#include "traincache/base/error.h"
+#include "traincache/io/image.h"
 
 using namespace traincache;
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "traincache/error.h"
-#include "traincache/journal.h"
+#include "traincache/base/error.h"
+#include "traincache/io/journal.h"
 
 namespace {
 

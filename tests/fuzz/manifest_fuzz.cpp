@@ -6,8 +6,8 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "traincache/error.h"
-#include "traincache/source.h"
+#include "traincache/base/error.h"
+#include "traincache/io/source.h"
 
 using namespace traincache;
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "traincache/error.h"
-#include "traincache/shm_slab.h"
+#include "traincache/base/error.h"
+#include "traincache/slab/shm_slab.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "traincache/error.h"
-#include "traincache/tokenizer.h"
+#include "traincache/base/error.h"
+#include "traincache/text/tokenizer.h"
 
 using namespace traincache;
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "traincache/error.h"
+#include "traincache/base/error.h"
 
 namespace traincache::test {
 

@@ -3,14 +3,14 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "traincache/cli.h"
-#include "traincache/fill.h"
-#include "traincache/fill_plan.h"
-#include "traincache/interrupt.h"
-#include "traincache/launch.h"
-#include "traincache/merge.h"
-#include "traincache/runtime.h"
-#include "traincache/text.h"
+#include "traincache/base/format.h"
+#include "traincache/base/interrupt.h"
+#include "traincache/cli/cli.h"
+#include "traincache/fill/fill.h"
+#include "traincache/fill/fill_plan.h"
+#include "traincache/fill/merge.h"
+#include "traincache/model/runtime.h"
+#include "traincache/train/launch.h"
 
 using namespace traincache;
 

@@ -3,12 +3,12 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "traincache/cache_file.h"
-#include "traincache/cli.h"
-#include "traincache/describe.h"
-#include "traincache/runtime.h"
-#include "traincache/text.h"
-#include "traincache/verify.h"
+#include "traincache/base/format.h"
+#include "traincache/cli/cli.h"
+#include "traincache/fill/verify.h"
+#include "traincache/io/cache_file.h"
+#include "traincache/io/describe.h"
+#include "traincache/model/runtime.h"
 
 using namespace traincache;
 using json = report::Json;

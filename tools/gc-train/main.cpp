@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstdio>
 
-#include "traincache/cli.h"
-#include "traincache/interrupt.h"
-#include "traincache/runtime.h"
-#include "traincache/shm_slab.h"
-#include "traincache/train.h"
-#include "traincache/train_plan.h"
+#include "traincache/base/interrupt.h"
+#include "traincache/cli/cli.h"
+#include "traincache/model/runtime.h"
+#include "traincache/slab/shm_slab.h"
+#include "traincache/train/train.h"
+#include "traincache/train/train_plan.h"
 
 using namespace traincache;
 

@@ -5,10 +5,10 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "traincache/cli.h"
-#include "traincache/describe.h"
-#include "traincache/shm_fill.h"
-#include "traincache/shm_slab.h"
+#include "traincache/cli/cli.h"
+#include "traincache/data_cache/shm_fill.h"
+#include "traincache/io/describe.h"
+#include "traincache/slab/shm_slab.h"
 
 using namespace traincache;
 

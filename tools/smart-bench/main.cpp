@@ -2,12 +2,12 @@
 // See docs/smart-bench.md.
 #include <cstdio>
 
-#include "traincache/bench_gate.h"
-#include "traincache/cli.h"
-#include "traincache/interrupt.h"
-#include "traincache/runtime.h"
-#include "traincache/smart_bench.h"
-#include "traincache/version.h"
+#include "traincache/base/interrupt.h"
+#include "traincache/base/version.h"
+#include "traincache/bench/bench_gate.h"
+#include "traincache/bench/smart_bench.h"
+#include "traincache/cli/cli.h"
+#include "traincache/model/runtime.h"
 
 using namespace traincache;
 using json = report::Json;

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <set>
 
-#include "traincache/cache_file.h"
-#include "traincache/error.h"
-#include "traincache/image.h"
-#include "traincache/safe_file.h"
-#include "traincache/sha256.h"
-#include "traincache/shuffle.h"
+#include "traincache/base/error.h"
+#include "traincache/base/safe_file.h"
+#include "traincache/base/sha256.h"
+#include "traincache/io/cache_file.h"
+#include "traincache/io/image.h"
+#include "traincache/train/shuffle.h"
 
 namespace fs = std::filesystem;
 

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "setup.h"
-#include "traincache/data_cache.h"
-#include "traincache/encoder.h"
-#include "traincache/error.h"
-#include "traincache/shm_slab.h"
-#include "traincache/smart_cache.h"
-#include "traincache/source.h"
-#include "traincache/text.h"
-#include "traincache/train_plan.h"
+#include "traincache/base/error.h"
+#include "traincache/base/format.h"
+#include "traincache/data_cache/data_cache.h"
+#include "traincache/data_cache/smart_cache.h"
+#include "traincache/io/source.h"
+#include "traincache/model/encoder.h"
+#include "traincache/slab/shm_slab.h"
+#include "traincache/train/train_plan.h"
 
 namespace traincache::train {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "traincache/error.h"
-#include "traincache/safe_file.h"
+#include "traincache/base/error.h"
+#include "traincache/base/safe_file.h"
 
 namespace fs = std::filesystem;
 

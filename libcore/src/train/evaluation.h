@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "checkpoints.h"
+#include "checkpointer.h"
 #include "data.h"
 #include "models.h"
 #include "setup.h"
-#include "traincache/eval_stats.h"
-#include "traincache/evaluate.h"
+#include "traincache/train/eval_stats.h"
+#include "traincache/train/evaluate.h"
 
 namespace traincache::train {
 

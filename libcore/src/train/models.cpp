@@ -8,11 +8,11 @@
 #include <set>
 #include <sstream>
 
-#include "traincache/autocast.h"
-#include "traincache/encoder.h"
-#include "traincache/error.h"
-#include "traincache/safe_file.h"
-#include "traincache/sha256.h"
+#include "traincache/base/error.h"
+#include "traincache/base/safe_file.h"
+#include "traincache/base/sha256.h"
+#include "traincache/model/autocast.h"
+#include "traincache/model/encoder.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -10,8 +10,8 @@
 
 #include "data.h"
 #include "setup.h"
-#include "traincache/gradcache.h"
-#include "traincache/objectives.h"
+#include "traincache/train/gradcache.h"
+#include "traincache/train/objectives.h"
 
 namespace traincache::train {
 

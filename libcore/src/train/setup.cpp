@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <thread>
 
-#include "traincache/autocast.h"
-#include "traincache/encoder.h"
-#include "traincache/error.h"
+#include "traincache/base/error.h"
+#include "traincache/model/autocast.h"
+#include "traincache/model/encoder.h"
 
 namespace traincache::train {
 

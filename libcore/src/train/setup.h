@@ -4,10 +4,10 @@
 
 #include <memory>
 
-#include "traincache/dist.h"
-#include "traincache/launch.h"
-#include "traincache/train.h"
-#include "traincache/train_plan.h"
+#include "traincache/train/dist.h"
+#include "traincache/train/launch.h"
+#include "traincache/train/train.h"
+#include "traincache/train/train_plan.h"
 
 namespace traincache::train {
 

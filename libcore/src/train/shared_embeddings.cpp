@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "data.h"
-#include "traincache/error.h"
-#include "traincache/h5.h"
+#include "traincache/base/error.h"
+#include "traincache/io/h5.h"
 
 namespace traincache::train {
 

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
-#include "traincache/error.h"
-#include "traincache/interrupt.h"
-#include "traincache/prefetch.h"
-#include "traincache/shuffle.h"
-#include "traincache/timing.h"
+#include "traincache/base/error.h"
+#include "traincache/base/interrupt.h"
+#include "traincache/base/prefetch.h"
+#include "traincache/base/timing.h"
+#include "traincache/train/shuffle.h"
 
 namespace traincache::train {
 

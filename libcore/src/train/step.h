@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "checkpoints.h"
+#include "checkpointer.h"
 #include "data.h"
 #include "evaluation.h"
 #include "models.h"
 #include "setup.h"
-#include "traincache/autocast.h"
-#include "traincache/gradcache.h"
+#include "traincache/model/autocast.h"
+#include "traincache/train/gradcache.h"
 
 namespace traincache::train {
 

@@ -1,8 +1,8 @@
 #include <memory>
 
 #include "data.h"
-#include "traincache/error.h"
-#include "traincache/sha256.h"
+#include "traincache/base/error.h"
+#include "traincache/base/sha256.h"
 
 namespace traincache::train {
 

@@ -1,15 +1,15 @@
-#include "traincache/train.h"
+#include "traincache/train/train.h"
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoints.h"
+#include "checkpointer.h"
 #include "data.h"
 #include "evaluation.h"
 #include "models.h"
 #include "setup.h"
 #include "step.h"
-#include "traincache/autocast.h"
-#include "traincache/timing.h"
+#include "traincache/base/timing.h"
+#include "traincache/model/autocast.h"
 
 using nlohmann::json;
 

@@ -1,0 +1,33 @@
+// smart-bench's CI regression gate: compare this run's throughput per strategy with a baseline
+// --json document. Pure and torch-free (unit tests in tests/unit/bench/bench_gate_test.cpp).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "traincache/base/report.h"
+
+namespace traincache::sbench {
+
+/// Mean samples_per_second per strategy over the epochs after the first (over all epochs when a
+/// strategy ran one), from records of smart-bench's fields.
+std::map<std::string, double> throughput(const report::Json& records);
+
+/// One strategy's throughput in the baseline and now.
+struct Comparison {
+  std::string strategy;
+  double before = 0, after = 0;
+  double change = 0;       ///< after / before - 1
+  bool regressed = false;  ///< change < -max_regression
+};
+
+/// Compares every strategy that both runs measured (with a positive baseline), in name order.
+std::vector<Comparison> compare(const report::Json& baseline_records, const report::Json& records,
+                                double max_regression);
+
+/// The records of a smart-bench --json document at `path`. Missing -> Error(no_input); anything
+/// else than a document whose records carry strategy, epoch and samples_per_second -> Error(data).
+report::Json read_baseline(const std::string& path);
+
+}  // namespace traincache::sbench

@@ -1,0 +1,122 @@
+// cache-fill's engine: encode the rows of a source (HDF5, NumPy, slab, image folder, manifest) with frozen TorchScript
+// encoders into a cache file. This header is torch-free; the implementation lives in the torch part of libcore.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/base/choices.h"
+#include "traincache/base/dtype.h"
+#include "traincache/io/source.h"
+#include "traincache/model/precision.h"
+#include "traincache/text/tokenizer.h"
+
+namespace traincache::fill {
+
+/// One encoder: a name (the /embeddings/<name> dataset), a TorchScript file, and optionally its own
+/// input datasets and output selector.
+struct EncoderSpec {
+  std::string name;
+  std::string path;
+  std::vector<std::string> features;  ///< empty = FillOptions::features
+  std::string output;                 ///< "" = whole output; else a dict key or tuple/list index
+  std::vector<std::string> text;      ///< text fields (tokenized), empty = FillOptions::text
+  std::string tokenizer;              ///< "" = FillOptions::tokenizer
+};
+
+/// What a fill does with an image it cannot read (--on-error).
+enum class OnError { fail, skip };
+const Choices<OnError>& on_error_choices();
+
+/// Everything that controls a fill. Defaults match the command line's.
+struct FillOptions {
+  std::string input;
+  std::vector<EncoderSpec> encoders;
+  std::vector<std::string> features;  ///< default input datasets, passed in this order
+  /// Default text fields (a manifest's or an HDF5 file's strings): each is tokenized and fed as
+  /// input_ids, attention_mask and, to an encoder whose forward takes three tensors, token_type_ids.
+  std::vector<std::string> text;
+  std::string tokenizer;             ///< tokenizer.json or SentencePiece .model for the text fields
+  text::TokenizeOptions tokenize;    ///< --max-length, --padding, --strict-utf8, --pad-id
+  std::string labels;                ///< "" = none (an image folder's "label" by default)
+  std::string keys;                  ///< "" = none, key = input row number (an image folder's "path")
+  source::FileOptions files;         ///< preprocessing of images, label order of manifests
+  OnError on_error = OnError::fail;  ///< skip: undecodable or missing images become zero rows listed in /skipped
+  std::string out;
+  int64_t batch_size = 256;
+  /// Text only: rows sorted by token count and encoded in batches of similar length, then stored
+  /// in input order (and committed) window by window. -1: 16 batches; 0: off.
+  int64_t length_window = -1;
+  int workers = 1;  ///< reader/converter threads
+  int threads = 0;  ///< intra-op threads (0 = LibTorch default)
+  std::string device = "cpu";
+  DType dtype = DType::f32;  ///< storage type: one of storage_dtype_choices()
+  int64_t row_begin = 0;
+  int64_t row_end = -1;                   ///< -1 = to the end
+  double input_scale = 1.0 / 255.0;       ///< applied to uint8 inputs
+  bool optimize = true;                   ///< freeze + optimize_for_inference
+  bool tf32 = true;                       ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
+  Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
+  double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
+  bool force = false;                     ///< overwrite a cache or partial with another fingerprint
+  bool check_determinism = false;
+  int64_t commit_rows = 16384;  ///< rows between durable progress commits
+  int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)
+  int shard_count = 0;
+};
+
+/// How a fill ended.
+enum class FillStatus { done, up_to_date, interrupted };
+
+/// What a fill did.
+struct FillResult {
+  FillStatus status = FillStatus::done;
+  int64_t rows = 0;          ///< rows in the cache
+  int64_t rows_encoded = 0;  ///< rows encoded by this run (0 when up to date)
+  int64_t resumed_from = 0;  ///< rows already committed by an earlier run
+  double seconds = 0;
+  double encode_seconds = 0;       ///< time inside encoder forward calls
+  double model_setup_seconds = 0;  ///< loading, optimising and checking the encoders (once per run)
+  double digest_seconds = 0;       ///< fingerprinting the input (one read of every row used)
+  double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
+  uint64_t bytes_written = 0;      ///< embedding bytes written by this run
+  int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
+  int64_t utf8_replaced = 0;       ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
+  int64_t length_window = 0;       ///< rows per length window (0: batches encoded as read)
+  std::string out;                 ///< the file written (the shard file when sharded)
+  std::string partial_path;        ///< where progress is kept (when interrupted)
+  std::string fingerprint;
+  struct Encoder {
+    std::string name;
+    std::vector<int64_t> shape;  ///< [rows, ...]
+    std::string inference;       ///< "optimized" or "plain"
+    double optimize_max_abs_diff = 0;
+    std::string math_mode;  ///< "tf32" or "ieee"
+  };
+  std::vector<Encoder> encoders;
+};
+
+/// Callbacks: progress(done, total) from the calling thread; warn(message) for fallbacks.
+struct FillCallbacks {
+  std::function<void(int64_t, int64_t)> progress;
+  std::function<void(const std::string&)> warn;
+};
+
+/// Relative tolerance of the optimised-vs-plain comparison on the first batch.
+inline constexpr double kOptimizeTolerance = 1e-4;
+
+/// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
+/// output file exists and the partial progress is kept only if the run could be resumed.
+/// The dtypes embeddings are stored in (--dtype): float32, float16.
+const Choices<DType>& storage_dtype_choices();
+
+FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
+
+/// Partial-progress directory used for `out`.
+std::string partial_path(const std::string& out);
+
+}  // namespace traincache::fill

@@ -1,0 +1,160 @@
+// The traincache HDF5 cache format (docs/cache-format.md): reading, checking and writing.
+// Torch-free: cache-inspect and the shm tools use it without linking LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "traincache/base/dtype.h"
+#include "traincache/io/source.h"
+
+namespace traincache::cache {
+
+/// Value of the root attribute "format".
+inline constexpr const char* kFormatName = "traincache";
+/// Current format version; readers refuse newer versions.
+inline constexpr int64_t kFormatVersion = 1;
+
+/// One embedding dataset, /embeddings/<name>.
+struct EmbeddingInfo {
+  std::string name;
+  std::vector<int64_t> shape;  ///< [rows, ...]
+  DType dtype = DType::other;
+  uint64_t bytes = 0;        ///< uncompressed size of the data
+  std::string encoder_path;  ///< as given to cache-fill (made absolute)
+  std::string encoder_sha256;
+  std::vector<std::string> features;  ///< input datasets fed to the encoder, in argument order
+  std::vector<std::string> text;      ///< text inputs (keys of CacheInfo::text) fed after the features
+  std::string output;                 ///< output selector ("" = the whole output)
+  std::string inference;              ///< "optimized" or "plain"
+  std::string math_mode;              ///< "tf32" or "ieee" ("" in caches written before it was recorded)
+};
+
+/// Labels, /labels.
+struct LabelInfo {
+  std::string source;  ///< the input dataset they were copied from
+  DType dtype = DType::other;
+  int64_t rows = 0;
+  std::vector<int64_t> shape;         ///< dataset shape ([rows] for one label per row)
+  std::map<int64_t, int64_t> counts;  ///< per class, for integer labels (when counted)
+  std::vector<std::string> names;     ///< label i's name (an image folder's classes, a manifest's labels)
+};
+
+/// Everything cache-inspect shows about a file without reading embedding values.
+/// A text input of a cache: a field and its tokenizer, or ragged token sequences of a slab.
+struct TextInfo {
+  std::string key;  ///< "field|tokenizer-file-name", or "shm:NAME|ragged"
+  std::string field, tokenizer_path, tokenizer_sha256, tokenizer_kind, padding;
+  int64_t max_length = 0, pad_id = 0;
+  bool strict_utf8 = false, ragged = false;
+};
+
+struct CacheInfo {
+  std::string path;
+  int64_t format_version = 0;
+  bool complete = false;
+  int64_t rows = 0;
+  int64_t row_start = 0;  ///< first input row encoded
+  std::string fingerprint;
+  std::string fingerprint_json;
+  std::string created_by;
+  std::string input_path;
+  std::vector<std::string> features;
+  double input_scale = 0;
+  std::string input_kind;  ///< "hdf5", "npy", "image-folder", ... ("" in caches from before sources)
+  std::vector<std::pair<std::string, std::string>> preprocess;  ///< the image spec, empty without images
+  std::vector<EmbeddingInfo> embeddings;
+  std::optional<LabelInfo> labels;
+  std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
+  std::optional<DType> keys_dtype;
+  int64_t skipped = 0;         ///< rows listed in /skipped/rows (cache-fill --on-error skip)
+  std::vector<TextInfo> text;  ///< text inputs, empty without text
+  int64_t length_window = 0;   ///< rows per length window of a text fill (0: batches as read)
+};
+
+/// The encoder names of a cache, "cnn, text" (for messages).
+std::string encoder_names(const CacheInfo& info);
+
+/// Opens `path` and reads its description. Missing -> Error(no_input); not HDF5, not a traincache
+/// cache, or a newer format -> Error(data). `count_labels` tallies integer label classes.
+CacheInfo read_info(const std::string& path, bool count_labels = true);
+
+/// Per-encoder statistics of the row L2 norms and of non-finite values.
+struct EmbeddingStats {
+  std::string name;
+  int64_t rows = 0;
+  double norm_mean = 0, norm_std = 0, norm_min = 0, norm_max = 0;  ///< over finite rows
+  int64_t nan_count = 0, inf_count = 0;                            ///< elements
+};
+
+/// Streams every embedding once (memory independent of the number of rows).
+std::vector<EmbeddingStats> compute_stats(const std::string& path);
+
+/// Problems found by check(); empty when the cache is sound.
+struct CheckReport {
+  std::string path;
+  std::vector<std::string> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+/// The --check contract: complete, consistent (row counts, required attributes) and finite.
+/// Never throws for a bad file: unreadable, missing or foreign files are reported as problems.
+CheckReport check(const std::string& path);
+
+/// One row for --head.
+struct CacheRow {
+  int64_t index = 0;
+  std::string key;                                       ///< the stored key, or the input row number
+  std::optional<std::string> label;                      ///< as text
+  std::map<std::string, std::vector<float>> embeddings;  ///< flattened row per encoder
+};
+
+/// Reads rows [0, n) (fewer when the cache is shorter).
+std::vector<CacheRow> read_head(const std::string& path, int64_t n);
+
+/// Reads rows `indices` of embedding `name` as float32, flattened (indices.size() x row elements).
+std::vector<float> read_embedding_rows(const std::string& path, const std::string& name,
+                                       const std::vector<int64_t>& indices);
+
+// ---- writing -------------------------------------------------------------------------------
+
+/// An attribute value.
+using AttrValue = std::variant<std::string, int64_t, double>;
+/// Attributes in the order they are written.
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
+
+/// An embedding whose rows are in a raw little-endian file (the cache-fill journal).
+struct EmbeddingSource {
+  std::string name;
+  std::string raw_path;
+  std::vector<int64_t> row_shape;  ///< shape of one row
+  DType dtype = DType::f32;        ///< f32 or f16
+  Attrs attrs;
+};
+
+/// What assemble() writes.
+struct AssemblySpec {
+  std::string out_path;
+  int64_t rows = 0;
+  int64_t row_start = 0;                         ///< rows [row_start, row_start + rows) of labels and keys
+  std::shared_ptr<const source::Column> labels;  ///< copied to /labels (null: none)
+  std::shared_ptr<const source::Column> keys;    ///< copied to /keys (null: none)
+  Attrs root_attrs;                              ///< besides format, format_version, complete, rows
+  std::vector<EmbeddingSource> embeddings;
+  /// Rows left out with --on-error skip (cache row, reason): written as /skipped/rows and
+  /// /skipped/reasons when there are any.
+  std::vector<std::pair<int64_t, std::string>> skipped;
+};
+
+/// Rows per HDF5 chunk for rows of `row_bytes`: about 1 MiB per chunk, at least one row.
+int64_t chunk_rows(int64_t row_bytes, int64_t rows);
+
+/// Writes the cache to "<out>.tmp" with complete=1 and renames it to `out_path`, so that a reader
+/// sees either no file or a complete one. Deterministic: the same spec gives the same bytes.
+void assemble(const AssemblySpec& spec);
+
+}  // namespace traincache::cache

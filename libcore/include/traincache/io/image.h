@@ -1,0 +1,87 @@
+// Images: decoding JPEG and PNG files (libjpeg-turbo's TurboJPEG, libspng, libexif for the
+// orientation tag) and the deterministic preprocessing spec that turns a decoded image into the
+// float tensor an encoder reads -- torchvision's Resize, CenterCrop, ToTensor and Normalize on a
+// PIL image, computed the way PIL computes them. Torch-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "traincache/base/choices.h"
+
+namespace traincache::image {
+
+/// The channels an image is converted to after decoding (PIL's convert("RGB") / convert("L")).
+enum class Channels { rgb, gray };
+const Choices<Channels>& channels_choices();
+
+/// A decoded image: height x width x channels 8-bit samples, interleaved. 16-bit PNGs keep their
+/// high byte, as PIL reads them (docs/inputs.md).
+struct Image {
+  int height = 0, width = 0, channels = 0;
+  std::vector<uint8_t> samples;
+};
+
+/// Decodes the JPEG or PNG in bytes[0, size) into `channels`. Alpha is dropped, palettes and
+/// grey are expanded (RGB), colour is weighted as PIL's convert("L") does (gray). With
+/// `exif_transpose`, the EXIF orientation tag is applied (PIL's ImageOps.exif_transpose).
+/// Errors: Error(data, what, why) for an unsupported format or a corrupt or truncated file.
+Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
+             const std::string& what);
+
+/// {height, width} of the JPEG or PNG in bytes as decode() would return it, from its header
+/// (and its EXIF orientation with `exif_transpose`). Errors as decode().
+std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
+                               const std::string& what);
+
+/// The EXIF orientation (1..8) of the JPEG or PNG in bytes, 1 when it has none.
+int exif_orientation(const unsigned char* bytes, std::size_t size);
+
+/// `img` turned as EXIF orientation `o` asks (2..8 flip and rotate; 1 leaves it).
+Image apply_orientation(const Image& img, int o);
+
+/// The preprocessing applied to every image before it reaches an encoder. Zero sizes mean "not
+/// set". The order is torchvision's: resize, center crop, to [0, 1], normalise.
+struct Spec {
+  int resize_short = 0;            ///< --resize S: the shorter side to S, aspect kept
+  int resize_h = 0, resize_w = 0;  ///< --resize H,W
+  int crop_h = 0, crop_w = 0;      ///< --center-crop H,W (padded with zeros when larger)
+  Channels channels = Channels::rgb;
+  std::vector<double> mean, std;  ///< --normalize; empty = none
+  bool exif_transpose = false;
+
+  int out_channels() const { return channels == Channels::gray ? 1 : 3; }
+  /// The output size is known without decoding (resize H,W or a center crop).
+  bool fixed_size() const { return crop_h > 0 || resize_h > 0; }
+  /// The spec as (name, value) pairs in pipeline order, values as the flags spell them
+  /// ("none" when unset). Stored in caches and compared by fingerprints.
+  std::vector<std::pair<std::string, std::string>> describe() const;
+};
+
+/// Parsers of the flags' values; Error(usage, flag, why) on bad text.
+void parse_resize(const std::string& text, Spec& spec);       // "S" or "H,W"
+void parse_center_crop(const std::string& text, Spec& spec);  // "S" or "H,W"
+void parse_normalize(const std::string& text, Spec& spec);    // "imagenet" or "M,..:S,..."
+/// The spec describe() gave (as stored in a cache); Error(data) when a value does not parse.
+Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described);
+/// Refuses a spec whose parts do not fit together (normalisation values for other channels).
+void validate(const Spec& spec);
+
+/// [channels, height, width] of the tensor `spec` makes from an image of height h, width w.
+std::vector<int64_t> output_shape(const Spec& spec, int h, int w);
+
+/// The size torchvision's Resize gives an h x w image: {new_h, new_w}.
+std::pair<int, int> resized_size(const Spec& spec, int h, int w);
+
+/// Applies `spec` to a decoded image, writing output_shape() floats (C, H, W order) to `out`.
+void preprocess(const Image& img, const Spec& spec, float* out);
+
+/// Resamples an interleaved h x w x c 8-bit image to oh x ow with PIL's antialiased bilinear
+/// filter (the support widens with the scale factor), in PIL's fixed point: every pass rounds and
+/// clips to 8 bits, so the result is PIL's to the bit.
+std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow);
+
+}  // namespace traincache::image

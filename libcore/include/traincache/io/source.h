@@ -1,0 +1,192 @@
+// Sources of rows: the arrays the tools read items from, whatever holds them. A column is one
+// named array of rows (an HDF5 dataset, a shared-memory slab, a NumPy .npy file, a member of a
+// .npz archive, or the images, labels and paths of an image folder or a manifest); every tool
+// that reads items reads them through one. Torch-free.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "traincache/base/choices.h"
+#include "traincache/base/content_hash.h"
+#include "traincache/base/dtype.h"
+#include "traincache/io/image.h"
+
+namespace traincache {
+
+namespace shm {
+class Slab;
+}
+
+namespace source {
+
+/// What holds a column's rows.
+enum class Kind { hdf5, shm, npy, npz, image_folder, manifest };
+
+/// "hdf5", "shm", "npy", "npz", "image-folder" or "manifest".
+const char* kind_name(Kind kind);
+
+/// The kind of `path`: "shm:NAME" is a slab, a name ending in .npy or .npz (any case) a NumPy
+/// file, .csv, .tsv, .jsonl or .ndjson a manifest, a directory an image folder, anything else
+/// an HDF5 file.
+Kind kind_of(const std::string& path);
+
+/// How string labels of a manifest become integers: in sorted order (as ImageFolder's classes)
+/// or in the order they first appear.
+enum class LabelOrder { sorted, first_seen };
+const Choices<LabelOrder>& label_order_choices();
+
+/// What a manifest's field is read as (see open_column).
+enum class Role { value, images, labels, text };
+
+/// How image folders and manifests become rows: the preprocessing of every image, and the label
+/// order of a manifest's string labels.
+struct FileOptions {
+  image::Spec preprocess;
+  LabelOrder label_order = LabelOrder::sorted;
+  /// Unreadable images are left for the reader to handle (cache-fill --on-error skip): a manifest's
+  /// missing file is not an error at open, and files whose header cannot be read do not decide
+  /// the column's shape. Reading such a row still fails.
+  bool tolerate_unreadable = false;
+  /// Text fields, and names stored as strings (class folders, an image folder's paths, a
+  /// manifest's label and key strings): refuse ill-formed UTF-8 (Error(data) naming the line or
+  /// file) instead of replacing each ill-formed sequence with U+FFFD (counted in
+  /// Column::utf8_replaced() for text).
+  bool strict_utf8 = false;
+};
+
+/// True when `name`, given where a dataset of the input is expected (--features, --labels,
+/// --keys, --query...), names a file of its own instead: it ends in .npy, or is "shm:NAME".
+bool names_own_file(const std::string& name);
+
+/// A column's rows as stored.
+struct ColumnInfo {
+  std::string name;            ///< the dataset, member or file, as the user named it
+  std::vector<int64_t> shape;  ///< [rows, ...]; [rows] for a ragged column
+  DType dtype = DType::other;
+  /// Rows of varying length (a variable-layout slab of integers: token sequences), read with
+  /// read_ragged().
+  bool ragged = false;
+
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  /// Elements in one row (product of shape[1:]).
+  int64_t row_elements() const;
+  /// Bytes of one row in dtype (0 for strings).
+  std::size_t row_bytes() const;
+};
+
+/// One named array of rows.
+class Column {
+ public:
+  virtual ~Column() = default;
+  Column(const Column&) = delete;
+  Column& operator=(const Column&) = delete;
+
+  const ColumnInfo& info() const { return info_; }
+  Kind kind() const { return kind_; }
+  /// The file (or "shm:NAME") the column is in, as given.
+  const std::string& path() const { return path_; }
+
+  /// Copies rows [start, start + count) into `out`: count * info().row_bytes() bytes, C order,
+  /// the machine's byte order, element type info().dtype. Safe to call from several threads at
+  /// once. Numeric columns only (Error(data) for strings); rows out of range -> Error(internal).
+  virtual void read(int64_t start, int64_t count, void* out) const = 0;
+
+  /// Copies the rows listed in `rows` (any order, repeats allowed) into `out`, one after another,
+  /// as read() lays them out. The distinct rows are read in ascending order as runs of
+  /// consecutive rows (an HDF5 dataset in one read: each chunk once). Thread-safe.
+  void read_rows(const std::vector<int64_t>& rows, void* out) const;
+
+  /// Feeds rows [a, b) to `h`, streamed in bounded blocks. The digest changes when any value does.
+  virtual void digest(int64_t a, int64_t b, ContentHash& h) const;
+
+  /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
+  virtual hid_t hdf5_dataset() const { return -1; }
+
+  /// Rows [start, start + count) of a ragged column as int64 values end to end: row i is
+  /// values[offsets[i], offsets[i+1]). Error(data) for other columns. Thread-safe.
+  virtual void read_ragged(int64_t start, int64_t count, std::vector<int64_t>& values,
+                           std::vector<int64_t>& offsets) const;
+
+  /// Rows [start, start + count) of a string column (an image folder's paths, a manifest's keys).
+  /// Error(data) for other columns.
+  virtual std::vector<std::string> read_strings(int64_t start, int64_t count) const;
+
+  /// For labels made from names (an image folder's classes, a manifest's string labels): the
+  /// name of label i at position i. Empty otherwise.
+  virtual const std::vector<std::string>& label_names() const;
+
+  /// For a text column: how many ill-formed UTF-8 sequences were replaced with U+FFFD.
+  virtual int64_t utf8_replaced() const { return 0; }
+
+  /// Something about how the column was read that its user should be told (a manifest's label
+  /// field of integers numbered as names because one value is not an integer), or "".
+  virtual std::string warning() const { return {}; }
+
+  /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
+  virtual const image::Spec* preprocess() const { return nullptr; }
+
+ protected:
+  Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
+  void check_range(int64_t start, int64_t count) const;
+  /// Reads `runs` ([first, first + count), ascending, disjoint, in range) into `out` one after
+  /// another; by default one read() per run.
+  virtual void read_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, void* out) const;
+
+  ColumnInfo info_;
+
+ private:
+  Kind kind_;
+  std::string path_;
+};
+
+/// Opens column `name` of `path`:
+///  - an HDF5 file: dataset `name`;
+///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`); a variable layout of
+///    integers is a ragged column (token sequences), other variable layouts are refused;
+///  - a .npy file: its array (`name` empty, `path`, or the file's stem), memory-mapped;
+///  - a .npz archive: member `name` (".npy" optional); stored members are read in place,
+///    compressed ones decompressed into memory once;
+///  - an image folder (ImageFolder layout: one subfolder per class, sorted by name, giving labels
+///    0..K-1; JPEG and PNG files sorted within, subfolders included): "image" (the decoded and
+///    preprocessed images, float32 [rows, C, H, W]), "label" (int64) or "path" (the files,
+///    relative to the folder);
+///  - a manifest (CSV or TSV with a header line, or JSON Lines): the field `name`, read as `role`
+///    says: images (its values are paths, relative to the manifest's folder), labels (integers,
+///    or strings mapped to integers in `files.label_order`, see label_names()), text (strings:
+///    a JSON value must be a string; ill-formed UTF-8 as `files.strict_utf8` says) or values
+///    (integers when every value is one, otherwise strings). Other kinds ignore `role`; an HDF5
+///    string dataset is read with read_strings().
+/// A `name` for which names_own_file() holds is opened as its own file instead of inside `path`.
+/// Errors: a missing file -> Error(no_input); a missing dataset or member, or an array the tools
+/// cannot read (Fortran order, object or structured dtype, big-endian floats of 16 bits...) ->
+/// Error(data), naming the file.
+std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files = {},
+                                    Role role = Role::value);
+
+/// The fields of manifest `path` (its header, or every key of its JSON lines), for messages that
+/// list them. Error(no_input/data) as open_column().
+std::vector<std::string> manifest_fields(const std::string& path);
+
+/// Throws Error(no_input, path, "no such file or directory") (or the reason it cannot be
+/// examined) when input `path` does not exist; slabs ("shm:NAME") are looked up when opened.
+void require_input(const std::string& path);
+
+/// The name a column of `path` gets when none is given: the stem of a .npy file, `path` itself
+/// for a slab, "image" for an image folder; "" for HDF5 files, .npz archives and manifests,
+/// whose columns must be named.
+std::string default_column(const std::string& path);
+
+/// The labels and keys an input gives without being asked: an image folder's "label" and
+/// "path"; "" for every other kind.
+std::string default_labels(const std::string& path);
+std::string default_keys(const std::string& path);
+
+}  // namespace source
+}  // namespace traincache

@@ -1,0 +1,16 @@
+// The arithmetic precision an encoder or head runs in (gc-train and cache-fill --precision).
+// Torch-free: the autocast region that applies it is in internal/traincache/autocast.h.
+#pragma once
+
+#include "traincache/base/choices.h"
+
+namespace traincache {
+
+/// fp32: float32 throughout. bf16, fp16: matrix products and convolutions in bfloat16 or float16
+/// under autocast (parameters, losses and reductions stay float32).
+enum class Precision { fp32, bf16, fp16 };
+
+/// "fp32", "bf16", "fp16".
+const Choices<Precision>& precision_choices();
+
+}  // namespace traincache

@@ -1,0 +1,152 @@
+// Frozen TorchScript encoders and the input conversion rules shared by cache-fill and
+// cache-inspect --verify. Needs LibTorch: include only from torch translation units.
+#pragma once
+
+#include <torch/script.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traincache/io/source.h"
+#include "traincache/model/precision.h"
+#include "traincache/text/tokenizer.h"
+
+namespace traincache::encode {
+
+/// Parses "cpu", "cuda" or "cuda:N". Malformed -> Error(usage); CUDA not available -> Error(unavailable).
+/// `option` names the flag in messages.
+torch::Device parse_device(const std::string& spec, const std::string& option = "--device");
+/// Throws Error(unavailable) naming `subject` when `device` is a CUDA index this machine lacks.
+void require_device_index(const torch::Device& device, const std::string& subject);
+
+/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core. (Debian's OpenMP
+/// LibTorch otherwise starts with a single thread in C++ programs.)
+void configure_threads(int threads);
+
+/// Loads a TorchScript file as it was saved (training mode and requires_grad untouched).
+/// Missing file -> Error(no_input); not TorchScript -> Error(data).
+torch::jit::Module load_module(const std::string& path, torch::Device device);
+
+/// `m.forward(args)`, with any LibTorch/TorchScript exception turned into
+/// Error(data, subject, "rejected the input: <the one meaningful line>").
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
+                                const std::string& subject);
+
+/// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
+/// without the C++ backtrace and the TorchScript traceback.
+std::string torch_error_message(const std::string& what);
+
+/// Reads rows [start, start+count) of a column as a model input tensor, by the documented
+/// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
+/// Strings and other types -> Error(data). Converts with plain loops (no OpenMP from readers).
+torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale);
+
+/// The type read_column_rows gives rows of `t`: int64 for integers other than uint8, else float32.
+torch::Dtype converted_type(DType t);
+
+/// The same for the rows listed in `rows` (ascending reads coalesce runs of consecutive rows:
+/// sort them first), in that order.
+torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale);
+
+/// Throws Error(data) when a column cannot be fed to an encoder (strings, compound types, 0-d).
+void require_numeric_input(const source::ColumnInfo& info, const std::string& file);
+
+/// A padded token batch as an encoder's inputs: input_ids, attention_mask, token_type_ids, each
+/// int64 [rows, length].
+std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b);
+
+/// Cuts `n` token tensors [rows, L] at `ts` to the longest sequence `mask` marks (at least one
+/// column): a batch padded for more rows than it now holds pays only for its own longest.
+void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask);
+
+/// The number of tensors `m.forward` takes (its arguments without self).
+std::size_t forward_arity(const torch::jit::Module& m);
+
+/// How many tensors each of `texts` text fields gives a forward() of `arity` tensors whose first
+/// `features` are other inputs: 1 (input_ids), 2 (+ attention_mask) or 3 (+ token_type_ids); 0
+/// when `texts` is 0. Error(data, subject) when the arguments cannot be split so.
+std::size_t text_tensors(std::size_t arity, std::size_t features, std::size_t texts, const std::string& subject);
+
+/// An nn.Embedding of a module (a submodule whose type is an Embedding with a 2-D weight).
+struct EmbeddingTable {
+  std::string name;  ///< its path in the module, e.g. "embeddings.word_embeddings"
+  int64_t rows = 0;
+};
+
+/// The embedding tables of `m`, in the module's order.
+std::vector<EmbeddingTable> embedding_tables(const torch::jit::Module& m);
+
+/// The table token ids index: `chosen` by path (--vocab-table; "none": no table, no check;
+/// Error(usage) naming the tables when there is no such one); else the smallest table with at
+/// least `vocab` rows (a position table declared first is not taken for it), else the largest;
+/// nullopt when `m` has none.
+std::optional<EmbeddingTable> token_table(const torch::jit::Module& m, int64_t vocab, const std::string& chosen = {});
+
+/// The position table of `m`: an embedding table other than `token_name` whose last path part
+/// names positions ("pos", "position_embeddings", "embed_positions", GPT-2's "wpe"), or nullopt.
+std::optional<EmbeddingTable> position_table(const torch::jit::Module& m, const std::string& token_name);
+
+/// Error(data, subject) when `tok` (loaded from `tok_path`) has more tokens than the token
+/// table (token_table(m, vocab, chosen)) has rows: its ids could not all be embedded.
+void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
+                      const std::string& tok_path, const std::string& chosen = {});
+
+/// Whether an optimised module's output is close enough to the full-float32 reference: within
+/// `rtol` x `scale`, plus three times what the plain module itself differs from that reference in
+/// the math mode both will run with (TF32 rounding; 0 in full float32). NaN is never close.
+bool optimised_within(double optimised_diff, double plain_diff, double scale, double rtol);
+
+/// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
+struct OptimizeOutcome {
+  bool used = false;             ///< the optimised module is now in use
+  std::string math = "ieee";     ///< the math mode both were run in (precision::math_mode)
+  double max_abs_diff = 0;       ///< between the optimised output and the plain one in full float32
+  double plain_diff = 0;         ///< the plain output in `math` against full float32 (0 for ieee)
+  std::string why_not;           ///< reason for falling back, when !used
+  bool plain_nonfinite = false;  ///< the plain output already holds NaN/Inf (nothing to compare)
+};
+
+/// A frozen TorchScript encoder in eval mode, run under c10::InferenceMode.
+class Encoder {
+ public:
+  /// Loads `path` onto `device`. Missing file -> Error(no_input); not TorchScript -> Error(data).
+  Encoder(std::string name, std::string path, torch::Device device, std::string output = "");
+
+  const std::string& name() const { return name_; }
+  const std::string& path() const { return path_; }
+  const std::string& output() const { return output_; }
+  /// "optimized" or "plain": which module forward() runs.
+  const char* inference() const { return optimized_ ? "optimized" : "plain"; }
+
+  /// Runs the encoder and selects the output tensor (--output). Rejected inputs and non-tensor
+  /// outputs -> Error(data) naming the encoder.
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
+
+  /// The number of tensors forward() takes (its arguments without self), read once at load.
+  std::size_t arity() const { return arity_; }
+  /// The plain module (as loaded, in eval mode, parameters frozen).
+  const torch::jit::Module& module() const { return plain_; }
+
+  /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded.
+  void set_precision(Precision p) { precision_ = p; }
+  /// Drops the optimised module: forward() runs the plain one from now on.
+  void use_plain() { optimized_.reset(); }
+
+  /// Tries the optimised module on `sample` in the math mode the rows will be encoded with; keeps
+  /// it only when optimised_within(its difference from the plain module in full float32, the
+  /// plain module's own TF32 difference, max(1, max|plain|), rtol).
+  OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);
+
+ private:
+  torch::Tensor run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs);
+
+  std::string name_, path_, output_;
+  torch::Device device_;
+  std::size_t arity_ = 0;
+  torch::jit::Module plain_;
+  std::optional<torch::jit::Module> optimized_;
+  Precision precision_ = Precision::fp32;
+};
+
+}  // namespace traincache::encode

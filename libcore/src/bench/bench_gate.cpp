@@ -1,0 +1,54 @@
+#include "traincache/bench/bench_gate.h"
+
+#include <cerrno>
+#include <fstream>
+
+#include "traincache/base/error.h"
+
+namespace traincache::sbench {
+
+std::map<std::string, double> throughput(const report::Json& records) {
+  std::map<std::string, std::pair<double, int>> later, first;
+  for (const auto& r : records) {
+    auto& a = r.at("epoch").get<int64_t>() > 1 ? later[r.at("strategy")] : first[r.at("strategy")];
+    a.first += r.at("samples_per_second").get<double>();
+    a.second += 1;
+  }
+  std::map<std::string, double> out;
+  for (auto& [s, a] : first) out[s] = a.first / a.second;
+  for (auto& [s, a] : later) out[s] = a.first / a.second;
+  return out;
+}
+
+std::vector<Comparison> compare(const report::Json& baseline_records, const report::Json& records,
+                                double max_regression) {
+  auto before = throughput(baseline_records);
+  std::vector<Comparison> out;
+  for (const auto& [s, rate] : throughput(records)) {
+    auto it = before.find(s);
+    if (it == before.end() || it->second <= 0) continue;
+    Comparison c{s, it->second, rate, rate / it->second - 1, false};
+    c.regressed = c.change < -max_regression;
+    out.push_back(c);
+  }
+  return out;
+}
+
+report::Json read_baseline(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(Exit::no_input, path, errno_text(errno));
+  auto doc = report::Json::parse(in, nullptr, false);
+  auto well_formed = [](const report::Json& r) {
+    return r.is_object() && r.contains("strategy") && r["strategy"].is_string() && r.contains("epoch") &&
+           r["epoch"].is_number_integer() && r.contains("samples_per_second") && r["samples_per_second"].is_number();
+  };
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("records") || !doc["records"].is_array())
+    throw Error(Exit::data, path, "not a smart-bench --json document");
+  for (const auto& r : doc["records"])
+    if (!well_formed(r))
+      throw Error(Exit::data, path,
+                  "not a smart-bench --json document (a record lacks strategy, epoch or samples_per_second)");
+  return doc["records"];
+}
+
+}  // namespace traincache::sbench

@@ -1,0 +1,84 @@
+#include "traincache/fill/fill_plan.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "traincache/base/error.h"
+
+using nlohmann::json;
+
+namespace traincache::fill {
+
+const Choices<DType>& storage_dtype_choices() {
+  static const Choices<DType> c{{DType::f32, "float32"}, {DType::f16, "float16"}};
+  return c;
+}
+
+void validate_options(const FillOptions& opts) {
+  if (opts.encoders.empty()) throw Error(Exit::usage, "--encoder", "at least one encoder is required");
+  if (opts.out.empty()) throw Error(Exit::usage, "--out", "an output file is required");
+  if (opts.batch_size <= 0) throw Error(Exit::usage, "--batch-size", "must be positive");
+  if (opts.dtype != DType::f32 && opts.dtype != DType::f16)
+    throw Error(Exit::usage, "--dtype", "must be float32 or float16");
+  std::set<std::string> names;
+  for (const auto& e : opts.encoders) {
+    if (e.name.empty() || e.name.find_first_of("/.") != std::string::npos)
+      throw Error(Exit::usage, "--encoder", "invalid encoder name '" + e.name + "'");
+    if (!names.insert(e.name).second)
+      throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");
+    const bool has_text = !(e.text.empty() ? opts.text : e.text).empty();
+    if (has_text && (e.tokenizer.empty() ? opts.tokenizer : e.tokenizer).empty())
+      throw Error(Exit::usage, "--tokenizer", "encoder '" + e.name + "' reads text: give its tokenizer.json or .model");
+  }
+  if (opts.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
+  if (!(opts.precision_tolerance > 0 && opts.precision_tolerance < 1))
+    throw Error(Exit::usage, "--precision-tolerance", "must be a fraction above 0 and below 1");
+}
+
+RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {
+  RowPlan p;
+  int64_t a = opts.row_begin, b = opts.row_end < 0 ? input_rows : opts.row_end;
+  if (a >= input_rows || b > input_rows || a >= b)
+    throw Error(Exit::usage, "--rows",
+                std::to_string(a) + ":" + std::to_string(b) + " is outside the input's " + std::to_string(input_rows) +
+                    " rows");
+  p.job_begin = p.begin = a;
+  p.job_end = p.end = b;
+  p.sharded = opts.shard_count > 0;
+  if (!p.sharded) return p;
+  if (opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
+    throw Error(Exit::usage, "--shard", "expected I/N with 0 <= I < N");
+  const int64_t nb = (b - a + opts.batch_size - 1) / opts.batch_size;
+  const int64_t lo = nb * opts.shard_index / opts.shard_count;
+  const int64_t hi = nb * (opts.shard_index + 1) / opts.shard_count;
+  if (lo >= hi)
+    throw Error(Exit::usage, "--shard",
+                std::to_string(opts.shard_count) + " shards for only " + std::to_string(nb) + " batches");
+  p.begin = a + lo * opts.batch_size;
+  p.end = std::min(b, a + hi * opts.batch_size);
+  return p;
+}
+
+std::string fingerprint_diff(const std::string& old_json, const std::string& now_json) {
+  json old = json::parse(old_json, nullptr, false), now = json::parse(now_json, nullptr, false);
+  if (old.is_discarded()) return "unreadable stored fingerprint";
+  std::set<std::string> paths;
+  for (const auto& op : json::diff(old, now)) {
+    std::string p = op.value("path", "");
+    // Report one setting, not an element of an array setting ("/input/rows/1" -> "input/rows").
+    auto slash = p.rfind('/');
+    if (slash != std::string::npos && slash + 1 < p.size() &&
+        p.find_first_not_of("0123456789", slash + 1) == std::string::npos)
+      p.resize(slash);
+    paths.insert(p.size() > 1 ? p.substr(1) : "everything");
+  }
+  std::string s;
+  for (const auto& p : paths) s += (s.empty() ? "" : ", ") + p;
+  return s.empty() ? "unknown" : s;
+}
+
+std::string shard_path(const std::string& out, int index, int count) {
+  return out + ".shard-" + std::to_string(index) + "-of-" + std::to_string(count);
+}
+
+}  // namespace traincache::fill

@@ -1,0 +1,131 @@
+#include "traincache/fill/verify.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "traincache/base/error.h"
+#include "traincache/base/sha256.h"
+#include "traincache/io/cache_file.h"
+#include "traincache/io/h5.h"
+#include "traincache/io/source.h"
+#include "traincache/model/autocast.h"
+#include "traincache/model/encoder.h"
+#include "traincache/text/tokenizer.h"
+
+namespace traincache::verify {
+
+bool VerifyReport::ok() const {
+  return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
+}
+
+namespace {
+
+// The rows `rows` of text input `key`, tokenized as the cache records: ids, mask, type ids.
+std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::string& key, const std::string& input,
+                                     const std::vector<int64_t>& rows) {
+  auto it = std::find_if(info.text.begin(), info.text.end(), [&](const auto& t) { return t.key == key; });
+  if (it == info.text.end()) throw Error(Exit::data, info.path, "text input '" + key + "' is not described");
+  if (it->ragged) throw Error(Exit::usage, info.path, "built from token sequences of a slab; cannot verify");
+  if (sha256_file(it->tokenizer_path) != it->tokenizer_sha256)
+    throw Error(Exit::data, it->tokenizer_path, "changed since the cache was built (its SHA-256 differs)");
+  auto tok = text::load(it->tokenizer_path);
+  text::TokenizeOptions opts;
+  opts.max_length = it->max_length;
+  opts.strict_utf8 = it->strict_utf8;
+  source::FileOptions files;
+  files.strict_utf8 = it->strict_utf8;
+  auto col = source::open_column(input, it->field, files, source::Role::text);
+  if (col->info().rows() < info.row_start + info.rows)
+    throw Error(Exit::data, input, "field '" + it->field + "' has fewer rows than the cache was built from");
+  std::vector<std::string> texts;
+  for (int64_t r : rows) texts.push_back(col->read_strings(info.row_start + r, 1).front());
+  return encode::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
+}
+
+}  // namespace
+
+VerifyReport run_verify(const VerifyOptions& opts) {
+  if (opts.samples <= 0) throw Error(Exit::usage, "--verify", "the number of rows must be positive");
+  torch::Device device = encode::parse_device(opts.device);
+  encode::configure_threads(opts.threads);
+  cache::CacheInfo info = cache::read_info(opts.cache, false);
+  if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
+  if (info.embeddings.empty())
+    throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
+  for (const auto& [name, path] : opts.encoders)
+    if (std::none_of(info.embeddings.begin(), info.embeddings.end(), [&](const auto& e) { return e.name == name; }))
+      throw Error(Exit::usage, "--encoder",
+                  "the cache has no encoder named '" + name + "' (have: " + cache::encoder_names(info) + ")");
+
+  VerifyReport rep;
+  rep.path = opts.cache;
+  std::mt19937_64 rng(opts.seed);
+  int64_t k = std::min<int64_t>(opts.samples, info.rows);
+  std::set<int64_t> picked;
+  std::uniform_int_distribution<int64_t> dist(0, info.rows - 1);
+  while (static_cast<int64_t>(picked.size()) < k) picked.insert(dist(rng));
+  rep.rows.assign(picked.begin(), picked.end());
+
+  std::string input = opts.input.empty() ? info.input_path : opts.input;
+  if (input.rfind("shm:", 0) == 0)
+    throw Error(Exit::usage, opts.cache,
+                "built from slab " + input + "; give the same data as an HDF5 file with --input");
+  if (!info.input_kind.empty() && source::kind_name(source::kind_of(input)) != info.input_kind)
+    throw Error(Exit::usage, input,
+                std::string("is a ") + source::kind_name(source::kind_of(input)) +
+                    " input but the cache was built from a " + info.input_kind + " one");
+  for (const auto& e : info.embeddings) {
+    EncoderVerdict v;
+    v.name = e.name;
+    auto it = opts.encoders.find(e.name);
+    v.encoder_path = it != opts.encoders.end() ? it->second : e.encoder_path;
+    v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
+    // Re-encoded in the math mode the rows were encoded in (TF32 when the cache says so and the
+    // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
+    precision::allow_tf32(e.math_mode == "tf32");
+    v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
+    v.atol = opts.atol;
+
+    std::vector<torch::Tensor> args;
+    source::FileOptions files;
+    files.preprocess = image::spec_from(info.preprocess);
+    for (const auto& f : e.features) {
+      auto col = source::open_column(input, f, files, source::Role::images);
+      encode::require_numeric_input(col->info(), input);
+      if (col->info().rows() < info.row_start + info.rows)
+        throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
+      std::vector<torch::Tensor> rows;
+      for (int64_t r : rep.rows)
+        rows.push_back(encode::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
+      args.push_back(torch::cat(rows));
+    }
+    encode::Encoder enc(e.name, v.encoder_path, device, e.output);
+    const std::size_t n = encode::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
+    for (const auto& key : e.text) {
+      auto t = text_args(info, key, input, rep.rows);
+      args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
+    torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
+    std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rep.rows);
+    torch::Tensor want =
+        torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
+                         torch::kFloat32)
+            .to(torch::kFloat64);
+    if (got.sizes() != want.sizes())
+      throw Error(Exit::negative, "encoder '" + e.name + "'",
+                  "re-encoded rows have another shape than the cached ones");
+    auto diff = (got - want).abs();
+    // Written as "not within" so that NaN, on either side, never counts as a match.
+    auto bad_rows = (~(diff <= (v.atol + v.rtol * want.abs()))).any(1);
+    v.checked = k;
+    v.mismatched = bad_rows.sum().item<int64_t>();
+    v.max_abs_diff = diff.max().item<double>();
+    if (v.mismatched > 0) v.first_bad_row = rep.rows[bad_rows.nonzero()[0][0].item<int64_t>()];
+    rep.encoders.push_back(v);
+  }
+  return rep;
+}
+
+}  // namespace traincache::verify

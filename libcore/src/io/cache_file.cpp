@@ -1,0 +1,592 @@
+#include "traincache/io/cache_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "traincache/base/error.h"
+#include "traincache/base/format.h"
+#include "traincache/base/safe_file.h"
+#include "traincache/io/h5.h"
+
+namespace traincache::cache {
+
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::string> json_string_list(const std::string& text) {
+  std::vector<std::string> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_array())
+    for (const auto& v : j)
+      if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+// Reads rows [start, start+count) of a string or numeric 1-D dataset as text.
+std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, int64_t start, int64_t count) {
+  std::vector<std::string> out;
+  if (info.dtype == DType::string) {
+    h5::Id ftype(H5Dget_type(dset));
+    if (info.vlen_string) {
+      std::vector<char*> ptrs(static_cast<std::size_t>(count));
+      h5::read_rows(dset, info.name, start, count, ftype.get(), ptrs.data());
+      for (auto* p : ptrs) {
+        out.emplace_back(p ? p : "");
+        H5free_memory(p);
+      }
+    } else {
+      std::vector<char> buf(static_cast<std::size_t>(count) * info.type_size);
+      h5::read_rows(dset, info.name, start, count, ftype.get(), buf.data());
+      for (int64_t i = 0; i < count; ++i) {
+        const char* p = buf.data() + i * info.type_size;
+        out.emplace_back(p, strnlen(p, info.type_size));
+      }
+    }
+  } else if (is_float(info.dtype)) {
+    std::vector<double> v(static_cast<std::size_t>(count));
+    h5::read_rows(dset, info.name, start, count, H5T_NATIVE_DOUBLE, v.data());
+    for (double d : v) out.push_back(std::to_string(d));
+  } else {
+    std::vector<int64_t> v(static_cast<std::size_t>(count));
+    h5::read_rows(dset, info.name, start, count, H5T_NATIVE_INT64, v.data());
+    for (auto x : v) out.push_back(std::to_string(x));
+  }
+  return out;
+}
+
+// h5::describe, with the file named in its errors.
+h5::DatasetInfo describe_in(hid_t d, const std::string& path, const std::string& dpath) {
+  try {
+    return h5::describe(d, dpath);
+  } catch (const Error& e) {
+    throw Error(e.code(), path, e.what());
+  }
+}
+
+// Checks a dataset's storage before anything reads it: a contiguous or chunked dataset cannot
+// hold more bytes than the whole file (a small file claiming terabytes is corrupt, and reading it
+// would take hours); a virtual dataset's sources are collected for check_virtual_sources().
+void check_storage(hid_t d, const std::string& path, const std::string& dpath, const h5::DatasetInfo& di,
+                   int64_t file_size, std::set<std::string>& virtual_sources) {
+  h5::Id dcpl(H5Dget_create_plist(d));
+  if (!dcpl) throw Error(Exit::data, path, dpath + ": cannot read its storage layout");
+  if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {
+    size_t count = 0;
+    if (H5Pget_virtual_count(dcpl.get(), &count) < 0)
+      throw Error(Exit::data, path, dpath + ": cannot read its virtual mapping");
+    for (size_t i = 0; i < count; ++i) {
+      ssize_t n = H5Pget_virtual_filename(dcpl.get(), i, nullptr, 0);
+      if (n < 0) throw Error(Exit::data, path, dpath + ": cannot read its virtual mapping");
+      std::string name(static_cast<std::size_t>(n) + 1, '\0');
+      H5Pget_virtual_filename(dcpl.get(), i, name.data(), name.size());
+      name.resize(static_cast<std::size_t>(n));
+      virtual_sources.insert(name);
+    }
+    return;
+  }
+  if (H5Pget_nfilters(dcpl.get()) > 0) return;  // compressed: the stored size says nothing
+  uint64_t claimed = di.type_size;
+  for (auto dim : di.shape)
+    if (dim < 0 || __builtin_mul_overflow(claimed, static_cast<uint64_t>(dim), &claimed))
+      throw Error(Exit::data, path, dpath + ": its shape does not fit 64 bits");
+  if (claimed > static_cast<uint64_t>(file_size))
+    throw Error(Exit::data, path,
+                dpath + " claims " + std::to_string(claimed) + " bytes but the file has only " +
+                    std::to_string(file_size) + " (truncated or corrupt)");
+}
+
+// A merged cache reads its rows from shard files through virtual datasets: every source must be
+// another file that exists and is a complete shard of the same job; a missing one would read as
+// zeros, and one that maps back onto this file would recurse until the stack overflows.
+void check_virtual_sources(hid_t f, const std::string& path, const std::set<std::string>& sources) {
+  if (sources.empty()) return;
+  auto job = h5::read_attr_string(f, "job_fingerprint");
+  for (const auto& name : sources) {
+    std::string src = name.empty() || name[0] == '/' ? name : files::dir_name(path) + "/" + name;
+    if (name == "." || files::same_file(src, path))
+      throw Error(Exit::data, path, "a virtual dataset maps onto its own file (self-referencing merge)");
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0)
+      throw Error(Exit::data, path, "virtual source " + src + " is missing (" + errno_text(errno) + ")");
+    h5::Id sf = h5::open_file(src);
+    auto complete = h5::read_attr_int(sf.get(), "complete");
+    auto src_job = h5::read_attr_string(sf.get(), "job_fingerprint");
+    if (h5::read_attr_string(sf.get(), "format").value_or("") != kFormatName || complete.value_or(0) != 1 || !src_job ||
+        (job && *src_job != *job))
+      throw Error(Exit::data, path, "virtual source " + src + " is not a complete shard of this cache's job");
+  }
+}
+
+}  // namespace
+
+std::string encoder_names(const CacheInfo& info) {
+  std::vector<std::string> names;
+  for (const auto& e : info.embeddings) names.push_back(e.name);
+  return name_list(names);
+}
+
+namespace {
+
+// The text inputs of a cache (its "text" attribute) and its length window.
+void read_text_info(hid_t f, const std::string& path, CacheInfo& info) {
+  info.length_window = h5::read_attr_int(f, "length_window").value_or(0);
+  auto attr = h5::read_attr_string(f, "text");
+  if (!attr) return;
+  auto j = nlohmann::json::parse(*attr, nullptr, false);
+  if (!j.is_object()) throw Error(Exit::data, path, "unreadable text attribute");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const nlohmann::json& v = it.value();
+    if (!v.is_object()) throw Error(Exit::data, path, "unreadable text attribute");
+    // Members of another type read as absent: the attribute is data, not trusted.
+    auto str = [&v](const char* k) { return v.contains(k) && v[k].is_string() ? v[k].get<std::string>() : ""; };
+    auto num = [&v](const char* k) { return v.contains(k) && v[k].is_number_integer() ? v[k].get<int64_t>() : 0; };
+    auto flag = [&v](const char* k) { return v.contains(k) && v[k].is_boolean() && v[k].get<bool>(); };
+    TextInfo t;
+    t.key = it.key();
+    t.field = str("field");
+    t.tokenizer_path = str("tokenizer_path");
+    t.tokenizer_sha256 = str("tokenizer_sha256");
+    t.tokenizer_kind = str("tokenizer_kind");
+    t.padding = str("padding");
+    t.max_length = num("max_length");
+    t.pad_id = num("pad_id");
+    t.strict_utf8 = flag("strict_utf8");
+    t.ragged = flag("ragged");
+    info.text.push_back(std::move(t));
+  }
+}
+
+// The text keys each encoder read, from the fingerprint document.
+std::map<std::string, std::vector<std::string>> text_keys(const std::string& fingerprint_json) {
+  std::map<std::string, std::vector<std::string>> out;
+  auto j = nlohmann::json::parse(fingerprint_json, nullptr, false);
+  if (!j.is_object() || !j.contains("encoders") || !j["encoders"].is_object()) return out;
+  for (auto it = j["encoders"].begin(); it != j["encoders"].end(); ++it) {
+    const auto& e = it.value();
+    if (!e.is_object() || !e.contains("text") || !e["text"].is_array()) continue;
+    for (const auto& k : e["text"])
+      if (k.is_string()) out[it.key()].push_back(k.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+CacheInfo read_info(const std::string& path, bool count_labels) {
+  h5::Id file = h5::open_file(path);
+  hid_t f = file.get();
+  CacheInfo info;
+  info.path = path;
+  auto format = h5::read_attr_string(f, "format");
+  if (!format || *format != kFormatName)
+    throw Error(Exit::data, path, "not a traincache cache (no format=\"traincache\" attribute)");
+  auto version = h5::read_attr_int(f, "format_version");
+  if (!version) throw Error(Exit::data, path, "missing format_version attribute");
+  if (*version > kFormatVersion)
+    throw Error(Exit::data, path,
+                "format version " + std::to_string(*version) + " is newer than this tool reads (" +
+                    std::to_string(kFormatVersion) + ")");
+  info.format_version = *version;
+  info.complete = h5::read_attr_int(f, "complete").value_or(0) == 1;
+  info.rows = h5::read_attr_int(f, "rows").value_or(-1);
+  info.row_start = h5::read_attr_int(f, "row_start").value_or(0);
+  info.fingerprint = h5::read_attr_string(f, "fingerprint").value_or("");
+  info.fingerprint_json = h5::read_attr_string(f, "fingerprint_json").value_or("");
+  info.created_by = h5::read_attr_string(f, "created_by").value_or("");
+  info.input_path = h5::read_attr_string(f, "input_path").value_or("");
+  info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
+  info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
+  info.input_kind = h5::read_attr_string(f, "input_kind").value_or("");
+  if (auto pre = h5::read_attr_string(f, "preprocess")) {
+    auto j = nlohmann::ordered_json::parse(*pre, nullptr, false);
+    if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
+    for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  read_text_info(f, path, info);
+  struct stat fst;
+  if (::stat(path.c_str(), &fst) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  std::set<std::string> sources;
+
+  std::vector<std::string> names;
+  try {
+    names = h5::list_group(f, "/embeddings");
+  } catch (const Error& e) {
+    throw Error(Exit::data, path, e.what());
+  }
+  const auto text = text_keys(info.fingerprint_json);
+  for (const auto& name : names) {
+    std::string dpath = "/embeddings/" + name;
+    h5::Id d = h5::open_dataset(f, path, dpath);
+    auto di = describe_in(d.get(), path, dpath);
+    check_storage(d.get(), path, dpath, di, fst.st_size, sources);
+    EmbeddingInfo e;
+    e.name = name;
+    e.shape = di.shape;
+    e.dtype = di.dtype;
+    e.bytes = di.type_size;
+    for (auto s : di.shape) e.bytes *= static_cast<uint64_t>(s);
+    e.encoder_path = h5::read_attr_string(d.get(), "encoder_path").value_or("");
+    e.encoder_sha256 = h5::read_attr_string(d.get(), "encoder_sha256").value_or("");
+    e.features = json_string_list(h5::read_attr_string(d.get(), "features").value_or("[]"));
+    e.output = h5::read_attr_string(d.get(), "output").value_or("");
+    if (auto t = text.find(name); t != text.end()) e.text = t->second;
+    e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
+    e.math_mode = h5::read_attr_string(d.get(), "math_mode").value_or("");
+    info.embeddings.push_back(std::move(e));
+  }
+
+  h5::Id labels;
+  if (h5::exists(f, "/labels")) {
+    labels = h5::open_dataset(f, path, "/labels");
+    auto di = describe_in(labels.get(), path, "/labels");
+    check_storage(labels.get(), path, "/labels", di, fst.st_size, sources);
+    LabelInfo li;
+    li.source = h5::read_attr_string(labels.get(), "source").value_or("");
+    li.dtype = di.dtype;
+    li.rows = di.rows();
+    li.shape = di.shape;
+    li.names = json_string_list(h5::read_attr_string(labels.get(), "label_names").value_or("[]"));
+    info.labels = li;
+  }
+  if (h5::exists(f, "/keys")) {
+    h5::Id d = h5::open_dataset(f, path, "/keys");
+    info.keys_source = h5::read_attr_string(d.get(), "source").value_or("");
+    auto di = describe_in(d.get(), path, "/keys");
+    check_storage(d.get(), path, "/keys", di, fst.st_size, sources);
+    info.keys_dtype = di.dtype;
+  }
+  if (h5::exists(f, "/skipped/rows")) {
+    h5::Id d = h5::open_dataset(f, path, "/skipped/rows");
+    info.skipped = describe_in(d.get(), path, "/skipped/rows").rows();
+  }
+  check_virtual_sources(f, path, sources);
+  // Only now, with sizes and sources checked, is any data read.
+  if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1) {
+    constexpr int64_t kBlock = 1 << 16;
+    std::vector<int64_t> buf;
+    for (int64_t s = 0; s < info.labels->rows; s += kBlock) {
+      int64_t n = std::min(kBlock, info.labels->rows - s);
+      buf.resize(static_cast<std::size_t>(n));
+      h5::read_rows(labels.get(), path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
+      for (auto v : buf) ++info.labels->counts[v];
+    }
+  }
+  return info;
+}
+
+namespace {
+
+// Calls fn(block_start, block_rows, float* data) over every row of an embedding, in blocks.
+template <class Fn>
+void for_each_block(hid_t file, const std::string& path, const std::string& dpath, Fn fn) {
+  h5::Id d = h5::open_dataset(file, path, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  int64_t per_row = di.row_elements();
+  int64_t block = h5::rows_per_block(per_row * 4, 4 << 20);
+  std::vector<float> buf;
+  for (int64_t s = 0; s < di.rows(); s += block) {
+    int64_t n = std::min(block, di.rows() - s);
+    buf.resize(static_cast<std::size_t>(n * per_row));
+    h5::read_rows(d.get(), path + ": " + dpath, s, n, H5T_NATIVE_FLOAT, buf.data());
+    fn(s, n, per_row, buf.data());
+  }
+}
+
+}  // namespace
+
+std::vector<EmbeddingStats> compute_stats(const std::string& path) {
+  CacheInfo info = read_info(path, false);
+  h5::Id file = h5::open_file(path);
+  std::vector<EmbeddingStats> out;
+  for (const auto& e : info.embeddings) {
+    EmbeddingStats st;
+    st.name = e.name;
+    double sum = 0, sumsq = 0;
+    int64_t finite_rows = 0;
+    st.norm_min = INFINITY;
+    st.norm_max = -INFINITY;
+    for_each_block(file.get(), path, "/embeddings/" + e.name,
+                   [&](int64_t, int64_t n, int64_t per_row, const float* data) {
+                     for (int64_t r = 0; r < n; ++r) {
+                       double sq = 0;
+                       bool finite = true;
+                       for (int64_t k = 0; k < per_row; ++k) {
+                         float v = data[r * per_row + k];
+                         if (std::isnan(v))
+                           ++st.nan_count, finite = false;
+                         else if (std::isinf(v))
+                           ++st.inf_count, finite = false;
+                         else
+                           sq += double(v) * v;
+                       }
+                       ++st.rows;
+                       if (!finite) continue;
+                       double norm = std::sqrt(sq);
+                       sum += norm;
+                       sumsq += norm * norm;
+                       ++finite_rows;
+                       st.norm_min = std::min(st.norm_min, norm);
+                       st.norm_max = std::max(st.norm_max, norm);
+                     }
+                   });
+    if (finite_rows > 0) {
+      st.norm_mean = sum / finite_rows;
+      st.norm_std = std::sqrt(std::max(0.0, sumsq / finite_rows - st.norm_mean * st.norm_mean));
+    } else {
+      st.norm_min = st.norm_max = 0;
+    }
+    out.push_back(st);
+  }
+  return out;
+}
+
+CheckReport check(const std::string& path) {
+  CheckReport rep;
+  rep.path = path;
+  try {
+    CacheInfo info = read_info(path, false);
+    if (!info.complete) rep.problems.push_back("incomplete (complete attribute is not 1)");
+    if (info.rows < 0) rep.problems.push_back("missing rows attribute");
+    if (info.fingerprint.empty()) rep.problems.push_back("missing fingerprint attribute");
+    if (info.embeddings.empty()) rep.problems.push_back("no datasets under /embeddings");
+    for (const auto& e : info.embeddings)
+      if (e.shape.empty() || e.shape[0] != info.rows)
+        rep.problems.push_back("/embeddings/" + e.name + " has " + std::to_string(e.shape.empty() ? 0 : e.shape[0]) +
+                               " rows, expected " + std::to_string(info.rows));
+    if (info.labels && info.labels->rows != info.rows)
+      rep.problems.push_back("/labels has " + std::to_string(info.labels->rows) + " rows, expected " +
+                             std::to_string(info.rows));
+    if (!rep.problems.empty()) return rep;
+    for (const auto& st : compute_stats(path))
+      if (st.nan_count || st.inf_count)
+        rep.problems.push_back("/embeddings/" + st.name + " holds " + std::to_string(st.nan_count) + " NaN and " +
+                               std::to_string(st.inf_count) + " Inf values");
+  } catch (const Error& e) {
+    rep.problems.push_back(e.what());
+  }
+  return rep;
+}
+
+std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
+  CacheInfo info = read_info(path, false);
+  h5::Id file = h5::open_file(path);
+  n = std::max<int64_t>(0, std::min(n, info.rows));
+  std::vector<CacheRow> rows(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    rows[i].index = i;
+    rows[i].key = std::to_string(info.row_start + i);
+  }
+  if (n == 0) return rows;
+  if (info.keys_dtype) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/keys");
+    auto keys = read_as_text(d.get(), h5::describe(d.get(), "/keys"), 0, n);
+    for (int64_t i = 0; i < n; ++i) rows[i].key = keys[i];
+  }
+  if (info.labels) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/labels");
+    auto di = h5::describe(d.get(), "/labels");
+    if (di.shape.size() == 1) {
+      auto labels = read_as_text(d.get(), di, 0, n);
+      for (int64_t i = 0; i < n; ++i) rows[i].label = labels[i];
+    }
+  }
+  for (const auto& e : info.embeddings) {
+    h5::Id d = h5::open_dataset(file.get(), path, "/embeddings/" + e.name);
+    auto di = h5::describe(d.get(), e.name);
+    int64_t per_row = di.row_elements();
+    std::vector<float> buf(static_cast<std::size_t>(n * per_row));
+    h5::read_rows(d.get(), path, 0, n, H5T_NATIVE_FLOAT, buf.data());
+    for (int64_t i = 0; i < n; ++i)
+      rows[i].embeddings[e.name].assign(buf.begin() + i * per_row, buf.begin() + (i + 1) * per_row);
+  }
+  return rows;
+}
+
+std::vector<float> read_embedding_rows(const std::string& path, const std::string& name,
+                                       const std::vector<int64_t>& indices) {
+  h5::Id file = h5::open_file(path);
+  std::string dpath = "/embeddings/" + name;
+  h5::Id d = h5::open_dataset(file.get(), path, dpath);
+  auto di = h5::describe(d.get(), dpath);
+  int64_t per_row = di.row_elements();
+  std::vector<float> out(indices.size() * static_cast<std::size_t>(per_row));
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= di.rows())
+      throw Error(Exit::usage, path, "row " + std::to_string(indices[i]) + " out of range");
+    h5::read_rows(d.get(), path + ": " + dpath, indices[i], 1, H5T_NATIVE_FLOAT, out.data() + i * per_row);
+  }
+  return out;
+}
+
+// ---- writing -------------------------------------------------------------------------------
+
+int64_t chunk_rows(int64_t row_bytes, int64_t rows) {
+  int64_t r = (1 << 20) / std::max<int64_t>(1, row_bytes);
+  return std::max<int64_t>(1, std::min(r, std::max<int64_t>(1, rows)));
+}
+
+namespace {
+
+void write_attrs(hid_t obj, const Attrs& attrs) {
+  for (const auto& attr : attrs) std::visit([&](const auto& v) { h5::write_attr(obj, attr.first, v); }, attr.second);
+}
+
+h5::Id create_dataset(hid_t file, const std::string& name, hid_t ftype, const std::vector<int64_t>& shape,
+                      int64_t row_bytes) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  std::vector<hsize_t> chunk = dims;
+  chunk[0] = static_cast<hsize_t>(chunk_rows(row_bytes, shape[0]));
+  h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  h5::Id dcpl = h5::untimed_create_plist(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+  h5::create_parent_groups(file, name);
+  hid_t id = H5Dcreate2(file, name.c_str(), ftype, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT);
+  h5::check(id, Exit::io, name, "cannot create dataset");
+  return h5::Id(id);
+}
+
+// Rows [start, start + rows) of a string column that is not HDF5 as UTF-8 variable-length strings.
+void copy_strings(const source::Column& col, hid_t out, const std::string& dst, int64_t start, int64_t rows) {
+  h5::Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  h5::Id dd = create_dataset(out, dst, type.get(), {rows}, 32);
+  h5::write_attr(dd.get(), "source", col.info().name);
+  constexpr int64_t kBlock = 65536;
+  for (int64_t s = 0; s < rows; s += kBlock) {
+    const int64_t n = std::min(kBlock, rows - s);
+    std::vector<std::string> v = col.read_strings(start + s, n);
+    std::vector<const char*> p;
+    for (const auto& x : v) p.push_back(x.c_str());
+    h5::write_rows(dd.get(), dst, s, n, type.get(), p.data());
+  }
+}
+
+// Rows [start, start + rows) of `col` as dataset `dst` of `out`, with a "source" attribute. An
+// HDF5 column is copied in its own file type (strings included); others are written from reads.
+void copy_column(const source::Column& col, hid_t out, const std::string& dst, int64_t start, int64_t rows) {
+  const auto& ci = col.info();
+  std::vector<int64_t> shape = ci.shape;
+  shape[0] = rows;
+  if (hid_t sd = col.hdf5_dataset(); sd >= 0) {
+    auto di = h5::describe(sd, ci.name);
+    h5::Id ftype(H5Dget_type(sd));
+    h5::Id mtype(di.dtype == DType::string ? H5Tcopy(ftype.get()) : H5Tget_native_type(ftype.get(), H5T_DIR_ASCEND));
+    int64_t row_bytes = static_cast<int64_t>(H5Tget_size(mtype.get())) * di.row_elements();
+    h5::Id dd = create_dataset(out, dst, ftype.get(), shape, row_bytes);
+    h5::write_attr(dd.get(), "source", ci.name);
+    h5::copy_rows(sd, col.path() + ": " + ci.name, start, dd.get(), dst, 0, rows);
+    return;
+  }
+  if (ci.dtype == DType::string) {
+    copy_strings(col, out, dst, start, rows);
+    return;
+  }
+  h5::Id half = h5::float16_type();
+  hid_t type = ci.dtype == DType::f16 ? half.get() : h5::native_type(ci.dtype);
+  const int64_t row_bytes = static_cast<int64_t>(ci.row_bytes());
+  h5::Id dd = create_dataset(out, dst, type, shape, row_bytes);
+  h5::write_attr(dd.get(), "source", ci.name);
+  if (!col.label_names().empty()) h5::write_attr(dd.get(), "label_names", json(col.label_names()).dump());
+  const int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
+  std::vector<char> buf;
+  for (int64_t s = 0; s < rows; s += block) {
+    int64_t n = std::min(block, rows - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    col.read(start + s, n, buf.data());
+    h5::write_rows(dd.get(), dst, s, n, type, buf.data());
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// /skipped/rows (int64) and /skipped/reasons (UTF-8 strings), one entry per skipped row.
+void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& skipped) {
+  const int64_t n = static_cast<int64_t>(skipped.size());
+  std::vector<int64_t> rows;
+  std::vector<const char*> reasons;
+  for (const auto& [r, why] : skipped) {
+    rows.push_back(r);
+    reasons.push_back(why.c_str());
+  }
+  h5::Id rd = create_dataset(f, "/skipped/rows", H5T_STD_I64LE, {n}, 8);
+  h5::write_rows(rd.get(), "/skipped/rows", 0, n, H5T_NATIVE_INT64, rows.data());
+  h5::Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  h5::Id sd = create_dataset(f, "/skipped/reasons", type.get(), {n}, 32);
+  h5::write_rows(sd.get(), "/skipped/reasons", 0, n, type.get(), reasons.data());
+}
+
+// Writes the rows of one journal raw file into a new dataset of `f`.
+void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
+  std::vector<int64_t> shape{rows};
+  shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
+  int64_t per_row = 1;
+  for (auto d : e.row_shape) per_row *= d;
+  hid_t type = e.dtype == DType::f16 ? half : H5T_IEEE_F32LE;
+  int64_t row_bytes = per_row * static_cast<int64_t>(dtype_size(e.dtype));
+  std::string dname = "/embeddings/" + e.name;
+  h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
+  write_attrs(d.get(), e.attrs);
+  int fd = ::open(e.raw_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
+  std::vector<char> buf;
+  for (int64_t s = 0; s < rows; s += block) {
+    int64_t n = std::min(block, rows - s);
+    buf.resize(static_cast<std::size_t>(n * row_bytes));
+    std::size_t got = 0;
+    while (got < buf.size()) {
+      ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
+      if (r == 0) throw Error(Exit::data, e.raw_path, "journal shorter than its committed rows");
+      got += static_cast<std::size_t>(r);
+    }
+    h5::write_rows(d.get(), dname, s, n, type, buf.data());
+  }
+}
+
+}  // namespace
+
+void assemble(const AssemblySpec& spec) {
+  files::TempPath tmp(spec.out_path);
+  h5::Id file = h5::create_temp_file(tmp);
+  hid_t f = file.get();
+  h5::write_attr(f, "format", std::string(kFormatName));
+  h5::write_attr(f, "format_version", kFormatVersion);
+  h5::write_attr(f, "complete", int64_t{0});
+  h5::write_attr(f, "rows", spec.rows);
+  h5::write_attr(f, "row_start", spec.row_start);
+  write_attrs(f, spec.root_attrs);
+  {
+    h5::Id half = h5::float16_type();
+    for (const auto& e : spec.embeddings) write_embedding(f, e, spec.rows, half.get());
+  }
+  if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
+  if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
+  if (!spec.skipped.empty()) write_skipped(f, spec.skipped);
+  h5::write_attr(f, "complete", int64_t{1});
+  h5::close_file(file, spec.out_path);
+  tmp.publish();  // fsync, then rename: a reader sees no file or a complete one
+}
+
+}  // namespace traincache::cache

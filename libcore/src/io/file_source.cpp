@@ -1,0 +1,629 @@
+// Image folders and manifests as columns: the listing of files (ImageFolder's order, or a
+// manifest's lines), labels made from class names, and images decoded and preprocessed on read.
+#include "file_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "traincache/base/error.h"
+#include "traincache/base/format.h"
+#include "traincache/base/safe_file.h"
+#include "traincache/io/json_input.h"
+#include "traincache/text/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace traincache::source {
+
+namespace {
+
+// A whole input file (symbolic links followed: datasets are often linked into place); anything
+// but a regular file is refused without blocking.
+std::string read_input_file(const std::string& path) { return files::read_input(path); }
+
+bool parse_int(const std::string& s, int64_t& v) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// ---- columns ------------------------------------------------------------------------------------
+
+// int64 values held in memory (labels, integer keys), with the names labels were made from.
+class IntColumn : public Column {
+ public:
+  IntColumn(Kind kind, const std::string& path, const std::string& name, std::vector<int64_t> values,
+            std::vector<std::string> names, std::string warning = {})
+      : Column(kind, path), values_(std::move(values)), names_(std::move(names)), warning_(std::move(warning)) {
+    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::i64};
+  }
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    std::memcpy(out, values_.data() + start, static_cast<std::size_t>(count) * sizeof(int64_t));
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    Column::digest(a, b, h);
+    for (const auto& n : names_) h.update(n + '\0');
+  }
+  const std::vector<std::string>& label_names() const override { return names_; }
+  std::string warning() const override { return warning_; }
+
+ private:
+  std::vector<int64_t> values_;
+  std::vector<std::string> names_;
+  std::string warning_;
+};
+
+// Strings held in memory (an image folder's paths, a manifest's string keys).
+class StringColumn : public Column {
+ public:
+  // `width` > 0: rows of `width` strings each ([rows, width], row-major in `values`).
+  StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values,
+               int64_t utf8_replaced = 0, int64_t width = 0)
+      : Column(kind, path), values_(std::move(values)), replaced_(utf8_replaced), width_(std::max<int64_t>(1, width)) {
+    info_ = {name, {static_cast<int64_t>(values_.size()) / width_}, DType::string};
+    if (width > 0) info_.shape.push_back(width);
+  }
+  int64_t utf8_replaced() const override { return replaced_; }
+  void read(int64_t, int64_t, void*) const override {
+    throw Error(Exit::data, path(), "'" + info_.name + "' holds strings, not numbers");
+  }
+  std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
+    check_range(start, count);
+    return {values_.begin() + start * width_, values_.begin() + (start + count) * width_};
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "string" + '\0');
+    for (int64_t i = a; i < b; ++i) h.update(values_[static_cast<std::size_t>(i)] + '\0');
+  }
+
+ private:
+  std::vector<std::string> values_;
+  int64_t replaced_ = 0;
+  int64_t width_ = 1;
+};
+
+// Image files, decoded and preprocessed on every read into float32 [C, H, W] rows. Every image
+// must come out the same shape: checked from the headers at open unless the spec fixes the size.
+class ImageColumn : public Column {
+ public:
+  // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
+  ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
+              std::vector<std::string> shown, const image::Spec& spec, bool tolerate)
+      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
+    image::validate(spec_);
+    info_.name = name;
+    info_.dtype = DType::f32;
+    std::vector<int64_t> shape = spec_.fixed_size() ? image::output_shape(spec_, 1, 1) : common_shape();
+    info_.shape = {static_cast<int64_t>(files_.size())};
+    info_.shape.insert(info_.shape.end(), shape.begin(), shape.end());
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    float* dst = static_cast<float*>(out);
+    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
+    for (int64_t r = start; r < start + count; ++r, dst += info_.row_elements()) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes = read_file_of(i);
+      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                               spec_.exif_transpose, shown_[i]);
+      if (image::output_shape(spec_, img.height, img.width) != want)
+        throw Error(Exit::data, shown_[i],
+                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
+                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      image::preprocess(img, spec_, dst);
+    }
+  }
+
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
+    for (int64_t r = a; r < b; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes;
+      try {
+        bytes = read_file_of(i);
+      } catch (const Error& e) {
+        if (!tolerate_ || e.code() != Exit::no_input) throw;
+        h.update(shown_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+        continue;
+      }
+      h.update(shown_[i] + '\0' + std::to_string(bytes.size()) + '\0');
+      h.update(bytes);
+    }
+  }
+
+  const image::Spec* preprocess() const override { return &spec_; }
+
+ private:
+  // File i's bytes; errors name it as shown (with its manifest line).
+  std::string read_file_of(std::size_t i) const {
+    try {
+      return read_input_file(files_[i]);
+    } catch (const Error& e) {
+      std::string why = e.what();
+      const std::string prefix = files_[i] + ": ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw Error(e.code(), shown_[i], why);
+    }
+  }
+
+  // The output shape every image shares; Error(data) naming the first two that differ.
+  std::vector<int64_t> common_shape() const {
+    std::vector<int64_t> first;
+    std::size_t first_i = 0;
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      std::pair<int, int> hw;
+      try {
+        std::string bytes = read_file_of(i);
+        hw = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.exif_transpose,
+                               shown_[i]);
+      } catch (const Error& e) {
+        if (tolerate_ && (e.code() == Exit::data || e.code() == Exit::no_input)) continue;
+        throw;
+      }
+      auto shape = image::output_shape(spec_, hw.first, hw.second);
+      if (first.empty()) first = shape, first_i = i;
+      if (shape != first)
+        throw Error(Exit::data, path(),
+                    "images differ in shape: " + shown_[first_i] + " gives " + shape_text(first) + " but " + shown_[i] +
+                        " gives " + shape_text(shape) +
+                        "; add --resize and/or --center-crop to bring them to one size");
+    }
+    if (first.empty()) throw Error(Exit::data, path(), "no image can be read");
+    return first;
+  }
+
+  std::vector<std::string> files_, shown_;
+  image::Spec spec_;
+  bool tolerate_ = false;
+};
+
+// Labels from names: ids in sorted or first-seen order.
+std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& path, const std::string& name,
+                                          const std::vector<std::string>& values, LabelOrder order,
+                                          std::string warning = {}) {
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> id;
+  for (const auto& v : values)
+    if (id.emplace(v, 0).second) names.push_back(v);
+  if (order == LabelOrder::sorted) std::sort(names.begin(), names.end());
+  for (std::size_t i = 0; i < names.size(); ++i) id[names[i]] = static_cast<int64_t>(i);
+  std::vector<int64_t> ids;
+  ids.reserve(values.size());
+  for (const auto& v : values) ids.push_back(id[v]);
+  return std::make_unique<IntColumn>(kind, path, name, std::move(ids), std::move(names), std::move(warning));
+}
+
+// ---- image folders ------------------------------------------------------------------------------
+
+bool is_image_name(const std::string& name) {
+  // torchvision's IMG_EXTENSIONS: files with these are items (the ones we cannot decode fail then).
+  static const char* const kExt[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* e : kExt) {
+    std::size_t n = std::strlen(e);
+    if (lower.size() > n && lower.compare(lower.size() - n, n, e) == 0) return true;
+  }
+  return false;
+}
+
+struct Listing {
+  std::vector<std::string> classes;
+  std::vector<std::string> files;  // relative to the folder
+  std::vector<int64_t> labels;
+};
+
+// The image files under class folder `dir` in torchvision's order: directories sorted by path,
+// files sorted by name within each; links followed (each directory once); hidden entries skipped.
+void list_class(const fs::path& root, const fs::path& dir, std::set<std::pair<dev_t, ino_t>>& seen,
+                std::map<std::string, std::vector<std::string>>& by_dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) return;
+  std::error_code ec;
+  std::vector<std::string>& names = by_dir[fs::relative(dir, root).generic_string()];
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    std::error_code entry_ec;  // a link loop or dangling link: an item that fails when it is read
+    if (it->is_directory(entry_ec))
+      list_class(root, it->path(), seen, by_dir);
+    else if (is_image_name(name))
+      names.push_back(name);
+  }
+  if (ec) throw Error(Exit::io, dir.string(), errno_text(ec.value()));
+}
+
+Listing list_folder(const std::string& dir) {
+  std::error_code ec;
+  Listing out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code entry_ec;  // a link loop at the top level is not a class folder
+    if (!name.empty() && name[0] != '.' && it->is_directory(entry_ec)) out.classes.push_back(name);
+  }
+  if (ec) throw Error(Exit::no_input, dir, errno_text(ec.value()));
+  std::sort(out.classes.begin(), out.classes.end());
+  if (out.classes.empty())
+    throw Error(Exit::data, dir,
+                "no class folders: an image folder holds one subfolder per class (ImageFolder layout)");
+  std::set<std::pair<dev_t, ino_t>> seen;
+  for (std::size_t k = 0; k < out.classes.size(); ++k) {
+    std::map<std::string, std::vector<std::string>> by_dir;
+    list_class(dir, fs::path(dir) / out.classes[k], seen, by_dir);
+    std::size_t before = out.files.size();
+    for (auto& [sub, names] : by_dir) {
+      std::sort(names.begin(), names.end());
+      for (const auto& n : names) {
+        out.files.push_back(sub + "/" + n);
+        out.labels.push_back(static_cast<int64_t>(k));
+      }
+    }
+    if (out.files.size() == before)
+      throw Error(Exit::data, (fs::path(dir) / out.classes[k]).string(),
+                  "class folder holds no image files (.jpg, .jpeg, .png)");
+  }
+  return out;
+}
+
+// ---- manifests ----------------------------------------------------------------------------------
+
+// A manifest's fields and rows; a cell is absent when the line lacks the field (JSON Lines) or
+// holds something other than a string or a number.
+struct Table {
+  std::vector<std::string> fields;
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  std::vector<int64_t> lines;                               // the line each row starts on
+  std::set<std::pair<std::size_t, std::size_t>> json_ints;  // (row, field) cells that were JSON integers
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<std::string>> json_lists;  // lists of strings
+  std::map<std::size_t, int64_t> utf8_replaced;  // field -> ill-formed UTF-8 sequences replaced in JSON lines
+};
+
+// CSV as RFC 4180 (quotes, doubled quotes, line breaks inside quotes) or TSV (tab-separated, no
+// quoting). The first record is the header; blank lines are skipped.
+Table parse_delimited(const std::string& path, const std::string& text, char sep) {
+  Table t;
+  std::vector<std::string> rec;
+  std::string field;
+  bool quoted = false, any = false, have_header = false;
+  int64_t line = 1, rec_line = 1;
+  auto end_record = [&] {
+    rec.push_back(std::move(field));
+    field.clear();
+    if (!(rec.size() == 1 && rec[0].empty() && !any)) {
+      if (!have_header) {
+        t.fields = rec;
+        have_header = true;
+      } else {
+        if (rec.size() != t.fields.size())
+          throw Error(Exit::data, path + ":" + std::to_string(rec_line),
+                      std::to_string(rec.size()) + " fields, but the header has " + std::to_string(t.fields.size()));
+        t.rows.emplace_back(rec.begin(), rec.end());
+        t.lines.push_back(rec_line);
+      }
+    }
+    rec.clear();
+    any = false;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+    } else if (c == '"' && sep == ',' && field.empty()) {
+      quoted = any = true;
+    } else if (c == sep) {
+      rec.push_back(std::move(field));
+      field.clear();
+      any = true;
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      end_record();
+      rec_line = ++line;
+    } else {
+      field += c;
+      any = true;
+    }
+  }
+  if (quoted) throw Error(Exit::data, path + ":" + std::to_string(rec_line), "unterminated quoted field");
+  if (!field.empty() || !rec.empty() || any) end_record();
+  if (!have_header) throw Error(Exit::data, path, "empty manifest: no header line");
+  return t;
+}
+
+// A marker for the ill-formed UTF-8 of a JSON line: a noncharacter (U+FDD0..U+FDEF) that the line
+// holds neither as UTF-8 nor escaped, so that each field's replacements can be counted after
+// parsing. U+FFFD (counted by line, not by field) when every one occurs.
+std::string utf8_marker(const std::string& line) {
+  std::string lower = line;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (int c = 0xFDD0; c <= 0xFDEF; ++c) {
+    const std::string utf8{'\xEF', '\xB7', static_cast<char>(0x90 + c - 0xFDD0)};
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+    if (line.find(utf8) == std::string::npos && lower.find(escaped) == std::string::npos) return utf8;
+  }
+  return "\xEF\xBF\xBD";
+}
+
+// Replaces `marker` in `s` with U+FFFD; returns how many there were.
+int64_t unmark(std::string& s, const std::string& marker) {
+  int64_t n = 0;
+  for (std::size_t at = s.find(marker); at != std::string::npos; at = s.find(marker, at + 3), ++n)
+    s.replace(at, marker.size(), "\xEF\xBF\xBD");
+  return n;
+}
+
+Table parse_jsonl(const std::string& path, const std::string& text, bool strict_utf8) {
+  Table t;
+  std::map<std::string, std::size_t> index;
+  std::size_t pos = 0;
+  for (int64_t line = 1; pos < text.size(); ++line) {
+    std::size_t nl = text.find('\n', pos);
+    std::string s = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::string marker;  // set when the line's ill-formed UTF-8 was marked
+    nlohmann::json j = parse_json_input(s, path + ":" + std::to_string(line));
+    const std::size_t bad = j.is_discarded() ? traincache::text::first_invalid_utf8(s) : std::string::npos;
+    if (bad != std::string::npos) {
+      if (strict_utf8)
+        throw Error(
+            Exit::data, path + ":" + std::to_string(line),
+            "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
+      marker = utf8_marker(s);
+      traincache::text::repair_utf8(s, marker);
+      j = parse_json_input(s, path + ":" + std::to_string(line));
+    }
+    if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
+    if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
+    std::vector<std::optional<std::string>> row(t.fields.size());
+    for (auto& [key, v] : j.items()) {
+      std::string k = key;
+      if (!marker.empty()) unmark(k, marker);
+      auto [it, added] = index.emplace(k, t.fields.size());
+      if (added) {
+        t.fields.push_back(k);
+        for (auto& r : t.rows) r.emplace_back();
+        row.emplace_back();
+      }
+      if (v.is_string()) {
+        row[it->second] = v.get<std::string>();
+        if (!marker.empty()) t.utf8_replaced[it->second] += unmark(*row[it->second], marker);
+      } else if (v.is_number_integer()) {
+        row[it->second] = v.dump();
+        t.json_ints.emplace(t.rows.size(), it->second);
+      } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); })) {
+        auto& list = t.json_lists[{t.rows.size(), it->second}] = v.get<std::vector<std::string>>();
+        for (auto& e : list)
+          if (!marker.empty()) t.utf8_replaced[it->second] += unmark(e, marker);
+      }
+    }
+    t.rows.push_back(std::move(row));
+    t.lines.push_back(line);
+  }
+  if (t.rows.empty()) throw Error(Exit::data, path, "empty manifest: no JSON lines");
+  return t;
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  std::string lower = s;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::size_t n = std::strlen(suffix);
+  return lower.size() >= n && lower.compare(lower.size() - n, n, suffix) == 0;
+}
+
+Table read_manifest(const std::string& path, bool strict_utf8 = false) {
+  std::string text = read_input_file(path);
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark (Excel writes one)
+  if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson")) return parse_jsonl(path, text, strict_utf8);
+  return parse_delimited(path, text, ends_with(path, ".tsv") ? '\t' : ',');
+}
+
+// The values of field `name`, every row's present (else Error(data) naming the line).
+std::vector<std::string> field_values(const std::string& path, const Table& t, const std::string& name) {
+  auto it = std::find(t.fields.begin(), t.fields.end(), name);
+  if (it == t.fields.end()) {
+    std::string hint;
+    for (const auto& f : t.fields)
+      if (edit_distance(f, name) <= 2) hint = "; did you mean '" + f + "'?";
+    throw Error(Exit::usage, path, "no field '" + name + "' (fields: " + name_list(t.fields) + ")" + hint);
+  }
+  const std::size_t k = static_cast<std::size_t>(it - t.fields.begin());
+  std::vector<std::string> out;
+  out.reserve(t.rows.size());
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    if (!t.rows[r][k])
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[r]),
+                  "field '" + name + "' is missing or not a string or integer");
+    out.push_back(*t.rows[r][k]);
+  }
+  return out;
+}
+
+// Names as the cache stores them (class folders, file paths, label and key strings): HDF5 strings
+// are UTF-8 and h5py decodes them, so ill-formed UTF-8 (a Latin-1 file name) is replaced with
+// U+FFFD, as Python's decode(errors="replace") does, or with --strict-utf8 refused before anything
+// is encoded. `where(i)` names item i for the refusal.
+std::vector<std::string> utf8_names(std::vector<std::string> names, bool strict,
+                                    const std::function<std::string(std::size_t)>& where) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::size_t bad = traincache::text::first_invalid_utf8(names[i]);
+    if (bad == std::string::npos) continue;
+    if (strict)
+      throw Error(
+          Exit::data, where(i),
+          "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
+    traincache::text::repair_utf8(names[i]);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> manifest_fields(const std::string& path) { return read_manifest(path).fields; }
+
+void require_input(const std::string& path) {
+  if (path.empty() || kind_of(path) == Kind::shm) return;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+}
+
+std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::string& name, const FileOptions& files) {
+  if (name != "image" && name != "label" && name != "path")
+    throw Error(Exit::usage, dir, "an image folder has the columns image, label and path; '" + name + "' is none");
+  Listing l = list_folder(dir);
+  if (name == "label")
+    return std::make_unique<IntColumn>(Kind::image_folder, dir, name, l.labels,
+                                       utf8_names(l.classes, files.strict_utf8, [&](std::size_t i) {
+                                         return (fs::path(dir) / l.classes[i]).string();
+                                       }));
+  if (name == "path")
+    return std::make_unique<StringColumn>(
+        Kind::image_folder, dir, name,
+        utf8_names(l.files, files.strict_utf8, [&](std::size_t i) { return (fs::path(dir) / l.files[i]).string(); }));
+  std::vector<std::string> full, shown;
+  for (const auto& f : l.files) {
+    full.push_back((fs::path(dir) / f).string());
+    shown.push_back(full.back());
+  }
+  return std::make_unique<ImageColumn>(Kind::image_folder, dir, name, std::move(full), std::move(shown),
+                                       files.preprocess, files.tolerate_unreadable);
+}
+
+// A JSON Lines field of lists of strings, as one list per row, each `width` long (a string counts
+// as a list of one); `width` stays 0 when no row holds a list.
+std::vector<std::string> list_values(const std::string& path, const Table& t, const std::string& name, int64_t& width) {
+  const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
+  width = 0;
+  for (const auto& cell : t.json_ints)
+    if (cell.second == k)
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[cell.first]),
+                  "field '" + name + "' is a number, not a string");
+  if (std::none_of(t.json_lists.begin(), t.json_lists.end(), [&](const auto& c) { return c.first.second == k; }))
+    return field_values(path, t, name);
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    const std::string where = path + ":" + std::to_string(t.lines[r]);
+    auto list = t.json_lists.find({r, k});
+    std::vector<std::string> one;
+    if (list == t.json_lists.end() && t.rows[r][k]) one.push_back(*t.rows[r][k]);
+    const auto& v = list == t.json_lists.end() ? one : list->second;
+    if (v.empty())
+      throw Error(Exit::data, where,
+                  "field '" + name + "' is " +
+                      (list == t.json_lists.end() ? "missing or not a string or a list of strings" : "an empty list"));
+    if (width == 0) width = static_cast<int64_t>(v.size());
+    if (static_cast<int64_t>(v.size()) != width)
+      throw Error(Exit::data, where,
+                  "field '" + name + "' holds " + std::to_string(v.size()) + " strings but the first row holds " +
+                      std::to_string(width) + " (every row needs the same number)");
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// A text field: JSON values must be strings (or lists of strings, the same number in every row);
+// ill-formed UTF-8 in CSV/TSV values is replaced (or, strictly, refused) here, in JSON Lines while
+// parsing.
+std::unique_ptr<Column> text_column(const std::string& path, const std::string& name, const Table& t,
+                                    bool strict_utf8) {
+  int64_t width = 0;
+  std::vector<std::string> values = list_values(path, t, name, width);
+  auto field = t.utf8_replaced.find(
+      static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin()));
+  int64_t replaced = field == t.utf8_replaced.end() ? 0 : field->second;
+  for (std::size_t r = 0; r < values.size(); ++r) {
+    const std::string where = path + ":" + std::to_string(t.lines[width > 0 ? r / static_cast<std::size_t>(width) : r]);
+    const std::size_t bad = traincache::text::first_invalid_utf8(values[r]);
+    if (bad == std::string::npos) continue;
+    if (strict_utf8)
+      throw Error(Exit::data, where,
+                  "invalid UTF-8 in field '" + name + "' at byte " + std::to_string(bad + 1) +
+                      " (without --strict-utf8 it is replaced with U+FFFD)");
+    replaced += traincache::text::repair_utf8(values[r]);
+  }
+  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced, width);
+}
+
+// A label field holding integers and names alike is numbered as names (the integer 3 need not
+// stay class 3): the reader is told, naming the first value that is not an integer.
+std::string mixed_labels_warning(const std::string& path, const Table& t, const std::string& name,
+                                 const std::vector<std::string>& values, std::size_t n_int, std::size_t first_other) {
+  if (n_int == 0) return {};
+  return path + ":" + std::to_string(t.lines[first_other]) + ": field '" + name + "' holds " + std::to_string(n_int) +
+         " integer labels and " + std::to_string(values.size() - n_int) + " that are not ('" + values[first_other] +
+         "' the first): every label is read as a name and numbered 0..K-1 in --label-order, so the integers "
+         "do not keep their values";
+}
+
+std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
+                                             const FileOptions& files) {
+  Table t = read_manifest(path, role == Role::text && files.strict_utf8);
+  if (role == Role::text) return text_column(path, name, t, files.strict_utf8);
+  std::vector<std::string> values = field_values(path, t, name);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (values[i].find('\0') != std::string::npos)
+      throw Error(Exit::data, path + ":" + std::to_string(t.lines[i]), "field '" + name + "' holds a NUL byte");
+  // Integers when every value is one as written: a JSON string ("5") or a number with a sign or
+  // leading zeros ("007", "+5") keeps the whole column as strings, so keys stay as the user wrote them.
+  const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
+  const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".ndjson");
+  std::vector<int64_t> ints(values.size());
+  std::size_t n_int = 0, first_other = values.size();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::string& v = values[i];
+    const bool plain = !v.empty() && v[0] != '+' && !(v.size() > 1 && (v[0] == '0' || (v[0] == '-' && v[1] == '0')));
+    if (plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]))
+      ++n_int;
+    else if (first_other == values.size())
+      first_other = i;
+  }
+  const bool all_int = n_int == values.size();
+  if (role == Role::images) {
+    const fs::path base = fs::path(path).parent_path();
+    std::vector<std::string> full, shown;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::string where = path + ":" + std::to_string(t.lines[i]) + ": " + values[i];
+      if (values[i].empty()) throw Error(Exit::data, path + ":" + std::to_string(t.lines[i]), "empty path");
+      full.push_back(fs::path(values[i]).is_absolute() ? values[i] : (base / values[i]).string());
+      struct stat st;
+      if (::stat(full.back().c_str(), &st) != 0 && !files.tolerate_unreadable)
+        throw Error(Exit::no_input, where, errno_text(errno));
+      shown.push_back(where);
+    }
+    return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown),
+                                         files.preprocess, files.tolerate_unreadable);
+  }
+  if (all_int)
+    return std::make_unique<IntColumn>(Kind::manifest, path, name, std::move(ints), std::vector<std::string>{});
+  values = utf8_names(std::move(values), files.strict_utf8, [&](std::size_t i) {
+    return path + ":" + std::to_string(t.lines[i]) + ": field '" + name + "'";
+  });
+  if (role == Role::labels)
+    return labels_from_names(Kind::manifest, path, name, values, files.label_order,
+                             mixed_labels_warning(path, t, name, values, n_int, first_other));
+  return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
+}
+
+}  // namespace traincache::source

@@ -1,0 +1,524 @@
+// Image decoding (TurboJPEG, libspng, libexif) and the preprocessing spec. Resampling follows
+// PIL's definition of antialiased bilinear resizing; see docs/design.md for why it is ours.
+#include "traincache/io/image.h"
+
+#include <libexif/exif-data.h>
+#include <spng.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "traincache/base/error.h"
+#include "traincache/cli/cli.h"
+
+namespace traincache::image {
+
+namespace {
+
+// PIL refuses images over twice its decompression-bomb limit; so do we.
+constexpr int64_t kMaxPixels = 2 * int64_t{89478485};
+
+void check_pixels(int64_t w, int64_t h, const std::string& what) {
+  if (w <= 0 || h <= 0) throw Error(Exit::data, what, "no image size in the header (truncated or corrupt file)");
+  if (w * h > kMaxPixels)
+    throw Error(Exit::data, what,
+                "image of " + std::to_string(w) + "x" + std::to_string(h) + " pixels is too large (over " +
+                    std::to_string(kMaxPixels) + " pixels)");
+}
+
+// One TurboJPEG decompressor per thread: creating one per image costs more than a small decode.
+// After a failure it is replaced, since a handle that failed may keep state from that file.
+struct JpegHandle {
+  tjhandle h = tjInitDecompress();
+  ~JpegHandle() {
+    if (h) tjDestroy(h);
+  }
+  void reset() {
+    if (h) tjDestroy(h);
+    h = tjInitDecompress();
+  }
+};
+
+JpegHandle& jpeg_handle_state() {
+  thread_local JpegHandle handle;
+  if (!handle.h) handle.reset();
+  if (!handle.h) throw Error(Exit::internal, "TurboJPEG", "cannot create a decompressor");
+  return handle;
+}
+
+tjhandle jpeg_handle() { return jpeg_handle_state().h; }
+
+// An Error(data) for `what` with TurboJPEG's message, after which the thread's handle is replaced.
+Error jpeg_error(tjhandle tj, const std::string& what, const std::string& prefix) {
+  Error e(Exit::data, what, prefix + tjGetErrorStr2(tj));
+  jpeg_handle_state().reset();
+  return e;
+}
+
+// A JPEG as 1 (grey) or 3 (RGB) channels. libjpeg-turbo's defaults are PIL's: accurate integer
+// IDCT and fancy upsampling. Warnings are accepted (PIL ignores them) except a premature end.
+Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::string& what) {
+  tjhandle tj = jpeg_handle();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj, bytes, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0)
+    throw jpeg_error(tj, what, "corrupt JPEG: ");
+  if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
+    throw Error(Exit::data, what, "CMYK JPEG images are not supported; convert them to RGB");
+  check_pixels(w, h, what);
+  Image img;
+  img.width = w;
+  img.height = h;
+  img.channels = colorspace == TJCS_GRAY ? 1 : 3;
+  std::vector<unsigned char> px(static_cast<std::size_t>(w) * h * img.channels);
+  if (tjDecompress2(tj, bytes, static_cast<unsigned long>(size), px.data(), w, 0, h,
+                    img.channels == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
+    const std::string msg = tjGetErrorStr2(tj);
+    const bool truncated = msg.find("Premature end") != std::string::npos;
+    const bool fatal = tjGetErrorCode(tj) != TJERR_WARNING || truncated;
+    jpeg_handle_state().reset();
+    if (fatal) throw Error(Exit::data, what, truncated ? "truncated JPEG (" + msg + ")" : "corrupt JPEG: " + msg);
+  }
+  img.samples.assign(px.begin(), px.end());
+  return img;
+}
+
+struct SpngCtx {
+  spng_ctx* ctx = spng_ctx_new(0);
+  ~SpngCtx() {
+    if (ctx) spng_ctx_free(ctx);
+  }
+};
+
+// A PNG of any colour type and bit depth as RGBA8: 16-bit samples keep their high byte, as PIL
+// opens 16-bit RGB(A) PNGs. Transparency and gamma are not applied, as PIL's convert("RGB") does
+// not apply them.
+Image decode_png(const unsigned char* bytes, std::size_t size, const std::string& what) {
+  SpngCtx c;
+  if (!c.ctx) throw Error(Exit::internal, "libspng", "cannot create a decoder");
+  auto fail = [&](int rc) {
+    return Error(Exit::data, what,
+                 std::string(rc == SPNG_EOF || rc == SPNG_IO_EOF ? "truncated PNG (" : "corrupt PNG (") +
+                     spng_strerror(rc) + ")");
+  };
+  spng_set_chunk_limits(c.ctx, 64u << 20, 64u << 20);
+  if (int rc = spng_set_png_buffer(c.ctx, bytes, size)) throw fail(rc);
+  spng_ihdr ihdr{};
+  if (int rc = spng_get_ihdr(c.ctx, &ihdr)) throw fail(rc);
+  check_pixels(ihdr.width, ihdr.height, what);
+  std::size_t out_size = 0;
+  if (int rc = spng_decoded_image_size(c.ctx, SPNG_FMT_RGBA8, &out_size)) throw fail(rc);
+  std::vector<unsigned char> px(out_size);
+  if (int rc = spng_decode_image(c.ctx, px.data(), out_size, SPNG_FMT_RGBA8, 0)) throw fail(rc);
+  Image img;
+  img.width = static_cast<int>(ihdr.width);
+  img.height = static_cast<int>(ihdr.height);
+  img.channels = 4;
+  img.samples.assign(px.begin(), px.end());
+  return img;
+}
+
+// PIL's luma weights (ITU-R 601-2) in 16-bit fixed point, as its convert("L") rounds them.
+inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
+  return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+// 1 (grey), 3 (RGB) or 4 (RGBA) channels converted to `to`.
+Image convert(Image in, Channels to) {
+  const int want = to == Channels::gray ? 1 : 3;
+  if (in.channels == want) return in;
+  Image out;
+  out.width = in.width;
+  out.height = in.height;
+  out.channels = want;
+  const std::size_t n = static_cast<std::size_t>(in.width) * in.height;
+  out.samples.resize(n * want);
+  const uint8_t* s = in.samples.data();
+  uint8_t* d = out.samples.data();
+  for (std::size_t i = 0; i < n; ++i, s += in.channels, d += want) {
+    if (in.channels == 1) {
+      d[0] = d[1] = d[2] = s[0];
+    } else if (want == 3) {
+      d[0] = s[0], d[1] = s[1], d[2] = s[2];
+    } else {
+      d[0] = luma(s[0], s[1], s[2]);
+    }
+  }
+  return out;
+}
+
+std::string format_hint(const unsigned char* b, std::size_t n) {
+  auto starts = [&](const char* magic, std::size_t len) { return n >= len && std::memcmp(b, magic, len) == 0; };
+  if (starts("GIF8", 4)) return "a GIF image";
+  if (starts("BM", 2)) return "a BMP image";
+  if (starts("II*\0", 4) || starts("MM\0*", 4)) return "a TIFF image";
+  if (starts("RIFF", 4) && n >= 12 && std::memcmp(b + 8, "WEBP", 4) == 0) return "a WebP image";
+  return "not an image";
+}
+
+std::string join_numbers(const std::vector<double>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.10g", v[i]);
+    out += (i ? "," : "") + std::string(buf);
+  }
+  return out;
+}
+
+// "S" -> {S, S}, "H,W" -> {H, W}; each 1..65535.
+std::pair<int, int> parse_size(const std::string& text, const std::string& flag, bool* single) {
+  auto parts = cli::split(text, ',');
+  if (parts.empty() || parts.size() > 2)
+    throw Error(Exit::usage, flag, "expected S or H,W (positive integers), got '" + text + "'");
+  int v[2];
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    char* end = nullptr;
+    long x = std::strtol(parts[i].c_str(), &end, 10);
+    if (parts[i].empty() || *end || x < 1 || x > 65535)
+      throw Error(Exit::usage, flag, "expected S or H,W (integers 1..65535), got '" + text + "'");
+    v[i] = static_cast<int>(x);
+  }
+  if (single) *single = parts.size() == 1;
+  return {v[0], parts.size() == 1 ? v[0] : v[1]};
+}
+
+std::vector<double> parse_numbers(const std::string& text, const std::string& flag) {
+  std::vector<double> out;
+  for (const auto& p : cli::split(text, ',')) {
+    char* end = nullptr;
+    double x = std::strtod(p.c_str(), &end);
+    if (p.empty() || *end || !std::isfinite(x))
+      throw Error(Exit::usage, flag, "expected imagenet or MEAN,..:STD,.. (numbers), got '" + text + "'");
+    out.push_back(x);
+  }
+  return out;
+}
+
+// Python's round() of x/2 for a non-negative integer x: halves go to the even neighbour.
+int half_rounded_even(int x) {
+  int q = x / 2;
+  return (x % 2 == 1 && q % 2 == 1) ? q + 1 : q;
+}
+
+// PIL's antialiased bilinear weights for resampling `in` samples to `out`: for output i, the
+// inputs first[i] .. first[i] + count[i] - 1 with weights in 22-bit fixed point.
+struct Kernel {
+  int ksize = 0;
+  std::vector<int> first, count;
+  std::vector<int32_t> fixed;
+};
+
+constexpr int kPrecisionBits = 22;  // PIL's fixed point for 8-bit images: 32 - 8 - 2
+
+Kernel bilinear_kernel(int in, int out) {
+  const double scale = static_cast<double>(in) / out;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = filterscale;  // the bilinear (triangle) filter has support 1
+  Kernel k;
+  k.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  k.first.resize(out);
+  k.count.resize(out);
+  k.fixed.assign(static_cast<std::size_t>(out) * k.ksize, 0);
+  std::vector<double> w(static_cast<std::size_t>(k.ksize));
+  for (int o = 0; o < out; ++o) {
+    const double center = (o + 0.5) * scale;
+    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int hi = std::min(static_cast<int>(center + support + 0.5), in);
+    double sum = 0;
+    for (int x = lo; x < hi; ++x) {
+      double t = std::fabs((x - center + 0.5) / filterscale);
+      w[x - lo] = t < 1.0 ? 1.0 - t : 0.0;
+      sum += w[x - lo];
+    }
+    for (int x = 0; x < hi - lo; ++x) {
+      if (sum != 0) w[x] /= sum;
+      k.fixed[static_cast<std::size_t>(o) * k.ksize + x] =
+          static_cast<int32_t>(w[x] * (1 << kPrecisionBits) + (w[x] < 0 ? -0.5 : 0.5));
+    }
+    k.first[o] = lo;
+    k.count[o] = hi - lo;
+  }
+  return k;
+}
+
+// One resampling pass along an axis: `lines` lines (`in_line` samples apart) of samples `in_step`
+// apart, each `c` channels, into lines of k.first.size() samples, in PIL's fixed point.
+void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, int c, std::ptrdiff_t in_line,
+                   std::ptrdiff_t in_step, std::ptrdiff_t out_line, std::ptrdiff_t out_step) {
+  const int out_len = static_cast<int>(k.first.size());
+  for (int l = 0; l < lines; ++l) {
+    for (int o = 0; o < out_len; ++o) {
+      const uint8_t* src = in + l * in_line + k.first[o] * in_step;
+      const int32_t* w = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
+      for (int ch = 0; ch < c; ++ch) {
+        int64_t acc = int64_t{1} << (kPrecisionBits - 1);
+        for (int i = 0; i < k.count[o]; ++i) acc += int64_t{src[i * in_step + ch]} * w[i];
+        out[l * out_line + o * out_step + ch] =
+            static_cast<uint8_t>(std::clamp<int64_t>(acc >> kPrecisionBits, 0, 255));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const Choices<Channels>& channels_choices() {
+  static const Choices<Channels> c{{Channels::rgb, "rgb"}, {Channels::gray, "gray"}};
+  return c;
+}
+
+Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
+             const std::string& what) {
+  Image img;
+  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF)
+    img = decode_jpeg(bytes, size, what);
+  else if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0)
+    img = decode_png(bytes, size, what);
+  else if (size == 0)
+    throw Error(Exit::data, what, "empty file, not a JPEG or PNG image");
+  else
+    throw Error(Exit::data, what,
+                "unsupported image format (" + format_hint(bytes, size) + "); only JPEG and PNG are supported");
+  if (exif_transpose) {
+    int o = exif_orientation(bytes, size);
+    if (o != 1) img = apply_orientation(img, o);
+  }
+  return convert(std::move(img), channels);
+}
+
+std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
+                               const std::string& what) {
+  int h = 0, w = 0;
+  if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF) {
+    tjhandle tj = jpeg_handle();
+    int subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(tj, bytes, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0)
+      throw jpeg_error(tj, what, "corrupt JPEG: ");
+  } else if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0) {
+    SpngCtx c;
+    spng_ihdr ihdr{};
+    if (!c.ctx) throw Error(Exit::internal, "libspng", "cannot create a decoder");
+    int rc = spng_set_png_buffer(c.ctx, bytes, size);
+    if (rc == 0) rc = spng_get_ihdr(c.ctx, &ihdr);
+    if (rc != 0) throw Error(Exit::data, what, std::string("corrupt PNG (") + spng_strerror(rc) + ")");
+    h = static_cast<int>(ihdr.height);
+    w = static_cast<int>(ihdr.width);
+  } else {
+    decode(bytes, size, Channels::rgb, false, what);  // throws the format error
+  }
+  check_pixels(w, h, what);
+  if (exif_transpose && exif_orientation(bytes, size) >= 5) std::swap(h, w);
+  return {h, w};
+}
+
+int exif_orientation(const unsigned char* bytes, std::size_t size) {
+  std::vector<unsigned char> tiff;  // a PNG's eXIf chunk, behind the "Exif\0\0" header libexif expects
+  const unsigned char* data = bytes;
+  std::size_t n = size;
+  if (size >= 8 && std::memcmp(bytes, "\x89PNG", 4) == 0) {
+    SpngCtx c;
+    spng_exif exif{};
+    if (!c.ctx || spng_set_png_buffer(c.ctx, bytes, size) != 0 || spng_get_exif(c.ctx, &exif) != 0) return 1;
+    tiff.assign({'E', 'x', 'i', 'f', 0, 0});
+    tiff.insert(tiff.end(), exif.data, exif.data + exif.length);
+    data = tiff.data();
+    n = tiff.size();
+  }
+  if (n > UINT32_MAX) return 1;
+  std::unique_ptr<ExifData, void (*)(ExifData*)> ed(exif_data_new_from_data(data, static_cast<unsigned>(n)),
+                                                    exif_data_unref);
+  if (!ed) return 1;
+  ExifEntry* e = exif_content_get_entry(ed->ifd[EXIF_IFD_0], EXIF_TAG_ORIENTATION);
+  if (!e || e->format != EXIF_FORMAT_SHORT || e->components < 1 || !e->data) return 1;
+  int o = exif_get_short(e->data, exif_data_get_byte_order(ed.get()));
+  return o >= 1 && o <= 8 ? o : 1;
+}
+
+Image apply_orientation(const Image& img, int o) {
+  if (o < 2 || o > 8) return img;
+  const bool swap = o >= 5;
+  const int H = img.height, W = img.width, c = img.channels;
+  Image out = img;
+  out.height = swap ? W : H;
+  out.width = swap ? H : W;
+  for (int y = 0; y < out.height; ++y)
+    for (int x = 0; x < out.width; ++x) {
+      int sy = y, sx = x;
+      switch (o) {
+        case 2:
+          sx = W - 1 - x;
+          break;  // mirror left-right
+        case 3:
+          sy = H - 1 - y, sx = W - 1 - x;
+          break;  // rotate 180
+        case 4:
+          sy = H - 1 - y;
+          break;  // mirror top-bottom
+        case 5:
+          sy = x, sx = y;
+          break;  // transpose
+        case 6:
+          sy = H - 1 - x, sx = y;
+          break;  // rotate 90 clockwise
+        case 7:
+          sy = H - 1 - x, sx = W - 1 - y;
+          break;  // transverse
+        case 8:
+          sy = x, sx = W - 1 - y;
+          break;  // rotate 90 counter-clockwise
+      }
+      std::memcpy(&out.samples[(static_cast<std::size_t>(y) * out.width + x) * c],
+                  &img.samples[(static_cast<std::size_t>(sy) * W + sx) * c], c);
+    }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Spec::describe() const {
+  auto size = [](int h, int w) { return std::to_string(h) + "," + std::to_string(w); };
+  return {{"resize", resize_short ? std::to_string(resize_short)
+                     : resize_h   ? size(resize_h, resize_w)
+                                  : "none"},
+          {"center_crop", crop_h ? size(crop_h, crop_w) : "none"},
+          {"channels", channels_choices().name(channels)},
+          {"normalize", mean.empty() ? "none" : join_numbers(mean) + ":" + join_numbers(std)},
+          {"exif_transpose", exif_transpose ? "yes" : "no"}};
+}
+
+void parse_resize(const std::string& text, Spec& spec) {
+  bool single = false;
+  auto [h, w] = parse_size(text, "--resize", &single);
+  spec.resize_short = single ? h : 0;
+  spec.resize_h = single ? 0 : h;
+  spec.resize_w = single ? 0 : w;
+}
+
+void parse_center_crop(const std::string& text, Spec& spec) {
+  std::tie(spec.crop_h, spec.crop_w) = parse_size(text, "--center-crop", nullptr);
+}
+
+void parse_normalize(const std::string& text, Spec& spec) {
+  if (text == "imagenet") {
+    spec.mean = {0.485, 0.456, 0.406};
+    spec.std = {0.229, 0.224, 0.225};
+    return;
+  }
+  auto colon = text.find(':');
+  if (colon == std::string::npos)
+    throw Error(Exit::usage, "--normalize", "expected imagenet or MEAN,..:STD,.., got '" + text + "'");
+  spec.mean = parse_numbers(text.substr(0, colon), "--normalize");
+  spec.std = parse_numbers(text.substr(colon + 1), "--normalize");
+  if (spec.mean.size() != spec.std.size())
+    throw Error(Exit::usage, "--normalize", "as many means as standard deviations are needed, got '" + text + "'");
+  for (double s : spec.std)
+    if (s <= 0) throw Error(Exit::usage, "--normalize", "standard deviations must be positive, got '" + text + "'");
+}
+
+Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described) {
+  Spec s;
+  try {
+    for (const auto& [k, v] : described) {
+      if (v == "none") continue;
+      if (k == "resize")
+        parse_resize(v, s);
+      else if (k == "center_crop")
+        parse_center_crop(v, s);
+      else if (k == "channels")
+        s.channels = channels_choices().parse(v, k);
+      else if (k == "normalize")
+        parse_normalize(v, s);
+      else if (k == "exif_transpose")
+        s.exif_transpose = v == "yes";
+      else
+        throw Error(Exit::data, k, "unknown preprocessing step (written by a newer version?)");
+    }
+  } catch (const Error& e) {
+    throw Error(Exit::data, "stored preprocessing spec", e.what());
+  }
+  return s;
+}
+
+void validate(const Spec& spec) {
+  const std::size_t n = spec.mean.size();
+  if (n > 1 && static_cast<int>(n) != spec.out_channels())
+    throw Error(Exit::usage, "--normalize",
+                std::to_string(n) + " values per statistic for " + std::to_string(spec.out_channels()) +
+                    " channel(s) (--channels " + channels_choices().name(spec.channels) + "); give 1" +
+                    (spec.out_channels() > 1 ? " or " + std::to_string(spec.out_channels()) : std::string()));
+}
+
+std::pair<int, int> resized_size(const Spec& spec, int h, int w) {
+  if (spec.resize_h) return {spec.resize_h, spec.resize_w};
+  if (!spec.resize_short) return {h, w};
+  const int shorter = std::min(h, w), longer = std::max(h, w);
+  // torchvision: int(S * long / short), a float division truncated.
+  const int new_long =
+      static_cast<int>(static_cast<double>(int64_t{spec.resize_short} * longer) / static_cast<double>(shorter));
+  return w <= h ? std::pair{new_long, spec.resize_short} : std::pair{spec.resize_short, new_long};
+}
+
+std::vector<int64_t> output_shape(const Spec& spec, int h, int w) {
+  auto [rh, rw] = resized_size(spec, h, w);
+  return {spec.out_channels(), spec.crop_h ? spec.crop_h : rh, spec.crop_w ? spec.crop_w : rw};
+}
+
+std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow) {
+  std::vector<uint8_t> cur = in;
+  if (ow != w) {  // horizontal first, as PIL does
+    Kernel k = bilinear_kernel(w, ow);
+    std::vector<uint8_t> next(static_cast<std::size_t>(h) * ow * c);
+    resample_pass(cur.data(), next.data(), k, h, c, static_cast<std::ptrdiff_t>(w) * c, c,
+                  static_cast<std::ptrdiff_t>(ow) * c, c);
+    cur.swap(next);
+    w = ow;
+  }
+  if (oh != h) {  // vertical: "lines" are columns, samples a row apart
+    Kernel k = bilinear_kernel(h, oh);
+    std::vector<uint8_t> next(static_cast<std::size_t>(oh) * w * c);
+    resample_pass(cur.data(), next.data(), k, w, c, c, static_cast<std::ptrdiff_t>(w) * c, c,
+                  static_cast<std::ptrdiff_t>(w) * c);
+    cur.swap(next);
+  }
+  return cur;
+}
+
+void preprocess(const Image& img, const Spec& spec, float* out) {
+  int h = img.height, w = img.width;
+  const int c = img.channels;
+  const std::vector<uint8_t>* px = &img.samples;
+  std::vector<uint8_t> resized;
+  auto [rh, rw] = resized_size(spec, h, w);
+  if (rh != h || rw != w) {
+    resized = resize_bilinear(img.samples, h, w, c, rh, rw);
+    px = &resized;
+    h = rh;
+    w = rw;
+  }
+  const int oh = spec.crop_h ? spec.crop_h : h, ow = spec.crop_w ? spec.crop_w : w;
+  // torchvision's CenterCrop: zero padding split (d // 2, (d + 1) // 2) when the crop is larger,
+  // else an offset of round((size - crop) / 2) with Python's rounding.
+  const int top = oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh);
+  const int left = ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow);
+  for (int ch = 0; ch < c; ++ch) {
+    const std::size_t mi = std::min<std::size_t>(ch, spec.mean.empty() ? 0 : spec.mean.size() - 1);
+    const bool norm = !spec.mean.empty();
+    const float mean = norm ? static_cast<float>(spec.mean[mi]) : 0.f;
+    const float sd = norm ? static_cast<float>(spec.std[mi]) : 1.f;
+    for (int y = 0; y < oh; ++y) {
+      const int sy = y + top;
+      float* row = out + (static_cast<std::size_t>(ch) * oh + y) * ow;
+      for (int x = 0; x < ow; ++x) {
+        const int sx = x + left;
+        float v =
+            (sy >= 0 && sy < h && sx >= 0 && sx < w) ? (*px)[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0.f;
+        v /= 255.f;  // ToTensor
+        row[x] = norm ? (v - mean) / sd : v;
+      }
+    }
+  }
+}
+
+}  // namespace traincache::image

@@ -1,0 +1,406 @@
+#include "traincache/model/encoder.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "traincache/base/error.h"
+#include "traincache/model/autocast.h"
+
+// Declared in torch/csrc/jit/codegen/fuser/interface.h, which Debian's libtorch-dev does not ship;
+// LibTorch 1.13 to 2.x export it with this signature.
+namespace torch::jit {
+TORCH_API void overrideCanFuseOnCPU(bool value);
+}  // namespace torch::jit
+
+namespace traincache::encode {
+
+namespace {
+std::string first_line(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  while (!line.empty() && (line.back() == '.' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+// c10::Error's what() carries a C++ stack trace; its message without it is more useful.
+std::string torch_message(const std::string& msg) {
+  // TorchScript errors start with "The following operation failed in the TorchScript
+  // interpreter." and end with the Python-level exception; keep the last meaningful line.
+  std::vector<std::string> lines;
+  std::size_t pos = 0;
+  while (pos < msg.size()) {
+    std::size_t nl = msg.find('\n', pos);
+    if (nl == std::string::npos) nl = msg.size();
+    std::string l = msg.substr(pos, nl - pos);
+    if (!l.empty() && l.find_first_not_of(' ') != std::string::npos) lines.push_back(l);
+    pos = nl + 1;
+  }
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it)
+    if (it->find("Error:") != std::string::npos) return first_line(*it);
+  return lines.empty() ? "unknown error" : first_line(lines.front());
+}
+}  // namespace
+
+std::string torch_error_message(const std::string& what) { return torch_message(what); }
+
+namespace {
+// The keys of an encoder's dict output, for messages: "'pooled', 'tokens'".
+std::string dict_keys(const c10::impl::GenericDict& dict) {
+  std::string keys;
+  for (const auto& kv : dict) {
+    const std::string k = kv.key().isString() ? "'" + kv.key().toStringRef() + "'" : kv.key().tagKind();
+    keys += (keys.empty() ? "" : ", ") + k;
+  }
+  return keys.empty() ? "none" : keys;
+}
+}  // namespace
+
+torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
+                                const std::string& subject) {
+  try {
+    return m.forward(std::move(args));
+  } catch (const c10::Error& e) {
+    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what()));
+  }
+}
+
+namespace {
+
+// TorchScript's CPU fuser compiles fused kernels with LLVM at run time when LibTorch was built with
+// it (Debian 13's 2.6 is): minutes of compilation on the second or third call of a module, for
+// kernels that gain little over a frozen, optimised module. PyTorch leaves CPU fusion off by
+// default; so do the tools. GPU fusion is untouched.
+void disable_cpu_fusion() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::jit::overrideCanFuseOnCPU(false); });
+}
+
+}  // namespace
+
+torch::jit::Module load_module(const std::string& path, torch::Device device) {
+  disable_cpu_fusion();
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  try {
+    return torch::jit::load(path, device);
+  } catch (const c10::Error& e) {
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what()));
+  }
+}
+
+void require_device_index(const torch::Device& device, const std::string& subject) {
+  if (!device.is_cuda() || !device.has_index()) return;
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  if (device.index() >= count)
+    throw Error(Exit::unavailable, subject,
+                "no CUDA device " + std::to_string(device.index()) + ": this machine has " + std::to_string(count));
+}
+
+torch::Device parse_device(const std::string& spec, const std::string& option) {
+  std::optional<torch::Device> dev;
+  try {
+    dev = torch::Device(spec);
+  } catch (const c10::Error&) {
+    throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
+  }
+  const std::string subject = option.back() == '=' ? option + spec : option + " " + spec;
+  if (dev->is_cuda()) {
+    if (!torch::cuda::is_available())
+      throw Error(Exit::unavailable, subject,
+                  "CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)");
+    require_device_index(*dev, subject);
+  } else if (!dev->is_cpu()) {
+    throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
+  }
+  return *dev;
+}
+
+void configure_threads(int threads) {
+  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (at::get_num_threads() != n) at::set_num_threads(n);
+}
+
+void require_numeric_input(const source::ColumnInfo& info, const std::string& file) {
+  if (info.dtype == DType::string || info.dtype == DType::other)
+    throw Error(Exit::data, file,
+                "dataset '" + info.name + "' has dtype " + dtype_name(info.dtype) +
+                    "; an encoder input must be integer or floating point");
+  if (info.shape.empty())
+    throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
+}
+
+namespace {
+
+// Element-wise conversion with a plain loop: reader threads must not start OpenMP teams of their
+// own next to the encoder's, which a torch op would.
+template <class From, class To>
+void convert(const void* in, To* out, std::size_t n, To scale = To(1)) {
+  const From* src = static_cast<const From*>(in);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<To>(src[i]) * scale;
+}
+
+void to_float32(DType t, const void* in, float* out, std::size_t n) {
+  if (t == DType::f64) return convert<double>(in, out, n);
+  if (t == DType::f16) return convert<c10::Half>(in, out, n);
+  throw Error(Exit::internal, "", std::string("no float32 conversion from ") + dtype_name(t));
+}
+
+}  // namespace
+
+namespace {
+
+// Rows of `col` read by `fill` (count rows into a buffer of the column's layout), converted.
+torch::Tensor convert_rows(const source::Column& col, int64_t count, double scale,
+                           const std::function<void(void*)>& fill) {
+  const auto& ci = col.info();
+  require_numeric_input(ci, col.path());
+  std::vector<int64_t> shape = ci.shape;
+  shape[0] = count;
+  const std::size_t n = static_cast<std::size_t>(count * ci.row_elements());
+  require_memory("reading " + std::to_string(count) + " rows of '" + ci.name + "'", std::max<uint64_t>(1, n),
+                 dtype_size(ci.dtype) + (ci.dtype == DType::f32 || ci.dtype == DType::i64 ? 0 : 8));
+  const bool integer = is_integer(ci.dtype);
+  auto t = torch::empty(shape, converted_type(ci.dtype));
+  if (ci.dtype == DType::i64 || ci.dtype == DType::f32) {  // already the model's type: read in place
+    fill(t.data_ptr());
+    return t;
+  }
+  std::vector<char> raw(n * dtype_size(ci.dtype));
+  fill(raw.data());
+  if (ci.dtype == DType::u8)
+    convert<uint8_t>(raw.data(), t.data_ptr<float>(), n, static_cast<float>(scale));
+  else if (integer)
+    to_int64(ci.dtype, raw.data(), t.data_ptr<int64_t>(), n);
+  else
+    to_float32(ci.dtype, raw.data(), t.data_ptr<float>(), n);
+  return t;
+}
+
+}  // namespace
+
+torch::Dtype converted_type(DType t) { return is_integer(t) && t != DType::u8 ? torch::kInt64 : torch::kFloat32; }
+
+torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
+  return convert_rows(col, count, scale, [&](void* out) { col.read(start, count, out); });
+}
+
+torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale) {
+  return convert_rows(col, static_cast<int64_t>(rows.size()), scale, [&](void* out) { col.read_rows(rows, out); });
+}
+
+Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)
+    : name_(std::move(name)), path_(std::move(path)), output_(std::move(output)), device_(device) {
+  plain_ = load_module(path_, device_);
+  plain_.eval();
+  for (auto p : plain_.parameters()) p.set_requires_grad(false);
+  arity_ = forward_arity(plain_);
+}
+
+torch::Tensor Encoder::run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs) {
+  c10::InferenceMode guard;
+  std::vector<torch::jit::IValue> args;
+  for (const auto& t : inputs) args.emplace_back(t.to(device_));
+  torch::jit::IValue out = call_forward(m, std::move(args), "encoder '" + name_ + "'");
+  if (!output_.empty()) {
+    bool numeric = output_.find_first_not_of("0123456789") == std::string::npos;
+    if (out.isTuple() || out.isList()) {
+      if (!numeric)
+        throw Error(Exit::data, "encoder '" + name_ + "'",
+                    "returns a tuple/list; --output must be an index, got '" + output_ + "'");
+      auto elems = out.isTuple() ? out.toTupleRef().elements().vec() : out.toListRef().vec();
+      // Digits only, but possibly more than fit 64 bits: parsed without throwing.
+      std::size_t i = 0;
+      bool fits = output_.size() <= 18;
+      for (char c : output_) i = fits ? i * 10 + static_cast<std::size_t>(c - '0') : i;
+      if (!fits || i >= elems.size())
+        throw Error(
+            Exit::data, "encoder '" + name_ + "'",
+            "--output " + output_ + " out of range: the output has " + std::to_string(elems.size()) + " elements");
+      out = elems[i];
+    } else if (out.isGenericDict()) {
+      auto dict = out.toGenericDict();
+      auto it = dict.find(torch::jit::IValue(output_));
+      if (it == dict.end())
+        throw Error(Exit::data, "encoder '" + name_ + "'",
+                    "output has no key '" + output_ + "' (its keys: " + dict_keys(dict) + ")");
+      out = it->value();
+    } else {
+      throw Error(Exit::data, "encoder '" + name_ + "'",
+                  "--output " + output_ + " given but the output is a single value");
+    }
+  }
+  if (!out.isTensor()) {
+    std::string kind = out.isTuple()         ? "a tuple"
+                       : out.isGenericDict() ? "a dict"
+                       : out.isList()        ? "a list"
+                                             : "not a tensor";
+    const std::string keys = out.isGenericDict() ? " (its keys: " + dict_keys(out.toGenericDict()) + ")" : "";
+    throw Error(Exit::data, "encoder '" + name_ + "'",
+                "output is " + kind + keys + "; select a tensor with --output KEY|INDEX");
+  }
+  return out.toTensor();
+}
+
+std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b) {
+  std::vector<torch::Tensor> out;
+  for (const auto* v : {&b.input_ids, &b.attention_mask, &b.token_type_ids})
+    out.push_back(torch::from_blob(const_cast<int64_t*>(v->data()), {b.rows, b.length}, torch::kInt64).clone());
+  return out;
+}
+
+void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask) {
+  const int64_t longest = std::max<int64_t>(1, mask.sum(1).max().item<int64_t>());
+  if (longest >= mask.size(1)) return;
+  for (std::size_t k = 0; k < n; ++k) ts[k] = ts[k].slice(1, 0, longest);
+}
+
+std::size_t forward_arity(const torch::jit::Module& m) {
+  const auto& args = m.get_method("forward").function().getSchema().arguments();
+  return args.empty() ? 0 : args.size() - 1;
+}
+
+std::size_t text_tensors(std::size_t arity, std::size_t features, std::size_t texts, const std::string& subject) {
+  if (texts == 0) return 0;
+  const std::size_t free = arity > features ? arity - features : 0;
+  if (free % texts == 0 && free / texts >= 1 && free / texts <= 3) return free / texts;
+  throw Error(Exit::data, subject,
+              "forward() takes " + std::to_string(arity) + " tensors, but " + std::to_string(features) +
+                  " input(s) and " + std::to_string(texts) +
+                  " text field(s) need that many plus 1, 2 or 3 per text field (input_ids[, attention_mask[, "
+                  "token_type_ids]])");
+}
+
+std::vector<EmbeddingTable> embedding_tables(const torch::jit::Module& m) {
+  std::vector<EmbeddingTable> out;
+  for (const auto& sub : m.named_modules()) {
+    auto type = sub.value.type()->name();
+    if (!type || type->name() != "Embedding" || !sub.value.hasattr("weight")) continue;
+    auto w = sub.value.attr("weight");
+    if (w.isTensor() && w.toTensor().dim() == 2) out.push_back({sub.name, w.toTensor().size(0)});
+  }
+  return out;
+}
+
+namespace {
+std::string table_list(const std::vector<EmbeddingTable>& tables) {
+  std::string out;
+  for (const auto& t : tables) out += (out.empty() ? "" : ", ") + t.name + " (" + std::to_string(t.rows) + " rows)";
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
+std::optional<EmbeddingTable> token_table(const torch::jit::Module& m, int64_t vocab, const std::string& chosen) {
+  if (chosen == "none") return std::nullopt;
+  const std::vector<EmbeddingTable> tables = embedding_tables(m);
+  if (!chosen.empty()) {
+    for (const auto& t : tables)
+      if (t.name == chosen) return t;
+    throw Error(Exit::usage, "--vocab-table",
+                "the encoder has no nn.Embedding '" + chosen + "' (its tables: " + table_list(tables) + ")");
+  }
+  std::optional<EmbeddingTable> best;
+  for (const auto& t : tables)  // the smallest that holds the vocabulary
+    if (vocab > 0 && t.rows >= vocab && (!best || t.rows < best->rows)) best = t;
+  if (best) return best;
+  for (const auto& t : tables)  // else the largest: the table that comes nearest
+    if (!best || t.rows > best->rows) best = t;
+  return best;
+}
+
+std::optional<EmbeddingTable> position_table(const torch::jit::Module& m, const std::string& token_name) {
+  for (const auto& t : embedding_tables(m)) {
+    std::string leaf = t.name.substr(t.name.rfind('.') == std::string::npos ? 0 : t.name.rfind('.') + 1);
+    std::transform(leaf.begin(), leaf.end(), leaf.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (t.name != token_name && (leaf.find("pos") != std::string::npos || leaf == "wpe")) return t;
+  }
+  return std::nullopt;
+}
+
+void check_vocabulary(const torch::jit::Module& m, const std::string& subject, const text::Tokenizer& tok,
+                      const std::string& tok_path, const std::string& chosen) {
+  const int64_t vocab = tok.vocab_size();
+  const auto table = token_table(m, vocab, chosen);
+  if (!table || table->rows >= vocab) return;
+  const std::string which = chosen.empty()
+                                ? "no embedding table holds them (its tables: " + table_list(embedding_tables(m)) + ")"
+                                : "its table " + table->name + " has " + std::to_string(table->rows) + " rows";
+  throw Error(Exit::data, subject,
+              tok_path + " has " + std::to_string(vocab) + " tokens but " + which +
+                  ": token ids beyond the table cannot be embedded (is this the encoder's tokenizer? --vocab-table "
+                  "NAME picks the table, none skips this check)");
+}
+
+torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
+  if (precision_ == Precision::fp32) return run(optimized_ ? *optimized_ : plain_, inputs);
+  torch::Tensor out;
+  {
+    precision::Autocast region(precision_, device_);
+    out = run(optimized_ ? *optimized_ : plain_, inputs);
+  }
+  c10::InferenceMode guard;
+  return out.is_floating_point() ? out.to(torch::kFloat) : out;
+}
+
+bool optimised_within(double optimised_diff, double plain_diff, double scale, double rtol) {
+  return optimised_diff <= rtol * scale + 3 * plain_diff;
+}
+
+OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol) {
+  OptimizeOutcome r;
+  r.math = precision::math_mode(device_);
+  const bool tf32 = r.math == std::string("tf32");
+  torch::Tensor want = run(plain_, sample);  // as the rows will be encoded
+  if (!torch::isfinite(want).all().item<bool>()) {
+    r.plain_nonfinite = true;
+    r.why_not = "the plain module's output holds NaN or Inf";
+    return r;
+  }
+  torch::Tensor reference = want;
+  if (tf32) {
+    precision::FullFloat32 full;
+    reference = run(plain_, sample);
+  }
+  try {
+    torch::jit::Module frozen = torch::jit::freeze(plain_);
+    torch::jit::Module opt = torch::jit::optimize_for_inference(frozen);
+    torch::Tensor got = run(opt, sample);
+    if (got.sizes() != want.sizes()) {
+      r.why_not = "optimised output has another shape";
+      return r;
+    }
+    c10::InferenceMode guard;
+    auto w = reference.to(torch::kFloat64), g = got.to(torch::kFloat64);
+    r.max_abs_diff = (w - g).abs().max().item<double>();
+    if (tf32) r.plain_diff = (w - want.to(torch::kFloat64)).abs().max().item<double>();
+    double scale = std::max(1.0, w.abs().max().item<double>());
+    if (!optimised_within(r.max_abs_diff, r.plain_diff, scale, rtol)) {
+      r.why_not = "optimised output differs from the plain module by " + std::to_string(r.max_abs_diff);
+      if (tf32)
+        r.why_not += " in full float32 terms, beyond three times the plain module's own TF32 difference (" +
+                     std::to_string(r.plain_diff) + ")";
+      return r;
+    }
+    optimized_ = std::move(opt);
+    r.used = true;
+  } catch (const Error& e) {
+    r.why_not = e.what();
+  } catch (const c10::Error& e) {
+    r.why_not = "optimisation failed: " + torch_message(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    r.why_not = "optimisation failed: " + torch_message(e.what());
+  }
+  return r;
+}
+
+}  // namespace traincache::encode

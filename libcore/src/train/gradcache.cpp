@@ -1,0 +1,285 @@
+#include "traincache/train/gradcache.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+#include <numeric>
+
+#include "traincache/base/error.h"
+#include "traincache/train/objectives.h"
+
+namespace traincache::gc {
+
+namespace {
+
+// The rows a loss compares: normalised for cosine similarity. The classifier kinds take them as
+// they are (ArcFace and CosFace normalise inside).
+torch::Tensor prepare(const torch::Tensor& x, const LossConfig& cfg) {
+  return cfg.similarity == Similarity::cos && !is_classifier(cfg.kind)
+             ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1).eps(1e-12))
+             : x;
+}
+
+int64_t chunk_of(int64_t chunk, int64_t rows) { return chunk > 0 ? std::min(chunk, rows) : rows; }
+
+// Sum over anchors [a, b) of the per-anchor loss, divided by the number of anchors that count;
+// summing over all chunks gives the loss.
+torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const torch::Tensor& labels,
+                         const LossConfig& cfg, int64_t a, int64_t b, double denom) {
+  const double inv_t = 1.0 / cfg.temperature;
+  if (is_classifier(cfg.kind)) return classification_chunk(qn, labels, cfg, a, b, denom);
+  if (is_triplet(cfg.kind)) return triplet_chunk(qn, labels, cfg, a, b, denom);
+  if (cfg.kind == LossKind::supcon) {
+    auto logits = torch::matmul(qn.slice(0, a, b), qn.t()) * inv_t;  // [c, B]
+    auto rows = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device()));
+    auto self = torch::zeros_like(logits, torch::kBool);
+    self.index_put_({torch::arange(b - a, rows.options()), rows}, true);
+    logits = logits.masked_fill(self, -std::numeric_limits<double>::infinity());
+    auto log_prob = logits - torch::logsumexp(logits, 1, true);
+    auto pos = labels.slice(0, a, b).unsqueeze(1).eq(labels.unsqueeze(0)) & ~self;
+    auto n_pos = pos.sum(1);
+    auto per_anchor = -(log_prob.masked_fill(~pos, 0.0)).sum(1) / n_pos.clamp_min(1).to(log_prob.dtype());
+    return per_anchor.masked_fill(n_pos.eq(0), 0.0).sum() / denom;
+  }
+  const int64_t group = pn.size(0) / qn.size(0);
+  auto target = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device())) * group;
+  auto logits = torch::matmul(qn.slice(0, a, b), pn.t()) * inv_t;  // [c, B*group]
+  auto l = torch::nn::functional::cross_entropy(
+      logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  if (cfg.kind == LossKind::symmetric) {
+    // Positives as anchors against every query.
+    auto pos = pn.index_select(0, target);
+    auto rows = torch::arange(a, b, target.options());
+    auto back = torch::matmul(pos, qn.t()) * inv_t;  // [c, B]
+    auto l2 = torch::nn::functional::cross_entropy(
+        back, rows, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    l = (l + l2) * 0.5;
+  }
+  return l / denom;
+}
+
+double denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
+  if (is_pairs(cfg.kind) || is_classifier(cfg.kind)) return static_cast<double>(q.size(0));
+  if (is_triplet(cfg.kind)) return std::max(1.0, triplet_denominator(labels, cfg));
+  // Anchors with at least one positive: those whose label occurs more than once. Counted per
+  // distinct label (O(B) memory), never through a B x B mask.
+  auto [values, inverse, counts] = at::_unique2(labels.reshape({-1}), true, true, true);
+  auto per_anchor = counts.index_select(0, inverse.reshape({-1})) - 1;  // positives per anchor
+  return std::max<double>(1.0, per_anchor.gt(0).sum().item<double>());
+}
+
+void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
+  if (q.dim() != 2) throw Error(Exit::data, "loss", "representations must be [rows, dim]");
+  if (!is_pairs(cfg.kind)) {
+    if (!labels.defined() || labels.size(0) != q.size(0))
+      throw Error(Exit::data, "loss", "a loss over labelled rows needs one label per row");
+    if (is_classifier(cfg.kind) && (!cfg.class_weight.defined() || cfg.class_weight.size(1) != q.size(1)))
+      throw Error(Exit::internal, "loss", "the classifier does not match the representations");
+    return;
+  }
+  if (p.dim() != 2 || p.size(1) != q.size(1))
+    throw Error(Exit::data, "loss",
+                "query and passage representations differ in width (" + std::to_string(q.size(1)) + " vs " +
+                    std::to_string(p.dim() == 2 ? p.size(1) : -1) + ")");
+  if (p.size(0) % q.size(0) != 0)
+    throw Error(Exit::data, "loss", "passages must be a whole number of groups per query");
+}
+
+}  // namespace
+
+torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
+  check_shapes(q, p, labels, cfg);
+  auto qn = prepare(q, cfg);
+  auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
+  double denom = denominator(q, labels, cfg);
+  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  torch::Tensor total;
+  for (int64_t a = 0; a < q.size(0); a += c) {
+    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
+    total = total.defined() ? total + l : l;
+  }
+  return total;
+}
+
+double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg,
+                           int64_t anchor_begin, int64_t anchor_end) {
+  check_shapes(q, p, labels, cfg);
+  double denom = denominator(q, labels, cfg);
+  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  const int64_t end = anchor_end < 0 ? q.size(0) : std::min(anchor_end, q.size(0));
+  double value = 0;
+  for (int64_t a = anchor_begin; a < end; a += c) {
+    // Normalisation is recomputed per chunk so that no graph outlives its chunk.
+    auto qn = prepare(q, cfg);
+    auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
+    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
+    value += l.item<double>();
+    (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
+  }
+  return value;
+}
+
+std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, int64_t a, int64_t b) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : inputs) out.push_back(t.slice(0, a, b));
+  return out;
+}
+
+namespace {
+
+// The default generators' states: the CPU one, and each CUDA device's when CUDA is present
+// (dropout draws from the generator of the device it runs on).
+struct RngState {
+  std::vector<torch::Tensor> states;
+};
+
+std::vector<at::Generator> generators() {
+  std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
+  if (torch::cuda::is_available())
+    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+      gens.push_back(at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
+  return gens;
+}
+
+RngState save_rng() {
+  RngState s;
+  for (auto& gen : generators()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.states.push_back(gen.get_state());
+  }
+  return s;
+}
+
+void restore_rng(const RngState& s) {
+  auto gens = generators();
+  for (std::size_t i = 0; i < gens.size() && i < s.states.size(); ++i) {
+    std::lock_guard<std::mutex> lock(gens[i].mutex());
+    gens[i].set_state(s.states[i]);
+  }
+}
+
+// Pass 1: representations of every chunk, without a graph.
+torch::Tensor encode_no_grad(SideBatch& side, std::vector<RngState>& states) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> reps;
+  int64_t c = chunk_of(side.chunk, side.rows());
+  for (int64_t a = 0; a < side.rows(); a += c) {
+    states.push_back(save_rng());
+    std::vector<torch::Tensor> in;
+    // Clones: a model that modifies its input in place cannot change what the replay sees.
+    for (auto& t : slice_rows(side.inputs, a, std::min(a + c, side.rows()))) in.push_back(t.clone());
+    reps.push_back(side.tower(in));
+  }
+  return torch::cat(reps);
+}
+
+// Pass 3: replay every chunk with a graph and push the cached gradients into the parameters.
+void replay(SideBatch& side, const std::vector<RngState>& states, const torch::Tensor& grads, bool restore) {
+  int64_t c = chunk_of(side.chunk, side.rows());
+  std::size_t k = 0;
+  for (int64_t a = 0; a < side.rows(); a += c, ++k) {
+    int64_t b = std::min(a + c, side.rows());
+    if (restore) restore_rng(states[k]);
+    auto rep = side.tower(slice_rows(side.inputs, a, b));
+    rep.backward(grads.slice(0, a, b));
+  }
+}
+
+torch::Tensor encode_with_graph(SideBatch& side, bool chunked) {
+  int64_t c = chunked ? chunk_of(side.chunk, side.rows()) : side.rows();
+  std::vector<torch::Tensor> reps;
+  for (int64_t a = 0; a < side.rows(); a += c)
+    reps.push_back(side.tower(slice_rows(side.inputs, a, std::min(a + c, side.rows()))));
+  return reps.size() == 1 ? reps.front() : torch::cat(reps);
+}
+
+// The data-parallel step (see Parallel in gradcache.h).
+double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+                     const StepMode& mode, const Parallel& par) {
+  const bool pairs = is_pairs(cfg.kind);
+  const int64_t n = query.rows();
+  if (par.rank < 0 || par.rank >= static_cast<int>(par.rows.size()) || par.rows[par.rank] != n || n == 0)
+    throw Error(Exit::internal, "step", "this rank's share does not match the batch split");
+  const int64_t group = pairs ? passage.rows() / n : 0;  // passages per query: positive + hard negatives
+  // 1. This rank's representations: without a graph (gradient cache) or keeping it (plain step).
+  std::vector<RngState> q_states, p_states;
+  torch::Tensor q_graph, p_graph, q_loc, p_loc;
+  if (mode.gradcache) {
+    q_loc = encode_no_grad(query, q_states);
+    if (pairs) p_loc = encode_no_grad(passage, p_states);
+  } else {
+    q_graph = encode_with_graph(query, mode.keep_chunk_graphs);
+    q_loc = q_graph.detach();
+    if (pairs) {
+      p_graph = encode_with_graph(passage, mode.keep_chunk_graphs);
+      p_loc = p_graph.detach();
+    }
+  }
+  RngState after = save_rng();
+  // 2. One all-gather: every rank sends its queries followed by its passages.
+  std::vector<int64_t> sent;
+  for (int64_t r : par.rows) sent.push_back(r * (1 + group));
+  auto all = par.all_gather_rows(pairs ? torch::cat({q_loc, p_loc}) : q_loc, sent);
+  std::vector<torch::Tensor> qs, ps;
+  const int64_t offset = std::accumulate(par.rows.begin(), par.rows.begin() + par.rank, int64_t{0});
+  int64_t at = 0;
+  for (std::size_t r = 0; r < par.rows.size(); ++r) {
+    qs.push_back(all.slice(0, at, at + par.rows[r]));
+    at += par.rows[r];
+    if (pairs) {
+      ps.push_back(all.slice(0, at, at + par.rows[r] * group));
+      at += par.rows[r] * group;
+    }
+  }
+  auto q = torch::cat(qs).detach().requires_grad_(true);
+  auto p = pairs ? torch::cat(ps).detach().requires_grad_(true) : torch::Tensor();
+  // 3. This rank's anchors' loss terms against every rank's candidates; the representation
+  // gradients and the loss are summed over ranks in one all-reduce.
+  double value = loss_with_rep_grads(q, p, labels, cfg, offset, offset + n);
+  auto gq = q.grad().defined() ? q.grad() : torch::zeros_like(q);
+  std::vector<torch::Tensor> reduced{gq};
+  torch::Tensor gp;
+  if (pairs) reduced.push_back(gp = p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  auto total = torch::full({1}, value, gq.options());
+  reduced.push_back(total);
+  par.all_reduce_sum(reduced);
+  // 4. Back-propagate the rows this rank encoded.
+  auto gq_own = gq.slice(0, offset, offset + n);
+  auto gp_own = pairs ? gp.slice(0, offset * group, (offset + n) * group) : torch::Tensor();
+  if (mode.gradcache) {
+    replay(query, q_states, gq_own, mode.restore_rng);
+    if (pairs) replay(passage, p_states, gp_own, mode.restore_rng);
+    if (mode.restore_rng) restore_rng(after);
+  } else if (pairs) {
+    torch::autograd::backward({q_graph, p_graph}, {gq_own, gp_own});
+  } else {
+    q_graph.backward(gq_own);
+  }
+  return total.item<double>();
+}
+
+}  // namespace
+
+double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+            const StepMode& mode, const Parallel* par) {
+  if (par) return parallel_step(query, passage, labels, cfg, mode, *par);
+  const bool pairs = is_pairs(cfg.kind);
+  if (!mode.gradcache) {
+    auto q = encode_with_graph(query, mode.keep_chunk_graphs);
+    auto p = pairs ? encode_with_graph(passage, mode.keep_chunk_graphs) : torch::Tensor();
+    auto l = loss(q, p, labels, cfg);
+    (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
+    return l.item<double>();
+  }
+  std::vector<RngState> q_states, p_states;
+  auto q = encode_no_grad(query, q_states).detach().requires_grad_(true);
+  auto p = pairs ? encode_no_grad(passage, p_states).detach().requires_grad_(true) : torch::Tensor();
+  RngState after = save_rng();
+  double value = loss_with_rep_grads(q, p, labels, cfg);
+  replay(query, q_states, q.grad(), mode.restore_rng);
+  if (pairs) replay(passage, p_states, p.grad(), mode.restore_rng);
+  if (mode.restore_rng) restore_rng(after);
+  return value;
+}
+
+}  // namespace traincache::gc

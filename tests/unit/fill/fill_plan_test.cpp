@@ -1,0 +1,89 @@
+#include "traincache/fill/fill_plan.h"
+
+#include "catch.h"
+#include "test_util.h"
+#include "traincache/base/error.h"
+
+using namespace traincache;
+using test::code_of;
+
+namespace {
+
+fill::FillOptions options(int64_t batch, int index = -1, int count = 0) {
+  fill::FillOptions o;
+  o.encoders = {{"cnn", "cnn.pt", {}, "", {}, ""}};
+  o.out = "out.h5";
+  o.batch_size = batch;
+  o.shard_index = index;
+  o.shard_count = count;
+  return o;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("fill plan: shards are contiguous, balanced runs of whole batches covering the job", "[fill]") {
+  // 1000 rows in batches of 64: 16 batches (the last of 40 rows) over 3 shards: 5, 5, 6 batches.
+  int64_t at = 0;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 3; ++i) {
+    auto p = fill::plan_rows(options(64, i, 3), 1000);
+    CATCH_CHECK(p.sharded);
+    CATCH_CHECK(p.begin == at);
+    CATCH_CHECK(p.begin % 64 == 0);
+    CATCH_CHECK(p.job_begin == 0);
+    CATCH_CHECK(p.job_end == 1000);
+    sizes.push_back(p.rows());
+    at = p.end;
+  }
+  CATCH_CHECK(at == 1000);
+  CATCH_CHECK(sizes == std::vector<int64_t>{320, 320, 360});
+}
+
+CATCH_TEST_CASE("fill plan: --rows narrows the job and shards stay inside it", "[fill]") {
+  auto o = options(10, 1, 2);
+  o.row_begin = 5;
+  o.row_end = 45;  // 4 batches: shard 1 has rows 25..45
+  auto p = fill::plan_rows(o, 100);
+  CATCH_CHECK(p.begin == 25);
+  CATCH_CHECK(p.end == 45);
+  CATCH_CHECK(p.job_begin == 5);
+  CATCH_CHECK(p.job_end == 45);
+  auto whole = fill::plan_rows(options(10), 100);
+  CATCH_CHECK(!whole.sharded);
+  CATCH_CHECK(whole.rows() == 100);
+}
+
+CATCH_TEST_CASE("fill plan: impossible ranges and shard counts are usage errors", "[fill]") {
+  auto o = options(64);
+  o.row_begin = 100;
+  CATCH_CHECK(code_of([&] { fill::plan_rows(o, 100); }) == Exit::usage);
+  CATCH_CHECK(code_of([&] { fill::plan_rows(options(64, 3, 3), 1000); }) == Exit::usage);
+  CATCH_CHECK(code_of([&] { fill::plan_rows(options(64, 0, 20), 1000); }) == Exit::usage);  // 16 batches
+  try {
+    fill::plan_rows(options(64, 0, 20), 1000);
+  } catch (const Error& e) {
+    CATCH_CHECK(std::string(e.what()) == "--shard: 20 shards for only 16 batches");
+  }
+}
+
+CATCH_TEST_CASE("fill plan: option checks", "[fill]") {
+  CATCH_CHECK(code_of([] { fill::validate_options(options(64)); }) == Exit::ok);
+  CATCH_CHECK(code_of([] { fill::validate_options(options(0)); }) == Exit::usage);
+  auto twice = options(64);
+  twice.encoders.push_back(twice.encoders[0]);
+  CATCH_CHECK(code_of([&] { fill::validate_options(twice); }) == Exit::usage);
+  auto dotted = options(64);
+  dotted.encoders[0].name = "a.b";
+  CATCH_CHECK(code_of([&] { fill::validate_options(dotted); }) == Exit::usage);
+  auto f64 = options(64);
+  f64.dtype = DType::f64;
+  CATCH_CHECK(code_of([&] { fill::validate_options(f64); }) == Exit::usage);
+}
+
+CATCH_TEST_CASE("fill plan: fingerprint diffs name settings, not array elements", "[fill]") {
+  std::string a = R"({"input": {"rows": [0, 10], "path": "/x"}, "encoders": {"cnn": {"sha256": "aa"}}})";
+  std::string b = R"({"input": {"rows": [0, 20], "path": "/x"}, "encoders": {"cnn": {"sha256": "bb"}}})";
+  CATCH_CHECK(fill::fingerprint_diff(a, b) == "encoders/cnn/sha256, input/rows");
+  CATCH_CHECK(fill::fingerprint_diff(a, a) == "unknown");
+  CATCH_CHECK(fill::fingerprint_diff("not json", b) == "unreadable stored fingerprint");
+}

@@ -1,0 +1,195 @@
+#include "traincache/io/cache_file.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "catch.h"
+#include "traincache/base/error.h"
+#include "traincache/io/h5.h"
+#include "traincache/io/row_digest.h"
+
+using namespace traincache;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_raw(const std::string& path, const void* data, std::size_t n) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(data, 1, n, f);
+  std::fclose(f);
+}
+
+// An input file with labels (int64) and keys (int64) for 5 rows.
+void write_input(const std::string& path) {
+  h5::Id f = h5::create_file(path);
+  for (const char* name : {"labels", "keys"}) {
+    hsize_t dims[1] = {5};
+    h5::Id space(H5Screate_simple(1, dims, nullptr));
+    h5::Id d(H5Dcreate2(f.get(), name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    int64_t labels[5] = {1, 0, 1, 1, 2}, keys[5] = {100, 101, 102, 103, 104};
+    H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, std::string(name) == "labels" ? labels : keys);
+  }
+}
+
+// A 4-row cache from input rows 1..5 with a [4,3] float32 embedding whose row r is (r, 0, 0)
+// except row 2 = (3, 4, 0): norms 0, 1, 5, 3.
+cache::AssemblySpec small_spec(const std::string& dir, const std::string& out) {
+  std::vector<float> emb = {0, 0, 0, 1, 0, 0, 3, 4, 0, 3, 0, 0};
+  write_raw(dir + "emb.raw", emb.data(), emb.size() * sizeof(float));
+  write_input(dir + "input.h5");
+  cache::AssemblySpec spec;
+  spec.out_path = out;
+  spec.rows = 4;
+  spec.row_start = 1;
+  spec.labels = source::open_column(dir + "input.h5", "labels");
+  spec.keys = source::open_column(dir + "input.h5", "keys");
+  spec.root_attrs = {{"fingerprint", std::string("f00d")}, {"input_scale", 0.5}};
+  spec.embeddings.push_back({"enc", dir + "emb.raw", {3}, DType::f32, {{"inference", std::string("plain")}}});
+  return spec;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info describes", "[cache]") {
+  auto spec = small_spec("", "cache_test_a.h5");
+  cache::assemble(spec);
+  auto info = cache::read_info("cache_test_a.h5");
+  CATCH_CHECK(info.format_version == cache::kFormatVersion);
+  CATCH_CHECK(info.complete);
+  CATCH_CHECK(info.rows == 4);
+  CATCH_CHECK(info.row_start == 1);
+  CATCH_CHECK(info.fingerprint == "f00d");
+  CATCH_CHECK(info.input_scale == 0.5);
+  CATCH_REQUIRE(info.embeddings.size() == 1);
+  CATCH_CHECK(info.embeddings[0].shape == std::vector<int64_t>{4, 3});
+  CATCH_CHECK(info.embeddings[0].dtype == DType::f32);
+  CATCH_CHECK(info.embeddings[0].bytes == 48);
+  CATCH_CHECK(info.embeddings[0].inference == "plain");
+  CATCH_REQUIRE(info.labels);
+  // Labels are the input's rows 1..5: {0, 1, 1, 2}.
+  CATCH_CHECK(info.labels->counts == std::map<int64_t, int64_t>{{0, 1}, {1, 2}, {2, 1}});
+  CATCH_CHECK(cache::check("cache_test_a.h5").ok());
+  CATCH_CHECK_FALSE(h5::exists(h5::open_file("cache_test_a.h5").get(), "/nothing"));
+}
+
+CATCH_TEST_CASE("cache file: the same spec gives byte-identical files", "[cache]") {
+  cache::assemble(small_spec("", "cache_test_b1.h5"));
+  cache::assemble(small_spec("", "cache_test_b2.h5"));
+  CATCH_CHECK(slurp("cache_test_b1.h5") == slurp("cache_test_b2.h5"));
+  CATCH_CHECK_FALSE(slurp("cache_test_b1.h5").empty());
+}
+
+CATCH_TEST_CASE("cache file: stats are the row-norm moments", "[cache]") {
+  cache::assemble(small_spec("", "cache_test_c.h5"));
+  auto st = cache::compute_stats("cache_test_c.h5");
+  CATCH_REQUIRE(st.size() == 1);
+  // norms 0, 1, 5, 3: mean 2.25, population std sqrt(35/4 - 2.25^2)
+  CATCH_CHECK(st[0].norm_mean == Approx(2.25).epsilon(1e-12));
+  CATCH_CHECK(st[0].norm_std == Approx(std::sqrt(35.0 / 4 - 2.25 * 2.25)).epsilon(1e-12));
+  CATCH_CHECK(st[0].norm_min == 0);
+  CATCH_CHECK(st[0].norm_max == 5);
+  CATCH_CHECK(st[0].nan_count == 0);
+}
+
+CATCH_TEST_CASE("cache file: head rows carry keys, labels and values", "[cache]") {
+  cache::assemble(small_spec("", "cache_test_d.h5"));
+  auto rows = cache::read_head("cache_test_d.h5", 10);
+  CATCH_REQUIRE(rows.size() == 4);
+  CATCH_CHECK(rows[2].key == "103");
+  CATCH_CHECK(rows[2].label.value() == "1");
+  CATCH_CHECK(rows[2].embeddings.at("enc") == std::vector<float>{3, 4, 0});
+  auto picked = cache::read_embedding_rows("cache_test_d.h5", "enc", {3, 0});
+  CATCH_CHECK(picked == std::vector<float>{3, 0, 0, 0, 0, 0});
+}
+
+CATCH_TEST_CASE("cache file: check reports incomplete and non-finite caches", "[cache]") {
+  cache::assemble(small_spec("", "cache_test_e.h5"));
+  {
+    h5::Id f = h5::open_file("cache_test_e.h5", true);
+    h5::write_attr(f.get(), "complete", int64_t{0});
+  }
+  auto rep = cache::check("cache_test_e.h5");
+  CATCH_REQUIRE(rep.problems.size() == 1);
+  CATCH_CHECK(rep.problems[0] == "incomplete (complete attribute is not 1)");
+
+  auto spec = small_spec("", "cache_test_f.h5");
+  std::vector<float> emb = {0, NAN, 0, 1, 0, 0, INFINITY, 4, 0, 3, 0, 0};
+  write_raw("emb.raw", emb.data(), emb.size() * sizeof(float));
+  cache::assemble(spec);
+  rep = cache::check("cache_test_f.h5");
+  CATCH_REQUIRE(rep.problems.size() == 1);
+  CATCH_CHECK(rep.problems[0] == "/embeddings/enc holds 1 NaN and 1 Inf values");
+}
+
+CATCH_TEST_CASE("cache file: float16 rows are stored as IEEE half and read back as float", "[cache]") {
+  auto spec = small_spec("", "cache_test_g.h5");
+  uint16_t half[12] = {0x3C00, 0xC000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x3800};  // 1, -2, ..., 0.5
+  write_raw("half.raw", half, sizeof half);
+  spec.embeddings[0].raw_path = "half.raw";
+  spec.embeddings[0].dtype = DType::f16;
+  cache::assemble(spec);
+  auto info = cache::read_info("cache_test_g.h5");
+  CATCH_CHECK(info.embeddings[0].dtype == DType::f16);
+  auto v = cache::read_embedding_rows("cache_test_g.h5", "enc", {0, 3});
+  CATCH_CHECK(v == std::vector<float>{1, -2, 0, 0, 0, 0.5f});
+}
+
+CATCH_TEST_CASE("cache file: foreign and missing files are refused with their exit codes", "[cache]") {
+  write_input("cache_test_foreign.h5");
+  try {
+    cache::read_info("cache_test_foreign.h5");
+    CATCH_FAIL("accepted");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::data);
+  }
+  try {
+    cache::read_info("cache_test_missing.h5");
+    CATCH_FAIL("accepted");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::no_input);
+    CATCH_CHECK(std::string(e.what()) == "cache_test_missing.h5: no such file or directory");
+  }
+  CATCH_CHECK_FALSE(cache::check("cache_test_missing.h5").ok());
+}
+
+CATCH_TEST_CASE("cache file: chunks hold about 1 MiB of rows", "[cache]") {
+  CATCH_CHECK(cache::chunk_rows(256, 100000) == 4096);
+  CATCH_CHECK(cache::chunk_rows(256, 10) == 10);
+  CATCH_CHECK(cache::chunk_rows(8 << 20, 10) == 1);
+}
+
+CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the same digest", "[digest]") {
+  // [3, 5, 7] float64: 280-byte rows, read whole, or in pieces of 1-2 trailing rows, or per element.
+  const std::string path = "digest_input.h5";
+  std::vector<double> values(3 * 5 * 7);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 3;
+  {
+    h5::Id f = h5::create_file(path);
+    hsize_t dims[3] = {3, 5, 7};
+    h5::Id space(H5Screate_simple(3, dims, nullptr));
+    h5::Id d(H5Dcreate2(f.get(), "x", H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  }
+  h5::Id f = h5::open_file(path);
+  h5::Id d = h5::open_dataset(f.get(), path, "x");
+  auto info = h5::describe(d.get(), "x");
+  auto digest = [&](int64_t a, int64_t b, int64_t block) {
+    ContentHash h;
+    hash_rows(d.get(), info, a, b, h, block);
+    return h.hex_digest();
+  };
+  ContentHash want;
+  want.update(std::string("x") + '\0');
+  want.update(values.data() + 35, 2 * 35 * sizeof(double));  // rows 1 and 2
+  for (int64_t block : {int64_t{8} << 20, int64_t{280}, int64_t{100}, int64_t{56}, int64_t{8}, int64_t{1}})
+    CATCH_CHECK(digest(1, 3, block) == want.hex_digest());
+  CATCH_CHECK(digest(0, 3, 8) != want.hex_digest());
+}

@@ -1,0 +1,136 @@
+#include "traincache/io/image.h"
+
+#include "catch.h"
+#include "test_util.h"
+
+using namespace traincache;
+using namespace traincache::image;
+
+namespace {
+
+Spec spec_of(const char* resize, const char* crop = nullptr) {
+  Spec s;
+  if (resize) parse_resize(resize, s);
+  if (crop) parse_center_crop(crop, s);
+  return s;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("resize and crop sizes follow torchvision", "[image]") {
+  // Resize(S): the shorter side becomes S, the longer int(S * long / short), truncated.
+  CATCH_CHECK(resized_size(spec_of("32"), 100, 50) == std::pair{64, 32});
+  CATCH_CHECK(resized_size(spec_of("32"), 33, 50) == std::pair{32, 48});  // 48.48 -> 48
+  CATCH_CHECK(resized_size(spec_of("32"), 40, 40) == std::pair{32, 32});
+  CATCH_CHECK(resized_size(spec_of("20,30"), 7, 9) == std::pair{20, 30});
+  CATCH_CHECK(resized_size(Spec{}, 7, 9) == std::pair{7, 9});
+  CATCH_CHECK(output_shape(spec_of("32", "28"), 100, 50) == std::vector<int64_t>{3, 28, 28});
+  Spec gray = spec_of("32", "10,12");
+  gray.channels = Channels::gray;
+  CATCH_CHECK(output_shape(gray, 5, 5) == std::vector<int64_t>{1, 10, 12});
+  CATCH_CHECK(gray.fixed_size());
+  CATCH_CHECK(!spec_of("32").fixed_size());
+}
+
+CATCH_TEST_CASE("PIL's antialiased bilinear resampling", "[image]") {
+  // 4 -> 2 samples: output 0 is centred at 1.0 with support 2: weights 3/7, 3/7, 1/7 on 0, 100,
+  // 200 = 71.43 -> 71; output 1 (centre 3.0): 1/7, 3/7, 3/7 on 100, 200, 255 = 209.29 -> 209.
+  std::vector<uint8_t> row{0, 100, 200, 255};
+  CATCH_CHECK(resize_bilinear(row, 1, 4, 1, 1, 2) == std::vector<uint8_t>{71, 209});
+  // The same along the other axis, per channel.
+  std::vector<uint8_t> col{0, 9, 100, 9, 200, 9, 255, 9};
+  CATCH_CHECK(resize_bilinear(col, 4, 1, 2, 2, 1) == std::vector<uint8_t>{71, 9, 209, 9});
+  // Same size: unchanged; a constant image stays constant at any size.
+  CATCH_CHECK(resize_bilinear(row, 1, 4, 1, 1, 4) == row);
+  std::vector<uint8_t> flat(7 * 5 * 3, 77);
+  auto up = resize_bilinear(flat, 7, 5, 3, 13, 11);
+  CATCH_CHECK(up.size() == 13 * 11 * 3);
+  CATCH_CHECK(std::all_of(up.begin(), up.end(), [](uint8_t v) { return v == 77; }));
+  // Upscaling 2 -> 4 interpolates between the two samples (support 1).
+  CATCH_CHECK(resize_bilinear({0, 200}, 1, 2, 1, 1, 4) == std::vector<uint8_t>{0, 50, 150, 200});
+}
+
+CATCH_TEST_CASE("center crop offsets round half to even; larger crops pad with zeros", "[image]") {
+  Image img;
+  img.height = 1;
+  img.width = 5;
+  img.channels = 1;
+  img.samples = {10, 20, 30, 40, 50};
+  std::vector<float> out(4);
+  Spec s = spec_of(nullptr, "1,4");  // (5 - 4) / 2 = 0.5 -> 0
+  s.channels = Channels::gray;
+  preprocess(img, s, out.data());
+  CATCH_CHECK(out == std::vector<float>{10 / 255.f, 20 / 255.f, 30 / 255.f, 40 / 255.f});
+  img.width = 7;
+  img.samples = {10, 20, 30, 40, 50, 60, 70};
+  preprocess(img, s, out.data());  // (7 - 4) / 2 = 1.5 -> 2
+  CATCH_CHECK(out == std::vector<float>{30 / 255.f, 40 / 255.f, 50 / 255.f, 60 / 255.f});
+  std::vector<float> padded(3 * 9);
+  Spec pad = spec_of(nullptr, "3,9");  // 1 row above, 1 below; 1 column left, 1 right
+  pad.channels = Channels::gray;
+  preprocess(img, pad, padded.data());
+  CATCH_CHECK(padded[0] == 0.f);
+  CATCH_CHECK(padded[9] == 0.f);
+  CATCH_CHECK(padded[10] == 10 / 255.f);
+  CATCH_CHECK(padded[16] == 70 / 255.f);
+  CATCH_CHECK(padded[17] == 0.f);
+  CATCH_CHECK(padded[18] == 0.f);
+}
+
+CATCH_TEST_CASE("normalisation per channel, broadcast from one value", "[image]") {
+  Image img;
+  img.height = img.width = 1;
+  img.channels = 3;
+  img.samples = {255, 0, 51};
+  Spec s;
+  parse_normalize("0.5:0.25", s);
+  validate(s);
+  std::vector<float> out(3);
+  preprocess(img, s, out.data());
+  CATCH_CHECK(out == std::vector<float>{2.f, -2.f, (0.2f - 0.5f) / 0.25f});
+  parse_normalize("imagenet", s);
+  CATCH_CHECK(s.describe()[3].second == "0.485,0.456,0.406:0.229,0.224,0.225");
+  s.channels = Channels::gray;
+  CATCH_CHECK(test::code_of([&] { validate(s); }) == Exit::usage);
+}
+
+CATCH_TEST_CASE("EXIF orientations turn the image as PIL's exif_transpose", "[image]") {
+  // 2 rows x 3 columns: a b c / d e f.
+  Image img;
+  img.height = 2;
+  img.width = 3;
+  img.channels = 1;
+  img.samples = {'a', 'b', 'c', 'd', 'e', 'f'};
+  auto text = [&](int o) {
+    Image r = apply_orientation(img, o);
+    return std::to_string(r.height) + "x" + std::to_string(r.width) + ":" +
+           std::string(r.samples.begin(), r.samples.end());
+  };
+  CATCH_CHECK(text(1) == "2x3:abcdef");
+  CATCH_CHECK(text(2) == "2x3:cbafed");
+  CATCH_CHECK(text(3) == "2x3:fedcba");
+  CATCH_CHECK(text(4) == "2x3:defabc");
+  CATCH_CHECK(text(5) == "3x2:adbecf");
+  CATCH_CHECK(text(6) == "3x2:daebfc");  // 90 degrees clockwise
+  CATCH_CHECK(text(7) == "3x2:fcebda");
+  CATCH_CHECK(text(8) == "3x2:cfbead");  // 90 degrees counter-clockwise
+}
+
+CATCH_TEST_CASE("bad image bytes and spec text are refused with the reason", "[image]") {
+  const unsigned char gif[] = {'G', 'I', 'F', '8', '9', 'a', 0, 0};
+  CATCH_CHECK(test::message_of([&] { decode(gif, sizeof gif, Channels::rgb, false, "x.gif"); }) ==
+              "x.gif: unsupported image format (a GIF image); only JPEG and PNG are supported");
+  CATCH_CHECK(test::message_of([&] { decode(gif, 0, Channels::rgb, false, "e.png"); }) ==
+              "e.png: empty file, not a JPEG or PNG image");
+  const unsigned char jpeg_head[] = {0xFF, 0xD8, 0xFF, 0xE0, 0, 16, 'J', 'F', 'I', 'F', 0};
+  CATCH_CHECK(test::code_of([&] { decode(jpeg_head, sizeof jpeg_head, Channels::rgb, false, "t.jpg"); }) == Exit::data);
+  Spec s;
+  CATCH_CHECK(test::message_of([&] { parse_resize("3,4,5", s); }) ==
+              "--resize: expected S or H,W (positive integers), got '3,4,5'");
+  CATCH_CHECK(test::message_of([&] { parse_center_crop("x", s); }) ==
+              "--center-crop: expected S or H,W (integers 1..65535), got 'x'");
+  CATCH_CHECK(test::message_of([&] { parse_normalize("0.5,0.5:1", s); }) ==
+              "--normalize: as many means as standard deviations are needed, got '0.5,0.5:1'");
+  CATCH_CHECK(test::message_of([&] { parse_normalize("0.5:0", s); }) ==
+              "--normalize: standard deviations must be positive, got '0.5:0'");
+}

@@ -1,0 +1,194 @@
+// Tokenizers: the Rust crate's semantics where Tokenizers.js differs (the parity test leaves those
+// inputs out), UTF-8 repair, padding and truncation, and the errors of bad tokenizer files.
+#include "traincache/text/tokenizer.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "catch.h"
+#include "traincache/base/error.h"
+
+using namespace traincache;
+using nlohmann::json;
+
+namespace {
+
+// A tokenizer.json written to a temporary file, loaded.
+std::unique_ptr<text::Tokenizer> load_json(const json& j) {
+  char path[] = "/tmp/tc-tok-XXXXXX";
+  int fd = mkstemp(path);
+  const std::string s = j.dump();
+  CATCH_REQUIRE(write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
+  close(fd);
+  std::unique_ptr<text::Tokenizer> t;
+  try {
+    t = text::load(path);
+  } catch (...) {
+    unlink(path);
+    throw;
+  }
+  unlink(path);
+  return t;
+}
+
+json bert(const std::vector<std::string>& words) {
+  json vocab{{"[PAD]", 0}, {"[UNK]", 1}, {"[CLS]", 2}, {"[SEP]", 3}};
+  for (const auto& w : words) vocab[w] = vocab.size();
+  return {
+      {"added_tokens",
+       {{{"id", 0}, {"content", "[PAD]"}, {"special", true}}, {{"id", 2}, {"content", "[CLS]"}, {"special", true}}}},
+      {"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "BertProcessing"}, {"cls", {"[CLS]", 2}}, {"sep", {"[SEP]", 3}}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"vocab", vocab}}}};
+}
+
+std::string error_of(const json& j) {
+  try {
+    load_json(j);
+  } catch (const Error& e) {
+    return std::to_string(static_cast<int>(e.code())) + " " + e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("WordPiece with BertNormalizer follows the Rust crate", "[text]") {
+  auto t = load_json(bert({"οδοσ", "a", "b", "##b", "𠀀", "hello"}));
+  CATCH_CHECK(std::string(t->kind()) == "wordpiece");
+  CATCH_CHECK(t->vocab_size() == 10);
+  CATCH_CHECK(t->special_tokens() == 2);
+  // Capital sigma lowercases character by character (Tokenizers.js gives final ς by context).
+  CATCH_CHECK(t->encode("ΟΔΟΣ", 0).ids == std::vector<int64_t>{2, 4, 3});
+  // Ideographs outside the BMP are split off like the BMP ones.
+  CATCH_CHECK(t->encode("a𠀀b", 0).ids == std::vector<int64_t>{2, 5, 8, 6, 3});
+  // Controls other than tab/LF/CR are dropped (VT and NEL join words), whitespace splits.
+  CATCH_CHECK(t->encode("a\x0b"
+                        "b",
+                        0)
+                  .ids == std::vector<int64_t>{2, 5, 7, 3});
+  CATCH_CHECK(t->encode("a\xc2\x85"
+                        "b",
+                        0)
+                  .ids == std::vector<int64_t>{2, 5, 7, 3});
+  CATCH_CHECK(t->encode("a\tb", 0).ids == std::vector<int64_t>{2, 5, 6, 3});
+  // Accents stripped with lowercase; unknown words are one [UNK]; [CLS] in the text is the token.
+  CATCH_CHECK(t->encode("HÉLLO á zz [CLS]", 0).ids == std::vector<int64_t>{2, 9, 5, 1, 2, 3});
+  // Truncation keeps the special tokens: 4 tokens = [CLS] 2 content [SEP].
+  CATCH_CHECK(t->encode("a b a b a", 4).ids == std::vector<int64_t>{2, 5, 6, 3});
+  CATCH_CHECK(t->encode("a", 0).type_ids == std::vector<int64_t>{0, 0, 0});
+  CATCH_CHECK(t->pad_id() == 0);
+}
+
+CATCH_TEST_CASE("byte-level BPE merges lowest rank first, leftmost among equals", "[text]") {
+  json vocab = json::object();
+  for (const char* s : {"a", "b", "aa", "ab", "aab", "Ġ", "Ġa", "<0x41>"}) vocab[s] = vocab.size();
+  json j{{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a a", "a b", "aa b", "Ġ a"}}}}};
+  auto t = load_json(j);
+  CATCH_CHECK(std::string(t->kind()) == "bpe");
+  CATCH_CHECK(t->encode("aaa", 0).ids == std::vector<int64_t>{2, 0});  // aa a, not a aa
+  CATCH_CHECK(t->encode("aab", 0).ids == std::vector<int64_t>{4});     // aa b -> aab
+  CATCH_CHECK(t->encode("a a", 0).ids == std::vector<int64_t>{0, 6});  // "a", " a"
+  CATCH_CHECK(t->encode("abab", 0).ids == std::vector<int64_t>{3, 3});
+  // Without an unk_token an unknown character is dropped before the merges, as the Rust crate
+  // does (Tokenizers.js drops it after them and would give a a).
+  CATCH_CHECK(t->encode("aXa", 0).ids == std::vector<int64_t>{2});
+}
+
+CATCH_TEST_CASE("padding to the longest text or to max_length, with masks", "[text]") {
+  auto t = load_json(bert({"a", "b"}));
+  text::TokenizeOptions o;
+  o.max_length = 6;
+  auto b = text::tokenize_batch(*t, {"a b a", "b"}, o, "texts");
+  CATCH_CHECK(b.rows == 2);
+  CATCH_CHECK(b.length == 5);
+  CATCH_CHECK(b.input_ids == std::vector<int64_t>{2, 4, 5, 4, 3, 2, 5, 3, 0, 0});
+  CATCH_CHECK(b.attention_mask == std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 0, 0});
+  o.padding = text::Padding::max_length;
+  b = text::tokenize_batch(*t, {"a b a b a b a", "b"}, o, "texts");
+  CATCH_CHECK(b.length == 6);
+  CATCH_CHECK(b.input_ids == std::vector<int64_t>{2, 4, 5, 4, 5, 3, 2, 5, 3, 0, 0, 0});
+  CATCH_CHECK_THROWS_WITH(text::tokenize_batch(*t, {"a", ""}, o, "texts"), "texts row 1: empty text");
+  CATCH_CHECK(text::effective_max_length(*t, {}) == 512);
+}
+
+CATCH_TEST_CASE("token rows are padded per batch from unpadded sequences", "[text]") {
+  auto t = load_json(bert({"a", "b"}));
+  text::TokenizeOptions o;
+  o.max_length = 4;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3000; ++i)
+    texts.push_back(std::string(static_cast<std::size_t>(i % 4) * 2, ' ') + "a" + (i % 3 ? " b" : ""));
+  auto one = text::tokenize_rows(*t, texts, o, "texts", 1);
+  auto many = text::tokenize_rows(*t, texts, o, "texts", 4);
+  CATCH_CHECK(one.size() == 3000);
+  CATCH_CHECK(many.offsets == one.offsets);  // the thread count changes nothing
+  CATCH_CHECK(many.ids == one.ids);
+  CATCH_CHECK(one.length(0) == 3);  // [CLS] a [SEP]
+  CATCH_CHECK(one.length(1) == 4);  // [CLS] a b [SEP]
+  // Rows in any order, repeated; to the longest of them, or to a fixed length (truncating).
+  auto b = text::pad_rows(one, {0, 1, 0});
+  CATCH_CHECK(b.length == 4);
+  CATCH_CHECK(b.input_ids == std::vector<int64_t>{2, 4, 3, 0, 2, 4, 5, 3, 2, 4, 3, 0});
+  CATCH_CHECK(b.attention_mask == std::vector<int64_t>{1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0});
+  CATCH_CHECK(text::pad_rows(one, {0}).length == 3);
+  CATCH_CHECK(text::pad_rows(one, {1}, 2).input_ids == std::vector<int64_t>{2, 4});
+  // extend() appends sequences after the others'.
+  auto both = one;
+  both.extend(text::tokenize_rows(*t, {"b"}, o, "more"));
+  CATCH_CHECK(both.size() == 3001);
+  CATCH_CHECK(text::pad_rows(both, {3000}).input_ids == std::vector<int64_t>{2, 5, 3});
+  texts[1600].clear();  // the error names the first empty row, whichever thread found it
+  texts[2900].clear();
+  CATCH_CHECK_THROWS_WITH(text::tokenize_rows(*t, texts, o, "texts", 4), "texts row 1600: empty text");
+}
+
+CATCH_TEST_CASE("invalid UTF-8 becomes U+FFFD, one per maximal subpart", "[text]") {
+  const std::string fffd = "\xEF\xBF\xBD";
+  std::string s =
+      "a\xff"
+      "b";
+  CATCH_CHECK(text::first_invalid_utf8(s) == 1);
+  CATCH_CHECK(text::repair_utf8(s) == 1);
+  CATCH_CHECK(s == "a" + fffd + "b");
+  s = "\xe2\x82";  // a truncated 3-byte sequence is one maximal subpart
+  CATCH_CHECK(text::repair_utf8(s) == 1);
+  CATCH_CHECK(s == fffd);
+  s = "\xed\xa0\x80z";  // a surrogate: three
+  CATCH_CHECK(text::repair_utf8(s) == 3);
+  CATCH_CHECK(s == fffd + fffd + fffd + "z");
+  s = "ok é 中 😀";
+  CATCH_CHECK(text::first_invalid_utf8(s) == std::string::npos);
+  CATCH_CHECK(text::repair_utf8(s) == 0);
+}
+
+CATCH_TEST_CASE("bad tokenizer files are refused naming what is wrong", "[text]") {
+  CATCH_CHECK_THAT(error_of({{"x", 1}}), Catch::Matchers::EndsWith("not a tokenizer.json: no \"model\" object"));
+  json j = bert({"a"});
+  j["normalizer"] = {{"type", "Precompiled"}};
+  CATCH_CHECK_THAT(error_of(j), Catch::Matchers::EndsWith("unsupported tokenizer component: normalizer Precompiled"));
+  j = bert({"a"});
+  j["model"]["type"] = "Unigram";
+  CATCH_CHECK_THAT(error_of(j), traincache::test::contains_text("unsupported tokenizer component: model Unigram"));
+  j = bert({"a"});
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  CATCH_CHECK_THAT(error_of(j), Catch::Matchers::EndsWith("unsupported tokenizer component: pre_tokenizer Metaspace"));
+  j = bert({"a"});
+  j["model"]["unk_token"] = "<unk>";
+  CATCH_CHECK_THAT(error_of(j), Catch::Matchers::EndsWith("WordPiece: unk_token '<unk>' is not in the vocabulary"));
+  json bpe{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", {"a a"}}}}};
+  CATCH_CHECK_THAT(error_of(bpe),
+                   Catch::Matchers::EndsWith("BPE: merge 'a a' uses a token that is not in the vocabulary"));
+  bpe["model"]["merges"] = json::array();
+  bpe["model"]["dropout"] = 0.1;
+  CATCH_CHECK_THAT(error_of(bpe), traincache::test::contains_text("BPE dropout is random"));
+  CATCH_CHECK(error_of(bpe).rfind("65 ", 0) == 0);
+  CATCH_CHECK_THROWS_WITH(text::load("/nonexistent/tokenizer.json"),
+                          "/nonexistent/tokenizer.json: no such file or directory");
+}
