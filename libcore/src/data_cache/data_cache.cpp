@@ -17,6 +17,7 @@
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/base/sha256.h"
+#include "traincache/slab/sharing.h"
 
 namespace traincache::data_cache {
 
@@ -77,39 +78,28 @@ struct RowCache::Counters {
   std::atomic<uint64_t> hits{0}, misses{0}, stored{0};
 };
 
+namespace {
+
+// How the data caches refuse a slab they must not use (docs/gc-train.md, "Data cache").
+shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner) {
+  shm::Sharing s;
+  s.trust_owner = trust_owner;
+  s.owner_hint = "another --data-cache-keep name";
+  s.holds_other = "slab holds other rows than this run's data (remove it: shm-cache rm " + name + ")";
+  s.check_seal = true;
+  return s;
+}
+
+}  // namespace
+
 std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created) {
-  std::unique_ptr<shm::Slab> slab;
-  *created = false;
-  for (int attempt = 0; !slab; ++attempt) {
-    try {
-      slab = std::make_unique<shm::Slab>(shm::Slab::attach(want.name, true));
-      break;
-    } catch (const Error& e) {
-      if (e.code() != Exit::unavailable) throw;
-    }
+  auto slab = shm::open_shared(want, data_cache_sharing(want.name, trust_owner), created, [&] {
     const auto space = shm::shm_space();
     if (need > space.free)
       throw Error(Exit::cant_create, "--data-cache",
                   "the cache needs " + format_size(need) + " but " + shm::shm_dir() + " has " +
                       format_size(space.free) + " free (cache a part: stochastic:F or --data-cache-limit)");
-    try {
-      slab = std::make_unique<shm::Slab>(shm::Slab::create(want));
-      *created = true;
-    } catch (const Error& e) {
-      if (e.code() != Exit::cant_create || attempt > 0) throw;  // lost a race: attach to the winner's
-    }
-  }
-  auto si = slab->info();
-  if (si.uid != ::geteuid() && !trust_owner)
-    throw Error(Exit::data, want.name,
-                "slab is owned by another user (uid " + std::to_string(si.uid) +
-                    "); use --trust-slab-owner to share it, or another --data-cache-keep name");
-  if (si.content_id != want.content_id || si.layout != shm::Layout::fixed || si.dtype != want.dtype ||
-      si.dims != want.dims || si.length != want.length || si.selection != shm::Selection::first)
-    throw Error(Exit::data, want.name,
-                "slab holds other rows than this run's data (remove it: shm-cache rm " + want.name + ")");
-  if (!*created && si.sealed_digest && slab->data_digest() != *si.sealed_digest)
-    throw Error(Exit::data, want.name, "slab changed since it was sealed (remove it: shm-cache rm " + want.name + ")");
+  });
   if (!*created) slab->repair();
   return slab;
 }
@@ -263,6 +253,7 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
                                              const std::function<SealedItems()>& make) {
   std::unique_ptr<SealedSlab> c(new SealedSlab());
   c->name_ = want.name;
+  want.layout = shm::Layout::variable;  // items of any size
   const std::string claim = shm::shm_dir() + "/." + shm::object_prefix() + want.name + ".claim";
   for (;;) {
     std::unique_ptr<shm::Slab> slab;
@@ -273,13 +264,9 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
     }
     if (slab) {
       const auto si = slab->info();
-      if (si.uid != ::geteuid() && !trust_owner)
-        throw Error(Exit::data, want.name,
-                    "slab is owned by another user (uid " + std::to_string(si.uid) +
-                        "); use --trust-slab-owner to share it, or another --data-cache-keep name");
-      if (si.content_id != want.content_id || si.layout != shm::Layout::variable || si.dtype != want.dtype)
-        throw Error(Exit::data, want.name,
-                    "slab holds other items than this run's data (remove it: shm-cache rm " + want.name + ")");
+      auto sharing = data_cache_sharing(want.name, trust_owner);
+      sharing.holds_other = "slab holds other items than this run's data (remove it: shm-cache rm " + want.name + ")";
+      shm::check_shared(si, want, sharing);
       if (si.sealed_digest) {
         if (slab->data_digest() != *si.sealed_digest)
           throw Error(Exit::data, want.name,
@@ -309,7 +296,6 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
     const auto names = shm::list_slabs();
     if (std::find(names.begin(), names.end(), want.name) != names.end()) continue;  // made since we looked
     SealedItems items = make();
-    want.layout = shm::Layout::variable;
     want.length = items.count;
     want.slots = items.count;
     want.limit_bytes = std::max<uint64_t>(1, items.bytes);

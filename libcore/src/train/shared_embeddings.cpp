@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -7,41 +5,11 @@
 #include "data.h"
 #include "traincache/base/error.h"
 #include "traincache/io/h5.h"
+#include "traincache/slab/sharing.h"
 
 namespace traincache::train {
 
 namespace {
-
-// Attaches to slab `slab_name` when it exists and may be trusted (this user's, or any owner's with
-// --trust-slab-owner; made for the same cache contents), or creates it.
-std::shared_ptr<shm::Slab> shared_slab(const shm::CreateOptions& want, bool trust_owner, const std::string& cache) {
-  std::shared_ptr<shm::Slab> slab;
-  try {
-    slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));
-  } catch (const Error& e) {
-    if (e.code() != Exit::unavailable) throw;
-  }
-  if (!slab) {
-    try {
-      return std::make_shared<shm::Slab>(shm::Slab::create(want));
-    } catch (const Error& e) {
-      if (e.code() != Exit::cant_create) throw;
-      slab = std::make_shared<shm::Slab>(shm::Slab::attach(want.name, true));  // lost a race
-    }
-  }
-  auto si = slab->info();
-  if (si.uid != ::geteuid() && !trust_owner)
-    throw Error(Exit::data, want.name,
-                "slab is owned by another user (uid " + std::to_string(si.uid) +
-                    "); use --trust-slab-owner to share it, or another --cache-shm name");
-  if (si.content_id != want.content_id)
-    throw Error(Exit::data, want.name,
-                "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + want.name + ")");
-  if (si.layout != shm::Layout::fixed || si.dtype != DType::f32 || si.dims != want.dims || si.length != want.length ||
-      si.slots != want.length || si.selection != shm::Selection::first)
-    throw Error(Exit::data, want.name, "slab does not have the shape of the cache's embeddings");
-  return slab;
-}
 
 // Fills the slab's missing rows from dataset `d` of `cache` (set() skips filled slots, so
 // concurrent processes cooperate) until every row is filled. Slots left WRITING by a dead process
@@ -108,7 +76,14 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
   c.slots = c.length;
   c.content_id = fingerprint.substr(0, 64) + "/" + name.substr(0, 60);
   c.tool = "gc-train";
-  auto slab = shared_slab(c, trust_owner, cache);
+  shm::Sharing sharing;
+  sharing.trust_owner = trust_owner;
+  sharing.owner_hint = "another --cache-shm name";
+  sharing.holds_other = "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + c.name + ")";
+  sharing.wrong_shape = "slab does not have the shape of the cache's embeddings";
+  sharing.same_slots = true;
+  bool created = false;
+  std::shared_ptr<shm::Slab> slab = shm::open_shared(c, sharing, &created);
   fill_shared(*slab, d.get(), cache, rows, dim);
   auto sealed = slab->info().sealed_digest;
   std::string digest = slab->data_digest();
