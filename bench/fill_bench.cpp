@@ -11,7 +11,7 @@
 #include "traincache/fill/fill.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/source.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 #include "traincache/model/runtime.h"
 
 using namespace traincache;

@@ -4,7 +4,7 @@
 # PUBLIC, everything else PRIVATE. LibTorch is PRIVATE to traincache_torch, and the headers that
 # include it (libcore/internal/) are on its PRIVATE include path: the tools, which link
 # traincache_torch, have no torch include path, so an accidental #include <torch/...> or
-# "traincache/encoder.h" in a tool or a torch-free header fails to compile. Code that really needs
+# "traincache/model/encode.h" in a tool or a torch-free header fails to compile. Code that really needs
 # torch (the torch unit tests, fill-bench) links traincache::torch_internal instead.
 #
 # Two precompiled headers: libcore/src/core_pch.h (CLI11, nlohmann-json, HDF5), built once for

@@ -9,7 +9,7 @@
 
 #include "fuzz_util.h"
 #include "traincache/base/error.h"
-#include "traincache/io/journal.h"
+#include "traincache/fill/journal.h"
 
 namespace {
 

@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/src/libcore" "$work/src/tools/x" "$work/build"
 cp -r "$TC_SOURCE/libcore/include" "$TC_SOURCE/libcore/internal" "$work/src/libcore/"
-echo '#include "traincache/model/encoder.h"' >> "$work/src/libcore/include/traincache/base/report.h"
+echo '#include "traincache/model/encode.h"' >> "$work/src/libcore/include/traincache/base/report.h"
 printf '#include "traincache/cli/cli.h"\n#include <ATen/ATen.h>\nint main() {}\n' > "$work/src/tools/x/main.cpp"
 printf '[{"file": "%s", "command": "c++ -c main.cpp", "output": "tools/CMakeFiles/x.dir/x/main.cpp.o"}]\n' \
   "$work/src/tools/x/main.cpp" > "$work/build/compile_commands.json"
@@ -22,6 +22,6 @@ rc=0
 err=$("$check" "$work/src" "$work/build" 2>&1) || rc=$?
 [[ $rc == 1 ]] || fail "leaks not detected (rc $rc): $err"
 grep -qF 'tools/x/main.cpp includes <ATen/ATen.h>' <<<"$err" || fail "direct include not named: $err"
-grep -qF 'tools/x/main.cpp -> libcore/include/traincache/cli/cli.h -> libcore/include/traincache/base/report.h includes internal torch header "traincache/model/encoder.h"' <<<"$err" \
+grep -qF 'tools/x/main.cpp -> libcore/include/traincache/cli/cli.h -> libcore/include/traincache/base/report.h includes internal torch header "traincache/model/encode.h"' <<<"$err" \
   || fail "indirect include not named: $err"
 echo "ok"

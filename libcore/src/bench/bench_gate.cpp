@@ -5,7 +5,7 @@
 
 #include "traincache/base/error.h"
 
-namespace traincache::sbench {
+namespace traincache::smart_bench {
 
 std::map<std::string, double> throughput(const report::Json& records) {
   std::map<std::string, std::pair<double, int>> later, first;
@@ -51,4 +51,4 @@ report::Json read_baseline(const std::string& path) {
   return doc["records"];
 }
 
-}  // namespace traincache::sbench
+}  // namespace traincache::smart_bench

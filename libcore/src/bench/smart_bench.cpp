@@ -25,10 +25,10 @@
 #include "traincache/data_cache/smart_cache.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/source.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::sbench {
+namespace traincache::smart_bench {
 
 namespace {
 
@@ -660,4 +660,4 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   }
 }
 
-}  // namespace traincache::sbench
+}  // namespace traincache::smart_bench

@@ -205,16 +205,6 @@ std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
   return {a, b};
 }
 
-std::optional<int64_t> parse_int(const std::string& s) {
-  std::size_t used = 0;
-  try {
-    long long v = std::stoll(s, &used);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
 double parse_fraction(const std::string& s, const std::string& option) {
   auto decimal = [](const std::string& t) -> std::optional<double> {
     std::size_t used = 0;
@@ -278,18 +268,6 @@ std::pair<std::optional<std::string>, std::string> split_assignment(const std::s
   auto eq = spec.find('=');
   if (eq == std::string::npos) return {std::nullopt, spec};
   return {spec.substr(0, eq), spec.substr(eq + 1)};
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    std::size_t next = s.find(sep, pos);
-    if (next == std::string::npos) next = s.size();
-    if (next > pos) out.push_back(s.substr(pos, next - pos));
-    pos = next + 1;
-  }
-  return out;
 }
 
 void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels) {

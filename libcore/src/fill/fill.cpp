@@ -27,11 +27,11 @@
 #include "traincache/base/timing.h"
 #include "traincache/base/version.h"
 #include "traincache/fill/fill_plan.h"
+#include "traincache/fill/journal.h"
 #include "traincache/io/cache_file.h"
-#include "traincache/io/journal.h"
 #include "traincache/io/source.h"
 #include "traincache/model/autocast.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 #include "traincache/text/tokenizer.h"
 
 namespace fs = std::filesystem;

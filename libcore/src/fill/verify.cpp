@@ -10,7 +10,7 @@
 #include "traincache/io/h5.h"
 #include "traincache/io/source.h"
 #include "traincache/model/autocast.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 #include "traincache/text/tokenizer.h"
 
 namespace traincache::verify {

@@ -20,8 +20,8 @@
 
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
+#include "traincache/base/json_input.h"
 #include "traincache/base/safe_file.h"
-#include "traincache/io/json_input.h"
 #include "traincache/text/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "traincache/base/error.h"
-#include "traincache/cli/cli.h"
+#include "traincache/base/format.h"
 
 namespace traincache::image {
 
@@ -171,7 +171,7 @@ std::string join_numbers(const std::vector<double>& v) {
 
 // "S" -> {S, S}, "H,W" -> {H, W}; each 1..65535.
 std::pair<int, int> parse_size(const std::string& text, const std::string& flag, bool* single) {
-  auto parts = cli::split(text, ',');
+  auto parts = split(text, ',');
   if (parts.empty() || parts.size() > 2)
     throw Error(Exit::usage, flag, "expected S or H,W (positive integers), got '" + text + "'");
   int v[2];
@@ -188,7 +188,7 @@ std::pair<int, int> parse_size(const std::string& text, const std::string& flag,
 
 std::vector<double> parse_numbers(const std::string& text, const std::string& flag) {
   std::vector<double> out;
-  for (const auto& p : cli::split(text, ',')) {
+  for (const auto& p : split(text, ',')) {
     char* end = nullptr;
     double x = std::strtod(p.c_str(), &end);
     if (p.empty() || *end || !std::isfinite(x))

@@ -13,7 +13,7 @@
 
 #include "tokenizer_internal.h"
 #include "traincache/base/error.h"
-#include "traincache/io/json_input.h"
+#include "traincache/base/json_input.h"
 #include "unicode_text.h"
 
 namespace traincache::text {

@@ -15,7 +15,7 @@
 #include "traincache/data_cache/data_cache.h"
 #include "traincache/data_cache/smart_cache.h"
 #include "traincache/io/source.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 #include "traincache/slab/shm_slab.h"
 #include "traincache/train/train_plan.h"
 

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "traincache/base/error.h"
+#include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
-#include "traincache/cli/cli.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 
 namespace traincache::dist {
 
@@ -66,8 +66,7 @@ namespace {
 std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices() {
   std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
   if (const char* ifs = std::getenv("GLOO_SOCKET_IFNAME"); ifs && *ifs) {
-    for (const auto& name : cli::split(ifs, ','))
-      devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    for (const auto& name : split(ifs, ',')) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
   } else {
     devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }

@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "traincache/base/error.h"
-#include "traincache/cli/cli.h"
+#include "traincache/base/format.h"
 
 namespace traincache::dist {
 
@@ -13,7 +13,7 @@ namespace {
 int env_int(const char* name, int fallback, int min) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  auto n = cli::parse_int(v);
+  auto n = parse_int(v);
   if (!n || *n < min || *n > 1 << 30)
     throw Error(Exit::usage, name, "expected an integer >= " + std::to_string(min) + ", got '" + v + "'");
   return static_cast<int>(*n);

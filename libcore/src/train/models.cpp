@@ -12,7 +12,7 @@
 #include "traincache/base/safe_file.h"
 #include "traincache/base/sha256.h"
 #include "traincache/model/autocast.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -5,7 +5,7 @@
 
 #include "traincache/base/error.h"
 #include "traincache/model/autocast.h"
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 
 namespace traincache::train {
 

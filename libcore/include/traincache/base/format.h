@@ -1,7 +1,9 @@
-// Small text formatters shared by the tools' messages and tables.
+// Small text formatters shared by the tools' messages and tables, and the parsing of lists and
+// integers in option values.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,5 +25,11 @@ std::string name_list(const std::vector<std::string>& names);
 
 /// Levenshtein distance between two strings (for "did you mean" suggestions).
 std::size_t edit_distance(const std::string& a, const std::string& b);
+
+/// Splits on `sep`, dropping empty parts.
+std::vector<std::string> split(const std::string& s, char sep);
+
+/// The whole string as a base-10 integer, or nullopt (trailing characters, overflow, empty).
+std::optional<int64_t> parse_int(const std::string& s);
 
 }  // namespace traincache

@@ -10,6 +10,7 @@
 
 #include "traincache/base/choices.h"
 #include "traincache/base/error.h"
+#include "traincache/base/format.h"
 #include "traincache/base/progress.h"
 #include "traincache/base/report.h"
 
@@ -68,11 +69,9 @@ std::pair<int64_t, int64_t> parse_row_range(const std::string& spec);
 /// Splits "NAME=VALUE" into {NAME, VALUE}; without '=' returns {nullopt, spec}.
 std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec);
 
-/// Splits on `sep`, dropping empty parts.
-std::vector<std::string> split(const std::string& s, char sep);
-
-/// The whole string as a base-10 integer, or nullopt (trailing characters, overflow, empty).
-std::optional<int64_t> parse_int(const std::string& s);
+// Splitting and integer parsing live in base/format.h, below every folder that parses text.
+using traincache::parse_int;
+using traincache::split;
 
 /// A number given as a decimal ("0.5") or a fraction ("1/255"); throws Error(usage) naming `option`.
 double parse_fraction(const std::string& s, const std::string& option);

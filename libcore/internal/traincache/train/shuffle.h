@@ -11,7 +11,7 @@
 namespace traincache::shuffle {
 
 /// A permutation of 0..n-1: the one torch::randperm(n, generator) returns for a CPU generator
-/// seeded with `seed` (tests/unit/model/encoder_test.cpp compares them), drawn with plain loops on the
+/// seeded with `seed` (tests/unit/model/encode_test.cpp compares them), drawn with plain loops on the
 /// calling thread.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
 

@@ -1,4 +1,4 @@
-#include "traincache/io/json_input.h"
+#include "traincache/base/json_input.h"
 
 #include "traincache/base/error.h"
 

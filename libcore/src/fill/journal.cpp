@@ -1,4 +1,4 @@
-#include "traincache/io/journal.h"
+#include "traincache/fill/journal.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

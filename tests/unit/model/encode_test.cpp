@@ -1,4 +1,4 @@
-#include "traincache/model/encoder.h"
+#include "traincache/model/encode.h"
 
 #include <cstdio>
 
