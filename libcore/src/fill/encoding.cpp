@@ -1,0 +1,353 @@
+#include "encoding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "traincache/base/error.h"
+#include "traincache/base/interrupt.h"
+#include "traincache/base/prefetch.h"
+#include "traincache/base/timing.h"
+#include "traincache/model/autocast.h"
+
+namespace traincache::fill {
+
+namespace {
+
+// Rows [b.start, b.start + b.count) of an image column, one by one: a row whose file cannot be
+// read or decoded becomes zeros and is recorded in b.skipped.
+torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
+  std::vector<torch::Tensor> rows;
+  for (int64_t r = b.start; r < b.start + b.count; ++r) {
+    try {
+      rows.push_back(in.read(r, 1, scale));
+    } catch (const Error& e) {
+      if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+      std::vector<int64_t> shape = in.info().shape;
+      shape[0] = 1;
+      rows.push_back(torch::zeros(shape, torch::kFloat32));
+      std::string why = e.what();
+      text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
+      b.skipped.emplace(r, why);
+    }
+  }
+  return torch::cat(rows);
+}
+
+// A batch's rows of `in`; with `skip`, an image column that fails is read again row by row.
+torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
+  if (!skip || !in.col->preprocess()) return in.read(b.start, b.count, scale);
+  try {
+    return in.read(b.start, b.count, scale);
+  } catch (const Error& e) {
+    if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+    return read_tolerant(in, b, scale);
+  }
+}
+
+// `out` with the rows skipped in `batch` set to zero (no embedding for them). Out of place: the
+// encoder's output is an inference tensor, which must not be changed outside InferenceMode.
+torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
+  std::vector<int64_t> rows;
+  for (const auto& [row, why] : batch.skipped) rows.push_back(row - batch.start);
+  return out.index_fill(0, torch::tensor(rows, torch::kInt64), 0);
+}
+
+// Units (batches or length windows) [first_row, end_row) in steps of `unit` rows, read ahead on `workers` threads (at
+// most two per worker in flight) and handed out in order.
+class Prefetcher {
+ public:
+  Prefetcher(const std::map<std::string, Input>& inputs, const std::map<std::string, TextInput>& texts,
+             const FillOptions& opts, int64_t unit, int64_t first_row, int64_t end_row)
+      : pf_((end_row - first_row + unit - 1) / unit, opts.workers, 2 * std::max(1, opts.workers),
+            [&inputs, &texts, &opts, unit, first_row, end_row](int64_t k) {
+              Batch b;
+              b.start = first_row + k * unit;
+              b.count = std::min(unit, end_row - b.start);
+              for (auto& [name, in] : inputs)
+                b.inputs[name] = read_batch(in, b, opts.input_scale, opts.on_error == OnError::skip);
+              for (auto& [key, t] : texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
+              return b;
+            }) {}
+
+  int64_t batches() const { return pf_.count(); }
+  // Blocks until the next batch is ready; rethrows a reader's error.
+  Batch next() { return pf_.next(); }
+
+ private:
+  OrderedPrefetcher<Batch> pf_;
+};
+
+}  // namespace
+
+Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+                   Journal& journal, FillResult& result, const FillCallbacks& cb)
+    : opts_(opts),
+      in_(in),
+      encoders_(encoders),
+      journal_(journal),
+      result_(result),
+      cb_(cb),
+      committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
+      row_shapes_(encoders.size()) {
+  if (journal.committed_rows == 0) {
+    journal.encoders.clear();
+    journal.skipped.clear();
+  }
+  for (std::size_t i = 0; i < encoders.size(); ++i) {
+    auto it = committed_.find(encoders[i]->name());
+    int64_t keep = 0;
+    if (it != committed_.end()) {
+      row_shapes_[i] = it->second.row_shape;
+      keep = journal.committed_rows * row_bytes_of(row_shapes_[i], dtype_size(opts.dtype));
+    }
+    raws_.emplace_back(journal.raw(encoders[i]->name()), keep);
+  }
+}
+
+bool Encoding::run(const RowPlan& plan) {
+  int64_t done = journal_.committed_rows, last_commit = done;
+  if (done >= plan.rows()) return true;
+  Prefetcher pf(in_.features, in_.texts, opts_, in_.unit, plan.begin + done, plan.end);
+  if (cb_.progress) cb_.progress(done, plan.rows());
+  for (int64_t k = 0; k < pf.batches(); ++k) {
+    if (interrupt_requested()) {
+      if (done > last_commit) commit(done);
+      return false;
+    }
+    Batch batch = pf.next();
+    for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0);
+    for (const auto& [row, why] : batch.skipped) {
+      journal_.skipped.emplace_back(row - plan.begin, why);
+      if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
+    }
+    done += batch.count;
+    result_.rows_encoded += batch.count;
+    if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
+      commit(done);
+      last_commit = done;
+    }
+    if (cb_.progress) cb_.progress(done, plan.rows());
+  }
+  return true;
+}
+
+void Encoding::close() {
+  for (auto& r : raws_) r.close();
+}
+
+void Encoding::commit(int64_t rows) {
+  for (auto& r : raws_) r.sync();
+  for (std::size_t i = 0; i < raws_.size(); ++i)
+    journal_.encoders[encoders_[i]->name()].chunks.emplace_back(rows, raws_[i].take_digest());
+  journal_.committed_rows = rows;
+  journal_.save();
+}
+
+void Encoding::check_vocabulary(encode::Encoder& enc) {
+  for (const auto& key : in_.per_encoder_text.at(enc.name())) {
+    const TextInput& t = in_.texts.at(key);
+    if (t.tok)
+      encode::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path,
+                               opts_.tokenize.vocab_table);
+  }
+}
+
+void Encoding::first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je) {
+  auto committed = committed_.find(enc.name());
+  const bool resumed = committed != committed_.end();
+  bool want_opt = resumed ? committed->second.inference == "optimized" : opts_.optimize;
+  if (want_opt) {
+    auto o = enc.try_optimize(args, kOptimizeTolerance);
+    if (!o.used && resumed)
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "the optimised module used for the committed rows is no longer usable (" + o.why_not +
+                      "); use --force to start over");
+    if (!o.used && !o.plain_nonfinite && cb_.warn)
+      cb_.warn("encoder '" + enc.name() + "': using the plain module: " + o.why_not);
+    if (!resumed) je.optimize_max_abs_diff = o.max_abs_diff;
+  }
+  if (opts_.precision != Precision::fp32) check_precision(enc, args, resumed, je);
+  if (opts_.check_determinism) {
+    torch::Tensor once = enc.forward(args), again = enc.forward(args);
+    if (!torch::equal(once, again))
+      throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                  "not deterministic: two runs on the first batch differ (dropout or randomness left on?)");
+  }
+}
+
+double Encoding::precision_difference(encode::Encoder& enc, const std::vector<torch::Tensor>& args,
+                                      const torch::Tensor& want) {
+  enc.set_precision(opts_.precision);
+  torch::Tensor got = enc.forward(args);
+  c10::InferenceMode guard;
+  auto w = want.to(torch::kFloat64), g = got.to(torch::kFloat64);
+  const double scale = std::max(w.abs().max().item<double>(), std::numeric_limits<double>::min());
+  return (w - g).abs().max().item<double>() / scale;
+}
+
+void Encoding::check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed,
+                               JournalEncoder& je) {
+  const torch::Tensor want = enc.forward(args);
+  double rel = precision_difference(enc, args, want);
+  const char* name = precision_choices().name(opts_.precision);
+  if (!(rel <= opts_.precision_tolerance) && !resumed && std::string(enc.inference()) == "optimized") {
+    enc.set_precision(Precision::fp32);
+    enc.use_plain();
+    const double plain = precision_difference(enc, args, enc.forward(args));
+    if (plain <= opts_.precision_tolerance && cb_.warn)
+      cb_.warn("encoder '" + enc.name() + "': using the plain module: the optimised module's " + name +
+               " output differs from float32 by " + percent(rel) + ", the plain module's by " + percent(plain));
+    rel = plain;
+  }
+  if (!(rel <= opts_.precision_tolerance)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "%s output differs from float32 by %.3g%% of its largest value on the first batch (tolerance "
+                  "%.3g%%): use --precision fp32, or a larger --precision-tolerance",
+                  name, 100 * rel, 100 * opts_.precision_tolerance);
+    throw Error(Exit::data, "encoder '" + enc.name() + "'", buf);
+  }
+  if (!resumed) je.precision_max_rel_diff = rel;
+}
+
+std::string Encoding::percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g%%", 100 * fraction);
+  return buf;
+}
+
+torch::Tensor Encoding::encode_order(const std::string& enc, const Batch& batch) const {
+  if (in_.unit <= opts_.batch_size || in_.per_encoder_text.at(enc).empty()) return {};
+  torch::Tensor tokens = torch::zeros({batch.count}, torch::kLong);
+  for (const auto& key : in_.per_encoder_text.at(enc)) tokens += batch.text.at(key)[1].sum(1);
+  return std::get<1>(tokens.sort(/*stable=*/true, 0, false));
+}
+
+std::vector<torch::Tensor> Encoding::rows_of(const std::vector<torch::Tensor>& args,
+                                             const std::vector<TextArgs>& text_args, const torch::Tensor& rows) {
+  std::vector<torch::Tensor> out;
+  for (const auto& a : args) out.push_back(a.index_select(0, rows));
+  for (const auto& t : text_args) encode::trim_padding(&out[t.first], t.n, t.mask.index_select(0, rows));
+  return out;
+}
+
+std::vector<torch::Tensor> Encoding::slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b) {
+  if (args.empty() || (a == 0 && b == args.front().size(0))) return args;
+  std::vector<torch::Tensor> out;
+  for (const auto& t : args) out.push_back(t.slice(0, a, b));
+  return out;
+}
+
+void Encoding::check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch) {
+  const auto& table = tables(enc).token;
+  if (!table) return;
+  const torch::Tensor row_max = std::get<0>(ids.max(1));
+  const int64_t r = row_max.argmax().item<int64_t>(), id = row_max[r].item<int64_t>();
+  if (id >= table->rows)
+    throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                "token id " + std::to_string(id) + " of input row " + std::to_string(batch.start + r) +
+                    " is beyond its embedding table " + table->name + " of " + std::to_string(table->rows) + " rows");
+}
+
+void Encoding::check_lengths(encode::Encoder& enc, const torch::Tensor& mask, const Batch& batch) {
+  const auto& table = tables(enc).position;
+  if (!table) return;
+  const torch::Tensor lengths = mask.sum(1);
+  const int64_t r = lengths.argmax().item<int64_t>(), n = lengths[r].item<int64_t>();
+  if (n > table->rows)
+    throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                "input row " + std::to_string(batch.start + r) + " holds " + std::to_string(n) +
+                    " tokens but the position table " + table->name + " has " + std::to_string(table->rows) +
+                    " rows: give --max-length " + std::to_string(table->rows) + " (or less)");
+}
+
+const Encoding::Tables& Encoding::tables(encode::Encoder& enc) {
+  auto [it, added] = tables_.emplace(enc.name(), Tables{});
+  if (added) {
+    int64_t vocab = 0;
+    for (const auto& key : in_.per_encoder_text.at(enc.name()))
+      if (const auto& tok = in_.texts.at(key).tok) vocab = std::max(vocab, tok->vocab_size());
+    it->second.token = encode::token_table(enc.module(), vocab, opts_.tokenize.vocab_table);
+    it->second.position = encode::position_table(enc.module(), it->second.token ? it->second.token->name : "");
+  }
+  return it->second;
+}
+
+torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first) {
+  auto& enc = *encoders_[i];
+  JournalEncoder& je = journal_.encoders[enc.name()];
+  auto t_setup = Clock::now();
+  if (first) first_batch_checks(enc, args, je);
+  result_.model_setup_seconds += seconds_since(t_setup);
+  auto t_enc = Clock::now();
+  torch::Tensor out = enc.forward(args);
+  out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();
+  result_.encode_seconds += seconds_since(t_enc);
+  if (out.dim() < 1 || out.size(0) != rows)
+    throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) + " rows for a batch of " +
+                    std::to_string(rows));
+  return out;
+}
+
+void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
+  auto& enc = *encoders_[i];
+  std::vector<torch::Tensor> args;
+  std::vector<TextArgs> text_args;
+  for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
+  const auto& keys = in_.per_encoder_text.at(enc.name());
+  if (first) check_vocabulary(enc);
+  const std::size_t n = encode::text_tensors(enc.arity(), args.size(), keys.size(), "encoder '" + enc.name() + "'");
+  for (const auto& key : keys) {
+    const auto& t = batch.text.at(key);
+    if (!in_.texts.at(key).tok) check_ragged_ids(enc, t[0], batch);
+    check_lengths(enc, t[1], batch);
+    text_args.push_back({args.size(), n, t[1]});
+    args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  const torch::Tensor order = encode_order(enc.name(), batch);
+  std::vector<torch::Tensor> outs;
+  try {
+    for (int64_t a = 0; a < batch.count; a += opts_.batch_size) {
+      const int64_t b = std::min(a + opts_.batch_size, batch.count);
+      outs.push_back(
+          forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
+                        b - a, first && a == 0));
+    }
+  } catch (const Error& e) {
+    if (text_args.empty() || std::string(e.what()).find("index out of range") == std::string::npos) throw;
+    const torch::Tensor lengths = text_args.front().mask.sum(1);
+    const int64_t r = lengths.argmax().item<int64_t>();
+    throw Error(e.code(), "",
+                std::string(e.what()) + " (input rows " + std::to_string(batch.start) + ".." +
+                    std::to_string(batch.start + batch.count - 1) + "; the longest, row " +
+                    std::to_string(batch.start + r) + ", holds " + std::to_string(lengths[r].item<int64_t>()) +
+                    " tokens: a text longer than the encoder's position table, or a token id beyond its token "
+                    "table, fails so)");
+  }
+  torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
+  if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
+  JournalEncoder& je = journal_.encoders[enc.name()];
+  if (!batch.skipped.empty()) out = zero_skipped(out, batch);
+  std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
+  if (!je.has_shape) {
+    row_shapes_[i] = shape;
+    je.has_shape = true;
+    je.row_shape = shape;
+    je.inference = enc.inference();
+  } else if (shape != row_shapes_[i]) {
+    throw Error(Exit::data, "encoder '" + enc.name() + "'", "output row shape changed between batches");
+  }
+  if (!torch::isfinite(out).all().item<bool>()) {
+    auto bad = (~torch::isfinite(out.reshape({batch.count, -1})).all(1)).nonzero();
+    int64_t row = batch.start + bad[0][0].item<int64_t>();
+    throw Error(Exit::data, "encoder '" + enc.name() + "'",
+                "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
+  }
+  std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
+  raws_[i].append(out.data_ptr(), nbytes);
+  result_.bytes_written += nbytes;
+}
+
+}  // namespace traincache::fill

@@ -1,0 +1,117 @@
+// cache-fill's engine, stage 3: the encode loop (batches through every encoder into the journal).
+// docs/code-map.md shows every stage and the way the data flows.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inputs.h"
+#include "traincache/fill/fill.h"
+#include "traincache/fill/fill_plan.h"
+#include "traincache/fill/journal.h"
+#include "traincache/model/encode.h"
+
+namespace traincache::fill {
+
+// One batch of converted inputs, keyed by dataset name, and the rows skipped in it.
+struct Batch {
+  int64_t start = 0, count = 0;
+  std::map<std::string, torch::Tensor> inputs;
+  std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
+  std::map<int64_t, std::string> skipped;                  // input row -> reason
+};
+
+// The encode loop over one run's rows: batches from the prefetcher go through every encoder, the
+// first batch with its checks (optimisation, determinism), and rows are appended to the journal's
+// raw files and committed every --commit-rows.
+class Encoding {
+ public:
+  Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+           Journal& journal, FillResult& result, const FillCallbacks& cb);
+
+  // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
+  bool run(const RowPlan& plan);
+
+  // Closes the raw files (checked) before they are published.
+  void close();
+  // Closes without checks on an error path.
+  void abandon() { raws_.clear(); }
+
+  const std::vector<int64_t>& row_shape(std::size_t i) const { return row_shapes_[i]; }
+
+ private:
+  void commit(int64_t rows);
+
+  // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
+  void check_vocabulary(encode::Encoder& enc);
+
+  // The first batch: optimisation (kept as the committed rows had it) and the determinism check.
+  void first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je);
+
+  // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32),
+  // relative to want's largest magnitude.
+  double precision_difference(encode::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want);
+
+  // --precision: the first batch in reduced precision against float32, within the tolerance
+  // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
+  // An optimised module beyond the tolerance gives way to the plain one (on CPUs without native
+  // bfloat16, oneDNN's prepacked bf16 path can be several times further off) unless committed
+  // rows were encoded with it.
+  void check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed, JournalEncoder& je);
+
+  static std::string percent(double fraction);
+
+  // The order in which the rows of a length window are encoded, batch by batch: by their token
+  // count (stable), so that each batch holds texts of similar length. Undefined (as read) for one
+  // batch, and for encoders without text.
+  torch::Tensor encode_order(const std::string& enc, const Batch& batch) const;
+
+  // Where a text field's tensors are among an encoder's arguments (n from `first`), and its mask.
+  struct TextArgs {
+    std::size_t first, n;
+    torch::Tensor mask;
+  };
+
+  // Rows `rows` of every argument; each text field's tensors trimmed to its longest text there.
+  static std::vector<torch::Tensor> rows_of(const std::vector<torch::Tensor>& args,
+                                            const std::vector<TextArgs>& text_args, const torch::Tensor& rows);
+
+  // Rows [a, b) of every argument (the arguments themselves when that is all of them).
+  static std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b);
+
+  // Token ids of a ragged input must index the encoder's first embedding table.
+  void check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch);
+
+  // A text longer than the encoder's position table would fail inside it ("index out of range in
+  // self", naming no row): refused naming the row, its length and the table.
+  void check_lengths(encode::Encoder& enc, const torch::Tensor& mask, const Batch& batch);
+
+  struct Tables {
+    std::optional<encode::EmbeddingTable> token, position;
+  };
+  // An encoder's token and position tables, found once.
+  const Tables& tables(encode::Encoder& enc);
+
+  // One batch through encoder i (with the first batch's checks when `first`), as stored.
+  torch::Tensor forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first);
+
+  // One encoder on one unit (a batch, or a length window encoded batch by batch in length
+  // order): forward, checks of the output, append to the raw file in input order.
+  void encode(std::size_t i, const Batch& batch, bool first);
+
+  const FillOptions& opts_;
+  const Inputs& in_;
+  std::vector<std::unique_ptr<encode::Encoder>>& encoders_;
+  Journal& journal_;
+  FillResult& result_;
+  const FillCallbacks& cb_;
+  const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
+  std::vector<std::vector<int64_t>> row_shapes_;
+  std::vector<RawFile> raws_;
+  std::map<std::string, Tables> tables_;  // by encoder, once
+};
+
+}  // namespace traincache::fill

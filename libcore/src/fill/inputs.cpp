@@ -1,0 +1,165 @@
+#include "inputs.h"
+
+#include <filesystem>
+#include <tuple>
+
+#include "traincache/base/error.h"
+#include "traincache/base/safe_file.h"
+#include "traincache/base/sha256.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace traincache::fill {
+
+namespace {
+
+// Encoder e's text fields, each opened once per tokenizer (a tokenizer file loaded once).
+void open_text(const FillOptions& opts, const EncoderSpec& e, const source::FileOptions& files,
+               std::map<std::string, std::shared_ptr<const text::Tokenizer>>& tokenizers, Inputs& in) {
+  const auto& fields = e.text.empty() ? opts.text : e.text;
+  const std::string tok_path = e.tokenizer.empty() ? opts.tokenizer : e.tokenizer;
+  in.per_encoder_text[e.name];  // every encoder has an entry, perhaps empty
+  for (const auto& f : fields) {
+    // "field|tokenizer.json" names it in the fingerprint and in messages; the full path only when
+    // two tokenizers of one file name read the same field.
+    std::string key = f + "|" + fs::path(tok_path).filename().string();
+    if (auto it = in.texts.find(key); it != in.texts.end() && it->second.tokenizer_path != tok_path)
+      key = f + "|" + tok_path;
+    in.per_encoder_text[e.name].push_back(key);
+    if (in.texts.count(key)) continue;
+    auto& tok = tokenizers[tok_path];
+    if (!tok) tok = text::load(tok_path);
+    TextInput t{source::open_column(opts.input, f, files, source::Role::text), tok, f, tok_path, sha256_file(tok_path)};
+    if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
+      throw Error(
+          Exit::data, opts.input,
+          "text field '" + f + "' must hold one string per row (a manifest field or a 1-D HDF5 string dataset)");
+    in.texts.emplace(key, std::move(t));
+  }
+}
+
+// Why encoder `name` has no input: for a manifest, its fields and the flags that name them.
+std::string no_features_message(const std::string& input, const std::string& name) {
+  std::string msg = "no input dataset for encoder '" + name + "'";
+  if (source::kind_of(input) != source::Kind::manifest) return msg;
+  std::string fields;
+  for (const auto& f : source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
+  return msg + ": name the manifest's image field with --features FIELD or its text field with --text FIELD (" + input +
+         " has " + fields + ")";
+}
+
+// The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
+// labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
+void open_columns(const FillOptions& opts, Inputs& in) {
+  source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
+  const std::string implicit = source::default_column(opts.input);
+  source::FileOptions files = opts.files;
+  files.tolerate_unreadable = opts.on_error == OnError::skip;
+  files.strict_utf8 = opts.tokenize.strict_utf8;
+  std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
+  for (const auto& e : opts.encoders) {
+    open_text(opts, e, files, tokenizers, in);
+    auto feats = e.features.empty() ? opts.features : e.features;
+    if (feats.empty() && !implicit.empty() && in.per_encoder_text[e.name].empty()) feats = {implicit};
+    if (feats.empty() && !in.per_encoder_text[e.name].empty()) {
+      in.per_encoder[e.name] = {};
+      continue;
+    }
+    if (feats.empty()) throw Error(Exit::usage, "--features", no_features_message(opts.input, e.name));
+    auto& own = in.per_encoder[e.name];
+    for (const auto& f : feats) {
+      // Ragged columns (token sequences) are fed after the others, padded per batch like text.
+      const std::string ragged = f + "|ragged";
+      if (!in.features.count(f) && !in.texts.count(ragged)) {
+        Input d{source::open_column(opts.input, f, files, source::Role::images)};
+        encode::require_numeric_input(d.info(), opts.input);
+        if (d.info().ragged)
+          in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
+        else
+          in.features.emplace(f, std::move(d));
+      }
+      if (in.texts.count(ragged))
+        in.per_encoder_text[e.name].push_back(ragged);
+      else
+        own.push_back(f);
+    }
+  }
+  for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), source::Role::labels},
+                                   std::tuple{&in.keys, keys_name(opts), source::Role::value}}) {
+    if (name.empty()) continue;
+    Input d{source::open_column(opts.input, name, files, role)};
+    if (d.info().dtype == DType::other)
+      throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
+    *which = std::move(d);
+  }
+  if (in.keys && (in.keys->info().shape.size() != 1 ||
+                  !(is_integer(in.keys->info().dtype) || in.keys->info().dtype == DType::string)))
+    throw Error(Exit::data, opts.input, "key dataset '" + keys_name(opts) + "' must be 1-D integers or strings");
+}
+
+// Rows read and committed together: a length window (--length-window rows, by default 16
+// batches, rounded up to whole batches) when every encoder reads only text padded to its batch's
+// longest; else one batch.
+int64_t window_rows(const FillOptions& opts, const Inputs& in) {
+  const bool asked = opts.length_window > 0;
+  if (opts.length_window == 0 || in.texts.empty()) {
+    if (asked)
+      throw Error(Exit::usage, "--length-window",
+                  "sorts texts (--text) or token sequences (a variable-layout slab) by length; there are none");
+    return opts.batch_size;
+  }
+  if (opts.tokenize.padding == text::Padding::max_length) {
+    if (asked) throw Error(Exit::usage, "--length-window", "has nothing to gain with --padding max-length");
+    return opts.batch_size;
+  }
+  for (const auto& [name, cols] : in.per_encoder)
+    if (!cols.empty()) {
+      if (asked)
+        throw Error(Exit::usage, "--length-window", "encoder '" + name + "' also reads --features; it sorts text only");
+      return opts.batch_size;
+    }
+  const int64_t want = asked ? opts.length_window : 16 * opts.batch_size;
+  return (want + opts.batch_size - 1) / opts.batch_size * opts.batch_size;
+}
+
+}  // namespace
+
+std::string labels_name(const FillOptions& opts) {
+  return opts.labels.empty() ? source::default_labels(opts.input) : opts.labels;
+}
+std::string keys_name(const FillOptions& opts) {
+  return opts.keys.empty() ? source::default_keys(opts.input) : opts.keys;
+}
+
+Inputs open_inputs(const FillOptions& opts) {
+  Inputs in;
+  in.from_slab = source::kind_of(opts.input) == source::Kind::shm;
+  open_columns(opts, in);
+  const source::ColumnInfo& first =
+      in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
+  in.rows = first.rows();
+  if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
+  auto same_rows = [&](const source::ColumnInfo& info) {
+    if (info.rows() != in.rows)
+      throw Error(Exit::data, opts.input,
+                  "rows mismatch: '" + first.name + "' has " + std::to_string(in.rows) + " rows but '" + info.name +
+                      "' has " + std::to_string(info.rows()));
+  };
+  for (const auto& [name, d] : in.features) same_rows(d.info());
+  for (const auto& [key, t] : in.texts) same_rows(t.col->info());
+  if (in.labels) same_rows(in.labels->info());
+  if (in.keys) same_rows(in.keys->info());
+  in.unit = window_rows(opts, in);
+  return in;
+}
+
+// A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
+json describe_json(const Input& in, const std::string& input) {
+  json j{{"shape", in.info().shape}, {"dtype", dtype_name(in.info().dtype)}};
+  if (in.col->path() != input)
+    j["path"] = in.col->kind() == source::Kind::shm ? in.col->path() : files::absolute_path(in.col->path());
+  return j;
+}
+
+}  // namespace traincache::fill
