@@ -23,9 +23,11 @@ test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The same suite on Debian 13 (LibTorch 2.6, HDF5 1.14, CLI11 2.4, Catch2 3), in a root that
-# scripts/debian13 makes with debootstrap once and reuses; built in build-debian13.
+# scripts/debian13 makes with debootstrap once and reuses; built in build-debian13. The packages go
+# in first: a new root (debootstrap's minbase) has no make.
 test-debian13:
-	scripts/debian13 $(MAKE) test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
+	scripts/debian13 scripts/install-deps.sh
+	scripts/debian13 make test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
 
 # The tokenizer parity tests against Tokenizers.js itself rather than its committed ids (needs node,
 # npm and the npm registry: scripts/install-js-deps.sh); js-reference remakes the committed ids.
