@@ -2,6 +2,7 @@
 // docs/code-map.md shows every stage and the way the data flows.
 #pragma once
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>

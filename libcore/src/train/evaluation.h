@@ -2,6 +2,8 @@
 // docs/code-map.md shows every stage and the way the data flows.
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
