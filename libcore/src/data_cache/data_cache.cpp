@@ -80,12 +80,13 @@ struct RowCache::Counters {
 
 namespace {
 
-// How the data caches refuse a slab they must not use (docs/gc-train.md, "Data cache").
-shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner) {
+// How the data caches refuse a slab they must not use (docs/gc-train.md, "The data cache").
+// `what`: the rows (row caches, windows) or items (token slabs) a slab made for other data holds.
+shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner, const std::string& what) {
   shm::Sharing s;
   s.trust_owner = trust_owner;
   s.owner_hint = "another --data-cache-keep name";
-  s.holds_other = "slab holds other rows than this run's data (remove it: shm-cache rm " + name + ")";
+  s.holds_other = "slab holds other " + what + " than this run's data (remove it: shm-cache rm " + name + ")";
   s.check_seal = true;
   return s;
 }
@@ -93,7 +94,7 @@ shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner) {
 }  // namespace
 
 std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created) {
-  auto slab = shm::open_shared(want, data_cache_sharing(want.name, trust_owner), created, [&] {
+  auto slab = shm::open_shared(want, data_cache_sharing(want.name, trust_owner, "rows"), created, [&] {
     const auto space = shm::shm_space();
     if (need > space.free)
       throw Error(Exit::cant_create, "--data-cache",
@@ -264,9 +265,7 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
     }
     if (slab) {
       const auto si = slab->info();
-      auto sharing = data_cache_sharing(want.name, trust_owner);
-      sharing.holds_other = "slab holds other items than this run's data (remove it: shm-cache rm " + want.name + ")";
-      shm::check_shared(si, want, sharing);
+      shm::check_shared(si, want, data_cache_sharing(want.name, trust_owner, "items"));
       if (si.sealed_digest) {
         if (slab->data_digest() != *si.sealed_digest)
           throw Error(Exit::data, want.name,

@@ -213,8 +213,6 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d);
 void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d);
 
 // text_side.cpp
-/// The tokenizer file of a side, or "" when the side is not text.
-std::string side_tokenizer(const TrainOptions& o, bool query);
 /// A text side: fields[0] of `file` (and its hard negatives), tokenized.
 TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,

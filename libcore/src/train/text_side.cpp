@@ -78,12 +78,6 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
 
 }  // namespace
 
-// The tokenizer file of a side, or "" when the side is not text.
-std::string side_tokenizer(const TrainOptions& o, bool query) {
-  const std::string& own = query ? o.query_tokenizer : o.passage_tokenizer;
-  return own.empty() ? o.tokenizer : own;
-}
-
 // A text side: fields[0] of `file` (and its hard negatives `negatives`), tokenized with `tok_path`
 // in this process, or through the node's shared slab with --data-cache (`cache_index`: its
 // --data-cache-keep number).

@@ -341,6 +341,11 @@ void validate_text_side(const TrainOptions& o, const std::vector<std::string>& f
 
 }  // namespace
 
+std::string side_tokenizer(const TrainOptions& o, bool query) {
+  const std::string& own = query ? o.query_tokenizer : o.passage_tokenizer;
+  return own.empty() ? o.tokenizer : own;
+}
+
 void validate_raw_sides(const TrainOptions& o) {
   const bool grouped = !o.labels.empty();
   if (o.query.empty() || (o.passage.empty() && !grouped))
@@ -351,9 +356,8 @@ void validate_raw_sides(const TrainOptions& o) {
     throw Error(Exit::usage, "--negatives", "raw grouped mode has no passages: the other labels are the negatives");
   if (grouped && o.encoder.empty())
     throw Error(Exit::usage, "--encoder", "raw grouped mode trains one encoder: give --encoder");
-  auto own_tokenizer = [&](const std::string& own) { return !(own.empty() ? o.tokenizer : own).empty(); };
-  const bool query_text = own_tokenizer(o.query_tokenizer);
-  const bool passage_text = !o.passage.empty() && own_tokenizer(o.passage_tokenizer);
+  const bool query_text = !side_tokenizer(o, true).empty();
+  const bool passage_text = !o.passage.empty() && !side_tokenizer(o, false).empty();
   if (query_text) validate_text_side(o, o.query, "--query", false);
   if (passage_text) validate_text_side(o, o.passage, "--passage", true);
   if (!passage_text && !o.negatives.empty() && o.negatives.size() != o.passage.size())

@@ -93,6 +93,9 @@ double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
 /// model is loaded, so that every caller gets the same refusals.
 void validate_options(const TrainOptions& o);
 
+/// The tokenizer file of a side (its own, else --tokenizer), or "" when the side is not text.
+std::string side_tokenizer(const TrainOptions& o, bool query);
+
 /// Raw mode: --query with --passage (pairs) or --labels (grouped), their datasets (text sides: one
 /// field of --data), --negatives per passage dataset, and --encoder or both separate encoders.
 void validate_raw_sides(const TrainOptions& o);
