@@ -35,6 +35,30 @@ for config in rgb gray pad; do
   expect_out_re "max8 0\.00e\+00 maxall 0\.00000$"
 done
 
+# --convert device: the 8-bit pixels travel and become floats on the encoders' device (here the
+# CPU, through the same tensor operations a GPU runs); the flat encoder stores its input, so the
+# floats must be the host's to the bit, under the same fingerprint.
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-dev.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
+  --normalize imagenet --convert device --json
+expect_rc 0
+expect_out_has '"convert":"device"'
+run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-dev.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
+  --exif-transpose --convert device
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-dev.h5" "${FILL[@]}" --resize 30,45 --channels gray \
+  --normalize 0.5:0.25 --convert device
+expect_rc 0
+py "
+import h5py, numpy as np
+for c in ['rgb', 'gray', 'pad']:
+    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-dev.h5')
+    x, y = a['embeddings/flat'][:], b['embeddings/flat'][:]
+    print(c, x.shape == y.shape and x.tobytes() == y.tobytes(), a.attrs['fingerprint'] == b.attrs['fingerprint'])
+"
+expect_out "rgb True True
+gray True True
+pad True True"
+
 # Without --exif-transpose the tag is ignored (PIL's default), so the rotated images differ.
 run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/noexif.h5" "${FILL[@]}" --resize 48 --center-crop 64
 expect_rc 0
@@ -317,6 +341,9 @@ expect_out_has "  skipped      2 rows whose image could not be read"
 head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"
 printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
 cp "$WORK/png/c1/$(ls "$WORK/png/c1" | head -1)" "$WORK/bad/b/ok.png"
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip-dev.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip --convert device -q
+expect_rc 0
 run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
   --channels gray --on-error skip
 expect_rc 0
@@ -328,9 +355,10 @@ import h5py
 f = h5py.File('$WORK/skip.h5')
 e = f['embeddings/flat'][:]
 print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['labels'][:].tolist(),
-      bool((e[5:] == 0).all()), bool((e[4] != 0).any()), f['skipped/reasons'][1].decode())
+      bool((e[5:] == 0).all()), bool((e[4] != 0).any()), f['skipped/reasons'][1].decode(),
+      e.tobytes() == h5py.File('$WORK/skip-dev.h5')['embeddings/flat'][:].tobytes())
 "
-expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
+expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported True"
 run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
 expect_out_has '"skipped":2'
 run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1

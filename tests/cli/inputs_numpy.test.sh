@@ -37,6 +37,13 @@ print(bool((a['embeddings/cnn'][:] == b['embeddings/cnn'][:]).all()), bool((a['l
 "
 }
 
+# --convert device: the uint8 rows are scaled on the encoder's device (the CPU here) to the same floats.
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --labels labels --out "$WORK/dev.h5" "${FILL[@]}" \
+  --convert device
+expect_rc 0
+same_cache "$WORK/dev.h5"
+expect_out "True True labels"
+
 # A .npy input: its one array is the feature (named by the file's stem); --labels names a file.
 run "$TC_BIN/cache-fill" --input "$WORK/images.npy" --labels "$WORK/labels.npy" --out "$WORK/npy.h5" "${FILL[@]}"
 expect_rc 0

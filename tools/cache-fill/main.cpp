@@ -120,6 +120,9 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("model_setup_seconds", r.model_setup_seconds)
       .add("digest_seconds", r.digest_seconds)
       .add("publish_seconds", r.publish_seconds)
+      .add("input_wait_seconds", r.input_wait_seconds)
+      .add("store_seconds", r.store_seconds)
+      .add("convert", r.device_convert ? "device" : "host")
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)
@@ -255,6 +258,9 @@ int main(int argc, char** argv) {
   cli::add_choice(app, "--precision", o.fill.precision, precision_choices(),
                   "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
   cli::add_tf32_option(app, &o.fill.tf32);
+  cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),
+                  "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
+                  "copied to the encoders' device); auto: device for CUDA");
   app.add_option("--precision-tolerance", o.fill.precision_tolerance,
                  "Largest first-batch difference from float32, relative to its largest value")
       ->capture_default_str();

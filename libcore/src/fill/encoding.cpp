@@ -25,7 +25,7 @@ torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
       if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
       std::vector<int64_t> shape = in.info().shape;
       shape[0] = 1;
-      rows.push_back(torch::zeros(shape, torch::kFloat32));
+      rows.push_back(torch::zeros(shape, in.read_dtype()));
       std::string why = e.what();
       text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
       b.skipped.emplace(r, why);
@@ -115,7 +115,12 @@ bool Encoding::run(const RowPlan& plan) {
       if (done > last_commit) commit(done);
       return false;
     }
+    auto t_wait = Clock::now();
     Batch batch = pf.next();
+    result_.input_wait_seconds += seconds_since(t_wait);
+    auto t_convert = Clock::now();
+    for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
+    result_.encode_seconds += seconds_since(t_convert);
     for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0);
     for (const auto& [row, why] : batch.skipped) {
       journal_.skipped.emplace_back(row - plan.begin, why);
@@ -137,11 +142,13 @@ void Encoding::close() {
 }
 
 void Encoding::commit(int64_t rows) {
+  auto t_store = Clock::now();
   for (auto& r : raws_) r.sync();
   for (std::size_t i = 0; i < raws_.size(); ++i)
     journal_.encoders[encoders_[i]->name()].chunks.emplace_back(rows, raws_[i].take_digest());
   journal_.committed_rows = rows;
   journal_.save();
+  result_.store_seconds += seconds_since(t_store);
 }
 
 void Encoding::check_vocabulary(encode::Encoder& enc) {
@@ -326,6 +333,7 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
                     " tokens: a text longer than the encoder's position table, or a token id beyond its token "
                     "table, fails so)");
   }
+  auto t_store = Clock::now();
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
   if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
   JournalEncoder& je = journal_.encoders[enc.name()];
@@ -348,6 +356,7 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
   std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
   raws_[i].append(out.data_ptr(), nbytes);
   result_.bytes_written += nbytes;
+  result_.store_seconds += seconds_since(t_store);
 }
 
 }  // namespace traincache::fill

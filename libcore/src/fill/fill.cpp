@@ -43,6 +43,11 @@ namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
 
+const Choices<Convert>& convert_choices() {
+  static const Choices<Convert> c{{Convert::auto_, "auto"}, {Convert::host, "host"}, {Convert::device, "device"}};
+  return c;
+}
+
 const Choices<OnError>& on_error_choices() {
   static const Choices<OnError> c{{OnError::fail, "fail"}, {OnError::skip, "skip"}};
   return c;
@@ -268,6 +273,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   precision::check(opts.precision, device, "--precision");
   encode::configure_threads(opts.threads);
   Inputs in = open_inputs(opts);
+  const bool device_convert = plan_conversion(opts, device, in);
   const RowPlan plan = plan_rows(opts, in.rows);
   const std::string out = plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
@@ -277,6 +283,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   result.out = out;
   result.rows = plan.rows();
   result.length_window = in.unit > opts.batch_size ? in.unit : 0;
+  result.device_convert = device_convert;
   // Encoders: digests first, so that a missing file is reported before a load error.
   std::vector<std::string> enc_sha, encoder_names;
   for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));

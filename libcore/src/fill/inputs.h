@@ -20,12 +20,30 @@ namespace traincache::fill {
 
 // An input column the fill reads (an HDF5 dataset, a slab, a .npy file or .npz member).
 struct Input {
+  Input() = default;
+  explicit Input(std::shared_ptr<const source::Column> c) : col(std::move(c)) {}
+
   std::shared_ptr<const source::Column> col;
+  // Set by plan_conversion (--convert device): the column's 8-bit rows are read as they are
+  // (page-locked for a CUDA device) and become float32 on this device in to_model().
+  std::optional<torch::Device> convert_on;
 
   const source::ColumnInfo& info() const { return col->info(); }
+  // Rows [start, start + count) as read() hands them to the encode loop: float32 (or int64), or
+  // with convert_on the 8-bit rows. Called on the reader threads.
   torch::Tensor read(int64_t start, int64_t count, double scale) const {
-    return encode::read_column_rows(*col, start, count, scale);
+    return convert_on ? read_bytes(start, count) : encode::read_column_rows(*col, start, count, scale);
   }
+  torch::Dtype read_dtype() const { return convert_on ? torch::kByte : encode::converted_type(info().dtype); }
+  // Rows as read() gave them, made what the encoders take: with convert_on, copied to that device and
+  // converted there exactly as the host would (images: / 255, then - mean, / std per channel;
+  // other uint8 columns: * scale, as float32 operations); otherwise `rows` itself.
+  torch::Tensor to_model(const torch::Tensor& rows, double scale) const;
+
+ private:
+  torch::Tensor read_bytes(int64_t start, int64_t count) const;
+  mutable torch::Tensor scalar_, mean_, std_;  // on convert_on, made once by to_model (one thread):
+  //                                            the divisor (images) or factor, the statistics
 };
 
 // A text field and the tokenizer that turns it into an encoder's inputs; or a ragged column of
@@ -75,5 +93,8 @@ std::string keys_name(const FillOptions& opts);
 nlohmann::json describe_json(const Input& in, const std::string& input);
 /// Opens every column the fill reads and checks that they agree (rows, names, text, windows).
 Inputs open_inputs(const FillOptions& opts);
+/// --convert: marks the 8-bit feature columns (images, uint8 arrays) to be converted on `device`
+/// (auto: when it is a CUDA device). Returns whether any column is.
+bool plan_conversion(const FillOptions& opts, torch::Device device, Inputs& in);
 
 }  // namespace traincache::fill

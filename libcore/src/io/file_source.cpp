@@ -112,20 +112,18 @@ class ImageColumn : public Column {
   }
 
   void read(int64_t start, int64_t count, void* out) const override {
-    check_range(start, count);
     float* dst = static_cast<float*>(out);
-    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
-    for (int64_t r = start; r < start + count; ++r, dst += info_.row_elements()) {
-      const std::size_t i = static_cast<std::size_t>(r);
-      std::string bytes = read_file_of(i);
-      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
-                               spec_.exif_transpose, shown_[i]);
-      if (image::output_shape(spec_, img.height, img.width) != want)
-        throw Error(Exit::data, shown_[i],
-                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
-                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+    for_each_image(start, count, [&](const image::Image& img) {
       image::preprocess(img, spec_, dst);
-    }
+      dst += info_.row_elements();
+    });
+  }
+
+  void read_pixels(int64_t start, int64_t count, uint8_t* out) const override {
+    for_each_image(start, count, [&](const image::Image& img) {
+      image::preprocess_pixels(img, spec_, out);
+      out += info_.row_elements();
+    });
   }
 
   void digest(int64_t a, int64_t b, ContentHash& h) const override {
@@ -148,6 +146,24 @@ class ImageColumn : public Column {
   const image::Spec* preprocess() const override { return &spec_; }
 
  private:
+  // Rows [start, start + count) decoded in order, each checked against the column's row shape.
+  template <class Use>
+  void for_each_image(int64_t start, int64_t count, Use use) const {
+    check_range(start, count);
+    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
+    for (int64_t r = start; r < start + count; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes = read_file_of(i);
+      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                               spec_.exif_transpose, shown_[i]);
+      if (image::output_shape(spec_, img.height, img.width) != want)
+        throw Error(Exit::data, shown_[i],
+                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
+                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      use(img);
+    }
+  }
+
   // File i's bytes; errors name it as shown (with its manifest line).
   std::string read_file_of(std::size_t i) const {
     try {

@@ -485,7 +485,12 @@ std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int 
   return cur;
 }
 
-void preprocess(const Image& img, const Spec& spec, float* out) {
+namespace {
+
+// Resize and center crop of `img` as `spec` asks, each output sample (C, H, W order) handed to
+// put(channel, index, value): the 8-bit sample, or nullopt where the crop pads.
+template <class Put>
+void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   int h = img.height, w = img.width;
   const int c = img.channels;
   const std::vector<uint8_t>* px = &img.samples;
@@ -502,23 +507,36 @@ void preprocess(const Image& img, const Spec& spec, float* out) {
   // else an offset of round((size - crop) / 2) with Python's rounding.
   const int top = oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh);
   const int left = ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow);
-  for (int ch = 0; ch < c; ++ch) {
-    const std::size_t mi = std::min<std::size_t>(ch, spec.mean.empty() ? 0 : spec.mean.size() - 1);
-    const bool norm = !spec.mean.empty();
-    const float mean = norm ? static_cast<float>(spec.mean[mi]) : 0.f;
-    const float sd = norm ? static_cast<float>(spec.std[mi]) : 1.f;
+  std::size_t i = 0;
+  for (int ch = 0; ch < c; ++ch)
     for (int y = 0; y < oh; ++y) {
       const int sy = y + top;
-      float* row = out + (static_cast<std::size_t>(ch) * oh + y) * ow;
-      for (int x = 0; x < ow; ++x) {
+      for (int x = 0; x < ow; ++x, ++i) {
         const int sx = x + left;
-        float v =
-            (sy >= 0 && sy < h && sx >= 0 && sx < w) ? (*px)[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0.f;
-        v /= 255.f;  // ToTensor
-        row[x] = norm ? (v - mean) / sd : v;
+        const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+        put(ch, i, inside ? (*px)[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0);
       }
     }
+}
+
+}  // namespace
+
+void preprocess(const Image& img, const Spec& spec, float* out) {
+  const bool norm = !spec.mean.empty();
+  float mean[4] = {0, 0, 0, 0}, sd[4] = {1, 1, 1, 1};
+  for (int ch = 0; norm && ch < img.channels && ch < 4; ++ch) {
+    const std::size_t mi = std::min<std::size_t>(ch, spec.mean.size() - 1);
+    mean[ch] = static_cast<float>(spec.mean[mi]);
+    sd[ch] = static_cast<float>(spec.std[mi]);
   }
+  resize_and_crop(img, spec, [&](int ch, std::size_t i, uint8_t sample) {
+    const float v = static_cast<float>(sample) / 255.f;  // ToTensor
+    out[i] = norm ? (v - mean[ch]) / sd[ch] : v;
+  });
+}
+
+void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out) {
+  resize_and_crop(img, spec, [out](int, std::size_t i, uint8_t sample) { out[i] = sample; });
 }
 
 }  // namespace traincache::image

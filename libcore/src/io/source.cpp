@@ -296,6 +296,10 @@ std::vector<std::string> Column::read_strings(int64_t, int64_t) const {
   throw Error(Exit::data, path_, "'" + info_.name + "' holds numbers, not strings");
 }
 
+void Column::read_pixels(int64_t, int64_t, uint8_t*) const {
+  throw Error(Exit::internal, path_, "'" + info_.name + "' is not a column of images");
+}
+
 const std::vector<std::string>& Column::label_names() const {
   static const std::vector<std::string> none;
   return none;

@@ -32,6 +32,13 @@ struct EncoderSpec {
 enum class OnError { fail, skip };
 const Choices<OnError>& on_error_choices();
 
+/// Where 8-bit inputs (decoded images, uint8 arrays) become float32 (--convert): on the reader
+/// threads (host), or on the encoders' device after a copy of the 8-bit rows (device: a quarter of
+/// the bytes to a GPU, from page-locked memory). The floats are the same either way. auto: device
+/// for CUDA devices, host otherwise.
+enum class Convert { auto_, host, device };
+const Choices<Convert>& convert_choices();
+
 /// Everything that controls a fill. Defaults match the command line's.
 struct FillOptions {
   std::string input;
@@ -58,6 +65,7 @@ struct FillOptions {
   int64_t row_begin = 0;
   int64_t row_end = -1;                   ///< -1 = to the end
   double input_scale = 1.0 / 255.0;       ///< applied to uint8 inputs
+  Convert convert = Convert::auto_;       ///< where 8-bit inputs become float32
   bool optimize = true;                   ///< freeze + optimize_for_inference
   bool tf32 = true;                       ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
   Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
@@ -83,6 +91,9 @@ struct FillResult {
   double model_setup_seconds = 0;  ///< loading, optimising and checking the encoders (once per run)
   double digest_seconds = 0;       ///< fingerprinting the input (one read of every row used)
   double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
+  double input_wait_seconds = 0;   ///< the encode loop waiting for the reader threads' next batch
+  double store_seconds = 0;        ///< checking the outputs, appending them to the journal, committing
+  bool device_convert = false;     ///< 8-bit inputs were converted on the encoders' device (--convert)
   uint64_t bytes_written = 0;      ///< embedding bytes written by this run
   int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;       ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD

@@ -79,6 +79,12 @@ std::pair<int, int> resized_size(const Spec& spec, int h, int w);
 /// Applies `spec` to a decoded image, writing output_shape() floats (C, H, W order) to `out`.
 void preprocess(const Image& img, const Spec& spec, float* out);
 
+/// The 8-bit samples preprocess() starts from: `img` resized and center cropped (zeros where the
+/// crop pads), output_shape() bytes in C, H, W order. preprocess() gives, for each sample v of
+/// channel c, v / 255.f and then (that - mean[c]) / std[c] in float32 (spec's values as float),
+/// so a caller that converts these samples so elsewhere (on a GPU) gets the same floats.
+void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out);
+
 /// Resamples an interleaved h x w x c 8-bit image to oh x ow with PIL's antialiased bilinear
 /// filter (the support widens with the scale factor), in PIL's fixed point: every pass rounds and
 /// clips to 8 bits, so the result is PIL's to the bit.

@@ -132,6 +132,11 @@ class Column {
   /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
   virtual const image::Spec* preprocess() const { return nullptr; }
 
+  /// For a column of decoded images: rows [start, start + count) as the 8-bit samples read()
+  /// converts (image::preprocess_pixels: resized and cropped, C, H, W order), one byte per element
+  /// of info()'s row shape. Error(internal) for other columns. Thread-safe.
+  virtual void read_pixels(int64_t start, int64_t count, uint8_t* out) const;
+
  protected:
   Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
   void check_range(int64_t start, int64_t count) const;
