@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every torch-linked binary binds the C++ standard library's symbols to libstdc++, never to copies
 # that LibTorch exports: libstdc++ comes first in its NEEDED list (checked statically, since
-# Debian's LibTorch exports no such copy that a run could catch), and a run of each tool binds no
+# Debian's LibTorch exports no such copy that a run could catch), and a run of each tool (every symbol bound at load) binds no
 # std:: symbol of ours into libtorch or libc10 (LD_DEBUG). The check fails on a binary linked the
 # usual way (LibTorch, then g++'s implicit -lstdc++), which is how the tools were linked before.
 set -euo pipefail
@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 bins=("$TC_BUILD"/bin/* "$TC_BUILD"/tests/encoder_test)
 "$check" "${bins[@]}" || fail "a torch-linked binary lists LibTorch before libstdc++"
 for tool in cache-fill cache-inspect gc-train smart-bench; do
-  bindings=$(LD_DEBUG=bindings LD_DEBUG_OUTPUT= "$TC_BUILD/bin/$tool" --version 2>&1 >/dev/null |
+  bindings=$(LD_DEBUG=bindings LD_BIND_NOW=1 LD_DEBUG_OUTPUT= "$TC_BUILD/bin/$tool" --version 2>&1 >/dev/null |
     grep -E "binding file [^ ]*/$tool \[0\] to [^ ]*lib(torch|c10)[^ ]* .*symbol \`_Z(NSt|St|NKSt)" || true)
   [ -z "$bindings" ] || fail "$tool binds std:: symbols into LibTorch: $(head -3 <<<"$bindings")"
 done

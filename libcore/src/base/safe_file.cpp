@@ -1,5 +1,6 @@
 #include "traincache/base/safe_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -10,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "traincache/base/error.h"
@@ -314,5 +316,33 @@ int open_log(const std::string& path, bool append) {
 int open_input(const std::string& path) { return open_regular(path, true); }
 
 std::string read_input(const std::string& path) { return read_all_and_close(open_input(path), path); }
+
+namespace {
+
+// Removes entry `name` of directory `dir` as remove_tree does; 0 or an errno.
+int remove_at(int dir, const char* name) {
+  if (unlinkat(dir, name, 0) == 0 || errno == ENOENT) return 0;
+  if (errno != EISDIR && errno != EPERM) return errno;  // a directory: EISDIR (Linux) or EPERM
+  const int fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? 0 : errno;
+  DIR* d = fdopendir(fd);
+  if (!d) {
+    const int e = errno;
+    close(fd);
+    return e;
+  }
+  int err = 0;
+  while (const dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    if ((err = remove_at(dirfd(d), e->d_name)) != 0) break;
+  }
+  closedir(d);
+  if (err) return err;
+  return unlinkat(dir, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+}  // namespace
+
+int remove_tree(const std::string& path) { return remove_at(AT_FDCWD, path.c_str()); }
 
 }  // namespace traincache::files

@@ -10,7 +10,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -36,7 +35,6 @@
 #include "traincache/model/encode.h"
 #include "traincache/text/tokenizer.h"
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace traincache::fill {
@@ -70,9 +68,7 @@ struct Fingerprint {
 Journal open_journal(const std::string& partial, const Fingerprint& fp, const std::vector<std::string>& encoder_names,
                      int64_t rows, int64_t unit, const FillOptions& opts) {
   auto start_over = [&] {
-    std::error_code ec;
-    fs::remove_all(partial, ec);
-    if (ec) throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(ec.value()));
+    if (int e = files::remove_tree(partial)) throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(e));
     files::make_or_adopt_private_dir(partial);
     return Journal(partial);
   };
@@ -306,8 +302,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
 
   const std::string partial = partial_path(out);
   if (auto old = up_to_date_cache(out, fp, opts.force)) {
-    std::error_code ec;
-    fs::remove_all(partial, ec);  // left over from a run killed after its rename
+    files::remove_tree(partial);  // left over from a run killed after its rename
     result.status = FillStatus::up_to_date;
     for (const auto& e : old->embeddings)
       result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode});
@@ -333,8 +328,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     encoded = true;
     auto t_publish = Clock::now();
     publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, result);
-    std::error_code ec;
-    fs::remove_all(partial, ec);
+    files::remove_tree(partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
     // Progress is kept when it exists and the failure is one a later run can get past (a full
@@ -351,8 +345,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     const bool resumable = journal.committed_rows > 0 &&
                            (encoded || code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
     if (!resumable) {
-      std::error_code ec;
-      fs::remove_all(partial, ec);
+      files::remove_tree(partial);
       throw;
     }
     try {

@@ -178,7 +178,8 @@ double Trainer::step(int64_t s, const torch::Tensor& idx, BatchInputs in, double
   gc::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk};
   // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
   torch::Tensor labels =
-      m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx) : torch::Tensor();
+      m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx).to(m_.params[0].device())
+                 : torch::Tensor();
   gc::LossConfig loss = loss_;
   loss.grad_scale = scaler_.scale();  // fp16: the loss scaled, the gradients unscaled below
   double l = gc::step(qb, pb, labels, loss, mode_, group_ ? &par_ : nullptr);

@@ -11,6 +11,12 @@
 
 namespace traincache::files {
 
+/// Removes `path` and, when it is a directory, everything in it, never following a symbolic link
+/// (a link is removed itself). A path that does not exist is no error. Returns 0 or the errno of
+/// the first failure. POSIX calls only: torch-linked tools must not call std::filesystem, whose
+/// copies pip's libtorch.so exports (docs/gpu.md).
+int remove_tree(const std::string& path);
+
 /// A temporary name in `dest`'s directory that nobody can predict: "<dir>/.<base>.<random>.tmp".
 /// Nothing is created; callers create it exclusively (O_EXCL, or H5F_ACC_EXCL) and retry on EEXIST.
 std::string unpredictable_name(const std::string& dest);
