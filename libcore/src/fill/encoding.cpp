@@ -109,10 +109,14 @@ bool Encoding::run(const RowPlan& plan) {
   int64_t done = journal_.committed_rows, last_commit = done;
   if (done >= plan.rows()) return true;
   Prefetcher pf(in_.features, in_.texts, opts_, in_.unit, plan.begin + done, plan.end);
+  // Outputs are checked, appended and committed on one thread behind this one, in order, while the
+  // next batch encodes; a commit runs after the appends of the rows it counts.
+  SerialWorker store(2 * encoders_.size() + 2);
   if (cb_.progress) cb_.progress(done, plan.rows());
   for (int64_t k = 0; k < pf.batches(); ++k) {
     if (interrupt_requested()) {
-      if (done > last_commit) commit(done);
+      if (done > last_commit) store.submit([this, done] { commit(done); });
+      store.drain();
       return false;
     }
     auto t_wait = Clock::now();
@@ -121,19 +125,25 @@ bool Encoding::run(const RowPlan& plan) {
     auto t_convert = Clock::now();
     for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
     result_.encode_seconds += seconds_since(t_convert);
-    for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0);
+    for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0, store);
+    std::vector<std::pair<int64_t, std::string>> skipped;
     for (const auto& [row, why] : batch.skipped) {
-      journal_.skipped.emplace_back(row - plan.begin, why);
+      skipped.emplace_back(row - plan.begin, why);
       if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
     }
+    if (!skipped.empty())
+      store.submit([this, skipped = std::move(skipped)] {
+        journal_.skipped.insert(journal_.skipped.end(), skipped.begin(), skipped.end());
+      });
     done += batch.count;
     result_.rows_encoded += batch.count;
     if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
-      commit(done);
+      store.submit([this, done] { commit(done); });
       last_commit = done;
     }
     if (cb_.progress) cb_.progress(done, plan.rows());
   }
+  store.drain();
   return true;
 }
 
@@ -298,7 +308,7 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   return out;
 }
 
-void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
+void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorker& store) {
   auto& enc = *encoders_[i];
   std::vector<torch::Tensor> args;
   std::vector<TextArgs> text_args;
@@ -333,7 +343,6 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
                     " tokens: a text longer than the encoder's position table, or a token id beyond its token "
                     "table, fails so)");
   }
-  auto t_store = Clock::now();
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
   if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
   JournalEncoder& je = journal_.encoders[enc.name()];
@@ -347,10 +356,15 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first) {
   } else if (shape != row_shapes_[i]) {
     throw Error(Exit::data, "encoder '" + enc.name() + "'", "output row shape changed between batches");
   }
+  store.submit([this, i, out, start = batch.start, count = batch.count] { store_rows(i, out, start, count); });
+}
+
+void Encoding::store_rows(std::size_t i, const torch::Tensor& out, int64_t start, int64_t count) {
+  auto t_store = Clock::now();
   if (!torch::isfinite(out).all().item<bool>()) {
-    auto bad = (~torch::isfinite(out.reshape({batch.count, -1})).all(1)).nonzero();
-    int64_t row = batch.start + bad[0][0].item<int64_t>();
-    throw Error(Exit::data, "encoder '" + enc.name() + "'",
+    auto bad = (~torch::isfinite(out.reshape({count, -1})).all(1)).nonzero();
+    int64_t row = start + bad[0][0].item<int64_t>();
+    throw Error(Exit::data, "encoder '" + encoders_[i]->name() + "'",
                 "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
   }
   std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();

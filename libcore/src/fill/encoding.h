@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "inputs.h"
+#include "traincache/base/prefetch.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
@@ -43,6 +44,7 @@ class Encoding {
   const std::vector<int64_t>& row_shape(std::size_t i) const { return row_shapes_[i]; }
 
  private:
+  // Syncs the raw files and records `rows` as committed in the journal (the store thread).
   void commit(int64_t rows);
 
   // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
@@ -99,8 +101,12 @@ class Encoding {
   torch::Tensor forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first);
 
   // One encoder on one unit (a batch, or a length window encoded batch by batch in length
-  // order): forward, checks of the output, append to the raw file in input order.
-  void encode(std::size_t i, const Batch& batch, bool first);
+  // order): forward and the output's shape checked here; its values checked and appended to the
+  // raw file, in input order, by a task on `store`.
+  void encode(std::size_t i, const Batch& batch, bool first, SerialWorker& store);
+
+  // Encoder i's output for input rows [start, start + count): finite, appended (the store thread).
+  void store_rows(std::size_t i, const torch::Tensor& out, int64_t start, int64_t count);
 
   const FillOptions& opts_;
   const Inputs& in_;

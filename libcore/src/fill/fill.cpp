@@ -68,7 +68,8 @@ struct Fingerprint {
 Journal open_journal(const std::string& partial, const Fingerprint& fp, const std::vector<std::string>& encoder_names,
                      int64_t rows, int64_t unit, const FillOptions& opts) {
   auto start_over = [&] {
-    if (int e = files::remove_tree(partial)) throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(e));
+    if (int e = files::remove_tree(partial))
+      throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(e));
     files::make_or_adopt_private_dir(partial);
     return Journal(partial);
   };

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "catch.h"
 
@@ -75,4 +76,67 @@ CATCH_TEST_CASE("prefetch: destroying it early stops the workers", "[prefetch]")
     CATCH_CHECK(pf.next() == 0);
   }  // joins here: would hang if a worker waited for the consumer forever
   CATCH_CHECK(produced <= 1 + 8 + 4);
+}
+
+CATCH_TEST_CASE("serial worker: tasks run one at a time in submission order, all before drain returns", "[prefetch]") {
+  std::vector<int> ran;
+  std::atomic<int> running{0}, most{0};
+  SerialWorker w(2);
+  for (int k = 0; k < 40; ++k)
+    w.submit([&, k] {
+      most = std::max(most.load(), ++running);
+      jitter(k);
+      ran.push_back(k);
+      --running;
+    });
+  w.drain();
+  CATCH_REQUIRE(ran.size() == 40);
+  for (int k = 0; k < 40; ++k) CATCH_CHECK(ran[static_cast<std::size_t>(k)] == k);
+  CATCH_CHECK(most.load() == 1);
+}
+
+CATCH_TEST_CASE("serial worker: never more than depth tasks wait", "[prefetch]") {
+  std::atomic<bool> release{false};
+  std::atomic<int> submitted{0};
+  SerialWorker w(2);
+  std::thread producer([&] {
+    for (int k = 0; k < 6; ++k) {
+      w.submit([&] {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+      ++submitted;
+    }
+  });
+  // One task runs (blocked), two wait: the fourth submit blocks.
+  for (int i = 0; i < 5000 && submitted.load() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CATCH_CHECK(submitted.load() == 3);
+  release = true;
+  producer.join();
+  w.drain();
+  CATCH_CHECK(submitted.load() == 6);
+}
+
+CATCH_TEST_CASE("serial worker: the first error reaches submit and drain; later tasks do not run", "[prefetch]") {
+  std::vector<int> ran;
+  SerialWorker w(8);
+  w.submit([&] { ran.push_back(0); });
+  w.submit([] { throw std::runtime_error("disk full"); });
+  w.submit([&] { ran.push_back(2); });
+  CATCH_CHECK_THROWS_WITH(w.drain(), "disk full");
+  CATCH_CHECK_THROWS_WITH(w.submit([&] { ran.push_back(3); }), "disk full");
+  CATCH_CHECK(ran == std::vector<int>{0});
+}
+
+CATCH_TEST_CASE("serial worker: destruction waits for the tasks submitted", "[prefetch]") {
+  std::atomic<int> ran{0};
+  {
+    SerialWorker w(4);
+    for (int k = 0; k < 4; ++k)
+      w.submit([&, k] {
+        jitter(k + 1);
+        ++ran;
+      });
+  }
+  CATCH_CHECK(ran.load() == 4);
 }

@@ -1,5 +1,7 @@
 // An ordered prefetcher: worker threads produce items 0..count-1 ahead of a consumer that takes
 // them strictly in order. cache-fill reads input batches with it; smart-bench prepares samples.
+// A serial worker: one thread runs tasks in the order they are submitted, behind the thread that
+// submits them (cache-fill stores and commits its outputs on one while the next batch encodes).
 // Torch-free: the item type is a template parameter.
 #pragma once
 
@@ -7,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -92,6 +95,77 @@ class OrderedPrefetcher {
   std::exception_ptr error_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
+};
+
+class SerialWorker {
+ public:
+  /// At most `depth` tasks (at least one) wait to run: submit() blocks beyond.
+  explicit SerialWorker(std::size_t depth) : depth_(std::max<std::size_t>(1, depth)), thread_([this] { work(); }) {}
+
+  /// Waits for the tasks submitted (their errors are dropped: call drain() first to see them).
+  ~SerialWorker() {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      idle_.wait(lk, [&] { return tasks_.empty() && !running_; });
+      stop_ = true;
+    }
+    more_.notify_all();
+    thread_.join();
+  }
+
+  SerialWorker(const SerialWorker&) = delete;
+  SerialWorker& operator=(const SerialWorker&) = delete;
+
+  /// Queues `task`. Rethrows the first error of an earlier task; once one failed, no task runs.
+  void submit(std::function<void()> task) {
+    std::unique_lock<std::mutex> lk(mu_);
+    idle_.wait(lk, [&] { return tasks_.size() < depth_ || error_; });
+    if (error_) std::rethrow_exception(error_);
+    tasks_.push_back(std::move(task));
+    lk.unlock();
+    more_.notify_all();
+  }
+
+  /// Waits until every task submitted has run; rethrows the first error of one.
+  void drain() {
+    std::unique_lock<std::mutex> lk(mu_);
+    idle_.wait(lk, [&] { return (tasks_.empty() && !running_) || error_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      more_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      running_ = !error_;
+      idle_.notify_all();  // a place in the queue is free
+      lk.unlock();
+      std::exception_ptr failed;
+      if (running_) {
+        try {
+          task();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
+      lk.lock();
+      if (failed && !error_) error_ = failed;
+      running_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  const std::size_t depth_;
+  std::mutex mu_;
+  std::condition_variable more_, idle_;
+  std::deque<std::function<void()>> tasks_;
+  std::exception_ptr error_;
+  bool running_ = false, stop_ = false;
+  std::thread thread_;  // last: started once the members above exist
 };
 
 }  // namespace traincache
