@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test test-debian13 test-js js-reference demo demo-text bench format clean sanitize tsan fuzz
+.PHONY: all deps build test test-debian13 test-js js-reference demo demo-text bench gpu-check format clean sanitize tsan fuzz
 
 all: build
 
@@ -47,6 +47,11 @@ demo-text: build
 
 bench: build
 	bench/run-bench $(BUILD_DIR)
+
+# On a machine with a CUDA GPU and PyTorch: builds against its LibTorch in build-cuda/ and compares
+# traincache with PyTorch there (docs/gpu.md). Not part of make bench: CI has no GPU.
+gpu-check:
+	bench/gpu-check --build build-cuda --out build-cuda/gpu-check
 
 # Sanitizer builds (not part of make test's time budget): ASan+UBSan runs the unit tests and the
 # shared-memory CLI and fault tests; TSan runs the slab, SmartCache and prefetcher unit tests.

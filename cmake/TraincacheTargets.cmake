@@ -21,11 +21,10 @@ add_library(traincache_torch_iface INTERFACE)
 # dynamic linker binds each symbol to the first library of that list that defines it, and pip's
 # libtorch.so exports its own copies of some std:: functions (std::filesystem::remove_all there
 # crashed cache-fill). A link option comes before the objects and libraries on the command line.
+# (A g++ that links libstdc++ statically, as the GPU machine's does, needs none of this: the tools
+# then define the std:: functions they call; tests/lint/check-needed-order accepts that.)
 target_link_options(traincache_torch_iface INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
-# The same as link items ahead of LibTorch's: with the link option alone, the GPU machine's build
-# (CMake 4, GCC 13, pip's LibTorch 2.11; issue #30) listed libstdc++ after libtorch.so.
-target_link_libraries(traincache_torch_iface INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
-                                                       ${TORCH_LIBRARIES})
+target_link_libraries(traincache_torch_iface INTERFACE ${TORCH_LIBRARIES})
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
 # tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])

@@ -28,4 +28,8 @@ rc=0
 err=$("$check" "$work/usual" 2>&1) || rc=$?
 [ "$rc" = 1 ] || fail "a binary with libc10 before libstdc++ passed the check (rc $rc)"
 grep -qF "$work/usual: libstdc++ comes after libc10" <<<"$err" || fail "not named: $err"
+# With libstdc++ linked statically it defines what it calls (std::filesystem here), and passes.
+printf '#include <filesystem>\nint main(int, char** v) { std::error_code e; std::filesystem::remove_all(v[0] + std::string("x"), e); }\n' > "$work/s.cpp"
+c++ "$work/s.cpp" -o "$work/static" -static-libstdc++ -Wl,--no-as-needed "$c10"
+"$check" "$work/static" || fail "a binary with libstdc++ linked statically was refused"
 echo "ok"
