@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 import torch
 
+from . import _capi
 from .slab import Slab, TraincacheError
 
 # torch.from_numpy warns that a read-only array gives a tensor over memory it cannot write: that is
@@ -66,6 +67,11 @@ class SharedCache:
             self._spec["slots"] = int(length)
         self.hits = self.misses = self.stored = 0
         self.slab, self.created = self._open(create=True)
+        self._torch_dtype = getattr(torch, self._spec["dtype"])
+        # Every item as one tensor over the slab's read-only mapping (made once: torch.from_numpy
+        # warns on each read-only array it wraps), indexed by the views get(copy=False) returns.
+        self._views = torch.from_numpy(self.slab._items) if self.slab._items is not None else None
+        self._item_bytes = int(np.prod(self._spec["shape"])) * np.dtype(self._spec["dtype"]).itemsize
         self._finalizer = None
         if self.created and not keep:
             self._finalizer = weakref.finalize(self, _remove_if_owner, self.slab.path,
@@ -112,7 +118,26 @@ class SharedCache:
         slab truncated while in use is a TraincacheError instead of a SIGBUS. With `copy=False` it
         shares the slab's memory, which is read-only: an in-place change of it (x.add_(1)) kills
         the process with SIGSEGV instead of changing the item for every process."""
-        x = self.slab.get(index, copy=copy)
+        if copy:  # one library call, straight into the tensor returned
+            slab = self.slab
+            i = slab._index(index)
+            out = torch.empty(self._spec["shape"], dtype=self._torch_dtype)
+            found = _capi.lib().tc_slab_read(slab._h(), i, out.data_ptr(), self._item_bytes, None)
+            if found < 0:
+                _capi.check(found)
+            if found:
+                self.hits += 1
+                return out
+            self.misses += 1
+            return None
+        if self._views is not None:  # no library call: the state word read from the mapping
+            slot = self.slab._filled_slot(self.slab._index(index))
+            if slot is not None and slot >= 0:
+                self.hits += 1
+                return self._views[slot]
+            x = None if slot is None else self.slab._checked_copy(int(index))
+        else:
+            x = self.slab.get(index, copy=False)
         if x is None:
             self.misses += 1
             return None

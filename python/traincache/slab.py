@@ -13,6 +13,7 @@ process killed there leaves it WRITING until `repair` (or `shm-cache repair`) re
 import ctypes
 import json
 import mmap
+import platform
 
 import numpy as np
 
@@ -23,6 +24,12 @@ from ._capi import TraincacheError
 DTYPES = ("uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32",
           "float64")
 STATES = {0: "empty", 1: "writing", 2: "filled", 255: "invalid"}
+FILLED = 2
+
+# The slot protocol asks a reader to load the state word with acquire ordering. On x86-64 a plain
+# aligned 64-bit load is one (loads are not reordered with later loads), so there the hit path
+# reads the word from the mapping itself; on other processors every read goes through the library.
+DIRECT_READS = platform.machine().lower() in ("x86_64", "amd64")
 
 
 def _to_numpy(value):
@@ -79,6 +86,20 @@ class Slab:
         self.content_id = desc["content_id"]
         self.temporary = desc["temporary"]
         self.creator_pid = desc["creator_pid"]
+        self._nbytes = ctypes.c_uint64()
+        self._torch_dtype = "torch." + self.dtype.name
+        self._item_bytes = int(np.prod(self.shape)) * self.dtype.itemsize if self.shape is not None else 0
+        # A fixed layout's state words, items and (hashed selection) index-to-slot map as arrays over
+        # the read-only mapping, at the offsets the library validated when attaching.
+        self._states = self._items = self._slot_map = None
+        if self.layout == "fixed" and DIRECT_READS:
+            offsets = desc["offsets"]
+            self._states = np.frombuffer(self._ro, np.uint64, self.slots, offsets["states"])
+            per_item = int(np.prod(self.shape))
+            self._items = np.frombuffer(self._ro, self.dtype, self.slots * per_item,
+                                        offsets["data"]).reshape((self.slots,) + self.shape)
+            if desc["selection"] == "hashed":
+                self._slot_map = np.frombuffer(self._ro, np.int64, self.length, offsets["map"])
 
     # --- opening and closing ---------------------------------------------------------------
 
@@ -135,6 +156,7 @@ class Slab:
             _capi.lib().tc_slab_close(self._handle)
             self._handle = None
         self._ro = self._rw = None
+        self._states = self._items = self._slot_map = None
 
     def remove(self) -> None:
         """Removes the slab's object from /dev/shm (attached processes keep their mappings) and closes."""
@@ -187,8 +209,64 @@ class Slab:
         for a miss (not filled yet, being written, not cacheable). By default a private, writable
         copy, made by the library (TraincacheError 74 if the slab was truncated while in use).
         With `copy=False` a read-only view into shared memory (torch.from_numpy() shares it too):
-        no copy, but see the module's notes on what a view cannot survive."""
-        index, handle, lib = self._index(index), self._h(), _capi.lib()
+        no copy, but see the module's notes on what a view cannot survive.
+
+        With `copy=False` on x86-64, a fixed layout's item is found without calling the library:
+        the slot's state word is read from the mapping (an acquire load there), and the view is an
+        index into the items. A slot that is empty, being written or repaired is a miss; a
+        SmartCache window's slot is a hit only while it holds this index's item (its word carries
+        the key), and then a checked copy. A copy is one library call, which keeps the truncation
+        guarantee (reading the mapping directly cannot)."""
+        index = self._index(index)
+        if not copy and self._states is not None:
+            slot = self._filled_slot(index)
+            if slot is None or slot >= 0:
+                return None if slot is None else self._items[slot]
+            return self._checked_copy(index)
+        return self._read(index) if copy else self._view(index)
+
+    def _filled_slot(self, index: int):
+        """Read from the mapping (fixed layouts on x86-64 only): the slot of `index` when it holds
+        the item (FILLED), None for a miss, or -1 for a SmartCache window's slot that says it holds
+        this index's item (which _checked_copy reads)."""
+        if index >= self.length:
+            return None
+        if self._slot_map is None:
+            slot = index if index < self.slots else None
+        else:
+            slot = int(self._slot_map[index])
+            slot = slot if 0 <= slot < self.slots else None
+        if slot is None:
+            return None
+        word = int(self._states[slot])
+        if word == FILLED:
+            return slot
+        return -1 if word & 0xFF == FILLED and word >> 8 == index + 1 else None
+
+    def _checked_copy(self, index: int):
+        """A window slot's item: copied, then kept only if the slot still holds it (its word is
+        unchanged, so the copy is neither torn nor another key's)."""
+        slot = index if self._slot_map is None else int(self._slot_map[index])
+        word = int(self._states[slot])
+        item = self._read(index)
+        return item if item is not None and word & 0xFF == FILLED and word >> 8 == index + 1 and \
+            int(self._states[slot]) == word else None
+
+    def _read(self, index: int):
+        """A private copy of the item at `index` made by the library, or None for a miss."""
+        if self.shape is not None:
+            out = np.empty(self.shape, dtype=self.dtype)
+        else:
+            view = self._view(index)  # the item's length
+            if view is None:
+                return None
+            out = np.empty(view.shape, dtype=self.dtype)
+        found = _capi.lib().tc_slab_read(self._h(), index, out.ctypes.data, out.nbytes, ctypes.byref(self._nbytes))
+        return out if _capi.check(found) else None
+
+    def _view(self, index: int):
+        """A read-only view of the item at `index`, located by the library, or None for a miss."""
+        handle, lib = self._h(), _capi.lib()
         offset, nbytes = ctypes.c_uint64(), ctypes.c_uint64()
         if not _capi.check(lib.tc_slab_locate(handle, index, ctypes.byref(offset), ctypes.byref(nbytes))):
             return None
@@ -196,13 +274,8 @@ class Slab:
         if rest:
             raise TraincacheError(65, f"{self.name}: index {index}: an item of {nbytes.value} bytes is not a whole "
                                       f"number of {self.dtype} elements")
-        if not copy:
-            view = np.frombuffer(self._ro, dtype=self.dtype, count=count, offset=offset.value)
-            return view.reshape(self.shape) if self.shape is not None else view
-        out = np.empty(self.shape if self.shape is not None else (count,), dtype=self.dtype)
-        if not _capi.check(lib.tc_slab_read(handle, index, out.ctypes.data, out.nbytes, ctypes.byref(nbytes))):
-            return None
-        return out
+        view = np.frombuffer(self._ro, dtype=self.dtype, count=count, offset=offset.value)
+        return view.reshape(self.shape) if self.shape is not None else view
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -213,9 +286,12 @@ class Slab:
         kind (float64 -> float32), integers to any integer type they fit, never floats to integers.
         Filled slots are never changed. The claim, the copy and the publication are one library
         call, so a KeyboardInterrupt never falls between them."""
+        index, handle = self._index(index), self._h()
+        ptr = self._item_pointer(value)
+        if ptr is not None:  # already an item: stored from where it is
+            return bool(_capi.check(_capi.lib().tc_slab_put(handle, index, ptr, self._item_bytes)))
         item = self._item(value)
-        stored = _capi.check(_capi.lib().tc_slab_put(self._h(), self._index(index), item.ctypes.data, item.nbytes))
-        return bool(stored)
+        return bool(_capi.check(_capi.lib().tc_slab_put(handle, index, item.ctypes.data, item.nbytes)))
 
     def begin_write(self, index: int, nbytes: int):
         """Low level: claims the slot of `index` for `nbytes` (one compare-and-swap, EMPTY -> WRITING
@@ -245,6 +321,21 @@ class Slab:
         if i < 0:
             raise IndexError(f"{self.name}: index {index} is negative")
         return i
+
+    def _item_pointer(self, value):
+        """The address of `value`'s elements when it already is an item of this fixed layout as it
+        must be stored (a contiguous CPU torch tensor or numpy array of the slab's dtype and item
+        shape, no gradient), else None: then _item converts it."""
+        if self.shape is None:
+            return None
+        if type(value) is np.ndarray:
+            if value.dtype == self.dtype and value.shape == self.shape and value.flags.c_contiguous:
+                return value.__array_interface__["data"][0]
+            return None
+        if (type(value).__name__ == "Tensor" and str(value.dtype) == self._torch_dtype and value.device.type == "cpu"
+                and not value.requires_grad and tuple(value.shape) == self.shape and value.is_contiguous()):
+            return value.data_ptr()
+        return None
 
     def _item(self, value):
         a = _to_numpy(value)

@@ -220,7 +220,7 @@ int tc_slab_read(const tc_slab* slab, uint64_t index, void* dst, uint64_t capaci
   return bus_guarded(slab->slab, [&] {
     auto view = slab->slab.view(index);
     if (!view) return 0;
-    *bytes = view.bytes;
+    if (bytes) *bytes = view.bytes;
     if (view.bytes > capacity)
       throw Error(Exit::data, slab->slab.name(),
                   "index " + std::to_string(index) + ": the item's " + std::to_string(view.bytes) +

@@ -69,7 +69,8 @@ TC_API int tc_slab_state(const tc_slab* slab, uint64_t index);
  * complete); 0 for a miss (any other state, not cacheable). */
 TC_API int tc_slab_locate(const tc_slab* slab, uint64_t index, uint64_t* offset, uint64_t* bytes);
 /** Copies the item at `index` into `dst` (room for `capacity` bytes) when it is filled: 1 and
- * *bytes; 0 for a miss; -65 when the item is larger than `capacity` (*bytes says how large). */
+ * *bytes; 0 for a miss; -65 when the item is larger than `capacity` (*bytes says how large).
+ * `bytes` may be NULL. */
 TC_API int tc_slab_read(const tc_slab* slab, uint64_t index, void* dst, uint64_t capacity, uint64_t* bytes);
 /** Stores `bytes` bytes from `src` at `index` (claim, copy, publish, as one call): 1 when stored,
  * 0 when nothing was claimed (as tc_slab_begin_write), -64 read-only. A failure after the claim

@@ -1,0 +1,161 @@
+"""The hit path of Slab.get / SharedCache.get: a hit is the stored bytes; a slot empty, being written,
+left by a dead writer, repaired, or (in a SmartCache window) holding another key's item is a miss;
+readers racing writers, in threads and in other processes, never see torn or foreign bytes; views
+stay read-only for everyone; a copy and a view agree, and the copy is the caller's own."""
+import mmap
+import os
+import struct
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import torch
+
+from tc_check import SOURCE, eq, finish, ok
+from traincache import SharedCache, Slab
+from traincache.slab import DIRECT_READS
+
+ENV = dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "python"))
+ITEM = (1024,)
+
+
+def pattern(i):
+    """Item i: every element holds i (a torn item mixes two values, a foreign one holds another)."""
+    return np.full(ITEM, i, np.float32)
+
+
+def state_word(slab, slot, word=None):
+    """The slot's state word, read (or written, for the tests) through a mapping of our own."""
+    with open(slab.path, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+        at = slab.info(counts=False)["offsets"]["states"] + 8 * slot
+        if word is not None:
+            struct.pack_into("<Q", m, at, word)
+        return struct.unpack_from("<Q", m, at)[0]
+
+
+if os.uname().machine == "x86_64":
+    ok(DIRECT_READS, "views are found without the library here (x86-64)")
+
+# --- hits are the stored bytes, in every selection and both copy modes --------------------------
+for selection, slots in (("first", 64), ("hashed", 48)):
+    s = Slab.create(f"hits-{selection}", 64, ITEM, "float32", slots=slots, selection=selection, temporary=True)
+    stored = [i for i in range(64) if s.put(i, pattern(i))]
+    eq(len(stored), slots, f"{selection}: every cacheable index stored")
+    ok(all(np.array_equal(s.get(i, copy=False), pattern(i)) and np.array_equal(s.get(i), pattern(i))
+           for i in stored), f"{selection}: views and copies hold the stored bytes")
+    missing = sorted(set(range(64)) - set(stored))
+    ok(all(s.get(i, copy=False) is None and s.get(i) is None for i in missing),
+       f"{selection}: indices that are not cacheable are misses")
+    eq((s.get(64, copy=False), s.get(10**12, copy=False)), (None, None), f"{selection}: beyond the length: misses")
+    s.remove()
+
+# --- states: empty, writing, a dead writer's, repaired, another key ------------------------------
+s = Slab.create("states", 8, ITEM, "float32", temporary=True)
+eq((s.get(0, copy=False), s.get(0)), (None, None), "an empty slot is a miss")
+offset = s.begin_write(1, 4096)
+ok(offset is not None, "slot 1 claimed")
+s._rw[offset:offset + 4096] = pattern(1).tobytes()  # all bytes there, not yet published
+eq((s.get(1, copy=False), s.get(1)), (None, None), "a slot being written is a miss")
+s.commit(1)
+ok(np.array_equal(s.get(1, copy=False), pattern(1)), "published: a hit")
+dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+state_word(s, 2, 1 | int(dead.stdout) << 8)  # WRITING, by a process that has exited
+eq((s.get(2, copy=False), s.state(2)), (None, "writing"), "a dead writer's slot is a miss")
+eq((s.repair(), s.get(2, copy=False), s.state(2)), (1, None, "empty"), "repaired: empty, still a miss")
+ok(s.put(2, pattern(2)) and np.array_equal(s.get(2, copy=False), pattern(2)), "then stored again: a hit")
+# A SmartCache window's slot carries its item's key + 1: a hit only for that index.
+ok(s.put(3, pattern(3)), "slot 3 stored")
+state_word(s, 3, 2 | (7 + 1) << 8)  # slot 3 now says it holds key 7
+eq((s.get(3, copy=False), s.get(3, copy=False) is None), (None, True), "a window slot of another key: a miss")
+state_word(s, 3, 2 | (3 + 1) << 8)
+got = s.get(3, copy=False)
+ok(got is not None and np.array_equal(got, pattern(3)) and got.flags.writeable,
+   "a window slot of this key: a hit, as a private copy (the slot may be reused)")
+state_word(s, 3, 0xAB)
+eq((s.get(3, copy=False), s.get(3)), (None, None), "an invalid state word is a miss")
+s.remove()
+
+# --- readers racing writers: threads --------------------------------------------------------------
+N = 2000
+s = Slab.create("race-threads", N, ITEM, "float32", temporary=True)
+bad, seen = [], set()
+
+
+def reader():
+    while len(seen) < N and not bad:
+        for i in range(N):
+            x = s.get(i, copy=False)
+            if x is not None:
+                if not (x == i).all():
+                    bad.append(i)
+                seen.add(i)
+
+
+def writer(first):
+    for i in range(first, N, 2):
+        s.put(i, pattern(i))
+
+
+threads = [threading.Thread(target=reader) for _ in range(2)] + [threading.Thread(target=writer, args=(k,))
+                                                                    for k in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+eq((bad, len(seen)), ([], N), "threads: every hit while two writers fill it is the whole, right item")
+s.remove()
+
+# --- readers racing writers: processes -----------------------------------------------------------
+WORKER = """
+import sys, numpy as np
+from traincache import Slab
+s = Slab.attach(sys.argv[1], writable=sys.argv[2] == "write")
+n = int(sys.argv[3])
+if sys.argv[2] == "write":
+    for i in np.random.default_rng(int(sys.argv[4])).permutation(n):
+        s.put(int(i), np.full(1024, i, np.float32))
+else:
+    seen, bad = set(), 0
+    while len(seen) < n:
+        for i in range(n):
+            x = s.get(i, copy=sys.argv[4] == "copy")
+            if x is not None:
+                bad += int(not (x == i).all())
+                seen.add(i)
+    print(bad, len(seen))
+"""
+s = Slab.create("race-procs", N, ITEM, "float32")
+procs = [subprocess.Popen([sys.executable, "-c", WORKER, "race-procs", "read", str(N), mode], env=ENV,
+                          stdout=subprocess.PIPE, text=True) for mode in ("view", "copy")]
+procs += [subprocess.Popen([sys.executable, "-c", WORKER, "race-procs", "write", str(N), str(seed)], env=ENV)
+          for seed in (1, 2)]
+outs = [p.communicate(timeout=120)[0] for p in procs]
+eq([p.returncode for p in procs], [0, 0, 0, 0], "processes: readers and writers exit 0")
+eq([o.strip() for o in outs[:2]], [f"0 {N}", f"0 {N}"], "processes: no torn or foreign item in views or copies")
+s.remove()
+
+# --- SharedCache: views are read-only for everyone, copies are the caller's -----------------------
+cache = SharedCache("ro", 16, (4,), "float32")
+cache.put(5, torch.arange(4, dtype=torch.float32))
+a, b = cache.get(5), cache.get(5)
+a.add_(1)
+eq((b.tolist(), cache.get(5, copy=False).tolist()), ([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]),
+   "an in-place change of a copy changes nobody else's item")
+CHILD = """
+import sys, torch
+from traincache import SharedCache
+c = SharedCache("ro", 16, (4,), "float32")
+v = c.get(5, copy=False)
+print(v.tolist(), flush=True)
+v.add_(1)
+"""
+p = subprocess.run([sys.executable, "-c", CHILD], env=ENV, capture_output=True, text=True)
+eq((p.returncode, p.stdout.strip()), (-11, "[0.0, 1.0, 2.0, 3.0]"),
+   "an in-place write through another process's view kills that process (SIGSEGV)")
+eq(cache.get(5, copy=False).tolist(), [0.0, 1.0, 2.0, 3.0], "and the item is unchanged for everyone")
+eq((cache.hits, cache.misses), (4, 0), "hits counted")
+eq((cache.get(6), cache.get(6, copy=False), cache.misses), (None, None, 2), "misses counted")
+cache.close()
+
+finish()
