@@ -67,15 +67,18 @@ class SharedCache:
             self._spec["slots"] = int(length)
         self.hits = self.misses = self.stored = 0
         self.slab, self.created = self._open(create=True)
-        self._torch_dtype = getattr(torch, self._spec["dtype"])
-        # Every item as one tensor over the slab's read-only mapping (made once: torch.from_numpy
-        # warns on each read-only array it wraps), indexed by the views get(copy=False) returns.
-        self._views = torch.from_numpy(self.slab._items) if self.slab._items is not None else None
-        self._item_bytes = int(np.prod(self._spec["shape"])) * np.dtype(self._spec["dtype"]).itemsize
+        self._prepare_reads()
         self._finalizer = None
         if self.created and not keep:
             self._finalizer = weakref.finalize(self, _remove_if_owner, self.slab.path,
                                                os.stat(self.slab.path).st_ino, os.getpid())
+
+    def _prepare_reads(self) -> None:
+        self._torch_dtype = getattr(torch, self._spec["dtype"])
+        self._item_bytes = int(np.prod(self._spec["shape"])) * np.dtype(self._spec["dtype"]).itemsize
+        # Every item as one tensor over the slab's read-only mapping (made once: torch.from_numpy
+        # warns on each read-only array it wraps), indexed by the views get(copy=False) returns.
+        self._views = torch.from_numpy(self.slab._items) if self.slab._items is not None else None
 
     def _open(self, create: bool):
         s = self._spec
@@ -157,6 +160,7 @@ class SharedCache:
 
     def close(self) -> None:
         """Detaches; the process that created a temporary slab also removes it."""
+        self._views = None
         self.slab.close()
         if self._finalizer is not None:
             self._finalizer()
@@ -178,4 +182,5 @@ class SharedCache:
         self._spec = state["spec"]
         self.hits = self.misses = self.stored = 0
         self.slab, self.created = self._open(create=False)
+        self._prepare_reads()
         self._finalizer = None

@@ -156,6 +156,14 @@ eq((p.returncode, p.stdout.strip()), (-11, "[0.0, 1.0, 2.0, 3.0]"),
 eq(cache.get(5, copy=False).tolist(), [0.0, 1.0, 2.0, 3.0], "and the item is unchanged for everyone")
 eq((cache.hits, cache.misses), (4, 0), "hits counted")
 eq((cache.get(6), cache.get(6, copy=False), cache.misses), (None, None, 2), "misses counted")
+view = cache.get(5, copy=False)
 cache.close()
+eq(view.tolist(), [0.0, 1.0, 2.0, 3.0], "a view stays readable after close()")
+for copy in (True, False):
+    try:
+        cache.get(5, copy=copy)
+        ok(False, f"get(copy={copy}) after close() raises")
+    except ValueError as e:
+        eq(str(e), "slab 'ro' is closed", f"get(copy={copy}) after close(): ValueError")
 
 finish()
