@@ -75,6 +75,7 @@ class SharedCache:
 
     def _prepare_reads(self) -> None:
         self._torch_dtype = getattr(torch, self._spec["dtype"])
+        self._torch_shape = torch.Size(self._spec["shape"])
         self._item_bytes = int(np.prod(self._spec["shape"])) * np.dtype(self._spec["dtype"]).itemsize
         # Every item as one tensor over the slab's read-only mapping (made once: torch.from_numpy
         # warns on each read-only array it wraps), indexed by the views get(copy=False) returns.
@@ -124,13 +125,17 @@ class SharedCache:
         if copy:  # one library call, straight into the tensor returned
             slab = self.slab
             i = slab._index(index)
-            out = torch.empty(self._spec["shape"], dtype=self._torch_dtype)
+            # A miss keeps its tensor for the next call (dict.pop is atomic: threads never share one).
+            out = self.__dict__.pop("_spare", None)
+            if out is None:
+                out = torch.empty(self._spec["shape"], dtype=self._torch_dtype)
             found = _capi.lib().tc_slab_read(slab._h(), i, out.data_ptr(), self._item_bytes, None)
             if found < 0:
                 _capi.check(found)
             if found:
                 self.hits += 1
                 return out
+            self._spare = out
             self.misses += 1
             return None
         if self._views is not None:  # no library call: the state word read from the mapping
@@ -150,7 +155,15 @@ class SharedCache:
     def put(self, index: int, value) -> bool:
         """Caches `value` (a tensor or array of the cache's shape) at `index` unless it is there
         already, being written by another process, or not cacheable; True when this call stored it."""
-        stored = self.slab.put(index, value)
+        v = value
+        if (type(v) is torch.Tensor and v.dtype is self._torch_dtype and v.shape == self._torch_shape
+                and not v.is_cuda and not v.requires_grad and v.is_contiguous()):
+            # Already an item as stored (the usual case): one library call from where it is.
+            slab = self.slab
+            rc = _capi.lib().tc_slab_put(slab._h(), slab._index(index), v.data_ptr(), self._item_bytes)
+            stored = bool(_capi.check(rc) if rc < 0 else rc)
+        else:
+            stored = self.slab.put(index, value)
         self.stored += stored
         return stored
 
