@@ -10,7 +10,7 @@ import json
 import os
 import threading
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 LIBRARY = "libtraincache_c.so"
 
 _lock = threading.Lock()
@@ -69,6 +69,7 @@ _PROTOTYPES = {
     "tc_slab_state": (_int, [_p, _u64]),
     "tc_slab_locate": (_int, [_p, _u64, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
     "tc_slab_read": (_int, [_p, _u64, _p, _u64, ctypes.POINTER(_u64)]),
+    "tc_slab_open_shared": (_int, [ctypes.c_char_p, _int, ctypes.POINTER(_p), ctypes.POINTER(_int)]),
     "tc_slab_put": (_int, [_p, _u64, _p, _u64]),
     "tc_slab_begin_write": (_int, [_p, _u64, _u64, ctypes.POINTER(_u64)]),
     "tc_slab_commit": (_int, [_p, _u64]),

@@ -45,9 +45,10 @@ class SharedCache:
     first indices, or with `selection="hashed"` a seeded subset spread over it. Without either,
     every item is cacheable. The slab is checked before use: /dev/shm must have room for it
     (TraincacheError 73 otherwise: no silent fallback), and an existing slab must hold the same
-    length, shape, dtype and `content_id` (65 otherwise). Give `content_id` something that changes
-    when the items would (the data's path and the preprocessing), so that a kept slab is never
-    reused for other data.
+    length, shape, dtype, selection and `content_id` (65 otherwise), and belong to this user unless
+    `trust_owner` (65 otherwise). The library makes and checks it as the tools share slabs. Give
+    `content_id` something that changes when the items would (the data's path and the
+    preprocessing), so that a kept slab is never reused for other data.
 
     Unless `keep`, the slab is temporary: the process that created it removes it when it closes
     the cache or exits (processes still attached keep their mapping), and `shm-cache rm --stale`
@@ -59,10 +60,10 @@ class SharedCache:
 
     def __init__(self, name: str, length: int, shape, dtype="float32", *, slots=None, limit=None,
                  selection: str = "first", seed: int = 0, content_id: str = "", keep: bool = False,
-                 mode: int = 0o600):
+                 mode: int = 0o600, trust_owner: bool = False):
         self._spec = dict(name=name, length=int(length), shape=tuple(int(d) for d in shape),
                           dtype=np.dtype(dtype).name, slots=slots, limit=limit, selection=selection, seed=seed,
-                          content_id=content_id, keep=keep, mode=mode)
+                          content_id=content_id, keep=keep, mode=mode, trust_owner=trust_owner)
         if slots is None and limit is None:
             self._spec["slots"] = int(length)
         self.hits = self.misses = self.stored = 0
@@ -83,26 +84,17 @@ class SharedCache:
 
     def _open(self, create: bool):
         s = self._spec
-        for _ in range(2):
-            try:
-                slab = Slab.attach(s["name"], writable=True)
-            except TraincacheError as e:
-                if e.code != 69 or not create:
-                    raise
-            else:
-                self._check(slab)
-                slab.repair()
-                return slab, False
-            try:
-                slab = Slab.create(s["name"], s["length"], s["shape"], s["dtype"], slots=s["slots"],
-                                   limit=s["limit"], selection=s["selection"], seed=s["seed"], mode=s["mode"],
-                                   content_id=s["content_id"], temporary=not s["keep"])
-                return slab, True
-            except TraincacheError as e:
-                if e.code != 73:
-                    raise
-                error = e  # another process created it first, or there is no room: attach again to tell
-        raise error
+        if not create:  # a spawned worker: the parent's slab, checked as it was when made
+            slab = Slab.attach(s["name"], writable=True)
+            self._check(slab)
+            return slab, False
+        slab, created = Slab.open_shared(s["name"], s["length"], s["shape"], s["dtype"], slots=s["slots"],
+                                         limit=s["limit"], selection=s["selection"], seed=s["seed"], mode=s["mode"],
+                                         content_id=s["content_id"], temporary=not s["keep"],
+                                         trust_owner=s["trust_owner"])
+        if not created:
+            slab.repair()
+        return slab, created
 
     def _check(self, slab: Slab) -> None:
         s = self._spec

@@ -57,6 +57,32 @@ def parse_size(size) -> int:
     return int(round(value * mult))
 
 
+def _create_options(name, length, shape, dtype, slots, limit, variable, selection, seed, mode, content_id,
+                    temporary) -> dict:
+    """The JSON options of tc_slab_create / tc_slab_open_shared, the arguments checked."""
+    dtype = np.dtype(dtype).name
+    if int(length) <= 0:
+        raise ValueError(f"{name}: the dataset length must be positive")
+    if slots is not None and limit is not None:
+        raise ValueError(f"{name}: give slots or limit, not both")
+    if variable and (shape is not None or limit is None):
+        raise ValueError(f"{name}: a variable layout takes no shape and needs limit (its arena's bytes)")
+    if not variable and shape is None:
+        raise ValueError(f"{name}: a fixed layout needs the item shape (or variable=True)")
+    if slots is None and limit is None:
+        slots = length  # every item cacheable
+    opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
+            "dtype": dtype, "selection": selection, "seed": int(seed), "mode": int(mode),
+            "content_id": content_id, "temporary": bool(temporary), "tool": "python"}
+    if shape is not None:
+        opts["dims"] = [int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+    if slots is not None:
+        opts["slots"] = int(slots)
+    if limit is not None:
+        opts["limit_bytes"] = parse_size(limit)
+    return opts
+
+
 class Slab:
     """One attachment to a named slab (/dev/shm/<prefix><name>). Use Slab.attach() or Slab.create()."""
 
@@ -126,29 +152,27 @@ class Slab:
         is listed as such and removed by `shm-cache rm --stale` once its creator has died.
         TraincacheError 73 when the name exists or /dev/shm has no room for it; 64 for bad options.
         """
-        dtype = np.dtype(dtype).name
-        if int(length) <= 0:
-            raise ValueError(f"{name}: the dataset length must be positive")
-        if slots is not None and limit is not None:
-            raise ValueError(f"{name}: give slots or limit, not both")
-        if variable and (shape is not None or limit is None):
-            raise ValueError(f"{name}: a variable layout takes no shape and needs limit (its arena's bytes)")
-        if not variable and shape is None:
-            raise ValueError(f"{name}: a fixed layout needs the item shape (or variable=True)")
-        if slots is None and limit is None:
-            slots = length  # every item cacheable
-        opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
-                "dtype": dtype, "selection": selection, "seed": int(seed), "mode": int(mode),
-                "content_id": content_id, "temporary": bool(temporary), "tool": "python"}
-        if shape is not None:
-            opts["dims"] = [int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,))]
-        if slots is not None:
-            opts["slots"] = int(slots)
-        if limit is not None:
-            opts["limit_bytes"] = parse_size(limit)
+        opts = _create_options(name, length, shape, dtype, slots, limit, variable, selection, seed, mode, content_id,
+                               temporary)
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib().tc_slab_create(json.dumps(opts).encode(), ctypes.byref(handle)))
         return cls(handle.value, True)
+
+    @classmethod
+    def open_shared(cls, name: str, length: int, shape, dtype="float32", *, slots=None, limit=None,
+                    selection: str = "first", seed: int = 0, mode: int = 0o600, content_id: str = "",
+                    temporary: bool = False, trust_owner: bool = False):
+        """Attaches to slab `name`, or creates it (a fixed layout, arguments as create()) when there
+        is none, as the tools share slabs (of processes racing to create it, the losers attach to
+        the winner's), then checks it holds these items: TraincacheError 65 for another user's slab
+        (unless `trust_owner`) or one of another length, shape, dtype, selection or content id;
+        73 when it cannot be made. Returns (slab, created)."""
+        opts = _create_options(name, length, shape, dtype, slots, limit, False, selection, seed, mode, content_id,
+                               temporary)
+        handle, created = ctypes.c_void_p(), ctypes.c_int()
+        _capi.check(_capi.lib().tc_slab_open_shared(json.dumps(opts).encode(), 1 if trust_owner else 0,
+                                                    ctypes.byref(handle), ctypes.byref(created)))
+        return cls(handle.value, True), bool(created.value)
 
     def close(self) -> None:
         """Detaches. Views handed out by get() stay valid: the mapping goes when the last one does."""

@@ -166,6 +166,25 @@ def main():
            f"length {N}, shape [3, 16, 15], float32, content id '{FILES}'): remove it (shm-cache rm kept) or use "
            "another name", 65)
     raises(lambda: SharedCache("kept", N, SHAPE, "float32", content_id="other data"), TraincacheError, None, 65)
+    raises(lambda: SharedCache("kept", N, SHAPE, "float32", content_id=FILES, selection="hashed", slots=N // 2),
+           TraincacheError,
+           f"kept: the slab holds other items (length {N}, shape [3, 16, 16], float32, content id '{FILES}'; wanted "
+           f"length {N}, shape [3, 16, 16], float32, content id '{FILES}', hashed selection): remove it (shm-cache rm "
+           "kept) or use another name", 65)
+    # Another user's slab is used only when trusted (the library's check, as the tools' --trust-slab-owner).
+    if os.geteuid() == 0:
+        foreign = SharedCache("foreign", 4, (2,), "float32", keep=True)
+        os.chown(foreign.slab.path, 4242, -1)
+        raises(lambda: SharedCache("foreign", 4, (2,), "float32"), TraincacheError,
+               "foreign: slab is owned by another user (uid 4242); use trust_owner=True to share it, or use another "
+               "name", 65)
+        trusted = SharedCache("foreign", 4, (2,), "float32", trust_owner=True)
+        eq((trusted.created, trusted.put(1, torch.ones(2)), foreign.get(1).tolist()), (False, True, [1.0, 1.0]),
+           "trust_owner=True: attached and shared")
+        trusted.close()
+        foreign.slab.remove()
+    else:
+        print("shared_cache.py: note: another user's slab not checked (giving a slab away needs root)", file=sys.stderr)
     e = raises(lambda: SharedCache("huge", 10 ** 9, (1 << 20,), "float32"), TraincacheError, None, 73)
     ok(e is not None and "free" in str(e), f"a cache /dev/shm cannot hold is refused before anything is made ({e})")
     eq(slab_objects(), ["kept", "victim"], "nothing was created by the refusals")

@@ -15,6 +15,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/version.h"
 #include "traincache/io/describe.h"
+#include "traincache/slab/sharing.h"
 #include "traincache/slab/shm_slab.h"
 
 using namespace traincache;
@@ -167,6 +168,45 @@ int tc_cache_describe(const char* path, int stats, char** json) {
 int tc_slab_create(const char* options_json, tc_slab** out) {
   return guarded([&] {
     *out = new tc_slab{shm::Slab::create(create_options(options_json))};
+    return 0;
+  });
+}
+
+namespace {
+
+// "length L, shape [a, b], float32, content id 'X'" (", hashed selection"): what a slab holds, as the
+// Python package words it.
+std::string holds(uint64_t length, shm::Layout layout, const std::vector<uint64_t>& dims, DType dtype,
+                  const std::string& content_id, shm::Selection selection) {
+  std::string shape = "variable";
+  if (layout == shm::Layout::fixed) {
+    shape = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+    shape += "]";
+  }
+  return "length " + std::to_string(length) + ", shape " + shape + ", " + dtype_name(dtype) + ", content id '" +
+         content_id + "'" + (selection == shm::Selection::hashed ? ", hashed selection" : "");
+}
+
+}  // namespace
+
+int tc_slab_open_shared(const char* options_json, int trust_owner, tc_slab** out, int* created) {
+  return guarded([&] {
+    const shm::CreateOptions want = create_options(options_json);
+    shm::Sharing sharing;
+    sharing.trust_owner = trust_owner != 0;
+    sharing.trust_hint = "trust_owner=True";
+    sharing.owner_hint = "use another name";
+    sharing.holds_other_of = [&want](const shm::SlabInfo& si) {
+      return "the slab holds other items (" +
+             holds(si.length, si.layout, si.dims, si.dtype, si.content_id, si.selection) + "; wanted " +
+             holds(want.length, want.layout, want.dims, want.dtype, want.content_id, want.selection) +
+             "): remove it (shm-cache rm " + want.name + ") or use another name";
+    };
+    bool made = false;
+    auto slab = shm::open_shared(want, sharing, &made);
+    *out = new tc_slab{std::move(*slab)};
+    *created = made ? 1 : 0;
     return 0;
   });
 }

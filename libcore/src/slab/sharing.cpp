@@ -9,13 +9,16 @@ namespace traincache::shm {
 void check_shared(const SlabInfo& si, const CreateOptions& want, const Sharing& sharing) {
   if (si.uid != ::geteuid() && !sharing.trust_owner)
     throw Error(Exit::data, want.name,
-                "slab is owned by another user (uid " + std::to_string(si.uid) +
-                    "); use --trust-slab-owner to share it, or " + sharing.owner_hint);
-  if (si.content_id != want.content_id) throw Error(Exit::data, want.name, sharing.holds_other);
+                "slab is owned by another user (uid " + std::to_string(si.uid) + "); use " + sharing.trust_hint +
+                    " to share it, or " + sharing.owner_hint);
+  const bool same_contents = si.content_id == want.content_id;
   bool same = si.layout == want.layout && si.dtype == want.dtype;
   if (want.layout == Layout::fixed)
     same = same && si.dims == want.dims && si.length == want.length && si.selection == want.selection &&
            (!sharing.same_slots || si.slots == want.slots);
+  if (sharing.holds_other_of && !(same_contents && same))
+    throw Error(Exit::data, want.name, sharing.holds_other_of(si));
+  if (!same_contents) throw Error(Exit::data, want.name, sharing.holds_other);
   if (!same)
     throw Error(Exit::data, want.name, sharing.wrong_shape.empty() ? sharing.holds_other : sharing.wrong_shape);
 }

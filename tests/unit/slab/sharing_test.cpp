@@ -108,6 +108,34 @@ CATCH_TEST_CASE("sharing: a slab made for other contents or of another shape is 
   CATCH_CHECK(refusal(rows("a"), shaped).empty());
 }
 
+CATCH_TEST_CASE("sharing: a caller may word the refusal from what the slab holds", "[slab]") {
+  Prefix prefix;
+  bool created = false;
+  auto made = shm::open_shared(rows("a"), sharing(), &created);
+  auto s = sharing();
+  s.holds_other_of = [](const shm::SlabInfo& si) { return "holds " + std::to_string(si.dims.at(0)) + " wide"; };
+  auto wide = rows("a");
+  wide.dims = {5};
+  auto other = rows("a");
+  other.content_id = "rows-of-b";
+  for (const auto& want : {wide, other})
+    CATCH_CHECK(test::message_of([&] {
+                  bool c = false;
+                  shm::open_shared(want, s, &c);
+                }) == "a: holds " + std::to_string(rows("a").dims.at(0)) + " wide");
+  CATCH_CHECK(test::message_of([&] {
+                bool c = false;
+                shm::open_shared(rows("a"), s, &c);
+              }).empty());
+  // The way to trust another user's slab is the caller's too.
+  shm::SlabInfo si = made->info();
+  si.uid = ::geteuid() + 1;
+  s.trust_hint = "trust_owner=True";
+  CATCH_CHECK(test::message_of([&] { shm::check_shared(si, rows("a"), s); }) ==
+              "a: slab is owned by another user (uid " + std::to_string(si.uid) +
+                  "); use trust_owner=True to share it, or another --x name");
+}
+
 CATCH_TEST_CASE("sharing: another user's slab is refused unless trusted", "[slab]") {
   Prefix prefix;
   bool created = false;

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /** Incremented when a function changes meaning or signature; callers check it at load. */
-#define TC_ABI_VERSION 2
+#define TC_ABI_VERSION 3
 
 /** TC_ABI_VERSION of the loaded library. */
 TC_API int tc_abi_version(void);
@@ -51,6 +51,13 @@ typedef struct tc_slab tc_slab;
  * of docs/shm-cache.md), dims (fixed), slots or limit_bytes, selection ("first" | "hashed"), seed,
  * mode, content_id, temporary, tool. Unknown keys are refused (-64). 0 and *out, or -64 / -73. */
 TC_API int tc_slab_create(const char* options_json, tc_slab** out);
+/** Attaches (writable) to the slab that `options_json` (as tc_slab_create's) names, or creates it
+ * when there is none, the way every traincache tool shares a slab (of processes racing to create
+ * it, the losers attach to the winner's); *created says whether this call made it. The slab must
+ * then hold what the options describe: another user's slab is refused unless `trust_owner`, and
+ * one of another content id, layout, element type, item shape, length or selection is refused
+ * (-65, naming what it holds and what was wanted). -73 when it cannot be made (no room). */
+TC_API int tc_slab_open_shared(const char* options_json, int trust_owner, tc_slab** out, int* created);
 /** Attaches to slab `name` (without the prefix), read-only unless `writable`. The header is
  * validated against the object first. 0 and *out, or -69 (no such slab), -65 (corrupt, foreign). */
 TC_API int tc_slab_attach(const char* name, int writable, tc_slab** out);

@@ -26,6 +26,11 @@ struct Sharing {
   bool same_slots = false;
   /// An attached slab that is sealed must still hold what was sealed (its data digest).
   bool check_seal = false;
+  /// How the caller is told to trust another user's slab (a tool's flag, a library's argument).
+  std::string trust_hint = "--trust-slab-owner";
+  /// When set, words the refusal of a slab of other contents or shape from what it holds (then
+  /// holds_other and wrong_shape are not used).
+  std::function<std::string(const SlabInfo&)> holds_other_of;
 };
 
 /// Refuses with Error(data) a slab described by `si` that a process wanting `want` must not use:
