@@ -5,8 +5,9 @@ same crash-safe slot protocol (docs/shm-cache.md), through libtraincache_c.so.
 turns a slab truncated under the reader into TraincacheError(74) instead of a SIGBUS that would
 kill the interpreter, and the copy may be changed in place. `get(i, copy=False)` returns a
 zero-copy, read-only view of the item in shared memory (a second, read-only mapping of the
-object): no copy, but an in-place write through it faults, and a slab truncated while the view
-is read kills the process with SIGBUS. `put` claims the slot with a compare-and-swap, copies the
+object), found on x86-64 without a library call (the state word read from that mapping): no copy,
+but an in-place write through it faults, and a slab truncated while the view is read kills the
+process with SIGBUS. `put` claims the slot with a compare-and-swap, copies the
 item and publishes it in one library call; a failure in between gives the slot back, and a
 process killed there leaves it WRITING until `repair` (or `shm-cache repair`) returns it to empty.
 """
