@@ -14,6 +14,7 @@ cp "$WORK/.out" "$WORK/fp32.json"
 run "$TC_BIN/gc-train" -q "${R[@]}" --precision bf16 --out "$WORK/bf16.pt" --json
 expect_rc 0
 cp "$WORK/.out" "$WORK/bf16.json"
+expect_out_has '"precision":"bf16","math_mode":"ieee"'
 py "
 import json, torch
 a = dict(torch.jit.load('$WORK/fp32.pt').named_parameters())

@@ -86,7 +86,9 @@ report::Record train_record(const train::TrainResult& r) {
       .add("samples_per_second", r.samples_per_second)
       .add("seconds_per_epoch", r.seconds_per_epoch)
       .add("peak_rss_bytes", peak_rss_bytes())
-      .add("utf8_replaced", r.utf8_replaced);
+      .add("utf8_replaced", r.utf8_replaced)
+      .add("precision", r.precision)
+      .add("math_mode", r.math_mode);
   if (r.data_cache) {
     const auto& c = *r.data_cache;
     char text[160];

@@ -151,6 +151,8 @@ struct TrainResult {
   double seconds_per_epoch = 0;
   std::string mode;       ///< "raw-tied", "raw-separate", "raw-grouped", "cached-aligned", "cached-grouped"
   std::string objective;  ///< the loss trained: infonce, symmetric, supcon, softmax, arcface, ...
+  std::string precision;  ///< fp32, bf16 or fp16 (--precision)
+  std::string math_mode;  ///< float32 convolutions: "tf32" (cuDNN on a CUDA device, unless --no-tf32) or "ieee"
   int64_t classes = 0;    ///< classifier objectives: the classes of the training rows
   EvalMetrics eval_before, eval_after;
   BestRecord best;                              ///< with --select-best
