@@ -9,8 +9,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <thread>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/model/autocast.h"
 
@@ -127,7 +127,7 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
 }
 
 void configure_threads(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int n = threads > 0 ? threads : static_cast<int>(usable_cores());
   if (at::get_num_threads() != n) at::set_num_threads(n);
 }
 

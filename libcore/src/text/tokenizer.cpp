@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tokenizer_internal.h"
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/safe_file.h"
 #include "traincache_build_info.h"
@@ -158,8 +159,7 @@ TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& te
                         const std::string& what, int threads) {
   const int64_t max_length = effective_max_length(tok, opts);
   const std::size_t n = texts.size();
-  std::size_t parts =
-      threads > 0 ? static_cast<std::size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  std::size_t parts = threads > 0 ? static_cast<std::size_t>(threads) : static_cast<std::size_t>(usable_cores());
   parts = std::max<std::size_t>(1, std::min(parts, n / 256));  // small inputs: one thread
   std::vector<TokenRows> part(parts);
   std::vector<std::exception_ptr> failed(parts);

@@ -1,8 +1,8 @@
 #include "setup.h"
 
 #include <algorithm>
-#include <thread>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/model/autocast.h"
 #include "traincache/model/encode.h"
@@ -23,10 +23,9 @@ Setup resolve_setup(const TrainOptions& o) {
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   precision::allow_tf32(o.tf32);
   // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(
-      o.threads > 0 || s.launch.local_world_size <= 1
-          ? o.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.launch.local_world_size));
+  encode::configure_threads(o.threads > 0 || s.launch.local_world_size <= 1
+                                ? o.threads
+                                : std::max(1, static_cast<int>(usable_cores()) / s.launch.local_world_size));
   validate_options(o);
   precision::check(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;

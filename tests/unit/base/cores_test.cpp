@@ -1,0 +1,37 @@
+#include "traincache/base/cores.h"
+
+#include <sched.h>
+
+#include <thread>
+
+#include "catch.h"
+
+using namespace traincache;
+
+CATCH_TEST_CASE("cores: a cgroup's cpu.max in cores, rounded up", "[cores]") {
+  CATCH_CHECK(cores_of_cpu_max("200000 100000") == 2u);
+  CATCH_CHECK(cores_of_cpu_max("150000 100000") == 2u);
+  CATCH_CHECK(cores_of_cpu_max("50000 100000") == 1u);
+  CATCH_CHECK(cores_of_cpu_max("400000 100000\n") == 4u);
+  for (const char* none : {"max 100000", "", "abc 100000", "100000 0", "-1 100000", "100000"})
+    CATCH_CHECK_FALSE(cores_of_cpu_max(none).has_value());
+}
+
+CATCH_TEST_CASE("cores: the affinity mask limits them", "[cores]") {
+  const unsigned all = usable_cores();
+  CATCH_CHECK(all >= 1u);
+  CATCH_CHECK(all <= std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t was, one;
+  CATCH_REQUIRE(sched_getaffinity(0, sizeof was, &was) == 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &was)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  CATCH_REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  const unsigned pinned = usable_cores();
+  CATCH_REQUIRE(sched_setaffinity(0, sizeof was, &was) == 0);
+  CATCH_CHECK(pinned == 1u);
+  CATCH_CHECK(usable_cores() == all);
+}
