@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from . import _capi
-from .slab import Slab, TraincacheError
+from .slab import FILLED, Slab, TraincacheError
 
 # torch.from_numpy warns that a read-only array gives a tensor over memory it cannot write: that is
 # the point here (a write through a cached item would change it for every process), and the warning
@@ -76,8 +76,6 @@ class SharedCache:
 
     def _prepare_reads(self) -> None:
         self._torch_dtype = getattr(torch, self._spec["dtype"])
-        self._torch_shape = torch.Size(self._spec["shape"])
-        self._item_bytes = int(np.prod(self._spec["shape"])) * np.dtype(self._spec["dtype"]).itemsize
         # Every item as one tensor over the slab's read-only mapping (made once: torch.from_numpy
         # warns on each read-only array it wraps), indexed by the views get(copy=False) returns.
         self._views = torch.from_numpy(self.slab._items) if self.slab._items is not None else None
@@ -121,7 +119,7 @@ class SharedCache:
             out = self.__dict__.pop("_spare", None)
             if out is None:
                 out = torch.empty(self._spec["shape"], dtype=self._torch_dtype)
-            found = _capi.lib().tc_slab_read(slab._h(), i, out.data_ptr(), self._item_bytes, None)
+            found = _capi.lib().tc_slab_read(slab._h(), i, out.data_ptr(), slab._item_bytes, None)
             if found < 0:
                 _capi.check(found)
             if found:
@@ -131,11 +129,12 @@ class SharedCache:
             self.misses += 1
             return None
         if self._views is not None:  # no library call: the state word read from the mapping
-            slot = self.slab._filled_slot(self.slab._index(index))
-            if slot is not None and slot >= 0:
+            i = self.slab._index(index)
+            found = self.slab._filled_slot(i)
+            if found is not None and found[1] == FILLED:
                 self.hits += 1
-                return self._views[slot]
-            x = None if slot is None else self.slab._checked_copy(int(index))
+                return self._views[found[0]]
+            x = None if found is None else self.slab._checked_copy(i, *found)
         else:
             x = self.slab.get(index, copy=False)
         if x is None:
@@ -147,15 +146,7 @@ class SharedCache:
     def put(self, index: int, value) -> bool:
         """Caches `value` (a tensor or array of the cache's shape) at `index` unless it is there
         already, being written by another process, or not cacheable; True when this call stored it."""
-        v = value
-        if (type(v) is torch.Tensor and v.dtype is self._torch_dtype and v.shape == self._torch_shape
-                and not v.is_cuda and not v.requires_grad and v.is_contiguous()):
-            # Already an item as stored (the usual case): one library call from where it is.
-            slab = self.slab
-            rc = _capi.lib().tc_slab_put(slab._h(), slab._index(index), v.data_ptr(), self._item_bytes)
-            stored = bool(_capi.check(rc) if rc < 0 else rc)
-        else:
-            stored = self.slab.put(index, value)
+        stored = self.slab.put(index, value)  # a ready tensor: one library call from where it is
         self.stored += stored
         return stored
 

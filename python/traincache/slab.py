@@ -15,6 +15,7 @@ import ctypes
 import json
 import mmap
 import platform
+import sys
 
 import numpy as np
 
@@ -114,7 +115,7 @@ class Slab:
         self.temporary = desc["temporary"]
         self.creator_pid = desc["creator_pid"]
         self._nbytes = ctypes.c_uint64()
-        self._torch_dtype = "torch." + self.dtype.name
+        self._torch_item = None  # torch's (dtype, shape) of an item, made by _item_pointer
         self._item_bytes = int(np.prod(self.shape)) * self.dtype.itemsize if self.shape is not None else 0
         # A fixed layout's state words, items and (hashed selection) index-to-slot map as arrays over
         # the read-only mapping, at the offsets the library validated when attaching.
@@ -244,38 +245,32 @@ class Slab:
         guarantee (reading the mapping directly cannot)."""
         index = self._index(index)
         if not copy and self._states is not None:
-            slot = self._filled_slot(index)
-            if slot is None or slot >= 0:
-                return None if slot is None else self._items[slot]
-            return self._checked_copy(index)
+            found = self._filled_slot(index)
+            if found is None:
+                return None
+            slot, word = found
+            return self._items[slot] if word == FILLED else self._checked_copy(index, slot, word)
         return self._read(index) if copy else self._view(index)
 
     def _filled_slot(self, index: int):
-        """Read from the mapping (fixed layouts on x86-64 only): the slot of `index` when it holds
-        the item (FILLED), None for a miss, or -1 for a SmartCache window's slot that says it holds
-        this index's item (which _checked_copy reads)."""
+        """Read from the mapping (fixed layouts on x86-64 only): (slot, state word) when the slot of
+        `index` holds its item (FILLED, or a SmartCache window's FILLED word carrying this index's
+        key, which _checked_copy reads); None for a miss."""
         if index >= self.length:
             return None
-        if self._slot_map is None:
-            slot = index if index < self.slots else None
-        else:
-            slot = int(self._slot_map[index])
-            slot = slot if 0 <= slot < self.slots else None
-        if slot is None:
+        slot = index if self._slot_map is None else int(self._slot_map[index])
+        if not 0 <= slot < self.slots:
             return None
         word = int(self._states[slot])
-        if word == FILLED:
-            return slot
-        return -1 if word & 0xFF == FILLED and word >> 8 == index + 1 else None
+        if word == FILLED or (word & 0xFF == FILLED and word >> 8 == index + 1):
+            return slot, word
+        return None
 
-    def _checked_copy(self, index: int):
-        """A window slot's item: copied, then kept only if the slot still holds it (its word is
-        unchanged, so the copy is neither torn nor another key's)."""
-        slot = index if self._slot_map is None else int(self._slot_map[index])
-        word = int(self._states[slot])
+    def _checked_copy(self, index: int, slot: int, word: int):
+        """A window slot's item: copied, then kept only if the slot's word is still `word` (so the
+        copy is neither torn nor another key's)."""
         item = self._read(index)
-        return item if item is not None and word & 0xFF == FILLED and word >> 8 == index + 1 and \
-            int(self._states[slot]) == word else None
+        return item if item is not None and int(self._states[slot]) == word else None
 
     def _read(self, index: int):
         """A private copy of the item at `index` made by the library, or None for a miss."""
@@ -357,8 +352,14 @@ class Slab:
             if value.dtype == self.dtype and value.shape == self.shape and value.flags.c_contiguous:
                 return value.__array_interface__["data"][0]
             return None
-        if (type(value).__name__ == "Tensor" and str(value.dtype) == self._torch_dtype and value.device.type == "cpu"
-                and not value.requires_grad and tuple(value.shape) == self.shape and value.is_contiguous()):
+        if type(value).__name__ != "Tensor":
+            return None
+        if self._torch_item is None:  # torch's dtype and shape of an item, once (torch is loaded: value is one)
+            torch = sys.modules["torch"]
+            self._torch_item = (getattr(torch, self.dtype.name, None), torch.Size(self.shape))
+        dtype, shape = self._torch_item
+        if (value.dtype is dtype and value.shape == shape and not value.is_cuda and not value.requires_grad
+                and value.is_contiguous()):
             return value.data_ptr()
         return None
 
