@@ -292,6 +292,9 @@ printf 'file,class\nmixed/png_rgb/000.png,a,extra\n' > "$WORK/wide.csv"
 bad_fill --input "$WORK/wide.csv" --features file
 expect_rc 65
 expect_err "cache-fill: error: $WORK/wide.csv:2: 3 fields, but the header has 2"
+bad_fill --input "$WORK/mixed" --resize 8 --convert gpu
+expect_rc 64
+expect_err "cache-fill: error: --convert: gpu not in {auto,host,device} (see --help)"
 bad_fill --input "$WORK/mixed" --resize 0
 expect_rc 64
 expect_err "cache-fill: error: --resize: expected S or H,W (integers 1..65535), got '0'"
