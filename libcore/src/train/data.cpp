@@ -81,6 +81,28 @@ void attach_data_cache(const TrainOptions& o, const std::string& file, const std
                                        dims, o.trust_slab_owner);
 }
 
+// Every dataset of a tensor side (`fields`, and hard negatives `negs`) has the `n` rows of dataset
+// `first`, and each dataset's negatives are shaped [rows, k, ...] like its rows, with one k for all.
+void check_tensor_side(const std::string& file, const std::string& first, int64_t n,
+                       const std::vector<std::string>& fields, const std::vector<std::string>& negs,
+                       const TensorSide& side) {
+  for (std::size_t i = 0; i < fields.size(); ++i) same_rows(file, first, n, fields[i], side.sets[i].rows());
+  for (std::size_t i = 0; i < negs.size(); ++i) {
+    same_rows(file, first, n, negs[i], side.negatives[i].rows());
+    const auto ns = side.negatives[i].sizes(), ps = side.sets[i].sizes();
+    if (ns.size() != ps.size() + 1 || !std::equal(ns.begin() + 2, ns.end(), ps.begin() + 1) ||
+        ns[1] != side.negatives.front().sizes()[1])
+      throw Error(Exit::data, file, "negatives '" + negs[i] + "' must be shaped [rows, k, ...] like the passages");
+  }
+}
+
+// A side of one tensor dataset (a cache's embeddings).
+std::unique_ptr<Side> side_of(Rows r) {
+  auto side = std::make_unique<TensorSide>();
+  side->sets.push_back(std::move(r));
+  return side;
+}
+
 // Memory the kernel says is available for new allocations (MemAvailable), or 0 when unknown.
 uint64_t available_memory() {
   std::ifstream f("/proc/meminfo");
@@ -141,26 +163,21 @@ std::vector<int64_t> row_list(const torch::Tensor& idx) {
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx, const std::vector<int64_t>* keys) {
-  return d.query_text ? token_inputs(*d.query_text, row_list(idx)) : gather(d.query, idx, keys);
+std::vector<torch::Tensor> TextSide::inputs(const torch::Tensor& idx, bool negatives,
+                                            const std::vector<int64_t>*) const {
+  std::vector<int64_t> seqs;
+  for (int64_t i : row_list(idx)) {
+    seqs.push_back(i);
+    for (int64_t j = 0; negatives && j < n_negatives; ++j) seqs.push_back(n_rows + i * n_negatives + j);
+  }
+  return token_inputs(*this, seqs);
 }
 
-// Passages of a batch grouped per query: [pos_0, neg_0_1..neg_0_k, pos_1, ...]; only the
-// positives without `negatives`.
-std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives,
-                                          const std::vector<int64_t>* keys) {
-  if (d.passage_text) {
-    const TextSide& t = *d.passage_text;
-    std::vector<int64_t> seqs;
-    for (int64_t i : row_list(idx)) {
-      seqs.push_back(i);
-      for (int64_t j = 0; negatives && j < t.negatives; ++j) seqs.push_back(t.rows + i * t.negatives + j);
-    }
-    return token_inputs(t, seqs);
-  }
-  auto pos = gather(d.passage, idx, keys);
-  if (d.negatives.empty() || !negatives) return pos;
-  auto neg = gather(d.negatives, idx, keys);
+std::vector<torch::Tensor> TensorSide::inputs(const torch::Tensor& idx, bool with_negatives,
+                                              const std::vector<int64_t>* keys) const {
+  auto pos = gather(sets, idx, keys);
+  if (negatives.empty() || !with_negatives) return pos;
+  auto neg = gather(negatives, idx, keys);
   std::vector<torch::Tensor> out;
   for (std::size_t i = 0; i < pos.size(); ++i) {
     auto g = torch::cat({pos[i].unsqueeze(1), neg[i]}, 1);  // [B, 1+k, ...]
@@ -168,6 +185,36 @@ std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& id
     for (int64_t s = 2; s < g.dim(); ++s) shape.push_back(g.size(s));
     out.push_back(g.reshape(shape));
   }
+  return out;
+}
+
+std::vector<Rows*> TensorSide::datasets() {
+  std::vector<Rows*> out;
+  for (auto* list : {&sets, &negatives})
+    for (auto& r : *list) out.push_back(&r);
+  return out;
+}
+
+std::optional<data_cache::Stats> TensorSide::cache_stats() const {
+  std::optional<data_cache::Stats> sum;
+  for (const Rows* r : datasets()) {
+    if (!r->cache && !r->window) continue;
+    if (!sum) sum.emplace();
+    *sum += r->cache ? r->cache->stats() : r->window->stats();
+  }
+  return sum;
+}
+
+std::vector<const Side*> sides(const Data& d) {
+  std::vector<const Side*> out;
+  for (const auto* side : {d.query.get(), d.passage.get()})
+    if (side) out.push_back(side);
+  return out;
+}
+std::vector<Side*> sides(Data& d) {
+  std::vector<Side*> out;
+  for (auto* side : {d.query.get(), d.passage.get()})
+    if (side) out.push_back(side);
   return out;
 }
 
@@ -195,44 +242,41 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
     if (o.data_cache.mode != data_cache::Mode::none) attach_data_cache(o, file, ds, r, cached++);
     return r;
   };
-  int64_t replaced = 0;
-  if (const auto tok = side_tokenizer(o, true); !tok.empty())
-    d.query_text = load_text(o, s, file, o.query, {}, tok, "--query", replaced, cached++);
-  else if (!(d.query_text = ragged_side(o, s, file, o.query, false)))
-    for (const auto& q : o.query) d.query.push_back(load(q));
-  if (o.passage.empty()) {  // raw grouped mode: one side and its labels
-    d.labels = read_labels(file, o.labels, o.files, d.labels_warning);
-  } else if (const auto tok = side_tokenizer(o, false); !tok.empty()) {
-    d.passage_text = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
-    d.hard_negatives = d.passage_text->negatives;
-  } else if (!(d.passage_text = ragged_side(o, s, file, o.passage, !o.negatives.empty()))) {
-    for (const auto& p : o.passage) d.passage.push_back(load(p));
-    for (const auto& n : o.negatives) {
-      d.negatives.push_back(load(n));
+  TensorSide *query = nullptr, *passage = nullptr;  // the sides of tensor datasets, checked below
+  // A side of tensor datasets `fields` (and hard negatives `negs`).
+  auto tensors = [&](const std::vector<std::string>& fields, const std::vector<std::string>& negs, TensorSide*& out) {
+    auto side = std::make_unique<TensorSide>();
+    for (const auto& f : fields) side->sets.push_back(load(f));
+    for (const auto& n : negs) {
+      side->negatives.push_back(load(n));
       // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
       if (source::kind_of(file) == source::Kind::manifest) {
-        auto& n_rows = d.negatives.back();
+        auto& n_rows = side->negatives.back();
         n_rows.all.defined() ? void(n_rows.all = n_rows.all.unsqueeze(1)) : void(n_rows.one_per_row = true);
       }
     }
-  }
+    out = side.get();
+    return side;
+  };
+  int64_t replaced = 0;
+  if (const auto tok = side_tokenizer(o, true); !tok.empty())
+    d.query = load_text(o, s, file, o.query, {}, tok, "--query", replaced, cached++);
+  else if (!(d.query = ragged_side(o, s, file, o.query, false)))
+    d.query = tensors(o.query, {}, query);
+  if (o.passage.empty())  // raw grouped mode: one side and its labels
+    d.labels = read_labels(file, o.labels, o.files, d.labels_warning);
+  else if (const auto tok = side_tokenizer(o, false); !tok.empty())
+    d.passage = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
+  else if (!(d.passage = ragged_side(o, s, file, o.passage, !o.negatives.empty())))
+    d.passage = tensors(o.passage, o.negatives, passage);
   d.utf8_replaced = replaced;
-  d.rows = d.query_text ? d.query_text->rows : d.query.front().rows();
-  for (std::size_t i = 0; i < d.query.size(); ++i) same_rows(file, o.query[0], d.rows, o.query[i], d.query[i].rows());
+  d.rows = d.query->rows();
+  if (query) check_tensor_side(file, o.query[0], d.rows, o.query, {}, *query);
   if (d.labels.defined()) same_rows(file, o.query[0], d.rows, o.labels, d.labels.size(0));
-  if (d.passage_text) same_rows(file, o.query[0], d.rows, o.passage[0], d.passage_text->rows);
-  for (std::size_t i = 0; i < d.passage.size(); ++i)
-    same_rows(file, o.query[0], d.rows, o.passage[i], d.passage[i].rows());
-  if (d.negatives.empty()) return d;
-  for (std::size_t i = 0; i < o.negatives.size(); ++i) {
-    same_rows(file, o.query[0], d.rows, o.negatives[i], d.negatives[i].rows());
-    const auto ns = d.negatives[i].sizes(), ps = d.passage[i].sizes();
-    if (ns.size() != ps.size() + 1 || !std::equal(ns.begin() + 2, ns.end(), ps.begin() + 1) ||
-        ns[1] != d.negatives.front().sizes()[1])
-      throw Error(Exit::data, file,
-                  "negatives '" + o.negatives[i] + "' must be shaped [rows, k, ...] like the passages");
-  }
-  d.hard_negatives = d.negatives.front().sizes()[1];
+  if (passage)
+    check_tensor_side(file, o.query[0], d.rows, o.passage, o.negatives, *passage);
+  else if (d.passage)
+    same_rows(file, o.query[0], d.rows, o.passage[0], d.passage->rows());
   return d;
 }
 
@@ -270,7 +314,7 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   }
   if (grouped) {
     if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
-    d.query.push_back(read_emb(o.embeddings));
+    d.query = side_of(read_emb(o.embeddings));
     auto labels = read_all(path, "/labels", 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
       throw Error(Exit::data, path,
@@ -279,12 +323,13 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     d.labels = labels.to(torch::kLong).reshape({-1});
     return d;
   }
-  d.query.push_back(read_emb(o.query_embeddings));
-  d.passage.push_back(read_emb(o.passage_embeddings));
-  if (d.query[0].sizes()[1] != d.passage[0].sizes()[1])
+  Rows q = read_emb(o.query_embeddings), p = read_emb(o.passage_embeddings);
+  if (q.sizes()[1] != p.sizes()[1])
     throw Error(Exit::data, path,
-                "embedding widths differ between sides (" + std::to_string(d.query[0].sizes()[1]) + " vs " +
-                    std::to_string(d.passage[0].sizes()[1]) + "); one head cannot serve both");
+                "embedding widths differ between sides (" + std::to_string(q.sizes()[1]) + " vs " +
+                    std::to_string(p.sizes()[1]) + "); one head cannot serve both");
+  d.query = side_of(std::move(q));
+  d.passage = side_of(std::move(p));
   return d;
 }
 
@@ -306,16 +351,10 @@ RowSplit without_skipped(RowSplit split, const std::vector<int64_t>& skipped,
 // This process's hits and misses over every data cache, or nothing without one.
 std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
   std::optional<data_cache::Stats> sum;
-  for (const auto* side : {&d.query, &d.passage, &d.negatives})
-    for (const auto& r : *side) {
-      if (!r.cache && !r.window) continue;
+  for (const Side* side : sides(d))
+    if (auto stats = side->cache_stats()) {
       if (!sum) sum.emplace();
-      *sum += r.cache ? r.cache->stats() : r.window->stats();
-    }
-  for (const auto* t : {&d.query_text, &d.passage_text})
-    if (*t && (*t)->shared) {
-      if (!sum) sum.emplace();
-      *sum += (*t)->shared->stats();
+      *sum += *stats;
     }
   return sum;
 }
@@ -339,8 +378,9 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
   const std::string schedule =
       "smart:" + std::to_string(d.window.cache_num) + "," + std::to_string(d.window.replace_num) + '\0' +
       sha256_hex(std::string(reinterpret_cast<const char*>(rows->data()), rows->size() * sizeof(int64_t)));
-  for (auto* side : {&d.query, &d.passage, &d.negatives})
-    for (auto& r : *side) {
+  for (Side* side : sides(d))
+    for (Rows* rp : side->datasets()) {
+      Rows& r = *rp;
       if (r.cache_parts.empty()) continue;
       const auto& ci = r.col->info();
       smart::WindowOptions w;
@@ -367,8 +407,8 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
 void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std::string&)>& info) {
   if (o.stream) return;
   uint64_t need = 0;
-  for (const auto* side : {&d.query, &d.passage, &d.negatives})
-    for (const auto& r : *side) need += r.converted_bytes();
+  for (const Side* side : sides(d))
+    for (const Rows* r : side->datasets()) need += r->converted_bytes();
   const uint64_t have = available_memory();
   if (have > 0 && need > have / 10 * 8) {
     o.stream = true;
@@ -376,9 +416,9 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
          " is available: streaming them (--stream)");
     return;
   }
-  for (auto* side : {&d.query, &d.passage, &d.negatives})
-    for (auto& r : *side)
-      if (r.col) r.load();
+  for (Side* side : sides(d))
+    for (Rows* r : side->datasets())
+      if (r->col) r->load();
 }
 
 }  // namespace traincache::train

@@ -22,13 +22,45 @@
 
 namespace traincache::train {
 
+struct Rows;
+struct TextSide;
+
+// One side of the training pairs (the queries, or the passages with their hard negatives),
+// whatever holds its rows. Every stage reads a side through this one interface, as every reader
+// of a file reads a source::Column: tensor datasets (`TensorSide`: each dataset's `Rows` loaded
+// whole, streamed, or streamed through a data cache or a SmartCache window) or token sequences
+// (`TextSide`: tokenized in this process, read from a ragged slab, or shared in a sealed slab).
+class Side {
+ public:
+  virtual ~Side() = default;
+  virtual int64_t rows() const = 0;
+  /// Hard negatives of each row (passages; 0 for queries and when none were given).
+  virtual int64_t hard_negatives() const = 0;
+  /// The model's inputs for rows `idx` (any order), on the device, each row followed by its hard
+  /// negatives when `negatives`: [row_0, neg_0_1..neg_0_k, row_1, ...]. `keys`: the rows'
+  /// SmartCache keys (a training batch with --data-cache smart).
+  virtual std::vector<torch::Tensor> inputs(const torch::Tensor& idx, bool negatives = false,
+                                            const std::vector<int64_t>* keys = nullptr) const = 0;
+  /// The tokenized text of a text side (its tower pads and checks with it); null for tensors.
+  virtual const TextSide* text() const { return nullptr; }
+  /// The tensor datasets of the side (none for text): loading, streaming and SmartCache windows
+  /// act on them.
+  virtual std::vector<Rows*> datasets() { return {}; }
+  std::vector<const Rows*> datasets() const {
+    auto rows = const_cast<Side*>(this)->datasets();
+    return {rows.begin(), rows.end()};
+  }
+  /// This process's hits and misses in the side's shared slabs (--data-cache), or nothing.
+  virtual std::optional<data_cache::Stats> cache_stats() const = 0;
+};
+
 // A text side's token sequences, tokenized once at load: the side's rows, then (passages) the
 // hard negatives, row i's j-th at rows + i*k + j. Batches are padded when they are drawn.
 // With --data-cache the sequences live in a sealed slab shared by the node (tokenized once).
-struct TextSide {
+struct TextSide final : Side {
   text::TokenRows seqs;                            // in this process's memory, or
   std::shared_ptr<data_cache::SealedSlab> shared;  // sequence i in slot i: its ids, then its type ids
-  int64_t rows = 0, negatives = 0;
+  int64_t n_rows = 0, n_negatives = 0;             // rows, and hard negatives per row
   int64_t length = 0;  // every batch padded to this many tokens; 0: to its longest (chunks trimmed)
   std::shared_ptr<const text::Tokenizer> tok;
   std::string tokenizer;  // its file
@@ -52,7 +84,7 @@ struct TextSide {
   // The longest sequence (rows first, then each row's negatives) and its length in tokens.
   std::pair<int64_t, int64_t> longest() const {
     std::pair<int64_t, int64_t> best{0, 0};
-    const int64_t n = rows * (1 + negatives);
+    const int64_t n = n_rows * (1 + n_negatives);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t len =
           shared ? static_cast<int64_t>(shared->slab().view(static_cast<uint64_t>(i)).bytes / 8) : seqs.length(i);
@@ -62,9 +94,19 @@ struct TextSide {
   }
   // Sequence i in words: "row 12" or "row 12's hard negative 2" (rows counted from 0).
   std::string describe(int64_t i) const {
-    if (i < rows) return "row " + std::to_string(i);
-    const int64_t k = std::max<int64_t>(1, negatives);
-    return "row " + std::to_string((i - rows) / k) + "'s hard negative " + std::to_string((i - rows) % k + 1);
+    if (i < n_rows) return "row " + std::to_string(i);
+    const int64_t k = std::max<int64_t>(1, n_negatives);
+    return "row " + std::to_string((i - n_rows) / k) + "'s hard negative " + std::to_string((i - n_rows) % k + 1);
+  }
+
+  int64_t rows() const override { return n_rows; }
+  int64_t hard_negatives() const override { return n_negatives; }
+  std::vector<torch::Tensor> inputs(const torch::Tensor& idx, bool negatives,
+                                    const std::vector<int64_t>*) const override;
+  const TextSide* text() const override { return this; }
+  std::optional<data_cache::Stats> cache_stats() const override {
+    if (!shared) return std::nullopt;
+    return shared->stats();
   }
 };
 
@@ -162,28 +204,37 @@ struct Rows {
   }
 };
 
+// A side of tensor datasets: rows [N, ...] of each (one per input of the model), and of each its
+// hard negatives [N, k, ...] (passages).
+struct TensorSide final : Side {
+  std::vector<Rows> sets, negatives;
+
+  using Side::datasets;
+  int64_t rows() const override { return sets.front().rows(); }
+  int64_t hard_negatives() const override { return negatives.empty() ? 0 : negatives.front().sizes()[1]; }
+  std::vector<torch::Tensor> inputs(const torch::Tensor& idx, bool negatives,
+                                    const std::vector<int64_t>* keys) const override;
+  std::vector<Rows*> datasets() override;
+  std::optional<data_cache::Stats> cache_stats() const override;
+};
+
 struct Data {
-  std::vector<std::shared_ptr<shm::Slab>> slabs;     // keep shared embeddings mapped
-  std::vector<Rows> query, passage, negatives;       // [N, ...]; negatives [N, k, ...]
-  std::optional<TextSide> query_text, passage_text;  // a text side instead of tensors
-  torch::Tensor labels;                              // grouped mode
+  std::vector<std::shared_ptr<shm::Slab>> slabs;  // keep shared embeddings mapped
+  std::unique_ptr<Side> query, passage;           // passage: none in grouped mode
+  torch::Tensor labels;                           // grouped mode
   torch::Tensor classes;  // classifier objectives: each row's class (-1: a label training lacks)
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)
-  int64_t hard_negatives = 0;
-  int64_t utf8_replaced = 0;   // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
-  std::string labels_warning;  // how the labels were read, when the user should be told
+  int64_t utf8_replaced = 0;     // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
+  std::string labels_warning;    // how the labels were read, when the user should be told
   // --data-cache smart: the window schedule over the training rows (item of a position: a row).
   smart::WindowPlan window;
   std::shared_ptr<const std::vector<int64_t>> window_rows;
 };
 
-/// Rows `idx` of the query side (`keys`: their SmartCache keys, in a training batch).
-std::vector<torch::Tensor> query_inputs(const Data& d, const torch::Tensor& idx,
-                                        const std::vector<int64_t>* keys = nullptr);
-/// Passages of the rows `idx` grouped per query, with their hard negatives unless `negatives` is false.
-std::vector<torch::Tensor> passage_inputs(const Data& d, const torch::Tensor& idx, bool negatives = true,
-                                          const std::vector<int64_t>* keys = nullptr);
+/// Every side of `d` that holds rows (the passages are absent in grouped mode).
+std::vector<const Side*> sides(const Data& d);
+std::vector<Side*> sides(Data& d);
 /// One integer label per row of dataset `ds` of `path`, as int64 on the CPU.
 torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
                           std::string& warning);
@@ -214,12 +265,13 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
 
 // text_side.cpp
 /// A text side: fields[0] of `file` (and its hard negatives), tokenized.
-TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
-                   const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                   const std::string& tok_path, const char* option, int64_t& replaced, int cache_index);
-/// A side whose one dataset is ragged token ids; nothing for other datasets.
-std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
-                                    const std::vector<std::string>& fields, bool negatives);
+std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
+                                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
+                                    const std::string& tok_path, const char* option, int64_t& replaced,
+                                    int cache_index);
+/// A side whose one dataset is ragged token ids; null for other datasets.
+std::unique_ptr<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
+                                      const std::vector<std::string>& fields, bool negatives);
 
 // shared_embeddings.cpp
 /// Embeddings `name` of the cache in a slab shared by every process of the machine (a view of it).

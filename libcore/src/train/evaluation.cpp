@@ -41,11 +41,11 @@ eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tow
                : x;
   };
   const int64_t n = idx.size(0), total = grouped ? n : 2 * n;
-  auto reps = encode_eval(q_tower, query_inputs(d, idx), chunk, progress, 0, total);
+  auto reps = encode_eval(q_tower, d.query->inputs(idx), chunk, progress, 0, total);
   auto q = norm(reps).to(torch::kFloat64);
   const auto rows = row_list(idx);
   if (!grouped) {
-    auto p = norm(encode_eval(p_tower, passage_inputs(d, idx, false), chunk, progress, n, total)).to(torch::kFloat64);
+    auto p = norm(encode_eval(p_tower, d.passage->inputs(idx), chunk, progress, n, total)).to(torch::kFloat64);
     return eval::retrieval(q, p, rows, ks);
   }
   auto table = eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
@@ -63,8 +63,9 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   if (e.use_external) {
     e.external =
         s.cached ? load_cached(o, s, o.eval_data, grouped, false, nullptr) : load_raw(o, s, o.eval_data, o.stream);
-    for (std::size_t i = 0; i < data.query.size(); ++i)
-      if (auto a = e.external.query[i].sizes(), b = data.query[i].sizes();
+    const auto ours = data.query->datasets(), theirs = e.external.query->datasets();
+    for (std::size_t i = 0; i < ours.size() && i < theirs.size(); ++i)
+      if (auto a = theirs[i]->sizes(), b = ours[i]->sizes();
           !std::equal(a.begin() + 1, a.end(), b.begin() + 1, b.end()))
         throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
   }

@@ -131,13 +131,13 @@ void use_text(const TrainOptions& o, const Data& d, Models& m) {
                 {"padding", text::padding_choices().name(o.tokenize.padding)},
                 {"strict_utf8", o.tokenize.strict_utf8}};
   };
-  if (d.query_text) {
-    m.q_tower = text_tower(m.q, "query encoder", *d.query_text, o.tokenize.vocab_table);
-    m.config["text"]["query"] = config(*d.query_text);
+  if (const TextSide* t = d.query->text()) {
+    m.q_tower = text_tower(m.q, "query encoder", *t, o.tokenize.vocab_table);
+    m.config["text"]["query"] = config(*t);
   }
-  if (d.passage_text) {
-    m.p_tower = text_tower(m.p, "passage encoder", *d.passage_text, o.tokenize.vocab_table);
-    m.config["text"]["passage"] = config(*d.passage_text);
+  if (const TextSide* t = d.passage ? d.passage->text() : nullptr) {
+    m.p_tower = text_tower(m.p, "passage encoder", *t, o.tokenize.vocab_table);
+    m.config["text"]["passage"] = config(*t);
   }
 }
 
@@ -164,7 +164,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
     m.modules.push_back(head_file ? encode::load_module(o.head, s.device)
-                                  : build_head(o.head, data.query[0].sizes()[1]));
+                                  : build_head(o.head, data.query->datasets().front()->sizes()[1]));
     names = {o.head};
     m.mode = m.grouped ? "cached-grouped" : "cached-aligned";
     m.config["cache_fingerprint"] = fingerprint;
@@ -278,7 +278,7 @@ void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models
   {  // the representation width: one row through the tower, in eval mode (no dropout draws)
     torch::NoGradGuard no_grad;
     m.q->eval();
-    dim = m.q_tower(query_inputs(data, torch::tensor({split.train.front()}, torch::kLong))).size(1);
+    dim = m.q_tower(data.query->inputs(torch::tensor({split.train.front()}, torch::kLong))).size(1);
     m.q->train();
   }
   m.classifier = gc::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);

@@ -142,9 +142,9 @@ void Trainer::window_boundary(int64_t start, int64_t s) {
   const bool next = (e + 1) * steps_.per_epoch < steps_.total;
   WindowEpoch w;
   w.epoch = e;
-  for (auto* side : {&data_.query, &data_.passage, &data_.negatives})
-    for (auto& r : *side)
-      if (r.window) w.late_rows = std::max(w.late_rows, r.window->begin_epoch(e, false, next).late);
+  for (Side* side : sides(data_))
+    for (Rows* r : side->datasets())
+      if (r->window) w.late_rows = std::max(w.late_rows, r->window->begin_epoch(e, false, next).late);
   std::lock_guard<std::mutex> lk(boundaries_mu_);
   boundaries_.push_back(w);
 }
@@ -166,8 +166,8 @@ Trainer::BatchInputs Trainer::inputs_of(Batch b) const {
     keys.assign(b.keys.begin() + lo, b.keys.begin() + lo + own.size(0));
   }
   const auto* k = keys.empty() ? nullptr : &keys;
-  auto q = query_inputs(data_, own, k);
-  auto p = m_.grouped ? std::vector<torch::Tensor>{} : passage_inputs(data_, own, true, k);
+  auto q = data_.query->inputs(own, false, k);
+  auto p = m_.grouped ? std::vector<torch::Tensor>{} : data_.passage->inputs(own, true, k);
   return {std::move(b), std::move(q), std::move(p)};
 }
 

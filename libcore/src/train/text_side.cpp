@@ -81,51 +81,53 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
 // A text side: fields[0] of `file` (and its hard negatives `negatives`), tokenized with `tok_path`
 // in this process, or through the node's shared slab with --data-cache (`cache_index`: its
 // --data-cache-keep number).
-TextSide load_text(const TrainOptions& o, const Setup& s, const std::string& file,
-                   const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                   const std::string& tok_path, const char* option, int64_t& replaced, int cache_index) {
-  TextSide t;
+std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
+                                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
+                                    const std::string& tok_path, const char* option, int64_t& replaced,
+                                    int cache_index) {
+  auto side = std::make_unique<TextSide>();
+  TextSide& t = *side;
   t.tokenizer = tok_path;
   t.tok = text::load(tok_path);
   t.device = s.device;
   if (o.tokenize.padding == text::Padding::max_length) t.length = text::effective_max_length(*t.tok, o.tokenize);
   int64_t one = 1;
   auto texts = read_texts(o, file, fields[0], false, one, replaced);
-  t.rows = static_cast<int64_t>(texts.size());
+  t.n_rows = static_cast<int64_t>(texts.size());
   std::vector<std::string> neg;
   if (!negatives.empty()) {
-    neg = read_texts(o, file, negatives[0], true, t.negatives, replaced);
-    same_rows(file, fields[0], t.rows, negatives[0], static_cast<int64_t>(neg.size()) / t.negatives);
+    neg = read_texts(o, file, negatives[0], true, t.n_negatives, replaced);
+    same_rows(file, fields[0], t.n_rows, negatives[0], static_cast<int64_t>(neg.size()) / t.n_negatives);
   }
   if (o.data_cache.mode != data_cache::Mode::none) {
     t.shared = shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, texts, neg, cache_index);
     t.seqs.pad_id = t.tok->pad_id();
-    return t;
+    return side;
   }
   t.seqs = text::tokenize_rows(*t.tok, texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
   if (!neg.empty())
     t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
-  return t;
+  return side;
 }
 
 // A side whose one dataset is ragged (a variable-layout slab of token ids): its sequences as
 // stored, padded per batch and chunk like text. Nothing for other datasets.
-std::optional<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
-                                    const std::vector<std::string>& fields, bool negatives) {
+std::unique_ptr<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
+                                      const std::vector<std::string>& fields, bool negatives) {
   if (fields.size() != 1 || source::kind_of(source::names_own_file(fields[0]) ? fields[0] : file) != source::Kind::shm)
-    return std::nullopt;
+    return nullptr;
   auto col = source::open_column(file, fields[0], o.files);
-  if (!col->info().ragged) return std::nullopt;
+  if (!col->info().ragged) return nullptr;
   if (negatives)
     throw Error(Exit::usage, "--negatives",
                 "hard negatives of token sequences are read from text fields (--tokenizer)");
-  TextSide t;
-  t.rows = col->info().rows();
-  t.device = s.device;
-  t.tokenizer = fields[0];
+  auto t = std::make_unique<TextSide>();
+  t->n_rows = col->info().rows();
+  t->device = s.device;
+  t->tokenizer = fields[0];
   std::vector<int64_t> values, offsets;
-  col->read_ragged(0, t.rows, values, offsets);
-  t.seqs = text::token_rows(values, std::move(offsets), o.tokenize.pad_id, fields[0]);
+  col->read_ragged(0, t->n_rows, values, offsets);
+  t->seqs = text::token_rows(values, std::move(offsets), o.tokenize.pad_id, fields[0]);
   return t;
 }
 
