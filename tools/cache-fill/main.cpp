@@ -10,7 +10,7 @@
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/merge.h"
 #include "traincache/model/runtime.h"
-#include "traincache/train/launch.h"
+#include "traincache/train/dist_launch.h"
 
 using namespace traincache;
 

@@ -8,7 +8,7 @@
 #include "traincache/base/interrupt.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/timing.h"
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 
 namespace traincache::fill {
 

@@ -21,9 +21,9 @@
 #include "inputs.h"
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/base/prefetch.h"
-#include "traincache/base/safe_file.h"
 #include "traincache/base/sha256.h"
 #include "traincache/base/timing.h"
 #include "traincache/base/version.h"
@@ -31,8 +31,8 @@
 #include "traincache/fill/journal.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/source.h"
-#include "traincache/model/autocast.h"
 #include "traincache/model/encode.h"
+#include "traincache/model/precision_torch.h"
 #include "traincache/text/tokenizer.h"
 
 using nlohmann::json;

@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 #include "traincache/base/sha256.h"
 
 namespace fs = std::filesystem;

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
-#include "traincache/base/safe_file.h"
 #include "traincache/base/sha256.h"
 #include "traincache/base/timing.h"
 #include "traincache/io/cache_file.h"

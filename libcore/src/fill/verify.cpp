@@ -9,8 +9,8 @@
 #include "traincache/io/cache_file.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/source.h"
-#include "traincache/model/autocast.h"
 #include "traincache/model/encode.h"
+#include "traincache/model/precision_torch.h"
 #include "traincache/text/tokenizer.h"
 
 namespace traincache::verify {

@@ -14,8 +14,8 @@
 #include <set>
 
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/base/format.h"
-#include "traincache/base/safe_file.h"
 #include "traincache/io/h5.h"
 
 namespace traincache::cache {

@@ -19,9 +19,9 @@
 #include <set>
 
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/json_input.h"
-#include "traincache/base/safe_file.h"
 #include "traincache/text/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -17,7 +17,7 @@
 #include <mutex>
 
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 namespace traincache::npy {
 

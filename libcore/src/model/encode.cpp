@@ -12,7 +12,7 @@
 
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 
 // Declared in torch/csrc/jit/codegen/fuser/interface.h, which Debian's libtorch-dev does not ship;
 // LibTorch 1.13 to 2.x export it with this signature.

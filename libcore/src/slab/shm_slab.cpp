@@ -22,7 +22,7 @@
 
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 namespace traincache::shm {
 

@@ -16,7 +16,7 @@
 #include "tokenizer_internal.h"
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 #include "traincache_build_info.h"
 
 namespace traincache::text {

@@ -9,7 +9,7 @@
 
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 using nlohmann::json;
 

@@ -9,7 +9,7 @@
 
 #include "models.h"
 #include "setup.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 namespace traincache::train {
 

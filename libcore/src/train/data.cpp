@@ -7,7 +7,7 @@
 #include <set>
 
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 #include "traincache/base/sha256.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/image.h"

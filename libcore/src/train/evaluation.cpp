@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 namespace fs = std::filesystem;
 

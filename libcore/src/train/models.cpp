@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 #include "traincache/base/sha256.h"
-#include "traincache/model/autocast.h"
 #include "traincache/model/encode.h"
+#include "traincache/model/precision_torch.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

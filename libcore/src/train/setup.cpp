@@ -4,8 +4,8 @@
 
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
-#include "traincache/model/autocast.h"
 #include "traincache/model/encode.h"
+#include "traincache/model/precision_torch.h"
 
 namespace traincache::train {
 

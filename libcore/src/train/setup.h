@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "traincache/train/dist.h"
-#include "traincache/train/launch.h"
+#include "traincache/train/dist_launch.h"
 #include "traincache/train/train.h"
 #include "traincache/train/train_plan.h"
 

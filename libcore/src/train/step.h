@@ -12,7 +12,7 @@
 #include "evaluation.h"
 #include "models.h"
 #include "setup.h"
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 #include "traincache/train/gradcache.h"
 
 namespace traincache::train {

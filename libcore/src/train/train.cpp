@@ -9,7 +9,7 @@
 #include "setup.h"
 #include "step.h"
 #include "traincache/base/timing.h"
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 
 using nlohmann::json;
 

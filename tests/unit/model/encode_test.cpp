@@ -5,7 +5,7 @@
 #include "catch.h"
 #include "traincache/base/error.h"
 #include "traincache/io/h5.h"
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 #include "traincache/train/shuffle.h"
 
 using namespace traincache;

@@ -13,7 +13,7 @@
 
 #include "traincache/base/dtype.h"
 #include "traincache/base/error.h"
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 namespace traincache::h5 {
 

@@ -17,8 +17,8 @@
 #include "traincache/io/source.h"
 #include "traincache/model/precision.h"
 #include "traincache/text/tokenizer.h"
+#include "traincache/train/dist_launch.h"
 #include "traincache/train/eval_stats.h"
-#include "traincache/train/launch.h"
 
 namespace traincache::train {
 

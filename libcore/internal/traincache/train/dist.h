@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "traincache/train/launch.h"
+#include "traincache/train/dist_launch.h"
 
 namespace traincache::dist {
 

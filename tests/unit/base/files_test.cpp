@@ -1,4 +1,4 @@
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,7 +28,7 @@ bool exists(const std::string& path) {
 
 }  // namespace
 
-CATCH_TEST_CASE("remove_tree: removes a tree, and links as links, never what they point to", "[safe_file]") {
+CATCH_TEST_CASE("remove_tree: removes a tree, and links as links, never what they point to", "[files]") {
   char tmpl[] = "/tmp/tc-remove-tree-XXXXXX";
   CATCH_REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string root = tmpl, tree = root + "/tree", outside = root + "/outside";

@@ -1,4 +1,4 @@
-#include "traincache/base/safe_file.h"
+#include "traincache/base/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "traincache/train/launch.h"
+#include "traincache/train/dist_launch.h"
 
 #include <cstdlib>
 

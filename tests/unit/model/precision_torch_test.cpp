@@ -1,4 +1,4 @@
-#include "traincache/model/autocast.h"
+#include "traincache/model/precision_torch.h"
 
 #include <cmath>
 
