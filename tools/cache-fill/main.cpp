@@ -25,7 +25,7 @@ struct Options {
   std::string rows, input_scale = "1/255", shard;
   bool no_optimize = false, merge_after = false;
   double merge_timeout = 3600;
-  cache::MergeOptions merge;
+  fill::MergeOptions merge;
 };
 
 // "I/N", or RANK and WORLD_SIZE from the environment (torchrun and other launchers set them).
@@ -50,8 +50,8 @@ void resolve_shard(Options& o) {
 void merge_when_complete(Options& o) {
   std::vector<std::string> paths;
   for (int i = 0; i < o.fill.shard_count; ++i) paths.push_back(fill::shard_path(o.fill.out, i, o.fill.shard_count));
-  cache::wait_for_shards(paths, o.merge_timeout);
-  cache::merge_shards({o.fill.out, paths, false});
+  fill::wait_for_shards(paths, o.merge_timeout);
+  fill::merge_shards({o.fill.out, paths, false});
   if (!o.common.quiet)
     std::fprintf(stderr, "%s: %s: merged %d shards\n", kTool, o.fill.out.c_str(), o.fill.shard_count);
 }
@@ -194,7 +194,7 @@ int run(Options& o) {
 }
 
 int run_merge(Options& o) {
-  cache::merge_shards(o.merge);
+  fill::merge_shards(o.merge);
   report::Record rec;
   rec.add("schema", "cache-fill/1")
       .add("status", "merged")
@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
-  cli::add_choice(app, "--precision", o.fill.precision, precision_choices(),
+  cli::add_choice(app, "--precision", o.fill.precision, precision::choices(),
                   "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
   cli::add_tf32_option(app, &o.fill.tf32);
   cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),

@@ -207,7 +207,7 @@ void Encoding::check_precision(encode::Encoder& enc, const std::vector<torch::Te
                                JournalEncoder& je) {
   const torch::Tensor want = enc.forward(args);
   double rel = precision_difference(enc, args, want);
-  const char* name = precision_choices().name(opts_.precision);
+  const char* name = precision::choices().name(opts_.precision);
   if (!(rel <= opts_.precision_tolerance) && !resumed && std::string(enc.inference()) == "optimized") {
     enc.set_precision(Precision::fp32);
     enc.use_plain();

@@ -152,7 +152,7 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
   if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
-  if (opts.precision != Precision::fp32) fp["options"]["precision"] = precision_choices().name(opts.precision);
+  if (opts.precision != Precision::fp32) fp["options"]["precision"] = precision::choices().name(opts.precision);
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
   if (std::string(precision::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
@@ -248,7 +248,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                  {"output", enc.output()},
                  {"inference", je.inference},
                  {"optimize_max_abs_diff", je.optimize_max_abs_diff},
-                 {"precision", precision_choices().name(opts.precision)},
+                 {"precision", precision::choices().name(opts.precision)},
                  {"math_mode", precision::math_mode(device)},
                  {"precision_max_rel_diff", je.precision_max_rel_diff}};
     spec.embeddings.push_back(src);

@@ -19,13 +19,13 @@
 #include "traincache/io/cache_file.h"
 #include "traincache/io/h5.h"
 
-namespace traincache::cache {
+namespace traincache::fill {
 
 namespace {
 
 struct Shard {
   std::string path, abs_path;
-  CacheInfo info;
+  cache::CacheInfo info;
   std::string job;
   int64_t count = 0, job_begin = 0, job_end = 0;
 };
@@ -33,7 +33,7 @@ struct Shard {
 std::string range_text(int64_t a, int64_t b) { return std::to_string(a) + ".." + std::to_string(b); }
 
 // The datasets every shard holds, with their file types.
-std::vector<std::string> dataset_names(const CacheInfo& c) {
+std::vector<std::string> dataset_names(const cache::CacheInfo& c) {
   std::vector<std::string> names;
   for (const auto& e : c.embeddings) names.push_back("/embeddings/" + e.name);
   if (c.labels) names.push_back("/labels");
@@ -67,7 +67,7 @@ std::vector<Shard> load_shards(const std::vector<std::string>& paths) {
     Shard s;
     s.path = p;
     s.abs_path = files::absolute_path(p);
-    s.info = read_info(p, false);
+    s.info = cache::read_info(p, false);
     if (!s.info.complete) throw Error(Exit::data, p, "incomplete shard");
     h5::Id f = h5::open_file(p);
     auto job = h5::read_attr_string(f.get(), "job_fingerprint");
@@ -158,7 +158,7 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
       int64_t row_bytes = static_cast<int64_t>(H5Tget_size(ftype.get())) * di.row_elements();
       if (o.copy) {
         std::vector<hsize_t> chunk = dims;
-        chunk[0] = static_cast<hsize_t>(chunk_rows(row_bytes, rows));
+        chunk[0] = static_cast<hsize_t>(cache::chunk_rows(row_bytes, rows));
         H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
       } else {
         for (const auto& s : shards) {
@@ -224,4 +224,4 @@ void wait_for_shards(const std::vector<std::string>& paths, double timeout_secon
   }
 }
 
-}  // namespace traincache::cache
+}  // namespace traincache::fill

@@ -1,10 +1,10 @@
 #include "traincache/model/precision.h"
 
-namespace traincache {
+namespace traincache::precision {
 
-const Choices<Precision>& precision_choices() {
+const Choices<Precision>& choices() {
   static const Choices<Precision> c{{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
   return c;
 }
 
-}  // namespace traincache
+}  // namespace traincache::precision

@@ -30,7 +30,7 @@ void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallb
   load_or_stream(o, data, info);
   result.mode = m.mode;
   result.objective = s.objective.name();
-  result.precision = precision_choices().name(o.precision);
+  result.precision = precision::choices().name(o.precision);
   result.math_mode = precision::math_mode(s.device);
   result.utf8_replaced = data.utf8_replaced;
   if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace traincache::cache {
+namespace traincache::fill {
 
 /// What to merge.
 struct MergeOptions {
@@ -24,4 +24,4 @@ void merge_shards(const MergeOptions& opts);
 /// passed (0: no limit); Error(interrupted) on SIGINT/SIGTERM.
 void wait_for_shards(const std::vector<std::string>& paths, double timeout_seconds);
 
-}  // namespace traincache::cache
+}  // namespace traincache::fill

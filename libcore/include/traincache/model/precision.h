@@ -6,11 +6,17 @@
 
 namespace traincache {
 
+namespace precision {
+
 /// fp32: float32 throughout. bf16, fp16: matrix products and convolutions in bfloat16 or float16
 /// under autocast (parameters, losses and reductions stay float32).
 enum class Precision { fp32, bf16, fp16 };
 
 /// "fp32", "bf16", "fp16".
-const Choices<Precision>& precision_choices();
+const Choices<Precision>& choices();
+
+}  // namespace precision
+
+using precision::Precision;  // options and results name it as often as DType
 
 }  // namespace traincache
