@@ -35,6 +35,7 @@ PACKAGES=(
   libopenblas0-openmp               # LibTorch's BLAS: without it matrix products are ~30x slower
   libhdf5-dev libcli11-dev catch2 nlohmann-json3-dev libssl-dev libxxhash-dev
   libzip-dev                        # .npz archives (NumPy's zip of .npy members)
+  libarchive-dev                    # WebDataset tar shards (.tar, .tar.gz), read as streams
   zlib1g-dev                        # CRC-32 checks of .npz members
   libturbojpeg0-dev libspng-dev      # JPEG (libjpeg-turbo's TurboJPEG) and PNG decoding
   libexif-dev                       # EXIF orientation, for --exif-transpose

@@ -1,0 +1,234 @@
+// Columns held or read by the file sources (image folders, manifests, tar shards): integers and
+// strings in memory, labels made from names, and images decoded and preprocessed on read
+// (internal to the source layer).
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "traincache/base/error.h"
+#include "traincache/base/files.h"
+#include "traincache/base/format.h"
+#include "traincache/io/source.h"
+#include "traincache/text/tokenizer.h"
+
+namespace traincache::source {
+
+// A whole input file (symbolic links followed: datasets are often linked into place); anything
+// but a regular file is refused without blocking.
+inline std::string read_input_file(const std::string& path) { return files::read_input(path); }
+
+inline bool parse_int(const std::string& s, int64_t& v) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// ---- columns ------------------------------------------------------------------------------------
+
+// int64 values held in memory (labels, integer keys), with the names labels were made from.
+class IntColumn : public Column {
+ public:
+  IntColumn(Kind kind, const std::string& path, const std::string& name, std::vector<int64_t> values,
+            std::vector<std::string> names, std::string warning = {})
+      : Column(kind, path), values_(std::move(values)), names_(std::move(names)), warning_(std::move(warning)) {
+    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::i64};
+  }
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    std::memcpy(out, values_.data() + start, static_cast<std::size_t>(count) * sizeof(int64_t));
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    Column::digest(a, b, h);
+    for (const auto& n : names_) h.update(n + '\0');
+  }
+  const std::vector<std::string>& label_names() const override { return names_; }
+  std::string warning() const override { return warning_; }
+
+ private:
+  std::vector<int64_t> values_;
+  std::vector<std::string> names_;
+  std::string warning_;
+};
+
+// Strings held in memory (an image folder's paths, a manifest's string keys).
+class StringColumn : public Column {
+ public:
+  // `width` > 0: rows of `width` strings each ([rows, width], row-major in `values`).
+  StringColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> values,
+               int64_t utf8_replaced = 0, int64_t width = 0)
+      : Column(kind, path), values_(std::move(values)), replaced_(utf8_replaced), width_(std::max<int64_t>(1, width)) {
+    info_ = {name, {static_cast<int64_t>(values_.size()) / width_}, DType::string};
+    if (width > 0) info_.shape.push_back(width);
+  }
+  int64_t utf8_replaced() const override { return replaced_; }
+  void read(int64_t, int64_t, void*) const override {
+    throw Error(Exit::data, path(), "'" + info_.name + "' holds strings, not numbers");
+  }
+  std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
+    check_range(start, count);
+    return {values_.begin() + start * width_, values_.begin() + (start + count) * width_};
+  }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "string" + '\0');
+    for (int64_t i = a; i < b; ++i) h.update(values_[static_cast<std::size_t>(i)] + '\0');
+  }
+
+ private:
+  std::vector<std::string> values_;
+  int64_t replaced_ = 0;
+  int64_t width_ = 1;
+};
+
+// Image files, decoded and preprocessed on every read into float32 [C, H, W] rows. Every image
+// must come out the same shape: checked from the headers at open unless the spec fixes the size.
+class ImageColumn : public Column {
+ public:
+  // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
+  ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
+              std::vector<std::string> shown, const image::Spec& spec, bool tolerate)
+      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
+    image::validate(spec_);
+    info_.name = name;
+    info_.dtype = DType::f32;
+    std::vector<int64_t> shape = spec_.fixed_size() ? image::output_shape(spec_, 1, 1) : common_shape();
+    info_.shape = {static_cast<int64_t>(files_.size())};
+    info_.shape.insert(info_.shape.end(), shape.begin(), shape.end());
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    float* dst = static_cast<float*>(out);
+    for_each_image(start, count, [&](const image::Image& img) {
+      image::preprocess(img, spec_, dst);
+      dst += info_.row_elements();
+    });
+  }
+
+  void read_pixels(int64_t start, int64_t count, uint8_t* out) const override {
+    for_each_image(start, count, [&](const image::Image& img) {
+      image::preprocess_pixels(img, spec_, out);
+      out += info_.row_elements();
+    });
+  }
+
+  void digest(int64_t a, int64_t b, ContentHash& h) const override {
+    h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
+    for (int64_t r = a; r < b; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes;
+      try {
+        bytes = read_file_of(i);
+      } catch (const Error& e) {
+        if (!tolerate_ || e.code() != Exit::no_input) throw;
+        h.update(shown_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+        continue;
+      }
+      h.update(shown_[i] + '\0' + std::to_string(bytes.size()) + '\0');
+      h.update(bytes);
+    }
+  }
+
+  const image::Spec* preprocess() const override { return &spec_; }
+
+ private:
+  // Rows [start, start + count) decoded in order, each checked against the column's row shape.
+  template <class Use>
+  void for_each_image(int64_t start, int64_t count, Use use) const {
+    check_range(start, count);
+    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
+    for (int64_t r = start; r < start + count; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r);
+      std::string bytes = read_file_of(i);
+      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                               spec_.exif_transpose, shown_[i]);
+      if (image::output_shape(spec_, img.height, img.width) != want)
+        throw Error(Exit::data, shown_[i],
+                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
+                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      use(img);
+    }
+  }
+
+  // File i's bytes; errors name it as shown (with its manifest line).
+  std::string read_file_of(std::size_t i) const {
+    try {
+      return read_input_file(files_[i]);
+    } catch (const Error& e) {
+      std::string why = e.what();
+      const std::string prefix = files_[i] + ": ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw Error(e.code(), shown_[i], why);
+    }
+  }
+
+  // The output shape every image shares; Error(data) naming the first two that differ.
+  std::vector<int64_t> common_shape() const {
+    std::vector<int64_t> first;
+    std::size_t first_i = 0;
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      std::pair<int, int> hw;
+      try {
+        std::string bytes = read_file_of(i);
+        hw = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.exif_transpose,
+                               shown_[i]);
+      } catch (const Error& e) {
+        if (tolerate_ && (e.code() == Exit::data || e.code() == Exit::no_input)) continue;
+        throw;
+      }
+      auto shape = image::output_shape(spec_, hw.first, hw.second);
+      if (first.empty()) first = shape, first_i = i;
+      if (shape != first)
+        throw Error(Exit::data, path(),
+                    "images differ in shape: " + shown_[first_i] + " gives " + shape_text(first) + " but " + shown_[i] +
+                        " gives " + shape_text(shape) +
+                        "; add --resize and/or --center-crop to bring them to one size");
+    }
+    if (first.empty()) throw Error(Exit::data, path(), "no image can be read");
+    return first;
+  }
+
+  std::vector<std::string> files_, shown_;
+  image::Spec spec_;
+  bool tolerate_ = false;
+};
+
+// Labels from names: ids in sorted or first-seen order.
+inline std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& path, const std::string& name,
+                                                 const std::vector<std::string>& values, LabelOrder order,
+                                                 std::string warning = {}) {
+  std::vector<std::string> names;
+  std::map<std::string, int64_t> id;
+  for (const auto& v : values)
+    if (id.emplace(v, 0).second) names.push_back(v);
+  if (order == LabelOrder::sorted) std::sort(names.begin(), names.end());
+  for (std::size_t i = 0; i < names.size(); ++i) id[names[i]] = static_cast<int64_t>(i);
+  std::vector<int64_t> ids;
+  ids.reserve(values.size());
+  for (const auto& v : values) ids.push_back(id[v]);
+  return std::make_unique<IntColumn>(kind, path, name, std::move(ids), std::move(names), std::move(warning));
+}
+
+// Names as the cache stores them (class folders, file paths, label and key strings): HDF5 strings
+// are UTF-8 and h5py decodes them, so ill-formed UTF-8 (a Latin-1 file name) is replaced with
+// U+FFFD, as Python's decode(errors="replace") does, or with --strict-utf8 refused before anything
+// is encoded. `where(i)` names item i for the refusal.
+inline std::vector<std::string> utf8_names(std::vector<std::string> names, bool strict,
+                                           const std::function<std::string(std::size_t)>& where) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::size_t bad = traincache::text::first_invalid_utf8(names[i]);
+    if (bad == std::string::npos) continue;
+    if (strict)
+      throw Error(
+          Exit::data, where(i),
+          "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
+    traincache::text::repair_utf8(names[i]);
+  }
+  return names;
+}
+
+}  // namespace traincache::source
