@@ -295,7 +295,13 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   if (result.utf8_replaced > 0 && cb.warn)
     cb.warn(std::to_string(result.utf8_replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
-  if (in.labels && !in.labels->col->warning().empty() && cb.warn) cb.warn(in.labels->col->warning());
+  std::set<std::string> warnings;  // each once: tar samples left out are said by every column
+  for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
+  for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
+  for (const auto* d : {&in.labels, &in.keys})
+    if (*d) warnings.insert((*d)->col->warning());
+  for (const auto& w : warnings)
+    if (!w.empty() && cb.warn) cb.warn(w);
   auto t_digest = Clock::now();
   const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
   result.digest_seconds = seconds_since(t_digest);

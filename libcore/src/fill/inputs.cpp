@@ -49,6 +49,24 @@ std::string no_features_message(const std::string& input, const std::string& nam
          " has " + fields + ")";
 }
 
+// Every field the options name (--features, --text, --labels, --key): a tar shard's sample without
+// one is refused or, with --on-error skip, left out of every column alike.
+std::vector<std::string> named_fields(const FillOptions& opts) {
+  std::vector<std::string> out;
+  auto add = [&](const std::vector<std::string>& names) {
+    for (const auto& n : names)
+      if (!n.empty() && std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  add(opts.features);
+  add(opts.text);
+  for (const auto& e : opts.encoders) {
+    add(e.features);
+    add(e.text);
+  }
+  add({labels_name(opts), keys_name(opts)});
+  return out;
+}
+
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
@@ -57,6 +75,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
   source::FileOptions files = opts.files;
   files.tolerate_unreadable = opts.on_error == OnError::skip;
   files.strict_utf8 = opts.tokenize.strict_utf8;
+  if (source::kind_of(opts.input) == source::Kind::tar) files.sample_fields = named_fields(opts);
   std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
   for (const auto& e : opts.encoders) {
     open_text(opts, e, files, tokenizers, in);

@@ -89,15 +89,23 @@ class StringColumn : public Column {
 // must come out the same shape: checked from the headers at open unless the spec fixes the size.
 class ImageColumn : public Column {
  public:
+  // The encoded bytes of image i (Error naming it as shown otherwise).
+  using Bytes = std::function<std::string(std::size_t i)>;
+
   // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
   ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
               std::vector<std::string> shown, const image::Spec& spec, bool tolerate)
-      : Column(kind, path), files_(std::move(files)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
+      : ImageColumn(kind, path, name, file_bytes(std::move(files), shown), shown, spec, tolerate) {}
+
+  // One image per name of `shown`, its bytes from `bytes` (a tar shard's members).
+  ImageColumn(Kind kind, const std::string& path, const std::string& name, Bytes bytes, std::vector<std::string> shown,
+              const image::Spec& spec, bool tolerate)
+      : Column(kind, path), bytes_(std::move(bytes)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
     image::validate(spec_);
     info_.name = name;
     info_.dtype = DType::f32;
     std::vector<int64_t> shape = spec_.fixed_size() ? image::output_shape(spec_, 1, 1) : common_shape();
-    info_.shape = {static_cast<int64_t>(files_.size())};
+    info_.shape = {static_cast<int64_t>(shown_.size())};
     info_.shape.insert(info_.shape.end(), shape.begin(), shape.end());
   }
 
@@ -154,23 +162,26 @@ class ImageColumn : public Column {
     }
   }
 
-  // File i's bytes; errors name it as shown (with its manifest line).
-  std::string read_file_of(std::size_t i) const {
-    try {
-      return read_input_file(files_[i]);
-    } catch (const Error& e) {
-      std::string why = e.what();
-      const std::string prefix = files_[i] + ": ";
-      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
-      throw Error(e.code(), shown_[i], why);
-    }
+  // Files read whole; errors name file i as `shown[i]` (with its manifest line).
+  static Bytes file_bytes(std::vector<std::string> files, const std::vector<std::string>& shown) {
+    return [files = std::move(files), shown](std::size_t i) {
+      try {
+        return read_input_file(files[i]);
+      } catch (const Error& e) {
+        std::string why = e.what();
+        const std::string prefix = files[i] + ": ";
+        if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+        throw Error(e.code(), shown[i], why);
+      }
+    };
   }
+  std::string read_file_of(std::size_t i) const { return bytes_(i); }
 
   // The output shape every image shares; Error(data) naming the first two that differ.
   std::vector<int64_t> common_shape() const {
     std::vector<int64_t> first;
     std::size_t first_i = 0;
-    for (std::size_t i = 0; i < files_.size(); ++i) {
+    for (std::size_t i = 0; i < shown_.size(); ++i) {
       std::pair<int, int> hw;
       try {
         std::string bytes = read_file_of(i);
@@ -192,7 +203,8 @@ class ImageColumn : public Column {
     return first;
   }
 
-  std::vector<std::string> files_, shown_;
+  Bytes bytes_;
+  std::vector<std::string> shown_;
   image::Spec spec_;
   bool tolerate_ = false;
 };

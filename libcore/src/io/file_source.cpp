@@ -291,8 +291,11 @@ std::vector<std::string> manifest_fields(const std::string& path) { return read_
 
 void require_input(const std::string& path) {
   if (path.empty() || kind_of(path) == Kind::shm) return;
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  const auto files = kind_of(path) == Kind::tar ? expand_shards(path) : std::vector<std::string>{path};
+  for (const auto& f : files) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) != 0) throw Error(Exit::no_input, f, errno_text(errno));
+  }
 }
 
 std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::string& name, const FileOptions& files) {

@@ -180,6 +180,8 @@ const char* kind_name(Kind kind) {
       return "image-folder";
     case Kind::manifest:
       return "manifest";
+    case Kind::tar:
+      return "tar";
   }
   return "?";
 }
@@ -195,6 +197,15 @@ Kind kind_of(const std::string& path) {
   if (ends_with_nocase(path, ".npz")) return Kind::npz;
   for (const char* ext : {".csv", ".tsv", ".jsonl", ".ndjson"})
     if (ends_with_nocase(path, ext)) return Kind::manifest;
+  for (const char* ext : {".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst"})
+    if (ends_with_nocase(path, ext)) return Kind::tar;
+  if (path.find('{') != std::string::npos && path.back() == '}') {  // "{a.tar,b.tar}"
+    try {
+      const auto names = brace_expansion(path);
+      if (names.size() > 1 && kind_of(names.front()) == Kind::tar) return Kind::tar;
+    } catch (const Error&) {
+    }
+  }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Kind::image_folder;
   return Kind::hdf5;
@@ -219,7 +230,16 @@ std::string default_column(const std::string& path) {
 }
 
 std::string default_labels(const std::string& path) { return kind_of(path) == Kind::image_folder ? "label" : ""; }
-std::string default_keys(const std::string& path) { return kind_of(path) == Kind::image_folder ? "path" : ""; }
+std::string default_keys(const std::string& path) {
+  switch (kind_of(path)) {
+    case Kind::image_folder:
+      return "path";
+    case Kind::tar:
+      return "__key__";
+    default:
+      return "";
+  }
+}
 
 int64_t ColumnInfo::row_elements() const {
   int64_t n = 1;
@@ -328,6 +348,8 @@ std::unique_ptr<Column> open_column(const std::string& path, const std::string& 
     case Kind::manifest:
       if (name.empty()) throw Error(Exit::usage, path, "name the field of the manifest to read");
       return open_manifest_column(path, name, role, files);
+    case Kind::tar:
+      return open_tar_column(path, name, role, files);
   }
   throw Error(Exit::internal, path, "unknown source kind");
 }

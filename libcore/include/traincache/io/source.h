@@ -27,14 +27,15 @@ class Slab;
 namespace source {
 
 /// What holds a column's rows.
-enum class Kind { hdf5, shm, npy, npz, image_folder, manifest };
+enum class Kind { hdf5, shm, npy, npz, image_folder, manifest, tar };
 
-/// "hdf5", "shm", "npy", "npz", "image-folder" or "manifest".
+/// "hdf5", "shm", "npy", "npz", "image-folder", "manifest" or "tar".
 const char* kind_name(Kind kind);
 
 /// The kind of `path`: "shm:NAME" is a slab, a name ending in .npy or .npz (any case) a NumPy
-/// file, .csv, .tsv, .jsonl or .ndjson a manifest, a directory an image folder, anything else
-/// an HDF5 file.
+/// file, .csv, .tsv, .jsonl or .ndjson a manifest, .tar, .tgz, .tar.gz, .tar.bz2, .tar.xz or
+/// .tar.zst WebDataset tar shards (a brace range or glob naming several: expand_shards), a
+/// directory an image folder, anything else an HDF5 file.
 Kind kind_of(const std::string& path);
 
 /// How string labels of a manifest become integers: in sorted order (as ImageFolder's classes)
@@ -54,6 +55,10 @@ struct FileOptions {
   /// missing file is not an error at open, and files whose header cannot be read do not decide
   /// the column's shape. Reading such a row still fails.
   bool tolerate_unreadable = false;
+  /// Tar shards: the fields every sample must have (the ones the options name). A sample without
+  /// one is refused (Error(data) naming its shard and key) or, with tolerate_unreadable, left out
+  /// of the rows of every column (Column::warning() says how many). Empty: only the column's own.
+  std::vector<std::string> sample_fields;
   /// Text fields, and names stored as strings (class folders, an image folder's paths, a
   /// manifest's label and key strings): refuse ill-formed UTF-8 (Error(data) naming the line or
   /// file) instead of replacing each ill-formed sequence with U+FFFD (counted in
@@ -162,6 +167,11 @@ class Column {
 ///    0..K-1; JPEG and PNG files sorted within, subfolders included): "image" (the decoded and
 ///    preprocessed images, float32 [rows, C, H, W]), "label" (int64) or "path" (the files,
 ///    relative to the folder);
+///  - WebDataset tar shards (one file, or a pattern: expand_shards), read as streams, never
+///    unpacked: members grouped into samples by key (the member's name up to the first dot of its
+///    base name), a sample's fields named by the rest (`jpg`, `cls`, `txt`, `seg.png`); `name` is a
+///    field (read as `role` says: images decoded, labels and values as integers or strings, text as
+///    strings), `json.FIELD` a field of each sample's `json` member, and `__key__` the keys;
 ///  - a manifest (CSV or TSV with a header line, or JSON Lines): the field `name`, read as `role`
 ///    says: images (its values are paths, relative to the manifest's folder), labels (integers,
 ///    or strings mapped to integers in `files.label_order`, see label_names()), text (strings:
@@ -174,6 +184,12 @@ class Column {
 /// Error(data), naming the file.
 std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files = {},
                                     Role role = Role::value);
+
+/// The tar files a shard pattern names, in order: shell-style braces expanded (`{00000..00099}`
+/// keeping the width of zero-padded numbers, `{a,b}`), then each glob (`*`, `?`, `[...]`) matched
+/// in sorted order. Error(usage) for a malformed or empty pattern, Error(no_input) for a glob that
+/// matches nothing.
+std::vector<std::string> expand_shards(const std::string& pattern);
 
 /// The fields of manifest `path` (its header, or every key of its JSON lines), for messages that
 /// list them. Error(no_input/data) as open_column().
@@ -189,7 +205,7 @@ void require_input(const std::string& path);
 std::string default_column(const std::string& path);
 
 /// The labels and keys an input gives without being asked: an image folder's "label" and
-/// "path"; "" for every other kind.
+/// "path", tar shards' keys "__key__"; "" for every other kind.
 std::string default_labels(const std::string& path);
 std::string default_keys(const std::string& path);
 
