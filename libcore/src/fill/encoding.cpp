@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "traincache/base/error.h"
 #include "traincache/base/interrupt.h"
@@ -53,17 +54,17 @@ torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
   return out.index_fill(0, torch::tensor(rows, torch::kInt64), 0);
 }
 
-// Units (batches or length windows) [first_row, end_row) in steps of `unit` rows, read ahead on `workers` threads (at
-// most two per worker in flight) and handed out in order.
+// Units (batches or length windows, `units`: first row and rows of each), read ahead on `workers`
+// threads (at most two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
   Prefetcher(const std::map<std::string, Input>& inputs, const std::map<std::string, TextInput>& texts,
-             const FillOptions& opts, int64_t unit, int64_t first_row, int64_t end_row)
-      : pf_((end_row - first_row + unit - 1) / unit, opts.workers, 2 * std::max(1, opts.workers),
-            [&inputs, &texts, &opts, unit, first_row, end_row](int64_t k) {
+             const FillOptions& opts, std::vector<std::pair<int64_t, int64_t>> units)
+      : units_(std::move(units)),
+        pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
+            [&inputs, &texts, &opts, this](int64_t k) {
               Batch b;
-              b.start = first_row + k * unit;
-              b.count = std::min(unit, end_row - b.start);
+              std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];
               for (auto& [name, in] : inputs)
                 b.inputs[name] = read_batch(in, b, opts.input_scale, opts.on_error == OnError::skip);
               for (auto& [key, t] : texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
@@ -75,6 +76,7 @@ class Prefetcher {
   Batch next() { return pf_.next(); }
 
  private:
+  const std::vector<std::pair<int64_t, int64_t>> units_;
   OrderedPrefetcher<Batch> pf_;
 };
 
@@ -108,7 +110,13 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
 bool Encoding::run(const RowPlan& plan) {
   int64_t done = journal_.committed_rows, last_commit = done;
   if (done >= plan.rows()) return true;
-  Prefetcher pf(in_.features, in_.texts, opts_, in_.unit, plan.begin + done, plan.end);
+  // A resumed run commits whole units: it goes on from the unit that begins at its committed row.
+  auto units = unit_ranges(plan.begin, plan.end, in_.unit, in_.groups);
+  units.erase(units.begin(),
+              std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first >= plan.begin + done; }));
+  if (units.empty() || units.front().first != plan.begin + done)
+    throw Error(Exit::data, "journal", "its committed rows do not end a batch of this input (--force discards it)");
+  Prefetcher pf(in_.features, in_.texts, opts_, std::move(units));
   // Outputs are checked, appended and committed on one thread behind this one, in order, while the
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);

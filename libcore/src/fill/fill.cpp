@@ -271,7 +271,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   encode::configure_threads(opts.threads);
   Inputs in = open_inputs(opts);
   const bool device_convert = plan_conversion(opts, device, in);
-  const RowPlan plan = plan_rows(opts, in.rows);
+  const RowPlan plan = plan_rows(opts, in.rows, in.groups);
   const std::string out = plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
   files::OutputLock lock(out, "cache-fill");

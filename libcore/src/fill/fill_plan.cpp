@@ -1,5 +1,6 @@
 #include "traincache/fill/fill_plan.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -35,7 +36,7 @@ void validate_options(const FillOptions& opts) {
     throw Error(Exit::usage, "--precision-tolerance", "must be a fraction above 0 and below 1");
 }
 
-RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {
+RowPlan plan_rows(const FillOptions& opts, int64_t input_rows, const std::vector<int64_t>& groups) {
   RowPlan p;
   int64_t a = opts.row_begin, b = opts.row_end < 0 ? input_rows : opts.row_end;
   if (a >= input_rows || b > input_rows || a >= b)
@@ -48,6 +49,20 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {
   if (!p.sharded) return p;
   if (opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
     throw Error(Exit::usage, "--shard", "expected I/N with 0 <= I < N");
+  if (!groups.empty()) {  // whole files: the first row of each inside [a, b)
+    std::vector<int64_t> starts{a};
+    for (int64_t g : groups)
+      if (g > a && g < b) starts.push_back(g);
+    const auto n = static_cast<int64_t>(starts.size());
+    const int64_t lo = n * opts.shard_index / opts.shard_count, hi = n * (opts.shard_index + 1) / opts.shard_count;
+    if (lo >= hi)
+      throw Error(Exit::usage, "--shard",
+                  std::to_string(opts.shard_count) + " shards for only " + std::to_string(n) +
+                      " input files (each shard takes whole files)");
+    p.begin = starts[static_cast<std::size_t>(lo)];
+    p.end = hi < n ? starts[static_cast<std::size_t>(hi)] : b;
+    return p;
+  }
   const int64_t nb = (b - a + opts.batch_size - 1) / opts.batch_size;
   const int64_t lo = nb * opts.shard_index / opts.shard_count;
   const int64_t hi = nb * (opts.shard_index + 1) / opts.shard_count;
@@ -57,6 +72,20 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows) {
   p.begin = a + lo * opts.batch_size;
   p.end = std::min(b, a + hi * opts.batch_size);
   return p;
+}
+
+std::vector<std::pair<int64_t, int64_t>> unit_ranges(int64_t begin, int64_t end, int64_t unit,
+                                                     const std::vector<int64_t>& groups) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto next_group = std::upper_bound(groups.begin(), groups.end(), begin);
+  for (int64_t s = begin; s < end;) {
+    while (next_group != groups.end() && *next_group <= s) ++next_group;
+    int64_t e = std::min(s + unit, end);
+    if (next_group != groups.end()) e = std::min(e, *next_group);
+    out.emplace_back(s, e - s);
+    s = e;
+  }
+  return out;
 }
 
 std::string fingerprint_diff(const std::string& old_json, const std::string& now_json) {

@@ -158,6 +158,8 @@ Inputs open_inputs(const FillOptions& opts) {
   const source::ColumnInfo& first =
       in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
   in.rows = first.rows();
+  in.groups =
+      in.features.empty() ? in.texts.begin()->second.col->row_groups() : in.features.begin()->second.col->row_groups();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
   auto same_rows = [&](const source::ColumnInfo& info) {
     if (info.rows() != in.rows)

@@ -76,7 +76,8 @@ struct Inputs {
   std::map<std::string, std::vector<std::string>> per_encoder_text;  // encoder -> its text keys
   std::optional<Input> labels, keys;
   int64_t rows = 0;
-  int64_t unit = 0;  // rows read, encoded and committed together: a batch, or a length window
+  int64_t unit = 0;             // rows read, encoded and committed together: a batch, or a length window
+  std::vector<int64_t> groups;  // tar shards: the first row of each file (source::Column::row_groups)
 
   // The preprocessing of the image columns (one spec for all), or null without images.
   const image::Spec* preprocess() const {

@@ -96,7 +96,8 @@ Archive open_archive(const std::string& path) {
   if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK) {
     const int err = archive_errno(a.get());
     const char* why = archive_error_string(a.get());
-    throw Error(err == ENOENT ? Exit::no_input : Exit::data, path, why ? why : "cannot be read as a tar file");
+    if (err == ENOENT) throw Error(Exit::no_input, path, errno_text(err));
+    throw Error(Exit::data, path, std::string("not a readable tar file: ") + (why ? why : "cannot be opened"));
   }
   return a;
 }
@@ -340,40 +341,43 @@ std::string trimmed(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-// Labels and values: integers when every (trimmed) value is one, else strings (labels: names
-// numbered in --label-order). `warning`: the samples left out.
-std::unique_ptr<Column> value_column(const std::string& pattern, const std::string& name, Role role,
-                                     std::vector<std::string> values, const FileOptions& files,
-                                     const std::vector<std::string>& where, const std::string& warning);
+// What every column of tar shards says beside its rows: how many samples were left out, and
+// where each shard's rows begin.
+struct TarRows {
+  std::string warning;
+  std::vector<int64_t> groups;
+};
 
-// A column that says how many samples were left out.
 template <class Base>
 class TarColumn : public Base {
  public:
   template <class... Args>
-  explicit TarColumn(std::string warning, Args&&... args)
-      : Base(std::forward<Args>(args)...), warning_(std::move(warning)) {}
-  std::string warning() const override { return warning_; }
+  explicit TarColumn(TarRows tar, Args&&... args) : Base(std::forward<Args>(args)...), tar_(std::move(tar)) {}
+  std::string warning() const override { return tar_.warning.empty() ? Base::warning() : tar_.warning; }
+  std::vector<int64_t> row_groups() const override { return tar_.groups; }
 
  private:
-  std::string warning_;
+  TarRows tar_;
 };
 
+// Labels and values: integers when every (trimmed) value is one, else strings (labels: names
+// numbered in --label-order).
 std::unique_ptr<Column> value_column(const std::string& pattern, const std::string& name, Role role,
                                      std::vector<std::string> values, const FileOptions& files,
-                                     const std::vector<std::string>& where, const std::string& warning) {
+                                     const std::vector<std::string>& where, const TarRows& tar) {
   std::vector<int64_t> ints(values.size());
   bool all_int = true;
   for (std::size_t i = 0; i < values.size() && all_int; ++i) all_int = parse_int(trimmed(values[i]), ints[i]);
   if (all_int)
-    return std::make_unique<IntColumn>(Kind::tar, pattern, name, std::move(ints), std::vector<std::string>{}, warning);
+    return std::make_unique<TarColumn<IntColumn>>(tar, Kind::tar, pattern, name, std::move(ints),
+                                                  std::vector<std::string>{});
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (values[i].find('\0') != std::string::npos) throw Error(Exit::data, where[i], "holds a NUL byte");
     if (role == Role::labels) values[i] = trimmed(values[i]);
   }
   values = utf8_names(std::move(values), files.strict_utf8, [&](std::size_t i) { return where[i]; });
-  if (role == Role::labels) return labels_from_names(Kind::tar, pattern, name, values, files.label_order, warning);
-  return std::make_unique<TarColumn<StringColumn>>(warning, Kind::tar, pattern, name, std::move(values));
+  if (role == Role::labels) return labels_from_names(Kind::tar, pattern, name, values, files.label_order, tar.warning);
+  return std::make_unique<TarColumn<StringColumn>>(tar, Kind::tar, pattern, name, std::move(values));
 }
 
 }  // namespace
@@ -420,11 +424,14 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
     if (f.rfind("json.", 0) == 0) f = "json";
   if (!keys && std::find(need.begin(), need.end(), own) == need.end()) need.push_back(own);
   int64_t left_out = 0;
-  std::string first, warning;
+  std::string first;
+  TarRows tar;
   auto rows = rows_of(*shards, need, files.tolerate_unreadable, left_out, first);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (i == 0 || rows[i]->shard != rows[i - 1]->shard) tar.groups.push_back(static_cast<int64_t>(i));
   if (left_out > 0)
-    warning = std::to_string(left_out) +
-              " samples without every field named are left out (--on-error skip); the first: " + first;
+    tar.warning = std::to_string(left_out) + (left_out == 1 ? " sample" : " samples") +
+                  " without every field named left out (--on-error skip); the first: " + first;
   if (rows.empty()) throw Error(Exit::data, pattern, "no sample has the field '" + own + "'");
   std::vector<std::string> where;
   for (const Sample* s : rows) where.push_back(shards->where(*s, keys ? "" : own));
@@ -432,7 +439,7 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
     std::vector<std::string> k;
     for (const Sample* s : rows) k.push_back(s->key);
     k = utf8_names(std::move(k), files.strict_utf8, [&](std::size_t i) { return where[i]; });
-    return std::make_unique<TarColumn<StringColumn>>(warning, Kind::tar, pattern, name, std::move(k));
+    return std::make_unique<TarColumn<StringColumn>>(tar, Kind::tar, pattern, name, std::move(k));
   }
   if (role == Role::images) {
     if (!image_field(name))
@@ -443,11 +450,11 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
       const Sample* s = rows[i];
       return shards->read(*s, *s->find(name));
     };
-    return std::make_unique<TarColumn<ImageColumn>>(warning, Kind::tar, pattern, name, std::move(bytes),
-                                                    std::move(where), files.preprocess, files.tolerate_unreadable);
+    return std::make_unique<TarColumn<ImageColumn>>(tar, Kind::tar, pattern, name, std::move(bytes), std::move(where),
+                                                    files.preprocess, files.tolerate_unreadable);
   }
   std::vector<std::string> values = text_values(*shards, rows, name);
-  if (role != Role::text) return value_column(pattern, name, role, std::move(values), files, where, warning);
+  if (role != Role::text) return value_column(pattern, name, role, std::move(values), files, where, tar);
   int64_t replaced = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const std::size_t bad = traincache::text::first_invalid_utf8(values[i]);
@@ -458,7 +465,7 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
           "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
     replaced += traincache::text::repair_utf8(values[i]);
   }
-  return std::make_unique<TarColumn<StringColumn>>(warning, Kind::tar, pattern, name, std::move(values), replaced);
+  return std::make_unique<TarColumn<StringColumn>>(tar, Kind::tar, pattern, name, std::move(values), replaced);
 }
 
 }  // namespace traincache::source

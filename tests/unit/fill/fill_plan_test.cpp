@@ -66,6 +66,41 @@ CATCH_TEST_CASE("fill plan: impossible ranges and shard counts are usage errors"
   }
 }
 
+CATCH_TEST_CASE("fill plan: an input of several files is shared out by whole files", "[fill]") {
+  // Five tar shards of 30, 30, 25, 40 and 5 rows (first rows 0, 30, 60, 85, 125), 130 rows in all.
+  const std::vector<int64_t> files{0, 30, 60, 85, 125};
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int i = 0; i < 2; ++i) {
+    auto p = fill::plan_rows(options(16, i, 2), 130, files);
+    ranges.emplace_back(p.begin, p.end);
+  }
+  CATCH_CHECK(ranges == std::vector<std::pair<int64_t, int64_t>>{{0, 60}, {60, 130}});  // files 0-1, 2-4
+  auto o = options(16, 1, 2);
+  o.row_begin = 40;  // the job's first file is the rest of file 1: files [40, 60), [60, 85), ... -> 4
+  auto p = fill::plan_rows(o, 130, files);
+  CATCH_CHECK(p.begin == 85);
+  CATCH_CHECK(p.end == 130);
+  try {
+    fill::plan_rows(options(16, 0, 6), 130, files);
+    CATCH_FAIL("six shards of five files");
+  } catch (const Error& e) {
+    CATCH_CHECK(std::string(e.what()) == "--shard: 6 shards for only 5 input files (each shard takes whole files)");
+    CATCH_CHECK(e.code() == Exit::usage);
+  }
+}
+
+CATCH_TEST_CASE("fill plan: units are cut where a file begins, so shards batch as one process does", "[fill]") {
+  using Units = std::vector<std::pair<int64_t, int64_t>>;
+  CATCH_CHECK(fill::unit_ranges(0, 50, 16, {}) == Units{{0, 16}, {16, 16}, {32, 16}, {48, 2}});
+  const std::vector<int64_t> files{0, 30, 60, 85, 125};
+  const Units whole = fill::unit_ranges(0, 130, 16, files);
+  CATCH_CHECK(whole ==
+              Units{{0, 16}, {16, 14}, {30, 16}, {46, 14}, {60, 16}, {76, 9}, {85, 16}, {101, 16}, {117, 8}, {125, 5}});
+  // A shard of files 2-4 has exactly the single process's units from row 60 on.
+  const Units shard = fill::unit_ranges(60, 130, 16, files);
+  CATCH_CHECK(shard == Units(whole.begin() + 4, whole.end()));
+}
+
 CATCH_TEST_CASE("fill plan: option checks", "[fill]") {
   CATCH_CHECK(code_of([] { fill::validate_options(options(64)); }) == Exit::ok);
   CATCH_CHECK(code_of([] { fill::validate_options(options(0)); }) == Exit::usage);

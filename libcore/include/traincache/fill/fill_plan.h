@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "traincache/fill/fill.h"
 
@@ -24,8 +26,16 @@ struct RowPlan {
 
 /// Applies --rows to an input of `input_rows` rows and, with --shard I/N, takes shard I's
 /// contiguous, balanced range of whole batches (so every row is encoded in the same batch as by a
-/// single process). Error(usage) for ranges outside the input and for more shards than batches.
-RowPlan plan_rows(const FillOptions& opts, int64_t input_rows);
+/// single process). An input of several files (`groups`: the first row of each, ascending; tar
+/// shards) is shared out by whole files instead, and batches never span two (unit_ranges).
+/// Error(usage) for ranges outside the input and for more shards than batches (or files).
+RowPlan plan_rows(const FillOptions& opts, int64_t input_rows, const std::vector<int64_t>& groups = {});
+
+/// The units a run reads, encodes and commits together over rows [begin, end): `unit` rows each,
+/// cut short where a group of `groups` begins (so that a shard of whole groups batches its rows
+/// as a single process does) and at `end`. As (first row, rows) pairs, in order.
+std::vector<std::pair<int64_t, int64_t>> unit_ranges(int64_t begin, int64_t end, int64_t unit,
+                                                     const std::vector<int64_t>& groups);
 
 /// The settings (JSON paths such as "encoders/cnn/sha256", "input/rows") in which fingerprint
 /// documents differ, comma-separated; "unreadable stored fingerprint" when the old one is not JSON.

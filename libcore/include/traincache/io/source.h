@@ -134,6 +134,10 @@ class Column {
   /// field of integers numbered as names because one value is not an integer), or "".
   virtual std::string warning() const { return {}; }
 
+  /// A source of several files (tar shards): the first row of each file's rows, ascending, from 0;
+  /// cache-fill's batches never span two and --shard shares them out whole. Empty: one file.
+  virtual std::vector<int64_t> row_groups() const { return {}; }
+
   /// For a column of decoded images: the preprocessing applied to them. Null otherwise.
   virtual const image::Spec* preprocess() const { return nullptr; }
 

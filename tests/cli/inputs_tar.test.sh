@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# WebDataset tar shards (written by Python's tarfile from an image folder, tests/cli/tar_shards.py):
+# the shard cache equals the folder cache row for row by key, to the bit; every way of naming the
+# shards (brace range, list, glob, one .tar.gz) gives the same rows; shards over 2 processes merge
+# to the single-process cache; a fill killed part way resumes to identical bytes; gc-train trains
+# CLIP-style pairs from shards as from the same pairs in a manifest; bad shards are one line, their
+# exit code, and nothing written.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+T=$TC_DATA/tokenizers
+
+run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
+expect_rc 0
+FILL=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
+SHARDS="$WORK/shards/{0000..0003}.tar"
+
+# ---- the shards give the folder's rows: embeddings to the bit, labels, keys --------------------
+run "$TC_BIN/cache-fill" --input "$WORK/folder" --out "$WORK/folder.h5" "${FILL[@]}"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels cls --out "$WORK/tar.h5" "${FILL[@]}"
+expect_rc 0
+expect_no_out
+run "$TC_BIN/cache-inspect" "$WORK/tar.h5"
+expect_out_has "input        $SHARDS (tar) [png], images scaled to [0,1]"
+expect_out_has "keys         string from '__key__'"
+# Every other way of naming them: a list in braces, a glob, the samples in one .tar.gz; labels from
+# a field of each sample's json member.
+run "$TC_BIN/cache-fill" --input "{$WORK/shards/0000.tar,$WORK/shards/0001.tar,$WORK/shards/0002.tar,$WORK/shards/0003.tar}" \
+  --features png --labels cls --out "$WORK/list.h5" "${FILL[@]}"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels json.label --out "$WORK/glob.h5" "${FILL[@]}"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/all.tar.gz" --features png --labels cls --out "$WORK/gz.h5" "${FILL[@]}"
+expect_rc 0
+py "
+import h5py
+def rows(path, folder=False):
+    f = h5py.File('$WORK/' + path)
+    keys = [k.decode() for k in f['keys'][:]]
+    if folder:
+        keys = [k.split('/')[1][:-len('.png')] for k in keys]
+    return keys, f['embeddings/cnn'][:], f['labels'][:].tolist()
+fk, fe, fl = rows('folder.h5', True)
+for name in ('tar.h5', 'list.h5', 'glob.h5', 'gz.h5'):
+    k, e, l = rows(name)
+    by_key = dict(zip(k, range(len(k))))
+    same = all(e[by_key[key]].tobytes() == fe[i].tobytes() and l[by_key[key]] == fl[i] for i, key in enumerate(fk))
+    print(name, len(k), sorted(k) == sorted(fk), k == fk, same)
+"
+expect_out "tar.h5 40 True True True
+list.h5 40 True True True
+glob.h5 40 True True True
+gz.h5 40 True True True"
+
+# ---- two processes, each taking whole shards, merge to the single-process cache -----------------
+for i in 0 1; do
+  run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels cls --shard "$i/2" --out "$WORK/sh.h5" "${FILL[@]}"
+  expect_rc 0
+done
+run "$TC_BIN/cache-inspect" "$WORK/sh.h5.shard-1-of-2"
+expect_out_has "rows         20 (input rows 20..40)"
+run "$TC_BIN/cache-fill" merge --out "$WORK/merged.h5" "$WORK/sh.h5.shard-0-of-2" "$WORK/sh.h5.shard-1-of-2" --copy
+expect_rc 0
+py "
+import h5py
+a, b = h5py.File('$WORK/merged.h5'), h5py.File('$WORK/tar.h5')
+print(a['embeddings/cnn'][:].tobytes() == b['embeddings/cnn'][:].tobytes(),
+      all(a[d][:].tolist() == b[d][:].tolist() for d in ('labels', 'keys')))
+"
+expect_out "True True"
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --shard 0/5 --out "$WORK/five.h5" "${FILL[@]}"
+expect_rc 64
+expect_err "cache-fill: error: --shard: 5 shards for only 4 input files (each shard takes whole files)"
+
+# ---- a sample without a field the options name ---------------------------------------------------
+run "$TC_BIN/cache-fill" --input "$WORK/bad/nocls.tar" --features png --labels cls --out "$WORK/nocls.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/bad/nocls.tar: b: no field 'cls'"
+expect_no_file "$WORK/nocls.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/bad/nocls.tar" --features png --labels cls --out "$WORK/nocls.h5" "${FILL[@]:0:12}" \
+  --on-error skip  # without -q: the warning
+expect_rc 0
+expect_err_has "cache-fill: warning: 1 sample without every field named left out (--on-error skip); the first: $WORK/bad/nocls.tar: b has no 'cls'
+cache-fill: $WORK/nocls.h5: 2 rows (2 encoded) in"
+py "import h5py; f = h5py.File('$WORK/nocls.h5'); print([k.decode() for k in f['keys'][:]], f['labels'][:].tolist())"
+expect_out "['a', 'c'] [0, 1]"
+
+# ---- bad shards: one line, the code, nothing written ---------------------------------------------
+refused() {  # $1: exit code, $2: the message after "cache-fill: error: ", $3: --input
+  run "$TC_BIN/cache-fill" --input "$3" --features png --labels cls --out "$WORK/bad.h5" "${FILL[@]}"
+  expect_rc "$1"
+  expect_err "cache-fill: error: $2"
+  expect_no_file "$WORK/bad.h5"
+  expect_no_file "$WORK/bad.h5.partial"
+}
+B=$WORK/bad
+refused 65 "$B/traversal.tar: member '../b.png': not a relative name inside the shard" "$B/traversal.tar"
+refused 65 "$B/absolute.tar: member '/abs/a.png': not a relative name inside the shard" "$B/absolute.tar"
+refused 65 "$B/apart.tar: duplicate key 'a' (its members are not together)" "$B/apart.tar"
+refused 65 "$B/twice.tar: duplicate member 'a.png'" "$B/twice.tar"
+refused 65 "$B/cat00.tar: duplicate key 'cat00' (also in $WORK/shards/0000.tar)" "{$WORK/shards/0000.tar,$B/cat00.tar}"
+refused 65 "$B/truncated.tar: not a readable tar file: Truncated tar archive" "$B/truncated.tar"
+refused 65 "$B/oversized.tar: not a readable tar file: Truncated input file (needed 245760 bytes, only 60928 available)" \
+  "$B/oversized.tar"
+refused 65 "$B/nottar.tar: not a readable tar file: Unrecognized archive format" "$B/nottar.tar"
+refused 66 "$WORK/shards/0004.tar: no such file or directory" "$WORK/shards/{0000..0004}.tar"
+refused 66 "$WORK/shards/*.tgz: matches no file" "$WORK/shards/*.tgz"
+refused 64 "$WORK/shards/{0000..0003.tar: a '{' without its '}'" "$WORK/shards/{0000..0003.tar"
+refused 64 "$WORK/shards/{0000}.tar: '{0000}' is neither a range {A..B} of integers nor a list {a,b}" \
+  "$WORK/shards/{0000}.tar"
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features txt --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $SHARDS: field 'txt' holds no images (image fields end in jpg, png, webp, ...; text is read with --text)"
+run "$TC_BIN/cache-fill" --input "$SHARDS" --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 64
+expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn'"
+
+# ---- SIGKILL during a fill from shards resumes to identical bytes --------------------------------
+ARGS=(--input "$WORK/big/{00000..00005}.tar" --features png --labels cls --channels gray --encoder cnn="$D/cnn.pt"
+      --threads 2 --batch-size 40 --commit-rows 200 --workers 1)
+run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref.h5"
+expect_rc 0
+expect_err_re "ref\.h5: 1200 rows \(1200 encoded\)"
+killed_fill "$WORK/killed.h5" 400 "${ARGS[@]}"
+expect_rc 0
+expect_err_re "resumed at [0-9]+"
+expect_same "$WORK/killed.h5" "$WORK/ref.h5"
+
+# ---- gc-train: image-text pairs from shards, CLIP-style, as from the same pairs in a manifest ----
+PAIRS=(--query png --passage txt --query-encoder "$D/cnn16.pt" --passage-encoder "$D/text4k_nodrop.pt"
+       --tokenizer "passage=$T/bert-uncased.json" --max-length 32 --channels gray --resize 28 --center-crop 28
+       --batch-size 10 --steps 4 --optimizer sgd --lr 0.1 --seed 2 --threads 2 -q)
+for run_as in tar:"$SHARDS" stream:"$SHARDS" manifest:"$WORK/pairs.jsonl"; do
+  name=${run_as%%:*}
+  run "$TC_BIN/gc-train" --data "${run_as#*:}" "${PAIRS[@]}" $([ "$name" = stream ] && echo --stream) \
+    --out "$WORK/$name-q.pt" --passage-out "$WORK/$name-p.pt"
+  expect_rc 0
+done
+same_params "$WORK/tar-q.pt" "$WORK/manifest-q.pt" "$D/cnn16.pt" 0
+same_params "$WORK/tar-p.pt" "$WORK/manifest-p.pt" "$D/text4k_nodrop.pt" 0
+same_params "$WORK/stream-q.pt" "$WORK/manifest-q.pt" "" 0
+same_params "$WORK/stream-p.pt" "$WORK/manifest-p.pt" "" 0
+finish
