@@ -116,4 +116,42 @@ expect_out_re "	MISMATCH: 8 of 8 rows differ \(first row [0-9]+, max abs diff [0
 run "$TC_BIN/cache-inspect" --verify 8 --encoder nope=x.pt "$C"
 expect_rc 64
 expect_err "cache-inspect: error: --encoder: the cache has no encoder named 'nope' (have: cnn)"
+
+# ---- --export npy DIR: .npy files of --rows-per-file rows per encoder, keys and labels as JSON Lines
+"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder other="$D/cnn_other.pt" \
+  --features images --labels labels --dtype float16 --rows 10:300 --out "$WORK/two.h5" || _fail "cache-fill failed"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/export" --rows-per-file 128
+expect_rc 0
+expect_no_out
+expect_err "cache-inspect: $WORK/two.h5: 290 rows exported to $WORK/export (3 files per encoder)"
+# The loading snippet of docs/cache-inspect.md, then the rows against h5py's.
+py "
+import glob, json, os, h5py, numpy as np
+d = '$WORK/export'
+cnn = np.concatenate([np.load(f) for f in sorted(glob.glob(os.path.join(d, 'cnn', '*.npy')))])
+meta = [json.loads(line) for f in sorted(glob.glob(os.path.join(d, 'metadata', '*.jsonl'))) for line in open(f)]
+f = h5py.File('$WORK/two.h5')
+other = np.concatenate([np.load(p) for p in sorted(glob.glob(d + '/other/*.npy'))])
+print(sorted(os.listdir(d)), [np.load(p).shape[0] for p in sorted(glob.glob(d + '/cnn/*.npy'))], cnn.dtype,
+      cnn.tobytes() == f['embeddings/cnn'][:].tobytes(), other.tobytes() == f['embeddings/other'][:].tobytes(),
+      [m['row'] for m in meta] == list(range(290)), [m['key'] for m in meta] == list(range(10, 300)),
+      [m['label'] for m in meta] == f['labels'][:].tolist(), meta[0], oct(os.stat(d).st_mode & 0o777))
+"
+expect_out "['cnn', 'metadata', 'other'] [128, 128, 34] float16 True True True True True {'row': 0, 'key': 10, 'label': 0} 0o755"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/export" --json
+expect_rc 73
+expect_err "cache-inspect: error: $WORK/export: exists (remove it first)"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/nodir/export"
+expect_rc 73
+expect_err_re "^cache-inspect: error: $WORK/nodir/export: cannot create: "
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export parquet "$WORK/p"
+expect_rc 64
+expect_err "cache-inspect: error: --export: unknown format 'parquet' (npy is the one there is)"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" "$C" --export npy "$WORK/p"
+expect_rc 64
+expect_err "cache-inspect: error: --export: exports one cache at a time, not 2"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/p" --rows-per-file 0
+expect_rc 64
+expect_no_file "$WORK/p"
+[ -z "$(ls -A "$WORK" | grep '^\.export\.')" ] && _ok || _fail "a temporary export folder was left behind"
 finish

@@ -52,6 +52,17 @@ list.h5 40 True True True
 glob.h5 40 True True True
 gz.h5 40 True True True"
 
+# ---- the rows for vector search: .npy files and JSON Lines keyed as the shards were ------------
+run "$TC_BIN/cache-inspect" "$WORK/tar.h5" --export npy "$WORK/vectors" --rows-per-file 25 -q
+expect_rc 0
+py "
+import glob, json, numpy as np, h5py
+e = np.concatenate([np.load(p) for p in sorted(glob.glob('$WORK/vectors/cnn/*.npy'))])
+meta = [json.loads(l) for p in sorted(glob.glob('$WORK/vectors/metadata/*.jsonl')) for l in open(p)]
+print(e.tobytes() == h5py.File('$WORK/tar.h5')['embeddings/cnn'][:].tobytes(), meta[11], meta[39])
+"
+expect_out "True {'row': 11, 'key': 'cat11', 'label': 0} {'row': 39, 'key': 'dog19', 'label': 1}"
+
 # ---- two processes, each taking whole shards, merge to the single-process cache -----------------
 for i in 0 1; do
   run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels cls --shard "$i/2" --out "$WORK/sh.h5" "${FILL[@]}"

@@ -6,6 +6,7 @@
 #include "traincache/base/format.h"
 #include "traincache/cli/cli.h"
 #include "traincache/fill/verify.h"
+#include "traincache/io/cache_export.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/describe.h"
 #include "traincache/model/runtime.h"
@@ -26,6 +27,8 @@ struct Options {
   std::vector<std::string> encoders;
   std::string input;
   double rtol = -1, atol = 1e-5;
+  std::vector<std::string> export_to;  // FORMAT DIR
+  int64_t rows_per_file = 1000000;
 };
 
 // Each result's fields are declared once (the summary's and the statistics' in describe.h): --json
@@ -95,6 +98,28 @@ report::Record check_record(const std::string& path, const cache::CheckReport& r
   return r;
 }
 
+// --export npy DIR: one cache's rows as .npy files and JSON Lines; a summary line (--json: a document).
+int export_files(const Options& o) {
+  if (o.files.size() != 1)
+    throw Error(Exit::usage, "--export", "exports one cache at a time, not " + std::to_string(o.files.size()));
+  if (o.export_to.size() != 2) throw Error(Exit::usage, "--export", "expected a format and a folder: --export npy DIR");
+  if (o.export_to[0] != "npy")
+    throw Error(Exit::usage, "--export", "unknown format '" + o.export_to[0] + "' (npy is the one there is)");
+  cache::ExportOptions e;
+  e.cache = o.files[0];
+  e.dir = o.export_to[1];
+  e.rows_per_file = o.rows_per_file;
+  const auto r = cache::export_npy(e);
+  report::Record rec;
+  rec.add("path", e.cache).add("dir", r.dir).add("rows", r.rows).add("files", r.files).add("encoders", r.encoders);
+  if (o.common.json)
+    report::print_json({{"schema", "cache-inspect/1"}, {"export", rec.json()}});
+  else if (!o.common.quiet)
+    std::fprintf(stderr, "%s: %s\n", kTool,
+                 rec.format("{path}: {rows} rows exported to {dir} ({files} files per encoder)").c_str());
+  return 0;
+}
+
 int run(Options& o) {
   json doc{{"schema", "cache-inspect/1"}, {"files", json::array()}};
   int status = 0;
@@ -115,6 +140,8 @@ int run(Options& o) {
     if (o.common.json) report::print_json(doc);
     return status;
   }
+
+  if (!o.export_to.empty()) return export_files(o);
 
   std::map<std::string, std::string> overrides;
   for (const auto& spec : o.encoders) {
@@ -205,6 +232,15 @@ int main(int argc, char** argv) {
   app.add_option("--verify", o.verify, "Re-encode K random rows with the recorded encoder and compare")
       ->check(cli::positive_integer())
       ->excludes(check);
+  auto* exp = app.add_option("--export", o.export_to,
+                             "npy DIR: write the cache's embeddings as .npy files, its keys and labels as JSON Lines, "
+                             "into the new folder DIR")
+                  ->expected(2)
+                  ->excludes(check);
+  app.add_option("--rows-per-file", o.rows_per_file, "Rows in each file --export writes")
+      ->check(cli::positive_integer())
+      ->capture_default_str()
+      ->needs(exp);
   app.add_option("--head", o.head, "Print the first N rows")->check(cli::positive_integer())->excludes(check);
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();
   app.add_option("--encoder", o.encoders, "NAME=PATH: verify with this encoder file instead of the recorded one");
