@@ -126,10 +126,12 @@ expect_no_out
 expect_err "cache-inspect: $WORK/two.h5: 290 rows exported to $WORK/export (3 files per encoder)"
 # The loading snippet of docs/cache-inspect.md, then the rows against h5py's.
 py "
-import glob, json, os, h5py, numpy as np
-d = '$WORK/export'
-cnn = np.concatenate([np.load(f) for f in sorted(glob.glob(os.path.join(d, 'cnn', '*.npy')))])
-meta = [json.loads(line) for f in sorted(glob.glob(os.path.join(d, 'metadata', '*.jsonl'))) for line in open(f)]
+import glob, os, re, h5py, numpy as np
+doc = open('$TC_SOURCE/docs/cache-inspect.md').read()
+snippet = re.search(r'Loading an export.*?\`\`\`python\n(.*?)\`\`\`', doc, re.S).group(1)
+names = {}
+exec(snippet.replace('d = \"vectors\"', 'd = \"$WORK/export\"'), names)
+cnn, meta, d = names['cnn'], names['meta'], names['d']
 f = h5py.File('$WORK/two.h5')
 other = np.concatenate([np.load(p) for p in sorted(glob.glob(d + '/other/*.npy'))])
 print(sorted(os.listdir(d)), [np.load(p).shape[0] for p in sorted(glob.glob(d + '/cnn/*.npy'))], cnn.dtype,

@@ -213,14 +213,17 @@ int main(int argc, char** argv) {
   Options o;
   cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
   app.add_option("-i,--input", o.fill.input,
-                 "Input: HDF5 file, .npy file, .npz archive, shm:NAME, image folder or .csv/.tsv/.jsonl manifest "
-                 "(required)");
+                 "Input: HDF5 file, .npy file, .npz archive, shm:NAME, image folder, .csv/.tsv/.jsonl manifest "
+                 "or WebDataset tar shards ('s/{00000..00099}.tar', a glob, a .tar.gz) (required)");
   app.add_option("-e,--encoder", o.encoders, "[NAME=]model.pt (repeatable; NAME defaults to the file stem; required)");
   app.add_option("-f,--features", o.features,
-                 "[NAME=]DATASET[,DATASET...]: input datasets, .npz members, .npy files or a manifest's path field "
+                 "[NAME=]DATASET[,DATASET...]: input datasets, .npz members, .npy files, a manifest's path field or a "
+                 "tar shard's image field (jpg) "
                  "fed to the encoders (NAME= for one encoder)");
-  app.add_option("--labels", o.fill.labels, "Label dataset or manifest field copied into the cache (folder: label)");
-  app.add_option("--key", o.fill.keys, "Per-row key dataset or manifest field, integers or strings (folder: path)");
+  app.add_option("--labels", o.fill.labels,
+                 "Label dataset or manifest field copied into the cache (folder: label; tar: cls, json.FIELD)");
+  app.add_option("--key", o.fill.keys,
+                 "Per-row key dataset or manifest field, integers or strings (folder: path; tar: __key__)");
   app.add_option("-o,--out", o.fill.out, "Output cache file (required)");
   app.add_option("--shard", o.shard, "Encode shard I/N into OUT.shard-I-of-N (default: RANK/WORLD_SIZE if set)");
   app.add_flag("--merge", o.merge_after, "With --shard: shard 0 waits for all shards, then merges them into OUT");

@@ -216,8 +216,8 @@ void add_input_options(CLI::App& app, Options& o) {
   auto& t = o.t;
   auto* g_raw = "Raw inputs";
   app.add_option("--data", t.data,
-                 "HDF5 file, .npz archive or .csv/.tsv/.jsonl manifest (image paths or texts) with aligned "
-                 "query/passage columns")
+                 "HDF5 file, .npz archive, .csv/.tsv/.jsonl manifest (image paths or texts) or WebDataset tar shards "
+                 "(fields jpg, txt, ...) with aligned query/passage columns")
       ->group(g_raw);
   app.add_option("--query", o.query, "Query dataset(s), or a manifest's path or text field, comma-separated")
       ->group(g_raw);
