@@ -52,6 +52,20 @@ list.h5 40 True True True
 glob.h5 40 True True True
 gz.h5 40 True True True"
 
+# Text fields: a sample's txt member is its text, as the manifest's field is (batches of a whole
+# shard each, so both fills pad the same batches).
+TEXT=(--text txt --tokenizer "$T/bert-uncased.json" --encoder "$D/text4k.pt" --batch-size 10 --length-window 10 -q)
+run "$TC_BIN/cache-fill" --input "$SHARDS" "${TEXT[@]}" --out "$WORK/text-tar.h5"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/pairs.jsonl" "${TEXT[@]}" --out "$WORK/text-manifest.h5"
+expect_rc 0
+py "
+import h5py
+a, b = (h5py.File('$WORK/text-' + n + '.h5')['embeddings/text4k'][:] for n in ('tar', 'manifest'))
+print(a.shape, a.tobytes() == b.tobytes())
+"
+expect_out "(40, 16) True"
+
 # ---- the rows for vector search: .npy files and JSON Lines keyed as the shards were ------------
 run "$TC_BIN/cache-inspect" "$WORK/tar.h5" --export npy "$WORK/vectors" --rows-per-file 25 -q
 expect_rc 0
