@@ -164,6 +164,9 @@ class Shards {
   // The bytes of member `m` of sample `s`. Thread-safe: each call takes a reader of the shard that
   // has not passed the member (the one nearest to it), so reading in order streams each shard once.
   std::string read(const Sample& s, const Member& m) const {
+    if (m.size > kLargest)
+      throw Error(Exit::data, where(s, m.field),
+                  "is " + format_size(static_cast<uint64_t>(m.size)) + ": members over 1 GiB are not read");
     Cursor c = take(s.shard, m.entry);
     const std::string& path = paths_[static_cast<std::size_t>(s.shard)];
     std::string bytes;
@@ -253,6 +256,7 @@ class Shards {
   }
 
   static constexpr std::size_t kIdle = 64;
+  static constexpr int64_t kLargest = int64_t{1} << 30;  // an image or a text, not a video
   std::vector<std::string> paths_;
   std::vector<Sample> samples_;
   mutable std::mutex mu_;
