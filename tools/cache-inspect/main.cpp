@@ -255,10 +255,12 @@ int main(int argc, char** argv) {
       "  cache-inspect cache.h5\n"
       "  cache-inspect --check --json shards/*.h5\n"
       "  cache-inspect --verify 32 cache.h5\n"
-      "  cache-inspect --head 5 cache.h5\n\n"
+      "  cache-inspect --head 5 cache.h5\n"
+      "  cache-inspect --export npy vectors/ cache.h5\n\n"
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA unavailable;\n"
-      "  70 internal error. With several files every file is processed; the status is that of the\n"
+      "  70 internal error; 73 --export: DIR exists or cannot be created; 74 I/O error.\n"
+      "  With several files every file is processed; the status is that of the\n"
       "  first failure other than 1, else 1 if any file failed. See docs/cache-inspect.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
 }
