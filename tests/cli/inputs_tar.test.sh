@@ -6,6 +6,8 @@
 # CLIP-style pairs from shards as from the same pairs in a manifest; bad shards are one line, their
 # exit code, and nothing written.
 source "$(dirname "$0")/lib.sh"
+export TRAINCACHE_SHM_PREFIX="tctar-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
 D=$TC_DATA
 T=$TC_DATA/tokenizers
 
@@ -65,6 +67,19 @@ a, b = (h5py.File('$WORK/text-' + n + '.h5')['embeddings/text4k'][:] for n in ('
 print(a.shape, a.tobytes() == b.tobytes())
 "
 expect_out "(40, 16) True"
+
+# shm-cache fill takes shards as any other source: the same items as from the folder.
+for src in tar:"$SHARDS" folder:"$WORK/folder"; do
+  run "$TC_BIN/shm-cache" -q create "${src%%:*}" --len 40 --dims 1,28,28 --dtype float32 --slots 40
+  run "$TC_BIN/shm-cache" -q fill "${src%%:*}" --from "${src#*:}" --dataset "$([ "${src%%:*}" = tar ] && echo png || echo image)" \
+    --channels gray --resize 28 --center-crop 28
+  expect_rc 0
+done
+for i in 0 17 39; do
+  "$TC_BIN/shm-cache" get tar "$i" > "$WORK/tar-$i.bin" && "$TC_BIN/shm-cache" get folder "$i" > "$WORK/folder-$i.bin"
+  expect_same "$WORK/tar-$i.bin" "$WORK/folder-$i.bin"
+  [ "$(stat -c %s "$WORK/tar-$i.bin")" -eq 3136 ] && _ok || _fail "item $i is not 28x28 float32"
+done
 
 # ---- the rows for vector search: .npy files and JSON Lines keyed as the shards were ------------
 run "$TC_BIN/cache-inspect" "$WORK/tar.h5" --export npy "$WORK/vectors" --rows-per-file 25 -q
