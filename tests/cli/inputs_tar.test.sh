@@ -81,6 +81,18 @@ for i in 0 17 39; do
   [ "$(stat -c %s "$WORK/tar-$i.bin")" -eq 3136 ] && _ok || _fail "item $i is not 28x28 float32"
 done
 
+# smart-bench decodes shards in its deterministic stage, as it does a folder.
+run "$TC_BIN/smart-bench" --data "$SHARDS" --dataset png --labels cls --strategy none,full --epochs 2 -b 10 \
+  --model-ms 0 --channels gray --resize 28 --center-crop 28 --json
+expect_rc 0
+echo "$out" > "$WORK/sb.json"
+py "
+import json
+d = json.load(open('$WORK/sb.json'))
+print([(r['strategy'], r['epoch'], r['samples'], r['hit_rate']) for r in d['records']])
+"
+expect_out "[('none', 1, 40, 0.0), ('none', 2, 40, 0.0), ('full', 1, 40, 0.0), ('full', 2, 40, 1.0)]"
+
 # ---- the rows for vector search: .npy files and JSON Lines keyed as the shards were ------------
 run "$TC_BIN/cache-inspect" "$WORK/tar.h5" --export npy "$WORK/vectors" --rows-per-file 25 -q
 expect_rc 0

@@ -261,7 +261,7 @@ expect_rc 0
 expect_out_has '"strategy":"full","epoch":1,"samples":16,'
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --center-crop 20
 expect_rc 64
-expect_err "smart-bench: error: --center-crop: applies to images (an image folder or a manifest); uint8 arrays take --resize H,W only"
+expect_err "smart-bench: error: --center-crop: applies to images (an image folder, a manifest or tar shards); uint8 arrays take --resize H,W only"
 
 # ---- 7. --select-best when the evaluation rows hold no queries (one row per label) ----------------
 # The untrained step-0 model was kept as --out and -inf saved as null broke --resume (70).

@@ -492,10 +492,10 @@ Runs strategy_runs(Caching c) {
   return {};
 }
 
-// True when the items are images decoded by the source (an image folder, a manifest).
+// True when the items are images decoded by the source (an image folder, a manifest, tar shards).
 bool image_source(const BenchOptions& o) {
   const auto kind = o.data.empty() ? source::Kind::shm : source::kind_of(o.data);
-  return kind == source::Kind::image_folder || kind == source::Kind::manifest;
+  return kind == source::Kind::image_folder || kind == source::Kind::manifest || kind == source::Kind::tar;
 }
 
 // H,W of the deterministic stage's resize of array items; images take the whole spec in their
@@ -512,7 +512,7 @@ std::vector<int64_t> array_resize(const BenchOptions& o) {
   if (image_only)
     throw Error(Exit::usage, image_only,
                 std::string(spec.resize_short > 0 ? "S (the shorter side) " : "") +
-                    "applies to images (an image folder or a manifest); uint8 arrays take --resize H,W only");
+                    "applies to images (an image folder, a manifest or tar shards); uint8 arrays take --resize H,W only");
   if (spec.resize_h > 0) return {spec.resize_h, spec.resize_w};
   return {};
 }
