@@ -510,9 +510,10 @@ std::vector<int64_t> array_resize(const BenchOptions& o) {
                            : spec.exif_transpose ? "--exif-transpose"
                                                  : nullptr;
   if (image_only)
-    throw Error(Exit::usage, image_only,
-                std::string(spec.resize_short > 0 ? "S (the shorter side) " : "") +
-                    "applies to images (an image folder, a manifest or tar shards); uint8 arrays take --resize H,W only");
+    throw Error(
+        Exit::usage, image_only,
+        std::string(spec.resize_short > 0 ? "S (the shorter side) " : "") +
+            "applies to images (an image folder, a manifest or tar shards); uint8 arrays take --resize H,W only");
   if (spec.resize_h > 0) return {spec.resize_h, spec.resize_w};
   return {};
 }
