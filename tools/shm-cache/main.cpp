@@ -257,7 +257,8 @@ int main(int argc, char** argv) {
   stat_cmd->add_option("name", o.name)->required();
   auto* fill = app.add_subcommand("fill", "Fill a slab from a dataset, array or image source (rows = indices)");
   fill->add_option("name", o.name)->required();
-  fill->add_option("--from", o.from, "HDF5 file, .npy, .npz, image folder, .csv/.tsv/.jsonl manifest or tar shards")->required();
+  fill->add_option("--from", o.from, "HDF5 file, .npy, .npz, image folder, .csv/.tsv/.jsonl manifest or tar shards")
+      ->required();
   fill->add_option("--dataset", o.dataset,
                    "Dataset, .npz member or manifest path field (default: a .npy file's array, a folder's images)");
   cli::add_file_options(*fill, o.files, "Images", false);

@@ -166,8 +166,9 @@ int main(int argc, char** argv) {
   Options o;
   auto& b = o.b;
   cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
-  app.add_option("--data", b.data,
-                 "uint8 items: HDF5 file, .npy, .npz; or images: an image folder, a .csv/.tsv/.jsonl manifest or tar shards")
+  app.add_option(
+         "--data", b.data,
+         "uint8 items: HDF5 file, .npy, .npz; or images: an image folder, a .csv/.tsv/.jsonl manifest or tar shards")
       ->group("Source");
   app.add_option("--dataset", b.dataset,
                  "Item dataset, .npz member or manifest path field (default: images; a folder's image)")
