@@ -25,6 +25,13 @@ expect_no_out
 run "$TC_BIN/cache-inspect" "$WORK/tar.h5"
 expect_out_has "input        $SHARDS (tar) [png], images scaled to [0,1]"
 expect_out_has "keys         string from '__key__'"
+# A relative pattern is recorded made absolute: --verify reads the shards again from anywhere.
+(cd "$WORK" && "$TC_BIN/cache-fill" --input 'shards/{0000..0003}.tar' --features png --labels cls --out rel.h5 "${FILL[@]}")
+run "$TC_BIN/cache-inspect" "$WORK/rel.h5"
+expect_out_has "input        $WORK/shards/{0000..0003}.tar (tar) [png]"
+run "$TC_BIN/cache-inspect" --verify 5 "$WORK/rel.h5"
+expect_rc 0
+expect_out_re "	cnn	ok: 5 rows match"
 # Every other way of naming them: a list in braces, a glob, the samples in one .tar.gz; labels from
 # a field of each sample's json member.
 run "$TC_BIN/cache-fill" --input "{$WORK/shards/0000.tar,$WORK/shards/0001.tar,$WORK/shards/0002.tar,$WORK/shards/0003.tar}" \

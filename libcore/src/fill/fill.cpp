@@ -130,7 +130,7 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   Fingerprint f;
   json& fp = f.doc;
   fp["format_version"] = cache::kFormatVersion;
-  fp["input"]["path"] = in.from_slab ? opts.input : absolute_path(opts.input);
+  fp["input"]["path"] = source::recorded_path(opts.input);
   for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
   fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
   if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);
@@ -206,7 +206,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   spec.root_attrs = {{"created_by", version_banner("cache-fill")},
                      {"fingerprint", fp.hash},
                      {"fingerprint_json", fp.text},
-                     {"input_path", in.from_slab ? opts.input : absolute_path(opts.input)},
+                     {"input_path", source::recorded_path(opts.input)},
                      {"features", all_features.dump()},
                      {"input_scale", opts.input_scale},
                      {"labels_source", labels_name(opts)},

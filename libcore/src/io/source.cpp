@@ -1,7 +1,10 @@
 #include "traincache/io/source.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -10,6 +13,7 @@
 
 #include "file_source.h"
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/npy.h"
 #include "traincache/io/row_digest.h"
@@ -209,6 +213,16 @@ Kind kind_of(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Kind::image_folder;
   return Kind::hdf5;
+}
+
+std::string recorded_path(const std::string& path) {
+  if (path.empty() || kind_of(path) == Kind::shm) return path;
+  if (kind_of(path) != Kind::tar || path[0] == '/' || ::access(path.c_str(), F_OK) == 0)
+    return files::absolute_path(path);
+  std::string cwd(PATH_MAX, '\0');
+  if (!::getcwd(cwd.data(), cwd.size())) return path;
+  cwd.resize(std::strlen(cwd.c_str()));
+  return cwd + "/" + (path.rfind("./", 0) == 0 ? path.substr(2) : path);
 }
 
 bool names_own_file(const std::string& name) {

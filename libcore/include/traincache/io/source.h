@@ -195,6 +195,10 @@ std::unique_ptr<Column> open_column(const std::string& path, const std::string& 
 /// matches nothing.
 std::vector<std::string> expand_shards(const std::string& pattern);
 
+/// `path` as recorded in a cache: absolute (links resolved) for a file; a tar shard pattern made
+/// absolute by prefixing the working directory to a relative one; a slab's name as it is.
+std::string recorded_path(const std::string& path);
+
 /// The fields of manifest `path` (its header, or every key of its JSON lines), for messages that
 /// list them. Error(no_input/data) as open_column().
 std::vector<std::string> manifest_fields(const std::string& path);
