@@ -10,6 +10,7 @@ import heapq
 import json
 import os
 import re
+import tempfile
 
 WORDNET = "/usr/share/wordnet"
 
@@ -195,7 +196,17 @@ def bpe_tokenizer(texts, merges_wanted, style):
 
 
 def write_json(obj, path):
-    tmp = path + ".tmp-%d" % os.getpid()
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
-    os.replace(tmp, path)
+    """Writes `obj` to `path` through a temporary file beside it: created exclusively under an
+    unpredictable name (mkstemp), renamed into place when complete, removed on failure."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as a file created by open() would be
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
