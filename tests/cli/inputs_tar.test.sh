@@ -195,6 +195,18 @@ for run_as in tar:"$SHARDS" stream:"$SHARDS" manifest:"$WORK/pairs.jsonl"; do
     --out "$WORK/$name-q.pt" --passage-out "$WORK/$name-p.pt"
   expect_rc 0
 done
+# A checkpoint knows each shard: one rewritten since is a change of data, not a resume.
+run "$TC_BIN/gc-train" --data "$SHARDS" "${PAIRS[@]}" --checkpoint-dir "$WORK/ckpt" --out "$WORK/ck-q.pt" \
+  --passage-out "$WORK/ck-p.pt"
+expect_rc 0
+run "$TC_BIN/gc-train" --data "$SHARDS" "${PAIRS[@]}" --checkpoint-dir "$WORK/ckpt" --resume --out "$WORK/ck-q.pt" \
+  --passage-out "$WORK/ck-p.pt"
+expect_rc 0
+touch -d '2000-01-01' "$WORK/shards/0002.tar"
+run "$TC_BIN/gc-train" --data "$SHARDS" "${PAIRS[@]}" --checkpoint-dir "$WORK/ckpt" --resume --out "$WORK/ck-q.pt" \
+  --passage-out "$WORK/ck-p.pt"
+expect_rc 65
+expect_err "gc-train: error: $WORK/ckpt/checkpoint.pt: checkpoint was written with other settings (changed: data_files)"
 same_params "$WORK/tar-q.pt" "$WORK/manifest-q.pt" "$D/cnn16.pt" 0
 same_params "$WORK/tar-p.pt" "$WORK/manifest-p.pt" "$D/text4k_nodrop.pt" 0
 same_params "$WORK/stream-q.pt" "$WORK/manifest-q.pt" "" 0

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/base/error.h"
+#include "traincache/model/precision_torch.h"
 #include "traincache/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -63,7 +64,7 @@ void Checkpointer::save(int64_t step, const std::vector<torch::Tensor>& params, 
 std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, const RowSplit& split) {
   json config = m.config;
   config["mode"] = m.mode;
-  config["data"] = canonical(s.cached ? o.cache : o.data);
+  config["data"] = s.cached ? canonical(o.cache) : source::recorded_path(o.data);
   config["loss"] = {similarity_choices().name(o.similarity), o.temperature, o.symmetric};
   const ObjectiveSpec& obj = s.objective;
   if (obj.kind != Objective::infonce && obj.kind != Objective::supcon)  // as before objectives existed
@@ -76,14 +77,21 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   if (!o.select_best.empty()) config["select_best"] = {o.select_best, o.eval_k};
   config["dtype"] = float_dtype_choices().name(o.dtype);
   if (o.precision != Precision::fp32) config["precision"] = precision::choices().name(o.precision);
+  // TF32 steps differ from full-float32 ones (absent: ieee, as every CPU run and older checkpoints).
+  if (std::string(precision::math_mode(s.device)) == "tf32") config["math_mode"] = "tf32";
   if (!s.cached) {  // a cache has a content fingerprint; raw files are told apart by size and time
     json stamps = json::object();
     for (const std::string* f : {&o.data, &o.eval_data}) {
-      std::error_code size_ec, time_ec;
       if (f->empty() || source::kind_of(*f) == source::Kind::shm) continue;
-      const auto bytes = fs::file_size(*f, size_ec);
-      const auto time = fs::last_write_time(*f, time_ec).time_since_epoch().count();
-      if (!size_ec && !time_ec) stamps[canonical(*f)] = {{"bytes", bytes}, {"modified", time}};
+      // Tar shards: every shard the pattern names.
+      const auto paths = source::kind_of(*f) == source::Kind::tar ? source::expand_shards(*f)
+                                                                   : std::vector<std::string>{*f};
+      for (const auto& p : paths) {
+        std::error_code size_ec, time_ec;
+        const auto bytes = fs::file_size(p, size_ec);
+        const auto time = fs::last_write_time(p, time_ec).time_since_epoch().count();
+        if (!size_ec && !time_ec) stamps[canonical(p)] = {{"bytes", bytes}, {"modified", time}};
+      }
     }
     if (!stamps.empty()) config["data_files"] = stamps;
   }
