@@ -84,8 +84,8 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
     for (const std::string* f : {&o.data, &o.eval_data}) {
       if (f->empty() || source::kind_of(*f) == source::Kind::shm) continue;
       // Tar shards: every shard the pattern names.
-      const auto paths = source::kind_of(*f) == source::Kind::tar ? source::expand_shards(*f)
-                                                                   : std::vector<std::string>{*f};
+      const auto paths =
+          source::kind_of(*f) == source::Kind::tar ? source::expand_shards(*f) : std::vector<std::string>{*f};
       for (const auto& p : paths) {
         std::error_code size_ec, time_ec;
         const auto bytes = fs::file_size(p, size_ec);
