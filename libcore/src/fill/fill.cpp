@@ -260,6 +260,24 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   cache::assemble(spec);
 }
 
+// What the inputs say their user should be told, each once (tar samples left out are said by every
+// column); returns the ill-formed UTF-8 sequences replaced in the text fields.
+int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
+  int64_t replaced = 0;
+  for (const auto& [key, t] : in.texts) replaced += t.col->utf8_replaced();
+  if (replaced > 0 && cb.warn)
+    cb.warn(std::to_string(replaced) +
+            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  std::set<std::string> warnings;
+  for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
+  for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
+  for (const auto* d : {&in.labels, &in.keys})
+    if (*d) warnings.insert((*d)->col->warning());
+  for (const auto& w : warnings)
+    if (!w.empty() && cb.warn) cb.warn(w);
+  return replaced;
+}
+
 }  // namespace
 
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
@@ -291,17 +309,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     encoder_names.push_back(e.name);
   }
   result.model_setup_seconds = seconds_since(t_load);
-  for (const auto& [key, t] : in.texts) result.utf8_replaced += t.col->utf8_replaced();
-  if (result.utf8_replaced > 0 && cb.warn)
-    cb.warn(std::to_string(result.utf8_replaced) +
-            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
-  std::set<std::string> warnings;  // each once: tar samples left out are said by every column
-  for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
-  for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
-  for (const auto* d : {&in.labels, &in.keys})
-    if (*d) warnings.insert((*d)->col->warning());
-  for (const auto& w : warnings)
-    if (!w.empty() && cb.warn) cb.warn(w);
+  result.utf8_replaced = warn_about_inputs(in, cb);
   auto t_digest = Clock::now();
   const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
   result.digest_seconds = seconds_since(t_digest);

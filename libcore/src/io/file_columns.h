@@ -228,9 +228,11 @@ inline std::unique_ptr<Column> labels_from_names(Kind kind, const std::string& p
 // Names as the cache stores them (class folders, file paths, label and key strings): HDF5 strings
 // are UTF-8 and h5py decodes them, so ill-formed UTF-8 (a Latin-1 file name) is replaced with
 // U+FFFD, as Python's decode(errors="replace") does, or with --strict-utf8 refused before anything
-// is encoded. `where(i)` names item i for the refusal.
+// is encoded. `where(i)` names item i for the refusal; `replaced` (when given) counts the
+// sequences replaced.
 inline std::vector<std::string> utf8_names(std::vector<std::string> names, bool strict,
-                                           const std::function<std::string(std::size_t)>& where) {
+                                           const std::function<std::string(std::size_t)>& where,
+                                           int64_t* replaced = nullptr) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::size_t bad = traincache::text::first_invalid_utf8(names[i]);
     if (bad == std::string::npos) continue;
@@ -238,7 +240,8 @@ inline std::vector<std::string> utf8_names(std::vector<std::string> names, bool 
       throw Error(
           Exit::data, where(i),
           "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
-    traincache::text::repair_utf8(names[i]);
+    const int64_t n = traincache::text::repair_utf8(names[i]);
+    if (replaced) *replaced += n;
   }
   return names;
 }

@@ -436,7 +436,8 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
   if (left_out > 0)
     tar.warning = std::to_string(left_out) + (left_out == 1 ? " sample" : " samples") +
                   " without every field named left out (--on-error skip); the first: " + first;
-  if (rows.empty()) throw Error(Exit::data, pattern, "no sample has the field '" + own + "'");
+  if (rows.empty() && left_out == 0) throw Error(Exit::data, pattern, "the shards hold no samples");
+  if (rows.empty()) throw Error(Exit::data, pattern, "no sample has every field named; the first: " + first);
   std::vector<std::string> where;
   for (const Sample* s : rows) where.push_back(shards->where(*s, keys ? "" : own));
   if (keys) {
@@ -460,15 +461,8 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
   std::vector<std::string> values = text_values(*shards, rows, name);
   if (role != Role::text) return value_column(pattern, name, role, std::move(values), files, where, tar);
   int64_t replaced = 0;
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::size_t bad = traincache::text::first_invalid_utf8(values[i]);
-    if (bad == std::string::npos) continue;
-    if (files.strict_utf8)
-      throw Error(
-          Exit::data, where[i],
-          "invalid UTF-8 at byte " + std::to_string(bad + 1) + " (without --strict-utf8 it is replaced with U+FFFD)");
-    replaced += traincache::text::repair_utf8(values[i]);
-  }
+  values = utf8_names(
+      std::move(values), files.strict_utf8, [&](std::size_t i) { return where[i]; }, &replaced);
   return std::make_unique<TarColumn<StringColumn>>(tar, Kind::tar, pattern, name, std::move(values), replaced);
 }
 
