@@ -152,6 +152,9 @@ expect_err "cache-inspect: error: --export: unknown format 'parquet' (npy is the
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" "$C" --export npy "$WORK/p"
 expect_rc 64
 expect_err "cache-inspect: error: --export: exports one cache at a time, not 2"
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy
+expect_rc 64
+expect_err "cache-inspect: error: --export: expected a format and a folder: --export npy DIR"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/p" --rows-per-file 0
 expect_rc 64
 expect_no_file "$WORK/p"

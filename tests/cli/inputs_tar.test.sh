@@ -162,11 +162,34 @@ refused 65 "$B/truncated.tar: not a readable tar file: Truncated tar archive" "$
 refused 65 "$B/oversized.tar: not a readable tar file: Truncated input file (needed 245760 bytes, only 60928 available)" \
   "$B/oversized.tar"
 refused 65 "$B/nottar.tar: not a readable tar file: Unrecognized archive format" "$B/nottar.tar"
+refused 65 "$B/empty.tar: the shards hold no samples" "$B/empty.tar"
 refused 66 "$WORK/shards/0004.tar: no such file or directory" "$WORK/shards/{0000..0004}.tar"
 refused 66 "$WORK/shards/*.tgz: matches no file" "$WORK/shards/*.tgz"
 refused 64 "$WORK/shards/{0000..0003.tar: a '{' without its '}'" "$WORK/shards/{0000..0003.tar"
 refused 64 "$WORK/shards/{0000}.tar: '{0000}' is neither a range {A..B} of integers nor a list {a,b}" \
   "$WORK/shards/{0000}.tar"
+O=$B/oddities.tar
+run "$TC_BIN/cache-fill" --input "$B/notobject.tar" --features png --labels json.label --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $B/notobject.tar: a.json: not a JSON object"
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels json.nope --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/shards/0000.tar: cat00.json: no field 'nope'"
+run "$TC_BIN/cache-fill" --input "$O" --features png --labels json.label --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $O: a.json: field 'label' is neither a string nor an integer"
+run "$TC_BIN/cache-fill" --input "$O" --text txt --tokenizer "$T/bert-uncased.json" --encoder "$D/text4k.pt" \
+  --strict-utf8 --out "$WORK/bad.h5" -q
+expect_rc 65
+expect_err "cache-fill: error: $O: a.txt: invalid UTF-8 at byte 4 (without --strict-utf8 it is replaced with U+FFFD)"
+expect_no_file "$WORK/bad.h5"
+run "$TC_BIN/cache-fill" --input "$O" --text txt --tokenizer "$T/bert-uncased.json" --encoder "$D/text4k.pt" \
+  --out "$WORK/utf8.h5"
+expect_rc 0
+expect_err_has "cache-fill: warning: 1 ill-formed UTF-8 sequences in the text fields replaced with U+FFFD"
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels nope --on-error skip --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 65
+expect_err "cache-fill: error: $SHARDS: no sample has every field named; the first: $WORK/shards/0000.tar: cat00 has no 'nope'"
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features txt --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 65
 expect_err "cache-fill: error: $SHARDS: field 'txt' holds no images (image fields end in jpg, png, webp, ...; text is read with --text)"

@@ -91,6 +91,10 @@ def make(work):
     shard("apart.tar", [("a.png", png), ("b.png", png), ("a.cls", b"0")])  # key a twice, apart
     shard("twice.tar", [("a.png", png), ("a.png", png)])
     shard("cat00.tar", [("cat00.png", png), ("cat00.cls", b"0")])  # a key of shards/0000.tar again
+    shard("oddities.tar", [("a.png", png), ("a.json", b'{"label": 1.5}'), ("a.txt", b"caf\xe9"),
+                           ("b.png", png), ("b.json", b'{"label": 2}'), ("b.txt", b"ok")])
+    shard("empty.tar", [("README", b"no samples here\n")])
+    shard("notobject.tar", [("a.png", png), ("a.json", b"[1]")])
     shard("nocls.tar", [("a.png", png), ("a.cls", b"0"), ("b.png", png), ("c.png", png), ("c.cls", b"1")])
     with open(os.path.join(work, "shards", "0000.tar"), "rb") as f:
         whole = f.read()
