@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "traincache/base/json_text.h"
+
 namespace traincache::report {
 
 Record& Record::add(const std::string& key, Json value, std::optional<std::string> text) {
@@ -40,7 +42,7 @@ std::string value_text(const Json& v) {
     for (std::size_t i = 0; i < v.size(); ++i) t += (i ? "," : "") + value_text(v[i]);
     return t + "]";
   }
-  return v.dump();
+  return json_text(v);
 }
 
 // printf with one conversion of `v` ("%.2f", "%5lld", "%.12s").
@@ -96,7 +98,7 @@ std::string Record::format(const std::string& tmpl) const {
   return out;
 }
 
-void print_json(const Json& doc) { std::printf("%s\n", doc.dump().c_str()); }
+void print_json(const Json& doc) { std::printf("%s\n", json_text(doc).c_str()); }
 
 std::string table_header(const std::vector<Column>& columns) {
   std::string line;
@@ -135,7 +137,7 @@ std::string csv_row(const std::vector<Column>& columns, const Record& r) {
   std::string line;
   for (std::size_t i = 0; i < columns.size(); ++i) {
     const Json& v = r.at(columns[i].key);
-    line += (i ? "," : "") + csv_field(v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump());
+    line += (i ? "," : "") + csv_field(v.is_string() ? v.get<std::string>() : v.is_null() ? "" : json_text(v));
   }
   return line;
 }

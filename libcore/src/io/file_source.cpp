@@ -23,6 +23,7 @@
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/json_input.h"
+#include "traincache/base/json_text.h"
 #include "traincache/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -235,7 +236,7 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
         row[it->second] = v.get<std::string>();
         if (!marker.empty()) t.utf8_replaced[it->second] += unmark(*row[it->second], marker);
       } else if (v.is_number_integer()) {
-        row[it->second] = v.dump();
+        row[it->second] = json_text(v);
         t.json_ints.emplace(t.rows.size(), it->second);
       } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); })) {
         auto& list = t.json_lists[{t.rows.size(), it->second}] = v.get<std::vector<std::string>>();

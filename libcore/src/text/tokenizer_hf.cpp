@@ -14,6 +14,7 @@
 #include "tokenizer_internal.h"
 #include "traincache/base/error.h"
 #include "traincache/base/json_input.h"
+#include "traincache/base/json_text.h"
 #include "unicode_text.h"
 
 namespace traincache::text {
@@ -180,7 +181,7 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& pa
       if (auto p = make_normalizer(n, path)) parts.push_back(std::move(p));
     return std::make_unique<SequenceNormalizer>(std::move(parts));
   }
-  unsupported(path, "normalizer " + (type.empty() ? j.dump() : type));
+  unsupported(path, "normalizer " + (type.empty() ? json_text(j) : type));
 }
 
 // ---- pre-tokenizers ---------------------------------------------------------------------------
@@ -354,7 +355,7 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
       if (auto t = make_pre_tokenizer(p, path)) parts.push_back(std::move(t));
     return std::make_unique<SequencePreTokenizer>(std::move(parts));
   }
-  unsupported(path, "pre_tokenizer " + (type.empty() ? j.dump() : type));
+  unsupported(path, "pre_tokenizer " + (type.empty() ? json_text(j) : type));
 }
 
 // ---- post-processors --------------------------------------------------------------------------
@@ -405,7 +406,7 @@ void parse_post_processor(const json& j, const std::string& path, PostProcessor&
     pp.name = "Sequence";
     return;
   } else {
-    unsupported(path, "post_processor " + (type.empty() ? j.dump() : type));
+    unsupported(path, "post_processor " + (type.empty() ? json_text(j) : type));
   }
   if (pp.name == "none" || type != "ByteLevel") pp.name = type;
 }
@@ -507,7 +508,7 @@ class HfTokenizer : public Tokenizer {
       const json& m = j["truncation"]["max_length"];
       if (!m.is_number_integer() || m.get<int64_t>() < post_.added() || m.get<int64_t>() < 1)
         throw Error(Exit::data, path,
-                    "truncation.max_length " + m.dump() + " is not a length (a whole number of tokens, at least " +
+                    "truncation.max_length " + json_text(m) + " is not a length (a whole number of tokens, at least " +
                         std::to_string(std::max<int64_t>(1, post_.added())) + ")");
       file_max_ = m.get<int64_t>();
     }

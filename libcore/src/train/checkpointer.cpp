@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/base/error.h"
+#include "traincache/base/json_text.h"
 #include "traincache/model/precision_torch.h"
 #include "traincache/train/checkpoint.h"
 
@@ -95,7 +96,7 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
     }
     if (!stamps.empty()) config["data_files"] = stamps;
   }
-  return config.dump();
+  return json_text(config);
 }
 
 }  // namespace traincache::train
