@@ -47,4 +47,24 @@ expect_err "cache-fill: error: $WORK/mix.h5.partial: holds progress of a run wit
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --dtype float16 --out "$WORK/mix.h5" --force
 expect_rc 0
 expect_err_re "\(12000 encoded\)"
+# Out of memory is a resource failure, not bad input: 69, the journal kept (issue 43, item 2: it was
+# 65 "rejected the input" and the journal was deleted). The encoder asks for 32 TiB on any batch
+# that is not 32 rows: the last batch of 100 rows, after 96 are committed.
+cat >"$WORK/oom_model.py" <<EOF  # a file: torch.jit.script reads the class's source
+import torch
+class Oom(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = 0 if x.shape[0] == 32 else 1 << 43
+        return x.flatten(1)[:, :4] + torch.zeros([n + 1])[0]
+torch.jit.script(Oom()).save("$WORK/oom.pt")
+EOF
+run "$TC_PYTHON" "$WORK/oom_model.py"
+expect_rc 0
+OOM=(--input "$D/images.h5" --features vec --encoder oom="$WORK/oom.pt" --rows 0:100 --batch-size 32 --commit-rows 32
+     --threads 2 --out "$WORK/oom.h5")
+run "$TC_BIN/cache-fill" "${OOM[@]}"
+expect_rc 69
+expect_err_re "^cache-fill: error: encoder 'oom': out of memory: .*DefaultCPUAllocator: .* \(a smaller --batch-size needs less\); progress kept in $WORK/oom.h5.partial \(run again to resume\)$"
+py "import json; print(json.load(open('$WORK/oom.h5.partial/journal.json'))['committed_rows'])"
+expect_out "96"
 finish

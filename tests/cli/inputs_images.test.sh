@@ -367,6 +367,32 @@ expect_out_has '"skipped":2'
 run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1
 expect_rc 0
 expect_err_has "gc-train: 2 rows skipped by cache-fill (unreadable images) are left out"
+# Shards merged keep each shard's skipped rows, as rows of the merged cache (virtual and copied).
+for i in 0 1; do
+  run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skm.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+    --channels gray --on-error skip --batch-size 4 --shard $i/2 -q
+  expect_rc 0
+done
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip4.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip --batch-size 4 -q
+expect_rc 0
+run "$TC_BIN/cache-fill" merge --out "$WORK/skm-v.h5" "$WORK"/skm.h5.shard-* -q
+expect_rc 0
+run "$TC_BIN/cache-fill" merge --copy --out "$WORK/skm-c.h5" "$WORK"/skm.h5.shard-* -q
+expect_rc 0
+py "
+import h5py
+ref = h5py.File('$WORK/skip4.h5')
+for name in ('skm-v.h5', 'skm-c.h5'):
+    f = h5py.File('$WORK/' + name)
+    print(name, f['skipped/rows'][:].tolist(), [r.decode() for r in f['skipped/reasons'][:]] == [r.decode() for r in ref['skipped/reasons'][:]],
+          f['embeddings/flat'][:].tobytes() == ref['embeddings/flat'][:].tobytes())
+"
+expect_out "skm-v.h5 [5, 6] True True
+skm-c.h5 [5, 6] True True"
+run "$TC_BIN/gc-train" --cache "$WORK/skm-v.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1
+expect_rc 0
+expect_err_has "gc-train: 2 rows skipped by cache-fill (unreadable images) are left out"
 # The same for a manifest line whose file is missing.
 printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\nmixed/png_rgb/001.png,a\n' > "$WORK/miss.csv"
 run "$TC_BIN/cache-fill" --input "$WORK/miss.csv" --features file --labels class --out "$WORK/miss.h5" "${FILL[@]}" \

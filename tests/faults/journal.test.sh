@@ -63,7 +63,7 @@ damaged "$WORK/b.h5" "99999 rows committed but the run has only 12000"
 # committed_rows off a batch boundary.
 make_partial "$WORK/c.h5"
 edit_journal "$WORK/c.h5.partial/journal.json" "j['committed_rows'] = 100"
-damaged "$WORK/c.h5" "100 committed rows are not a whole number of 64-row batches"
+damaged "$WORK/c.h5" "100 committed rows do not end a batch of this input"
 
 # Wrong types: the same error, naming the file (was a JSON exception and exit 70).
 make_partial "$WORK/d.h5"

@@ -91,7 +91,8 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
       result_(result),
       cb_(cb),
       committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
-      row_shapes_(encoders.size()) {
+      row_shapes_(encoders.size()),
+      shape_known_(encoders.size(), false) {
   if (journal.committed_rows == 0) {
     journal.encoders.clear();
     journal.skipped.clear();
@@ -101,6 +102,7 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
     int64_t keep = 0;
     if (it != committed_.end()) {
       row_shapes_[i] = it->second.row_shape;
+      shape_known_[i] = it->second.has_shape;
       keep = journal.committed_rows * row_bytes_of(row_shapes_[i], dtype_size(opts.dtype));
     }
     raws_.emplace_back(journal.raw(encoders[i]->name()), keep);
@@ -131,7 +133,13 @@ bool Encoding::run(const RowPlan& plan) {
     Batch batch = pf.next();
     result_.input_wait_seconds += seconds_since(t_wait);
     auto t_convert = Clock::now();
-    for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
+    try {
+      for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
+    } catch (const std::exception& e) {
+      if (!encode::is_out_of_memory(e)) throw;
+      throw encode::out_of_memory_error(
+          "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
+    }
     result_.encode_seconds += seconds_since(t_convert);
     for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0, store);
     std::vector<std::pair<int64_t, std::string>> skipped;
@@ -301,9 +309,8 @@ const Encoding::Tables& Encoding::tables(encode::Encoder& enc) {
 
 torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first) {
   auto& enc = *encoders_[i];
-  JournalEncoder& je = journal_.encoders[enc.name()];
   auto t_setup = Clock::now();
-  if (first) first_batch_checks(enc, args, je);
+  if (first) first_batch_checks(enc, args, journal_.encoders[enc.name()]);
   result_.model_setup_seconds += seconds_since(t_setup);
   auto t_enc = Clock::now();
   torch::Tensor out = enc.forward(args);
@@ -353,11 +360,12 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
   if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
-  JournalEncoder& je = journal_.encoders[enc.name()];
   if (!batch.skipped.empty()) out = zero_skipped(out, batch);
   std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
-  if (!je.has_shape) {
+  if (!shape_known_[i]) {  // the first batch: before any commit is submitted (see journal_)
+    JournalEncoder& je = journal_.encoders[enc.name()];
     row_shapes_[i] = shape;
+    shape_known_[i] = true;
     je.has_shape = true;
     je.row_shape = shape;
     je.inference = enc.inference();

@@ -111,11 +111,17 @@ class Encoding {
   const FillOptions& opts_;
   const Inputs& in_;
   std::vector<std::unique_ptr<encode::Encoder>>& encoders_;
+  // Shared by this thread and the store thread without a lock, safe by this order: this thread
+  // writes the journal only while encoding a run's first batch (first_batch_checks, the row
+  // shapes), before it submits any task that reads or writes it; from then on only tasks on the
+  // store thread touch it (commit, skipped rows), and this thread reads shape_known_ and
+  // row_shapes_, its own copies, instead.
   Journal& journal_;
   FillResult& result_;
   const FillCallbacks& cb_;
   const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
   std::vector<std::vector<int64_t>> row_shapes_;
+  std::vector<bool> shape_known_;  // row_shapes_[i] is set (committed, or from this run's first batch)
   std::vector<RawFile> raws_;
   std::map<std::string, Tables> tables_;  // by encoder, once
 };

@@ -23,6 +23,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/interrupt.h"
+#include "traincache/base/json_text.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/sha256.h"
 #include "traincache/base/timing.h"
@@ -66,7 +67,7 @@ struct Fingerprint {
 // journal validates against this run. With --force, a foreign, damaged or other run's journal is
 // discarded instead of refused.
 Journal open_journal(const std::string& partial, const Fingerprint& fp, const std::vector<std::string>& encoder_names,
-                     int64_t rows, int64_t unit, const FillOptions& opts) {
+                     const RowPlan& plan, const Inputs& in, const FillOptions& opts) {
   auto start_over = [&] {
     if (int e = files::remove_tree(partial))
       throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(e));
@@ -96,7 +97,11 @@ Journal open_journal(const std::string& partial, const Fingerprint& fp, const st
     return start_over();
   }
   try {
-    journal.validate(encoder_names, rows, unit, dtype_size(opts.dtype));
+    // A commit ends a unit the encode loop reads: batches, cut short where a tar file ends.
+    std::vector<int64_t> unit_ends;
+    for (const auto& [first, n] : unit_ranges(plan.begin, plan.end, in.unit, in.groups))
+      unit_ends.push_back(first + n - plan.begin);
+    journal.validate(encoder_names, unit_ends, dtype_size(opts.dtype));
   } catch (const Error& e) {
     if (!opts.force || e.code() != Exit::data) throw;
     return start_over();
@@ -156,14 +161,14 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
   if (std::string(precision::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
-  f.text = fp.dump();
+  f.text = json_text(fp);
   f.hash = sha256_hex(f.text);
   f.job = fp;
   f.job["input"].erase("rows");
   f.job["input"].erase("content_xxh3");
   f.job["input"]["job_rows"] = {plan.job_begin, plan.job_end};
   f.job["shards"] = opts.shard_count;
-  f.job_hash = sha256_hex(f.job.dump());
+  f.job_hash = sha256_hex(json_text(f.job));
   return f;
 }
 
@@ -207,7 +212,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                      {"fingerprint", fp.hash},
                      {"fingerprint_json", fp.text},
                      {"input_path", source::recorded_path(opts.input)},
-                     {"features", all_features.dump()},
+                     {"features", json_text(all_features)},
                      {"input_scale", opts.input_scale},
                      {"labels_source", labels_name(opts)},
                      {"keys_source", keys_name(opts)},
@@ -219,16 +224,16 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
     json t = text_json(opts, in);
     for (const auto& [key, ti] : in.texts)
       if (ti.tok) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
-    spec.root_attrs.push_back({"text", t.dump()});
+    spec.root_attrs.push_back({"text", json_text(t)});
   }
   if (const image::Spec* pre = in.preprocess()) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
     for (const auto& [k, v] : pre->describe()) j[k] = v;
-    spec.root_attrs.push_back({"preprocess", j.dump()});
+    spec.root_attrs.push_back({"preprocess", json_text(j)});
   }
   if (plan.sharded) {
     spec.root_attrs.push_back({"job_fingerprint", fp.job_hash});
-    spec.root_attrs.push_back({"job_fingerprint_json", fp.job.dump()});
+    spec.root_attrs.push_back({"job_fingerprint_json", json_text(fp.job)});
     spec.root_attrs.push_back({"shard_index", int64_t{opts.shard_index}});
     spec.root_attrs.push_back({"shard_count", int64_t{opts.shard_count}});
     spec.root_attrs.push_back({"job_row_start", plan.job_begin});
@@ -244,7 +249,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
     src.dtype = opts.dtype;
     src.attrs = {{"encoder_path", absolute_path(enc.path())},
                  {"encoder_sha256", enc_sha[i]},
-                 {"features", json(in.per_encoder.at(enc.name())).dump()},
+                 {"features", json_text(json(in.per_encoder.at(enc.name())))},
                  {"output", enc.output()},
                  {"inference", je.inference},
                  {"optimize_max_abs_diff", je.optimize_max_abs_diff},
@@ -325,7 +330,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     return result;
   }
 
-  Journal journal = open_journal(partial, fp, encoder_names, plan.rows(), in.unit, opts);
+  Journal journal = open_journal(partial, fp, encoder_names, plan, in, opts);
   journal.fingerprint = fp.hash;
   journal.fingerprint_json = fp.text;
   result.resumed_from = journal.committed_rows;
@@ -355,10 +360,13 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       throw;
     } catch (const Error& e) {
       code = e.code();
+    } catch (const std::bad_alloc&) {
+      code = Exit::unavailable;
     } catch (...) {
     }
-    const bool resumable = journal.committed_rows > 0 &&
-                           (encoded || code == Exit::io || code == Exit::cant_create || code == Exit::temp_failure);
+    // Out of memory (unavailable) is a resource failure: the rerun, perhaps elsewhere, resumes.
+    const bool resumable = journal.committed_rows > 0 && (encoded || code == Exit::io || code == Exit::cant_create ||
+                                                          code == Exit::temp_failure || code == Exit::unavailable);
     if (!resumable) {
       files::remove_tree(partial);
       throw;
@@ -367,6 +375,9 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
       throw;
     } catch (const Error& e) {
       throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial + " (run again to resume)");
+    } catch (const std::bad_alloc&) {
+      throw Error(Exit::unavailable, "",
+                  "out of memory: an allocation failed; progress kept in " + partial + " (run again to resume)");
     } catch (const std::exception& e) {
       throw Error(
           Exit::internal, "",

@@ -54,8 +54,9 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows, const std::vector
     for (int64_t g : groups)
       if (g > a && g < b) starts.push_back(g);
     const auto n = static_cast<int64_t>(starts.size());
+    // Every shard refuses alike, before encoding: a run some of whose shards are empty can never merge.
     const int64_t lo = n * opts.shard_index / opts.shard_count, hi = n * (opts.shard_index + 1) / opts.shard_count;
-    if (lo >= hi)
+    if (opts.shard_count > n)
       throw Error(Exit::usage, "--shard",
                   std::to_string(opts.shard_count) + " shards for only " + std::to_string(n) +
                       " input files (each shard takes whole files)");
@@ -66,7 +67,7 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows, const std::vector
   const int64_t nb = (b - a + opts.batch_size - 1) / opts.batch_size;
   const int64_t lo = nb * opts.shard_index / opts.shard_count;
   const int64_t hi = nb * (opts.shard_index + 1) / opts.shard_count;
-  if (lo >= hi)
+  if (opts.shard_count > nb)
     throw Error(Exit::usage, "--shard",
                 std::to_string(opts.shard_count) + " shards for only " + std::to_string(nb) + " batches");
   p.begin = a + lo * opts.batch_size;

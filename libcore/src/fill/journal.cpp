@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/base/json_text.h"
 
 using nlohmann::json;
 
@@ -148,14 +150,14 @@ bool Journal::load() {
   return true;
 }
 
-void Journal::validate(const std::vector<std::string>& encoder_names, int64_t rows, int64_t batch_size,
+void Journal::validate(const std::vector<std::string>& encoder_names, const std::vector<int64_t>& unit_ends,
                        std::size_t element_bytes) const {
+  const int64_t rows = unit_ends.empty() ? 0 : unit_ends.back();
   if (committed_rows > rows)
     journal_damaged(file(),
                     std::to_string(committed_rows) + " rows committed but the run has only " + std::to_string(rows));
-  if (committed_rows % batch_size != 0 && committed_rows != rows)
-    journal_damaged(file(), std::to_string(committed_rows) + " committed rows are not a whole number of " +
-                                std::to_string(batch_size) + "-row batches");
+  if (committed_rows != 0 && !std::binary_search(unit_ends.begin(), unit_ends.end(), committed_rows))
+    journal_damaged(file(), std::to_string(committed_rows) + " committed rows do not end a batch of this input");
   if (committed_rows == 0) return;
   for (const auto& name : encoder_names) {
     auto it = encoders.find(name);
@@ -191,7 +193,7 @@ void Journal::save() const {
          {"encoders", enc}};
   if (!fingerprint_json.empty()) j["fingerprint_json"] = fingerprint_json;
   if (!skipped.empty()) j["skipped"] = skipped;
-  std::string text = j.dump(1) + "\n";
+  std::string text = json_text(j, 1) + "\n";
   try {
     files::TempFile tmp(file());
     tmp.write_all(text.data(), text.size());

@@ -14,6 +14,7 @@
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
+#include "traincache/base/json_text.h"
 #include "traincache/base/sha256.h"
 #include "traincache/base/timing.h"
 #include "traincache/io/cache_file.h"
@@ -142,9 +143,9 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
                        {"rows", s.info.rows}});
     }
     nlohmann::json fp{{"job_fingerprint", ref.job}, {"shards", parts}};
-    h5::write_attr(out.get(), "fingerprint", sha256_hex(fp.dump()));
-    h5::write_attr(out.get(), "fingerprint_json", fp.dump());
-    h5::write_attr(out.get(), "merged_from", parts.dump());
+    h5::write_attr(out.get(), "fingerprint", sha256_hex(json_text(fp)));
+    h5::write_attr(out.get(), "fingerprint_json", json_text(fp));
+    h5::write_attr(out.get(), "merged_from", json_text(parts));
     h5::write_attr(out.get(), "merge", std::string(o.copy ? "copy" : "virtual"));
 
     for (const auto& name : dataset_names(ref.info)) {
@@ -184,6 +185,12 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
                       s.info.rows);
       }
     }
+    // Each shard's skipped rows, as rows of the merged cache (always a copy: a short list).
+    std::vector<std::pair<int64_t, std::string>> skipped;
+    for (const auto& s : shards)
+      for (auto& [row, why] : cache::read_skipped(s.path))
+        skipped.emplace_back(row + s.info.row_start - ref.job_begin, std::move(why));
+    cache::write_skipped(out.get(), skipped);
     h5::write_attr(out.get(), "complete", int64_t{1});
     h5::close_file(out, o.out);
   }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/json_text.h"
 #include "traincache/io/h5.h"
 
 namespace traincache::cache {
@@ -211,7 +213,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   if (auto pre = h5::read_attr_string(f, "preprocess")) {
     auto j = nlohmann::ordered_json::parse(*pre, nullptr, false);
     if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
-    for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+    for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : json_text(v));
   }
   read_text_info(f, path, info);
   struct stat fst;
@@ -498,7 +500,7 @@ void copy_column(const source::Column& col, hid_t out, const std::string& dst, i
   const int64_t row_bytes = static_cast<int64_t>(ci.row_bytes());
   h5::Id dd = create_dataset(out, dst, type, shape, row_bytes);
   h5::write_attr(dd.get(), "source", ci.name);
-  if (!col.label_names().empty()) h5::write_attr(dd.get(), "label_names", json(col.label_names()).dump());
+  if (!col.label_names().empty()) h5::write_attr(dd.get(), "label_names", json_text(json(col.label_names())));
   const int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
   std::vector<char> buf;
   for (int64_t s = 0; s < rows; s += block) {
@@ -511,10 +513,31 @@ void copy_column(const source::Column& col, hid_t out, const std::string& dst, i
 
 }  // namespace
 
-namespace {
+std::vector<std::pair<int64_t, std::string>> read_skipped(const std::string& path) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  h5::Id f = h5::open_file(path);
+  if (!h5::exists(f.get(), "/skipped/rows")) return out;
+  h5::Id rd = h5::open_dataset(f.get(), path, "/skipped/rows");
+  h5::Id sd = h5::open_dataset(f.get(), path, "/skipped/reasons");
+  const int64_t n = h5::describe(rd.get(), "/skipped/rows").rows();
+  if (h5::describe(sd.get(), "/skipped/reasons").rows() != n)
+    throw Error(Exit::data, path, "/skipped/rows and /skipped/reasons differ in length");
+  std::vector<int64_t> rows(static_cast<std::size_t>(n));
+  h5::read_rows(rd.get(), path + ": /skipped/rows", 0, n, H5T_NATIVE_INT64, rows.data());
+  h5::Id type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  std::vector<char*> reasons(static_cast<std::size_t>(n), nullptr);
+  h5::read_rows(sd.get(), path + ": /skipped/reasons", 0, n, type.get(), reasons.data());
+  for (int64_t i = 0; i < n; ++i) {
+    out.emplace_back(rows[i], reasons[i] ? reasons[i] : "");
+    std::free(reasons[i]);  // HDF5 allocates variable-length strings with malloc
+  }
+  return out;
+}
 
-// /skipped/rows (int64) and /skipped/reasons (UTF-8 strings), one entry per skipped row.
 void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& skipped) {
+  if (skipped.empty()) return;
   const int64_t n = static_cast<int64_t>(skipped.size());
   std::vector<int64_t> rows;
   std::vector<const char*> reasons;
@@ -530,6 +553,8 @@ void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& 
   h5::Id sd = create_dataset(f, "/skipped/reasons", type.get(), {n}, 32);
   h5::write_rows(sd.get(), "/skipped/reasons", 0, n, type.get(), reasons.data());
 }
+
+namespace {
 
 // Writes the rows of one journal raw file into a new dataset of `f`.
 void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
@@ -583,7 +608,7 @@ void assemble(const AssemblySpec& spec) {
   }
   if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
   if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
-  if (!spec.skipped.empty()) write_skipped(f, spec.skipped);
+  write_skipped(f, spec.skipped);
   h5::write_attr(f, "complete", int64_t{1});
   h5::close_file(file, spec.out_path);
   tmp.publish();  // fsync, then rename: a reader sees no file or a complete one

@@ -64,6 +64,10 @@ CATCH_TEST_CASE("fill plan: impossible ranges and shard counts are usage errors"
   } catch (const Error& e) {
     CATCH_CHECK(std::string(e.what()) == "--shard: 20 shards for only 16 batches");
   }
+  // Every shard refuses, not only those left without a batch: a job some of whose shards ran can
+  // never be merged. 22 rows in batches of 256 over 2 shards: 1 batch.
+  for (int i = 0; i < 20; ++i) CATCH_CHECK(code_of([&] { fill::plan_rows(options(64, i, 20), 1000); }) == Exit::usage);
+  for (int i = 0; i < 2; ++i) CATCH_CHECK(code_of([&] { fill::plan_rows(options(256, i, 2), 22); }) == Exit::usage);
 }
 
 CATCH_TEST_CASE("fill plan: an input of several files is shared out by whole files", "[fill]") {
@@ -87,6 +91,8 @@ CATCH_TEST_CASE("fill plan: an input of several files is shared out by whole fil
     CATCH_CHECK(std::string(e.what()) == "--shard: 6 shards for only 5 input files (each shard takes whole files)");
     CATCH_CHECK(e.code() == Exit::usage);
   }
+  for (int i = 0; i < 6; ++i)
+    CATCH_CHECK(code_of([&] { fill::plan_rows(options(16, i, 6), 130, files); }) == Exit::usage);
 }
 
 CATCH_TEST_CASE("fill plan: units are cut where a file begins, so shards batch as one process does", "[fill]") {

@@ -25,21 +25,21 @@ class OrderedPrefetcher {
  public:
   /// Item k is `produce(k)`, called on one of `workers` threads (at least one). At most `depth`
   /// items (at least one) are produced ahead of the consumer: items k >= taken + depth wait.
-  /// `produce` must be safe to call from several threads at once.
+  /// `produce` must be safe to call from several threads at once. A thread that cannot be started
+  /// (std::system_error: the process is out of threads) stops and joins those already running
+  /// before the error leaves the constructor: no joinable thread is left to std::terminate.
   OrderedPrefetcher(int64_t count, int workers, int64_t depth, std::function<T(int64_t)> produce)
       : count_(count), depth_(std::max<int64_t>(1, depth)), produce_(std::move(produce)) {
-    for (int w = 0; w < std::max(1, workers); ++w) threads_.emplace_back([this] { work(); });
+    try {
+      for (int w = 0; w < std::max(1, workers); ++w) threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      stop_and_join();
+      throw;
+    }
   }
 
   /// Stops the workers (items in flight are finished and dropped) and joins them.
-  ~OrderedPrefetcher() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
+  ~OrderedPrefetcher() { stop_and_join(); }
 
   OrderedPrefetcher(const OrderedPrefetcher&) = delete;
   OrderedPrefetcher& operator=(const OrderedPrefetcher&) = delete;
@@ -63,6 +63,15 @@ class OrderedPrefetcher {
   }
 
  private:
+  void stop_and_join() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
   void work() {
     while (true) {
       int64_t k = claimed_++;

@@ -47,11 +47,13 @@ class Journal {
   /// Error(data, file(), "journal damaged: ...; --force discards it").
   bool load();
 
-  /// Checks a loaded journal against this run before resuming: committed rows within [0, rows] and
-  /// on a batch boundary, every encoder known when rows are committed, every raw file (a regular
-  /// file, not a link) holding at least the committed rows, and those rows matching the digests
-  /// of their chunks. Error(data) as load().
-  void validate(const std::vector<std::string>& encoder_names, int64_t rows, int64_t batch_size,
+  /// Checks a loaded journal against this run before resuming: committed rows within the run and
+  /// at the end of one of its units (`unit_ends`: the row counts, from the run's first row, at which
+  /// its batches end, ascending; the last is the run's rows; batches of tar shards end at file
+  /// boundaries, so these are not always multiples of the batch size), every encoder known when rows
+  /// are committed, every raw file (a regular file, not a link) holding at least the committed rows,
+  /// and those rows matching the digests of their chunks. Error(data) as load().
+  void validate(const std::vector<std::string>& encoder_names, const std::vector<int64_t>& unit_ends,
                 std::size_t element_bytes) const;
 
   /// Writes journal.json atomically (temporary file, fsync, rename); Error(io) on failure.

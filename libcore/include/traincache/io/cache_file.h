@@ -2,6 +2,8 @@
 // Torch-free: cache-inspect and the shm tools use it without linking LibTorch.
 #pragma once
 
+#include <H5Ipublic.h>  // hid_t
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -149,6 +151,14 @@ struct AssemblySpec {
   /// /skipped/reasons when there are any.
   std::vector<std::pair<int64_t, std::string>> skipped;
 };
+
+/// A cache's skipped rows (cache row, reason) from /skipped/rows and /skipped/reasons, in order;
+/// none when it has none. Error(data) when the two datasets disagree in length.
+std::vector<std::pair<int64_t, std::string>> read_skipped(const std::string& path);
+
+/// Writes /skipped/rows (int64) and /skipped/reasons (UTF-8 strings) into open file `f`, one entry
+/// per skipped row; writes nothing when `skipped` is empty.
+void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& skipped);
 
 /// Rows per HDF5 chunk for rows of `row_bytes`: about 1 MiB per chunk, at least one row.
 int64_t chunk_rows(int64_t row_bytes, int64_t rows);
