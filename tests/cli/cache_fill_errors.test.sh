@@ -37,8 +37,14 @@ expect_fail 66 "cache-fill: error: $WORK/none.pt: no such file or directory" \
   --input "$D/images.h5" --encoder "$WORK/none.pt" --features images
 expect_fail 65 "cache-fill: error: $D/not-torchscript.pt: cannot load TorchScript module: PytorchStreamReader failed reading zip archive: failed finding central directory" \
   --input "$D/images.h5" --encoder "$D/not-torchscript.pt" --features images
-expect_fail 65 "cache-fill: error: encoder 'cnn': rejected the input: RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [256, 16]" \
+# What was fed, and (issue 43, item 17) the likely cause when it stands out: ids into an image model.
+expect_fail 65 "cache-fill: error: encoder 'cnn': rejected the input ([256, 16] float32): RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [256, 16]" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features vec
+# (LibTorch's own words differ between versions: only what traincache adds is matched exactly.)
+run "$TC_BIN/cache-fill" --out "$O" --input "$D/images.h5" --encoder "$D/cnn.pt" --features labels
+expect_rc 65
+expect_err_re "^cache-fill: error: encoder 'cnn': rejected the input \(\[256\] int64\): RuntimeError: .* \(token ids fed to a model that takes images or vectors\?\)$"
+expect_no_file "$O"
 expect_fail 65 "cache-fill: error: encoder 'nan': embedding of input row 0 holds NaN or Inf" \
   --input "$D/images.h5" --encoder "$D/nan.pt" --features vec
 expect_fail 65 "cache-fill: error: encoder 'tuple': output is a tuple; select a tensor with --output KEY|INDEX" \

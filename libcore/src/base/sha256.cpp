@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 
 namespace traincache {
 
@@ -46,8 +47,9 @@ std::string sha256_hex(const std::string& data) {
 }
 
 std::string sha256_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(Exit::no_input, path, errno_text(errno));
+  // A regular file, opened without blocking: a FIFO named as an encoder must not hang the tool.
+  std::FILE* f = ::fdopen(files::open_input(path), "rb");
+  if (!f) throw Error(Exit::io, path, errno_text(errno));
   Sha256 h;
   std::vector<char> buf(1 << 20);
   std::size_t n;

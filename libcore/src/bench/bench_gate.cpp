@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 
 namespace traincache::smart_bench {
 
@@ -35,9 +36,7 @@ std::vector<Comparison> compare(const report::Json& baseline_records, const repo
 }
 
 report::Json read_baseline(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(Exit::no_input, path, errno_text(errno));
-  auto doc = report::Json::parse(in, nullptr, false);
+  auto doc = report::Json::parse(files::read_input(path), nullptr, false);  // a FIFO is refused, not waited on
   auto well_formed = [](const report::Json& r) {
     return r.is_object() && r.contains("strategy") && r["strategy"].is_string() && r.contains("epoch") &&
            r["epoch"].is_number_integer() && r.contains("samples_per_second") && r["samples_per_second"].is_number();

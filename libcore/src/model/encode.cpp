@@ -1,6 +1,7 @@
 #include "traincache/model/encode.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -12,6 +13,7 @@
 
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
+#include "traincache/base/files.h"
 #include "traincache/model/precision_torch.h"
 
 // Declared in torch/csrc/jit/codegen/fuser/interface.h, which Debian's libtorch-dev does not ship;
@@ -62,14 +64,107 @@ std::string dict_keys(const c10::impl::GenericDict& dict) {
 }
 }  // namespace
 
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) || dynamic_cast<const std::bad_alloc*>(&e)) return true;
+  const std::string what = e.what();
+  // The CPU allocator's words vary with the version: "not enough memory", "can't allocate memory".
+  return what.find("DefaultCPUAllocator: not enough memory") != std::string::npos ||
+         what.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+         what.find("CUDA out of memory") != std::string::npos;
+}
+
+Error out_of_memory_error(const std::string& subject, const std::exception& e) {
+  const auto* c10e = dynamic_cast<const c10::Error*>(&e);
+  const std::string line = torch_message(c10e ? c10e->what_without_backtrace() : e.what());
+  return Error(Exit::unavailable, subject, "out of memory: " + line + " (a smaller --batch-size needs less)");
+}
+
+namespace {
+
+// numpy's names ("float32", "int64"), which the docs and the other tools use.
+std::string scalar_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat:
+      return "float32";
+    case torch::kDouble:
+      return "float64";
+    case torch::kHalf:
+      return "float16";
+    case torch::kBFloat16:
+      return "bfloat16";
+    case torch::kLong:
+      return "int64";
+    case torch::kInt:
+      return "int32";
+    case torch::kShort:
+      return "int16";
+    case torch::kByte:
+      return "uint8";
+    case torch::kChar:
+      return "int8";
+    case torch::kBool:
+      return "bool";
+    default:
+      return c10::toString(t);
+  }
+}
+
+}  // namespace
+
+std::string describe_inputs(const std::vector<torch::jit::IValue>& args) {
+  std::string out;
+  for (const auto& a : args) {
+    std::string one = a.tagKind();
+    if (a.isTensor()) {
+      const auto& t = a.toTensor();
+      one = "[";
+      for (int64_t d = 0; d < t.dim(); ++d) one += (d ? ", " : "") + std::to_string(t.size(d));
+      one += "] " + scalar_name(t.scalar_type());
+    }
+    out += (out.empty() ? "" : " and ") + one;
+  }
+  return out.empty() ? "no input" : out;
+}
+
+namespace {
+
+// What a model's refusal most likely means, from what it was fed and what it said: "" when
+// nothing stands out.
+std::string likely_cause(const std::vector<torch::jit::IValue>& args, const std::string& why) {
+  auto says = [&](const char* s) { return why.find(s) != std::string::npos; };
+  bool ids = false, images = false;
+  for (const auto& a : args)
+    if (a.isTensor()) {
+      ids = ids || a.toTensor().scalar_type() == torch::kLong;
+      images = images || (a.toTensor().is_floating_point() && a.toTensor().dim() >= 4);
+    }
+  if (says("forward() is missing value for argument") || says("expected at most") || says("Expected at most"))
+    return " (the model takes another number of inputs than it was fed: docs/models.md says what it must accept)";
+  if (ids && (says("conv") || says("mat1 and mat2") || says("scalar type Float") || says("Input type")))
+    return " (token ids fed to a model that takes images or vectors?)";
+  if (images && (says("indices") || says("Embedding") || says("scalar type Long") || says("scalar types Long")))
+    return " (images fed to a model that takes token ids: a text model?)";
+  return "";
+}
+
+}  // namespace
+
 torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
                                 const std::string& subject) {
+  auto refused = [&](const std::string& why) {
+    return Error(Exit::data, subject,
+                 "rejected the input (" + describe_inputs(args) + "): " + why + likely_cause(args, why));
+  };
   try {
-    return m.forward(std::move(args));
+    return m.forward(args);
   } catch (const c10::Error& e) {
-    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    throw Error(Exit::data, subject, "rejected the input: " + torch_message(e.what()));
+    if (is_out_of_memory(e)) throw out_of_memory_error(subject, e);
+    throw refused(torch_message(e.what_without_backtrace()));
+  } catch (const std::bad_alloc& e) {
+    throw out_of_memory_error(subject, e);
+  } catch (const std::exception& e) {  // the TorchScript interpreter's own exceptions
+    if (is_out_of_memory(e)) throw out_of_memory_error(subject, e);
+    throw refused(torch_message(e.what()));
   }
 }
 
@@ -88,8 +183,7 @@ void disable_cpu_fusion() {
 
 torch::jit::Module load_module(const std::string& path, torch::Device device) {
   disable_cpu_fusion();
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  ::close(files::open_input(path));  // missing or not a regular file (a FIFO would block the load): 66
   try {
     return torch::jit::load(path, device);
   } catch (const c10::Error& e) {
@@ -127,7 +221,7 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
 }
 
 void configure_threads(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(usable_cores());
+  int n = threads > 0 ? threads : static_cast<int>(idle_cores());
   if (at::get_num_threads() != n) at::set_num_threads(n);
 }
 

@@ -20,18 +20,31 @@ torch::Device parse_device(const std::string& spec, const std::string& option = 
 /// Throws Error(unavailable) naming `subject` when `device` is a CUDA index this machine lacks.
 void require_device_index(const torch::Device& device, const std::string& subject);
 
-/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core. (Debian's OpenMP
-/// LibTorch otherwise starts with a single thread in C++ programs.)
+/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core that other work is
+/// not using (idle_cores). (Debian's OpenMP LibTorch otherwise starts with a single thread in C++
+/// programs.)
 void configure_threads(int threads);
 
 /// Loads a TorchScript file as it was saved (training mode and requires_grad untouched).
 /// Missing file -> Error(no_input); not TorchScript -> Error(data).
 torch::jit::Module load_module(const std::string& path, torch::Device device);
 
-/// `m.forward(args)`, with any LibTorch/TorchScript exception turned into
-/// Error(data, subject, "rejected the input: <the one meaningful line>").
+/// `m.forward(args)`, with any LibTorch/TorchScript exception turned into Error(data, subject,
+/// "rejected the input (<what was fed>): <the one meaningful line>< (the likely cause)>"), except
+/// running out of memory: Error(unavailable) as out_of_memory_error says.
 torch::jit::IValue call_forward(torch::jit::Module& m, std::vector<torch::jit::IValue> args,
                                 const std::string& subject);
+
+/// What a model is fed, for messages: "[60, 3, 80, 80] float32", "[8, 32] int64 and [8, 32] int64".
+std::string describe_inputs(const std::vector<torch::jit::IValue>& args);
+
+/// True when `e` is LibTorch running out of memory: c10::OutOfMemoryError (a device's allocator) or
+/// the CPU allocator's "not enough memory" (a plain c10::Error before LibTorch 2.x).
+bool is_out_of_memory(const std::exception& e);
+
+/// Out of memory is a resource failure, not bad input: Error(unavailable, subject, "out of memory:
+/// <LibTorch's line> (a smaller --batch-size needs less)"), so that cache-fill keeps its progress.
+Error out_of_memory_error(const std::string& subject, const std::exception& e);
 
 /// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
 /// without the C++ backtrace and the TorchScript traceback.
