@@ -168,6 +168,36 @@ refused 66 "$WORK/shards/*.tgz: matches no file" "$WORK/shards/*.tgz"
 refused 64 "$WORK/shards/{0000..0003.tar: a '{' without its '}'" "$WORK/shards/{0000..0003.tar"
 refused 64 "$WORK/shards/{0000}.tar: '{0000}' is neither a range {A..B} of integers nor a list {a,b}" \
   "$WORK/shards/{0000}.tar"
+# Issue 43: a shard cut at a member boundary (item 29); patterns naming too many shards, with ranges
+# near the int64 limits (item 11); a FIFO as a shard is 66 like any input that is not a file (32).
+refused 65 "$B/cut.tar: ends without the end-of-archive blocks: truncated (an interrupted download or copy?)" "$B/cut.tar"
+refused 64 "$WORK/{0..9999}{0..9999}.tar: names over 1,000,000 shards" "$WORK/{0..9999}{0..9999}.tar"
+refused 64 "$WORK/{-9223372036854775808..9223372036854775807}.tar: names over 1,000,000 shards" \
+  "$WORK/{-9223372036854775808..9223372036854775807}.tar"
+refused 64 "$WORK/{0..999}{0..999}{9223372036854775806..9223372036854775807}.tar: names over 1,000,000 shards" \
+  "$WORK/{0..999}{0..999}{9223372036854775806..9223372036854775807}.tar"
+mkfifo "$WORK/fifo.tar"
+refused 66 "$WORK/fifo.tar: not a regular file (a FIFO)" "$WORK/fifo.tar"
+# A member larger than its kind can hold is refused before it is read (item 30).
+run "$TC_BIN/cache-fill" --input "$B/bigtext.tar" --text txt --tokenizer "$T/bert-uncased.json" --encoder "$D/text4k.pt" \
+  --out "$WORK/bad.h5" -q
+expect_rc 65
+expect_err "cache-fill: error: $B/bigtext.tar: a.txt: is 17.00 MiB: text and json members over 16.00 MiB are not read"
+# A field no sample has is a usage error naming the fields there are (item 16).
+run "$TC_BIN/cache-fill" --input "$SHARDS" --features pgn --out "$WORK/bad.h5" "${FILL[@]}"
+expect_rc 64
+expect_err "cache-fill: error: $SHARDS: no sample has a field 'pgn' (the shards' fields: cls, json, png, txt); did you mean 'png'?"
+# Alternatives, as WebDataset's to_tuple("jpg;png") (item 21): each sample's image, whichever it has.
+run "$TC_BIN/cache-fill" --input "$WORK/mixed.tar" --features 'jpg;png' --labels cls --out "$WORK/mixed.h5" "${FILL[@]}"
+expect_rc 0
+py "
+import h5py
+m, t = h5py.File('$WORK/mixed.h5'), h5py.File('$WORK/tar.h5')
+tk = [k.decode() for k in t['keys'][:]]
+print([k.decode() for k in m['keys'][:]], m['labels'][:].tolist(),
+      m['embeddings/cnn'][0].tobytes() == t['embeddings/cnn'][tk.index('cat00')].tobytes())
+"
+expect_out "['m0', 'm1'] [0, 1] True"
 O=$B/oddities.tar
 run "$TC_BIN/cache-fill" --input "$B/notobject.tar" --features png --labels json.label --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 65
@@ -188,8 +218,8 @@ run "$TC_BIN/cache-fill" --input "$O" --text txt --tokenizer "$T/bert-uncased.js
 expect_rc 0
 expect_err_has "cache-fill: warning: 1 ill-formed UTF-8 sequences in the text fields replaced with U+FFFD"
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels nope --on-error skip --out "$WORK/bad.h5" "${FILL[@]}"
-expect_rc 65
-expect_err "cache-fill: error: $SHARDS: no sample has every field named; the first: $WORK/shards/0000.tar: cat00 has no 'nope'"
+expect_rc 64
+expect_err "cache-fill: error: $SHARDS: no sample has a field 'nope' (the shards' fields: cls, json, png, txt)"
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features txt --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 65
 expect_err "cache-fill: error: $SHARDS: field 'txt' holds no images (image fields end in jpg, png, webp, ...; text is read with --text)"
@@ -207,6 +237,17 @@ killed_fill "$WORK/killed.h5" 400 "${ARGS[@]}"
 expect_rc 0
 expect_err_re "resumed at [0-9]+"
 expect_same "$WORK/killed.h5" "$WORK/ref.h5"
+
+# Shards of 200 samples in batches of 64: batches end where a shard ends, so commits fall off the
+# 64-row grid (528, 664, ...); the journal takes what the fill committed and the rerun resumes.
+ARGS=(--input "$WORK/big/{00000..00005}.tar" --features png --labels cls --channels gray --encoder cnn="$D/cnn.pt"
+      --threads 2 --batch-size 64 --commit-rows 128 --workers 1)
+run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref64.h5"
+expect_rc 0
+killed_fill "$WORK/killed64.h5" 400 "${ARGS[@]}"
+expect_rc 0
+expect_err_re "resumed at [0-9]+"
+expect_same "$WORK/killed64.h5" "$WORK/ref64.h5"
 
 # ---- gc-train: image-text pairs from shards, CLIP-style, as from the same pairs in a manifest ----
 PAIRS=(--query png --passage txt --query-encoder "$D/cnn16.pt" --passage-encoder "$D/text4k_nodrop.pt"

@@ -10,6 +10,7 @@ traincache's), from image folders this script also writes:
     pairs.jsonl                 the same samples as a manifest: {"png": path, "txt": caption}
     big/0000{0..5}.tar          1,200 grey 28x28 PNG samples (200 per shard) with .cls
     bad/*.tar                   shards that must be refused (see BAD below)
+    mixed.tar                   two samples, one with KEY.png, the other with KEY.jpg
 """
 import io
 import json
@@ -109,6 +110,22 @@ def make(work):
         f.write(bytes(header) + whole[512:])
     with open(os.path.join(bad, "nottar.tar"), "wb") as f:
         f.write(b"this is not a tar file\n" * 40)
+    # Cut at a member boundary (an interrupted copy): every member whole, no end-of-archive blocks.
+    with tarfile.open(os.path.join(work, "shards", "0000.tar")) as t:
+        members = t.getmembers()
+    end = members[5].offset_data + (members[5].size + 511) // 512 * 512
+    with open(os.path.join(bad, "cut.tar"), "wb") as f:
+        f.write(whole[:end])
+    shard("bigtext.tar", [("a.png", png), ("a.txt", b"x" * (17 << 20))])  # a caption of 17 MiB
+
+    # Samples with a PNG or a JPEG image (shards made from mixed folders): KEY.png or KEY.jpg.
+    jpeg = io.BytesIO()
+    Image.open(io.BytesIO(samples[1][1])).convert("RGB").save(jpeg, format="JPEG", quality=95)
+    with tarfile.open(os.path.join(work, "mixed.tar"), "w") as t:
+        add(t, "m0.png", samples[0][1])
+        add(t, "m0.cls", b"0")
+        add(t, "m1.jpg", jpeg.getvalue())
+        add(t, "m1.cls", b"1")
 
 
 if __name__ == "__main__":

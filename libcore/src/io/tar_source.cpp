@@ -5,6 +5,7 @@
 #include <archive_entry.h>
 #include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <mutex>
@@ -20,6 +21,10 @@ namespace traincache::source {
 namespace {
 
 // ---- shard patterns -----------------------------------------------------------------------------
+
+// The most shards one pattern may name: several ranges multiply ({0..9999}{0..9999} is 10^8 names),
+// and every name is built before any is opened.
+constexpr uint64_t kMaxShards = 1000000;
 
 // The position of the '}' closing the '{' at `open`, or npos.
 std::size_t closing_brace(const std::string& s, std::size_t open) {
@@ -40,10 +45,13 @@ std::vector<std::string> brace_alternatives(const std::string& pattern, const st
     const std::string sa = body.substr(0, dots), sb = body.substr(dots + 2);
     auto padded = [](const std::string& s) { return s.size() > 1 && (s[0] == '0' || (s[0] == '-' && s[1] == '0')); };
     const std::size_t width = padded(sa) || padded(sb) ? std::max(sa.size(), sb.size()) : 0;
-    if (std::abs(b - a) >= 10000000) throw Error(Exit::usage, pattern, "a brace range of over 10,000,000 shards");
+    // The count in unsigned arithmetic: b - a overflows int64 near its limits.
+    const uint64_t span = a <= b ? static_cast<uint64_t>(b) - static_cast<uint64_t>(a)
+                                 : static_cast<uint64_t>(a) - static_cast<uint64_t>(b);
+    if (span >= kMaxShards) throw Error(Exit::usage, pattern, "names over 1,000,000 shards");
     std::vector<std::string> out;
     for (int64_t i = a;; i += a <= b ? 1 : -1) {
-      std::string n = std::to_string(std::abs(i));
+      std::string n = std::to_string(i < 0 ? 0 - static_cast<uint64_t>(i) : static_cast<uint64_t>(i));
       const std::size_t digits = width > 0 ? width - (i < 0 ? 1 : 0) : 0;
       if (n.size() < digits) n.insert(0, digits - n.size(), '0');
       out.push_back((i < 0 ? "-" : "") + n);
@@ -70,13 +78,16 @@ void expand_braces(const std::string& pattern, const std::string& s, std::vector
   const auto open = s.find('{');
   if (open == std::string::npos) {
     if (s.find('}') != std::string::npos) throw Error(Exit::usage, pattern, "a '}' without its '{'");
+    if (out.size() >= kMaxShards) throw Error(Exit::usage, pattern, "names over 1,000,000 shards");
     out.push_back(s);
     return;
   }
   const auto close = closing_brace(s, open);
   if (close == std::string::npos) throw Error(Exit::usage, pattern, "a '{' without its '}'");
-  for (const auto& alt : brace_alternatives(pattern, s.substr(open + 1, close - open - 1)))
+  for (const auto& alt : brace_alternatives(pattern, s.substr(open + 1, close - open - 1))) {
     expand_braces(pattern, s.substr(0, open) + alt + s.substr(close + 1), out);
+    if (out.size() > kMaxShards) throw Error(Exit::usage, pattern, "names over 1,000,000 shards");
+  }
 }
 
 // ---- the index of samples -----------------------------------------------------------------------
@@ -115,6 +126,16 @@ archive_entry* next_header(archive* a, const std::string& path) {
   return e;
 }
 
+// The largest member of a kind that is read (docs/inputs.md, "Bad shards"): what a field of that
+// kind can plausibly hold, so that a hostile or broken shard costs no more memory than that.
+struct MemberLimit {
+  int64_t bytes;
+  const char* what;
+};
+constexpr MemberLimit kImageLimit{int64_t{256} << 20, "image members"};  // a JPEG or PNG within the pixel cap
+constexpr MemberLimit kTextLimit{int64_t{16} << 20, "text and json members"};
+constexpr MemberLimit kValueLimit{int64_t{1} << 20, "label and value members"};  // cls: a number or a name
+
 struct Member {
   std::string field;  // the name after the key: "jpg", "seg.png"
   int64_t entry = 0;  // its position among the shard's members
@@ -125,9 +146,15 @@ struct Sample {
   int shard = 0;
   std::string key;
   std::vector<Member> fields;
+  // The member of `field`; of "jpg;png" (alternatives, as WebDataset's to_tuple takes them) the
+  // first the sample has.
   const Member* find(const std::string& field) const {
-    for (const auto& m : fields)
-      if (m.field == field) return &m;
+    for (std::size_t start = 0; start <= field.size();) {
+      const std::size_t end = std::min(field.find(';', start), field.size());
+      for (const auto& m : fields)
+        if (field.compare(start, end - start, m.field) == 0 && m.field.size() == end - start) return &m;
+      start = end + 1;
+    }
     return nullptr;
   }
 };
@@ -161,12 +188,14 @@ class Shards {
     return paths_[static_cast<std::size_t>(s.shard)] + ": " + s.key + (field.empty() ? "" : "." + field);
   }
 
-  // The bytes of member `m` of sample `s`. Thread-safe: each call takes a reader of the shard that
-  // has not passed the member (the one nearest to it), so reading in order streams each shard once.
-  std::string read(const Sample& s, const Member& m) const {
-    if (m.size > kLargest)
+  // The bytes of member `m` of sample `s`, refused before reading when larger than `limit` allows.
+  // Thread-safe: each call takes a reader of the shard that has not passed the member (the one
+  // nearest to it), so reading in order streams each shard once.
+  std::string read(const Sample& s, const Member& m, const MemberLimit& limit) const {
+    if (m.size > limit.bytes)
       throw Error(Exit::data, where(s, m.field),
-                  "is " + format_size(static_cast<uint64_t>(m.size)) + ": members over 1 GiB are not read");
+                  "is " + format_size(static_cast<uint64_t>(m.size)) + ": " + limit.what + " over " +
+                      format_size(static_cast<uint64_t>(limit.bytes)) + " are not read");
     Cursor c = take(s.shard, m.entry);
     const std::string& path = paths_[static_cast<std::size_t>(s.shard)];
     std::string bytes;
@@ -227,11 +256,30 @@ class Shards {
                                                : " (also in " + paths_[static_cast<std::size_t>(it->second)] + ")"));
         samples_.push_back({shard, key, {}});
         cur = &samples_.back();
-      } else if (cur->find(field)) {
+      } else if (std::any_of(cur->fields.begin(), cur->fields.end(),
+                             [&](const Member& m) { return m.field == field; })) {
         throw Error(Exit::data, path, "duplicate member '" + name + "'");
       }
       cur->fields.push_back({field, entry, static_cast<int64_t>(archive_entry_size(e))});
     }
+    check_end_blocks(a.get(), path);
+  }
+
+  // A plain tar ends with two zero blocks (writers pad its last record with more); libarchive reads
+  // a shard cut at a member boundary (an interrupted download or copy) as a shorter, whole one.
+  // Compressed shards are not checked here: a cut breaks their stream, which libarchive reports.
+  static void check_end_blocks(archive* a, const std::string& path) {
+    if (archive_filter_code(a, 0) != ARCHIVE_FILTER_NONE) return;
+    const int fd = files::open_input(path);
+    struct stat st {};
+    char tail[1024] = {};
+    const bool read = ::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof tail) &&
+                      ::pread(fd, tail, sizeof tail, st.st_size - static_cast<off_t>(sizeof tail)) ==
+                          static_cast<ssize_t>(sizeof tail);
+    ::close(fd);
+    if (!read || std::any_of(tail, tail + sizeof tail, [](char c) { return c != 0; }))
+      throw Error(Exit::data, path,
+                  "ends without the end-of-archive blocks: truncated (an interrupted download or copy?)");
   }
 
   Cursor take(int shard, int64_t entry) const {
@@ -256,7 +304,6 @@ class Shards {
   }
 
   static constexpr std::size_t kIdle = 64;
-  static constexpr int64_t kLargest = int64_t{1} << 30;  // an image or a text, not a video
   std::vector<std::string> paths_;
   std::vector<Sample> samples_;
   mutable std::mutex mu_;
@@ -269,29 +316,53 @@ std::shared_ptr<const Shards> open_shards(const std::string& pattern) {
   const auto paths = expand_shards(pattern);
   std::string id = pattern + '\0';
   for (const auto& p : paths) {
+    // Missing, unreadable or not a regular file (a FIFO would block the index): 66, as any input.
+    const int fd = files::open_input(p);
     struct stat st;
-    if (::stat(p.c_str(), &st) != 0) throw Error(Exit::no_input, p, errno_text(errno));
-    if (!S_ISREG(st.st_mode)) throw Error(Exit::data, p, "not a regular file");
+    const int got = ::fstat(fd, &st);
+    ::close(fd);
+    if (got != 0) throw Error(Exit::io, p, errno_text(errno));
     id += p + '\0' + std::to_string(st.st_size) + '\0' + std::to_string(st.st_mtim.tv_sec) + '.' +
           std::to_string(st.st_mtim.tv_nsec) + '\0';
   }
+  // One slot per set of shards: two columns over the same shards index them once, columns over
+  // different ones index them side by side, and slots whose index nobody holds are dropped.
+  struct Slot {
+    std::mutex mu;
+    std::weak_ptr<const Shards> shards;
+  };
   static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<const Shards>> open;
-  std::lock_guard<std::mutex> lk(mu);
-  if (auto held = open[id].lock()) return held;
+  static std::map<std::string, std::shared_ptr<Slot>> open;
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    for (auto it = open.begin(); it != open.end();)
+      it = it->second.use_count() == 1 && it->second->shards.expired() ? open.erase(it) : std::next(it);
+    auto& s = open[id];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  std::lock_guard<std::mutex> lk(slot->mu);
+  if (auto held = slot->shards.lock()) return held;
   auto shards = std::make_shared<const Shards>(paths);
-  open[id] = shards;
+  slot->shards = shards;
   return shards;
 }
 
 // ---- columns ------------------------------------------------------------------------------------
 
+// True when `field` (or each of its ';' alternatives) names images by its extension.
 bool image_field(const std::string& field) {
-  const std::string ext = field.substr(field.rfind('.') + 1);
-  std::string low;
-  for (char c : ext) low += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::set<std::string> kImages{"jpg", "jpeg", "png", "ppm", "pgm", "bmp", "webp", "tif", "tiff"};
-  return kImages.count(low) > 0;
+  for (std::size_t start = 0; start <= field.size();) {
+    const std::size_t end = std::min(field.find(';', start), field.size());
+    const std::string alt = field.substr(start, end - start);
+    std::string low;
+    for (char c : alt.substr(alt.rfind('.') + 1)) low += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!kImages.count(low)) return false;
+    start = end + 1;
+  }
+  return true;
 }
 
 // The samples that are rows: those with every field `need` names. A sample without one is an
@@ -313,14 +384,15 @@ std::vector<const Sample*> rows_of(const Shards& sh, const std::vector<std::stri
 
 // Every row's value of field `field` as text: the member's bytes, or (json.FIELD) a field of its
 // json member (a string, or a number as written).
-std::vector<std::string> text_values(const Shards& sh, const std::vector<const Sample*>& rows,
-                                     const std::string& field) {
+std::vector<std::string> text_values(const Shards& sh, const std::vector<const Sample*>& rows, const std::string& field,
+                                     Role role) {
   const bool json_field = field.rfind("json.", 0) == 0;
   const std::string member = json_field ? "json" : field;
+  const MemberLimit& limit = json_field || role == Role::text ? kTextLimit : kValueLimit;
   std::vector<std::string> out;
   out.reserve(rows.size());
   for (const Sample* s : rows) {
-    std::string bytes = sh.read(*s, *s->find(member));
+    std::string bytes = sh.read(*s, *s->find(member), limit);
     if (!json_field) {
       out.push_back(std::move(bytes));
       continue;
@@ -338,6 +410,31 @@ std::vector<std::string> text_values(const Shards& sh, const std::vector<const S
       throw Error(Exit::data, sh.where(*s, "json"), "field '" + name + "' is neither a string nor an integer");
   }
   return out;
+}
+
+// A field that no sample has is a mistake in the command, not in the data (64, as a manifest's
+// unknown field is): named with the fields the shards do have, and the nearest of them.
+void require_known_fields(const Shards& sh, const std::string& pattern, const std::vector<std::string>& need) {
+  std::set<std::string> have;
+  for (const auto& s : sh.samples())
+    for (const auto& m : s.fields) have.insert(m.field);
+  if (have.empty()) return;  // no samples at all: said by the caller
+  for (const auto& f : need) {
+    bool known = false;
+    for (std::size_t start = 0; start <= f.size() && !known;) {
+      const std::size_t end = std::min(f.find(';', start), f.size());
+      known = have.count(f.substr(start, end - start)) > 0;
+      start = end + 1;
+    }
+    if (known) continue;
+    std::string hint;
+    std::size_t best = 3;
+    for (const auto& h : have)
+      if (const std::size_t d = edit_distance(h, f); d < best) best = d, hint = "; did you mean '" + h + "'?";
+    throw Error(Exit::usage, pattern,
+                "no sample has a field '" + f + "' (the shards' fields: " +
+                    name_list(std::vector<std::string>(have.begin(), have.end())) + ")" + hint);
+  }
 }
 
 std::string trimmed(const std::string& s) {
@@ -430,6 +527,7 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
   int64_t left_out = 0;
   std::string first;
   TarRows tar;
+  require_known_fields(*shards, pattern, need);
   auto rows = rows_of(*shards, need, files.tolerate_unreadable, left_out, first);
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (i == 0 || rows[i]->shard != rows[i - 1]->shard) tar.groups.push_back(static_cast<int64_t>(i));
@@ -453,12 +551,12 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
           "field '" + name + "' holds no images (image fields end in jpg, png, webp, ...; text is read with --text)");
     ImageColumn::Bytes bytes = [shards, rows, name](std::size_t i) {
       const Sample* s = rows[i];
-      return shards->read(*s, *s->find(name));
+      return shards->read(*s, *s->find(name), kImageLimit);
     };
     return std::make_unique<TarColumn<ImageColumn>>(tar, Kind::tar, pattern, name, std::move(bytes), std::move(where),
                                                     files.preprocess, files.tolerate_unreadable);
   }
-  std::vector<std::string> values = text_values(*shards, rows, name);
+  std::vector<std::string> values = text_values(*shards, rows, name, role);
   if (role != Role::text) return value_column(pattern, name, role, std::move(values), files, where, tar);
   int64_t replaced = 0;
   values = utf8_names(
