@@ -159,4 +159,68 @@ run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/p" --rows-per-fil
 expect_rc 64
 expect_no_file "$WORK/p"
 [ -z "$(ls -A "$WORK" | grep '^\.export\.')" ] && _ok || _fail "a temporary export folder was left behind"
+
+# The documented form with a trailing slash (the temporary folder went inside DEST: 73), and options
+# after the cache file (--export swallowed it: 64 "files is required") (issue 43, item 9).
+mkdir "$WORK/ex"
+(cd "$WORK/ex" && "$TC_BIN/cache-inspect" --export npy vectors/ "$WORK/two.h5" -q) && _ok || _fail "--export npy vectors/ failed"
+expect_file "$WORK/ex/vectors/cnn/cnn_00000.npy"
+[ "$(ls -A "$WORK/ex/vectors" | tr '\n' ' ')" = "cnn metadata other " ] && _ok || _fail "the export holds more than its folders"
+run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/j" "$WORK/two.h5" --json
+expect_rc 0
+expect_out '{"schema":"cache-inspect/1","export":{"path":"'"$WORK"'/two.h5","dir":"'"$WORK"'/ex/j","rows":290,"files":1,"encoders":["cnn","other"]}}'
+# The wrong order is named (it was "unknown format 'DIR'", item 20).
+run "$TC_BIN/cache-inspect" --export "$WORK/ex/w" npy "$WORK/two.h5"
+expect_rc 64
+expect_err "cache-inspect: error: --export: the format comes first: --export npy $WORK/ex/w"
+run "$TC_BIN/cache-inspect" --export npy "$WORK/two.h5" "$WORK/ex/w"
+expect_rc 64
+expect_err "cache-inspect: error: --export: '$WORK/two.h5' is a file and '$WORK/ex/w' does not exist: the folder comes first, --export npy DIR CACHE"
+expect_no_file "$WORK/ex/w"
+# --normalize: unit vectors along the last axis, in float32 (from float16 here); tolerance: one
+# float32 rounding of each element (the tool sums in double, numpy in float32).
+run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/n" --normalize "$WORK/two.h5" -q
+expect_rc 0
+py "
+import numpy as np, h5py
+x = h5py.File('$WORK/two.h5')['embeddings/cnn'][:].astype(np.float32)
+y = np.load('$WORK/ex/n/cnn/cnn_00000.npy')
+want = x / np.linalg.norm(x, axis=1, keepdims=True)
+print(y.dtype, y.shape, bool(np.abs(y - want).max() < 1e-6), bool(np.abs(np.linalg.norm(y, axis=1) - 1).max() < 1e-6))
+"
+expect_out "float32 (290, 32) True True"
+run "$TC_BIN/cache-inspect" --normalize "$WORK/two.h5"
+expect_rc 64
+# A damaged cache is 65 as --check says (was 70): a rows attribute past the data, /labels short.
+cp "$WORK/two.h5" "$WORK/ex/long.h5"
+cp "$WORK/two.h5" "$WORK/ex/short.h5"
+py "
+import h5py, numpy as np
+with h5py.File('$WORK/ex/long.h5', 'a') as f:
+    f.attrs['rows'] = np.int64(400)
+with h5py.File('$WORK/ex/short.h5', 'a') as f:
+    labels = f['labels'][:280]
+    del f['labels']
+    f['labels'] = labels
+"
+run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/l" "$WORK/ex/long.h5"
+expect_rc 65
+expect_one_line_err
+run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/s" "$WORK/ex/short.h5"
+expect_rc 65
+expect_err "cache-inspect: error: $WORK/ex/short.h5: damaged: /labels holds 280 rows, the cache 290 (cache-inspect --check lists what is wrong)"
+expect_no_file "$WORK/ex/l"
+expect_no_file "$WORK/ex/s"
+# Rows holding NaN are copied with a warning (--check fails the same file; item 32).
+cp "$WORK/two.h5" "$WORK/ex/nan.h5"
+py "
+import h5py, numpy as np
+with h5py.File('$WORK/ex/nan.h5', 'a') as f:
+    e = f['embeddings/cnn']
+    e[3] = np.nan
+    e[7, 1] = np.inf
+"
+run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/nan" "$WORK/ex/nan.h5"
+expect_rc 0
+expect_err_has "cache-inspect: warning: $WORK/ex/nan.h5: exported rows holding NaN or Inf: 2 (copied as they are; cache-inspect --check fails this cache)"
 finish

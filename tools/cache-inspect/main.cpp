@@ -1,4 +1,6 @@
 // cache-inspect: summarise, check and verify traincache cache files. See docs/cache-inspect.md.
+#include <sys/stat.h>
+
 #include <cinttypes>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -29,6 +31,7 @@ struct Options {
   double rtol = -1, atol = 1e-5;
   std::vector<std::string> export_to;  // FORMAT DIR
   int64_t rows_per_file = 1000000;
+  bool normalize = false;
 };
 
 // Each result's fields are declared once (the summary's and the statistics' in describe.h): --json
@@ -103,13 +106,24 @@ int export_files(const Options& o) {
   if (o.files.size() != 1)
     throw Error(Exit::usage, "--export", "exports one cache at a time, not " + std::to_string(o.files.size()));
   if (o.export_to.size() != 2) throw Error(Exit::usage, "--export", "expected a format and a folder: --export npy DIR");
+  if (o.export_to[0] != "npy" && o.export_to[1] == "npy")
+    throw Error(Exit::usage, "--export", "the format comes first: --export npy " + o.export_to[0]);
   if (o.export_to[0] != "npy")
     throw Error(Exit::usage, "--export", "unknown format '" + o.export_to[0] + "' (npy is the one there is)");
+  struct stat st;
+  if (::stat(o.export_to[1].c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::stat(o.files[0].c_str(), &st) != 0)
+    throw Error(Exit::usage, "--export",
+                "'" + o.export_to[1] + "' is a file and '" + o.files[0] + "' does not exist: the folder comes first, " +
+                    "--export npy DIR CACHE");
   cache::ExportOptions e;
   e.cache = o.files[0];
   e.dir = o.export_to[1];
   e.rows_per_file = o.rows_per_file;
+  e.normalize = o.normalize;
   const auto r = cache::export_npy(e);
+  if (r.nonfinite_rows > 0 && !o.common.quiet)
+    cli::print_warning(kTool, e.cache + ": exported rows holding NaN or Inf: " + std::to_string(r.nonfinite_rows) +
+                                  " (copied as they are; cache-inspect --check fails this cache)");
   report::Record rec;
   rec.add("path", e.cache).add("dir", r.dir).add("rows", r.rows).add("files", r.files).add("encoders", r.encoders);
   if (o.common.json)
@@ -236,10 +250,15 @@ int main(int argc, char** argv) {
                              "npy DIR: write the cache's embeddings as .npy files, its keys and labels as JSON Lines, "
                              "into the new folder DIR")
                   ->expected(2)
+                  ->allow_extra_args(false)  // two values, then the cache file: never a third value
                   ->excludes(check);
   app.add_option("--rows-per-file", o.rows_per_file, "Rows in each file --export writes")
       ->check(cli::positive_integer())
       ->capture_default_str()
+      ->needs(exp);
+  app.add_flag("--normalize", o.normalize,
+               "With --export: scale each vector to unit L2 norm (along the last axis) and write float32, "
+               "for inner-product search")
       ->needs(exp);
   app.add_option("--head", o.head, "Print the first N rows")->check(cli::positive_integer())->excludes(check);
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();

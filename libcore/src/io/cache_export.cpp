@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,7 +17,9 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/json_text.h"
 #include "traincache/io/cache_file.h"
+#include "traincache/io/h5.h"
 #include "traincache/io/npy.h"
 #include "traincache/io/source.h"
 
@@ -66,10 +71,37 @@ class TempDir {
   bool published_ = false;
 };
 
-std::string numbered(const std::string& stem, int64_t k, const char* ext) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "_%05lld", static_cast<long long>(k));
-  return stem + buf + ext;
+// True when row `r` of `rows` (each `row_elements` floats of `dtype` f32 or f16, as stored) holds a
+// NaN or an infinity: every exponent bit set.
+bool nonfinite_row(DType dtype, const char* rows, int64_t r, int64_t row_elements) {
+  if (dtype == DType::f32) {
+    const char* p = rows + r * row_elements * 4;
+    for (int64_t k = 0; k < row_elements; ++k) {
+      uint32_t bits;
+      std::memcpy(&bits, p + 4 * k, 4);
+      if ((bits & 0x7f800000u) == 0x7f800000u) return true;
+    }
+  } else if (dtype == DType::f16) {
+    const char* p = rows + r * row_elements * 2;
+    for (int64_t k = 0; k < row_elements; ++k) {
+      uint16_t bits;
+      std::memcpy(&bits, p + 2 * k, 2);
+      if ((bits & 0x7c00u) == 0x7c00u) return true;
+    }
+  }
+  return false;
+}
+
+// Scales each vector along the last axis of `n` rows to unit L2 norm; zero and non-finite vectors
+// are left as they are.
+void l2_normalize(float* v, int64_t n, int64_t row_elements, int64_t dim) {
+  for (int64_t i = 0; i < n * row_elements; i += dim) {
+    double sq = 0;
+    for (int64_t k = 0; k < dim; ++k) sq += double(v[i + k]) * v[i + k];
+    if (!(sq > 0) || !std::isfinite(sq)) continue;
+    const double inv = 1.0 / std::sqrt(sq);
+    for (int64_t k = 0; k < dim; ++k) v[i + k] = static_cast<float>(v[i + k] * inv);
+  }
 }
 
 // A column's rows [a, b) as JSON values: integers, or strings (keys and string labels).
@@ -90,50 +122,95 @@ std::vector<Json> json_values(const source::Column& col, int64_t a, int64_t b) {
   return out;
 }
 
-// One .npy file: rows [a, b) of `col`, as stored.
-void write_npy(const source::Column& col, int64_t a, int64_t b, const std::string& path) {
+// One .npy file: rows [a, b) of `col`, as stored or (`normalize`) as unit vectors in float32,
+// copied in blocks of about 64 MiB (a file may hold far more than memory should). Returns the rows
+// that hold NaN or an infinity.
+int64_t write_npy(const source::Column& col, int64_t a, int64_t b, const std::string& path, bool normalize) {
   const auto& ci = col.info();
   std::vector<int64_t> shape = ci.shape;
   shape[0] = b - a;
-  std::vector<char> rows(static_cast<std::size_t>(b - a) * ci.row_bytes());
-  col.read(a, b - a, rows.data());
+  const DType out_type = normalize ? DType::f32 : ci.dtype;
+  const int64_t row_bytes = ci.row_elements() * static_cast<int64_t>(dtype_size(out_type));
+  const int64_t block = h5::rows_per_block(std::max<int64_t>(row_bytes, 1), int64_t{64} << 20);
   files::TempFile out(path);
-  const std::string header = npy::make_header(ci.dtype, shape);
+  const std::string header = npy::make_header(out_type, shape);
   out.write_all(header.data(), header.size());
-  out.write_all(rows.data(), rows.size());
+  std::vector<char> rows;
+  int64_t nonfinite = 0;
+  for (int64_t s = a; s < b; s += block) {
+    const int64_t n = std::min(block, b - s);
+    rows.resize(static_cast<std::size_t>(n * row_bytes));
+    if (normalize)  // HDF5 converts float16 to float32 on the way
+      h5::read_rows(col.hdf5_dataset(), col.path() + ": " + ci.name, s, n, H5T_NATIVE_FLOAT, rows.data());
+    else
+      col.read(s, n, rows.data());
+    for (int64_t r = 0; r < n; ++r) nonfinite += nonfinite_row(out_type, rows.data(), r, ci.row_elements());
+    if (normalize) l2_normalize(reinterpret_cast<float*>(rows.data()), n, ci.row_elements(), ci.shape.back());
+    out.write_all(rows.data(), rows.size());
+  }
   out.commit();
+  return nonfinite;
+}
+
+// A cache whose datasets disagree with its row count is damaged (65), as --check says.
+void require_rows(const std::string& cache, const source::Column& col, int64_t rows) {
+  if (col.info().rows() != rows)
+    throw Error(Exit::data, cache,
+                "damaged: " + col.info().name + " holds " + std::to_string(col.info().rows()) + " rows, the cache " +
+                    std::to_string(rows) + " (cache-inspect --check lists what is wrong)");
+}
+
+// "DIR/" and "DIR" name the same folder; the temporary one is made beside it, not inside.
+std::string without_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
 }
 
 }  // namespace
+
+std::string export_file_name(const std::string& stem, int64_t k, int64_t files, const char* ext) {
+  int width = 1;  // digits of the largest number, at least five
+  for (int64_t n = files > 0 ? files - 1 : 0; n >= 10; n /= 10) ++width;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "_%0*lld", std::max(width, 5), static_cast<long long>(k));
+  return stem + buf + ext;
+}
 
 ExportResult export_npy(const ExportOptions& o) {
   if (o.rows_per_file < 1) throw Error(Exit::usage, "--rows-per-file", "must be at least 1");
   const CacheInfo info = read_info(o.cache, false);
   if (!info.complete) throw Error(Exit::data, o.cache, "incomplete cache: nothing to export");
+  const std::string dir = without_trailing_slashes(o.dir);
   struct stat st;
-  if (::lstat(o.dir.c_str(), &st) == 0) throw Error(Exit::cant_create, o.dir, "exists (remove it first)");
+  if (::lstat(dir.c_str(), &st) == 0) throw Error(Exit::cant_create, o.dir, "exists (remove it first)");
   std::vector<std::unique_ptr<source::Column>> emb;
   ExportResult r;
   r.dir = o.dir;
   r.rows = info.rows;
   for (const auto& e : info.embeddings) {
     emb.push_back(source::open_column(o.cache, "/embeddings/" + e.name));
+    require_rows(o.cache, *emb.back(), info.rows);
+    if (o.normalize && !is_float(emb.back()->info().dtype))
+      throw Error(Exit::data, o.cache, "--normalize: embeddings '" + e.name + "' are not floating point");
     r.encoders.push_back(e.name);
   }
   auto keys = info.keys_dtype ? source::open_column(o.cache, "/keys") : nullptr;
   auto labels = info.labels ? source::open_column(o.cache, "/labels") : nullptr;
+  for (const auto* c : {&keys, &labels})
+    if (*c) require_rows(o.cache, **c, info.rows);
   std::set<int64_t> skipped;
-  if (info.skipped > 0) {
-    auto col = source::open_column(o.cache, "/skipped/rows");
-    for (const auto& v : json_values(*col, 0, col->info().rows())) skipped.insert(v.get<int64_t>());
-  }
-  TempDir tmp(o.dir);
+  for (const auto& [row, why] : read_skipped(o.cache)) skipped.insert(row);
+  TempDir tmp(dir);
   for (const auto& name : r.encoders) tmp.make_dir(name);
   tmp.make_dir("metadata");
+  const int64_t files = (info.rows + o.rows_per_file - 1) / o.rows_per_file;
   for (int64_t a = 0; a < info.rows; a += o.rows_per_file, ++r.files) {
     const int64_t b = std::min(info.rows, a + o.rows_per_file);
     for (std::size_t i = 0; i < emb.size(); ++i)
-      write_npy(*emb[i], a, b, tmp.path() + "/" + r.encoders[i] + "/" + numbered(r.encoders[i], r.files, ".npy"));
+      r.nonfinite_rows +=
+          write_npy(*emb[i], a, b,
+                    tmp.path() + "/" + r.encoders[i] + "/" + export_file_name(r.encoders[i], r.files, files, ".npy"),
+                    o.normalize);
     const auto k = keys ? json_values(*keys, a, b) : std::vector<Json>{};
     const auto l = labels ? json_values(*labels, a, b) : std::vector<Json>{};
     std::string lines;
@@ -142,9 +219,9 @@ ExportResult export_npy(const ExportOptions& o) {
       Json m{{"row", row}, {"key", keys ? k[j] : Json(info.row_start + row)}};
       if (labels) m["label"] = l[j];
       if (skipped.count(row)) m["skipped"] = true;
-      lines += m.dump(-1, ' ', false, Json::error_handler_t::replace) + '\n';
+      lines += json_text(m) + '\n';
     }
-    files::TempFile meta(tmp.path() + "/metadata/" + numbered("metadata", r.files, ".jsonl"));
+    files::TempFile meta(tmp.path() + "/metadata/" + export_file_name("metadata", r.files, files, ".jsonl"));
     meta.write_all(lines.data(), lines.size());
     meta.commit();
   }

@@ -1,5 +1,6 @@
 #include "traincache/io/cache_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "catch.h"
 #include "traincache/base/error.h"
+#include "traincache/io/cache_export.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/row_digest.h"
 
@@ -192,4 +194,17 @@ CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the 
   for (int64_t block : {int64_t{8} << 20, int64_t{280}, int64_t{100}, int64_t{56}, int64_t{8}, int64_t{1}})
     CATCH_CHECK(digest(1, 3, block) == want.hex_digest());
   CATCH_CHECK(digest(0, 3, 8) != want.hex_digest());
+}
+
+CATCH_TEST_CASE("cache export: file numbers are as wide as the largest, so name order is row order", "[cache]") {
+  CATCH_CHECK(cache::export_file_name("flat", 7, 3, ".npy") == "flat_00007.npy");
+  CATCH_CHECK(cache::export_file_name("flat", 99999, 100000, ".npy") == "flat_99999.npy");
+  CATCH_CHECK(cache::export_file_name("metadata", 7, 100001, ".jsonl") == "metadata_000007.jsonl");
+  CATCH_CHECK(cache::export_file_name("flat", 100000, 100001, ".npy") == "flat_100000.npy");
+  // Sorted as strings, the names of 100,001 files are in number order (with five digits, file
+  // 100000 sorted between 10000 and 10001).
+  std::vector<std::string> names;
+  for (int64_t k : {int64_t{9999}, int64_t{10000}, int64_t{10001}, int64_t{100000}})
+    names.push_back(cache::export_file_name("flat", k, 100001, ".npy"));
+  CATCH_CHECK(std::is_sorted(names.begin(), names.end()));
 }
