@@ -172,7 +172,7 @@ int run(Options& o) {
   fill::FillCallbacks cb;
   std::unique_ptr<Progress> progress;
   cb.progress = [&](int64_t done, int64_t total) {
-    if (!progress) progress = std::make_unique<Progress>("encoding", total, o.common.progress);
+    if (!progress) progress = std::make_unique<Progress>("encoding", total, o.common.progress_mode());
     progress->update(done);
   };
   cb.warn = [&](const std::string& m) {
@@ -298,5 +298,8 @@ int main(int argc, char** argv) {
       "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
       "  --merge gave up waiting for shards; 130 interrupted (progress kept, run again to resume).\n"
       "See docs/cache-fill.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] { return merge->parsed() ? run_merge(o) : run(o); });
+  return cli::run_tool(kTool, app, argc, argv, [&] {
+    cli::refuse_repeated(app, {"--input", "--out"});
+    return merge->parsed() ? run_merge(o) : run(o);
+  });
 }

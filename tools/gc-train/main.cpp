@@ -167,14 +167,14 @@ int run(Options& o) {
   std::unique_ptr<Progress> bar, eval_bar;
   train::TrainCallbacks cb;
   cb.progress = [&](int64_t step, int64_t total, double loss) {
-    if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress, "steps");
+    if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
     char extra[80];
     std::snprintf(extra, sizeof extra, "loss %.4f  %s samples/s", loss,
                   rate_text(bar->rate() * static_cast<double>(o.t.batch_size)).c_str());
     bar->update(step, extra);
   };
   cb.eval_progress = [&](int64_t done, int64_t total) {
-    if (!eval_bar) eval_bar = std::make_unique<Progress>("evaluating", total, o.common.progress, "rows");
+    if (!eval_bar) eval_bar = std::make_unique<Progress>("evaluating", total, o.common.progress_mode(), "rows");
     eval_bar->update(done);
     if (done >= total) eval_bar.reset();  // the line ends; a training bar goes on below it
   };
@@ -435,5 +435,8 @@ int main(int argc, char** argv) {
       "  --cache-shm slab is still being filled by another process;\n"
       "  130 interrupted (checkpoint saved).\n"
       "See docs/gc-train.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
+  return cli::run_tool(kTool, app, argc, argv, [&] {
+    cli::refuse_repeated(app, {"--cache", "--data", "--eval-data", "--cache-shm"});
+    return run(o);
+  });
 }

@@ -33,11 +33,13 @@ const char* dtype_name(DType t) {
 }
 
 DType parse_dtype(const std::string& name) {
+  // Numbers only: what parses here is what a slab can hold, so the list of valid names is true.
+  auto numeric = [](DType t) { return t != DType::other && t != DType::string; };
   for (const auto& e : kTable)
-    if (name == e.name && e.type != DType::other) return e.type;
+    if (name == e.name && numeric(e.type)) return e.type;
   std::vector<std::string> valid;
   for (const auto& e : kTable)
-    if (e.type != DType::other) valid.push_back(e.name);
+    if (numeric(e.type)) valid.push_back(e.name);
   throw Error(Exit::usage, name, "unknown dtype (valid: " + name_list(valid) + ")");
 }
 

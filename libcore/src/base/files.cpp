@@ -228,9 +228,6 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   tmp.commit();
 }
 
-namespace {
-
-// What a file that is not a regular one is, for messages.
 const char* file_kind(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
@@ -238,6 +235,8 @@ const char* file_kind(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   return "not a file";
 }
+
+namespace {
 
 // Opens `path` read-only, without blocking (O_NONBLOCK, cleared once the file is known to be
 // regular); Error(no_input) for anything but a regular file. With `follow` false a link at `path`
@@ -289,7 +288,7 @@ std::string read_all_and_close(int fd, const std::string& path) {
 std::string read_file(const std::string& path) { return read_all_and_close(open_regular(path, false), path); }
 
 int open_log(const std::string& path, bool append) {
-  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0);
+  const int flags = (append ? O_RDWR | O_APPEND : O_WRONLY) | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
   int fd = ::open(path.c_str(), flags, 0666);
   const int err = errno;
   struct stat st {};

@@ -38,7 +38,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   add_choice(app, "--progress", opts.progress, progress_choices(),
              "Progress bar on stderr: auto (terminal only), always, never");
   if (compute != Compute::none)
-    app.add_option("--threads", opts.threads, "Intra-op threads (0: all cores)")
+    app.add_option("--threads", opts.threads, "Intra-op threads (0: one per core that other jobs leave free)")
         ->check(integer_range(0, kMaxThreads))
         ->capture_default_str();
   if (compute == Compute::full)
@@ -155,6 +155,17 @@ std::string suggestion(CLI::App& app, int argc, char** argv) {
 }
 
 }  // namespace
+
+void refuse_repeated(const CLI::App& app, const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    const CLI::Option* opt = app.get_option_no_throw(name);
+    if (opt && opt->count() > 1)
+      throw Error(Exit::usage, name,
+                  "given " + std::to_string(opt->count()) +
+                      " times; give it once (only the last would be used, "
+                      "silently)");
+  }
+}
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   int status = 0;

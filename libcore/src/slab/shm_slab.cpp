@@ -347,7 +347,9 @@ Slab Slab::create(const CreateOptions& o) {
 Slab Slab::attach(const std::string& name, bool writable) {
   validate_name(name);
   std::string path = path_of(name);
-  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  // Never blocking: /dev/shm is writable by everyone, and a FIFO planted at a slab's name would
+  // otherwise hang every reader of that name.
+  int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) throw Error(Exit::unavailable, name, "no such slab in " + shm_dir());
     throw Error(Exit::no_input, name, errno_text(errno));
@@ -358,6 +360,10 @@ Slab Slab::attach(const std::string& name, bool writable) {
   s.writable_ = writable;
   struct stat st;
   if (fstat(fd, &st) != 0) throw Error(Exit::io, name, errno_text(errno));
+  if (S_ISDIR(st.st_mode)) throw Error(Exit::data, name, "not a traincache slab (" + path + " is a directory)");
+  if (!S_ISREG(st.st_mode))
+    throw Error(Exit::data, name, "not a traincache slab (" + path + " is " + files::file_kind(st.st_mode) + ")");
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (static_cast<uint64_t>(st.st_size) < kHeaderBytes)
     throw Error(Exit::data, name, "not a traincache slab (too small for a header)");
   Header h;

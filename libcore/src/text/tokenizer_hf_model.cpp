@@ -9,6 +9,7 @@
 
 #include "tokenizer_internal.h"
 #include "traincache/base/error.h"
+#include "traincache/base/json_text.h"
 
 namespace traincache::text::hf {
 
@@ -47,7 +48,12 @@ class WordPiece : public Model {
   WordPiece(const json& j, const std::string& path) {
     vocab_ = read_vocab(j, path, size_);
     prefix_ = j.value("continuing_subword_prefix", "##");
-    max_chars_ = j.value("max_input_chars_per_word", std::size_t{100});
+    // Hugging Face's own loader refuses anything but a non-negative integer here (a usize).
+    const json& m = j.contains("max_input_chars_per_word") ? j.at("max_input_chars_per_word") : json(100);
+    if (!m.is_number_integer() || m.get<int64_t>() < 0)
+      throw Error(Exit::data, path,
+                  "WordPiece: max_input_chars_per_word " + json_text(m) + " is not a count of characters");
+    max_chars_ = m.get<std::size_t>();
     const std::string unk = j.value("unk_token", "[UNK]");
     auto it = vocab_.find(unk);
     if (it == vocab_.end())

@@ -13,7 +13,8 @@ enum class DType { u8, i8, u16, i16, u32, i32, u64, i64, f16, f32, f64, string, 
 /// Short lower-case name: "uint8", "float32", "string", ...
 const char* dtype_name(DType t);
 
-/// Parses a name produced by dtype_name(); throws Error(usage) for anything else.
+/// Parses the name of a numeric type produced by dtype_name() (not "string": no element of fixed
+/// size); throws Error(usage) listing the valid names for anything else.
 DType parse_dtype(const std::string& name);
 
 /// Bytes per element (0 for string and other).

@@ -93,7 +93,8 @@ class OutputLock {
 };
 
 /// Opens a log that is written through line by line (gc-train's --metrics, --batch-log): created
-/// (0666 less the umask) or truncated, or appended to with `append`. A link at `path` is never
+/// (0666 less the umask) or truncated, or appended to with `append` (then opened for reading too,
+/// so that a resumed run can read back what it appends to). A link at `path` is never
 /// followed and anything but a regular file or a character device (/dev/null) is refused, both
 /// Error(cant_create) naming `path`; the open never blocks (a FIFO). Returns the descriptor.
 int open_log(const std::string& path, bool append);
@@ -128,6 +129,10 @@ int open_input(const std::string& path);
 
 /// The whole of a regular input file, opened with open_input(); Error(io) on a read error.
 std::string read_input(const std::string& path);
+
+/// What a file of st_mode `mode` that is not a regular one is, for messages: "a FIFO", "a socket",
+/// "a character device", "a block device", "not a file".
+const char* file_kind(mode_t mode);
 
 /// The directory part of `path` ("." when it has none).
 std::string dir_name(const std::string& path);

@@ -31,6 +31,11 @@ struct CommonOptions {
   ProgressMode progress = ProgressMode::automatic;  ///< --progress=auto|always|never
   int threads = 0;                                  ///< --threads (0 = library default)
   std::string device = "cpu";                       ///< --device cpu|cuda[:N]
+
+  /// The progress to show: --progress, except that -q silences the automatic kind (log lines).
+  ProgressMode progress_mode() const {
+    return quiet && progress == ProgressMode::automatic ? ProgressMode::never : progress;
+  }
 };
 
 /// Which of the compute options (--threads, --device) a tool takes.
@@ -44,6 +49,11 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
 /// Adds --no-tf32 (CUDA: float32 convolutions in full precision instead of cuDNN's default TF32)
 /// for the tools that run models (cache-fill, gc-train). Sets `*tf32` to false when given.
 CLI::Option* add_tf32_option(CLI::App& app, bool* tf32);
+
+/// Refuses (Error(usage)) any of the options `names` given more than once. Single-value options take
+/// their last value (add_common_options); a data option must not, or a second --cache would
+/// silently train on one of the two.
+void refuse_repeated(const CLI::App& app, const std::vector<std::string>& names);
 
 /// Parses argv and runs `body`, mapping every outcome to an exit code in one place:
 /// --help/--version -> 0 on stdout; CLI11 errors -> 64; traincache::Error -> its code;
