@@ -64,4 +64,24 @@ expect_err "gc-train: error: --head: expected mlp:H1,...,Hn, linear:D or a Torch
 run "$TC_BIN/gc-train" --cache "$D/foreign.h5" --embeddings cnn
 expect_rc 65
 expect_err "gc-train: error: $D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)"
+# ---- a run killed after a checkpoint resumes without writing its log lines twice (issue 43, item 6):
+# the lines past the checkpoint's step are cut, and the resumed run writes them again.
+KT=(--cache "$WORK/c.h5" --embeddings cnn --head linear:8 --batch-size 32 --threads 1 --lr 0.01
+    --checkpoint-dir "$WORK/kck" --checkpoint-every 5 --metrics "$WORK/k.jsonl" --batch-log "$WORK/kb.jsonl" -q)
+"$TC_BIN/gc-train" "${KT[@]}" --steps 1000000 > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ "$({ wc -l <"$WORK/k.jsonl"; } 2>/dev/null || echo 0)" -ge 23 ] && break; sleep 0.05; done
+kill -KILL $pid
+wait $pid 2>/dev/null
+total=$(($(wc -l <"$WORK/k.jsonl") + 6))
+run "$TC_BIN/gc-train" "${KT[@]}" --steps $total --resume
+expect_rc 0
+py "
+import json
+for name in ('k.jsonl', 'kb.jsonl'):
+    steps = [json.loads(l)['step'] for l in open('$WORK/' + name)]
+    print(name, steps == list(range(1, $total + 1)) or steps[-12:])
+"
+expect_out "k.jsonl True
+kb.jsonl True"
 finish

@@ -37,13 +37,15 @@ launch() {
   wait_ranks "$1" "$2"
 }
 
-# wait_lines FILE N: waits (at most 30 s) until FILE has N lines.
+# wait_lines FILE N: waits (at most 120 s: a loaded CI machine starts ranks slowly) until FILE has N
+# lines; a failure of its own when it never does, rather than a confusing one later.
 wait_lines() {
   local _
-  for _ in $(seq 300); do
+  for _ in $(seq 1200); do
     [ "$({ wc -l <"$1"; } 2>/dev/null || echo 0)" -ge "$2" ] && return
     sleep 0.1
   done
+  _fail "$1 never reached $2 lines"
 }
 
 # expect_ranks_ok W NAME: every rank exited 0; only rank 0 wrote to stdout.
@@ -261,7 +263,7 @@ wait_lines "$WORK/kill.jsonl" 20
 kill -KILL "$(pgrep -P "${PIDS[1]}")"
 start=$SECONDS
 wait_ranks 3 kill
-expect_eq "$((SECONDS - start <= 20))" 1 "survivors exited within 20 s (took $((SECONDS - start)) s)"
+expect_eq "$((SECONDS - start < 50))" 1 "survivors exited well before the 60 s --dist-timeout (took $((SECONDS - start)) s)"
 for r in 0 2; do
   expect_eq "$(cat "$WORK/kill.rc.$r")" 69 "survivor rank $r exit"
   err=$(cat "$WORK/kill.err.$r")
@@ -276,7 +278,7 @@ start=$SECONDS
 for r in 0 1; do
   cache="$WORK/c.h5"
   [ "$r" -eq 1 ] && cache="$WORK/missing.h5"
-  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" --cache "$cache" \
+  RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${CACHED[@]:2}" --cache "$cache" \
     >/dev/null 2>"$WORK/early.err.$r" <&- &
   pids+=($!)
 done
@@ -284,7 +286,7 @@ wait "${pids[0]}"
 expect_eq "$?" 69 "rank 0 exit when rank 1 fails at start-up"
 wait "${pids[1]}"
 expect_eq "$?" 66 "failing rank 1 exit"
-expect_eq "$((SECONDS - start <= 15))" 1 "both ranks exited within 15 s of a --dist-timeout of 60 (took $((SECONDS - start)) s)"
+expect_eq "$((SECONDS - start < 50))" 1 "both ranks exited well before the 60 s --dist-timeout (took $((SECONDS - start)) s)"
 expect_eq "$(cat "$WORK/early.err.1")" "gc-train: error: $WORK/missing.h5: no such file or directory"
 expect_eq "$(cat "$WORK/early.err.0")" \
   "gc-train: error: rank 0 of 2: rank 1 failed: $WORK/missing.h5: no such file or directory"
@@ -293,11 +295,11 @@ expect_eq "$(cat "$WORK/early.err.0")" \
 # a collective, learns why before rank 0's store goes away.
 start_ranks 2 late "${CACHED[@]}" --steps 1000000 --lr 0.01 --checkpoint-every 20 --checkpoint-dir "$WORK/late" \
   --metrics "$WORK/late.jsonl"
-for _ in $(seq 300); do [ -s "$WORK/late/checkpoint.pt" ] && break; sleep 0.1; done
+for _ in $(seq 1200); do [ -s "$WORK/late/checkpoint.pt" ] && break; sleep 0.1; done
 rm -rf "$WORK/late" && echo in-the-way >"$WORK/late"
 start=$SECONDS
 wait_ranks 2 late
-expect_eq "$((SECONDS - start <= 15))" 1 "ranks exited within 15 s of the failure (took $((SECONDS - start)) s)"
+expect_eq "$((SECONDS - start < 50))" 1 "ranks exited well before the 60 s --dist-timeout (took $((SECONDS - start)) s)"
 expect_eq "$(cat "$WORK/late.rc.0")" 73 "rank 0 exit (its checkpoint cannot be written)"
 expect_eq "$(cat "$WORK/late.rc.1")" 69 "rank 1 exit"
 late0="gc-train: error: $WORK/late/checkpoint.pt: cannot create a temporary file beside it: not a directory"
@@ -313,7 +315,7 @@ start=$SECONDS
 wait "${PIDS[0]}"
 expect_eq "$?" 69 "rank 0 exit when rank 1 hangs"
 took=$((SECONDS - start))
-expect_eq "$((took >= 4 && took <= 20))" 1 "rank 0 gave up after the 5 s timeout, within 20 s (took $took s)"
+expect_eq "$((took >= 4 && took < 50))" 1 "rank 0 gave up after the 5 s timeout, not the default (took $took s)"
 err=$(cat "$WORK/hang.err.0")
 expect_err_re "gc-train: error: rank 0 of 2: (all-gather|all-reduce) \(step [0-9]+\) failed: Timed out waiting 5000ms"
 kill -KILL "$hung"
@@ -325,7 +327,7 @@ start=$SECONDS
 run env RANK=1 WORLD_SIZE=2 MASTER_PORT="$(free_port)" "$TC_BIN/gc-train" "${CACHED[@]}" --dist-timeout 2
 expect_rc 69
 expect_err_re "gc-train: error: rank 1 of 2: connecting \(start-up\) failed: .*timed out.*\(another rank exited, hung or cannot be reached\)$"
-expect_eq "$((SECONDS - start <= 15))" 1 "lonely rank gave up within 15 s"
+expect_eq "$((SECONDS - start < 50))" 1 "lonely rank gave up after its 2 s timeout, not the default (took $((SECONDS - start)) s)"
 run env RANK=0 WORLD_SIZE=2 MASTER_PORT="$(free_port)" "$TC_BIN/gc-train" "${CACHED[@]}" --dist-timeout 2
 expect_rc 69
 expect_err "gc-train: error: rank 0 of 2: start-up failed: 1 of 2 ranks were ready after waiting 2000ms (another rank exited, hung or cannot be reached)"
@@ -334,13 +336,13 @@ expect_err "gc-train: error: rank 0 of 2: start-up failed: 1 of 2 ranks were rea
 RANK=0 WORLD_SIZE=2 MASTER_PORT="$(free_port)" timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" \
   >/dev/null 2>"$WORK/term.err" <&- &
 pid=$!
-for _ in $(seq 300); do ss -ltnp 2>/dev/null | grep -q "pid=$(pgrep -P $pid)," && break; sleep 0.1; done
+for _ in $(seq 1200); do ss -ltnp 2>/dev/null | grep -q "pid=$(pgrep -P $pid)," && break; sleep 0.1; done
 sleep 1
 start=$SECONDS
 kill -TERM "$(pgrep -P $pid)"
 wait $pid
 expect_eq "$?" 130 "rank 0 exit on SIGTERM while waiting for rank 1"
-expect_eq "$((SECONDS - start <= 5))" 1 "stopped within 5 s of SIGTERM (took $((SECONDS - start)) s)"
+expect_eq "$((SECONDS - start <= 20))" 1 "stopped within 20 s of SIGTERM, not at the timeout (took $((SECONDS - start)) s)"
 expect_eq "$(cat "$WORK/term.err")" "gc-train: error: rank 0 of 2: interrupted while waiting for the other ranks"
 
 # ---- launcher environment and option errors (before any connection is tried)

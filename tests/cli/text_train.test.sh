@@ -67,7 +67,7 @@ with open('$WORK/one_neg.jsonl', 'w') as f:
     for l in open('$WORK/pairs.jsonl'):
         r = json.loads(l); r['negs'] = r['negs'][0]; f.write(json.dumps(r) + '\n')
 "
-run "$TC_BIN/gc-train" "${TRAIN[@]}" --data "$WORK/one_neg.jsonl" --chunk-size 5 -o "$WORK/one.pt"
+run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/one_neg.jsonl" --chunk-size 5 -o "$WORK/one.pt"
 expect_rc 0
 same_params "$WORK/csv.pt" "$WORK/one.pt" "$ENC" 1e-6
 
@@ -236,7 +236,7 @@ expect_err_has "checkpoint was written with other settings (changed: text)"
 # ---- bad input: one line each, documented exit codes
 bad() {  # bad JSONL-LINES -> runs gc-train on a manifest of those lines
   printf '%s\n' "$@" >"$WORK/bad.jsonl"
-  run "$TC_BIN/gc-train" "${TRAIN[@]}" --data "$WORK/bad.jsonl" --batch-size 2 --steps 1
+  run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/bad.jsonl" --batch-size 2 --steps 1
 }
 bad '{"word":"a","gloss":"b","negs":["c","d"]}' '{"word":"e","gloss":"f","negs":["g"]}'
 expect_rc 65
@@ -258,11 +258,11 @@ expect_rc 65
 expect_err "gc-train: error: $WORK/bad.jsonl: text field 'gloss' must hold one string per row (a manifest field or an HDF5 string dataset)"
 # Counted per field: two in the query's field, one in an unread field.
 printf '{"word":"caf\xe9 cr\xe8me","gloss":"b","negs":"c","x":"\xff"}\n{"word":"e","gloss":"f","negs":"g"}\n' >"$WORK/latin1.jsonl"
-run "$TC_BIN/gc-train" "${TRAIN[@]:0:${#TRAIN[@]}-1}" --data "$WORK/latin1.jsonl" --batch-size 2 --steps 1 --json
+run "$TC_BIN/gc-train" "${TRAIN[@]:2:${#TRAIN[@]}-3}" --data "$WORK/latin1.jsonl" --batch-size 2 --steps 1 --json
 expect_rc 0
 expect_out_has '"utf8_replaced":2'
 expect_err_has "gc-train: warning: 2 ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)"
-run "$TC_BIN/gc-train" "${TRAIN[@]}" --data "$WORK/latin1.jsonl" --batch-size 2 --steps 1 --strict-utf8
+run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/latin1.jsonl" --batch-size 2 --steps 1 --strict-utf8
 expect_rc 65
 expect_err "gc-train: error: $WORK/latin1.jsonl:1: invalid UTF-8 at byte 13 (without --strict-utf8 it is replaced with U+FFFD)"
 # A tokenizer larger than the encoder's embedding table (text.pt has 1000 rows).

@@ -1,6 +1,10 @@
 #include "evaluation.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 
@@ -10,6 +14,32 @@
 namespace fs = std::filesystem;
 
 namespace traincache::train {
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
+  if (path.empty()) return;
+  fd_ = files::open_log(path, resume_step > 0);
+  struct stat st {};
+  if (resume_step <= 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return;  // /dev/null: nothing to cut
+  // The first line of a step past the resumed one, and everything after it, goes.
+  const off_t size = ::lseek(fd_, 0, SEEK_END);
+  std::string text(static_cast<std::size_t>(std::max<off_t>(size, 0)), '\0');
+  if (size < 0 || ::pread(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))
+    throw Error(Exit::io, path, "cannot read it to resume: " + errno_text(errno));
+  std::size_t keep = 0;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t nl = text.find('\n', at);
+    const std::size_t end = nl == std::string::npos ? text.size() : nl + 1;
+    const auto line = nlohmann::json::parse(text.substr(at, end - at), nullptr, false);
+    if (line.is_object() && line.contains("step") && line["step"].is_number_integer() &&
+        line["step"].get<int64_t>() > resume_step)
+      break;
+    if (nl == std::string::npos) break;  // a torn last line (the crash): cut too
+    keep = at = end;
+  }
+  if (keep < text.size() && ::ftruncate(fd_, static_cast<off_t>(keep)) != 0)
+    throw Error(Exit::io, path,
+                "cannot cut the lines past step " + std::to_string(resume_step) + ": " + errno_text(errno));
+}
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include "data.h"
 #include "models.h"
 #include "setup.h"
+#include "traincache/base/json_text.h"
 #include "traincache/train/eval_stats.h"
 #include "traincache/train/evaluate.h"
 
@@ -72,12 +73,12 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
                               bool grouped);
 
 // --metrics: one JSON line per step, written through at once; write errors are exit 74. Opened as
-// files::open_log() says: a planted link or FIFO is refused (73), never followed.
+// files::open_log() says: a planted link or FIFO is refused (73), never followed. A run resumed at
+// `resume_step` (> 0) appends, after cutting the lines of later steps that the run it resumes wrote
+// before it died: the resumed run writes them again.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& path, bool append) : path_(path) {
-    if (!path.empty()) fd_ = files::open_log(path, append);
-  }
+  MetricsLog(const std::string& path, int64_t resume_step);
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
   ~MetricsLog() {
@@ -85,7 +86,7 @@ class MetricsLog {
   }
   void write(const nlohmann::ordered_json& line) {
     if (fd_ < 0) return;
-    const std::string text = line.dump() + "\n";
+    const std::string text = json_text(line) + "\n";
     files::write_all(fd_, text.data(), text.size(), path_);
   }
 

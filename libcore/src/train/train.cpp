@@ -8,6 +8,7 @@
 #include "models.h"
 #include "setup.h"
 #include "step.h"
+#include "traincache/base/json_text.h"
 #include "traincache/base/timing.h"
 #include "traincache/model/precision_torch.h"
 
@@ -67,14 +68,14 @@ void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallb
   ckpt.state = [&result, &scaler] {
     auto j = json::parse(best_to_json(result.best));
     if (scaler.enabled()) j["grad_scale"] = scaler.state();
-    return j.dump();
+    return json_text(j);
   };
   const int64_t start = ckpt.resume(m.params, *opt, result, info);
   result.start_step = start;
   if (auto st = json::parse(ckpt.resumed_state(), nullptr, false); st.is_object() && st.contains("grad_scale"))
     scaler.restore(st["grad_scale"].get<std::string>());
-  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start > 0);
-  MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start > 0);
+  MetricsLog metrics(s.rank == 0 ? o.metrics : "", start);
+  MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start);
   result.best = best_from_json(ckpt.resumed_state());
   Monitor monitor(o, s, group, eval, data, m, loss, metrics, ckpt, cb, result.best);
   monitor.set_optimizer(opt.get());

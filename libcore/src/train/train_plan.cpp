@@ -8,6 +8,7 @@
 #include <string>
 
 #include "traincache/base/error.h"
+#include "traincache/base/json_text.h"
 #include "traincache/base/splitmix.h"
 
 namespace traincache {
@@ -210,8 +211,9 @@ bool update_best(BestRecord& r, double value, int64_t step) {
 }
 
 std::string best_to_json(const BestRecord& r) {
-  if (r.step < 0) return "{}";
-  return nlohmann::json{{"metric", r.metric}, {"value", r.value}, {"step", r.step}, {"since", r.since}}.dump();
+  // No best yet (every evaluation so far was NaN) still carries the patience spent on the way.
+  if (r.step < 0) return r.since > 0 ? json_text(nlohmann::json{{"metric", r.metric}, {"since", r.since}}) : "{}";
+  return json_text(nlohmann::json{{"metric", r.metric}, {"value", r.value}, {"step", r.step}, {"since", r.since}});
 }
 
 BestRecord best_from_json(const std::string& text) {
@@ -223,6 +225,9 @@ BestRecord best_from_json(const std::string& text) {
     r.value = j.value("value", 0.0);
     r.step = j.value("step", int64_t{-1});
     r.since = j.value("since", int64_t{0});
+  } else if (j.is_object() && j.contains("since") && j["since"].is_number_integer()) {
+    r.metric = j.value("metric", "");
+    r.since = j["since"].get<int64_t>();
   }
   return r;
 }
@@ -324,6 +329,12 @@ void validate_cached_sides(const TrainOptions& o) {
                 "give --embeddings NAME (grouped by labels) or --query-embeddings and --passage-embeddings (aligned)");
   if (!grouped && (o.query_embeddings.empty() || o.passage_embeddings.empty()))
     throw Error(Exit::usage, "--query-embeddings", "aligned mode needs --query-embeddings and --passage-embeddings");
+  if (!grouped && o.query_embeddings == o.passage_embeddings)
+    throw Error(Exit::usage, "--passage-embeddings",
+                "the same embeddings as --query-embeddings ('" + o.query_embeddings +
+                    "'): every query would find itself, and the metrics say nothing; with one encoder's "
+                    "embeddings, train on rows grouped by label (--embeddings " +
+                    o.query_embeddings + "), or cache each side with its own encoder");
 }
 
 namespace {

@@ -127,6 +127,11 @@ CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") 
     change(o);
     return refusal(o);
   };
+  // One encoder's embeddings on both sides: every query finds itself (issue 43, item 5).
+  CATCH_CHECK(cached([](auto& o) { o.passage_embeddings = "q"; }) ==
+              "--passage-embeddings: the same embeddings as --query-embeddings ('q'): every query would find itself, "
+              "and the metrics say nothing; with one encoder's embeddings, train on rows grouped by label "
+              "(--embeddings q), or cache each side with its own encoder");
   CATCH_CHECK(raw([](auto& o) { o.passage.clear(); }) ==
               "--query: raw mode needs --query and --passage datasets (or --query and --labels)");
   CATCH_CHECK(raw([](auto& o) { o.labels = "y"; }) ==
@@ -399,7 +404,13 @@ CATCH_TEST_CASE("train plan: the best record needs a strictly better value, and 
   CATCH_CHECK_FALSE(train::update_best(none, -INFINITY, 0));
   CATCH_CHECK_FALSE(train::update_best(none, NAN, 10));
   CATCH_CHECK(none.step == -1);
-  CATCH_CHECK(train::best_to_json(none) == "{}");
+  CATCH_CHECK(train::best_to_json(train::BestRecord{}) == "{}");
+  // The patience spent before any best survives a resume (issue 43, item 7: it was saved as {}).
+  none.metric = "map_at_r";
+  const auto resumed = train::best_from_json(train::best_to_json(none));
+  CATCH_CHECK(resumed.step == -1);
+  CATCH_CHECK(resumed.since == 2);
+  CATCH_CHECK(resumed.metric == "map_at_r");
   CATCH_CHECK(train::best_from_json(R"({"metric":"recall_at_1","value":null,"step":0,"since":3})").step == -1);
   CATCH_CHECK(train::best_to_json(train::BestRecord{}) == "{}");
 }
