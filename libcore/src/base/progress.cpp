@@ -21,8 +21,30 @@ Progress::Progress(std::string label, int64_t total, ProgressMode mode, std::str
       unit_(std::move(unit)),
       total_(total),
       enabled_(mode == ProgressMode::always || (mode == ProgressMode::automatic && isatty(2))),
+      lines_(mode == ProgressMode::automatic && !isatty(2)),
       start_(std::chrono::steady_clock::now()),
-      last_draw_() {}
+      last_draw_(),
+      last_line_(start_) {}
+
+bool log_line_due(double elapsed, double since_last, int64_t done, int64_t total, int decile, double first_after,
+                  double every) {
+  if (elapsed < first_after || (total > 0 && done >= total)) return false;  // the closing line follows
+  const int now = total > 0 ? static_cast<int>(10 * done / total) : -1;
+  return since_last >= every || (total > 0 && now > decile);
+}
+
+void Progress::log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now) {
+  using secs = std::chrono::duration<double>;
+  if (!log_line_due(secs(now - start_).count(), secs(now - last_line_).count(), done, total_, decile_)) return;
+  last_line_ = now;
+  if (total_ > 0) decile_ = static_cast<int>(10 * done / total_);
+  char eta[32] = "";
+  if (rate > 0 && total_ > done) std::snprintf(eta, sizeof eta, "  ETA %.0fs", (total_ - done) / rate);
+  std::fprintf(stderr, "%s: %lld/%lld %s (%d%%)  %s %s/s%s\n", label_.c_str(), static_cast<long long>(done),
+               static_cast<long long>(total_), unit_.c_str(), total_ > 0 ? static_cast<int>(100 * done / total_) : 0,
+               rate_text(rate).c_str(), unit_.c_str(), eta);
+  std::fflush(stderr);
+}
 
 Progress::~Progress() { finish(); }
 
@@ -49,6 +71,7 @@ void Progress::update(int64_t done, const std::string& extra) {
   last_done_ = done;
   auto now = std::chrono::steady_clock::now();
   meter_.sample(done, std::chrono::duration<double>(now - start_).count());
+  if (lines_) log_line(done, meter_.rate(), now);
   if (!enabled_) return;
   if (now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;
   last_draw_ = now;

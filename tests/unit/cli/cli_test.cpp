@@ -118,3 +118,17 @@ CATCH_TEST_CASE("cli: scales are decimals or fractions", "[cli]") {
     CATCH_CHECK_THROWS_WITH(cli::parse_fraction(bad, "--s"), "--s: not a number: '" + std::string(bad) + "'");
   }
 }
+
+CATCH_TEST_CASE("progress: without a terminal, a log line at each tenth and every 30 s once a run is long", "[cli]") {
+  // A short run says nothing until its closing line: not in its first 10 seconds.
+  CATCH_CHECK_FALSE(log_line_due(9.9, 9.9, 500, 1000, -1));
+  CATCH_CHECK(log_line_due(10.0, 10.0, 500, 1000, -1));
+  // After a line at 50%: the next at 60%, or after 30 s without one.
+  CATCH_CHECK_FALSE(log_line_due(40, 5, 599, 1000, 5));
+  CATCH_CHECK(log_line_due(40, 5, 600, 1000, 5));
+  CATCH_CHECK(log_line_due(70, 30, 599, 1000, 5));
+  // Never at the end (the tool's closing line follows), and every 30 s when the total is unknown.
+  CATCH_CHECK_FALSE(log_line_due(100, 60, 1000, 1000, 9));
+  CATCH_CHECK_FALSE(log_line_due(100, 29, 5, 0, -1));
+  CATCH_CHECK(log_line_due(100, 30, 5, 0, -1));
+}

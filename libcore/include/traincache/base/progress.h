@@ -1,4 +1,5 @@
-// A progress bar on stderr: drawn only when stderr is a terminal (or when forced), never on stdout.
+// Progress on stderr, never on stdout: a bar redrawn in place when stderr is a terminal (or when
+// forced); where it is not (a log file, a CI job), a line now and then once a run takes a while.
 #pragma once
 
 #include <chrono>
@@ -37,7 +38,16 @@ class RateMeter {
 /// "12.5", "1234").
 std::string rate_text(double rate);
 
-/// A rate-limited single-line progress display: "label [####....] done/total  1234 rows/s  ETA 5s".
+/// When a log line is due (stderr not a terminal): never in a run's first `first_after` seconds (a
+/// short run's closing line says it all); after that at each tenth of the total reached since the
+/// last line, and at least every `every` seconds. `elapsed` and `since_last` are seconds; `decile`
+/// is the tenth of the total done at the last line (-1 before any).
+bool log_line_due(double elapsed, double since_last, int64_t done, int64_t total, int decile, double first_after = 10,
+                  double every = 30);
+
+/// A rate-limited progress display: on a terminal (or --progress=always) one line redrawn in
+/// place, "label [####....] done/total  1234 rows/s  ETA 5s"; in automatic mode without a terminal,
+/// lines "label: done/total rows (P%)  1234 rows/s  ETA 5s" as log_line_due says.
 class Progress {
  public:
   /// `unit` names what is counted ("rows"). Drawing is decided once, here.
@@ -55,14 +65,17 @@ class Progress {
 
  private:
   void draw(int64_t done, const std::string& extra);
+  void log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now);
 
   std::string label_, unit_;
   int64_t total_;
   bool enabled_;
+  bool lines_;       // log lines instead of a bar (automatic mode, stderr not a terminal)
+  int decile_ = -1;  // the tenth of the total done at the last log line
   bool finished_ = false;
   int64_t last_done_ = 0;
   RateMeter meter_;
-  std::chrono::steady_clock::time_point start_, last_draw_;
+  std::chrono::steady_clock::time_point start_, last_draw_, last_line_;
 };
 
 }  // namespace traincache
