@@ -9,7 +9,7 @@ h5py alone. CacheDataset and SharedCache import torch when first used.
 from ._capi import TraincacheError, describe_cache, library_path, version
 from .slab import Slab, remove_slab
 
-__all__ = ["CacheDataset", "SharedCache", "Slab", "TraincacheError", "describe_cache", "library_path",
+__all__ = ["CacheDataset", "CachedDataset", "SharedCache", "Slab", "cached", "TraincacheError", "describe_cache", "library_path",
            "remove_slab", "version"]
 
 
@@ -18,7 +18,7 @@ def __getattr__(name):
     if name == "CacheDataset":
         from .cache import CacheDataset
         return CacheDataset
-    if name == "SharedCache":
-        from .shared import SharedCache
-        return SharedCache
+    if name in ("SharedCache", "CachedDataset", "cached"):
+        from . import shared
+        return getattr(shared, name)
     raise AttributeError(f"module 'traincache' has no attribute {name!r}")

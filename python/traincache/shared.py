@@ -6,6 +6,8 @@ the machine, in one shared-memory slab (one copy of each item per node, not per 
         x = load(i)
         cache.put(i, x)
 """
+import hashlib
+import numbers
 import os
 import warnings
 import weakref
@@ -35,6 +37,16 @@ def _remove_if_owner(path: str, inode: int, pid: int) -> None:
         pass
 
 
+# A slab header holds a content id of at most 127 bytes; longer ones are recorded by their digest.
+CONTENT_ID_BYTES = 127
+
+
+def _content_id(content_id: str) -> str:
+    """`content_id`, or "sha256:<hex>" of it when it is longer than a slab header holds."""
+    raw = content_id.encode()
+    return content_id if len(raw) <= CONTENT_ID_BYTES else "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
 class SharedCache:
     """Items of a dataset of `length` items, each of `shape` and `dtype`, cached by index in slab
     `name`. The first process on the machine creates the slab, every other one (DataLoader workers,
@@ -48,7 +60,9 @@ class SharedCache:
     length, shape, dtype, selection and `content_id` (65 otherwise), and belong to this user unless
     `trust_owner` (65 otherwise). The library makes and checks it as the tools share slabs. Give
     `content_id` something that changes when the items would (the data's path and the
-    preprocessing), so that a kept slab is never reused for other data.
+    preprocessing), so that a kept slab is never reused for other data; one of over 127 bytes is
+    recorded as "sha256:" and its digest. `get` and `put` take integer indices below `length`
+    (IndexError past it, TypeError for anything but an integer).
 
     Unless `keep`, the slab is temporary: the process that created it removes it when it closes
     the cache or exits (processes still attached keep their mapping), and `shm-cache rm --stale`
@@ -63,7 +77,7 @@ class SharedCache:
                  mode: int = 0o600, trust_owner: bool = False):
         self._spec = dict(name=name, length=int(length), shape=tuple(int(d) for d in shape),
                           dtype=np.dtype(dtype).name, slots=slots, limit=limit, selection=selection, seed=seed,
-                          content_id=content_id, keep=keep, mode=mode, trust_owner=trust_owner)
+                          content_id=_content_id(content_id), keep=keep, mode=mode, trust_owner=trust_owner)
         if slots is None and limit is None:
             self._spec["slots"] = int(length)
         self.hits = self.misses = self.stored = 0
@@ -83,7 +97,7 @@ class SharedCache:
     def _open(self, create: bool):
         s = self._spec
         if not create:  # a spawned worker: the parent's slab, checked as it was when made
-            slab = Slab.attach(s["name"], writable=True)
+            slab = Slab.attach(s["name"], writable=True, trust_owner=s["trust_owner"])
             self._check(slab)
             return slab, False
         slab, created = Slab.open_shared(s["name"], s["length"], s["shape"], s["dtype"], slots=s["slots"],
@@ -170,6 +184,12 @@ class SharedCache:
     def __len__(self) -> int:
         return self._spec["length"]
 
+    def __repr__(self) -> str:
+        s = self._spec
+        return (f"<traincache.SharedCache {s['name']!r}: {s['length']} items of {list(s['shape'])} {s['dtype']}, "
+                f"{self.slab.slots} cacheable; this process: {self.hits} hits, {self.misses} misses, "
+                f"{self.stored} stored>")
+
     def __getstate__(self):
         return {"spec": self._spec}
 
@@ -180,3 +200,71 @@ class SharedCache:
         self.slab, self.created = self._open(create=False)
         self._prepare_reads()
         self._finalizer = None
+
+
+def _as_tensor(part):
+    """A part of an item as the tensor a slab stores, and how to give it back: a tensor or array as
+    it is, a Python number as a one-element tensor returned as a number."""
+    if isinstance(part, torch.Tensor):
+        return part, None
+    if isinstance(part, np.ndarray):
+        return torch.from_numpy(part), np.ndarray
+    if isinstance(part, numbers.Number) and not isinstance(part, bool):
+        return torch.tensor([part]), type(part)
+    raise TypeError(f"traincache.cached: an item part of type {type(part).__name__} cannot be cached "
+                    "(tensors, arrays and numbers can)")
+
+
+class CachedDataset(torch.utils.data.Dataset):
+    """A map-style Dataset whose items come from `dataset` once and from shared memory after that,
+    for every DataLoader worker and rank of the machine. Made by cached()."""
+
+    def __init__(self, dataset, name: str, **options):
+        self.dataset = dataset
+        first = dataset[0]
+        self._single = not isinstance(first, (tuple, list))
+        parts = [first] if self._single else list(first)
+        self._kinds, self.caches = [], []
+        for k, part in enumerate(parts):
+            t, kind = _as_tensor(part)
+            self._kinds.append(kind)
+            self.caches.append(SharedCache(name if self._single else f"{name}.{k}", len(dataset), tuple(t.shape),
+                                           str(t.dtype).replace("torch.", ""), **options))
+        self._tuple = tuple if isinstance(first, tuple) or self._single else list
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def _back(self, x, kind):
+        if kind is None:
+            return x
+        return x.numpy() if kind is np.ndarray else kind(x.item())
+
+    def __getitem__(self, index):
+        got = [c.get(index) for c in self.caches]
+        if any(x is None for x in got):
+            item = self.dataset[index]
+            parts = [item] if self._single else list(item)
+            for c, x, part in zip(self.caches, got, parts):
+                if x is None:
+                    c.put(index, _as_tensor(part)[0])
+            return item
+        out = [self._back(x, kind) for x, kind in zip(got, self._kinds)]
+        return out[0] if self._single else self._tuple(out)
+
+    def close(self) -> None:
+        for c in self.caches:
+            c.close()
+
+    def __repr__(self) -> str:
+        return f"<traincache.CachedDataset of {type(self.dataset).__name__}: {', '.join(map(repr, self.caches))}>"
+
+
+def cached(dataset, name: str, **options) -> CachedDataset:
+    """`dataset` (any map-style Dataset whose items are a tensor, an array, or a tuple or list of
+    tensors, arrays and numbers of a fixed shape) with its items cached in shared memory, without
+    changing its __getitem__: the first access of an index on the machine loads it, every later
+    one (any worker, any rank) reads it back. Each part of an item gets a SharedCache of its own,
+    named `name` (one part) or `name.0`, `name.1`, ...; `options` are SharedCache's (slots, limit,
+    content_id, keep, ...). Shapes and dtypes come from dataset[0]."""
+    return CachedDataset(dataset, name, **options)

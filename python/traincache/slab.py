@@ -14,6 +14,8 @@ process killed there leaves it WRITING until `repair` (or `shm-cache repair`) re
 import ctypes
 import json
 import mmap
+import operator
+import os
 import platform
 import sys
 
@@ -34,10 +36,18 @@ FILLED = 2
 DIRECT_READS = platform.machine().lower() in ("x86_64", "amd64")
 
 
-def _to_numpy(value):
-    """A numpy array of `value` (a torch tensor is detached and moved to the CPU first)."""
+def _to_numpy(value, name):
+    """A numpy array of `value` (a torch tensor is detached and moved to the CPU first). One item:
+    a tuple or list of tensors is refused with a TypeError that says so (numpy's own message is
+    "only one element tensors can be converted"), as is a tensor on a device without memory the
+    CPU can reach (meta)."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
+        if value.device.type not in ("cpu", "cuda"):
+            raise TypeError(f"{name}: cannot store a tensor on the {value.device.type} device (CPU or CUDA only)")
+        return value.detach().cpu().numpy()
+    if isinstance(value, (tuple, list)) and any(hasattr(v, "detach") or isinstance(v, np.ndarray) for v in value):
+        raise TypeError(f"{name}: put takes one item (a tensor or array), not a {type(value).__name__} of "
+                        f"{len(value)}; cache each part in a cache of its own (traincache.cached does)")
     return np.asarray(value)
 
 
@@ -132,13 +142,20 @@ class Slab:
     # --- opening and closing ---------------------------------------------------------------
 
     @classmethod
-    def attach(cls, name: str, writable: bool = True) -> "Slab":
+    def attach(cls, name: str, writable: bool = True, *, trust_owner: bool = False) -> "Slab":
         """Attaches to slab `name`, validating its header first. TraincacheError 69 when there is
-        no such slab, 65 when the object is corrupt or not a slab, 66 when it cannot be opened
-        (another user's slab without permission)."""
+        no such slab, 65 when the object is corrupt or not a slab, or belongs to another user and
+        `trust_owner` is not given (as every other way in refuses one), 66 when it cannot be
+        opened (another user's slab without permission)."""
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib().tc_slab_attach(name.encode(), 1 if writable else 0, ctypes.byref(handle)))
-        return cls(handle.value, writable)
+        slab = cls(handle.value, writable)
+        uid = os.stat(slab.path).st_uid
+        if uid != os.geteuid() and not trust_owner:
+            slab.close()
+            raise TraincacheError(65, f"{name}: slab is owned by another user (uid {uid}); use trust_owner=True to "
+                                      "share it, or another name")
+        return slab
 
     @classmethod
     def create(cls, name: str, length: int, shape=None, dtype="uint8", *, slots=None, limit=None,
@@ -337,9 +354,16 @@ class Slab:
     # --- helpers ---------------------------------------------------------------------------
 
     def _index(self, index) -> int:
-        i = int(index)
+        """`index` as an int in 0..length-1: TypeError for what is not an integer (1.5 was read as
+        1), IndexError past either end (2**64 + 3 wrapped to 3 in the library)."""
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"{self.name}: an index must be an integer, not {type(index).__name__}") from None
         if i < 0:
             raise IndexError(f"{self.name}: index {index} is negative")
+        if i >= self.length:
+            raise IndexError(f"{self.name}: index {index} is past the last one ({self.length - 1})")
         return i
 
     def _item_pointer(self, value):
@@ -358,13 +382,13 @@ class Slab:
             torch = sys.modules["torch"]
             self._torch_item = (getattr(torch, self.dtype.name, None), torch.Size(self.shape))
         dtype, shape = self._torch_item
-        if (value.dtype is dtype and value.shape == shape and not value.is_cuda and not value.requires_grad
+        if (value.dtype is dtype and value.shape == shape and value.device.type == "cpu" and not value.requires_grad
                 and value.is_contiguous()):
             return value.data_ptr()
         return None
 
     def _item(self, value):
-        a = _to_numpy(value)
+        a = _to_numpy(value, self.name)
         if a.size and not np.can_cast(a.dtype, self.dtype, casting="safe"):
             if a.dtype.kind in "iub" and self.dtype.kind in "iu":
                 limits = np.iinfo(self.dtype)

@@ -12,8 +12,9 @@ import threading
 import numpy as np
 import torch
 
-from tc_check import SOURCE, eq, finish, ok
-from traincache import SharedCache, Slab
+from tc_check import SOURCE, eq, finish, ok, raises
+import traincache
+from traincache import SharedCache, Slab, TraincacheError
 from traincache.slab import DIRECT_READS
 
 ENV = dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "python"))
@@ -47,7 +48,13 @@ for selection, slots in (("first", 64), ("hashed", 48)):
     missing = sorted(set(range(64)) - set(stored))
     ok(all(s.get(i, copy=False) is None and s.get(i) is None for i in missing),
        f"{selection}: indices that are not cacheable are misses")
-    eq((s.get(64, copy=False), s.get(10**12, copy=False)), (None, None), f"{selection}: beyond the length: misses")
+    # Beyond the length is an error, not a miss (issue 43, items 19 and 28: 2**64 + 3 was item 3).
+    for index in (64, 10**12, 2**64 + 3):
+        raises(lambda: s.get(index, copy=False), IndexError,
+               f"hits-{selection}: index {index} is past the last one (63)")
+        raises(lambda: s.put(index, pattern(0)), IndexError)
+    raises(lambda: s.get(1.5), TypeError, f"hits-{selection}: an index must be an integer, not float")
+    eq(np.array_equal(s.get(np.int64(stored[0])), pattern(stored[0])), True, f"{selection}: a numpy index works")
     s.remove()
 
 # --- states: empty, writing, a dead writer's, repaired, another key ------------------------------
@@ -156,6 +163,57 @@ eq((p.returncode, p.stdout.strip()), (-11, "[0.0, 1.0, 2.0, 3.0]"),
 eq(cache.get(5, copy=False).tolist(), [0.0, 1.0, 2.0, 3.0], "and the item is unchanged for everyone")
 eq((cache.hits, cache.misses), (4, 0), "hits counted")
 eq((cache.get(6), cache.get(6, copy=False), cache.misses), (None, None, 2), "misses counted")
+# Issue 43, item 19 and 28: what a new user gets wrong is named, not a crash or a silent None.
+raises(lambda: cache.get(16), IndexError, "ro: index 16 is past the last one (15)")
+raises(lambda: cache.get(16, copy=False), IndexError, "ro: index 16 is past the last one (15)")
+raises(lambda: cache.put(16, torch.zeros(4)), IndexError, "ro: index 16 is past the last one (15)")
+raises(lambda: cache.put(7, (torch.zeros(4), torch.zeros(1))), TypeError,
+       "ro: put takes one item (a tensor or array), not a tuple of 2; cache each part in a cache of its own "
+       "(traincache.cached does)")
+raises(lambda: cache.put(7, torch.zeros(4, device="meta")), TypeError,
+       "ro: cannot store a tensor on the meta device (CPU or CUDA only)")
+eq(repr(cache), "<traincache.SharedCache 'ro': 16 items of [4] float32, 16 cacheable; this process: 4 hits, "
+   "2 misses, 1 stored>", "a readable repr")
+long_id = "/data/" + "x" * 200
+big = SharedCache("long-id", 4, (2,), "float32", content_id=long_id)
+eq(big.slab.content_id.startswith("sha256:") and len(big.slab.content_id) == 71, True,
+   "a content id over 127 bytes is recorded by its digest")
+again = SharedCache("long-id", 4, (2,), "float32", content_id=long_id)
+eq(again.created, False, "and a second cache with the same long id shares the slab")
+again.close()
+big.close()
+# Slab.attach refuses another user's slab unless trusted, as every other entry point does.
+other = Slab.create("other-user", 4, (2,), "float32")
+os.chown(other.path, 1, 1)
+raises(lambda: Slab.attach("other-user"), TraincacheError,
+       "other-user: slab is owned by another user (uid 1); use trust_owner=True to share it, or another name", code=65)
+trusted = Slab.attach("other-user", trust_owner=True)
+eq(trusted.put(0, np.ones(2, np.float32)), True, "trust_owner=True: attached and written")
+trusted.close()
+other.remove()
+
+# traincache.cached: any map-style Dataset's items, a tensor and a number each, cached without
+# changing its __getitem__; the same items and types the Dataset gives, the second time from memory.
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self):
+        self.calls = 0
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        self.calls += 1
+        return torch.full((3,), float(i)), i * 2
+
+
+base = Pairs()
+wrapped = traincache.cached(base, "pairs")
+first = [wrapped[i] for i in range(10)]
+second = [wrapped[i] for i in range(10)]
+eq([(x.tolist(), y) for x, y in second], [(x.tolist(), y) for x, y in first], "cached items equal the Dataset's")
+eq((type(second[3][1]), base.calls), (int, 11), "numbers come back as numbers; the Dataset read once per index")
+wrapped.close()
+
 view = cache.get(5, copy=False)
 cache.close()
 eq(view.tolist(), [0.0, 1.0, 2.0, 3.0], "a view stays readable after close()")
