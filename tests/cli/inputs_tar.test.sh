@@ -223,9 +223,20 @@ expect_err "cache-fill: error: $SHARDS: no sample has a field 'nope' (the shards
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features txt --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 65
 expect_err "cache-fill: error: $SHARDS: field 'txt' holds no images (image fields end in jpg, png, webp, ...; text is read with --text)"
-run "$TC_BIN/cache-fill" --input "$SHARDS" --out "$WORK/bad.h5" "${FILL[@]}"
+# Without --features the shards' only image field is read; their cls field, not stored without
+# --labels, is named (issue 43, item 16). With no image field, the message lists the fields.
+run "$TC_BIN/cache-fill" --input "$SHARDS" --out "$WORK/default.h5" "${FILL[@]:0:${#FILL[@]}-1}"
+expect_rc 0
+expect_err_has "cache-fill: warning: $SHARDS: the shards' 'cls' field is not stored (--labels cls stores it as labels)"
+py "
+import h5py
+a, b = h5py.File('$WORK/default.h5'), h5py.File('$WORK/tar.h5')
+print(a['embeddings/cnn'][:].tobytes() == b['embeddings/cnn'][:].tobytes(), 'labels' in a)
+"
+expect_out "True False"
+run "$TC_BIN/cache-fill" --input "$WORK/mixed.tar" --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 64
-expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn'"
+expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn': name the shards' image field with --features FIELD or their text field with --text FIELD (the shards have cls, jpg, png)"
 
 # ---- SIGKILL during a fill from shards resumes to identical bytes --------------------------------
 ARGS=(--input "$WORK/big/{00000..00005}.tar" --features png --labels cls --channels gray --encoder cnn="$D/cnn.pt"

@@ -273,7 +273,7 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
   if (replaced > 0 && cb.warn)
     cb.warn(std::to_string(replaced) +
             " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
-  std::set<std::string> warnings;
+  std::set<std::string> warnings(in.notes.begin(), in.notes.end());
   for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
   for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
   for (const auto* d : {&in.labels, &in.keys})

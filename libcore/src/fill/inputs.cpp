@@ -1,10 +1,12 @@
 #include "inputs.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <tuple>
 
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/base/format.h"
 #include "traincache/base/sha256.h"
 
 namespace fs = std::filesystem;
@@ -39,9 +41,13 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const source::File
   }
 }
 
-// Why encoder `name` has no input: for a manifest, its fields and the flags that name them.
+// Why encoder `name` has no input: for a manifest or tar shards, their fields and the flags that
+// name them.
 std::string no_features_message(const std::string& input, const std::string& name) {
   std::string msg = "no input dataset for encoder '" + name + "'";
+  if (source::kind_of(input) == source::Kind::tar)
+    return msg + ": name the shards' image field with --features FIELD or their text field with --text FIELD " +
+           "(the shards have " + name_list(source::tar_fields(input).all) + ")";
   if (source::kind_of(input) != source::Kind::manifest) return msg;
   std::string fields;
   for (const auto& f : source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
@@ -67,15 +73,32 @@ std::vector<std::string> named_fields(const FillOptions& opts) {
   return out;
 }
 
+// Tar shards: the field an encoder without --features reads (the shards' only image field; "" when
+// they have none or several), added to the fields every sample must have; and a note when the
+// shards' cls field is stored nowhere.
+std::string tar_defaults(const FillOptions& opts, Inputs& in, source::FileOptions& files) {
+  const auto fields = source::tar_fields(opts.input);
+  const auto has = [&](const std::string& f) { return std::count(fields.all.begin(), fields.all.end(), f) > 0; };
+  if (opts.labels.empty() && has("cls"))
+    in.notes.push_back(opts.input + ": the shards' 'cls' field is not stored (--labels cls stores it as labels)");
+  if (fields.images.size() != 1) return "";
+  if (std::find(files.sample_fields.begin(), files.sample_fields.end(), fields.images[0]) == files.sample_fields.end())
+    files.sample_fields.push_back(fields.images[0]);
+  return fields.images[0];
+}
+
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
   source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
-  const std::string implicit = source::default_column(opts.input);
+  std::string implicit = source::default_column(opts.input);
   source::FileOptions files = opts.files;
   files.tolerate_unreadable = opts.on_error == OnError::skip;
   files.strict_utf8 = opts.tokenize.strict_utf8;
-  if (source::kind_of(opts.input) == source::Kind::tar) files.sample_fields = named_fields(opts);
+  if (source::kind_of(opts.input) == source::Kind::tar) {
+    files.sample_fields = named_fields(opts);
+    implicit = tar_defaults(opts, in, files);
+  }
   std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
   for (const auto& e : opts.encoders) {
     open_text(opts, e, files, tokenizers, in);

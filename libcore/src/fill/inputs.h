@@ -76,8 +76,9 @@ struct Inputs {
   std::map<std::string, std::vector<std::string>> per_encoder_text;  // encoder -> its text keys
   std::optional<Input> labels, keys;
   int64_t rows = 0;
-  int64_t unit = 0;             // rows read, encoded and committed together: a batch, or a length window
-  std::vector<int64_t> groups;  // tar shards: the first row of each file (source::Column::row_groups)
+  int64_t unit = 0;                // rows read, encoded and committed together: a batch, or a length window
+  std::vector<int64_t> groups;     // tar shards: the first row of each file (source::Column::row_groups)
+  std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
 
   // The preprocessing of the image columns (one spec for all), or null without images.
   const image::Spec* preprocess() const {

@@ -346,6 +346,11 @@ std::shared_ptr<const Shards> open_shards(const std::string& pattern) {
   if (auto held = slot->shards.lock()) return held;
   auto shards = std::make_shared<const Shards>(paths);
   slot->shards = shards;
+  // The latest index is kept while the process lives: a tool that looks at the shards' fields
+  // before it opens its columns (defaults, messages) must not index them twice.
+  static std::shared_ptr<const Shards> latest;
+  std::lock_guard<std::mutex> keep(mu);
+  latest = shards;
   return shards;
 }
 
@@ -510,6 +515,19 @@ std::vector<std::string> expand_shards(const std::string& pattern) {
   for (const auto& p : out)
     if (!once.insert(p).second) throw Error(Exit::usage, pattern, "names shard " + p + " twice");
   return out;
+}
+
+TarFields tar_fields(const std::string& pattern) {
+  auto shards = open_shards(pattern);
+  std::set<std::string> all;
+  for (const auto& s : shards->samples())
+    for (const auto& m : s.fields) all.insert(m.field);
+  TarFields f;
+  for (const auto& name : all) {
+    f.all.push_back(name);
+    if (image_field(name)) f.images.push_back(name);
+  }
+  return f;
 }
 
 std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::string& name, Role role,

@@ -203,6 +203,13 @@ std::string recorded_path(const std::string& path);
 /// list them. Error(no_input/data) as open_column().
 std::vector<std::string> manifest_fields(const std::string& path);
 
+/// The fields the samples of tar shards `pattern` have ("cls", "jpg", "txt", ...), sorted, and which
+/// of them hold images by their extension; for defaults and messages. Error as open_column().
+struct TarFields {
+  std::vector<std::string> all, images;
+};
+TarFields tar_fields(const std::string& pattern);
+
 /// Throws Error(no_input, path, "no such file or directory") (or the reason it cannot be
 /// examined) when input `path` does not exist; slabs ("shm:NAME") are looked up when opened.
 void require_input(const std::string& path);
