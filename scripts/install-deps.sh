@@ -47,6 +47,7 @@ PACKAGES=(
   python3-matplotlib                # scripts/plot-bench
   python3-venv python3-pip python3-setuptools python3-wheel  # pip install ./python into a venv (docs/python.md)
   dataset-fashion-mnist             # demo data
+  jq                                # the docs' shell examples pipe --json through it (cli.docs_shell)
   "$clang_format"                   # make format, and the lint.format test (clang-format 14's style)
 )
 # make test-debian13 (CI's second leg) makes its Debian 13 root with debootstrap.
