@@ -22,6 +22,33 @@ expect_rc 0
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels cls --out "$WORK/tar.h5" "${FILL[@]}"
 expect_rc 0
 expect_no_out
+# The fingerprint counts content, not how a path is spelled (issue 43, item 18): the same shards
+# named by a glob, the same shards and folder copied elsewhere, are up to date; a changed byte is not.
+cp -r "$WORK/shards" "$WORK/moved-shards"
+cp -r "$WORK/folder" "$WORK/moved-folder"
+for input in "$WORK/shards/*.tar" "$WORK/moved-shards/{0000..0003}.tar"; do
+  run "$TC_BIN/cache-fill" --input "$input" --features png --labels cls --out "$WORK/tar.h5" "${FILL[@]:0:${#FILL[@]}-1}"
+  expect_rc 0
+  expect_err_re "tar\.h5: up to date"
+done
+run "$TC_BIN/cache-fill" --input "$WORK/moved-folder" --out "$WORK/folder.h5" "${FILL[@]:0:${#FILL[@]}-1}"
+expect_rc 0
+expect_err_re "folder\.h5: up to date"
+py "
+import io, tarfile
+src = tarfile.open('$WORK/shards/0002.tar')
+with tarfile.open('$WORK/moved-shards/0002.tar', 'w') as out:  # one image member's last byte changed
+    for i, m in enumerate(src.getmembers()):
+        data = src.extractfile(m).read()
+        if i == 0:
+            data = data[:-1] + bytes([data[-1] ^ 1])
+        out.addfile(m, io.BytesIO(data))
+"
+run "$TC_BIN/cache-fill" --input "$WORK/moved-shards/{0000..0003}.tar" --features png --labels cls --out "$WORK/tar.h5" \
+  "${FILL[@]}"
+expect_rc 73
+expect_err_re "tar\.h5: exists with another fingerprint \(changed: input/content_xxh3\)"
+rm -rf "$WORK/moved-shards" "$WORK/moved-folder"
 run "$TC_BIN/cache-inspect" "$WORK/tar.h5"
 expect_out_has "input        $SHARDS (tar) [png], images scaled to [0,1]"
 expect_out_has "keys         string from '__key__'"

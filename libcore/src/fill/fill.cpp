@@ -135,7 +135,8 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   Fingerprint f;
   json& fp = f.doc;
   fp["format_version"] = cache::kFormatVersion;
-  fp["input"]["path"] = source::recorded_path(opts.input);
+  // No path: the inputs count by their content (names relative to the input and bytes), so the same
+  // files named another way ('shards/*.tar' for '{0..4}.tar') or moved elsewhere are up to date.
   for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
   fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
   if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);

@@ -252,8 +252,9 @@ torch::Tensor Input::to_model(const torch::Tensor& rows, double scale) const {
 // A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
 json describe_json(const Input& in, const std::string& input) {
   json j{{"shape", in.info().shape}, {"dtype", dtype_name(in.info().dtype)}};
-  if (in.col->path() != input)
-    j["path"] = in.col->kind() == source::Kind::shm ? in.col->path() : files::absolute_path(in.col->path());
+  // A column of a file of its own (--labels labels.npy) is marked as such; where that file lies is
+  // not part of it (its rows are in the content digest).
+  if (in.col->path() != input) j["own_file"] = true;
   return j;
 }
 

@@ -92,15 +92,22 @@ class ImageColumn : public Column {
   // The encoded bytes of image i (Error naming it as shown otherwise).
   using Bytes = std::function<std::string(std::size_t i)>;
 
-  // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png").
+  // `files` are opened; `shown` name them in messages ("dir/a.png", "m.csv:3: a.png"); `ids` name
+  // them in the content digest, relative to the input ("c1/a.png", a manifest's value as written),
+  // so that the same files named through another path digest alike.
   ImageColumn(Kind kind, const std::string& path, const std::string& name, std::vector<std::string> files,
-              std::vector<std::string> shown, const image::Spec& spec, bool tolerate)
-      : ImageColumn(kind, path, name, file_bytes(std::move(files), shown), shown, spec, tolerate) {}
+              std::vector<std::string> shown, std::vector<std::string> ids, const image::Spec& spec, bool tolerate)
+      : ImageColumn(kind, path, name, file_bytes(std::move(files), shown), shown, std::move(ids), spec, tolerate) {}
 
-  // One image per name of `shown`, its bytes from `bytes` (a tar shard's members).
+  // One image per name of `shown`, its bytes from `bytes` (a tar shard's members: `ids` KEY.FIELD).
   ImageColumn(Kind kind, const std::string& path, const std::string& name, Bytes bytes, std::vector<std::string> shown,
-              const image::Spec& spec, bool tolerate)
-      : Column(kind, path), bytes_(std::move(bytes)), shown_(std::move(shown)), spec_(spec), tolerate_(tolerate) {
+              std::vector<std::string> ids, const image::Spec& spec, bool tolerate)
+      : Column(kind, path),
+        bytes_(std::move(bytes)),
+        shown_(std::move(shown)),
+        ids_(std::move(ids)),
+        spec_(spec),
+        tolerate_(tolerate) {
     image::validate(spec_);
     info_.name = name;
     info_.dtype = DType::f32;
@@ -133,10 +140,10 @@ class ImageColumn : public Column {
         bytes = read_file_of(i);
       } catch (const Error& e) {
         if (!tolerate_ || e.code() != Exit::no_input) throw;
-        h.update(shown_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+        h.update(ids_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
         continue;
       }
-      h.update(shown_[i] + '\0' + std::to_string(bytes.size()) + '\0');
+      h.update(ids_[i] + '\0' + std::to_string(bytes.size()) + '\0');
       h.update(bytes);
     }
   }
@@ -204,7 +211,7 @@ class ImageColumn : public Column {
   }
 
   Bytes bytes_;
-  std::vector<std::string> shown_;
+  std::vector<std::string> shown_, ids_;
   image::Spec spec_;
   bool tolerate_ = false;
 };

@@ -317,7 +317,7 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
     full.push_back((fs::path(dir) / f).string());
     shown.push_back(full.back());
   }
-  return std::make_unique<ImageColumn>(Kind::image_folder, dir, name, std::move(full), std::move(shown),
+  return std::make_unique<ImageColumn>(Kind::image_folder, dir, name, std::move(full), std::move(shown), l.files,
                                        files.preprocess, files.tolerate_unreadable);
 }
 
@@ -422,7 +422,7 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
         throw Error(Exit::no_input, where, errno_text(errno));
       shown.push_back(where);
     }
-    return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown),
+    return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown), values,
                                          files.preprocess, files.tolerate_unreadable);
   }
   if (all_int)

@@ -571,8 +571,10 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
       const Sample* s = rows[i];
       return shards->read(*s, *s->find(name), kImageLimit);
     };
+    std::vector<std::string> ids;  // KEY.FIELD: the same samples digest alike whatever the shards are called
+    for (const Sample* s : rows) ids.push_back(s->key + "." + s->find(name)->field);
     return std::make_unique<TarColumn<ImageColumn>>(tar, Kind::tar, pattern, name, std::move(bytes), std::move(where),
-                                                    files.preprocess, files.tolerate_unreadable);
+                                                    std::move(ids), files.preprocess, files.tolerate_unreadable);
   }
   std::vector<std::string> values = text_values(*shards, rows, name, role);
   if (role != Role::text) return value_column(pattern, name, role, std::move(values), files, where, tar);
