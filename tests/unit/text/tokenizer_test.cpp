@@ -182,6 +182,13 @@ CATCH_TEST_CASE("bad tokenizer files are refused naming what is wrong", "[text]"
   j = bert({"a"});
   j["model"]["unk_token"] = "<unk>";
   CATCH_CHECK_THAT(error_of(j), Catch::Matchers::EndsWith("WordPiece: unk_token '<unk>' is not in the vocabulary"));
+  // Hugging Face refuses a negative count here (a usize); it was taken (issue 43, item 32).
+  for (json bad : {json(-1), json(1.5), json("100")}) {
+    j = bert({"a"});
+    j["model"]["max_input_chars_per_word"] = bad;
+    CATCH_CHECK_THAT(error_of(j), Catch::Matchers::EndsWith("WordPiece: max_input_chars_per_word " + bad.dump() +
+                                                            " is not a count of characters"));
+  }
   json bpe{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", {"a a"}}}}};
   CATCH_CHECK_THAT(error_of(bpe),
                    Catch::Matchers::EndsWith("BPE: merge 'a a' uses a token that is not in the vocabulary"));
