@@ -261,6 +261,13 @@ a, b = h5py.File('$WORK/default.h5'), h5py.File('$WORK/tar.h5')
 print(a['embeddings/cnn'][:].tobytes() == b['embeddings/cnn'][:].tobytes(), 'labels' in a)
 "
 expect_out "True False"
+# The only image field is no default for an encoder that reads text: a caption without an image
+# is a row of a text fill.
+run "$TC_BIN/cache-fill" --input "$WORK/texts.tar" --text txt --tokenizer "$T/bert-uncased.json" --encoder "$D/text4k.pt" \
+  --out "$WORK/texts.h5" -q
+expect_rc 0
+py "import h5py; print([k.decode() for k in h5py.File('$WORK/texts.h5')['keys'][:]])"
+expect_out "['t0', 't1']"
 run "$TC_BIN/cache-fill" --input "$WORK/mixed.tar" --out "$WORK/bad.h5" "${FILL[@]}"
 expect_rc 64
 expect_err "cache-fill: error: --features: no input dataset for encoder 'cnn': name the shards' image field with --features FIELD or their text field with --text FIELD (the shards have cls, jpg, png)"

@@ -11,6 +11,7 @@ traincache's), from image folders this script also writes:
     big/0000{0..5}.tar          1,200 grey 28x28 PNG samples (200 per shard) with .cls
     bad/*.tar                   shards that must be refused (see BAD below)
     mixed.tar                   two samples, one with KEY.png, the other with KEY.jpg
+    texts.tar                   two captions (KEY.txt), one sample with an image too
 """
 import io
 import json
@@ -121,6 +122,11 @@ def make(work):
     # Samples with a PNG or a JPEG image (shards made from mixed folders): KEY.png or KEY.jpg.
     jpeg = io.BytesIO()
     Image.open(io.BytesIO(samples[1][1])).convert("RGB").save(jpeg, format="JPEG", quality=95)
+    # Captions, one of them with an image: a text fill reads both samples.
+    with tarfile.open(os.path.join(work, "texts.tar"), "w") as t:
+        add(t, "t0.png", samples[0][1])
+        add(t, "t0.txt", b"a photo of a cat")
+        add(t, "t1.txt", b"a photo of a dog")
     with tarfile.open(os.path.join(work, "mixed.tar"), "w") as t:
         add(t, "m0.png", samples[0][1])
         add(t, "m0.cls", b"0")

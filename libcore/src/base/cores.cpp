@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -57,42 +56,6 @@ std::optional<unsigned> cores_of_cpu_max(const std::string& value) {
     return std::nullopt;
   }
   return static_cast<unsigned>(std::max<long long>(1, (q + period - 1) / period));
-}
-
-unsigned cores_left(unsigned usable, unsigned running, unsigned peers) {
-  const unsigned others = running > peers + 1 ? running - peers - 1 : 0;
-  return usable > others ? usable - others : 1;
-}
-
-std::optional<unsigned> running_of_loadavg(const std::string& line) {
-  std::istringstream in(line);
-  std::string a, b, c, tasks;
-  if (!(in >> a >> b >> c >> tasks)) return std::nullopt;
-  const auto slash = tasks.find('/');
-  if (slash == std::string::npos || slash == 0) return std::nullopt;
-  try {
-    std::size_t used = 0;
-    const unsigned long n = std::stoul(tasks.substr(0, slash), &used);
-    if (used != slash) return std::nullopt;
-    return static_cast<unsigned>(std::min<unsigned long>(n, 1u << 20));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-unsigned idle_cores(unsigned peers) {
-  const unsigned usable = usable_cores();
-  std::optional<unsigned> least;
-  for (int i = 0; i < 3; ++i) {
-    if (i) std::this_thread::sleep_for(std::chrono::milliseconds(3));
-    std::ifstream f("/proc/loadavg");
-    std::string line;
-    if (!std::getline(f, line)) return usable;
-    const auto r = running_of_loadavg(line);
-    if (!r) return usable;
-    least = least ? std::min(*least, *r) : *r;
-  }
-  return cores_left(usable, *least, peers);
 }
 
 unsigned usable_cores() {

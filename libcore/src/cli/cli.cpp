@@ -38,7 +38,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   add_choice(app, "--progress", opts.progress, progress_choices(),
              "Progress bar on stderr: auto (terminal only), always, never");
   if (compute != Compute::none)
-    app.add_option("--threads", opts.threads, "Intra-op threads (0: one per core that other jobs leave free)")
+    app.add_option("--threads", opts.threads, "Intra-op threads (0: all usable cores)")
         ->check(integer_range(0, kMaxThreads))
         ->capture_default_str();
   if (compute == Compute::full)

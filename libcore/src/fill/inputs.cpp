@@ -74,14 +74,17 @@ std::vector<std::string> named_fields(const FillOptions& opts) {
 }
 
 // Tar shards: the field an encoder without --features reads (the shards' only image field; "" when
-// they have none or several), added to the fields every sample must have; and a note when the
-// shards' cls field is stored nowhere.
+// they have none or several), added to the fields every sample must have when an encoder reads it;
+// and a note when the shards' cls field is stored nowhere.
 std::string tar_defaults(const FillOptions& opts, Inputs& in, source::FileOptions& files) {
   const auto fields = source::tar_fields(opts.input);
   const auto has = [&](const std::string& f) { return std::count(fields.all.begin(), fields.all.end(), f) > 0; };
   if (opts.labels.empty() && has("cls"))
     in.notes.push_back(opts.input + ": the shards' 'cls' field is not stored (--labels cls stores it as labels)");
-  if (fields.images.size() != 1) return "";
+  const bool used = std::any_of(opts.encoders.begin(), opts.encoders.end(), [&](const EncoderSpec& e) {
+    return (e.features.empty() ? opts.features : e.features).empty() && (e.text.empty() ? opts.text : e.text).empty();
+  });
+  if (fields.images.size() != 1 || !used) return "";
   if (std::find(files.sample_fields.begin(), files.sample_fields.end(), fields.images[0]) == files.sample_fields.end())
     files.sample_fields.push_back(fields.images[0]);
   return fields.images[0];

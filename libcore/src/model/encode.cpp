@@ -221,7 +221,7 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
 }
 
 void configure_threads(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(idle_cores());
+  int n = threads > 0 ? threads : static_cast<int>(usable_cores());
   if (at::get_num_threads() != n) at::set_num_threads(n);
 }
 

@@ -22,10 +22,10 @@ Setup resolve_setup(const TrainOptions& o) {
   }
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   precision::allow_tf32(o.tf32);
-  // Processes of one machine share its cores unless --threads says otherwise; cores other jobs are
-  // using now are left to them (idle_cores: the other ranks of this machine are not such jobs).
-  const int lws = std::max(1, s.launch.local_world_size);
-  encode::configure_threads(o.threads > 0 ? o.threads : std::max(1, static_cast<int>(idle_cores(lws - 1)) / lws));
+  // Processes of one machine share its cores unless --threads says otherwise.
+  encode::configure_threads(o.threads > 0 || s.launch.local_world_size <= 1
+                                ? o.threads
+                                : std::max(1, static_cast<int>(usable_cores()) / s.launch.local_world_size));
   validate_options(o);
   precision::check(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;

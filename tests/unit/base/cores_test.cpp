@@ -35,17 +35,3 @@ CATCH_TEST_CASE("cores: the affinity mask limits them", "[cores]") {
   CATCH_CHECK(pinned == 1u);
   CATCH_CHECK(usable_cores() == all);
 }
-
-CATCH_TEST_CASE("cores: the default threads leave the cores other jobs are using", "[cores]") {
-  // /proc/loadavg's fourth field: runnable tasks, this process among them.
-  CATCH_CHECK(running_of_loadavg("0.52 0.58 0.59 3/431 12345") == 3u);
-  CATCH_CHECK_FALSE(running_of_loadavg("0.52 0.58 0.59"));
-  CATCH_CHECK_FALSE(running_of_loadavg("0.52 0.58 0.59 x/431 1"));
-  CATCH_CHECK(cores_left(2, 1, 0) == 2);  // only this process: every core
-  CATCH_CHECK(cores_left(2, 3, 0) == 1);  // two busy jobs on 2 cores: one thread, not a fight
-  CATCH_CHECK(cores_left(16, 5, 0) == 12);
-  CATCH_CHECK(cores_left(16, 8, 7) == 16);  // the 7 others are this job's own ranks
-  CATCH_CHECK(cores_left(4, 40, 0) == 1);   // at least one
-  CATCH_CHECK(idle_cores() >= 1);
-  CATCH_CHECK(idle_cores() <= usable_cores());
-}

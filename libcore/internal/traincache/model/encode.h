@@ -20,9 +20,8 @@ torch::Device parse_device(const std::string& spec, const std::string& option = 
 /// Throws Error(unavailable) naming `subject` when `device` is a CUDA index this machine lacks.
 void require_device_index(const torch::Device& device, const std::string& subject);
 
-/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per core that other work is
-/// not using (idle_cores). (Debian's OpenMP LibTorch otherwise starts with a single thread in C++
-/// programs.)
+/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per usable core. (Debian's
+/// OpenMP LibTorch otherwise starts with a single thread in C++ programs.)
 void configure_threads(int threads);
 
 /// Loads a TorchScript file as it was saved (training mode and requires_grad untouched).
