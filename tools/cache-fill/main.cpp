@@ -294,8 +294,9 @@ int main(int argc, char** argv) {
       "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n\n"
       "EXIT STATUS\n"
       "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
-      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA unavailable; 70 internal;\n"
-      "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
+      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA unavailable, or out of\n"
+      "  memory (progress kept); 70 internal; 73 output in the way or not creatable; 74 I/O error;\n"
+      "  75 another run holds the output, or\n"
       "  --merge gave up waiting for shards; 130 interrupted (progress kept, run again to resume).\n"
       "See docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {
