@@ -336,7 +336,18 @@ expect_err "gc-train: error: rank 0 of 2: start-up failed: 1 of 2 ranks were rea
 RANK=0 WORLD_SIZE=2 MASTER_PORT="$(free_port)" timeout 120 "$TC_BIN/gc-train" "${CACHED[@]}" \
   >/dev/null 2>"$WORK/term.err" <&- &
 pid=$!
-for _ in $(seq 1200); do ss -ltnp 2>/dev/null | grep -q "pid=$(pgrep -P $pid)," && break; sleep 0.1; done
+# Waits until rank 0 listens (ss, where iproute2 is installed: the Debian 13 root has none) or, without
+# ss, until it has started and had 3 s to begin waiting; never longer than the 120 s of `timeout`.
+for _ in $(seq 600); do
+  child=$(pgrep -P $pid)
+  if command -v ss >/dev/null; then
+    [ -n "$child" ] && ss -ltnp 2>/dev/null | grep -q "pid=$child," && break
+  elif [ -n "$child" ]; then
+    sleep 3
+    break
+  fi
+  sleep 0.1
+done
 sleep 1
 start=$SECONDS
 kill -TERM "$(pgrep -P $pid)"
