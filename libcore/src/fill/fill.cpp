@@ -284,6 +284,39 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
   return replaced;
 }
 
+// Rethrows the failure being handled, after the encode loop stopped. Progress is kept when it exists
+// and the failure is one a later run can get past (a full disk, an output in the way, running out
+// of memory: the rerun, perhaps elsewhere, resumes), and always once every row is encoded (a
+// failure while publishing loses no encoding work); anything else discards it. Every exception
+// counts. Call only inside a catch block.
+[[noreturn]] void fail_keeping_progress(const std::string& partial, bool have_rows, bool encoded) {
+  Exit code = Exit::internal;
+  try {
+    throw;
+  } catch (const Error& e) {
+    code = e.code();
+  } catch (const std::bad_alloc&) {
+    code = Exit::unavailable;
+  } catch (...) {
+  }
+  const bool resumable = have_rows && (encoded || code == Exit::io || code == Exit::cant_create ||
+                                       code == Exit::temp_failure || code == Exit::unavailable);
+  if (!resumable) {
+    files::remove_tree(partial);
+    throw;
+  }
+  const std::string kept = "; progress kept in " + partial + " (run again to resume)";
+  try {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.code(), "", std::string(e.what()) + kept);
+  } catch (const std::bad_alloc&) {
+    throw Error(Exit::unavailable, "", "out of memory: an allocation failed" + kept);
+  } catch (const std::exception& e) {
+    throw Error(Exit::internal, "", std::string("internal error: ") + e.what() + kept);
+  }
+}
+
 }  // namespace
 
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
@@ -352,38 +385,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     files::remove_tree(partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
-    // Progress is kept when it exists and the failure is one a later run can get past (a full
-    // disk, an output in the way), and always once every row is encoded (a failure while
-    // publishing loses no encoding work); anything else discards it. Every exception counts.
     encoding.abandon();
-    Exit code = Exit::internal;
-    try {
-      throw;
-    } catch (const Error& e) {
-      code = e.code();
-    } catch (const std::bad_alloc&) {
-      code = Exit::unavailable;
-    } catch (...) {
-    }
-    // Out of memory (unavailable) is a resource failure: the rerun, perhaps elsewhere, resumes.
-    const bool resumable = journal.committed_rows > 0 && (encoded || code == Exit::io || code == Exit::cant_create ||
-                                                          code == Exit::temp_failure || code == Exit::unavailable);
-    if (!resumable) {
-      files::remove_tree(partial);
-      throw;
-    }
-    try {
-      throw;
-    } catch (const Error& e) {
-      throw Error(e.code(), "", std::string(e.what()) + "; progress kept in " + partial + " (run again to resume)");
-    } catch (const std::bad_alloc&) {
-      throw Error(Exit::unavailable, "",
-                  "out of memory: an allocation failed; progress kept in " + partial + " (run again to resume)");
-    } catch (const std::exception& e) {
-      throw Error(
-          Exit::internal, "",
-          std::string("internal error: ") + e.what() + "; progress kept in " + partial + " (run again to resume)");
-    }
+    fail_keeping_progress(partial, journal.committed_rows > 0, encoded);
   }
   result.seconds = seconds_since(t_start);
   return result;
