@@ -127,31 +127,30 @@ std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, 
 
 namespace {
 
-// The default generators' states: the CPU one, and each CUDA device's when CUDA is present
-// (dropout draws from the generator of the device it runs on).
+// The default generators' states: the CPU one, and the CUDA device's when the tower runs on one
+// (dropout draws from the generator of the device it runs on). Only the device in use: asking every
+// CUDA device for its generator would start CUDA in a CPU run on a machine with a GPU.
 struct RngState {
   std::vector<torch::Tensor> states;
 };
 
-std::vector<at::Generator> generators() {
+std::vector<at::Generator> generators(const c10::Device& device) {
   std::vector<at::Generator> gens{at::detail::getDefaultCPUGenerator()};
-  if (torch::cuda::is_available())
-    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
-      gens.push_back(at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
+  if (device.is_cuda()) gens.push_back(at::globalContext().defaultGenerator(device));
   return gens;
 }
 
-RngState save_rng() {
+RngState save_rng(const c10::Device& device) {
   RngState s;
-  for (auto& gen : generators()) {
+  for (auto& gen : generators(device)) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     s.states.push_back(gen.get_state());
   }
   return s;
 }
 
-void restore_rng(const RngState& s) {
-  auto gens = generators();
+void restore_rng(const RngState& s, const c10::Device& device) {
+  auto gens = generators(device);
   for (std::size_t i = 0; i < gens.size() && i < s.states.size(); ++i) {
     std::lock_guard<std::mutex> lock(gens[i].mutex());
     gens[i].set_state(s.states[i]);
@@ -164,7 +163,7 @@ torch::Tensor encode_no_grad(SideBatch& side, std::vector<RngState>& states) {
   std::vector<torch::Tensor> reps;
   int64_t c = chunk_of(side.chunk, side.rows());
   for (int64_t a = 0; a < side.rows(); a += c) {
-    states.push_back(save_rng());
+    states.push_back(save_rng(side.device));
     std::vector<torch::Tensor> in;
     // Clones: a model that modifies its input in place cannot change what the replay sees.
     for (auto& t : slice_rows(side.inputs, a, std::min(a + c, side.rows()))) in.push_back(t.clone());
@@ -179,7 +178,7 @@ void replay(SideBatch& side, const std::vector<RngState>& states, const torch::T
   std::size_t k = 0;
   for (int64_t a = 0; a < side.rows(); a += c, ++k) {
     int64_t b = std::min(a + c, side.rows());
-    if (restore) restore_rng(states[k]);
+    if (restore) restore_rng(states[k], side.device);
     auto rep = side.tower(slice_rows(side.inputs, a, b));
     rep.backward(grads.slice(0, a, b));
   }
@@ -215,7 +214,7 @@ double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& 
       p_loc = p_graph.detach();
     }
   }
-  RngState after = save_rng();
+  RngState after = save_rng(query.device);
   // 2. One all-gather: every rank sends its queries followed by its passages.
   std::vector<int64_t> sent;
   for (int64_t r : par.rows) sent.push_back(r * (1 + group));
@@ -249,7 +248,7 @@ double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& 
   if (mode.gradcache) {
     replay(query, q_states, gq_own, mode.restore_rng);
     if (pairs) replay(passage, p_states, gp_own, mode.restore_rng);
-    if (mode.restore_rng) restore_rng(after);
+    if (mode.restore_rng) restore_rng(after, query.device);
   } else if (pairs) {
     torch::autograd::backward({q_graph, p_graph}, {gq_own, gp_own});
   } else {
@@ -274,11 +273,11 @@ double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, c
   std::vector<RngState> q_states, p_states;
   auto q = encode_no_grad(query, q_states).detach().requires_grad_(true);
   auto p = pairs ? encode_no_grad(passage, p_states).detach().requires_grad_(true) : torch::Tensor();
-  RngState after = save_rng();
+  RngState after = save_rng(query.device);
   double value = loss_with_rep_grads(q, p, labels, cfg);
   replay(query, q_states, q.grad(), mode.restore_rng);
   if (pairs) replay(passage, p_states, p.grad(), mode.restore_rng);
-  if (mode.restore_rng) restore_rng(after);
+  if (mode.restore_rng) restore_rng(after, query.device);
   return value;
 }
 

@@ -174,8 +174,9 @@ Trainer::BatchInputs Trainer::inputs_of(Batch b) const {
 double Trainer::step(int64_t s, const torch::Tensor& idx, BatchInputs in, double lr, const Checkpointer& ckpt) {
   for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
   opt_.zero_grad();
-  gc::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk};
-  gc::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk};
+  const auto device = m_.params[0].device();  // where the towers run
+  gc::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk, device};
+  gc::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk, device};
   // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
   torch::Tensor labels =
       m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx).to(m_.params[0].device())

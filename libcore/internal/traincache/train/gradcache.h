@@ -86,6 +86,8 @@ struct SideBatch {
   Tower tower;
   std::vector<torch::Tensor> inputs;
   int64_t chunk = 0;
+  /// Where the tower runs: its generator (a CUDA device's) is saved and replayed with the CPU one.
+  c10::Device device{c10::kCPU};
   int64_t rows() const { return inputs.empty() ? 0 : inputs.front().size(0); }
 };
 
