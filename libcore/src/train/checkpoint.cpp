@@ -122,7 +122,7 @@ int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, 
                 "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
                     " process(es); resume it with WORLD_SIZE=" + std::to_string(world.item<int64_t>()) +
                     " (this run has " + std::to_string(world_size) + ")");
-  rng = rng[rank];
+  rng = rng[rank].clone();  // its own storage: a row of the stacked states starts at an offset
   try {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
