@@ -15,8 +15,8 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   expect_rc 0
   expect_out_re "^$tool [0-9]+\.[0-9]+\.[0-9]+ \(git [^)]*\)"
   if [ "$tool" != shm-cache ]; then  # shm-cache does not link LibTorch
-    expect_out_re $'\nLibTorch [12]\\.[0-9]+'  # 1.13 on Debian 12, 2.6 on Debian 13
-    expect_out_re $'\nBLAS: openblas'
+    expect_out_re $'\nLibTorch [12]\\.[0-9]+'  # 1.13 on Debian 12, 2.6 on Debian 13, 2.x from pip
+    expect_out_re $'\nBLAS: (openblas|mkl \\(linked into LibTorch\\))'  # Debian's; pip's carries MKL
   else
     expect_out_re "^shm-cache [0-9.]+ \(git [^)]*\)$"
   fi

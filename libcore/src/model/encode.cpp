@@ -179,6 +179,14 @@ void disable_cpu_fusion() {
   std::call_once(once, [] { torch::jit::overrideCanFuseOnCPU(false); });
 }
 
+// The first sentence of LibTorch's words on a file it cannot load: 2.x goes on with advice of its own
+// ("This is an internal miniz error. If you are seeing this error, ...") after the cause.
+std::string load_failure(const std::string& what) {
+  std::string msg = torch_message(what);
+  const auto end = msg.find(". ");
+  return end == std::string::npos ? msg : msg.substr(0, end);
+}
+
 }  // namespace
 
 torch::jit::Module load_module(const std::string& path, torch::Device device) {
@@ -187,9 +195,9 @@ torch::jit::Module load_module(const std::string& path, torch::Device device) {
   try {
     return torch::jit::load(path, device);
   } catch (const c10::Error& e) {
-    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what_without_backtrace()));
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + load_failure(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw Error(Exit::data, path, "cannot load TorchScript module: " + torch_message(e.what()));
+    throw Error(Exit::data, path, "cannot load TorchScript module: " + load_failure(e.what()));
   }
 }
 

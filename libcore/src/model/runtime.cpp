@@ -1,5 +1,6 @@
 #include "traincache/model/runtime.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
 
@@ -18,10 +19,17 @@ std::string cores_text() {
   return std::to_string(usable) + (usable < machine ? " of " + std::to_string(machine) : std::string());
 }
 
+// The BLAS library loaded beside LibTorch (Debian's), or MKL when LibTorch carries it inside (pip's
+// x86-64 wheels link it statically, so no BLAS library is loaded).
+std::string blas_text() {
+  const std::string loaded = active_blas();
+  return loaded == "none loaded" && at::hasMKL() ? "mkl (linked into LibTorch)" : loaded;
+}
+
 }  // namespace
 
 std::string runtime_info() {
-  return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + active_blas() +
+  return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
          "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") + "\ncores: " + cores_text() +
          " (intra-op threads default to one per usable core; see --threads)";
 }
