@@ -16,15 +16,40 @@ if(TRAINCACHE_WERROR)
   list(APPEND TRAINCACHE_WARNINGS -Werror)
 endif()
 
+# tc_static_libstdcxx(OUT): OUT is the path of libstdc++.a when this compiler links the C++ standard
+# library statically by default (a test program names no libstdc++.so), else empty.
+function(tc_static_libstdcxx out)
+  set(dir ${PROJECT_BINARY_DIR}/CMakeFiles/tc_libstdcxx)
+  file(WRITE ${dir}/probe.cpp "#include <string>\nint main(int argc, char**) { return std::to_string(argc).size() == 9; }\n")
+  try_compile(linked ${dir}/build SOURCES ${dir}/probe.cpp COPY_FILE ${dir}/probe)
+  set(archive "")
+  if(linked)
+    file(STRINGS ${dir}/probe shared REGEX "libstdc\\+\\+\\.so" LIMIT_COUNT 1)
+    if(NOT shared)
+      execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.a OUTPUT_VARIABLE archive
+                      OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(NOT IS_ABSOLUTE "${archive}")
+        set(archive "")
+      endif()
+      message(STATUS "libstdc++ is linked statically: ${archive} goes before LibTorch")
+    endif()
+  endif()
+  set(${out} "${archive}" PARENT_SCOPE)
+endfunction()
+
 add_library(traincache_torch_iface INTERFACE)
 # The C++ standard library first in every torch-linked binary's NEEDED list, ahead of LibTorch: the
 # dynamic linker binds each symbol to the first library of that list that defines it, and pip's
 # libtorch.so exports its own copies of some std:: functions (std::filesystem::remove_all there
 # crashed cache-fill). A link option comes before the objects and libraries on the command line.
-# (A g++ that links libstdc++ statically, as the GPU machine's does, needs none of this: the tools
-# then define the std:: functions they call; tests/lint/check-needed-order accepts that.)
 target_link_options(traincache_torch_iface INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
-target_link_libraries(traincache_torch_iface INTERFACE ${TORCH_LIBRARIES})
+# A g++ that links libstdc++ statically (the GPU machine's does) makes the tools define the std::
+# functions they call, except that the linker takes a function from a shared library it has already
+# read rather than from libstdc++.a at the end of the line: pip's LibTorch exports std::filesystem, so
+# three of its functions came from LibTorch. There libstdc++.a goes just before LibTorch, after our
+# own libraries, and every std:: function any of them calls comes from it.
+tc_static_libstdcxx(TC_STATIC_LIBSTDCXX)
+target_link_libraries(traincache_torch_iface INTERFACE ${TC_STATIC_LIBSTDCXX} ${TORCH_LIBRARIES})
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
 # tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])
