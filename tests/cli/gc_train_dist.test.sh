@@ -10,6 +10,18 @@ trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
 
 free_port() { "$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# A build without Gloo (pip's LibTorch ships no Gloo headers, and no GPU here for NCCL): every case
+# below needs gloo, so only its refusal is checked, and the test reports itself skipped (77).
+if ! grep -qx '#define TRAINCACHE_WITH_GLOO' "$TC_BIN/../generated/traincache_dist_config.h"; then
+  RANK=0 WORLD_SIZE=2 MASTER_PORT=$(free_port) run timeout 60 "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q \
+    --passage p --encoder "$D/tower.pt" --steps 1 --dist-backend gloo
+  expect_rc 69
+  expect_err "gc-train: error: --dist-backend: gloo: traincache was built without Gloo (this LibTorch ships no Gloo headers; see docs/gpu.md)"
+  finish || exit 1
+  echo "skipped: this build has no Gloo (no Gloo headers came with its LibTorch): data-parallel runs on the CPU are not checked"
+  exit 77
+fi
+
 # start_ranks W NAME ARGS...: starts W ranks of gc-train ARGS in the background, each bounded by
 # `timeout` (PIDS[r] is rank r's timeout process, gc-train its child); rank r's stdout and stderr
 # go to $WORK/NAME.out.r and .err.r. wait_ranks W NAME: waits for them, exit codes to NAME.rc.r.
