@@ -1,6 +1,7 @@
 """WordNet glosses and small tokenizer builders for the text fixtures, tests and demo.
 
-Only the standard library: WordNet comes from Debian's wordnet-base (/usr/share/wordnet), and
+Only the standard library: WordNet comes from Debian's wordnet-base (/usr/share/wordnet, or the folder
+TRAINCACHE_WORDNET names where the package was unpacked rather than installed), and
 the tokenizers are learned here and written in Hugging Face's tokenizer.json format, so that no
 file is downloaded. The learners are simple (frequency-ranked WordPiece pieces, byte-pair merges
 by pair count); what the tests check is that every implementation reads the files the same way.
@@ -12,7 +13,7 @@ import os
 import re
 import tempfile
 
-WORDNET = "/usr/share/wordnet"
+WORDNET = os.environ.get("TRAINCACHE_WORDNET", "/usr/share/wordnet")  # elsewhere where unpacked, not installed
 
 
 def wordnet_pairs(root=WORDNET):

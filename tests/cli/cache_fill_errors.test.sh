@@ -58,8 +58,9 @@ expect_fail 65 "cache-fill: error: encoder 'dict': output has no key 'nope' (its
   --input "$D/images.h5" --encoder "$D/dict.pt" --features vec --output nope
 expect_fail 65 "cache-fill: error: encoder 'dict': output is a dict (its keys: 'emb', 'norm'); select a tensor with --output KEY|INDEX" \
   --input "$D/images.h5" --encoder "$D/dict.pt" --features vec
-expect_fail 69 "cache-fill: error: --device cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)" \
-  --input "$D/images.h5" --encoder "$D/cnn.pt" --features images --device cuda:0
+no_cuda
+expect_fail 69 "cache-fill: error: --device $NO_CUDA: $NO_CUDA_WHY" \
+  --input "$D/images.h5" --encoder "$D/cnn.pt" --features images --device $NO_CUDA
 expect_fail 64 "cache-fill: error: --device: expected cpu or cuda[:N], got 'gpu'" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features images --device gpu
 expect_fail 64 "cache-fill: error: --rows: 0:400 is outside the input's 300 rows" \

@@ -92,9 +92,10 @@ expect_rc 64
 expect_err "cache-inspect: error: --check excludes --verify (see --help)"
 
 # 69: --verify on a device this LibTorch does not have.
-run "$TC_BIN/cache-inspect" --verify 2 --device cuda:0 "$C"
+no_cuda
+run "$TC_BIN/cache-inspect" --verify 2 --device $NO_CUDA "$C"
 expect_rc 69
-expect_err "cache-inspect: error: --device cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)"
+expect_err "cache-inspect: error: --device $NO_CUDA: $NO_CUDA_WHY"
 
 # --verify: the recorded encoder reproduces the rows; another encoder or changed data does not.
 run "$TC_BIN/cache-inspect" --verify 8 "$C"

@@ -43,10 +43,11 @@ run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings mlp --epochs 1 --eval-d
 expect_rc 65
 expect_err "gc-train: error: $WORK/eval.h5: no encoder named 'mlp' in the cache (have: cnn)"
 
-# Per-encoder --cache-device is applied (there is no GPU here, so CUDA is refused).
-run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --cache-device cnn=cuda:0 --steps 1
+# Per-encoder --cache-device is applied (a CUDA device this machine lacks is refused).
+no_cuda
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --cache-device cnn=$NO_CUDA --steps 1
 expect_rc 69
-expect_err "gc-train: error: --cache-device cnn=cuda:0: CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)"
+expect_err "gc-train: error: --cache-device cnn=$NO_CUDA: $NO_CUDA_WHY"
 
 # Errors specific to cached mode.
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --query-embeddings cnn --passage-embeddings mlp

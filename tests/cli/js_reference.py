@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Tokenizers.js's token ids for a tokenizer.json and a JSON Lines file of strings: the reference
 of the tokenizer parity tests, committed under tests/data/js-reference so that `make test` needs
 no node, npm or registry.

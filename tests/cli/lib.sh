@@ -50,6 +50,18 @@ expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)
 # py CODE: runs python3 (with torch, h5py, numpy) and captures its stdout in $out.
 py() { run "$TC_PYTHON" -c "$1"; }
 
+# no_cuda: sets NO_CUDA to a CUDA device this machine lacks and NO_CUDA_WHY to the words that refuse
+# it: cuda:0 where CUDA is not available (CI's machines), a device past the last where it is.
+no_cuda() {
+  if "$TC_BIN/cache-fill" --version 2>/dev/null | grep -qx 'CUDA: available'; then
+    NO_CUDA=cuda:99
+    NO_CUDA_WHY="no CUDA device 99: this machine has $("$TC_PYTHON" -c 'import torch; print(torch.cuda.device_count())')"
+  else
+    NO_CUDA=cuda:0
+    NO_CUDA_WHY="CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)"
+  fi
+}
+
 # killed_fill OUT N ARGS...: starts cache-fill ARGS --out OUT, kills it (SIGKILL) once N rows are
 # committed (expected: it got there, and no OUT exists), then runs it again to the end ($rc, $out,
 # $err are the second run's).

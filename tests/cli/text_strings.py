@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes N test strings (one JSON string per line) for the tokenizer parity tests.
 
 usage: text_strings.py OUT.jsonl N SEED

@@ -4,6 +4,7 @@ library bundled (no download: --no-deps --no-build-isolation); and what a missin
 library says."""
 import os
 import shutil
+import site
 import subprocess
 import sys
 
@@ -51,6 +52,11 @@ def main():
     venv, src = os.path.join(WORK, "venv"), os.path.join(WORK, "src")
     shutil.copytree(os.path.join(SOURCE, "python"), src)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
+    if sys.prefix != sys.base_prefix:  # run from a venv itself (the pip leg): the new one sees its packages too
+        inner = subprocess.run([os.path.join(venv, "bin", "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(inner, "outer.pth"), "w") as f:
+            f.write("\n".join(site.getsitepackages()) + "\n")
     pip = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--no-deps", "--no-build-isolation",
                           "--no-index", src], env={**os.environ, "TRAINCACHE_LIBRARY": built}, capture_output=True,
                          text=True)
