@@ -5,7 +5,9 @@ JOBS       ?= $(shell nproc)
 PYTHON     ?= /usr/bin/python3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build test test-debian13 test-js js-reference demo demo-text bench gpu-check format clean sanitize tsan fuzz
+PIP_BUILD  ?= build-pip
+
+.PHONY: all deps build test test-debian13 test-pip test-tokenizers tokenizer-reference demo demo-text bench gpu-check format clean sanitize tsan fuzz
 
 all: build
 
@@ -29,14 +31,28 @@ test-debian13:
 	scripts/debian13 scripts/install-deps.sh
 	scripts/debian13 make test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
 
-# The tokenizer parity tests against Tokenizers.js itself rather than its committed ids (needs node,
-# npm and the npm registry: scripts/install-js-deps.sh); js-reference remakes the committed ids.
-test-js: build
-	scripts/install-js-deps.sh
-	TRAINCACHE_JS=live ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -R '^cli\.text_(parity|fill|train)$$'
+# The same suite against pip's PyTorch (the LibTorch most users have): a virtual environment with
+# PyPI's current torch and the tests' packages (scripts/pip-env; wheels from pip's cache after the
+# first run), traincache built against its LibTorch in build-pip with warnings as errors, the Python
+# tests run with that environment's python, the tokenizer parity live against PyPI's tokenizers.
+# Release: no debug information to compile.
+test-pip: deps
+	scripts/pip-env $(PIP_BUILD)/venv
+	cmake -S . -B $(PIP_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINCACHE_WERROR=ON \
+	      -DTRAINCACHE_PYTHON=$(abspath $(PIP_BUILD))/venv/bin/python3 \
+	      -DCMAKE_PREFIX_PATH="$$($(PIP_BUILD)/venv/bin/python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+	cmake --build $(PIP_BUILD) -j $(JOBS)
+	TRAINCACHE_TOKENIZERS=live ctest --test-dir $(PIP_BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-js-reference: build
-	scripts/make-js-reference $(BUILD_DIR)
+# The tokenizer parity tests against Hugging Face's tokenizers itself (PyPI's, in the pip leg's
+# virtual environment) rather than its committed ids; tokenizer-reference remakes the committed ids.
+test-tokenizers: build
+	scripts/pip-env $(PIP_BUILD)/venv
+	TRAINCACHE_TOKENIZERS=live TRAINCACHE_TOKENIZERS_PYTHON=$(abspath $(PIP_BUILD))/venv/bin/python3 \
+	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -R '^cli\.text_(parity|fill|train)$$'
+
+tokenizer-reference: build
+	scripts/make-tokenizer-reference $(BUILD_DIR) $(PIP_BUILD)/venv
 
 demo: build
 	scripts/demo.sh $(BUILD_DIR)

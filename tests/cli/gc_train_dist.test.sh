@@ -12,7 +12,7 @@ free_port() { "$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.
 
 # A build without Gloo (pip's LibTorch ships no Gloo headers, and no GPU here for NCCL): every case
 # below needs gloo, so only its refusal is checked, and the test reports itself skipped (77).
-if ! grep -qx '#define TRAINCACHE_WITH_GLOO' "$TC_BIN/../generated/traincache_dist_config.h"; then
+if ! have_gloo; then
   RANK=0 WORLD_SIZE=2 MASTER_PORT=$(free_port) run timeout 60 "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q \
     --passage p --encoder "$D/tower.pt" --steps 1 --dist-backend gloo
   expect_rc 69

@@ -15,9 +15,10 @@ err=""
 # (tests/torchrun-usable: Debian 13's torch has no libuv, which every torchrun rendezvous asks for).
 torchrun_unusable() { "$TC_PYTHON" "$TC_SOURCE/tests/torchrun-usable" 2>&1; }
 
-# js_ids TOKENIZER STRINGS: Tokenizers.js's ids of each line of STRINGS, one JSON array a line: the
-# committed ones, or under TRAINCACHE_JS=live|record node's (tests/cli/js_reference.py).
-js_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/js_reference.py" "$@"; }
+# hf_ids TOKENIZER STRINGS: Hugging Face tokenizers' ids of each line of STRINGS, one JSON array a
+# line: the committed ones, or under TRAINCACHE_TOKENIZERS=live|record the library's own
+# (tests/cli/tokenizer_reference.py).
+hf_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/tokenizer_reference.py" "$@"; }
 
 # run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
 run() {
@@ -49,6 +50,9 @@ expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)
 
 # py CODE: runs python3 (with torch, h5py, numpy) and captures its stdout in $out.
 py() { run "$TC_PYTHON" -c "$1"; }
+
+# have_gloo: whether this build has c10d's Gloo process group (pip's LibTorch ships no Gloo headers).
+have_gloo() { grep -qx '#define TRAINCACHE_WITH_GLOO' "$TC_BIN/../generated/traincache_dist_config.h"; }
 
 # no_cuda: sets NO_CUDA to a CUDA device this machine lacks and NO_CUDA_WHY to the words that refuse
 # it: cuda:0 where CUDA is not available (CI's machines), a device past the last where it is.
