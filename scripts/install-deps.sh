@@ -52,8 +52,9 @@ PACKAGES=(
 )
 # make test-debian13 (CI's second leg) makes its Debian 13 root with debootstrap.
 PACKAGES+=("${host_packages[@]}")
-# Tokenizers.js, the tokenizer parity tests' reference, is not needed: its ids are committed
-# (tests/data/js-reference). make test-js and make bench compare with it live (install-js-deps.sh).
+# Hugging Face's tokenizers, the tokenizer parity tests' reference, is not needed: its ids are
+# committed (tests/data/hf-reference). make test-pip, make test-tokenizers and make bench compare
+# with it live, from PyPI in the virtual environment that scripts/pip-env makes.
 if [ "$fuzz" -eq 1 ]; then
   if [ "${#fuzz_packages[@]}" -eq 0 ]; then
     echo "install-deps: error: --fuzz: make fuzz is set up for Debian 12's clang-14 and libFuzzer" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cache-fill on text: a JSON Lines manifest's field tokenized with a tokenizer.json or a
-# SentencePiece model; the embeddings equal the encoder run on Tokenizers.js's ids one text at a
+# SentencePiece model; the embeddings equal the encoder run on Hugging Face tokenizers' ids one text at a
 # time (so padding per batch changes nothing); HDF5 string datasets; the tokenization in the
 # fingerprint; bad input as one line with its exit code.
 source "$(dirname "$0")/lib.sh"
@@ -24,13 +24,13 @@ FILL=(--input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 6
 
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --out "$WORK/b.h5"
 expect_rc 0
-js_ids "$T/bert-uncased.json" "$WORK/glosses.jsonl" > "$WORK/js.txt"
+hf_ids "$T/bert-uncased.json" "$WORK/glosses.jsonl" > "$WORK/hf.txt"
 py "
 import json, h5py, numpy as np, torch
 m = torch.jit.load('$ENC').eval()
 emb = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]
 worst = 0.0
-for i, line in enumerate(open('$WORK/js.txt')):
+for i, line in enumerate(open('$WORK/hf.txt')):
     ids = json.loads(line)
     ids = ids[:47] + ids[-1:] if len(ids) > 48 else ids
     with torch.no_grad():
@@ -162,7 +162,7 @@ print(float(np.abs(a - b).max()) < 1e-5)
 expect_out "True"
 
 # ---- variable-layout slabs of token ids: ragged rows padded per batch ---------------------------
-# Tokenizers.js's ids of the 300 glosses (truncated to 48 as above) in a slab; cache-fill on the
+# Hugging Face tokenizers' ids of the 300 glosses (truncated to 48 as above) in a slab; cache-fill on the
 # slab gives the embeddings of the text fill.
 export TRAINCACHE_SHM_PREFIX="tctext-$$-"
 trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
@@ -170,7 +170,7 @@ py "
 import h5py, json, numpy as np
 with h5py.File('$WORK/ids.h5', 'w') as f:
     d = f.create_dataset('ids', (300,), dtype=h5py.vlen_dtype(np.int32))
-    for i, line in enumerate(open('$WORK/js.txt')):
+    for i, line in enumerate(open('$WORK/hf.txt')):
         ids = json.loads(line)
         d[i] = np.array(ids[:47] + ids[-1:] if len(ids) > 48 else ids, dtype=np.int32)
 "

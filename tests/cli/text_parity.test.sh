@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Tokenizer parity: traincache's token ids are identical to Tokenizers.js (@huggingface/tokenizers:
-# its ids committed, js_ids in lib.sh; live with make test-js) for every tokenizer.json kind, and to
+# Tokenizer parity: traincache's token ids are identical to Hugging Face's tokenizers (the Rust
+# library, from PyPI: its ids committed, hf_ids in lib.sh; live in make test-pip and make
+# test-tokenizers) for every tokenizer.json kind, and to
 # python3-sentencepiece for SentencePiece models, on 10,000 seeded strings (accents, CJK, emoji,
 # controls, whitespace runs, special-token spellings, texts longer than --max-length), with and
 # without truncation.
@@ -14,23 +15,23 @@ expect_eq "$(wc -l < "$S")" 10000 "strings written"
 
 # The committed ids are found by the SHA-256 of both files, so other strings (or a changed fixture)
 # have none rather than stale ones; each stored file holds what its provenance record says.
-if [ -z "${TRAINCACHE_JS:-}" ]; then
+if [ -z "${TRAINCACHE_TOKENIZERS:-}" ]; then
   printf '"x"\n' >"$WORK/other.jsonl"
-  run js_ids "$T/bert-uncased.json" "$WORK/other.jsonl"
+  run hf_ids "$T/bert-uncased.json" "$WORK/other.jsonl"
   expect_rc 1
   key=$(sha256sum "$T/bert-uncased.json" | cut -c1-16)-$(sha256sum "$WORK/other.jsonl" | cut -c1-16)
-  expect_err "js_reference: error: no committed Tokenizers.js ids for bert-uncased.json on other.jsonl ($key): the fixture or the strings changed; scripts/make-js-reference remakes them (needs node and npm)"
+  expect_err "tokenizer_reference: error: no committed tokenizers ids for bert-uncased.json on other.jsonl ($key): the fixture or the strings changed; scripts/make-tokenizer-reference remakes them"
   py "
 import glob, gzip, json, os
 bad = []
-for meta in sorted(glob.glob('$TC_SOURCE/tests/data/js-reference/*.json')):
+for meta in sorted(glob.glob('$TC_SOURCE/tests/data/hf-reference/*.json')):
     m = json.load(open(meta))
     name = meta[:-5]
     ids = gzip.open(name + '.ids.gz').read().decode().split('\n')[:-1]
     ok = os.path.basename(name) == m['tokenizer_sha256'][:16] + '-' + m['strings_sha256'][:16]
     ok = ok and len(ids) == m['lines'] and all(isinstance(json.loads(l), list) for l in ids)
     bad += [] if ok else [os.path.basename(meta)]
-print(len(glob.glob('$TC_SOURCE/tests/data/js-reference/*.ids.gz')) >= 8, bad)
+print(len(glob.glob('$TC_SOURCE/tests/data/hf-reference/*.ids.gz')) >= 8, bad)
 "
   expect_out "True []"
 fi
@@ -53,26 +54,26 @@ with open(sys.argv[2], 'w') as out:
 }
 
 for t in bert-uncased bert-cased roberta-bpe gpt2-bpe; do
-  run js_ids "$T/$t.json" "$S"
+  run hf_ids "$T/$t.json" "$S"
   expect_rc 0
-  printf '%s\n' "$out" > "$WORK/js-$t.txt"
+  printf '%s\n' "$out" > "$WORK/hf-$t.txt"
   run "$TC_BIN/tokenize-bench" "$T/$t.json" "$S" --dump
   expect_rc 0
   printf '%s\n' "$out" > "$WORK/tc-$t.txt"
-  expect_same "$WORK/js-$t.txt" "$WORK/tc-$t.txt"
+  expect_same "$WORK/hf-$t.txt" "$WORK/tc-$t.txt"
   "$TC_PYTHON" -c "
 import json, sys
 a = open(sys.argv[1]).read().split('\n'); b = open(sys.argv[2]).read().split('\n')
 bad = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
 n = sum(len(json.loads(x)) for x in a if x)
 print(len(a) == len(b), len(bad), n > 100000, 'first differing lines:', bad[:5])
-" "$WORK/js-$t.txt" "$WORK/tc-$t.txt" > "$WORK/cmp.txt"
+" "$WORK/hf-$t.txt" "$WORK/tc-$t.txt" > "$WORK/cmp.txt"
   expect_eq "$(cat "$WORK/cmp.txt")" "True 0 True first differing lines: []" "$t"
   # Truncation to 24 tokens (special tokens included): long texts are cut, short ones kept.
-  truncate_ids "$WORK/js-$t.txt" "$WORK/js24-$t.txt" "${BEFORE[$t]}" "${AFTER[$t]}" 24
+  truncate_ids "$WORK/hf-$t.txt" "$WORK/hf24-$t.txt" "${BEFORE[$t]}" "${AFTER[$t]}" 24
   run "$TC_BIN/tokenize-bench" "$T/$t.json" "$S" --dump --max-length 24
   printf '%s\n' "$out" > "$WORK/tc24-$t.txt"
-  expect_same "$WORK/js24-$t.txt" "$WORK/tc24-$t.txt"
+  expect_same "$WORK/hf24-$t.txt" "$WORK/tc24-$t.txt"
 done
 
 for t in spm-unigram spm-bpe; do

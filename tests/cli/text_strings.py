@@ -9,8 +9,9 @@ sequences), control characters, whitespace runs of many kinds, zero-width charac
 and replacement characters, Unicode punctuation, digits, English contractions, special-token
 spellings ([CLS], <mask>, ...) and texts far longer than any --max-length in the tests.
 
-Left out, because Tokenizers.js (the reference) and Hugging Face's Rust crate (which traincache
-follows) disagree on them (docs/text.md, "Parity"): capital sigma U+03A3 (JavaScript lowercases it
+Left out, because Tokenizers.js (the reference when these strings were chosen; Hugging Face's
+Rust library is now) and the Rust library (which traincache follows) disagree on them (docs/text.md,
+"Parity"; changing the strings changes every committed id file): capital sigma U+03A3 (JavaScript lowercases it
 by context, Rust by character), U+0085 and U+FEFF (JavaScript's \\s differs from Unicode's
 White_Space), ideographs outside the BMP (Tokenizers.js's BertNormalizer walks UTF-16 units), and
 characters assigned after Unicode 14 (PCRE2 10.42's tables).

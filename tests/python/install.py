@@ -53,7 +53,8 @@ def main():
     shutil.copytree(os.path.join(SOURCE, "python"), src)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
     if sys.prefix != sys.base_prefix:  # run from a venv itself (the pip leg): the new one sees its packages too
-        inner = subprocess.run([os.path.join(venv, "bin", "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+        inner = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                                "import site; print(site.getsitepackages()[0])"],
                                capture_output=True, text=True, check=True).stdout.strip()
         with open(os.path.join(inner, "outer.pth"), "w") as f:
             f.write("\n".join(site.getsitepackages()) + "\n")
