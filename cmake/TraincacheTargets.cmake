@@ -12,6 +12,14 @@
 # once for traincache_torch and reused by the torch tests and benchmarks.
 
 set(TRAINCACHE_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+# GCC 12 warns falsely about std::string's own copies when they are inlined at -O2 under C++20 (GCC
+# bugs 105329, 105651: -Warray-bounds, -Wstringop-overflow, -Wrestrict inside basic_string) and
+# about a std::optional<std::vector> in LibTorch 2.x's own options (-Wmaybe-uninitialized); pip's
+# LibTorch 2.x compiles its users as C++20. Off for GCC 12, so warnings as errors stay usable.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
+   AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+  list(APPEND TRAINCACHE_WARNINGS -Wno-array-bounds -Wno-stringop-overflow -Wno-restrict -Wno-maybe-uninitialized)
+endif()
 if(TRAINCACHE_WERROR)
   list(APPEND TRAINCACHE_WARNINGS -Werror)
 endif()
@@ -50,6 +58,13 @@ target_link_options(traincache_torch_iface INTERFACE "LINKER:--push-state,--no-a
 # own libraries, and every std:: function any of them calls comes from it.
 tc_static_libstdcxx(TC_STATIC_LIBSTDCXX)
 target_link_libraries(traincache_torch_iface INTERFACE ${TC_STATIC_LIBSTDCXX} ${TORCH_LIBRARIES})
+# pip's CUDA LibTorch finds NCCL, cuDNN and the CUDA libraries beside it (site-packages/nvidia/*/lib,
+# its RPATH at run time). The linker must find the same ones: a machine with the CUDA toolkit has an
+# older NCCL in ld.so.conf's folders, which lacks symbols libtorch_cuda.so needs.
+file(GLOB TC_PIP_NVIDIA_LIBS LIST_DIRECTORIES true "${Torch_DIR}/../../../../nvidia/*/lib")
+foreach(dir ${TC_PIP_NVIDIA_LIBS})
+  target_link_options(traincache_torch_iface INTERFACE "LINKER:-rpath-link,${dir}")
+endforeach()
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
 # tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])
