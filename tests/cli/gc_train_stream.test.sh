@@ -55,7 +55,10 @@ with h5py.File('$WORK/big.h5', 'w') as f:
     f.create_dataset('images', data=rng.integers(0, 256, (100000, 1, 28, 28), dtype=np.uint8), chunks=(512, 1, 28, 28))
     f['labels'] = np.arange(100000) % 10
 " || _fail "writing big.h5"
-# The peak is the one --json reports (VmHWM); this small Python parent's wait4 figure must agree.
+# The peak is the one --json reports (VmHWM); this small Python parent's wait4 figure must agree
+# where the peak comes during the run. After the report, pip's CUDA LibTorch touches ~100 MiB more
+# while the process ends (seen on the CPU and on an H200): wait4 may then exceed the report, never
+# the other way round.
 py "
 import json, os, subprocess
 def peak(extra):
@@ -66,7 +69,8 @@ def peak(extra):
     _, status, usage = os.wait4(p.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, p.stderr.read()
     reported = json.loads(out)['peak_rss_bytes'] / 2**20
-    assert abs(reported - usage.ru_maxrss / 1024) < 0.05 * reported, (reported, usage.ru_maxrss / 1024)
+    waited = usage.ru_maxrss / 1024
+    assert reported < waited * 1.05 and (waited < reported * 1.05 or waited - reported < 150), (reported, waited)
     return reported
 whole, streamed = peak([]), peak(['--stream'])
 print('ok' if whole - streamed > 200 else 'whole %.0f MiB, streamed %.0f MiB' % (whole, streamed))

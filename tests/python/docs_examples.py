@@ -33,8 +33,12 @@ def main():
     os.makedirs(here)
     os.symlink(os.path.join(SOURCE, "scripts"), os.path.join(here, "scripts"))
     # `python3` in the page is the Python with Debian's torch (this one), whatever else is on PATH.
+    # A script, not a link: a link to a venv's python elsewhere runs the base interpreter (a venv is
+    # found beside the path it was started by), without the venv's packages.
     os.makedirs(os.path.join(here, ".bin"))
-    os.symlink(sys.executable, os.path.join(here, ".bin", "python3"))
+    with open(os.path.join(here, ".bin", "python3"), "w") as f:
+        f.write('#!/bin/sh\nexec "%s" "$@"\n' % sys.executable)
+    os.chmod(os.path.join(here, ".bin", "python3"), 0o755)
     env = dict(os.environ, PATH=f"{BIN}:{here}/.bin:{os.environ['PATH']}", PYTHONPATH=os.path.join(SOURCE, "python"))
     # The page's claim is that the package finds build/lib by itself: test that when the build is there.
     if os.path.realpath(os.environ.get("TC_BUILD", "")) == os.path.realpath(os.path.join(SOURCE, "build")):
