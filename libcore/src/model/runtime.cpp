@@ -28,15 +28,10 @@ std::string blas_text() {
 
 }  // namespace
 
-// Appended piece by piece: one expression of + on string literals trips GCC 12's -Warray-bounds
-// under C++20 (pip's LibTorch 2.x builds with it), an error with warnings as errors.
 std::string runtime_info() {
-  std::string info = "LibTorch ";
-  info.append(TORCH_VERSION).append("\nBLAS: ").append(blas_text());
-  info.append("\nCUDA: ").append(torch::cuda::is_available() ? "available" : "not available");
-  info.append("\ncores: ").append(cores_text());
-  info.append(" (intra-op threads default to one per usable core; see --threads)");
-  return info;
+  return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
+         "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") + "\ncores: " + cores_text() +
+         " (intra-op threads default to one per usable core; see --threads)";
 }
 
 }  // namespace traincache
