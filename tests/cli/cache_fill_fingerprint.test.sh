@@ -51,7 +51,7 @@ cp "$D/cnn.pt" "$WORK/enc.pt"
 "$TC_PYTHON" -c "import h5py; f = h5py.File('$WORK/in.h5', 'r+'); f['images'][7, 0, 0, 0] ^= 1"
 fill
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3); use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3): only the input's data changed; use --update to encode only the new and changed rows, or --force to encode every row"
 expect_same "$WORK/c.h5" "$WORK/first.h5"
 
 fill --force

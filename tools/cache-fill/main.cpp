@@ -105,6 +105,28 @@ void resolve_encoders(Options& o) {
   }
 }
 
+// --update: what changed since the cache was made ("update": null for a fill without one).
+void add_update(report::Record& rec, const fill::FillResult& r) {
+  if (!r.update) {
+    rec.add("update", report::Json(nullptr), "");
+    rec.note("update_note", "");
+    return;
+  }
+  const auto& u = *r.update;
+  rec.add("update", report::Json{{"matched_by", u.by_key ? "key" : "position"},
+                                 {"added", u.added},
+                                 {"changed", u.changed},
+                                 {"removed", u.removed},
+                                 {"kept", u.kept},
+                                 {"rows_copied", u.copied},
+                                 {"seconds_saved", u.seconds_saved}});
+  char saved[64] = "";
+  if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
+  rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
+                              ", changed " + std::to_string(u.changed) + ", removed " + std::to_string(u.removed) +
+                              ", kept " + std::to_string(u.kept) + saved);
+}
+
 // The result's fields, declared once: --json writes them, the text lines below name them.
 report::Record fill_record(const fill::FillResult& r) {
   static const char* status[] = {"done", "up_to_date", "interrupted"};
@@ -114,6 +136,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("out", r.out)
       .add("rows", r.rows)
       .add("rows_encoded", r.rows_encoded)
+      .add("rows_copied", r.rows_copied)
       .add("resumed_from", r.resumed_from)
       .add("seconds", r.seconds)
       .add("encode_seconds", r.encode_seconds)
@@ -140,6 +163,7 @@ report::Record fill_record(const fill::FillResult& r) {
     text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
   }
   rec.add("encoders", encoders, text);
+  add_update(rec, r);
   if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
   rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
   rec.note("skipped_note", r.skipped ? ", " + std::to_string(r.skipped) + " skipped (see /skipped)" : "");
@@ -147,7 +171,8 @@ report::Record fill_record(const fill::FillResult& r) {
 }
 
 constexpr const char* kDoneText =
-    "{out}: {rows} rows ({rows_encoded} encoded{resumed}{skipped_note}) in {seconds:%.2f} s, {rows_per_second:%.0f} "
+    "{out}: {rows} rows ({rows_encoded} encoded{update_note}{resumed}{skipped_note}) in {seconds:%.2f} s, "
+    "{rows_per_second:%.0f} "
     "rows/s; "
     "{encoders}";
 constexpr const char* kUpToDateText = "{out}: up to date ({rows} rows, fingerprint {fingerprint:%.12s})";
@@ -255,6 +280,9 @@ int main(int argc, char** argv) {
       ->check(cli::positive_integer())
       ->capture_default_str();
   app.add_flag("--force", o.fill.force, "Overwrite a cache or partial progress with another fingerprint");
+  app.add_flag("--update", o.fill.update,
+               "When only the input's data changed, keep the cache's unchanged rows and encode the new and "
+               "changed ones");
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");

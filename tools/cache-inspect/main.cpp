@@ -42,7 +42,7 @@ constexpr const char* kInfoText =
     "  rows         {rows} (input rows {row_start}..{row_end})\n  created by   {created_by}\n"
     "  input        {input_path} ({input_kind}) [{features}], {scale}\n"
     "  preprocess   {preprocess}\n{text}  fingerprint  {fingerprint}\n"
-    "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}";
+    "{embeddings}  labels       {labels}\n  keys         {keys}\n  skipped      {skipped}\n  history      {history}";
 
 constexpr const char* kStatsText =
     "  stats/{name}  norm mean {norm_mean:%.6g} std {norm_std:%.6g} min {norm_min:%.6g} max {norm_max:%.6g}; "

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "traincache/base/error.h"
 
@@ -28,6 +29,15 @@ std::string ContentHash::hex_digest() const {
   std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
                 static_cast<unsigned long long>(h.low64));
   return buf;
+}
+
+Digest128 ContentHash::digest() const {
+  XXH128_hash_t h = XXH3_128bits_digest(state_->s);
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);  // big-endian: high64 first, as hex_digest() prints
+  Digest128 out;
+  std::memcpy(out.data(), c.digest, out.size());
+  return out;
 }
 
 }  // namespace traincache

@@ -55,19 +55,25 @@ torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
 }
 
 // Units (batches or length windows, `units`: first row and rows of each), read ahead on `workers`
-// threads (at most two per worker in flight) and handed out in order.
+// threads (at most two per worker in flight) and handed out in order. With an update, a unit the
+// cache holds is read from the cache instead (`copied`, per unit; rows relative to `begin`).
 class Prefetcher {
  public:
-  Prefetcher(const std::map<std::string, Input>& inputs, const std::map<std::string, TextInput>& texts,
-             const FillOptions& opts, std::vector<std::pair<int64_t, int64_t>> units)
+  Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<encode::Encoder>>& encoders, const FillOptions& opts,
+             std::vector<std::pair<int64_t, int64_t>> units, const Update* update, int64_t begin)
       : units_(std::move(units)),
+        copied_(update ? copied_units(update->plan(), relative(units_, begin)) : std::vector<bool>(units_.size())),
         pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
-            [&inputs, &texts, &opts, this](int64_t k) {
+            [&in, &encoders, &opts, update, begin, this](int64_t k) {
               Batch b;
               std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];
-              for (auto& [name, in] : inputs)
-                b.inputs[name] = read_batch(in, b, opts.input_scale, opts.on_error == OnError::skip);
-              for (auto& [key, t] : texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
+              if (copied_[static_cast<std::size_t>(k)]) {
+                for (const auto& e : encoders) b.copied.push_back(update->rows(e->name(), b.start - begin, b.count));
+                return b;
+              }
+              for (auto& [name, d] : in.features)
+                b.inputs[name] = read_batch(d, b, opts.input_scale, opts.on_error == OnError::skip);
+              for (auto& [key, t] : in.texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
               return b;
             }) {}
 
@@ -75,26 +81,36 @@ class Prefetcher {
   // Blocks until the next batch is ready; rethrows a reader's error.
   Batch next() { return pf_.next(); }
 
+  static std::vector<std::pair<int64_t, int64_t>> relative(std::vector<std::pair<int64_t, int64_t>> units,
+                                                           int64_t begin) {
+    for (auto& u : units) u.first -= begin;
+    return units;
+  }
+
  private:
   const std::vector<std::pair<int64_t, int64_t>> units_;
+  const std::vector<bool> copied_;
   OrderedPrefetcher<Batch> pf_;
 };
 
 }  // namespace
 
 Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
-                   Journal& journal, FillResult& result, const FillCallbacks& cb)
+                   Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update)
     : opts_(opts),
       in_(in),
       encoders_(encoders),
       journal_(journal),
       result_(result),
       cb_(cb),
-      committed_(journal.committed_rows > 0 ? journal.encoders : std::map<std::string, JournalEncoder>{}),
+      committed_(journal.committed_rows > 0 ? journal.encoders
+                 : update                   ? update->encoders()
+                                            : std::map<std::string, JournalEncoder>{}),
       row_shapes_(encoders.size()),
-      shape_known_(encoders.size(), false) {
+      shape_known_(encoders.size(), false),
+      update_(update) {
   if (journal.committed_rows == 0) {
-    journal.encoders.clear();
+    journal.encoders = committed_;
     journal.skipped.clear();
   }
   for (std::size_t i = 0; i < encoders.size(); ++i) {
@@ -111,6 +127,7 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
 
 bool Encoding::run(const RowPlan& plan) {
   int64_t done = journal_.committed_rows, last_commit = done;
+  bool encoded_any = false;  // the first unit encoded gets the first batch's checks
   if (done >= plan.rows()) return true;
   // A resumed run commits whole units: it goes on from the unit that begins at its committed row.
   auto units = unit_ranges(plan.begin, plan.end, in_.unit, in_.groups);
@@ -118,7 +135,7 @@ bool Encoding::run(const RowPlan& plan) {
               std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first >= plan.begin + done; }));
   if (units.empty() || units.front().first != plan.begin + done)
     throw Error(Exit::data, "journal", "its committed rows do not end a batch of this input (--force discards it)");
-  Prefetcher pf(in_.features, in_.texts, opts_, std::move(units));
+  Prefetcher pf(in_, encoders_, opts_, std::move(units), update_, plan.begin);
   // Outputs are checked, appended and committed on one thread behind this one, in order, while the
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);
@@ -132,27 +149,18 @@ bool Encoding::run(const RowPlan& plan) {
     auto t_wait = Clock::now();
     Batch batch = pf.next();
     result_.input_wait_seconds += seconds_since(t_wait);
-    auto t_convert = Clock::now();
-    try {
-      for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
-    } catch (const std::exception& e) {
-      if (!encode::is_out_of_memory(e)) throw;
-      throw encode::out_of_memory_error(
-          "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
+    if (batch.copied.empty()) {
+      encode_unit(batch, !encoded_any, plan.begin, store);
+      encoded_any = true;
+      result_.rows_encoded += batch.count;
+    } else {
+      for (std::size_t i = 0; i < encoders_.size(); ++i)
+        store.submit([this, i, out = batch.copied[i], start = batch.start, count = batch.count] {
+          store_rows(i, out, start, count);
+        });
+      result_.rows_copied += batch.count;
     }
-    result_.encode_seconds += seconds_since(t_convert);
-    for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, k == 0, store);
-    std::vector<std::pair<int64_t, std::string>> skipped;
-    for (const auto& [row, why] : batch.skipped) {
-      skipped.emplace_back(row - plan.begin, why);
-      if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
-    }
-    if (!skipped.empty())
-      store.submit([this, skipped = std::move(skipped)] {
-        journal_.skipped.insert(journal_.skipped.end(), skipped.begin(), skipped.end());
-      });
     done += batch.count;
-    result_.rows_encoded += batch.count;
     if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
       store.submit([this, done] { commit(done); });
       last_commit = done;
@@ -161,6 +169,28 @@ bool Encoding::run(const RowPlan& plan) {
   }
   store.drain();
   return true;
+}
+
+void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store) {
+  auto t_convert = Clock::now();
+  try {
+    for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
+  } catch (const std::exception& e) {
+    if (!encode::is_out_of_memory(e)) throw;
+    throw encode::out_of_memory_error(
+        "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
+  }
+  result_.encode_seconds += seconds_since(t_convert);
+  for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, first, store);
+  std::vector<std::pair<int64_t, std::string>> skipped;
+  for (const auto& [row, why] : batch.skipped) {
+    skipped.emplace_back(row - begin, why);
+    if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
+  }
+  if (!skipped.empty())
+    store.submit([this, skipped = std::move(skipped)] {
+      journal_.skipped.insert(journal_.skipped.end(), skipped.begin(), skipped.end());
+    });
 }
 
 void Encoding::close() {
@@ -191,7 +221,15 @@ void Encoding::first_batch_checks(encode::Encoder& enc, const std::vector<torch:
   const bool resumed = committed != committed_.end();
   bool want_opt = resumed ? committed->second.inference == "optimized" : opts_.optimize;
   if (want_opt) {
-    auto o = enc.try_optimize(args, kOptimizeTolerance);
+    // On a few rows: the check compares two modules, and the plain one's forward over a whole
+    // batch would cost as much as the batch itself (the optimised rows are encoded after it).
+    const int64_t n = args.empty() ? 0 : std::min<int64_t>(kOptimizeCheckRows, args.front().size(0));
+    encode::OptimizeOutcome o;
+    try {
+      o = enc.try_optimize(slice_rows(args, 0, n), kOptimizeTolerance);
+    } catch (const Error&) {  // the plain module failed on those rows: the batch's failure is the one to say
+      o = enc.try_optimize(args, kOptimizeTolerance);
+    }
     if (!o.used && resumed)
       throw Error(Exit::data, "encoder '" + enc.name() + "'",
                   "the optimised module used for the committed rows is no longer usable (" + o.why_not +

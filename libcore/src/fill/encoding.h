@@ -14,6 +14,7 @@
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
 #include "traincache/model/encode.h"
+#include "update.h"
 
 namespace traincache::fill {
 
@@ -23,6 +24,7 @@ struct Batch {
   std::map<std::string, torch::Tensor> inputs;
   std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
   std::map<int64_t, std::string> skipped;                  // input row -> reason
+  std::vector<torch::Tensor> copied;  // --update: each encoder's rows kept from the cache (then no inputs)
 };
 
 // The encode loop over one run's rows: batches from the prefetcher go through every encoder, the
@@ -30,8 +32,10 @@ struct Batch {
 // raw files and committed every --commit-rows.
 class Encoding {
  public:
+  // With `update`, units whose rows the cache holds are copied from it, and a run that has
+  // committed nothing starts with the cache's encoders as committed ones (their optimisation kept).
   Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
-           Journal& journal, FillResult& result, const FillCallbacks& cb);
+           Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update = nullptr);
 
   // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
   bool run(const RowPlan& plan);
@@ -44,6 +48,10 @@ class Encoding {
   const std::vector<int64_t>& row_shape(std::size_t i) const { return row_shapes_[i]; }
 
  private:
+  // One unit through every encoder (`first`: the first unit this run encodes, with the first
+  // batch's checks); its skipped rows (relative to `begin`) recorded on the store thread.
+  void encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store);
+
   // Syncs the raw files and records `rows` as committed in the journal (the store thread).
   void commit(int64_t rows);
 
@@ -124,6 +132,7 @@ class Encoding {
   std::vector<bool> shape_known_;  // row_shapes_[i] is set (committed, or from this run's first batch)
   std::vector<RawFile> raws_;
   std::map<std::string, Tables> tables_;  // by encoder, once
+  const Update* update_;
 };
 
 }  // namespace traincache::fill

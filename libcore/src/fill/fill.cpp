@@ -30,11 +30,13 @@
 #include "traincache/base/version.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
+#include "traincache/fill/update_plan.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/source.h"
 #include "traincache/model/encode.h"
 #include "traincache/model/precision_torch.h"
 #include "traincache/text/tokenizer.h"
+#include "update.h"
 
 using nlohmann::json;
 
@@ -175,30 +177,101 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
 
 // ---- stage: an existing cache ----------------------------------------------------------------
 
-// The existing cache at `out` when it is complete and has this fingerprint (up to date); nothing
-// when there is none (or --force); Error(cant_create) when another file is in the way.
-std::optional<cache::CacheInfo> up_to_date_cache(const std::string& out, const Fingerprint& fp, bool force) {
+// The cache already at the output: up to date (this fingerprint), or to update (--update, and only
+// the input's data changed); neither when there is none (or --force).
+struct Existing {
+  std::optional<cache::CacheInfo> up_to_date, to_update;
+};
+
+// Error(cant_create) when another file is in the way, or a cache that this run may not replace.
+Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
   struct stat st;
-  if (stat(out.c_str(), &st) != 0 || force) return std::nullopt;
+  if (stat(out.c_str(), &st) != 0 || opts.force) return {};
   std::optional<cache::CacheInfo> old;
   try {
     old = cache::read_info(out, false);
   } catch (const Error&) {
     throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
   }
-  if (old->complete && old->fingerprint == fp.hash) return old;
-  throw Error(Exit::cant_create, out,
-              "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) +
-                  "); use --force to overwrite it");
+  if (old->complete && old->fingerprint == fp.hash) return {old, std::nullopt};
+  const std::string changed =
+      "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
+  if (opts.update && old->fingerprint_json.find("\"job_fingerprint\"") != std::string::npos)
+    throw Error(Exit::cant_create, out,
+                "is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by "
+                "one process; use --force to fill it again");
+  if (!old->complete || !only_data_changed(old->fingerprint_json, fp.text))
+    throw Error(Exit::cant_create, out,
+                changed + (opts.update ? ": --update keeps rows only when the encoders, preprocessing and options "
+                                         "are unchanged; use --force to encode every row"
+                                       : "; use --force to overwrite it"));
+  if (!opts.update)
+    throw Error(Exit::cant_create, out,
+                changed +
+                    ": only the input's data changed; use --update to encode only the new and changed rows, "
+                    "or --force to encode every row");
+  if (!old->row_digests)
+    throw Error(Exit::cant_create, out,
+                "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "
+                "tell which rows changed; use --force to encode every row");
+  return {std::nullopt, old};
 }
 
 // ---- stage: publish --------------------------------------------------------------------------
+
+// The cache's root attributes: where its rows came from and how they were made.
+cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const RowPlan& plan, const Fingerprint& fp,
+                        const torch::Device& device) {
+  json all_features = json::array();
+  for (const auto& [name, d] : in.features) all_features.push_back(name);
+  cache::Attrs attrs = {{"created_by", version_banner("cache-fill")},
+                        {"fingerprint", fp.hash},
+                        {"fingerprint_json", fp.text},
+                        {"input_path", source::recorded_path(opts.input)},
+                        {"features", json_text(all_features)},
+                        {"input_scale", opts.input_scale},
+                        {"labels_source", labels_name(opts)},
+                        {"keys_source", keys_name(opts)},
+                        {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
+                        {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
+                        {"batch_size", opts.batch_size},
+                        {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
+  if (!in.texts.empty()) {
+    json t = text_json(opts, in);
+    for (const auto& [key, ti] : in.texts)
+      if (ti.tok) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
+    attrs.push_back({"text", json_text(t)});
+  }
+  if (const image::Spec* pre = in.preprocess()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
+    for (const auto& [k, v] : pre->describe()) j[k] = v;
+    attrs.push_back({"preprocess", json_text(j)});
+  }
+  if (plan.sharded) {
+    attrs.push_back({"job_fingerprint", fp.job_hash});
+    attrs.push_back({"job_fingerprint_json", json_text(fp.job)});
+    attrs.push_back({"shard_index", int64_t{opts.shard_index}});
+    attrs.push_back({"shard_count", int64_t{opts.shard_count}});
+    attrs.push_back({"job_row_start", plan.job_begin});
+    attrs.push_back({"job_row_end", plan.job_end});
+  }
+  return attrs;
+}
+
+// What a cache records of its rows' provenance: each row's input digest, and its history (the
+// fills and updates that made it, oldest first; no wall-clock time, so that the same inputs give
+// the same bytes).
+struct Provenance {
+  std::vector<Digest128> digests;
+  json digest_inputs = json::array();
+  json history = json::array();
+};
 
 // Builds the HDF5 cache from the journal and renames it into place; fills result.encoders.
 void publish(const std::string& out, const FillOptions& opts, const Inputs& in, const RowPlan& plan,
              const Fingerprint& fp, const std::vector<std::unique_ptr<encode::Encoder>>& encoders,
              const std::vector<std::string>& enc_sha, const Encoding& encoding, Journal& journal,
-             const torch::Device& device, FillResult& result) {
+             const torch::Device& device, const Provenance& prov, FillResult& result) {
   cache::AssemblySpec spec;
   spec.out_path = out;
   spec.rows = plan.rows();
@@ -207,39 +280,10 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   if (in.keys) spec.keys = in.keys->col;
   spec.skipped = journal.skipped;
   result.skipped = static_cast<int64_t>(journal.skipped.size());
-  json all_features = json::array();
-  for (const auto& [name, d] : in.features) all_features.push_back(name);
-  spec.root_attrs = {{"created_by", version_banner("cache-fill")},
-                     {"fingerprint", fp.hash},
-                     {"fingerprint_json", fp.text},
-                     {"input_path", source::recorded_path(opts.input)},
-                     {"features", json_text(all_features)},
-                     {"input_scale", opts.input_scale},
-                     {"labels_source", labels_name(opts)},
-                     {"keys_source", keys_name(opts)},
-                     {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
-                     {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
-                     {"batch_size", opts.batch_size},
-                     {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
-  if (!in.texts.empty()) {
-    json t = text_json(opts, in);
-    for (const auto& [key, ti] : in.texts)
-      if (ti.tok) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
-    spec.root_attrs.push_back({"text", json_text(t)});
-  }
-  if (const image::Spec* pre = in.preprocess()) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
-    for (const auto& [k, v] : pre->describe()) j[k] = v;
-    spec.root_attrs.push_back({"preprocess", json_text(j)});
-  }
-  if (plan.sharded) {
-    spec.root_attrs.push_back({"job_fingerprint", fp.job_hash});
-    spec.root_attrs.push_back({"job_fingerprint_json", json_text(fp.job)});
-    spec.root_attrs.push_back({"shard_index", int64_t{opts.shard_index}});
-    spec.root_attrs.push_back({"shard_count", int64_t{opts.shard_count}});
-    spec.root_attrs.push_back({"job_row_start", plan.job_begin});
-    spec.root_attrs.push_back({"job_row_end", plan.job_end});
-  }
+  spec.root_attrs = root_attrs(opts, in, plan, fp, device);
+  spec.root_attrs.push_back({"history", json_text(prov.history)});
+  spec.row_digests = prov.digests;
+  spec.row_digest_inputs = json_text(prov.digest_inputs);
   for (std::size_t i = 0; i < encoders.size(); ++i) {
     const auto& enc = *encoders[i];
     const JournalEncoder& je = journal.encoders[enc.name()];
@@ -264,6 +308,41 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
         {enc.name(), shape, je.inference, je.optimize_max_abs_diff, precision::math_mode(device)});
   }
   cache::assemble(spec);
+}
+
+// ---- stage: an update's plan ------------------------------------------------------------------
+
+// The rows of `old` that the new input's rows keep (by key when both have keys), and the entry the
+// new cache's history gets; result.update says what changed. Without `old`, a full fill's entry.
+std::unique_ptr<Update> plan_update(const std::optional<cache::CacheInfo>& old, const Inputs& in, const RowPlan& plan,
+                                    const std::vector<Digest128>& digests, Provenance& prov, FillResult& result) {
+  json entry = {{"run", old ? "update" : "fill"}, {"rows", plan.rows()}};
+  if (!old) {
+    entry["encoded"] = plan.rows();
+    prov.history.push_back(entry);
+    return nullptr;
+  }
+  RowIdentity now;
+  now.digests = digests;
+  if (in.keys) now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
+  auto update = std::make_unique<Update>(*old, std::move(now));
+  const UpdatePlan& up = update->plan();
+  auto units = unit_ranges(plan.begin, plan.end, in.unit, in.groups);
+  for (auto& unit : units) unit.first -= plan.begin;  // the plan's rows count from 0
+  FillResult::Update u{up.by_key, up.kept, up.changed, up.added, up.removed, update->copied_rows(units), 0};
+  result.update = u;
+  entry["encoded"] = plan.rows() - u.copied;
+  entry["copied"] = u.copied;
+  entry["matched_by"] = up.by_key ? "key" : "position";
+  for (const auto& [k, v] : {std::pair<const char*, int64_t>{"kept", u.kept},
+                             {"changed", u.changed},
+                             {"added", u.added},
+                             {"removed", u.removed}})
+    entry[k] = v;
+  prov.history = json::parse(old->history, nullptr, false);
+  if (!prov.history.is_array()) prov.history = json::array();
+  prov.history.push_back(entry);
+  return update;
 }
 
 // What the inputs say their user should be told, each once (tar samples left out are said by every
@@ -317,6 +396,17 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
   }
 }
 
+// The encoders, loaded on `device`; the time it took in result.model_setup_seconds.
+std::vector<std::unique_ptr<encode::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
+                                                            FillResult& result) {
+  auto t_load = Clock::now();
+  std::vector<std::unique_ptr<encode::Encoder>> encoders;
+  for (const auto& e : opts.encoders)
+    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+  result.model_setup_seconds = seconds_since(t_load);
+  return encoders;
+}
+
 }  // namespace
 
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
@@ -338,16 +428,12 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   result.rows = plan.rows();
   result.length_window = in.unit > opts.batch_size ? in.unit : 0;
   result.device_convert = device_convert;
-  // Encoders: digests first, so that a missing file is reported before a load error.
+  // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
   std::vector<std::string> enc_sha, encoder_names;
-  for (const auto& e : opts.encoders) enc_sha.push_back(sha256_file(e.path));
-  auto t_load = Clock::now();
-  std::vector<std::unique_ptr<encode::Encoder>> encoders;
   for (const auto& e : opts.encoders) {
-    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+    enc_sha.push_back(sha256_file(e.path));
     encoder_names.push_back(e.name);
   }
-  result.model_setup_seconds = seconds_since(t_load);
   result.utf8_replaced = warn_about_inputs(in, cb);
   auto t_digest = Clock::now();
   const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
@@ -355,7 +441,8 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   result.fingerprint = fp.hash;
 
   const std::string partial = partial_path(out);
-  if (auto old = up_to_date_cache(out, fp, opts.force)) {
+  const Existing existing = existing_cache(out, fp, opts);
+  if (const auto& old = existing.up_to_date) {
     files::remove_tree(partial);  // left over from a run killed after its rename
     result.status = FillStatus::up_to_date;
     for (const auto& e : old->embeddings)
@@ -363,12 +450,19 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     result.seconds = seconds_since(t_start);
     return result;
   }
+  auto encoders = load_encoders(opts, device, result);
+  t_digest = Clock::now();
+  Provenance prov;
+  prov.digests = row_digests(in, plan.begin, plan.end, std::max(1, opts.workers));
+  prov.digest_inputs = row_digest_inputs(in);
+  const std::unique_ptr<Update> update = plan_update(existing.to_update, in, plan, prov.digests, prov, result);
+  result.digest_seconds += seconds_since(t_digest);
 
   Journal journal = open_journal(partial, fp, encoder_names, plan, in, opts);
   journal.fingerprint = fp.hash;
   journal.fingerprint_json = fp.text;
   result.resumed_from = journal.committed_rows;
-  Encoding encoding(opts, in, encoders, journal, result, cb);
+  Encoding encoding(opts, in, encoders, journal, result, cb, update.get());
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     if (!encoding.run(plan)) {
@@ -381,13 +475,16 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     encoding.close();
     encoded = true;
     auto t_publish = Clock::now();
-    publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, result);
+    publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, prov, result);
     files::remove_tree(partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
     encoding.abandon();
     fail_keeping_progress(partial, journal.committed_rows > 0, encoded);
   }
+  if (result.update && result.rows_encoded > 0)
+    result.update->seconds_saved =
+        result.encode_seconds / static_cast<double>(result.rows_encoded) * static_cast<double>(result.rows_copied);
   result.seconds = seconds_since(t_start);
   return result;
 }

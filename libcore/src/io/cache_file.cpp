@@ -245,6 +245,8 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     if (auto t = text.find(name); t != text.end()) e.text = t->second;
     e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
     e.math_mode = h5::read_attr_string(d.get(), "math_mode").value_or("");
+    e.optimize_max_abs_diff = h5::read_attr_double(d.get(), "optimize_max_abs_diff").value_or(0);
+    e.precision_max_rel_diff = h5::read_attr_double(d.get(), "precision_max_rel_diff").value_or(0);
     info.embeddings.push_back(std::move(e));
   }
 
@@ -272,6 +274,12 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     h5::Id d = h5::open_dataset(f, path, "/skipped/rows");
     info.skipped = describe_in(d.get(), path, "/skipped/rows").rows();
   }
+  if (h5::exists(f, "/row_digests")) {
+    h5::Id d = h5::open_dataset(f, path, "/row_digests");
+    check_storage(d.get(), path, "/row_digests", describe_in(d.get(), path, "/row_digests"), fst.st_size, sources);
+    info.row_digests = true;
+  }
+  info.history = h5::read_attr_string(f, "history").value_or("[]");
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
   if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1) {
@@ -369,6 +377,14 @@ CheckReport check(const std::string& path) {
     if (info.labels && info.labels->rows != info.rows)
       rep.problems.push_back("/labels has " + std::to_string(info.labels->rows) + " rows, expected " +
                              std::to_string(info.rows));
+    if (info.row_digests) {
+      h5::Id f = h5::open_file(path);
+      h5::Id d = h5::open_dataset(f.get(), path, "/row_digests");
+      const int64_t n = h5::describe(d.get(), "/row_digests").rows();
+      if (n != info.rows)
+        rep.problems.push_back("/row_digests has " + std::to_string(n) + " rows, expected " +
+                               std::to_string(info.rows));
+    }
     if (!rep.problems.empty()) return rep;
     for (const auto& st : compute_stats(path))
       if (st.nan_count || st.inf_count)
@@ -554,7 +570,30 @@ void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& 
   h5::write_rows(sd.get(), "/skipped/reasons", 0, n, type.get(), reasons.data());
 }
 
+std::vector<Digest128> read_row_digests(const std::string& path) {
+  std::vector<Digest128> out;
+  h5::Id f = h5::open_file(path);
+  if (!h5::exists(f.get(), "/row_digests")) return out;
+  h5::Id d = h5::open_dataset(f.get(), path, "/row_digests");
+  const h5::DatasetInfo di = h5::describe(d.get(), "/row_digests");
+  const auto rows = h5::read_attr_int(f.get(), "rows");
+  if (di.shape.size() != 2 || di.shape[1] != 16 || di.dtype != DType::u8 || !rows || di.rows() != *rows)
+    throw Error(Exit::data, path, "/row_digests is not uint8 [rows, 16] with one row per cache row");
+  out.resize(static_cast<std::size_t>(di.rows()));
+  if (!out.empty()) h5::read_rows(d.get(), path + ": /row_digests", 0, di.rows(), H5T_NATIVE_UINT8, out.data());
+  return out;
+}
+
 namespace {
+
+void write_row_digests(hid_t f, const AssemblySpec& spec) {
+  if (spec.row_digests.empty()) return;
+  const int64_t n = static_cast<int64_t>(spec.row_digests.size());
+  if (n != spec.rows) throw Error(Exit::internal, spec.out_path, "row digests and rows differ in number");
+  h5::Id d = create_dataset(f, "/row_digests", H5T_STD_U8LE, {n, 16}, 16);
+  h5::write_attr(d.get(), "inputs", spec.row_digest_inputs);
+  h5::write_rows(d.get(), "/row_digests", 0, n, H5T_NATIVE_UINT8, spec.row_digests.data());
+}
 
 // Writes the rows of one journal raw file into a new dataset of `f`.
 void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
@@ -609,6 +648,7 @@ void assemble(const AssemblySpec& spec) {
   if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
   if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
   write_skipped(f, spec.skipped);
+  write_row_digests(f, spec);
   h5::write_attr(f, "complete", int64_t{1});
   h5::close_file(file, spec.out_path);
   tmp.publish();  // fsync, then rename: a reader sees no file or a complete one

@@ -54,6 +54,30 @@ std::string age_text(int64_t created) {
   return buf;
 }
 
+// The fills and updates that made the cache, oldest first (cache-fill --update), and whether it
+// holds the row digests an update needs.
+void add_history(report::Record& r, const cache::CacheInfo& c) {
+  report::Json history = report::Json::parse(c.history, nullptr, false);
+  if (!history.is_array()) history = report::Json::array();
+  std::string text;
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    const auto& h = history[i];
+    text += (i ? "\n               " : "") + std::to_string(i + 1) + ". " + h.value("run", "?") + ": " +
+            std::to_string(h.value("rows", int64_t{0})) + " rows, " + std::to_string(h.value("encoded", int64_t{0})) +
+            " encoded";
+    if (h.contains("copied"))
+      text += ", " + std::to_string(h.value("copied", int64_t{0})) + " copied (by " + h.value("matched_by", "?") +
+              ": added " + std::to_string(h.value("added", int64_t{0})) + ", changed " +
+              std::to_string(h.value("changed", int64_t{0})) + ", removed " +
+              std::to_string(h.value("removed", int64_t{0})) + ", kept " + std::to_string(h.value("kept", int64_t{0})) +
+              ")";
+  }
+  if (history.empty()) text = "not recorded (made before cache-fill kept it)";
+  if (!c.row_digests) text += "; no row digests (cache-fill --update needs a full fill first)";
+  r.add("history", history, text);
+  r.add("row_digests", c.row_digests);
+}
+
 }  // namespace
 
 report::Record cache_record(const cache::CacheInfo& c) {
@@ -137,6 +161,7 @@ report::Record cache_record(const cache::CacheInfo& c) {
         c.skipped
             ? std::to_string(c.skipped) + " rows whose image could not be read (zeros; /skipped/rows, /skipped/reasons)"
             : "none");
+  add_history(r, c);
   return r;
 }
 

@@ -2,11 +2,16 @@
 // hash: it detects changed data. Encoder files are identified with SHA-256 (sha256.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 namespace traincache {
+
+/// A 128-bit digest as 16 bytes, high half first (the order hex_digest() prints).
+using Digest128 = std::array<uint8_t, 16>;
 
 /// Incremental XXH3-128.
 class ContentHash {
@@ -22,6 +27,8 @@ class ContentHash {
   void update(const std::string& s) { update(s.data(), s.size()); }
   /// The digest of everything fed so far, as 32 lower-case hex digits.
   std::string hex_digest() const;
+  /// The same digest as 16 bytes.
+  Digest128 digest() const;
 
  private:
   struct State;

@@ -71,6 +71,9 @@ struct FillOptions {
   Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
   double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
   bool force = false;                     ///< overwrite a cache or partial with another fingerprint
+  /// --update: when only the input's data changed since the cache at `out` was made, keep the rows
+  /// it holds (same key, same input digest) and encode the rest (docs/cache-fill.md).
+  bool update = false;
   bool check_determinism = false;
   int64_t commit_rows = 16384;  ///< rows between durable progress commits
   int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)
@@ -85,6 +88,7 @@ struct FillResult {
   FillStatus status = FillStatus::done;
   int64_t rows = 0;          ///< rows in the cache
   int64_t rows_encoded = 0;  ///< rows encoded by this run (0 when up to date)
+  int64_t rows_copied = 0;   ///< rows this run copied from the cache it updated (--update)
   int64_t resumed_from = 0;  ///< rows already committed by an earlier run
   double seconds = 0;
   double encode_seconds = 0;       ///< time inside encoder forward calls
@@ -109,6 +113,16 @@ struct FillResult {
     std::string math_mode;  ///< "tf32" or "ieee"
   };
   std::vector<Encoder> encoders;
+  /// --update of an existing cache: what changed in the data since it was made (by key, or by
+  /// position without keys), and the rows kept from it.
+  struct Update {
+    bool by_key = false;
+    int64_t kept = 0, changed = 0, added = 0, removed = 0;
+    int64_t copied = 0;  ///< rows of the new cache copied (kept rows in units with nothing to encode)
+    /// The encode time the copied rows saved, from this run's encode rate (0 when it encoded nothing).
+    double seconds_saved = 0;
+  };
+  std::optional<Update> update;
 };
 
 /// Callbacks: progress(done, total) from the calling thread; warn(message) for fallbacks.
@@ -117,8 +131,10 @@ struct FillCallbacks {
   std::function<void(const std::string&)> warn;
 };
 
-/// Relative tolerance of the optimised-vs-plain comparison on the first batch.
+/// Relative tolerance of the optimised-vs-plain comparison on the first batch, and the rows of it
+/// compared.
 inline constexpr double kOptimizeTolerance = 1e-4;
+inline constexpr int64_t kOptimizeCheckRows = 16;
 
 /// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
 /// output file exists and the partial progress is kept only if the run could be resumed.

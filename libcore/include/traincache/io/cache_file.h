@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "traincache/base/content_hash.h"
 #include "traincache/base/dtype.h"
 #include "traincache/io/source.h"
 
@@ -33,6 +34,8 @@ struct EmbeddingInfo {
   std::vector<std::string> text;      ///< text inputs (keys of CacheInfo::text) fed after the features
   std::string output;                 ///< output selector ("" = the whole output)
   std::string inference;              ///< "optimized" or "plain"
+  double optimize_max_abs_diff = 0;   ///< optimised against plain on the first batch encoded
+  double precision_max_rel_diff = 0;  ///< --precision against float32 on the first batch encoded
   std::string math_mode;              ///< "tf32" or "ieee" ("" in caches written before it was recorded)
 };
 
@@ -76,6 +79,8 @@ struct CacheInfo {
   int64_t skipped = 0;         ///< rows listed in /skipped/rows (cache-fill --on-error skip)
   std::vector<TextInfo> text;  ///< text inputs, empty without text
   int64_t length_window = 0;   ///< rows per length window of a text fill (0: batches as read)
+  bool row_digests = false;    ///< /row_digests holds each row's input digest (cache-fill --update)
+  std::string history = "[]";  ///< the "history" attribute: a JSON list, one entry per fill or update
 };
 
 /// The encoder names of a cache, "cnn, text" (for messages).
@@ -150,7 +155,15 @@ struct AssemblySpec {
   /// Rows left out with --on-error skip (cache row, reason): written as /skipped/rows and
   /// /skipped/reasons when there are any.
   std::vector<std::pair<int64_t, std::string>> skipped;
+  /// Each row's input digest (cache-fill --update): written as /row_digests, uint8 [rows, 16],
+  /// when there are any; its "inputs" attribute names the columns digested (JSON list).
+  std::vector<Digest128> row_digests;
+  std::string row_digest_inputs = "[]";
 };
+
+/// A cache's /row_digests, one per row; empty when it has none (caches from before them, merged
+/// caches). Error(data) when their number is not the cache's rows.
+std::vector<Digest128> read_row_digests(const std::string& path);
 
 /// A cache's skipped rows (cache row, reason) from /skipped/rows and /skipped/reasons, in order;
 /// none when it has none. Error(data) when the two datasets disagree in length.

@@ -1,0 +1,50 @@
+// The pure stage of cache-fill --update: which rows of the new input an existing cache already
+// holds (same key, same input digest), which it must encode, and what changed. Torch-free, so unit
+// tests cover it without LibTorch (docs/cache-fill.md, "When the data changes").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "traincache/base/content_hash.h"
+
+namespace traincache::fill {
+
+/// The rows of a cache, or of an input, as an update compares them: each row's key (empty: rows
+/// are matched by position) and the digest of its input bytes.
+struct RowIdentity {
+  std::vector<std::string> keys;
+  std::vector<Digest128> digests;
+};
+
+/// What an update does with each row of the new input, and what changed since the cache was made.
+struct UpdatePlan {
+  bool by_key = false;          ///< rows matched by key (otherwise by position)
+  std::vector<int64_t> source;  ///< per new row: the cache row whose embeddings it keeps, or -1
+  /// By the data: kept (same key, same digest), changed (same key, another digest), added (a key
+  /// the cache lacks), removed (a key of the cache the input lacks).
+  int64_t kept = 0, changed = 0, added = 0, removed = 0;
+  /// Keys that are not unique in the cache or the input: such rows are encoded again.
+  int64_t ambiguous = 0;
+};
+
+/// Matches `now` (the new input's rows) with `old` (the cache's rows, `old_skipped` the cache rows
+/// it skipped). With keys on both sides a row is found by key, otherwise by position. A kept row
+/// keeps its cache row unless that row was skipped (encoded again: it fails or reads as before);
+/// a key that occurs more than once on either side matches nothing. Error(internal) when a side's
+/// keys and digests differ in number.
+UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now);
+
+/// For each unit (first row relative to the new rows, rows; unit_ranges' pairs less the plan's
+/// begin): true when every row of it keeps a cache row, so the unit is copied, not encoded. A unit
+/// with one row to encode is encoded whole, in the batch a full fill would give it.
+std::vector<bool> copied_units(const UpdatePlan& plan, const std::vector<std::pair<int64_t, int64_t>>& units);
+
+/// True when two fingerprint documents differ only in the input's data: its rows, its content
+/// digest and the row counts of its columns. Anything else (encoders, preprocessing, options, a
+/// column's dtype or row shape) needs a full fill. False when either is not JSON.
+bool only_data_changed(const std::string& old_json, const std::string& now_json);
+
+}  // namespace traincache::fill

@@ -1,0 +1,135 @@
+#include "update.h"
+
+#include <algorithm>
+#include <exception>
+#include <future>
+
+#include "traincache/base/error.h"
+
+using nlohmann::json;
+
+namespace traincache::fill {
+
+namespace {
+
+// Feeds each row of [a, b) of `col` to its own digest. Numeric columns are read in blocks and each
+// row's bytes digested; images, strings and token sequences digest as Column::digest does one row
+// (an image file's name and bytes, a string, a sequence's values), never decoded.
+void digest_rows(const source::Column& col, int64_t a, int64_t b, std::vector<ContentHash>& hashes) {
+  const auto& ci = col.info();
+  const bool numeric = !col.preprocess() && !ci.ragged && ci.dtype != DType::string && ci.dtype != DType::other;
+  if (!numeric) {
+    for (int64_t r = a; r < b; ++r) col.digest(r, r + 1, hashes[static_cast<std::size_t>(r - a)]);
+    return;
+  }
+  const std::size_t row = std::max<std::size_t>(1, ci.row_bytes());
+  const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
+  std::vector<char> buf;
+  for (int64_t s = a; s < b; s += block) {
+    const int64_t n = std::min(block, b - s);
+    buf.resize(static_cast<std::size_t>(n) * row);
+    col.read(s, n, buf.data());
+    for (int64_t r = 0; r < n; ++r) hashes[static_cast<std::size_t>(s - a + r)].update(buf.data() + r * row, row);
+  }
+}
+
+}  // namespace
+
+std::vector<Digest128> row_digests(const Inputs& in, int64_t a, int64_t b, int threads) {
+  std::vector<Digest128> out(static_cast<std::size_t>(b - a));
+  // Rows [s, e) on one thread: reading the files (image folders, manifests) is most of the work.
+  auto part = [&](int64_t s, int64_t e) {
+    std::vector<ContentHash> hashes(static_cast<std::size_t>(e - s));
+    for (const auto& [name, d] : in.features) digest_rows(*d.col, s, e, hashes);
+    for (const auto& [key, t] : in.texts) digest_rows(*t.col, s, e, hashes);
+    for (std::size_t i = 0; i < hashes.size(); ++i) out[static_cast<std::size_t>(s - a) + i] = hashes[i].digest();
+  };
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, (b - a) / 1024));
+  std::vector<std::future<void>> parts;
+  for (int64_t k = 1; k < n; ++k)
+    parts.push_back(std::async(std::launch::async, part, a + (b - a) * k / n, a + (b - a) * (k + 1) / n));
+  std::exception_ptr failed;
+  try {
+    part(a, a + (b - a) / n);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (auto& p : parts) try {
+      p.get();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  if (failed) std::rethrow_exception(failed);
+  return out;
+}
+
+json row_digest_inputs(const Inputs& in) {
+  json j = json::array();
+  for (const auto& [name, d] : in.features) j.push_back("features/" + name);
+  for (const auto& [key, t] : in.texts) j.push_back("text/" + key);
+  return j;
+}
+
+std::vector<std::string> key_bytes(const source::Column& col, int64_t a, int64_t b) {
+  constexpr int64_t kBlock = 65536;
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(b - a));
+  const std::size_t row = col.info().row_bytes();
+  std::vector<char> buf;
+  for (int64_t s = a; s < b; s += kBlock) {
+    const int64_t n = std::min(kBlock, b - s);
+    if (col.info().dtype == DType::string) {
+      for (auto& k : col.read_strings(s, n)) out.push_back(std::move(k));
+      continue;
+    }
+    buf.resize(static_cast<std::size_t>(n) * row);
+    col.read(s, n, buf.data());
+    for (int64_t r = 0; r < n; ++r) out.emplace_back(buf.data() + r * row, row);
+  }
+  return out;
+}
+
+Update::Update(const cache::CacheInfo& old, RowIdentity now) : old_(old) {
+  RowIdentity was;
+  was.digests = cache::read_row_digests(old.path);
+  if (old.keys_source && !now.keys.empty())
+    was.keys = key_bytes(*source::open_column(old.path, "keys"), 0, old.rows);
+  else
+    now.keys.clear();  // one side without keys: both by position
+  std::vector<int64_t> skipped;
+  for (const auto& [row, why] : cache::read_skipped(old.path)) skipped.push_back(row);
+  plan_ = match_rows(was, skipped, now);
+  for (const auto& e : old.embeddings) embeddings_[e.name] = source::open_column(old.path, "embeddings/" + e.name);
+}
+
+std::map<std::string, JournalEncoder> Update::encoders() const {
+  std::map<std::string, JournalEncoder> out;
+  for (const auto& e : old_.embeddings) {
+    JournalEncoder& je = out[e.name];
+    je.has_shape = true;
+    je.row_shape.assign(e.shape.begin() + 1, e.shape.end());
+    je.inference = e.inference;
+    je.optimize_max_abs_diff = e.optimize_max_abs_diff;
+    je.precision_max_rel_diff = e.precision_max_rel_diff;
+  }
+  return out;
+}
+
+torch::Tensor Update::rows(const std::string& name, int64_t first, int64_t count) const {
+  const source::Column& col = *embeddings_.at(name);
+  std::vector<int64_t> rows(plan_.source.begin() + first, plan_.source.begin() + first + count);
+  std::vector<int64_t> shape = col.info().shape;
+  shape[0] = count;
+  auto t = torch::empty(shape, col.info().dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32);
+  col.read_rows(rows, t.data_ptr());
+  return t;
+}
+
+int64_t Update::copied_rows(const std::vector<std::pair<int64_t, int64_t>>& units) const {
+  int64_t n = 0;
+  const auto copied = copied_units(plan_, units);
+  for (std::size_t u = 0; u < units.size(); ++u) n += copied[u] ? units[u].second : 0;
+  return n;
+}
+
+}  // namespace traincache::fill

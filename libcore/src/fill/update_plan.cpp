@@ -1,0 +1,118 @@
+#include "traincache/fill/update_plan.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "traincache/base/error.h"
+
+namespace traincache::fill {
+
+namespace {
+
+constexpr int64_t kAmbiguous = -2;
+
+// Each key's row, or kAmbiguous for a key that occurs more than once.
+std::unordered_map<std::string, int64_t> index_keys(const std::vector<std::string>& keys) {
+  std::unordered_map<std::string, int64_t> at;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto [it, added] = at.emplace(keys[i], static_cast<int64_t>(i));
+    if (!added) it->second = kAmbiguous;
+  }
+  return at;
+}
+
+void check_sizes(const RowIdentity& side) {
+  if (!side.keys.empty() && side.keys.size() != side.digests.size())
+    throw Error(Exit::internal, "update", "keys and row digests differ in number");
+}
+
+// Fills plan.source and the tallies but `removed`: find(i) is the cache row new row i has, -1 when
+// it has none, kAmbiguous when its key is not unique.
+template <class Find>
+void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now, Find find,
+           UpdatePlan& plan) {
+  std::vector<bool> skipped(old.digests.size(), false);
+  for (int64_t r : old_skipped)
+    if (r >= 0 && r < static_cast<int64_t>(skipped.size())) skipped[static_cast<std::size_t>(r)] = true;
+  for (std::size_t i = 0; i < now.digests.size(); ++i) {
+    const int64_t o = find(i);
+    int64_t keep = -1;
+    if (o == kAmbiguous) {
+      ++plan.ambiguous;
+      ++plan.changed;
+    } else if (o < 0) {
+      ++plan.added;
+    } else if (old.digests[static_cast<std::size_t>(o)] == now.digests[i]) {
+      ++plan.kept;
+      if (!skipped[static_cast<std::size_t>(o)]) keep = o;
+    } else {
+      ++plan.changed;
+    }
+    plan.source.push_back(keep);
+  }
+}
+
+}  // namespace
+
+UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now) {
+  check_sizes(old);
+  check_sizes(now);
+  UpdatePlan plan;
+  plan.by_key = !old.keys.empty() && !now.keys.empty();
+  if (!plan.by_key) {
+    const auto old_rows = static_cast<int64_t>(old.digests.size()), now_rows = static_cast<int64_t>(now.digests.size());
+    tally(
+        old, old_skipped, now, [&](std::size_t i) { return static_cast<int64_t>(i) < old_rows ? int64_t(i) : -1; },
+        plan);
+    plan.removed = std::max<int64_t>(0, old_rows - now_rows);
+    return plan;
+  }
+  const auto old_at = index_keys(old.keys), now_at = index_keys(now.keys);
+  auto find = [&](std::size_t i) -> int64_t {
+    auto o = old_at.find(now.keys[i]);
+    if (o == old_at.end()) return -1;
+    return now_at.at(now.keys[i]) == kAmbiguous ? kAmbiguous : o->second;
+  };
+  tally(old, old_skipped, now, find, plan);
+  for (const auto& key : old.keys) plan.removed += now_at.count(key) ? 0 : 1;
+  return plan;
+}
+
+std::vector<bool> copied_units(const UpdatePlan& plan, const std::vector<std::pair<int64_t, int64_t>>& units) {
+  std::vector<bool> copied;
+  for (const auto& [first, n] : units) {
+    bool all = n > 0;
+    for (int64_t r = first; r < first + n && all; ++r) all = plan.source.at(static_cast<std::size_t>(r)) >= 0;
+    copied.push_back(all);
+  }
+  return copied;
+}
+
+namespace {
+
+// A fingerprint document with its data left out: rows, content digest, the columns' row counts.
+nlohmann::json without_data(nlohmann::json fp) {
+  auto& input = fp["input"];
+  input.erase("rows");
+  input.erase("content_xxh3");
+  auto drop_rows = [](nlohmann::json& col) {
+    if (col.is_object() && col.contains("shape") && col["shape"].is_array() && !col["shape"].empty())
+      col["shape"][0] = 0;
+  };
+  if (input.contains("features"))
+    for (auto& [name, col] : input["features"].items()) drop_rows(col);
+  for (const char* k : {"labels", "keys"})
+    if (input.contains(k)) drop_rows(input[k]);
+  return fp;
+}
+
+}  // namespace
+
+bool only_data_changed(const std::string& old_json, const std::string& now_json) {
+  auto old = nlohmann::json::parse(old_json, nullptr, false), now = nlohmann::json::parse(now_json, nullptr, false);
+  if (old.is_discarded() || now.is_discarded() || !old.is_object() || !now.is_object()) return false;
+  return without_data(old) == without_data(now);
+}
+
+}  // namespace traincache::fill

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# cache-fill --update (issue 45): when only the input's data changed, the rows a cache holds are
+# copied and only new and changed ones encoded, and the result equals a full fill of the new input
+# row for row (embeddings, labels, keys, row digests; by key): a new tar shard, an image folder with
+# rows added, changed, removed and reordered at once, a CSV manifest of images by key, an HDF5 file,
+# a .npy file, a slab and a JSON Lines text manifest by position. A data change without --update is
+# refused naming it; other changes need --force; an interrupted update resumes to the bytes of an
+# uninterrupted one; an updated cache reads like any other (--verify, --export, gc-train).
+source "$(dirname "$0")/lib.sh"
+export TRAINCACHE_SHM_PREFIX="tcupd-$$-"
+trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
+D=$TC_DATA
+T=$TC_DATA/tokenizers
+
+run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
+expect_rc 0
+IMG=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
+
+# same_rows A B: the two caches hold the same rows, to the bit, in the same order.
+same_rows() {
+  py "
+import h5py, numpy as np
+a, b = h5py.File('$1', 'r'), h5py.File('$2', 'r')
+for name in ['row_digests', 'labels', 'keys'] + ['embeddings/' + e for e in b['embeddings']]:
+    if (name in a) != (name in b):
+        print('only one has', name); continue
+    if name in b and not np.array_equal(a[name][()], b[name][()]):
+        print(name, 'differs')
+print('skipped', 'skipped' in a, 'skipped' in b)
+"
+  expect_rc 0
+  expect_out "skipped False False"
+}
+# update_json KEY...: the closing JSON's update fields (and rows_encoded), one line.
+update_json() {
+  "$TC_PYTHON" -c "
+import json, sys
+r = json.loads(sys.argv[1])
+print(r['rows_encoded'], ' '.join(str(r['update'][k]) for k in sys.argv[2:]))" "$out" "$@"
+}
+
+# ---- a new tar shard: its 10 samples encoded, the 30 cached copied -----------------------------
+run "$TC_BIN/cache-fill" --input "$WORK/shards/{0000..0002}.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]}"
+expect_rc 0
+# Without --update a data change is refused, and the message says what to do.
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]}"
+expect_rc 73
+expect_err "cache-fill: error: $WORK/t.h5: exists with another fingerprint (changed: input/content_xxh3, input/features/png/shape, input/keys/shape, input/labels/shape, input/rows): only the input's data changed; use --update to encode only the new and changed rows, or --force to encode every row"
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "10 key 10 0 0 30 30"
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t-full.h5" "${IMG[@]}"
+same_rows "$WORK/t.h5" "$WORK/t-full.h5"
+run "$TC_BIN/cache-inspect" --check "$WORK/t.h5"
+expect_rc 0
+# Nothing changed since: up to date, with or without --update.
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]:0:12}" --update
+expect_rc 0
+expect_err_re "t\.h5: up to date"
+
+# ---- an image folder: a file added, one rewritten, one removed, rows moved ---------------------
+cp -r "$WORK/folder" "$WORK/f2"
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}"
+expect_rc 0
+first_cat=$(ls "$WORK/f2/cat" | head -1)
+last_dog=$(ls "$WORK/f2/dog" | tail -1)
+rm "$WORK/f2/cat/$first_cat"                        # removed: every later row moves up one
+cp "$WORK/f2/dog/$last_dog" "$WORK/f2/cat/0-new.png"  # added, first of its class
+cp "$WORK/folder/cat/$first_cat" "$WORK/f2/dog/$last_dog"  # rewritten with another image's bytes
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --json
+expect_rc 0
+# Encoded: the batch of 5 holding the new first cat and the last batch, holding the rewritten dog.
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "10 key 1 1 1 38 30"
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f-full.h5" "${IMG[@]}"
+same_rows "$WORK/f.h5" "$WORK/f-full.h5"
+run "$TC_BIN/cache-inspect" --json "$WORK/f.h5"
+expect_rc 0
+expect_out_has '"history":[{"encoded":40,"rows":40,"run":"fill"},{"added":1,"changed":1,"copied":30,"encoded":10,"kept":38,"matched_by":"key","removed":1,"rows":40,"run":"update"}],"row_digests":true'
+run "$TC_BIN/cache-inspect" "$WORK/f.h5"
+expect_out_has "history      1. fill: 40 rows, 40 encoded
+               2. update: 40 rows, 10 encoded, 30 copied (by key: added 1, changed 1, removed 1, kept 38)"
+
+# ---- an HDF5 file by position: rows appended, one changed ---------------------------------------
+H=(--encoder cnn="$D/cnn.pt" --features images --labels labels --batch-size 64 --threads 2 -q)
+py "
+import h5py
+with h5py.File('$D/big.h5', 'r') as src, h5py.File('$WORK/small.h5', 'w') as out:
+    out['images'] = src['images'][:1000]; out['labels'] = src['labels'][:1000]
+with h5py.File('$D/big.h5', 'r') as src, h5py.File('$WORK/grown.h5', 'w') as out:
+    images = src['images'][:1200]
+    images[130] = 255 - images[130]   # row 130 changed: its batch (128..191) is encoded again
+    out['images'] = images; out['labels'] = src['labels'][:1200]
+"
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/h.h5" "${H[@]}"
+expect_rc 0
+cp "$WORK/grown.h5" "$WORK/small.h5"   # the same file name, new content
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/h.h5" "${H[@]}" --update --json
+expect_rc 0
+# Rows 960..999 share a batch with the first new rows (960..1023): encoded with them.
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "304 position 200 1 0 999 896"
+run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --out "$WORK/h-full.h5" "${H[@]}"
+same_rows "$WORK/h.h5" "$WORK/h-full.h5"
+
+# ---- a JSON Lines manifest of text by position: lines appended --------------------------------
+# Batches as read (--length-window 0): a length window (16 batches by default) is encoded whole.
+py "
+import json
+lines = [json.dumps({'text': 'row %d says %s' % (i, 'hello world ' * (i % 7))}) for i in range(300)]
+open('$WORK/t200.jsonl', 'w').write('\n'.join(lines[:200]) + '\n')
+open('$WORK/t300.jsonl', 'w').write('\n'.join(lines) + '\n')
+"
+TXT=(--text text --encoder "$D/text4k.pt" --tokenizer "$T/bert-uncased.json" --max-length 32 -b 50 --length-window 0 --threads 2 -q)
+cp "$WORK/t200.jsonl" "$WORK/texts.jsonl"
+run "$TC_BIN/cache-fill" --input "$WORK/texts.jsonl" --out "$WORK/x.h5" "${TXT[@]}"
+expect_rc 0
+cp "$WORK/t300.jsonl" "$WORK/texts.jsonl"
+run "$TC_BIN/cache-fill" --input "$WORK/texts.jsonl" --out "$WORK/x.h5" "${TXT[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed kept)" "100 position 100 0 0 200"
+run "$TC_BIN/cache-fill" --input "$WORK/t300.jsonl" --out "$WORK/x-full.h5" "${TXT[@]}"
+same_rows "$WORK/x.h5" "$WORK/x-full.h5"
+
+# ---- a CSV manifest of images by key: lines reordered, one removed, one added -------------------
+py "
+import os
+rows = ['folder/%s/%s,%s,k-%s-%s' % (c, f, c, c, f) for c in sorted(os.listdir('$WORK/folder'))
+        for f in sorted(os.listdir('$WORK/folder/' + c))]
+open('$WORK/m1.csv', 'w').write('file,class,id\n' + '\n'.join(rows[:30]) + '\n')
+new = rows[10:20] + rows[:9] + rows[20:31]    # rows 0..9 moved after 10..19, row 9 removed, row 30 added
+open('$WORK/m2.csv', 'w').write('file,class,id\n' + '\n'.join(new) + '\n')
+"
+M=(--features file --labels class --key id "${IMG[@]}")
+cp "$WORK/m1.csv" "$WORK/m.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/m.csv" --out "$WORK/m.h5" "${M[@]}"
+expect_rc 0
+cp "$WORK/m2.csv" "$WORK/m.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/m.csv" --out "$WORK/m.h5" "${M[@]}" --update --json
+expect_rc 0
+# Batches of 5 over the 30 rows: only the last (25..29), holding the added row, is encoded.
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "5 key 1 0 1 29 25"
+run "$TC_BIN/cache-fill" --input "$WORK/m2.csv" --out "$WORK/m-full.h5" "${M[@]}"
+same_rows "$WORK/m.h5" "$WORK/m-full.h5"
+
+# ---- a .npy file by position: rows appended ------------------------------------------------------
+py "
+import h5py, numpy as np
+with h5py.File('$D/big.h5', 'r') as f: x = f['images'][:700]
+np.save('$WORK/x500.npy', x[:500]); np.save('$WORK/x700.npy', x)
+"
+N=(--encoder cnn="$D/cnn.pt" --batch-size 100 --threads 2 -q)
+cp "$WORK/x500.npy" "$WORK/x.npy"
+run "$TC_BIN/cache-fill" --input "$WORK/x.npy" --out "$WORK/n.h5" "${N[@]}"
+expect_rc 0
+cp "$WORK/x700.npy" "$WORK/x.npy"
+run "$TC_BIN/cache-fill" --input "$WORK/x.npy" --out "$WORK/n.h5" "${N[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "200 position 200 0 0 500 500"
+run "$TC_BIN/cache-fill" --input "$WORK/x700.npy" --out "$WORK/n-full.h5" "${N[@]}"
+same_rows "$WORK/n.h5" "$WORK/n-full.h5"
+
+# ---- a slab by position: the same rows but one, in another slab -------------------------------
+py "
+import h5py
+with h5py.File('$D/images.h5', 'r') as src, h5py.File('$WORK/img2.h5', 'w') as out:
+    images = src['images'][:300]
+    images[10] = 255 - images[10]
+    out['images'] = images
+"
+# slab_of H5: the slab "g" made again, holding the images of H5.
+slab_of() {
+  "$TC_BIN/shm-cache" rm g 2>/dev/null
+  "$TC_BIN/shm-cache" create g --len 300 --dims 1,28,28 --slots 300 -q
+  "$TC_BIN/shm-cache" fill g --from "$1" --dataset images --rows 0:300 -q
+}
+S=(--input shm:g --encoder cnn="$D/cnn.pt" -b 50 --threads 2 -q)
+slab_of "$D/images.h5"
+run "$TC_BIN/cache-fill" "${S[@]}" --out "$WORK/s.h5"
+expect_rc 0
+slab_of "$WORK/img2.h5"
+run "$TC_BIN/cache-fill" "${S[@]}" --out "$WORK/s.h5" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "50 position 0 1 0 299 250"
+run "$TC_BIN/cache-fill" "${S[@]}" --out "$WORK/s-full.h5"
+same_rows "$WORK/s.h5" "$WORK/s-full.h5"
+
+# ---- an updated cache reads like any other: --verify, --export, gc-train ------------------------
+run "$TC_BIN/cache-inspect" --verify 8 "$WORK/f.h5"
+expect_rc 0
+run "$TC_BIN/cache-inspect" "$WORK/t.h5" --export npy "$WORK/export" -q
+expect_rc 0
+py "
+import h5py, numpy as np
+print(np.array_equal(np.load('$WORK/export/cnn/cnn_00000.npy'), h5py.File('$WORK/t-full.h5', 'r')['embeddings/cnn'][()]))"
+expect_out "True"
+run "$TC_BIN/gc-train" --cache "$WORK/h.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
+  --steps 2 --optimizer sgd --lr 0.1 --seed 1 --threads 2 -q --json
+expect_rc 0
+expect_out_has '"steps":2'
+
+# ---- what --update refuses ----------------------------------------------------------------------
+# Another encoder is not a data change.
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" \
+  --encoder cnn="$D/cnn_other.pt" "${IMG[@]:2}" --update
+expect_rc 73
+expect_err_re "t\.h5: exists with another fingerprint \(changed: encoders/cnn/sha256\): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to encode every row$"
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --force
+expect_rc 64
+expect_err "cache-fill: error: --update: cannot be combined with --force (which encodes every row again)"
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --shard 0/2
+expect_rc 64
+expect_err_has "cache-fill: error: --update: cannot be combined with --shard"
+# A cache without row digests (an older version's, or merged) cannot be updated; nothing changes.
+cp "$WORK/h-full.h5" "$WORK/old.h5"
+py "
+import h5py
+with h5py.File('$WORK/old.h5', 'a') as f: del f['row_digests']
+"
+cp "$WORK/old.h5" "$WORK/old-copy.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --rows 0:1100 --out "$WORK/old.h5" "${H[@]}" --update
+expect_rc 73
+expect_err "cache-fill: error: $WORK/old.h5: holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot tell which rows changed; use --force to encode every row"
+expect_same "$WORK/old.h5" "$WORK/old-copy.h5"
+# With no cache yet, --update is a full fill.
+run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --out "$WORK/new.h5" "${H[@]}" --update
+expect_rc 0
+expect_same "$WORK/new.h5" "$WORK/h-full.h5"
+
+# ---- an interrupted update resumes to the bytes of an uninterrupted one ------------------------
+run "$TC_BIN/cache-fill" --input "$D/big.h5" --rows 0:3000 --out "$WORK/r.h5" "${H[@]}"
+expect_rc 0
+cp "$WORK/r.h5" "$WORK/r-ref.h5"
+run "$TC_BIN/cache-fill" --input "$D/big.h5" --out "$WORK/r-ref.h5" "${H[@]}" --update
+expect_rc 0
+"$TC_BIN/cache-fill" --input "$D/big.h5" --out "$WORK/r.h5" "${H[@]:0:10}" --commit-rows 128 \
+  --update 2>/dev/null &
+pid=$!
+for _ in $(seq 1 1500); do
+  c=$(grep -o '"committed_rows": [0-9]*' "$WORK/r.h5.partial/journal.json" 2>/dev/null | grep -o '[0-9]*$')
+  if [ -n "$c" ] && [ "$c" -ge 3500 ]; then break; fi
+  sleep 0.01
+done
+kill -INT "$pid"
+wait "$pid"
+expect_eq "$?" 130 "the interrupted update's exit status"
+run "$TC_BIN/cache-fill" --input "$D/big.h5" --out "$WORK/r.h5" "${H[@]}" --update
+expect_rc 0
+expect_same "$WORK/r.h5" "$WORK/r-ref.h5"
+
+finish
