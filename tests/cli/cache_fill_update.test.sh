@@ -16,7 +16,11 @@ run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
 expect_rc 0
 IMG=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
 
-# same_rows A B: the two caches hold the same rows, to the bit, in the same order.
+# same_rows A B: the two caches hold the same rows in the same order: labels, keys and row digests
+# to the bit, embeddings to the bit where the BLAS gives a row the same bits in any batch (Debian's
+# OpenBLAS); with MKL (pip's LibTorch) a row's last bits depend on the other rows of its batch, and
+# rows an update copies next to other neighbours than a full fill gives them agree within 1e-5.
+if "$TC_BIN/cache-fill" --version | grep -q '^BLAS: mkl'; then EXACT=False; else EXACT=True; fi
 same_rows() {
   py "
 import h5py, numpy as np
@@ -24,12 +28,15 @@ a, b = h5py.File('$1', 'r'), h5py.File('$2', 'r')
 for name in ['row_digests', 'labels', 'keys'] + ['embeddings/' + e for e in b['embeddings']]:
     if (name in a) != (name in b):
         print('only one has', name); continue
-    if name in b and not np.array_equal(a[name][()], b[name][()]):
+    if name not in b:
+        continue
+    x, y = a[name][()], b[name][()]
+    if not (np.array_equal(x, y) or (not $EXACT and name.startswith('emb') and np.allclose(x, y, rtol=1e-5, atol=1e-6))):
         print(name, 'differs')
 print('skipped', 'skipped' in a, 'skipped' in b)
 "
   expect_rc 0
-  expect_out "skipped False False"
+  expect_eq "$out" "skipped False False" "$1 against $2"
 }
 # update_json KEY...: the closing JSON's update fields (and rows_encoded), one line.
 update_json() {

@@ -185,11 +185,10 @@ std::map<std::string, std::vector<std::string>> text_keys(const std::string& fin
 
 }  // namespace
 
-CacheInfo read_info(const std::string& path, bool count_labels) {
-  h5::Id file = h5::open_file(path);
-  hid_t f = file.get();
-  CacheInfo info;
-  info.path = path;
+namespace {
+
+// The root attributes: format and version checked, the rest as stored.
+void read_root_attrs(hid_t f, const std::string& path, CacheInfo& info) {
   auto format = h5::read_attr_string(f, "format");
   if (!format || *format != kFormatName)
     throw Error(Exit::data, path, "not a traincache cache (no format=\"traincache\" attribute)");
@@ -210,11 +209,55 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
   info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
   info.input_kind = h5::read_attr_string(f, "input_kind").value_or("");
+  info.history = h5::read_attr_string(f, "history").value_or("[]");
   if (auto pre = h5::read_attr_string(f, "preprocess")) {
     auto j = nlohmann::ordered_json::parse(*pre, nullptr, false);
     if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
     for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : json_text(v));
   }
+}
+
+// /embeddings/<name> as described by `di` and its attributes (`text`: the text keys by encoder).
+EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::DatasetInfo& di,
+                             const std::map<std::string, std::vector<std::string>>& text) {
+  EmbeddingInfo e;
+  e.name = name;
+  e.shape = di.shape;
+  e.dtype = di.dtype;
+  e.bytes = di.type_size;
+  for (auto s : di.shape) e.bytes *= static_cast<uint64_t>(s);
+  e.encoder_path = h5::read_attr_string(d, "encoder_path").value_or("");
+  e.encoder_sha256 = h5::read_attr_string(d, "encoder_sha256").value_or("");
+  e.features = json_string_list(h5::read_attr_string(d, "features").value_or("[]"));
+  e.output = h5::read_attr_string(d, "output").value_or("");
+  if (auto t = text.find(name); t != text.end()) e.text = t->second;
+  e.inference = h5::read_attr_string(d, "inference").value_or("");
+  e.math_mode = h5::read_attr_string(d, "math_mode").value_or("");
+  e.optimize_max_abs_diff = h5::read_attr_double(d, "optimize_max_abs_diff").value_or(0);
+  e.precision_max_rel_diff = h5::read_attr_double(d, "precision_max_rel_diff").value_or(0);
+  return e;
+}
+
+// Tallies the integer labels of /labels (`labels`, one per row) into info.labels->counts.
+void count_label_classes(hid_t labels, const std::string& path, CacheInfo& info) {
+  constexpr int64_t kBlock = 1 << 16;
+  std::vector<int64_t> buf;
+  for (int64_t s = 0; s < info.labels->rows; s += kBlock) {
+    int64_t n = std::min(kBlock, info.labels->rows - s);
+    buf.resize(static_cast<std::size_t>(n));
+    h5::read_rows(labels, path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
+    for (auto v : buf) ++info.labels->counts[v];
+  }
+}
+
+}  // namespace
+
+CacheInfo read_info(const std::string& path, bool count_labels) {
+  h5::Id file = h5::open_file(path);
+  hid_t f = file.get();
+  CacheInfo info;
+  info.path = path;
+  read_root_attrs(f, path, info);
   read_text_info(f, path, info);
   struct stat fst;
   if (::stat(path.c_str(), &fst) != 0) throw Error(Exit::no_input, path, errno_text(errno));
@@ -232,22 +275,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     h5::Id d = h5::open_dataset(f, path, dpath);
     auto di = describe_in(d.get(), path, dpath);
     check_storage(d.get(), path, dpath, di, fst.st_size, sources);
-    EmbeddingInfo e;
-    e.name = name;
-    e.shape = di.shape;
-    e.dtype = di.dtype;
-    e.bytes = di.type_size;
-    for (auto s : di.shape) e.bytes *= static_cast<uint64_t>(s);
-    e.encoder_path = h5::read_attr_string(d.get(), "encoder_path").value_or("");
-    e.encoder_sha256 = h5::read_attr_string(d.get(), "encoder_sha256").value_or("");
-    e.features = json_string_list(h5::read_attr_string(d.get(), "features").value_or("[]"));
-    e.output = h5::read_attr_string(d.get(), "output").value_or("");
-    if (auto t = text.find(name); t != text.end()) e.text = t->second;
-    e.inference = h5::read_attr_string(d.get(), "inference").value_or("");
-    e.math_mode = h5::read_attr_string(d.get(), "math_mode").value_or("");
-    e.optimize_max_abs_diff = h5::read_attr_double(d.get(), "optimize_max_abs_diff").value_or(0);
-    e.precision_max_rel_diff = h5::read_attr_double(d.get(), "precision_max_rel_diff").value_or(0);
-    info.embeddings.push_back(std::move(e));
+    info.embeddings.push_back(read_embedding(d.get(), name, di, text));
   }
 
   h5::Id labels;
@@ -279,19 +307,10 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     check_storage(d.get(), path, "/row_digests", describe_in(d.get(), path, "/row_digests"), fst.st_size, sources);
     info.row_digests = true;
   }
-  info.history = h5::read_attr_string(f, "history").value_or("[]");
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
-  if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1) {
-    constexpr int64_t kBlock = 1 << 16;
-    std::vector<int64_t> buf;
-    for (int64_t s = 0; s < info.labels->rows; s += kBlock) {
-      int64_t n = std::min(kBlock, info.labels->rows - s);
-      buf.resize(static_cast<std::size_t>(n));
-      h5::read_rows(labels.get(), path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
-      for (auto v : buf) ++info.labels->counts[v];
-    }
-  }
+  if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1)
+    count_label_classes(labels.get(), path, info);
   return info;
 }
 

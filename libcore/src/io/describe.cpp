@@ -54,6 +54,31 @@ std::string age_text(int64_t created) {
   return buf;
 }
 
+// The labels: dtype, source and, for integer labels, each class's count and name.
+void add_labels(report::Record& r, const cache::CacheInfo& c) {
+  if (c.labels) {
+    report::Json counts = report::Json::object();
+    std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
+    if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
+    const auto& names = c.labels->names;
+    for (auto [k, n] : c.labels->counts) {
+      counts[std::to_string(k)] = n;
+      const bool named = k >= 0 && static_cast<std::size_t>(k) < names.size();
+      t += " " + std::to_string(k) + (named ? "=" + names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
+    }
+    r.add("labels",
+          {{"source", c.labels->source},
+           {"dtype", dtype_name(c.labels->dtype)},
+           {"rows", c.labels->rows},
+           {"classes", c.labels->counts.size()},
+           {"counts", counts},
+           {"names", names.empty() ? report::Json(nullptr) : report::Json(names)}},
+          t);
+  } else {
+    r.add("labels", nullptr, "none");
+  }
+}
+
 // The fills and updates that made the cache, oldest first (cache-fill --update), and whether it
 // holds the row digests an update needs.
 void add_history(report::Record& r, const cache::CacheInfo& c) {
@@ -131,27 +156,7 @@ report::Record cache_record(const cache::CacheInfo& c) {
     text += line;
   }
   r.add("embeddings", embeddings, text);
-  if (c.labels) {
-    report::Json counts = report::Json::object();
-    std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
-    if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
-    const auto& names = c.labels->names;
-    for (auto [k, n] : c.labels->counts) {
-      counts[std::to_string(k)] = n;
-      const bool named = k >= 0 && static_cast<std::size_t>(k) < names.size();
-      t += " " + std::to_string(k) + (named ? "=" + names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
-    }
-    r.add("labels",
-          {{"source", c.labels->source},
-           {"dtype", dtype_name(c.labels->dtype)},
-           {"rows", c.labels->rows},
-           {"classes", c.labels->counts.size()},
-           {"counts", counts},
-           {"names", names.empty() ? report::Json(nullptr) : report::Json(names)}},
-          t);
-  } else {
-    r.add("labels", nullptr, "none");
-  }
+  add_labels(r, c);
   if (c.keys_dtype)
     r.add("keys", {{"source", *c.keys_source}, {"dtype", dtype_name(*c.keys_dtype)}},
           std::string(dtype_name(*c.keys_dtype)) + " from '" + *c.keys_source + "'");
