@@ -216,6 +216,15 @@ expect_err "cache-fill: error: --update: cannot be combined with --force (which 
 run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --shard 0/2
 expect_rc 64
 expect_err_has "cache-fill: error: --update: cannot be combined with --shard"
+# A cache merged from shards is refused: an update keeps the rows of a one-process cache.
+for i in 0 1; do
+  "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --rows 0:1000 --shard $i/2
+done
+run "$TC_BIN/cache-fill" merge --out "$WORK/sh.h5" "$WORK"/sh.h5.shard-*
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --update
+expect_rc 73
+expect_err "cache-fill: error: $WORK/sh.h5: is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by one process; use --force to fill it again"
 # A cache without row digests (an older version's, or merged) cannot be updated; nothing changes.
 cp "$WORK/h-full.h5" "$WORK/old.h5"
 py "
