@@ -233,6 +233,38 @@ int run_merge(Options& o) {
 
 }  // namespace
 
+// The merge subcommand, with its own exit status.
+CLI::App* add_merge_command(CLI::App& app, Options& o) {
+  auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
+  merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
+  merge->add_option("shards", o.merge.shards, "Shard files")->required();
+  merge->add_flag("--copy", o.merge.copy, "Copy the data (default: HDF5 virtual datasets over the shard files)");
+  merge->fallthrough();
+  merge->footer(
+      "EXIT STATUS\n"
+      "  0 merged; 64 usage; 65 a shard is not a complete cache of the same job, or shards are\n"
+      "  missing or repeated; 66 a shard file missing; 73 output in the way or not creatable;\n"
+      "  74 I/O error; 75 another cache-fill merge holds the output. See docs/cache-fill.md.");
+  return merge;
+}
+
+// The text fields and their tokenizers.
+void add_text_options(CLI::App& app, Options& o) {
+  const char* text_group = "Text";
+  app.add_option("--text", o.text,
+                 "[NAME=]FIELD[,FIELD...]: text fields of a .jsonl/.csv/.tsv manifest or HDF5 string datasets, "
+                 "tokenized and fed as input_ids, attention_mask (and token_type_ids to a 3-input forward)")
+      ->group(text_group);
+  app.add_option("--tokenizer", o.tokenizers, "[NAME=]FILE: Hugging Face tokenizer.json or SentencePiece .model")
+      ->group(text_group);
+  cli::add_tokenize_options(app, o.fill.tokenize, text_group);
+  app.add_option("--length-window", o.fill.length_window,
+                 "Sort the texts of each window of ROWS rows by length and encode them in batches of similar "
+                 "length (default: 16 batches; 0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(text_group);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
@@ -255,16 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("--merge-timeout", o.merge_timeout, "Seconds shard 0 waits for the others with --merge (0: no limit)")
       ->check(cli::positive_number(true))
       ->capture_default_str();
-  auto* merge = app.add_subcommand("merge", "Merge the shard files of one job into one cache");
-  merge->add_option("-o,--out", o.merge.out, "Merged cache file")->required();
-  merge->add_option("shards", o.merge.shards, "Shard files")->required();
-  merge->add_flag("--copy", o.merge.copy, "Copy the data (default: HDF5 virtual datasets over the shard files)");
-  merge->fallthrough();
-  merge->footer(
-      "EXIT STATUS\n"
-      "  0 merged; 64 usage; 65 a shard is not a complete cache of the same job, or shards are\n"
-      "  missing or repeated; 66 a shard file missing; 73 output in the way or not creatable;\n"
-      "  74 I/O error; 75 another cache-fill merge holds the output. See docs/cache-fill.md.");
+  CLI::App* merge = add_merge_command(app, o);
   app.add_option("--output", o.outputs, "[NAME=]KEY|INDEX: the tensor to keep from a tuple/dict output");
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
       ->check(cli::positive_integer())
@@ -295,19 +318,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision-tolerance", o.fill.precision_tolerance,
                  "Largest first-batch difference from float32, relative to its largest value")
       ->capture_default_str();
-  const char* text_group = "Text";
-  app.add_option("--text", o.text,
-                 "[NAME=]FIELD[,FIELD...]: text fields of a .jsonl/.csv/.tsv manifest or HDF5 string datasets, "
-                 "tokenized and fed as input_ids, attention_mask (and token_type_ids to a 3-input forward)")
-      ->group(text_group);
-  app.add_option("--tokenizer", o.tokenizers, "[NAME=]FILE: Hugging Face tokenizer.json or SentencePiece .model")
-      ->group(text_group);
-  cli::add_tokenize_options(app, o.fill.tokenize, text_group);
-  app.add_option("--length-window", o.fill.length_window,
-                 "Sort the texts of each window of ROWS rows by length and encode them in batches of similar "
-                 "length (default: 16 batches; 0: off)")
-      ->check(CLI::NonNegativeNumber)
-      ->group(text_group);
+  add_text_options(app, o);
   cli::add_file_options(app, o.fill.files, "Images and manifests");
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
                   "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")
@@ -319,7 +330,9 @@ int main(int argc, char** argv) {
       "  cache-fill --input pairs.jsonl --text passage --tokenizer tokenizer.json --max-length 128 \\\n"
       "             --encoder text=encoder.pt --key id --out passages.h5\n"
       "  cache-fill --input data.h5 --features images --labels labels --encoder cnn.pt \\\n"
-      "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n\n"
+      "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n"
+      "  cache-fill --input 'shards/{0000..0004}.tar' --features jpg --labels cls --encoder cnn.pt \\\n"
+      "             --out cache.h5 --update        # a shard was added: encode only its samples\n\n"
       "EXIT STATUS\n"
       "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
       "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA unavailable, or out of\n"
