@@ -101,4 +101,9 @@ expect_err "cache-fill: error: --shard: expected I/N with 0 <= I < N, got '3/3'"
 run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/x.h5" --shard 0/10
 expect_rc 64
 expect_err "cache-fill: error: --shard: 10 shards for only 5 batches"
+# Under a launcher a bare --device cuda is the process's own GPU, cuda:LOCAL_RANK (one no machine
+# here has: refused naming it, 69).
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=99 run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/x.h5" --device cuda
+expect_rc 69
+expect_err_re "^cache-fill: error: --device cuda:99: "
 finish

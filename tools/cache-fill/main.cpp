@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/cli/cli.h"
@@ -188,8 +189,10 @@ int run(Options& o) {
     throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
   o.fill.optimize = !o.no_optimize;
-  o.fill.threads = o.common.threads;
-  o.fill.device = o.common.device;
+  // Under torchrun: one GPU per process (--device cuda is cuda:LOCAL_RANK) and a share of the cores.
+  const dist::Launch launch = dist::read_launch();
+  o.fill.threads = dist::local_threads(o.common.threads, launch, static_cast<int>(usable_cores()));
+  o.fill.device = dist::local_device(o.common.device, launch);
   o.fill.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   if (!o.rows.empty()) std::tie(o.fill.row_begin, o.fill.row_end) = cli::parse_row_range(o.rows);
   install_interrupt_handlers();

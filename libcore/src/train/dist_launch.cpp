@@ -1,5 +1,6 @@
 #include "traincache/train/dist_launch.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "traincache/base/error.h"
@@ -44,6 +45,15 @@ Launch read_launch() {
   l.agent_store = agent && std::string(agent) == "True";
   l.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0);
   return l;
+}
+
+std::string local_device(const std::string& device, const Launch& launch) {
+  return launch.distributed() && device == "cuda" ? "cuda:" + std::to_string(launch.local_rank) : device;
+}
+
+int local_threads(int threads, const Launch& launch, int cores) {
+  if (threads > 0 || launch.local_world_size <= 1) return threads;
+  return std::max(1, cores / launch.local_world_size);
 }
 
 }  // namespace traincache::dist

@@ -15,7 +15,9 @@ Setup resolve_setup(const TrainOptions& o) {
   s.rank = s.launch.rank;
   s.world = s.launch.world_size;
   s.device = encode::parse_device(o.device);
-  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected).
+  // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected),
+  // not at parse: a missing GPU must fail once every rank is connected (cache-fill, whose ranks
+  // share no process group, takes dist::local_device instead).
   if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index()) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
     s.device_from_local_rank = true;
@@ -23,9 +25,7 @@ Setup resolve_setup(const TrainOptions& o) {
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   precision::allow_tf32(o.tf32);
   // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(o.threads > 0 || s.launch.local_world_size <= 1
-                                ? o.threads
-                                : std::max(1, static_cast<int>(usable_cores()) / s.launch.local_world_size));
+  encode::configure_threads(dist::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
   validate_options(o);
   precision::check(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;

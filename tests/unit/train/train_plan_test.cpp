@@ -6,6 +6,7 @@
 #include "catch.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
+#include "traincache/train/dist_launch.h"
 
 using namespace traincache;
 using test::code_of;
@@ -550,4 +551,21 @@ CATCH_TEST_CASE("train plan: losses that need two classes refuse training rows o
   CATCH_CHECK_NOTHROW(train::require_two_classes(softmax, two));
   CATCH_CHECK_NOTHROW(train::require_two_classes(triplet, two));
   CATCH_CHECK_NOTHROW(train::require_two_classes(supcon, one));  // SupCon still pulls one class together
+}
+
+CATCH_TEST_CASE("launch: a bare cuda is the process's own GPU, and its share of the cores", "[train]") {
+  dist::Launch one, ranks;
+  ranks.rank = 3;
+  ranks.world_size = 4;
+  ranks.local_rank = 1;
+  ranks.local_world_size = 2;
+  CATCH_CHECK(dist::local_device("cuda", ranks) == "cuda:1");
+  CATCH_CHECK(dist::local_device("cuda:0", ranks) == "cuda:0");
+  CATCH_CHECK(dist::local_device("cpu", ranks) == "cpu");
+  CATCH_CHECK(dist::local_device("cuda", one) == "cuda");
+  CATCH_CHECK(dist::local_threads(0, ranks, 16) == 8);
+  CATCH_CHECK(dist::local_threads(3, ranks, 16) == 3);
+  CATCH_CHECK(dist::local_threads(0, one, 16) == 0);
+  ranks.local_world_size = 32;
+  CATCH_CHECK(dist::local_threads(0, ranks, 16) == 1);
 }

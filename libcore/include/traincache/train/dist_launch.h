@@ -32,4 +32,13 @@ const Choices<Backend>& backend_choices();
 /// -> Error(usage) naming the variable.
 Launch read_launch();
 
+/// The device of this process: under a launcher (world_size > 1) a bare "cuda" is its own GPU,
+/// "cuda:LOCAL_RANK", as torchrun's one-process-per-GPU jobs expect; anything else as given.
+std::string local_device(const std::string& device, const Launch& launch);
+
+/// Intra-op threads of this process: `threads` when given (> 0); under a launcher with several
+/// processes on this machine, its share of the usable cores (`cores` / LOCAL_WORLD_SIZE, at least
+/// 1); otherwise 0 (LibTorch's default: one per core).
+int local_threads(int threads, const Launch& launch, int cores);
+
 }  // namespace traincache::dist
