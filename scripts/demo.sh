@@ -16,6 +16,10 @@
 . "$(dirname "$0")/help.sh"
 set -euo pipefail
 BUILD=${1:-build}
+# The scripts run with the Python the build found (the one with torch: TRAINCACHE_PYTHON), not
+# whichever python3 is first on PATH (a pyenv or conda one without it).
+py=$(sed -n 's/^TRAINCACHE_PYTHON:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+[ -n "$py" ] && PATH="$(dirname "$py"):$PATH"
 BIN=$BUILD/bin
 DATA=$BUILD/demo
 PNG=$DATA/fashion-png
