@@ -26,14 +26,14 @@ test: build
 
 # The same suite on Debian 13 (LibTorch 2.6, HDF5 1.14, CLI11 2.4, Catch2 3), in a root that
 # scripts/debian13 makes with debootstrap once and reuses; built in build-debian13. The packages go
-# in first: a new root (debootstrap's minbase) has no make.
+# in first: a new root (debootstrap's minbase) has no make; apt's downloaded .debs are not kept.
 test-debian13:
-	scripts/debian13 scripts/install-deps.sh
+	scripts/debian13 sh -c 'scripts/install-deps.sh && apt-get clean'
 	scripts/debian13 make test BUILD_DIR=build-debian13 JOBS=$(JOBS) CTEST_ARGS='$(CTEST_ARGS)'
 
 # The same suite against pip's PyTorch (the LibTorch most users have): a virtual environment with
-# PyPI's current torch and the tests' packages (scripts/pip-env; wheels from pip's cache after the
-# first run), traincache built against its LibTorch in build-pip with warnings as errors, the Python
+# PyPI's current torch and the tests' packages (scripts/pip-env; downloaded once, reused after),
+# traincache built against its LibTorch in build-pip with warnings as errors, the Python
 # tests run with that environment's python, the tokenizer parity live against PyPI's tokenizers.
 # Release: no debug information to compile.
 test-pip: deps
