@@ -1,9 +1,17 @@
 #include "traincache/base/format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace traincache {
+
+std::string format_count(double n) {
+  const bool negative = n < 0;
+  std::string digits = std::to_string(static_cast<long long>(std::llround(negative ? -n : n)));
+  for (std::size_t i = digits.size(); i > 3; i -= 3) digits.insert(i - 3, ",");
+  return negative ? "-" + digits : digits;
+}
 
 std::string format_size(uint64_t b) {
   char buf[32];

@@ -20,6 +20,9 @@ std::string shape_text(const std::vector<Int>& shape) {
 /// "1.50 GiB", "17.09 MiB", "512 B" (binary units, two decimals).
 std::string format_size(uint64_t bytes);
 
+/// "7,150": a count rounded to an integer, its thousands set apart with commas.
+std::string format_count(double n);
+
 /// "a, b, c" (", " between names); "none" for an empty list.
 std::string name_list(const std::vector<std::string>& names);
 
