@@ -40,7 +40,7 @@ expect_out "['d', 't'] (40, 8) True True 10 1010 1049 0 emb"
 run "$TC_BIN/cache-fill" --input "$D/images.h5" --encoder "$D/mlp.pt" --features vec16 --no-optimize \
   --out "$WORK/h.h5" --batch-size 7
 expect_rc 0
-expect_err_re "mlp \[300,8\] plain$"
+expect_err_re "mlp \[300,8\] plain"$'\n'
 py "
 import h5py, numpy as np, torch
 f = h5py.File('$WORK/h.h5', 'r')

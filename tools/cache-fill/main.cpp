@@ -128,6 +128,35 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                               ", kept " + std::to_string(u.kept) + saved);
 }
 
+// Which stage bounded the run ("bottleneck": null when it encoded nothing); its text is the verdict.
+void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
+  if (!r.bottleneck) {
+    rec.add("bottleneck", report::Json(nullptr), "");
+    return;
+  }
+  const auto& b = *r.bottleneck;
+  report::Json stages = report::Json::array();
+  for (const auto& s : b.stages)
+    stages.push_back({{"name", s.name},
+                      {"threads", s.threads},
+                      {"busy_seconds", s.busy_seconds},
+                      {"busy_share", s.busy_share},
+                      {"rows_per_second", s.rows_per_second}});
+  rec.add("bottleneck",
+          report::Json{{"bound", b.bound},
+                       {"group", b.group},
+                       {"group_threads", b.group_threads},
+                       {"group_rows_per_second", b.group_rows_per_second},
+                       {"rows_per_second", b.rows_per_second},
+                       {"forward_rows_per_second", b.forward_rows_per_second},
+                       {"model_fraction", b.model_fraction},
+                       {"loop_seconds", b.loop_seconds},
+                       {"fixed_seconds", b.fixed_seconds},
+                       {"stages", stages},
+                       {"verdict", b.verdict}},
+          b.verdict);
+}
+
 // The result's fields, declared once: --json writes them, the text lines below name them.
 report::Record fill_record(const fill::FillResult& r) {
   static const char* status[] = {"done", "up_to_date", "interrupted"};
@@ -165,6 +194,7 @@ report::Record fill_record(const fill::FillResult& r) {
   }
   rec.add("encoders", encoders, text);
   add_update(rec, r);
+  add_bottleneck(rec, r);
   if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
   rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
   rec.note("skipped_note", r.skipped ? ", " + std::to_string(r.skipped) + " skipped (see /skipped)" : "");
@@ -216,7 +246,10 @@ int run(Options& o) {
     std::fprintf(stderr, "%s: %s\n", kTool, rec.format(kInterruptedText).c_str());
     return cli::code(Exit::interrupted);
   }
-  cli::print_result(kTool, o.common, rec, {r.status == fill::FillStatus::up_to_date ? kUpToDateText : kDoneText});
+  if (r.status == fill::FillStatus::up_to_date)
+    cli::print_result(kTool, o.common, rec, {kUpToDateText});
+  else
+    cli::print_result(kTool, o.common, rec, {kDoneText, r.bottleneck ? "{bottleneck}" : ""});
   if (o.merge_after && o.fill.shard_index == 0) merge_when_complete(o);
   return 0;
 }

@@ -59,21 +59,27 @@ torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
 // cache holds is read from the cache instead (`copied`, per unit; rows relative to `begin`).
 class Prefetcher {
  public:
+  // The reader threads time the units they read into `busy` (Stage::input and its parts).
   Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<encode::Encoder>>& encoders, const FillOptions& opts,
-             std::vector<std::pair<int64_t, int64_t>> units, const Update* update, int64_t begin)
+             std::vector<std::pair<int64_t, int64_t>> units, const Update* update, int64_t begin, StageSink* busy)
       : units_(std::move(units)),
         copied_(update ? copied_units(update->plan(), relative(units_, begin)) : std::vector<bool>(units_.size())),
         pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
-            [&in, &encoders, &opts, update, begin, this](int64_t k) {
+            [&in, &encoders, &opts, update, begin, busy, this](int64_t k) {
               Batch b;
               std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];
               if (copied_[static_cast<std::size_t>(k)]) {
                 for (const auto& e : encoders) b.copied.push_back(update->rows(e->name(), b.start - begin, b.count));
                 return b;
               }
+              BindStageSink bind(busy);
+              StageTimer unit(Stage::input);
               for (auto& [name, d] : in.features)
                 b.inputs[name] = read_batch(d, b, opts.input_scale, opts.on_error == OnError::skip);
-              for (auto& [key, t] : in.texts) b.text[key] = t.read(b.start, b.count, opts.tokenize);
+              for (auto& [key, t] : in.texts) {
+                StageTimer tokenize(Stage::tokenize);
+                b.text[key] = t.read(b.start, b.count, opts.tokenize);
+              }
               return b;
             }) {}
 
@@ -135,7 +141,8 @@ bool Encoding::run(const RowPlan& plan) {
               std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first >= plan.begin + done; }));
   if (units.empty() || units.front().first != plan.begin + done)
     throw Error(Exit::data, "journal", "its committed rows do not end a batch of this input (--force discards it)");
-  Prefetcher pf(in_, encoders_, opts_, std::move(units), update_, plan.begin);
+  const auto loop_start = Clock::now();
+  Prefetcher pf(in_, encoders_, opts_, std::move(units), update_, plan.begin, &reader_busy_);
   // Outputs are checked, appended and committed on one thread behind this one, in order, while the
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);
@@ -144,6 +151,7 @@ bool Encoding::run(const RowPlan& plan) {
     if (interrupt_requested()) {
       if (done > last_commit) store.submit([this, done] { commit(done); });
       store.drain();
+      record_stages(loop_start);
       return false;
     }
     auto t_wait = Clock::now();
@@ -168,6 +176,7 @@ bool Encoding::run(const RowPlan& plan) {
     if (cb_.progress) cb_.progress(done, plan.rows());
   }
   store.drain();
+  record_stages(loop_start);
   return true;
 }
 
@@ -180,7 +189,9 @@ void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker
     throw encode::out_of_memory_error(
         "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
   }
-  result_.encode_seconds += seconds_since(t_convert);
+  const double convert = seconds_since(t_convert);
+  result_.stage_seconds.convert += convert;
+  result_.encode_seconds += convert;
   for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, first, store);
   std::vector<std::pair<int64_t, std::string>> skipped;
   for (const auto& [row, why] : batch.skipped) {
@@ -195,6 +206,16 @@ void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker
 
 void Encoding::close() {
   for (auto& r : raws_) r.close();
+}
+
+void Encoding::record_stages(Clock::time_point loop_start) {
+  StageSeconds& s = result_.stage_seconds;
+  s.input = reader_busy_.seconds(Stage::input);
+  s.decode = reader_busy_.seconds(Stage::decode);
+  s.resize = reader_busy_.seconds(Stage::resize);
+  s.tokenize = reader_busy_.seconds(Stage::tokenize);
+  s.store = result_.store_seconds;
+  result_.loop_seconds = std::max(0.0, seconds_since(loop_start) - first_checks_seconds_);
 }
 
 void Encoding::commit(int64_t rows) {
@@ -349,11 +370,20 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   auto& enc = *encoders_[i];
   auto t_setup = Clock::now();
   if (first) first_batch_checks(enc, args, journal_.encoders[enc.name()]);
-  result_.model_setup_seconds += seconds_since(t_setup);
-  auto t_enc = Clock::now();
+  const double setup = seconds_since(t_setup);
+  result_.model_setup_seconds += setup;
+  first_checks_seconds_ += setup;
+  auto t_forward = Clock::now();
   torch::Tensor out = enc.forward(args);
+  // The forward's own time, apart from the copy back (which would wait for it anyway).
+  if (enc.device().is_cuda()) torch::cuda::synchronize(enc.device().index());
+  const double forward = seconds_since(t_forward);
+  auto t_host = Clock::now();
   out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();
-  result_.encode_seconds += seconds_since(t_enc);
+  const double to_host = seconds_since(t_host);
+  result_.stage_seconds.forward += forward;
+  result_.stage_seconds.to_host += to_host;
+  result_.encode_seconds += forward + to_host;
   if (out.dim() < 1 || out.size(0) != rows)
     throw Error(Exit::data, "encoder '" + enc.name() + "'",
                 "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) + " rows for a batch of " +

@@ -10,6 +10,7 @@
 
 #include "inputs.h"
 #include "traincache/base/prefetch.h"
+#include "traincache/base/stages.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
@@ -54,6 +55,10 @@ class Encoding {
 
   // Syncs the raw files and records `rows` as committed in the journal (the store thread).
   void commit(int64_t rows);
+
+  // Each stage's busy time and the loop's own time (from `loop_start`, less the first batch's
+  // checks) into the result, once the store thread has drained.
+  void record_stages(Clock::time_point loop_start);
 
   // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
   void check_vocabulary(encode::Encoder& enc);
@@ -133,6 +138,8 @@ class Encoding {
   std::vector<RawFile> raws_;
   std::map<std::string, Tables> tables_;  // by encoder, once
   const Update* update_;
+  StageSink reader_busy_;            // the reader threads' stages
+  double first_checks_seconds_ = 0;  // the first batch's checks, inside the loop but not of it
 };
 
 }  // namespace traincache::fill

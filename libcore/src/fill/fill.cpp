@@ -396,6 +396,25 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
   }
 }
 
+// A finished run's closing figures: its seconds, the encode time an update saved, and which stage
+// bounded it (`readers`: --workers).
+void close_timings(FillResult& r, Clock::time_point t_start, int readers) {
+  if (r.update && r.rows_encoded > 0)
+    r.update->seconds_saved =
+        r.encode_seconds / static_cast<double>(r.rows_encoded) * static_cast<double>(r.rows_copied);
+  r.seconds = seconds_since(t_start);
+  FillTimings t;
+  t.busy = r.stage_seconds;
+  t.readers = std::max(1, readers);
+  t.rows = r.rows_encoded;
+  t.seconds = r.seconds;
+  t.loop_seconds = r.loop_seconds;
+  t.model_setup_seconds = r.model_setup_seconds;
+  t.digest_seconds = r.digest_seconds;
+  t.publish_seconds = r.publish_seconds;
+  r.bottleneck = find_bottleneck(t);
+}
+
 // The encoders, loaded on `device`; the time it took in result.model_setup_seconds.
 std::vector<std::unique_ptr<encode::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
                                                             FillResult& result) {
@@ -482,10 +501,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
     encoding.abandon();
     fail_keeping_progress(partial, journal.committed_rows > 0, encoded);
   }
-  if (result.update && result.rows_encoded > 0)
-    result.update->seconds_saved =
-        result.encode_seconds / static_cast<double>(result.rows_encoded) * static_cast<double>(result.rows_copied);
-  result.seconds = seconds_since(t_start);
+  close_timings(result, t_start, opts.workers);
   return result;
 }
 

@@ -15,6 +15,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/stages.h"
 #include "traincache/io/source.h"
 #include "traincache/text/tokenizer.h"
 
@@ -159,12 +160,17 @@ class ImageColumn : public Column {
     for (int64_t r = start; r < start + count; ++r) {
       const std::size_t i = static_cast<std::size_t>(r);
       std::string bytes = read_file_of(i);
-      auto img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
-                               spec_.exif_transpose, shown_[i]);
+      image::Image img;
+      {
+        StageTimer decode(Stage::decode);
+        img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                            spec_.exif_transpose, shown_[i]);
+      }
       if (image::output_shape(spec_, img.height, img.width) != want)
         throw Error(Exit::data, shown_[i],
                     "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
                         " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      StageTimer resize(Stage::resize);  // resize, crop and normalise (cache-fill's bottleneck report)
       use(img);
     }
   }

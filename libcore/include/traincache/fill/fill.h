@@ -11,6 +11,7 @@
 
 #include "traincache/base/choices.h"
 #include "traincache/base/dtype.h"
+#include "traincache/fill/bottleneck.h"
 #include "traincache/io/source.h"
 #include "traincache/model/precision.h"
 #include "traincache/text/tokenizer.h"
@@ -97,13 +98,18 @@ struct FillResult {
   double publish_seconds = 0;      ///< building the HDF5 file from the journal and renaming it
   double input_wait_seconds = 0;   ///< the encode loop waiting for the reader threads' next batch
   double store_seconds = 0;        ///< checking the outputs, appending them to the journal, committing
-  bool device_convert = false;     ///< 8-bit inputs were converted on the encoders' device (--convert)
-  uint64_t bytes_written = 0;      ///< embedding bytes written by this run
-  int64_t skipped = 0;             ///< rows skipped with --on-error skip (in the whole cache)
-  int64_t utf8_replaced = 0;       ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
-  int64_t length_window = 0;       ///< rows per length window (0: batches encoded as read)
-  std::string out;                 ///< the file written (the shard file when sharded)
-  std::string partial_path;        ///< where progress is kept (when interrupted)
+  StageSeconds stage_seconds;      ///< each stage's busy time in the encode loop (bottleneck report)
+  double loop_seconds = 0;         ///< the encode loop's wall time, less the first batch's checks
+  /// Which stage bounded the run and how far it was from the encoders' own speed (none when this
+  /// run encoded no rows).
+  std::optional<Bottleneck> bottleneck;
+  bool device_convert = false;  ///< 8-bit inputs were converted on the encoders' device (--convert)
+  uint64_t bytes_written = 0;   ///< embedding bytes written by this run
+  int64_t skipped = 0;          ///< rows skipped with --on-error skip (in the whole cache)
+  int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
+  int64_t length_window = 0;    ///< rows per length window (0: batches encoded as read)
+  std::string out;              ///< the file written (the shard file when sharded)
+  std::string partial_path;     ///< where progress is kept (when interrupted)
   std::string fingerprint;
   struct Encoder {
     std::string name;

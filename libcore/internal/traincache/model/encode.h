@@ -128,6 +128,7 @@ class Encoder {
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
   const std::string& output() const { return output_; }
+  const torch::Device& device() const { return device_; }
   /// "optimized" or "plain": which module forward() runs.
   const char* inference() const { return optimized_ ? "optimized" : "plain"; }
 
