@@ -43,6 +43,95 @@ std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::st
   return encode::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
 }
 
+// `samples` distinct rows of a cache of `rows`, drawn with `seed`, in order.
+std::vector<int64_t> sample_rows(int64_t samples, int64_t rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t k = std::min<int64_t>(samples, rows);
+  std::set<int64_t> picked;
+  std::uniform_int_distribution<int64_t> dist(0, rows - 1);
+  while (static_cast<int64_t>(picked.size()) < k) picked.insert(dist(rng));
+  return {picked.begin(), picked.end()};
+}
+
+// The input to re-encode from (--input, else the recorded one); a slab, or an input of another
+// kind than the cache was built from, is refused.
+std::string verify_input(const VerifyOptions& opts, const cache::CacheInfo& info) {
+  std::string input = opts.input.empty() ? info.input_path : opts.input;
+  if (input.rfind("shm:", 0) == 0)
+    throw Error(Exit::usage, opts.cache,
+                "built from slab " + input + "; give the same data as an HDF5 file with --input");
+  if (!info.input_kind.empty() && source::kind_name(source::kind_of(input)) != info.input_kind)
+    throw Error(Exit::usage, input,
+                std::string("is a ") + source::kind_name(source::kind_of(input)) +
+                    " input but the cache was built from a " + info.input_kind + " one");
+  return input;
+}
+
+// Rows `rows` of encoder e's numeric features, read and preprocessed as the fill fed them.
+std::vector<torch::Tensor> feature_args(const cache::CacheInfo& info, const cache::EmbeddingInfo& e,
+                                        const std::string& input, const std::vector<int64_t>& rows) {
+  std::vector<torch::Tensor> args;
+  source::FileOptions files;
+  files.preprocess = image::spec_from(info.preprocess);
+  for (const auto& f : e.features) {
+    auto col = source::open_column(input, f, files, source::Role::images);
+    encode::require_numeric_input(col->info(), input);
+    if (col->info().rows() < info.row_start + info.rows)
+      throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
+    std::vector<torch::Tensor> read;
+    for (int64_t r : rows) read.push_back(encode::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
+    args.push_back(torch::cat(read));
+  }
+  return args;
+}
+
+// The re-encoded rows `got` against the cached `want` (float64, [rows, -1]), within v's tolerances.
+void compare_rows(const torch::Tensor& got, const torch::Tensor& want, const std::vector<int64_t>& rows,
+                  EncoderVerdict& v) {
+  if (got.sizes() != want.sizes())
+    throw Error(Exit::negative, "encoder '" + v.name + "'", "re-encoded rows have another shape than the cached ones");
+  auto diff = (got - want).abs();
+  // Written as "not within" so that NaN, on either side, never counts as a match.
+  auto bad_rows = (~(diff <= (v.atol + v.rtol * want.abs()))).any(1);
+  v.checked = static_cast<int64_t>(rows.size());
+  v.mismatched = bad_rows.sum().item<int64_t>();
+  v.max_abs_diff = diff.max().item<double>();
+  if (v.mismatched > 0) v.first_bad_row = rows[bad_rows.nonzero()[0][0].item<int64_t>()];
+}
+
+// Encoder e of the cache re-run on rows `rows` of `input` and compared with what the cache holds.
+EncoderVerdict verify_encoder(const VerifyOptions& opts, const cache::CacheInfo& info, const cache::EmbeddingInfo& e,
+                              const std::string& input, const std::vector<int64_t>& rows, torch::Device device) {
+  EncoderVerdict v;
+  v.name = e.name;
+  auto it = opts.encoders.find(e.name);
+  v.encoder_path = it != opts.encoders.end() ? it->second : e.encoder_path;
+  v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
+  // Re-encoded in the math mode the rows were encoded in (TF32 when the cache says so and the
+  // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
+  precision::allow_tf32(e.math_mode == "tf32");
+  v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
+  v.atol = opts.atol;
+
+  std::vector<torch::Tensor> args = feature_args(info, e, input, rows);
+  encode::Encoder enc(e.name, v.encoder_path, device, e.output);
+  const std::size_t n = encode::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
+  for (const auto& key : e.text) {
+    auto t = text_args(info, key, input, rows);
+    args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
+  const int64_t k = static_cast<int64_t>(rows.size());
+  torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
+  std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rows);
+  torch::Tensor want =
+      torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
+                       torch::kFloat32)
+          .to(torch::kFloat64);
+  compare_rows(got, want, rows, v);
+  return v;
+}
+
 }  // namespace
 
 VerifyReport run_verify(const VerifyOptions& opts) {
@@ -60,71 +149,9 @@ VerifyReport run_verify(const VerifyOptions& opts) {
 
   VerifyReport rep;
   rep.path = opts.cache;
-  std::mt19937_64 rng(opts.seed);
-  int64_t k = std::min<int64_t>(opts.samples, info.rows);
-  std::set<int64_t> picked;
-  std::uniform_int_distribution<int64_t> dist(0, info.rows - 1);
-  while (static_cast<int64_t>(picked.size()) < k) picked.insert(dist(rng));
-  rep.rows.assign(picked.begin(), picked.end());
-
-  std::string input = opts.input.empty() ? info.input_path : opts.input;
-  if (input.rfind("shm:", 0) == 0)
-    throw Error(Exit::usage, opts.cache,
-                "built from slab " + input + "; give the same data as an HDF5 file with --input");
-  if (!info.input_kind.empty() && source::kind_name(source::kind_of(input)) != info.input_kind)
-    throw Error(Exit::usage, input,
-                std::string("is a ") + source::kind_name(source::kind_of(input)) +
-                    " input but the cache was built from a " + info.input_kind + " one");
-  for (const auto& e : info.embeddings) {
-    EncoderVerdict v;
-    v.name = e.name;
-    auto it = opts.encoders.find(e.name);
-    v.encoder_path = it != opts.encoders.end() ? it->second : e.encoder_path;
-    v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
-    // Re-encoded in the math mode the rows were encoded in (TF32 when the cache says so and the
-    // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
-    precision::allow_tf32(e.math_mode == "tf32");
-    v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
-    v.atol = opts.atol;
-
-    std::vector<torch::Tensor> args;
-    source::FileOptions files;
-    files.preprocess = image::spec_from(info.preprocess);
-    for (const auto& f : e.features) {
-      auto col = source::open_column(input, f, files, source::Role::images);
-      encode::require_numeric_input(col->info(), input);
-      if (col->info().rows() < info.row_start + info.rows)
-        throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
-      std::vector<torch::Tensor> rows;
-      for (int64_t r : rep.rows)
-        rows.push_back(encode::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
-      args.push_back(torch::cat(rows));
-    }
-    encode::Encoder enc(e.name, v.encoder_path, device, e.output);
-    const std::size_t n = encode::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
-    for (const auto& key : e.text) {
-      auto t = text_args(info, key, input, rep.rows);
-      args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
-    }
-    if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
-    torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
-    std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rep.rows);
-    torch::Tensor want =
-        torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
-                         torch::kFloat32)
-            .to(torch::kFloat64);
-    if (got.sizes() != want.sizes())
-      throw Error(Exit::negative, "encoder '" + e.name + "'",
-                  "re-encoded rows have another shape than the cached ones");
-    auto diff = (got - want).abs();
-    // Written as "not within" so that NaN, on either side, never counts as a match.
-    auto bad_rows = (~(diff <= (v.atol + v.rtol * want.abs()))).any(1);
-    v.checked = k;
-    v.mismatched = bad_rows.sum().item<int64_t>();
-    v.max_abs_diff = diff.max().item<double>();
-    if (v.mismatched > 0) v.first_bad_row = rep.rows[bad_rows.nonzero()[0][0].item<int64_t>()];
-    rep.encoders.push_back(v);
-  }
+  rep.rows = sample_rows(opts.samples, info.rows, opts.seed);
+  const std::string input = verify_input(opts, info);
+  for (const auto& e : info.embeddings) rep.encoders.push_back(verify_encoder(opts, info, e, input, rep.rows, device));
   return rep;
 }
 
