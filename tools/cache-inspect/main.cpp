@@ -134,27 +134,89 @@ int export_files(const Options& o) {
   return 0;
 }
 
-int run(Options& o) {
+// --check: each file's problems (all files, -v or --json; else only the bad ones); 1 if any is bad.
+int check_files(const Options& o) {
   json doc{{"schema", "cache-inspect/1"}, {"files", json::array()}};
   int status = 0;
-  auto fail = [&](int code) {
-    if (status == 0 || (status == 1 && code != 1)) status = code;
-  };
-
-  if (o.check) {
-    for (const auto& f : o.files) {
-      auto rep = cache::check(f);
-      auto rec = check_record(f, rep);
-      if (o.common.json)
-        doc["files"].push_back(rec.json());
-      else if (!rep.ok() || o.common.verbose)
-        std::printf("%s\n", rec.format("{path}\t{problems}").c_str());
-      if (!rep.ok()) status = 1;
-    }
-    if (o.common.json) report::print_json(doc);
-    return status;
+  for (const auto& f : o.files) {
+    auto rep = cache::check(f);
+    auto rec = check_record(f, rep);
+    if (o.common.json)
+      doc["files"].push_back(rec.json());
+    else if (!rep.ok() || o.common.verbose)
+      std::printf("%s\n", rec.format("{path}\t{problems}").c_str());
+    if (!rep.ok()) status = 1;
   }
+  if (o.common.json) report::print_json(doc);
+  return status;
+}
 
+// --verify K of one file (`overrides`: --encoder NAME=PATH): a line per encoder, or its --json
+// entry in `files`. Returns whether every encoder matched.
+bool verify_file(const Options& o, const std::string& f, const std::map<std::string, std::string>& overrides,
+                 json& files) {
+  verify::VerifyOptions v;
+  v.cache = f;
+  v.samples = o.verify;
+  v.seed = o.seed;
+  v.encoders = overrides;
+  v.input = o.input;
+  v.rtol = o.rtol;
+  v.atol = o.atol;
+  v.device = o.common.device;
+  v.threads = o.common.threads;
+  auto rep = verify::run_verify(v);
+  report::Json encoders = report::Json::array();
+  for (const auto& e : rep.encoders) {
+    auto rec = verify_record(e);
+    encoders.push_back(rec.json());
+    if (!o.common.json)
+      std::printf("%s\t%s\n", rep.path.c_str(), rec.format("{name}\t" + std::string(verify_text(e))).c_str());
+  }
+  if (o.common.json)
+    files.push_back({{"path", rep.path}, {"ok", rep.ok()}, {"rows", rep.rows}, {"encoders", encoders}});
+  return rep.ok();
+}
+
+// --head N of one file: a table of its first rows, or their --json entry in `files`.
+void head_file(const Options& o, const std::string& f, json& files) {
+  cache::read_info(f);  // what is not a readable cache is refused as the summary refuses it
+  auto rows = cache::read_head(f, o.head);
+  report::Json out = report::Json::array();
+  if (!o.common.json && !rows.empty()) {
+    std::printf("row\tkey\tlabel");
+    for (const auto& [name, v] : rows[0].embeddings) std::printf("\t%s", name.c_str());
+    std::printf("\n");
+  }
+  for (const auto& row : rows) {
+    auto rec = head_record(row);
+    if (o.common.json)
+      out.push_back(rec.json());
+    else
+      std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
+  }
+  if (o.common.json) files.push_back({{"path", f}, {"rows", out}});
+}
+
+// One file's summary, with --stats each encoder's statistics; or its --json entry in `files`.
+void describe_file(const Options& o, const std::string& f, json& files) {
+  auto rec = describe::cache_record(cache::read_info(f));
+  json j = rec.json();
+  if (!o.common.json) std::printf("%s\n", rec.format(kInfoText).c_str());
+  if (o.stats) {
+    report::Json stats = report::Json::array();
+    for (const auto& st : cache::compute_stats(f)) {
+      auto srec = describe::stats_record(st);
+      stats.push_back(srec.json());
+      if (!o.common.json) std::printf("%s\n", srec.format(kStatsText).c_str());
+    }
+    if (o.common.json) j["stats"] = stats;
+  }
+  if (o.common.json) files.push_back(j);
+}
+
+int run(Options& o) {
+  if (o.check) return check_files(o);
   if (!o.export_to.empty()) return export_files(o);
 
   std::map<std::string, std::string> overrides;
@@ -163,66 +225,20 @@ int run(Options& o) {
     if (!name) throw Error(Exit::usage, "--encoder", "expected NAME=PATH, got '" + spec + "'");
     overrides[*name] = path;
   }
-
+  json doc{{"schema", "cache-inspect/1"}, {"files", json::array()}};
+  int status = 0;  // the first failure's code, except that 1 (a mismatch) gives way to errors
+  auto fail = [&](int code) {
+    if (status == 0 || (status == 1 && code != 1)) status = code;
+  };
   for (const auto& f : o.files) {
     try {
-      json j;
       if (o.verify > 0) {
-        verify::VerifyOptions v;
-        v.cache = f;
-        v.samples = o.verify;
-        v.seed = o.seed;
-        v.encoders = overrides;
-        v.input = o.input;
-        v.rtol = o.rtol;
-        v.atol = o.atol;
-        v.device = o.common.device;
-        v.threads = o.common.threads;
-        auto rep = verify::run_verify(v);
-        report::Json encoders = report::Json::array();
-        for (const auto& e : rep.encoders) {
-          auto rec = verify_record(e);
-          encoders.push_back(rec.json());
-          if (!o.common.json)
-            std::printf("%s\t%s\n", rep.path.c_str(), rec.format("{name}\t" + std::string(verify_text(e))).c_str());
-        }
-        if (o.common.json)
-          doc["files"].push_back({{"path", rep.path}, {"ok", rep.ok()}, {"rows", rep.rows}, {"encoders", encoders}});
-        if (!rep.ok()) fail(1);
-        continue;
+        if (!verify_file(o, f, overrides, doc["files"])) fail(1);
+      } else if (o.head > 0) {
+        head_file(o, f, doc["files"]);
+      } else {
+        describe_file(o, f, doc["files"]);
       }
-      auto info = cache::read_info(f);
-      if (o.head > 0) {
-        auto rows = cache::read_head(f, o.head);
-        report::Json out = report::Json::array();
-        if (!o.common.json && !rows.empty()) {
-          std::printf("row\tkey\tlabel");
-          for (const auto& [name, v] : rows[0].embeddings) std::printf("\t%s", name.c_str());
-          std::printf("\n");
-        }
-        for (const auto& row : rows) {
-          auto rec = head_record(row);
-          if (o.common.json)
-            out.push_back(rec.json());
-          else
-            std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
-        }
-        if (o.common.json) doc["files"].push_back({{"path", f}, {"rows", out}});
-        continue;
-      }
-      auto rec = describe::cache_record(info);
-      j = rec.json();
-      if (!o.common.json) std::printf("%s\n", rec.format(kInfoText).c_str());
-      if (o.stats) {
-        report::Json stats = report::Json::array();
-        for (const auto& st : cache::compute_stats(f)) {
-          auto srec = describe::stats_record(st);
-          stats.push_back(srec.json());
-          if (!o.common.json) std::printf("%s\n", srec.format(kStatsText).c_str());
-        }
-        if (o.common.json) j["stats"] = stats;
-      }
-      if (o.common.json) doc["files"].push_back(j);
     } catch (const Error& e) {
       cli::print_error(kTool, e.what());
       fail(cli::code(e.code()));
