@@ -121,7 +121,8 @@ report::Record train_record(const train::TrainResult& r) {
   return rec;
 }
 
-int run(Options& o) {
+// The typed training configuration (o.t) completed from the options as given.
+void resolve_options(Options& o) {
   auto& t = o.t;
   t.query = cli::split(o.query, ',');
   t.passage = cli::split(o.passage, ',');
@@ -162,39 +163,48 @@ int run(Options& o) {
   t.drop_last = !o.no_drop_last;
   t.threads = o.common.threads;
   t.device = o.common.device;
-  install_interrupt_handlers();
+}
 
-  std::unique_ptr<Progress> bar, eval_bar;
+// The training's callbacks: progress bars (made on first use in `bar` and `eval_bar`) and
+// messages on stderr.
+train::TrainCallbacks callbacks(const Options& o, std::unique_ptr<Progress>& bar, std::unique_ptr<Progress>& eval_bar) {
   train::TrainCallbacks cb;
-  cb.progress = [&](int64_t step, int64_t total, double loss) {
+  cb.progress = [&o, &bar](int64_t step, int64_t total, double loss) {
     if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
     char extra[80];
     std::snprintf(extra, sizeof extra, "loss %.4f  %s samples/s", loss,
                   rate_text(bar->rate() * static_cast<double>(o.t.batch_size)).c_str());
     bar->update(step, extra);
   };
-  cb.eval_progress = [&](int64_t done, int64_t total) {
+  cb.eval_progress = [&o, &eval_bar](int64_t done, int64_t total) {
     if (!eval_bar) eval_bar = std::make_unique<Progress>("evaluating", total, o.common.progress_mode(), "rows");
     eval_bar->update(done);
     if (done >= total) eval_bar.reset();  // the line ends; a training bar goes on below it
   };
-  cb.evaluated_before = [&](const train::EvalMetrics& m) {
+  cb.evaluated_before = [&o](const train::EvalMetrics& m) {
     // With --json the metrics are in the JSON document only, as the after-training ones.
     if (!o.common.quiet && !o.common.json)
       std::fprintf(stderr, "%s: before training: %s\n", kTool, eval_text(m).c_str());
   };
-  cb.info = [&](const std::string& m) {
+  cb.info = [&o](const std::string& m) {
     if (!o.common.quiet) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
   };
-  cb.warn = [&](const std::string& m) {
+  cb.warn = [&o](const std::string& m) {
     if (!o.common.quiet) cli::print_warning(kTool, m);
   };
-  cb.evaluated = [&](int64_t step, const train::EvalMetrics& m, bool best) {
+  cb.evaluated = [&o](int64_t step, const train::EvalMetrics& m, bool best) {
     if (o.common.quiet) return;
     std::fprintf(stderr, "%s: step %lld: %s%s\n", kTool, static_cast<long long>(step), eval_text(m).c_str(),
                  best ? " (best so far)" : "");
   };
-  auto r = train::run_train(t, cb);
+  return cb;
+}
+
+int run(Options& o) {
+  resolve_options(o);
+  install_interrupt_handlers();
+  std::unique_ptr<Progress> bar, eval_bar;
+  auto r = train::run_train(o.t, callbacks(o, bar, eval_bar));
   if (bar) bar->finish();
   if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
   auto rec = train_record(r);
