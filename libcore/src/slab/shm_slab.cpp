@@ -193,6 +193,68 @@ std::string creator_text(const std::string& tool) {
          (tool.empty() ? "" : " (" + tool + ")");
 }
 
+// A new slab's header from the options, checked: its geometry, its sizes and its regions' offsets.
+Slab::Header new_header(const CreateOptions& o) {
+  validate_name(o.name);
+  if (o.length == 0) throw Error(Exit::usage, "--len", "the dataset length must be positive");
+  if (dtype_size(o.dtype) == 0) throw Error(Exit::usage, "--dtype", "a numeric dtype is required");
+  Slab::Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kVersion;
+  h.layout = static_cast<uint32_t>(o.layout);
+  h.dtype = static_cast<uint32_t>(o.dtype);
+  h.length = o.length;
+  h.selection = static_cast<uint32_t>(o.selection);
+  h.seed = o.seed;
+  h.mode = o.mode & 0777;
+  h.created_unix = static_cast<int64_t>(std::time(nullptr));
+  std::snprintf(h.creator, sizeof h.creator, "%s", creator_text(o.tool).c_str());
+  if (o.content_id.size() >= sizeof h.content_id)
+    throw Error(Exit::usage, o.name, "content id longer than " + std::to_string(sizeof h.content_id - 1) + " bytes");
+  std::snprintf(h.content_id, sizeof h.content_id, "%s", o.content_id.c_str());
+  h.creator_pid = getpid();
+  h.flags = o.temporary ? kFlagTemporary : 0;
+  gethostname(h.creator_host, sizeof h.creator_host - 1);
+  if (o.layout == Layout::fixed) {
+    if (o.dims.empty() || o.dims.size() > kMaxDims)
+      throw Error(Exit::usage, "--dims", "a fixed layout needs 1 to 8 item dimensions");
+    h.ndims = static_cast<uint32_t>(o.dims.size());
+    h.item_bytes = dtype_size(o.dtype);
+    for (std::size_t i = 0; i < o.dims.size(); ++i) {
+      if (o.dims[i] == 0 || !mul_ok(h.item_bytes, o.dims[i], &h.item_bytes))
+        throw Error(Exit::usage, "--dims", "item dimensions must be positive and fit 64 bits");
+      h.dims[i] = o.dims[i];
+    }
+    if ((o.limit_bytes > 0) == (o.slots > 0))
+      throw Error(Exit::usage, "--limit", "give exactly one of --limit and --slots");
+    h.slots = std::min<uint64_t>(o.length, o.slots > 0 ? o.slots : o.limit_bytes / h.item_bytes);
+    if (h.slots == 0) throw Error(Exit::usage, "--limit", "the budget holds no item of " + format_size(h.item_bytes));
+  } else {
+    if (o.limit_bytes == 0) throw Error(Exit::usage, "--limit", "a variable layout needs --limit (its arena)");
+    h.ndims = 0;
+    h.arena_bytes = o.limit_bytes;
+    h.slots = o.slots > 0 ? std::min(o.slots, o.length) : o.length;
+  }
+  if (!compute_layout(h)) throw Error(Exit::usage, "--limit", "the slab size does not fit 64 bits");
+  return h;
+}
+
+// --selection hashed: a seeded choice of `slots` of the `length` indices (partial Fisher-Yates),
+// written into the slab at `base` as index -> slot (-1: the index has none).
+void write_slot_map(void* base, const Slab::Header& h, uint64_t seed) {
+  auto* map = reinterpret_cast<int64_t*>(static_cast<char*>(base) + h.map_offset);
+  std::vector<uint64_t> order(h.length);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0; i < h.slots; ++i) {
+    std::uniform_int_distribution<uint64_t> pick(i, h.length - 1);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  std::fill(map, map + h.length, -1);
+  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(h.slots));
+  for (uint64_t i = 0; i < h.slots; ++i) map[order[i]] = static_cast<int64_t>(i);
+}
+
 }  // namespace
 
 std::string object_prefix() {
@@ -245,47 +307,7 @@ uint64_t* Slab::states() const {
 }
 
 Slab Slab::create(const CreateOptions& o) {
-  validate_name(o.name);
-  if (o.length == 0) throw Error(Exit::usage, "--len", "the dataset length must be positive");
-  if (dtype_size(o.dtype) == 0) throw Error(Exit::usage, "--dtype", "a numeric dtype is required");
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.version = kVersion;
-  h.layout = static_cast<uint32_t>(o.layout);
-  h.dtype = static_cast<uint32_t>(o.dtype);
-  h.length = o.length;
-  h.selection = static_cast<uint32_t>(o.selection);
-  h.seed = o.seed;
-  h.mode = o.mode & 0777;
-  h.created_unix = static_cast<int64_t>(std::time(nullptr));
-  std::snprintf(h.creator, sizeof h.creator, "%s", creator_text(o.tool).c_str());
-  if (o.content_id.size() >= sizeof h.content_id)
-    throw Error(Exit::usage, o.name, "content id longer than " + std::to_string(sizeof h.content_id - 1) + " bytes");
-  std::snprintf(h.content_id, sizeof h.content_id, "%s", o.content_id.c_str());
-  h.creator_pid = getpid();
-  h.flags = o.temporary ? kFlagTemporary : 0;
-  gethostname(h.creator_host, sizeof h.creator_host - 1);
-  if (o.layout == Layout::fixed) {
-    if (o.dims.empty() || o.dims.size() > kMaxDims)
-      throw Error(Exit::usage, "--dims", "a fixed layout needs 1 to 8 item dimensions");
-    h.ndims = static_cast<uint32_t>(o.dims.size());
-    h.item_bytes = dtype_size(o.dtype);
-    for (std::size_t i = 0; i < o.dims.size(); ++i) {
-      if (o.dims[i] == 0 || !mul_ok(h.item_bytes, o.dims[i], &h.item_bytes))
-        throw Error(Exit::usage, "--dims", "item dimensions must be positive and fit 64 bits");
-      h.dims[i] = o.dims[i];
-    }
-    if ((o.limit_bytes > 0) == (o.slots > 0))
-      throw Error(Exit::usage, "--limit", "give exactly one of --limit and --slots");
-    h.slots = std::min<uint64_t>(o.length, o.slots > 0 ? o.slots : o.limit_bytes / h.item_bytes);
-    if (h.slots == 0) throw Error(Exit::usage, "--limit", "the budget holds no item of " + format_size(h.item_bytes));
-  } else {
-    if (o.limit_bytes == 0) throw Error(Exit::usage, "--limit", "a variable layout needs --limit (its arena)");
-    h.ndims = 0;
-    h.arena_bytes = o.limit_bytes;
-    h.slots = o.slots > 0 ? std::min(o.slots, o.length) : o.length;
-  }
-  if (!compute_layout(h)) throw Error(Exit::usage, "--limit", "the slab size does not fit 64 bits");
+  const Header h = new_header(o);
 
   FsSpace space = shm_space();
   if (h.total_bytes > space.free)
@@ -320,20 +342,7 @@ Slab Slab::create(const CreateOptions& o) {
     fail(Exit::cant_create, "cannot map the object");
   }
   std::memcpy(s.base_, &h, sizeof h);
-  if (o.selection == Selection::hashed) {
-    // A seeded choice of `slots` indices (partial Fisher-Yates), written as index -> slot.
-    auto* map = reinterpret_cast<int64_t*>(static_cast<char*>(s.base_) + h.map_offset);
-    std::vector<uint64_t> order(h.length);
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(o.seed);
-    for (uint64_t i = 0; i < h.slots; ++i) {
-      std::uniform_int_distribution<uint64_t> pick(i, h.length - 1);
-      std::swap(order[i], order[pick(rng)]);
-    }
-    std::fill(map, map + h.length, -1);
-    std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(h.slots));
-    for (uint64_t i = 0; i < h.slots; ++i) map[order[i]] = static_cast<int64_t>(i);
-  }
+  if (o.selection == Selection::hashed) write_slot_map(s.base_, h, o.seed);
   if (::link(tmp.c_str(), final_path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
