@@ -18,6 +18,31 @@ namespace traincache::train {
 
 namespace {
 
+// What the result says of the run before it starts (mode, objective, precision), and rank 0's
+// warnings about the data (replaced UTF-8, labels).
+void describe_run(const TrainOptions& o, const Setup& s, const Models& m, const Data& data, const TrainCallbacks& cb,
+                  TrainResult& result) {
+  result.mode = m.mode;
+  result.objective = s.objective.name();
+  result.precision = precision::choices().name(o.precision);
+  result.math_mode = precision::math_mode(s.device);
+  result.utf8_replaced = data.utf8_replaced;
+  if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
+    cb.warn(std::to_string(data.utf8_replaced) +
+            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
+  if (!data.labels_warning.empty() && cb.warn && s.rank == 0) cb.warn(data.labels_warning);
+}
+
+// Every rank from the same weights (rank 0's), then each with its own randomness (dropout).
+void start_ranks(dist::Group& group, const TrainOptions& o, const Setup& s, const Models& m, const std::string& backend,
+                 const std::function<void(const std::string&)>& info) {
+  group.start();
+  info("rank 0 of " + std::to_string(s.world) + " (" + backend + "); every rank encodes 1/" + std::to_string(s.world) +
+       " of each batch of " + std::to_string(o.batch_size));
+  group.broadcast(unique_params(m.distinct), 0);
+  if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
+}
+
 // Everything after connecting, on every rank; `group` is null for one process.
 void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallbacks& cb, TrainResult& result) {
   auto info = [&](const std::string& msg) {
@@ -29,15 +54,7 @@ void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallb
   Data data;
   Models m = load_models(o, s, data);
   load_or_stream(o, data, info);
-  result.mode = m.mode;
-  result.objective = s.objective.name();
-  result.precision = precision::choices().name(o.precision);
-  result.math_mode = precision::math_mode(s.device);
-  result.utf8_replaced = data.utf8_replaced;
-  if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
-    cb.warn(std::to_string(data.utf8_replaced) +
-            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
-  if (!data.labels_warning.empty() && cb.warn && s.rank == 0) cb.warn(data.labels_warning);
+  describe_run(o, s, m, data, cb, result);
   gc::LossConfig loss = loss_config(o, s.objective);
   std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
   const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
@@ -48,14 +65,7 @@ void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallb
                       eval.use_external ? std::vector<Data*>{&eval.external} : std::vector<Data*>{});
     result.classes = m.classifier->attr("labels").toTensor().size(0);
   }
-  if (group) {
-    group->start();
-    info("rank 0 of " + std::to_string(s.world) + " (" + result.backend + "); every rank encodes 1/" +
-         std::to_string(s.world) + " of each batch of " + std::to_string(o.batch_size));
-    // Same start everywhere (rank 0's weights), then each rank its own randomness (dropout).
-    group->broadcast(unique_params(m.distinct), 0);
-    if (s.rank > 0) torch::manual_seed(o.seed + 1000003ull * static_cast<uint64_t>(s.rank));
-  }
+  if (group) start_ranks(*group, o, s, m, result.backend, info);
   open_windows(o, s, split.train, data);
   result.window_rows = data.window.cache_num;
   result.window_replace = data.window.replace_num;
