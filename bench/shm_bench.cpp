@@ -99,10 +99,9 @@ bool read_throughput(const Options& o, const std::string& tag, Json& out) {
   return pass;
 }
 
-// second epoch of a file loader with part of the samples cached; adds its JSON to `out` and returns whether it met its
-// target.
-bool second_epoch(const Options& o, const std::string& tag, Json& out) {
-  bool pass = true;
+// The loader's sample files in o.dir (written once), flushed and dropped from the page cache so
+// that each uncached read goes to storage.
+void write_sample_files(const Options& o) {
   fs::create_directories(o.dir);
   for (uint64_t i = 0; i < o.samples; ++i) {
     std::string p = o.dir + "/" + std::to_string(i) + ".bin";
@@ -121,6 +120,13 @@ bool second_epoch(const Options& o, const std::string& tag, Json& out) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
   }
+}
+
+// second epoch of a file loader with part of the samples cached; adds its JSON to `out` and returns whether it met its
+// target.
+bool second_epoch(const Options& o, const std::string& tag, Json& out) {
+  bool pass = true;
+  write_sample_files(o);
   std::vector<uint64_t> order(o.samples);
   std::iota(order.begin(), order.end(), 0);
   std::vector<unsigned char> buf(o.sample_bytes);
