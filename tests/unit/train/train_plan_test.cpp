@@ -111,23 +111,25 @@ std::string refusal(const train::TrainOptions& o) {
   return test::message_of([&] { train::validate_options(o); });
 }
 
+// validate_options' refusal of raw_pairs() or cached_aligned() after `change` ("" if none).
+std::string raw(const std::function<void(train::TrainOptions&)>& change) {
+  auto o = raw_pairs();
+  change(o);
+  return refusal(o);
+}
+std::string cached(const std::function<void(train::TrainOptions&)>& change) {
+  auto o = cached_aligned();
+  change(o);
+  return refusal(o);
+}
+
 }  // namespace
 
 // Every rule of the datasets and modules of a mode, checked before anything is loaded; each
 // message as gc-train prints it after "gc-train: error: ".
-CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") {
+CATCH_TEST_CASE("train plan: the raw mode's datasets and encoders", "[train]") {
   CATCH_CHECK(refusal(raw_pairs()).empty());
   CATCH_CHECK(refusal(cached_aligned()).empty());
-  auto raw = [](const std::function<void(train::TrainOptions&)>& change) {
-    auto o = raw_pairs();
-    change(o);
-    return refusal(o);
-  };
-  auto cached = [](const std::function<void(train::TrainOptions&)>& change) {
-    auto o = cached_aligned();
-    change(o);
-    return refusal(o);
-  };
   // One encoder's embeddings on both sides: every query finds itself (issue 43, item 5).
   CATCH_CHECK(cached([](auto& o) { o.passage_embeddings = "q"; }) ==
               "--passage-embeddings: the same embeddings as --query-embeddings ('q'): every query would find itself, "
@@ -180,7 +182,10 @@ CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") 
                 o.negatives = {"n1", "n2"};
               }) == "--negatives: give one negatives dataset per passage dataset");
   CATCH_CHECK(raw([](auto& o) { o.negatives = {"n1"}; }).empty());
-  // Text sides: one field of --data each, at most one field of negatives.
+}
+
+CATCH_TEST_CASE("train plan: the raw mode's text sides", "[train]") {
+  // One field of --data each, at most one field of negatives.
   CATCH_CHECK(raw([](auto& o) {
                 o.tokenizer = "tok.json";
                 o.query = {"a", "b"};
@@ -204,7 +209,9 @@ CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") 
                 o.query = {"shm:q"};
                 o.passage = {"shm:p"};
               }) == "--data: text fields need --data (a manifest or an HDF5 file)");
-  // Cached mode.
+}
+
+CATCH_TEST_CASE("train plan: the cached mode's embeddings", "[train]") {
   CATCH_CHECK(cached([](auto& o) { o.embeddings = "e"; }) ==
               "--embeddings: give --embeddings NAME (grouped by labels) or --query-embeddings and "
               "--passage-embeddings (aligned)");
@@ -221,7 +228,9 @@ CATCH_TEST_CASE("train plan: the datasets and modules of each mode", "[train]") 
                 o.passage_embeddings.clear();
                 o.embeddings = "e";
               }).empty());
-  // Evaluation, checkpoints and the launch, in either mode.
+}
+
+CATCH_TEST_CASE("train plan: evaluation, checkpoints and the launch, in either mode", "[train]") {
   CATCH_CHECK(cached([](auto& o) {
                 o.eval_data = "e.h5";
                 o.eval_split = 0.1;
