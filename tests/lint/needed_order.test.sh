@@ -9,14 +9,17 @@ set -euo pipefail
 check="$TC_SOURCE/tests/lint/check-needed-order"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-bins=("$TC_BUILD"/bin/* "$TC_BUILD"/tests/encoder_test)
+bins=("$TC_BUILD"/bin/* "$TC_BUILD"/lib/libtraincache_verify.so "$TC_BUILD"/tests/encoder_test)
 "$check" "${bins[@]}" || fail "a torch-linked binary lists LibTorch before libstdc++"
 for tool in cache-fill cache-inspect gc-train smart-bench; do
   # LD_DEBUG_OUTPUT unset, not empty: an empty one sends the report to a file on newer glibc, and
   # the check then saw nothing and passed (it did on the GPU machine's Ubuntu 24.04).
   trace=$(env -u LD_DEBUG_OUTPUT LD_DEBUG=bindings LD_BIND_NOW=1 "$TC_BUILD/bin/$tool" --version 2>&1 >/dev/null)
   grep -q "binding file [^ ]*/$tool \[0\] to " <<<"$trace" || fail "$tool: LD_DEBUG reported no binding of the tool"
-  bindings=$(grep -E "binding file [^ ]*/$tool \[0\] to [^ ]*lib(torch|c10)[^ ]* .*symbol \`_Z(NSt|St|NKSt)" <<<"$trace" || true)
+  # cache-inspect loads LibTorch with libtraincache_verify.so, for --version's runtime lines.
+  [ "$tool" != cache-inspect ] || grep -q "binding file [^ ]*/libtraincache_verify.so \[0\] to " <<<"$trace" ||
+    fail "cache-inspect --version: LD_DEBUG reported no binding of libtraincache_verify.so"
+  bindings=$(grep -E "binding file [^ ]*/($tool|libtraincache_verify\.so) \[0\] to [^ ]*lib(torch|c10)[^ ]* .*symbol \`_Z(NSt|St|NKSt)" <<<"$trace" || true)
   [ -z "$bindings" ] || fail "$tool binds std:: symbols into LibTorch: $(head -3 <<<"$bindings")"
 done
 

@@ -11,7 +11,6 @@
 #include "traincache/io/cache_export.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/describe.h"
-#include "traincache/model/runtime.h"
 
 using namespace traincache;
 using json = report::Json;
@@ -165,7 +164,7 @@ bool verify_file(const Options& o, const std::string& f, const std::map<std::str
   v.atol = o.atol;
   v.device = o.common.device;
   v.threads = o.common.threads;
-  auto rep = verify::run_verify(v);
+  auto rep = verify::run_verify_in_module(v);
   report::Json encoders = report::Json::array();
   for (const auto& e : rep.encoders) {
     auto rec = verify_record(e);
@@ -254,7 +253,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Summarise, check and verify traincache cache files.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, verify::runtime_info_in_module);
   app.add_option("files", o.files, "Cache files")->required();
   app.add_flag("--stats", o.stats, "Per-encoder row-norm statistics and NaN/Inf counts");
   auto* check =
@@ -293,7 +292,8 @@ int main(int argc, char** argv) {
       "  cache-inspect --head 5 cache.h5\n"
       "  cache-inspect --export npy vectors/ cache.h5\n\n"
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
-      "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA unavailable;\n"
+      "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA or\n"
+      "  libtraincache_verify.so (LibTorch, for --verify and --version) unavailable;\n"
       "  70 internal error; 73 --export: DIR exists or cannot be created; 74 I/O error.\n"
       "  With several files every file is processed; the status is that of the\n"
       "  first failure other than 1, else 1 if any file failed. See docs/cache-inspect.md.");

@@ -15,10 +15,6 @@
 
 namespace traincache::verify {
 
-bool VerifyReport::ok() const {
-  return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
-}
-
 namespace {
 
 // The rows `rows` of text input `key`, tokenized as the cache records: ids, mask, type ids.

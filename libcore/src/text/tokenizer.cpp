@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,7 +16,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
-#include "traincache_build_info.h"
+#include "traincache/base/module.h"
 
 namespace traincache::text {
 
@@ -32,6 +31,8 @@ struct SpmModule {
   int (*encode)(void*, const char*, std::size_t, void (*)(const int*, std::size_t, void*), void*, char*,
                 std::size_t) = nullptr;
 
+  static constexpr const char* kFile = "libtraincache_spm.so";
+
   static const SpmModule& get() {
     static const SpmModule m = open();
     return m;
@@ -39,34 +40,18 @@ struct SpmModule {
 
  private:
   static SpmModule open() {
-    std::vector<std::string> tried;
-    if (const char* env = std::getenv("TRAINCACHE_SPM_MODULE")) tried.push_back(env);
-    char exe[4096];
-    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-      std::string dir(exe, static_cast<std::size_t>(n));
-      tried.push_back(dir.substr(0, dir.rfind('/')) + "/../lib/libtraincache_spm.so");
-    }
-    tried.push_back(std::string(TRAINCACHE_SPM_MODULE_DIR) + "/libtraincache_spm.so");
     int flags = RTLD_NOW | RTLD_LOCAL;
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     flags |= RTLD_DEEPBIND;  // its protobuf-lite binds to itself, not to LibTorch's libprotobuf
 #endif
-    void* h = nullptr;
-    std::string why;
-    for (const auto& p : tried) {
-      if ((h = ::dlopen(p.c_str(), flags))) break;
-      why = ::dlerror();
-    }
-    if (!h) throw Error(Exit::unavailable, "SentencePiece", "cannot load libtraincache_spm.so: " + why);
+    void* h = open_module(kFile, "TRAINCACHE_SPM_MODULE", flags, "SentencePiece");
     SpmModule m;
-    m.load = reinterpret_cast<decltype(m.load)>(::dlsym(h, "tc_spm_load"));
-    m.free = reinterpret_cast<decltype(m.free)>(::dlsym(h, "tc_spm_free"));
-    m.piece_size = reinterpret_cast<decltype(m.piece_size)>(::dlsym(h, "tc_spm_piece_size"));
-    m.pad_id = reinterpret_cast<decltype(m.pad_id)>(::dlsym(h, "tc_spm_pad_id"));
-    m.encode = reinterpret_cast<decltype(m.encode)>(::dlsym(h, "tc_spm_encode"));
-    if (!m.load || !m.free || !m.piece_size || !m.pad_id || !m.encode)
-      throw Error(Exit::unavailable, "SentencePiece", "libtraincache_spm.so lacks its functions");
+    auto sym = [h](const char* name) { return module_symbol(h, name, kFile, "SentencePiece"); };
+    m.load = reinterpret_cast<decltype(m.load)>(sym("tc_spm_load"));
+    m.free = reinterpret_cast<decltype(m.free)>(sym("tc_spm_free"));
+    m.piece_size = reinterpret_cast<decltype(m.piece_size)>(sym("tc_spm_piece_size"));
+    m.pad_id = reinterpret_cast<decltype(m.pad_id)>(sym("tc_spm_pad_id"));
+    m.encode = reinterpret_cast<decltype(m.encode)>(sym("tc_spm_encode"));
     return m;
   }
 };
