@@ -4,11 +4,12 @@
 // and a process that links LibTorch spends about 0.6 s before main on Debian's (relocations across
 // its ~290 libraries and the operator registry): cache-inspect in a script's loop paid that on
 // every call.
+#include "verify_module.h"
+
 #include <new>
 
 #include "traincache/base/error.h"
 #include "traincache/model/runtime.h"
-#include "verify_module.h"
 
 namespace traincache::verify {
 
