@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""WebDataset tar shards for tests/cli/inputs_tar.test.sh, written with Python's tarfile (nothing of
+"""WebDataset tar shards for tests/cli/inputs_tar_*.test.sh, written with Python's tarfile (nothing of
 traincache's), from image folders this script also writes:
 
   tar_shards.py make WORK    writes, under WORK:

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Image folders and manifests that cannot be read: one line naming the file (and manifest line),
+# with its exit code, or with --on-error skip a zero row listed in /skipped; a fill from an image
+# folder killed part way resumes to identical bytes.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+REF=$TC_SOURCE/tests/cli/images_reference.py
+
+run "$TC_PYTHON" "$REF" make "$WORK"
+expect_rc 0
+FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)
+
+# png/: the fixture images as PNG files by class (300); big/: six more copies of each (1800), for
+# the resume test; m.csv: a manifest whose fields the misspelt-field error lists.
+py "
+import h5py, os
+from PIL import Image
+f = h5py.File('$D/images.h5')
+for i, (img, lab) in enumerate(zip(f['images'][:], f['labels'][:])):
+    for copy in range(7):  # 300 in png/, 1800 in big/ for the resume test below
+        d = '$WORK/%s/c%d' % ('png' if copy == 0 else 'big', lab)
+        os.makedirs(d, exist_ok=True)
+        Image.fromarray(img[0]).save('%s/%03d_%02d.png' % (d, i, copy))
+"
+expect_rc 0
+printf 'file,class,id\nmixed/png_rgb/000.png,png_rgb,a\n' > "$WORK/m.csv"
+
+# ---- bad input: one line naming the file (and manifest line), with its exit code ----------------
+mkdir -p "$WORK/bad/a" "$WORK/bad/b" "$WORK/empty" "$WORK/hollow/a" "$WORK/hollow/b"
+for f in $(ls "$WORK/png/c0" | head -4); do cp "$WORK/png/c0/$f" "$WORK/bad/a/"; cp "$WORK/png/c0/$f" "$WORK/hollow/a/"; done
+bad_fill() { run "$TC_BIN/cache-fill" --out "$WORK/bad.h5" "${FILL[@]}" "$@"; expect_one_line_err; expect_no_file "$WORK/bad.h5"; }
+J=$WORK/oriented/all/o1_0.jpg
+head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/bad/b/trunc.jpg"
+bad_fill --input "$WORK/bad" --resize 8,8
+expect_rc 65
+expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: truncated JPEG \(.*\)$"
+head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"  # cut inside the headers
+bad_fill --input "$WORK/bad" --resize 8,8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
+rm "$WORK/bad/b/trunc.jpg"
+$TC_PYTHON -c "
+d = bytearray(open('$WORK/png/c0/000_00.png', 'rb').read()); d[40] ^= 0xFF
+open('$WORK/bad/b/crc.png', 'wb').write(bytes(d))"
+bad_fill --input "$WORK/bad" --resize 8,8
+expect_rc 65
+expect_err_re "^cache-fill: error: $WORK/bad/b/crc\.png: corrupt PNG \(.*\)$"
+rm "$WORK/bad/b/crc.png"
+printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
+bad_fill --input "$WORK/bad" --resize 8,8
+expect_rc 65
+expect_err "cache-fill: error: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
+bad_fill --input "$WORK/empty"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/empty: no class folders: an image folder holds one subfolder per class (ImageFolder layout)"
+bad_fill --input "$WORK/hollow"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/hollow/b: class folder holds no image files (.jpg, .jpeg, .png)"
+printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\n' > "$WORK/miss.csv"
+bad_fill --input "$WORK/miss.csv" --features file --labels class
+expect_rc 66
+expect_err "cache-fill: error: $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
+bad_fill --input "$WORK/m.csv" --features file --labels clas --resize 8,8
+expect_rc 64
+expect_err "cache-fill: error: $WORK/m.csv: no field 'clas' (fields: file, class, id); did you mean 'class'?"
+printf '{"file": "mixed/png_rgb/000.png"}\n{"file": \n' > "$WORK/broken.jsonl"
+bad_fill --input "$WORK/broken.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/broken.jsonl:2: invalid JSON"
+printf 'file,class\nmixed/png_rgb/000.png,a,extra\n' > "$WORK/wide.csv"
+bad_fill --input "$WORK/wide.csv" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/wide.csv:2: 3 fields, but the header has 2"
+bad_fill --input "$WORK/mixed" --resize 8 --convert gpu
+expect_rc 64
+expect_err "cache-fill: error: --convert: gpu not in {auto,host,device} (see --help)"
+bad_fill --input "$WORK/mixed" --resize 0
+expect_rc 64
+expect_err "cache-fill: error: --resize: expected S or H,W (integers 1..65535), got '0'"
+bad_fill --input "$WORK/mixed" --resize 8 --channels gray --normalize imagenet
+expect_rc 64
+expect_err "cache-fill: error: --normalize: 3 values per statistic for 1 channel(s) (--channels gray); give 1"
+printf '{"file": "mixed/png_rgb/000.png"}\n[1, 2]\n' > "$WORK/array.jsonl"
+bad_fill --input "$WORK/array.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/array.jsonl:2: not a JSON object"
+printf '{"file": "mixed/png_rgb/000.png"}\n{"other": 1}\n' > "$WORK/gap.jsonl"
+bad_fill --input "$WORK/gap.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/gap.jsonl:2: field 'file' is missing or not a string or integer"
+printf 'file,class\n"mixed/png_rgb/000.png,a\n' > "$WORK/open.csv"
+bad_fill --input "$WORK/open.csv" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/open.csv:2: unterminated quoted field"
+: > "$WORK/empty.csv"
+bad_fill --input "$WORK/empty.csv" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/empty.csv: empty manifest: no header line"
+mkdir -p "$WORK/odd/a"
+$TC_PYTHON -c "
+import struct, zlib
+from PIL import Image
+Image.new('CMYK', (8, 8)).save('$WORK/odd/a/cmyk.jpg')
+def chunk(k, d): return struct.pack('>I', len(d)) + k + d + struct.pack('>I', zlib.crc32(k + d) & 0xFFFFFFFF)
+open('$WORK/odd/a/huge.png', 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 20000, 20000, 8, 0, 0, 0, 0)))
+"
+bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1
+expect_rc 65
+expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+bad_fill --input "$WORK/odd" --resize 8,8 --rows 1:2
+expect_rc 65
+expect_err "cache-fill: error: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
+# With --on-error skip both become zero rows, each reason on stderr and in /skipped.
+run "$TC_BIN/cache-fill" --input "$WORK/odd" --out "$WORK/odd.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 --on-error skip
+expect_rc 0
+expect_err_has "cache-fill: warning: skipped input row 0: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+expect_err_has "cache-fill: warning: skipped input row 1: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
+run "$TC_BIN/cache-inspect" "$WORK/odd.h5"
+expect_out_has "  skipped      2 rows whose image could not be read"
+
+# --on-error skip: unreadable images become zero rows listed (with the reason) in /skipped; the
+# rows stay aligned with labels and keys, cache-inspect reports them, gc-train leaves them out.
+head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"
+printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
+cp "$WORK/png/c1/$(ls "$WORK/png/c1" | head -1)" "$WORK/bad/b/ok.png"
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip-dev.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip --convert device -q
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip
+expect_rc 0
+expect_err_has "cache-fill: warning: skipped input row 5: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
+expect_err_has "cache-fill: warning: skipped input row 6: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
+expect_err_has "skip.h5: 7 rows (7 encoded, 2 skipped (see /skipped)) in"
+py "
+import h5py
+f = h5py.File('$WORK/skip.h5')
+e = f['embeddings/flat'][:]
+print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['labels'][:].tolist(),
+      bool((e[5:] == 0).all()), bool((e[4] != 0).any()), f['skipped/reasons'][1].decode(),
+      e.tobytes() == h5py.File('$WORK/skip-dev.h5')['embeddings/flat'][:].tobytes())
+"
+expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported True"
+run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
+expect_out_has '"skipped":2'
+run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1
+expect_rc 0
+expect_err_has "gc-train: 2 rows skipped by cache-fill (unreadable images) are left out"
+# Shards merged keep each shard's skipped rows, as rows of the merged cache (virtual and copied).
+for i in 0 1; do
+  run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skm.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+    --channels gray --on-error skip --batch-size 4 --shard $i/2 -q
+  expect_rc 0
+done
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip4.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip --batch-size 4 -q
+expect_rc 0
+run "$TC_BIN/cache-fill" merge --out "$WORK/skm-v.h5" "$WORK"/skm.h5.shard-* -q
+expect_rc 0
+run "$TC_BIN/cache-fill" merge --copy --out "$WORK/skm-c.h5" "$WORK"/skm.h5.shard-* -q
+expect_rc 0
+py "
+import h5py
+ref = h5py.File('$WORK/skip4.h5')
+for name in ('skm-v.h5', 'skm-c.h5'):
+    f = h5py.File('$WORK/' + name)
+    print(name, f['skipped/rows'][:].tolist(), [r.decode() for r in f['skipped/reasons'][:]] == [r.decode() for r in ref['skipped/reasons'][:]],
+          f['embeddings/flat'][:].tobytes() == ref['embeddings/flat'][:].tobytes())
+"
+expect_out "skm-v.h5 [5, 6] True True
+skm-c.h5 [5, 6] True True"
+run "$TC_BIN/gc-train" --cache "$WORK/skm-v.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1
+expect_rc 0
+expect_err_has "gc-train: 2 rows skipped by cache-fill (unreadable images) are left out"
+# The same for a manifest line whose file is missing.
+printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\nmixed/png_rgb/001.png,a\n' > "$WORK/miss.csv"
+run "$TC_BIN/cache-fill" --input "$WORK/miss.csv" --features file --labels class --out "$WORK/miss.h5" "${FILL[@]}" \
+  --resize 8,8 --on-error skip
+expect_rc 0
+py "import h5py; f = h5py.File('$WORK/miss.h5'); print(f['skipped/rows'][:].tolist(), f['skipped/reasons'][0].decode())"
+expect_out "[1] $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
+rm "$WORK/bad/b/"*
+
+# ---- SIGKILL during a fill from an image folder resumes to identical bytes ---------------------
+ARGS=(--input "$WORK/big" --channels gray --encoder cnn="$D/cnn.pt" --threads 2 --batch-size 32 --commit-rows 256 --workers 1)
+run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/ref.h5"
+expect_rc 0
+expect_err_re "ref\.h5: 1800 rows \(1800 encoded\)"
+for target in 256 1024; do
+  killed_fill "$WORK/k$target.h5" "$target" "${ARGS[@]}"
+  expect_rc 0
+  expect_err_re "resumed at [0-9]+"
+  expect_same "$WORK/k$target.h5" "$WORK/ref.h5"
+done
+finish

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Image folders, preprocessed as torchvision's transforms do on PIL images (python3-pil +
+# python3-torchvision in the suite): 288 images of 9 kinds in three pipelines, on the host and with
+# --convert device, EXIF orientation; the spec is stored, shown, verified and fingerprinted.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+REF=$TC_SOURCE/tests/cli/images_reference.py
+
+run "$TC_PYTHON" "$REF" make "$WORK"
+expect_rc 0
+FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)
+
+# ---- parity with torchvision: 288 images of 9 kinds (JPEG RGB/grey, PNG RGB/grey/RGBA/LA/
+# palette/1-bit/16-bit), sizes 20..119, in three pipelines --------------------------------------
+PARITY=()
+parity() {  # $1: config, $2: folder, then cache-fill's preprocessing flags
+  local config=$1 folder=$2
+  shift 2
+  run "$TC_BIN/cache-fill" --input "$WORK/$folder" --out "$WORK/$config.h5" "${FILL[@]}" "$@"
+  expect_rc 0
+  PARITY+=("$WORK/$folder" "$WORK/$config.h5" "$config")
+}
+parity rgb mixed --resize 40 --center-crop 36 --normalize imagenet
+parity gray mixed --resize 30,45 --channels gray --normalize 0.5:0.25
+parity pad oriented --resize 48 --center-crop 64 --exif-transpose  # EXIF 1..8 (JPEG and PNG); padded crop
+run "$TC_PYTHON" "$REF" compare "${PARITY[@]}"  # one start of torchvision for the three
+expect_rc 0
+figures=$out
+# Identical against Debian 12's Pillow 9.4; PyPI's Pillow 13 (make test-pip) differs by 1/255 in
+# a few values (docs/inputs.md), within the issue's bar.
+pil_major=$("$TC_PYTHON" -c 'import PIL; print(PIL.__version__.split(".")[0])')
+for config in rgb gray pad; do
+  out=$(grep "^$config " <<<"$figures")
+  # The issue's bar (within 1/255 on >= 99.9% of values, mean difference <= 0.002) and ours:
+  # identical values, since PIL's fixed-point resampling is reproduced.
+  expect_out_re "^$config rows [0-9]+ order True classes True within (1\.0+|0\.999[0-9]*) mad 0\.00[0-2][0-9]* "
+  if [ "$pil_major" -le 9 ]; then
+    expect_out_re "max8 0\.00e\+00 maxall 0\.00000$"
+  else
+    expect_out_re "max8 (0\.00e\+00|3\.92e-03) maxall 0\.00(000|392)$"
+  fi
+done
+
+# --convert device: the 8-bit pixels travel and become floats on the encoders' device (here the
+# CPU, through the same tensor operations a GPU runs); the flat encoder stores its input, so the
+# floats must be the host's to the bit, under the same fingerprint.
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-dev.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
+  --normalize imagenet --convert device --json
+expect_rc 0
+expect_out_has '"convert":"device"'
+run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-dev.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
+  --exif-transpose --convert device
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-dev.h5" "${FILL[@]}" --resize 30,45 --channels gray \
+  --normalize 0.5:0.25 --convert device
+expect_rc 0
+py "
+import h5py, numpy as np
+for c in ['rgb', 'gray', 'pad']:
+    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-dev.h5')
+    x, y = a['embeddings/flat'][:], b['embeddings/flat'][:]
+    print(c, x.shape == y.shape and x.tobytes() == y.tobytes(), a.attrs['fingerprint'] == b.attrs['fingerprint'])
+"
+expect_out "rgb True True
+gray True True
+pad True True"
+
+# Without --exif-transpose the tag is ignored (PIL's default), so the rotated images differ.
+run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/noexif.h5" "${FILL[@]}" --resize 48 --center-crop 64
+expect_rc 0
+py "
+import h5py, numpy as np
+a, b = h5py.File('$WORK/pad.h5'), h5py.File('$WORK/noexif.h5')
+k = [x.decode() for x in a['keys'][:]]
+same = [bool((a['embeddings/flat'][i] == b['embeddings/flat'][i]).all()) for i in range(len(k))]
+print(sorted({x.split('/')[1][:2].strip('_') for x, s in zip(k, same) if s}))
+"
+expect_out "['o1', 'p1']"
+
+# ---- the spec is stored, shown and fingerprinted ------------------------------------------------
+run "$TC_BIN/cache-inspect" "$WORK/rgb.h5"
+expect_rc 0
+expect_out_has "  input        $WORK/mixed (image-folder) [image]"
+expect_out_has "  preprocess   resize 40, center_crop 36,36, channels rgb, normalize 0.485,0.456,0.406:0.229,0.224,0.225, exif_transpose no"
+expect_out_has "labels       int64 from 'label', 9 classes: 0=jpeg_gray:32 1=jpeg_rgb:32 2=png16:32"
+expect_out_has "keys         string from 'path'"
+run "$TC_BIN/cache-inspect" "$WORK/rgb.h5" --json
+expect_out_has '"input_kind":"image-folder"'
+expect_out_has '"preprocess":{"resize":"40","center_crop":"36,36","channels":"rgb","normalize":"0.485,0.456,0.406:0.229,0.224,0.225","exif_transpose":"no"}'
+expect_out_has '"names":["jpeg_gray","jpeg_rgb","png16","png_1bit","png_gray","png_la","png_pal","png_rgb","png_rgba"]'
+# --verify decodes and preprocesses sampled rows again with the stored spec.
+run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5"
+expect_rc 0
+expect_out_re "	flat	ok: 6 rows match"
+run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5" --input "$D/images.h5"
+expect_rc 64
+expect_err "cache-inspect: error: $D/images.h5: is a hdf5 input but the cache was built from a image-folder one"
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 40 --center-crop 36 --normalize imagenet
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 44 --center-crop 36 --normalize imagenet
+expect_rc 73
+expect_err "cache-fill: error: $WORK/rgb.h5: exists with another fingerprint (changed: preprocess/resize); use --force to overwrite it"
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb.h5" "${FILL[@]}" --resize 40 --center-crop 36 --channels gray
+expect_rc 73
+expect_err_has "(changed: input/features/image/shape, preprocess/channels, preprocess/normalize)"
+
+# Images of different sizes need a spec that makes them equal.
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/x.h5" "${FILL[@]}"
+expect_rc 65
+expect_err_re "^cache-fill: error: $WORK/mixed: images differ in shape: $WORK/mixed/jpeg_gray/000\.jpeg gives \[3,[0-9]+,[0-9]+\] but $WORK/mixed/jpeg_gray/001\.jpeg gives \[3,[0-9]+,[0-9]+\]; add --resize and/or --center-crop to bring them to one size$"
+expect_no_file "$WORK/x.h5"
+finish
