@@ -2,7 +2,7 @@
 #
 # Dependencies follow dorado's cmake/DoradoTarget.cmake: what a target's public headers expose is
 # PUBLIC, everything else PRIVATE. LibTorch is PRIVATE to traincache_torch, and the headers that
-# include it (libcore/internal/) are on its PRIVATE include path: the tools, which link
+# include it (libcore/torch/) are on its PRIVATE include path: the tools, which link
 # traincache_torch, have no torch include path, so an accidental #include <torch/...> or
 # "traincache/model/encode.h" in a tool or a torch-free header fails to compile. Code that really needs
 # torch (the torch unit tests, fill-bench) links traincache::torch_internal instead.
@@ -68,7 +68,7 @@ endforeach()
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
 # tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])
-# TORCH: LibTorch and libcore/internal/ are PRIVATE; PCH: compile with this precompiled header.
+# TORCH: LibTorch and libcore/torch/ are PRIVATE; PCH: compile with this precompiled header.
 function(tc_add_library name)
   cmake_parse_arguments(ARG "TORCH" "PCH" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
@@ -77,7 +77,7 @@ function(tc_add_library name)
                                             ${PROJECT_BINARY_DIR}/generated)
   target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   if(ARG_TORCH)
-    target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/libcore/internal)
+    target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/libcore/torch)
     target_link_libraries(${name} PRIVATE traincache::torch)
   endif()
   if(ARG_PCH)

@@ -13,7 +13,7 @@ out=$("$check" "$TC_SOURCE" 2>&1) || fail "an include points up: $out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/libcore"
-cp -r "$TC_SOURCE/libcore/src" "$TC_SOURCE/libcore/include" "$TC_SOURCE/libcore/internal" "$work/libcore/"
+cp -r "$TC_SOURCE/libcore/src" "$TC_SOURCE/libcore/include" "$TC_SOURCE/libcore/torch" "$work/libcore/"
 echo '#include "traincache/cli/cli.h"' >> "$work/libcore/src/io/image.cpp"
 echo '#include "traincache/train/train.h"' >> "$work/libcore/include/traincache/fill/fill.h"
 mkdir "$work/libcore/src/misc" && echo 'int x;' > "$work/libcore/src/misc/x.cpp"

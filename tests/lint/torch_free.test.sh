@@ -13,7 +13,7 @@ out=$("$check" "$TC_SOURCE" "$TC_BUILD" 2>&1) || fail "the tree is not torch-fre
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/src/libcore" "$work/src/tools/x" "$work/build"
-cp -r "$TC_SOURCE/libcore/include" "$TC_SOURCE/libcore/internal" "$work/src/libcore/"
+cp -r "$TC_SOURCE/libcore/include" "$TC_SOURCE/libcore/torch" "$work/src/libcore/"
 echo '#include "traincache/model/encode.h"' >> "$work/src/libcore/include/traincache/base/report.h"
 printf '#include "traincache/cli/cli.h"\n#include <ATen/ATen.h>\nint main() {}\n' > "$work/src/tools/x/main.cpp"
 printf '[{"file": "%s", "command": "c++ -c main.cpp", "output": "tools/CMakeFiles/x.dir/x/main.cpp.o"}]\n' \

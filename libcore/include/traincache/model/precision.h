@@ -1,5 +1,5 @@
 // The arithmetic precision an encoder or head runs in (gc-train and cache-fill --precision).
-// Torch-free: the autocast region that applies it is in internal/traincache/model/precision_torch.h.
+// Torch-free: the autocast region that applies it is in torch/traincache/model/precision_torch.h.
 #pragma once
 
 #include "traincache/base/choices.h"
