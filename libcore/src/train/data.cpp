@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 
 #include "traincache/base/error.h"
@@ -419,6 +420,110 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
   for (Side* side : sides(d))
     for (Rows* r : side->datasets())
       if (r->col) r->load();
+}
+
+// ---- TextSide and Rows (data.h) ----------------------------------------------------------------
+
+text::TokenBatch TextSide::pad(const std::vector<int64_t>& s) const {
+  if (!shared) return text::pad_rows(seqs, s, length);
+  const shm::Slab& slab = shared->slab();
+  auto seq = [&slab](int64_t i) {
+    const auto v = slab.view(static_cast<uint64_t>(i));
+    if (!v || v.bytes % 8 != 0)
+      throw Error(Exit::data, slab.info().name, "sequence " + std::to_string(i) + " is missing or damaged");
+    const auto* ids = static_cast<const int32_t*>(v.data);
+    const auto n = static_cast<int64_t>(v.bytes / 8);
+    return text::TokenSeq{ids, ids + n, n};
+  };
+  return text::pad_seqs(seq, s, length, seqs.pad_id);
+}
+
+std::pair<int64_t, int64_t> TextSide::longest() const {
+  std::pair<int64_t, int64_t> best{0, 0};
+  const int64_t n = n_rows * (1 + n_negatives);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len =
+        shared ? static_cast<int64_t>(shared->slab().view(static_cast<uint64_t>(i)).bytes / 8) : seqs.length(i);
+    if (len > best.second) best = {i, len};
+  }
+  return best;
+}
+
+std::string TextSide::describe(int64_t i) const {
+  if (i < n_rows) return "row " + std::to_string(i);
+  const int64_t k = std::max<int64_t>(1, n_negatives);
+  return "row " + std::to_string((i - n_rows) / k) + "'s hard negative " + std::to_string((i - n_rows) % k + 1);
+}
+
+std::optional<data_cache::Stats> TextSide::cache_stats() const {
+  if (!shared) return std::nullopt;
+  return shared->stats();
+}
+
+std::vector<int64_t> Rows::sizes() const {
+  if (all.defined()) return all.sizes().vec();
+  std::vector<int64_t> s = col->info().shape;
+  if (one_per_row) s.insert(s.begin() + 1, 1);
+  if (flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
+  return s;
+}
+
+torch::Tensor Rows::gather(const torch::Tensor& idx, const std::vector<int64_t>* keys) const {
+  if (all.defined()) return all.index_select(0, idx.to(all.device()));
+  auto t = window && keys ? window_rows(row_list(idx), *keys)
+           : cache        ? cached_rows(row_list(idx))
+                          : encode::read_column_rows(*col, row_list(idx), scale);
+  if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
+  if (one_per_row) t = t.unsqueeze(1);
+  if (flat) t = t.reshape({t.size(0), -1});
+  return t.to(device);
+}
+
+void Rows::load() {
+  all = load_whole(*col, scale, device, float_type);
+  if (one_per_row) all = all.unsqueeze(1);
+  if (flat) all = all.reshape({all.size(0), -1});
+  col.reset();
+  one_per_row = flat = false;
+}
+
+uint64_t Rows::converted_bytes() const {
+  if (all.defined() || !col) return 0;
+  const auto& ci = col->info();
+  const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+  return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
+}
+
+// Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
+// converted and offered to it by `store(k, bytes)` (k: the position in `want`).
+template <class Lookup, class Store>
+torch::Tensor Rows::through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const {
+  const auto& ci = col->info();
+  std::vector<int64_t> shape = ci.shape;
+  shape[0] = static_cast<int64_t>(want.size());
+  auto t = torch::empty(shape, encode::converted_type(ci.dtype));
+  auto* out = static_cast<char*>(t.data_ptr());
+  const std::vector<std::size_t> miss = lookup(out);
+  if (miss.empty()) return t;
+  std::vector<int64_t> rows;
+  for (auto k : miss) rows.push_back(want[k]);
+  auto read = encode::read_column_rows(*col, rows, scale);
+  const auto* in = static_cast<const char*>(read.data_ptr());
+  for (std::size_t j = 0; j < miss.size(); ++j) {
+    std::memcpy(out + miss[j] * rb, in + j * rb, rb);
+    store(miss[j], in + j * rb);
+  }
+  return t;
+}
+torch::Tensor Rows::cached_rows(const std::vector<int64_t>& want) const {
+  return through_cache(
+      want, cache->row_bytes(), [&](char* out) { return cache->lookup(want, out); },
+      [&](std::size_t k, const char* bytes) { cache->store(want[k], bytes); });
+}
+torch::Tensor Rows::window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const {
+  return through_cache(
+      want, window->item_bytes(), [&](char* out) { return window->lookup(keys, out); },
+      [&](std::size_t k, const char* bytes) { window->store(keys[k], bytes); });
 }
 
 }  // namespace traincache::train

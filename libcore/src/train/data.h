@@ -67,47 +67,19 @@ struct TextSide final : Side {
   torch::Device device{torch::kCPU};
 
   // Sequences `s` padded into a batch.
-  text::TokenBatch pad(const std::vector<int64_t>& s) const {
-    if (!shared) return text::pad_rows(seqs, s, length);
-    const shm::Slab& slab = shared->slab();
-    auto seq = [&slab](int64_t i) {
-      const auto v = slab.view(static_cast<uint64_t>(i));
-      if (!v || v.bytes % 8 != 0)
-        throw Error(Exit::data, slab.info().name, "sequence " + std::to_string(i) + " is missing or damaged");
-      const auto* ids = static_cast<const int32_t*>(v.data);
-      const auto n = static_cast<int64_t>(v.bytes / 8);
-      return text::TokenSeq{ids, ids + n, n};
-    };
-    return text::pad_seqs(seq, s, length, seqs.pad_id);
-  }
+  text::TokenBatch pad(const std::vector<int64_t>& s) const;
 
   // The longest sequence (rows first, then each row's negatives) and its length in tokens.
-  std::pair<int64_t, int64_t> longest() const {
-    std::pair<int64_t, int64_t> best{0, 0};
-    const int64_t n = n_rows * (1 + n_negatives);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t len =
-          shared ? static_cast<int64_t>(shared->slab().view(static_cast<uint64_t>(i)).bytes / 8) : seqs.length(i);
-      if (len > best.second) best = {i, len};
-    }
-    return best;
-  }
+  std::pair<int64_t, int64_t> longest() const;
   // Sequence i in words: "row 12" or "row 12's hard negative 2" (rows counted from 0).
-  std::string describe(int64_t i) const {
-    if (i < n_rows) return "row " + std::to_string(i);
-    const int64_t k = std::max<int64_t>(1, n_negatives);
-    return "row " + std::to_string((i - n_rows) / k) + "'s hard negative " + std::to_string((i - n_rows) % k + 1);
-  }
+  std::string describe(int64_t i) const;
 
   int64_t rows() const override { return n_rows; }
   int64_t hard_negatives() const override { return n_negatives; }
   std::vector<torch::Tensor> inputs(const torch::Tensor& idx, bool negatives,
                                     const std::vector<int64_t>*) const override;
   const TextSide* text() const override { return this; }
-  std::optional<data_cache::Stats> cache_stats() const override {
-    if (!shared) return std::nullopt;
-    return shared->stats();
-  }
+  std::optional<data_cache::Stats> cache_stats() const override;
 };
 
 std::vector<int64_t> row_list(const torch::Tensor& idx);
@@ -128,13 +100,7 @@ struct Rows {
   std::string cache_parts;                      // --data-cache smart: what the column's rows are made of
   std::shared_ptr<smart::WindowCache> window;   // and its SmartCache window (opened after the split)
 
-  std::vector<int64_t> sizes() const {
-    if (all.defined()) return all.sizes().vec();
-    std::vector<int64_t> s = col->info().shape;
-    if (one_per_row) s.insert(s.begin() + 1, 1);
-    if (flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
-    return s;
-  }
+  std::vector<int64_t> sizes() const;
   int64_t rows() const { return sizes().front(); }
   int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
 
@@ -143,65 +109,20 @@ struct Rows {
   // convert them: this runs on the prefetch thread, where OpenMP-parallel tensor operations would
   // compete with the training step's threads.
   // `keys`: the rows' SmartCache keys (training batches with --data-cache smart).
-  torch::Tensor gather(const torch::Tensor& idx, const std::vector<int64_t>* keys = nullptr) const {
-    if (all.defined()) return all.index_select(0, idx.to(all.device()));
-    auto t = window && keys ? window_rows(row_list(idx), *keys)
-             : cache        ? cached_rows(row_list(idx))
-                            : encode::read_column_rows(*col, row_list(idx), scale);
-    if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
-    if (one_per_row) t = t.unsqueeze(1);
-    if (flat) t = t.reshape({t.size(0), -1});
-    return t.to(device);
-  }
+  torch::Tensor gather(const torch::Tensor& idx, const std::vector<int64_t>* keys = nullptr) const;
 
   // An opened column loaded whole (converted once), as without --stream.
-  void load() {
-    all = load_whole(*col, scale, device, float_type);
-    if (one_per_row) all = all.unsqueeze(1);
-    if (flat) all = all.reshape({all.size(0), -1});
-    col.reset();
-    one_per_row = flat = false;
-  }
+  void load();
 
   // Bytes the rows take once loaded and converted (streamed: not loaded, so far).
-  uint64_t converted_bytes() const {
-    if (all.defined() || !col) return 0;
-    const auto& ci = col->info();
-    const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
-    return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
-  }
+  uint64_t converted_bytes() const;
 
   // Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
   // converted and offered to it by `store(k, bytes)` (k: the position in `want`).
   template <class Lookup, class Store>
-  torch::Tensor through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const {
-    const auto& ci = col->info();
-    std::vector<int64_t> shape = ci.shape;
-    shape[0] = static_cast<int64_t>(want.size());
-    auto t = torch::empty(shape, encode::converted_type(ci.dtype));
-    auto* out = static_cast<char*>(t.data_ptr());
-    const std::vector<std::size_t> miss = lookup(out);
-    if (miss.empty()) return t;
-    std::vector<int64_t> rows;
-    for (auto k : miss) rows.push_back(want[k]);
-    auto read = encode::read_column_rows(*col, rows, scale);
-    const auto* in = static_cast<const char*>(read.data_ptr());
-    for (std::size_t j = 0; j < miss.size(); ++j) {
-      std::memcpy(out + miss[j] * rb, in + j * rb, rb);
-      store(miss[j], in + j * rb);
-    }
-    return t;
-  }
-  torch::Tensor cached_rows(const std::vector<int64_t>& want) const {
-    return through_cache(
-        want, cache->row_bytes(), [&](char* out) { return cache->lookup(want, out); },
-        [&](std::size_t k, const char* bytes) { cache->store(want[k], bytes); });
-  }
-  torch::Tensor window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const {
-    return through_cache(
-        want, window->item_bytes(), [&](char* out) { return window->lookup(keys, out); },
-        [&](std::size_t k, const char* bytes) { window->store(keys[k], bytes); });
-  }
+  torch::Tensor through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const;
+  torch::Tensor cached_rows(const std::vector<int64_t>& want) const;
+  torch::Tensor window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const;
 };
 
 // A side of tensor datasets: rows [N, ...] of each (one per input of the model), and of each its
