@@ -67,6 +67,12 @@ expect_one_line_err
 run "$TC_BIN/cache-inspect" -vv "$TC_DATA/truncated.h5"
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"
+# cache-inspect --verify runs in libtraincache_verify.so, with its own copy of the HDF5 layer.
+"$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+  --rows 0:16 --out "$WORK/v.h5" || _fail "cache-fill"
+run "$TC_BIN/cache-inspect" -vv --verify 2 --input "$TC_DATA/truncated.h5" "$WORK/v.h5"
+expect_rc 65
+expect_err_has "HDF5-DIAG: Error detected in HDF5"
 run "$TC_BIN/smart-bench" --data "$TC_DATA/truncated.h5" --strategy none -vv
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"

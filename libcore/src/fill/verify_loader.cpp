@@ -1,6 +1,7 @@
 // The torch-free side of cache-inspect --verify: libtraincache_verify.so (verify_module.cpp says
 // why it is a module), loaded the first time a program verifies or prints LibTorch's runtime.
 #include <dlfcn.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -25,6 +26,7 @@ constexpr const char* kFile = "libtraincache_verify.so";
 struct VerifyModule {
   RunVerifyFn run = nullptr;
   RuntimeInfoFn runtime_info = nullptr;
+  SetVerboseFn h5_verbose = nullptr;
 
   static const VerifyModule& get() {
     static const VerifyModule m = open();
@@ -48,6 +50,7 @@ struct VerifyModule {
     VerifyModule m;
     m.run = reinterpret_cast<RunVerifyFn>(module_symbol(h, "tc_verify_run", kFile, "LibTorch"));
     m.runtime_info = reinterpret_cast<RuntimeInfoFn>(module_symbol(h, "tc_verify_runtime_info", kFile, "LibTorch"));
+    m.h5_verbose = reinterpret_cast<SetVerboseFn>(module_symbol(h, "tc_verify_h5_verbose", kFile, "LibTorch"));
     return m;
   }
 };
@@ -71,7 +74,12 @@ void rethrow(const ModuleFailure& f) {
 VerifyReport run_verify_in_module(const VerifyOptions& opts) {
   VerifyReport report;
   ModuleFailure failure;
-  VerifyModule::get().run(&opts, &report, &failure);
+  const VerifyModule& m = VerifyModule::get();
+  // The module's copy of the HDF5 layer prints HDF5's error stacks (-vv) when this thread does.
+  H5E_auto2_t print = nullptr;
+  void* print_data = nullptr;
+  m.h5_verbose(H5Eget_auto2(H5E_DEFAULT, &print, &print_data) >= 0 && print != nullptr);
+  m.run(&opts, &report, &failure);
   rethrow(failure);
   return report;
 }

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "traincache/base/error.h"
+#include "traincache/io/h5.h"
 #include "traincache/model/runtime.h"
 
 namespace traincache::verify {
@@ -41,6 +42,8 @@ __attribute__((visibility("default"))) void tc_verify_run(const traincache::veri
                                                           traincache::verify::ModuleFailure* failure) {
   traincache::verify::guarded(failure, [&] { *report = traincache::verify::run_verify(*opts); });
 }
+
+__attribute__((visibility("default"))) void tc_verify_h5_verbose(bool on) { traincache::h5::set_verbose(on); }
 
 __attribute__((visibility("default"))) void tc_verify_runtime_info(std::string* text,
                                                                    traincache::verify::ModuleFailure* failure) {

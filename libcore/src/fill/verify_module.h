@@ -23,6 +23,8 @@ extern "C" {
 using RunVerifyFn = void (*)(const VerifyOptions* opts, VerifyReport* report, ModuleFailure* failure);
 /// runtime_info() into *text.
 using RuntimeInfoFn = void (*)(std::string* text, ModuleFailure* failure);
+/// h5::set_verbose(on) in the module's own copy of the HDF5 layer (-vv's error stacks).
+using SetVerboseFn = void (*)(bool on);
 }
 
 }  // namespace traincache::verify
