@@ -89,14 +89,7 @@ expect_eq "$out" "skipped None" "the .npz caches agree"
 # ---- an output another run holds: 75, the cache untouched ----------------------------------------
 cp "$WORK/z.h5" "$WORK/z-before.h5"
 cp "$WORK/old.npz" "$WORK/in.npz"
-(
-  exec 9>"$WORK/z.h5.lock"
-  flock -n 9 || exit 1
-  echo 4545 >&9
-  sleep 5
-) &
-holder=$!
-for _ in $(seq 1 100); do [ -s "$WORK/z.h5.lock" ] && break; sleep 0.02; done
+hold_lock "$WORK/z.h5.lock" 4545
 run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z.h5" "${NPZ[@]}" --update
 expect_rc 75
 expect_err "cache-fill: error: $WORK/z.h5: in use by another cache-fill run (pid 4545); try again when it has finished"

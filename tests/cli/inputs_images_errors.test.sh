@@ -3,12 +3,7 @@
 # with its exit code, or with --on-error skip a zero row listed in /skipped; a fill from an image
 # folder killed part way resumes to identical bytes.
 source "$(dirname "$0")/lib.sh"
-D=$TC_DATA
-REF=$TC_SOURCE/tests/cli/images_reference.py
-
-run "$TC_PYTHON" "$REF" make "$WORK"
-expect_rc 0
-FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)
+source "$(dirname "$0")/images_lib.sh"
 
 # png/: the fixture images as PNG files by class (300); big/: six more copies of each (1800), for
 # the resume test; m.csv: a manifest whose fields the misspelt-field error lists.

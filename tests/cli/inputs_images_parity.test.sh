@@ -3,12 +3,7 @@
 # python3-torchvision in the suite): 288 images of 9 kinds in three pipelines, on the host and with
 # --convert device, EXIF orientation; the spec is stored, shown, verified and fingerprinted.
 source "$(dirname "$0")/lib.sh"
-D=$TC_DATA
-REF=$TC_SOURCE/tests/cli/images_reference.py
-
-run "$TC_PYTHON" "$REF" make "$WORK"
-expect_rc 0
-FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)
+source "$(dirname "$0")/images_lib.sh"
 
 # ---- parity with torchvision: 288 images of 9 kinds (JPEG RGB/grey, PNG RGB/grey/RGBA/LA/
 # palette/1-bit/16-bit), sizes 20..119, in three pipelines --------------------------------------

@@ -4,12 +4,7 @@
 # smart-bench read folders, and CSV (quoted fields), TSV and JSON Lines manifests give the folder's
 # cache.
 source "$(dirname "$0")/lib.sh"
-D=$TC_DATA
-REF=$TC_SOURCE/tests/cli/images_reference.py
-
-run "$TC_PYTHON" "$REF" make "$WORK"
-expect_rc 0
-FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)
+source "$(dirname "$0")/images_lib.sh"
 
 # ---- a PNG folder of the fixture images gives the HDF5 input's embeddings ----------------------
 py "

@@ -3,15 +3,7 @@
 # nothing written; the default field and what it names; a fill killed part way resumes to
 # identical bytes.
 source "$(dirname "$0")/lib.sh"
-export TRAINCACHE_SHM_PREFIX="tctar-$$-"
-trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
-D=$TC_DATA
-T=$TC_DATA/tokenizers
-
-run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
-expect_rc 0
-FILL=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
-SHARDS="$WORK/shards/{0000..0003}.tar"
+source "$(dirname "$0")/tar_lib.sh"
 
 run "$TC_BIN/cache-fill" --input "$SHARDS" --features png --labels cls --out "$WORK/tar.h5" "${FILL[@]}"
 expect_rc 0

@@ -4,15 +4,7 @@
 # shards (brace range, list, glob, one .tar.gz) gives the same rows, text fields too; shm-cache,
 # smart-bench and --export read them; shards over 2 processes merge to the single-process cache.
 source "$(dirname "$0")/lib.sh"
-export TRAINCACHE_SHM_PREFIX="tctar-$$-"
-trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
-D=$TC_DATA
-T=$TC_DATA/tokenizers
-
-run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
-expect_rc 0
-FILL=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
-SHARDS="$WORK/shards/{0000..0003}.tar"
+source "$(dirname "$0")/tar_lib.sh"
 
 # ---- the shards give the folder's rows: embeddings to the bit, labels, keys --------------------
 run "$TC_BIN/cache-fill" --input "$WORK/folder" --out "$WORK/folder.h5" "${FILL[@]}"

@@ -3,15 +3,7 @@
 # manifest (read whole or with --stream), and a checkpoint knows each shard (one rewritten since
 # is a change of data, not a resume).
 source "$(dirname "$0")/lib.sh"
-export TRAINCACHE_SHM_PREFIX="tctar-$$-"
-trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
-D=$TC_DATA
-T=$TC_DATA/tokenizers
-
-run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
-expect_rc 0
-FILL=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
-SHARDS="$WORK/shards/{0000..0003}.tar"
+source "$(dirname "$0")/tar_lib.sh"
 
 # ---- gc-train: image-text pairs from shards, CLIP-style, as from the same pairs in a manifest ----
 PAIRS=(--query png --passage txt --query-encoder "$D/cnn16.pt" --passage-encoder "$D/text4k_nodrop.pt"

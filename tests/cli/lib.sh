@@ -137,6 +137,18 @@ finish() {
 expect_err_re() { [[ "$err" =~ $1 ]] && _ok || _fail "expected stderr to match: $1"; }
 expect_out_re() { [[ "$out" =~ $1 ]] && _ok || _fail "expected stdout to match: $1"; }
 
+# hold_lock FILE PID: another process (flock(1) standing in for a run) holds FILE, which names PID.
+hold_lock() {
+  (
+    exec 9>"$1"
+    flock -n 9 || exit 1
+    echo "$2" >&9 # only once locked: a non-empty file means the lock is held
+    sleep 5
+  ) &
+  holder=$!
+  for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.02; done
+}
+
 # wait_committed PARTIAL N: waits until the journal has committed at least N rows (the partial directory exists for 0).
 wait_committed() {
   local journal=$1/journal.json i c

@@ -10,18 +10,6 @@ FILL=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --labels l
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/ref.h5"
 expect_rc 0
 
-# hold_lock FILE PID: another process (flock(1) standing in for a run) holds FILE, which names PID.
-hold_lock() {
-  (
-    exec 9>"$1"
-    flock -n 9 || exit 1
-    echo "$2" >&9 # only once locked: a non-empty file means the lock is held
-    sleep 5
-  ) &
-  holder=$!
-  for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.02; done
-}
-
 # A lock held by another process: exit 75, its pid named.
 hold_lock "$WORK/held.h5.lock" 4242
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/held.h5"
