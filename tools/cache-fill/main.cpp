@@ -33,7 +33,7 @@ struct Options {
 void resolve_shard(Options& o) {
   std::string spec = o.shard;
   if (spec.empty()) {
-    auto launch = dist::read_launch();
+    auto launch = train::read_launch();
     if (!launch.distributed()) return;
     spec = std::to_string(launch.rank) + "/" + std::to_string(launch.world_size);
   }
@@ -220,9 +220,9 @@ int run(Options& o) {
   resolve_encoders(o);
   o.fill.optimize = !o.no_optimize;
   // Under torchrun: one GPU per process (--device cuda is cuda:LOCAL_RANK) and a share of the cores.
-  const dist::Launch launch = dist::read_launch();
-  o.fill.threads = dist::local_threads(o.common.threads, launch, static_cast<int>(usable_cores()));
-  o.fill.device = dist::local_device(o.common.device, launch);
+  const train::Launch launch = train::read_launch();
+  o.fill.threads = train::local_threads(o.common.threads, launch, static_cast<int>(usable_cores()));
+  o.fill.device = train::local_device(o.common.device, launch);
   o.fill.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   if (!o.rows.empty()) std::tie(o.fill.row_begin, o.fill.row_end) = cli::parse_row_range(o.rows);
   install_interrupt_handlers();

@@ -68,7 +68,7 @@ report::Record head_record(const cache::CacheRow& row) {
   return r;
 }
 
-report::Record verify_record(const verify::EncoderVerdict& e) {
+report::Record verify_record(const fill::EncoderVerdict& e) {
   report::Record r;
   r.add("name", e.name)
       .add("ok", e.ok())
@@ -84,7 +84,7 @@ report::Record verify_record(const verify::EncoderVerdict& e) {
   return r;
 }
 
-const char* verify_text(const verify::EncoderVerdict& e) {
+const char* verify_text(const fill::EncoderVerdict& e) {
   if (e.ok()) return "ok: {checked} rows match (max abs diff {max_abs_diff:%.3g}, tolerance {atol} + {rtol}*|x|)";
   if (e.encoder_changed && e.mismatched == 0)
     return "STALE: encoder file {encoder_path} changed since the cache was built";
@@ -154,7 +154,7 @@ int check_files(const Options& o) {
 // entry in `files`. Returns whether every encoder matched.
 bool verify_file(const Options& o, const std::string& f, const std::map<std::string, std::string>& overrides,
                  json& files) {
-  verify::VerifyOptions v;
+  fill::VerifyOptions v;
   v.cache = f;
   v.samples = o.verify;
   v.seed = o.seed;
@@ -164,7 +164,7 @@ bool verify_file(const Options& o, const std::string& f, const std::map<std::str
   v.atol = o.atol;
   v.device = o.common.device;
   v.threads = o.common.threads;
-  auto rep = verify::run_verify_in_module(v);
+  auto rep = fill::run_verify_in_module(v);
   report::Json encoders = report::Json::array();
   for (const auto& e : rep.encoders) {
     auto rec = verify_record(e);
@@ -253,7 +253,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Summarise, check and verify traincache cache files.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, verify::runtime_info_in_module);
+  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info_in_module);
   app.add_option("files", o.files, "Cache files")->required();
   app.add_flag("--stats", o.stats, "Per-encoder row-norm statistics and NaN/Inf counts");
   auto* check =

@@ -138,7 +138,7 @@ void resolve_options(Options& o) {
   }
   if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
-  if (!o.eval_k.empty()) t.eval_k = eval::parse_ks(o.eval_k);
+  if (!o.eval_k.empty()) t.eval_k = train::parse_ks(o.eval_k);
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   t.data_cache = data_cache::parse(o.data_cache, "--data-cache");
   t.data_cache.keep = o.data_cache_keep;
@@ -398,7 +398,7 @@ void add_optimiser_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->group(g_opt);
   auto* g_dist = "Data parallel (with WORLD_SIZE > 1; see docs/distributed.md)";
-  cli::add_choice(app, "--dist-backend", t.dist_backend, dist::backend_choices(),
+  cli::add_choice(app, "--dist-backend", t.dist_backend, train::backend_choices(),
                   "auto (nccl for CUDA, gloo otherwise), gloo or nccl")
       ->group(g_dist);
   app.add_option("--dist-timeout", t.dist_timeout, "Seconds a rank waits for the others before failing")

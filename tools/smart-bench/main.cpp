@@ -20,10 +20,10 @@ constexpr const char* kTool = "smart-bench";
 // (table, JSON, JSON Lines, CSV) walks this list through one record per epoch.
 struct Field {
   report::Column column;
-  report::Json (*get)(const smart_bench::EpochRecord&);
+  report::Json (*get)(const bench::EpochRecord&);
 };
 const std::vector<Field>& fields() {
-  using R = smart_bench::EpochRecord;
+  using R = bench::EpochRecord;
   static const std::vector<Field> f = {
       {{"strategy", "strategy", 13}, [](const R& r) { return report::Json(r.strategy); }},
       {{"epoch", "epoch", 5}, [](const R& r) { return report::Json(r.epoch); }},
@@ -66,7 +66,7 @@ std::string cell(const std::string& key, const report::Json& v) {
   return buf;
 }
 
-report::Record epoch_record(const smart_bench::EpochRecord& r) {
+report::Record epoch_record(const bench::EpochRecord& r) {
   report::Record rec;
   for (const auto& f : fields()) {
     auto v = f.get(r);
@@ -77,7 +77,7 @@ report::Record epoch_record(const smart_bench::EpochRecord& r) {
 
 struct Options {
   cli::CommonOptions common;
-  smart_bench::BenchOptions b;
+  bench::BenchOptions b;
   std::string strategies = "none,full,stochastic,smart", baseline;
   bool jsonl = false, csv = false;
   double max_regression = 0.10;
@@ -86,19 +86,19 @@ struct Options {
 int run(Options& o) {
   o.b.strategies.clear();
   for (const auto& name : cli::split(o.strategies, ',')) {
-    auto c = smart_bench::caching_choices().find(name);
+    auto c = bench::caching_choices().find(name);
     if (!c)
       throw Error(Exit::usage, "--strategy",
-                  "unknown strategy '" + name + "' (known: " + smart_bench::caching_choices().list(", ") + ")");
+                  "unknown strategy '" + name + "' (known: " + bench::caching_choices().list(", ") + ")");
     o.b.strategies.push_back(*c);
   }
   o.b.threads = o.common.threads;
   json baseline;
-  if (!o.baseline.empty()) baseline = smart_bench::read_baseline(o.baseline);
+  if (!o.baseline.empty()) baseline = bench::read_baseline(o.baseline);
 
   json records = json::array();
   bool header_done = false;
-  auto on_record = [&](const smart_bench::EpochRecord& r) {
+  auto on_record = [&](const bench::EpochRecord& r) {
     auto rec = epoch_record(r);
     records.push_back(rec.json());
     if (o.jsonl) {
@@ -116,7 +116,7 @@ int run(Options& o) {
   auto info = [&](const std::string& m) {
     if (o.common.verbose) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
   };
-  smart_bench::run(o.b, on_record, info);
+  bench::run(o.b, on_record, info);
 
   if (o.common.json) {
     json doc{{"schema", "smart-bench/1"},
@@ -139,13 +139,13 @@ int run(Options& o) {
                {"replace_rate", o.b.replace_rate},
                {"seed", o.b.seed}}},
              {"records", records},
-             {"samples_per_second", smart_bench::throughput(records)}};
+             {"samples_per_second", bench::throughput(records)}};
     report::print_json(doc);
   }
 
   int status = 0;
   if (!baseline.is_null()) {
-    for (const auto& c : smart_bench::compare(baseline, records, o.max_regression)) {
+    for (const auto& c : bench::compare(baseline, records, o.max_regression)) {
       if (c.regressed) {
         std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f samples/s (%+.1f%%, limit -%.1f%%)\n", kTool,
                      c.strategy.c_str(), c.before, c.after, 100 * c.change, 100 * o.max_regression);
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
       ->capture_default_str()
       ->group("Cost");
-  app.add_option("--strategy", o.strategies, "Comma-separated: " + smart_bench::caching_choices().list(", "))
+  app.add_option("--strategy", o.strategies, "Comma-separated: " + bench::caching_choices().list(", "))
       ->capture_default_str();
   app.add_option("--frozen-encoder", b.frozen_encoder, "embed: frozen TorchScript encoder run every step")
       ->group("embed");

@@ -6,7 +6,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 
-namespace traincache::smart_bench {
+namespace traincache::bench {
 
 std::map<std::string, double> throughput(const report::Json& records) {
   std::map<std::string, std::pair<double, int>> later, first;
@@ -50,4 +50,4 @@ report::Json read_baseline(const std::string& path) {
   return doc["records"];
 }
 
-}  // namespace traincache::smart_bench
+}  // namespace traincache::bench

@@ -28,7 +28,7 @@
 #include "traincache/model/encode.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::smart_bench {
+namespace traincache::bench {
 
 namespace {
 
@@ -282,8 +282,8 @@ class SmartStrategy : public Strategy {
  public:
   SmartStrategy(Pipeline& p, int64_t n, const BenchOptions& o, const std::vector<int64_t>& shape)
       : p_(p), shape_(shape), seed_(o.seed), epochs_(o.epochs) {
-    smart::WindowOptions w;
-    w.plan = smart::make_plan(n, o.cache_num > 0 ? o.cache_num : std::max<int64_t>(1, n / 2), o.replace_rate);
+    data_cache::WindowOptions w;
+    w.plan = data_cache::make_plan(n, o.cache_num > 0 ? o.cache_num : std::max<int64_t>(1, n / 2), o.replace_rate);
     w.items = std::make_shared<const std::vector<int64_t>>(shuffled(n, o.seed + 999));
     w.dtype = DType::f32;
     for (auto d : shape) w.dims.push_back(static_cast<uint64_t>(d));
@@ -293,7 +293,7 @@ class SmartStrategy : public Strategy {
     w.workers = o.replace_workers;
     w.chunk = 1;
     plan_ = w.plan;
-    cache_ = smart::WindowCache::open(w, [&p](const std::vector<int64_t>& items, void* out) {
+    cache_ = data_cache::WindowCache::open(w, [&p](const std::vector<int64_t>& items, void* out) {
       auto* dst = static_cast<char*>(out);
       for (auto i : items) {
         auto t = p.deterministic(i);
@@ -332,9 +332,9 @@ class SmartStrategy : public Strategy {
   std::vector<int64_t> shape_;
   uint64_t seed_;
   int64_t epochs_;
-  smart::WindowPlan plan_;
+  data_cache::WindowPlan plan_;
   std::unordered_map<int64_t, int64_t> key_of_;  // the epoch's items -> their keys
-  std::unique_ptr<smart::WindowCache> cache_;
+  std::unique_ptr<data_cache::WindowCache> cache_;
 };
 
 // The embed strategies: a frozen encoder run on every batch, or its embeddings read from a
@@ -661,4 +661,4 @@ void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& r
   }
 }
 
-}  // namespace traincache::smart_bench
+}  // namespace traincache::bench

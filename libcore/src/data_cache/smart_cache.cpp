@@ -7,7 +7,7 @@
 
 #include "traincache/base/error.h"
 
-namespace traincache::smart {
+namespace traincache::data_cache {
 
 WindowPlan make_plan(int64_t dataset_len, int64_t cache_num, double replace_rate) {
   if (dataset_len <= 0) throw Error(Exit::usage, "dataset", "is empty");
@@ -211,4 +211,4 @@ void WindowCache::shutdown() {
   threads_.clear();
 }
 
-}  // namespace traincache::smart
+}  // namespace traincache::data_cache

@@ -13,7 +13,7 @@
 #include "traincache/model/precision_torch.h"
 #include "traincache/text/tokenizer.h"
 
-namespace traincache::verify {
+namespace traincache::fill {
 
 namespace {
 
@@ -151,4 +151,4 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   return rep;
 }
 
-}  // namespace traincache::verify
+}  // namespace traincache::fill

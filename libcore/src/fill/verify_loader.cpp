@@ -13,7 +13,7 @@
 #include "traincache/fill/verify.h"
 #include "verify_module.h"
 
-namespace traincache::verify {
+namespace traincache::fill {
 
 bool VerifyReport::ok() const {
   return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
@@ -92,4 +92,4 @@ std::string runtime_info_in_module() {
   return text;
 }
 
-}  // namespace traincache::verify
+}  // namespace traincache::fill

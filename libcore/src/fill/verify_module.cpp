@@ -12,7 +12,7 @@
 #include "traincache/io/h5.h"
 #include "traincache/model/runtime.h"
 
-namespace traincache::verify {
+namespace traincache::fill {
 
 namespace {
 
@@ -33,21 +33,21 @@ void guarded(ModuleFailure* failure, F&& body) noexcept {
 
 }  // namespace
 
-}  // namespace traincache::verify
+}  // namespace traincache::fill
 
 extern "C" {
 
-__attribute__((visibility("default"))) void tc_verify_run(const traincache::verify::VerifyOptions* opts,
-                                                          traincache::verify::VerifyReport* report,
-                                                          traincache::verify::ModuleFailure* failure) {
-  traincache::verify::guarded(failure, [&] { *report = traincache::verify::run_verify(*opts); });
+__attribute__((visibility("default"))) void tc_verify_run(const traincache::fill::VerifyOptions* opts,
+                                                          traincache::fill::VerifyReport* report,
+                                                          traincache::fill::ModuleFailure* failure) {
+  traincache::fill::guarded(failure, [&] { *report = traincache::fill::run_verify(*opts); });
 }
 
 __attribute__((visibility("default"))) void tc_verify_h5_verbose(bool on) { traincache::h5::set_verbose(on); }
 
 __attribute__((visibility("default"))) void tc_verify_runtime_info(std::string* text,
-                                                                   traincache::verify::ModuleFailure* failure) {
-  traincache::verify::guarded(failure, [&] { *text = traincache::runtime_info(); });
+                                                                   traincache::fill::ModuleFailure* failure) {
+  traincache::fill::guarded(failure, [&] { *text = traincache::runtime_info(); });
 }
 
 }  // extern "C"

@@ -8,7 +8,7 @@
 
 #include "traincache/fill/verify.h"
 
-namespace traincache::verify {
+namespace traincache::fill {
 
 /// How a module function failed: kind 0 none, 1 traincache::Error (code, message), 2 out of memory,
 /// 3 any other exception (message).
@@ -27,4 +27,4 @@ using RuntimeInfoFn = void (*)(std::string* text, ModuleFailure* failure);
 using SetVerboseFn = void (*)(bool on);
 }
 
-}  // namespace traincache::verify
+}  // namespace traincache::fill

@@ -13,7 +13,7 @@
 
 using nlohmann::json;
 
-namespace traincache::checkpoint {
+namespace traincache::train {
 
 namespace {
 
@@ -60,8 +60,9 @@ void set_rng_state(const torch::Tensor& s) {
   gen.set_state(s);
 }
 
-void save(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-          const std::string& config, const torch::Tensor& rngs, const std::string& state) {
+void save_checkpoint(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params,
+                     torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs,
+                     const std::string& state) {
   torch::serialize::OutputArchive ar;
   ar.write("step", torch::tensor(step));
   ar.write("rng", rngs[0].contiguous());
@@ -85,7 +86,7 @@ void save(const std::string& path, int64_t step, const std::vector<torch::Tensor
   files::write_file_atomically(path, bytes.str());
 }
 
-std::string config_diff(const std::string& stored, const std::string& now) {
+std::string checkpoint_config_diff(const std::string& stored, const std::string& now) {
   json a = json::parse(stored, nullptr, false), b = json::parse(now, nullptr, false);
   if (a.is_discarded() || !a.is_object()) return "unknown";
   std::string out;
@@ -97,8 +98,8 @@ std::string config_diff(const std::string& stored, const std::string& now) {
   return out.empty() ? "unknown" : out;
 }
 
-int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-             const std::string& config, int rank, int world_size, std::string* state) {
+int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
+                        const std::string& config, int rank, int world_size, std::string* state) {
   const std::string payload = checkpoint_payload(path);
   torch::serialize::InputArchive ar;
   torch::Tensor step, rng, world;
@@ -114,9 +115,9 @@ int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, 
   }
   if (!stored.isString()) throw Error(Exit::data, path, "unreadable checkpoint (no settings)");
   if (stored.toStringRef() != config)
-    throw Error(
-        Exit::data, path,
-        "checkpoint was written with other settings (changed: " + config_diff(stored.toStringRef(), config) + ")");
+    throw Error(Exit::data, path,
+                "checkpoint was written with other settings (changed: " +
+                    checkpoint_config_diff(stored.toStringRef(), config) + ")");
   if (world.item<int64_t>() != world_size || rng.size(0) != world_size)
     throw Error(Exit::usage, path,
                 "checkpoint was written by " + std::to_string(world.item<int64_t>()) +
@@ -147,4 +148,4 @@ int64_t load(const std::string& path, const std::vector<torch::Tensor>& params, 
   return step.item<int64_t>();
 }
 
-}  // namespace traincache::checkpoint
+}  // namespace traincache::train

@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace traincache::train {
 
-Checkpointer::Checkpointer(const TrainOptions& o, const Setup& s, dist::Group* group, std::string config)
+Checkpointer::Checkpointer(const TrainOptions& o, const Setup& s, train::RankGroup* group, std::string config)
     : o_(o),
       s_(s),
       group_(group),
@@ -31,7 +31,7 @@ int64_t Checkpointer::resume(const std::vector<torch::Tensor>& params, torch::op
   int64_t start = 0;
   if (o_.resume) {
     if (fs::exists(path_)) {
-      start = checkpoint::load(path_, params, opt, config_, s_.rank, s_.world, &resumed_state_);
+      start = train::load_checkpoint(path_, params, opt, config_, s_.rank, s_.world, &resumed_state_);
       result.checkpoint = path_;
       info("resuming at step " + std::to_string(start) + " from " + path_);
     } else {
@@ -54,11 +54,11 @@ int64_t Checkpointer::resume(const std::vector<torch::Tensor>& params, torch::op
 
 void Checkpointer::save(int64_t step, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
                         bool best) {
-  auto mine = checkpoint::rng_state().unsqueeze(0);
+  auto mine = train::rng_state().unsqueeze(0);
   auto rngs = group_ ? group_->all_gather_rows(mine, std::vector<int64_t>(s_.world, 1)) : mine;
   if (s_.rank == 0)
-    checkpoint::save(best ? o_.checkpoint_dir + "/best.pt" : path_, step, params, opt, config_, rngs,
-                     state ? state() : "{}");
+    train::save_checkpoint(best ? o_.checkpoint_dir + "/best.pt" : path_, step, params, opt, config_, rngs,
+                           state ? state() : "{}");
 }
 
 // What a checkpoint must have been written with to be resumed by this run.

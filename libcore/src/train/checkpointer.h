@@ -17,7 +17,7 @@ namespace traincache::train {
 // every rank's generator state (gathering them is a collective: every rank calls save()).
 class Checkpointer {
  public:
-  Checkpointer(const TrainOptions& o, const Setup& s, dist::Group* group, std::string config);
+  Checkpointer(const TrainOptions& o, const Setup& s, train::RankGroup* group, std::string config);
 
   const std::string& path() const { return path_; }
   bool enabled() const { return !path_.empty(); }
@@ -37,7 +37,7 @@ class Checkpointer {
  private:
   const TrainOptions& o_;
   const Setup& s_;
-  dist::Group* group_;
+  train::RankGroup* group_;
   std::string config_, path_, resumed_state_ = "{}";
   std::unique_ptr<files::OutputLock> lock_;
 };

@@ -365,14 +365,15 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d) {
 // after the column's rows and the schedule, shared by the ranks of the node (each prepares its share).
 void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d) {
   if (o.data_cache.mode != data_cache::Mode::smart || train.empty()) return;
-  d.window = smart::make_plan(static_cast<int64_t>(train.size()), o.data_cache.cache_num, o.data_cache.replace_rate);
+  d.window =
+      data_cache::make_plan(static_cast<int64_t>(train.size()), o.data_cache.cache_num, o.data_cache.replace_rate);
   if (o.drop_last && o.batch_size > d.window.cache_num)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " is larger than the " + std::to_string(d.window.cache_num) +
                     " rows of the SmartCache window (use a smaller batch or --no-drop-last)");
   auto rows = std::make_shared<std::vector<int64_t>>(train);
   if (o.shuffle && d.window.replace_num > 0) {  // a window of every row: the same batches as without
-    const auto order = shuffle::seeded_permutation(static_cast<int64_t>(train.size()), window_order_seed(o.seed));
+    const auto order = train::seeded_permutation(static_cast<int64_t>(train.size()), window_order_seed(o.seed));
     for (std::size_t p = 0; p < order.size(); ++p) (*rows)[p] = train[static_cast<std::size_t>(order[p])];
   }
   d.window_rows = rows;
@@ -384,7 +385,7 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
       Rows& r = *rp;
       if (r.cache_parts.empty()) continue;
       const auto& ci = r.col->info();
-      smart::WindowOptions w;
+      data_cache::WindowOptions w;
       w.plan = d.window;
       w.items = rows;
       w.dtype = converted_slab_type(ci, &w.dims);
@@ -394,8 +395,8 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
       w.trust_owner = o.trust_slab_owner;
       w.part = s.rank;
       w.parts = s.world;
-      r.window =
-          smart::WindowCache::open(w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
+      r.window = data_cache::WindowCache::open(
+          w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
             auto t = encode::read_column_rows(*col, items, scale);
             std::memcpy(out, t.data_ptr(), t.nbytes());
           });

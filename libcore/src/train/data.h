@@ -94,11 +94,11 @@ struct Rows {
   double scale = 1;                           // uint8 inputs
   torch::Dtype float_type = torch::kFloat32;
   torch::Device device{torch::kCPU};
-  bool one_per_row = false;                     // a manifest's path field of negatives: [rows, 1, ...]
-  bool flat = false;                            // cached embeddings: each row as one vector [rows, d]
-  std::shared_ptr<data_cache::RowCache> cache;  // streamed: converted rows kept in a shared slab
-  std::string cache_parts;                      // --data-cache smart: what the column's rows are made of
-  std::shared_ptr<smart::WindowCache> window;   // and its SmartCache window (opened after the split)
+  bool one_per_row = false;                         // a manifest's path field of negatives: [rows, 1, ...]
+  bool flat = false;                                // cached embeddings: each row as one vector [rows, d]
+  std::shared_ptr<data_cache::RowCache> cache;      // streamed: converted rows kept in a shared slab
+  std::string cache_parts;                          // --data-cache smart: what the column's rows are made of
+  std::shared_ptr<data_cache::WindowCache> window;  // and its SmartCache window (opened after the split)
 
   std::vector<int64_t> sizes() const;
   int64_t rows() const { return sizes().front(); }
@@ -149,7 +149,7 @@ struct Data {
   int64_t utf8_replaced = 0;     // ill-formed UTF-8 sequences of text fields replaced with U+FFFD
   std::string labels_warning;    // how the labels were read, when the user should be told
   // --data-cache smart: the window schedule over the training rows (item of a position: a row).
-  smart::WindowPlan window;
+  data_cache::WindowPlan window;
   std::shared_ptr<const std::vector<int64_t>> window_rows;
 };
 

@@ -22,7 +22,7 @@
 #include "traincache/base/interrupt.h"
 #include "traincache/model/encode.h"
 
-namespace traincache::dist {
+namespace traincache::train {
 
 Backend choose_backend(Backend requested, const torch::Device& device) {
   Backend b = requested != Backend::automatic ? requested : device.is_cuda() ? Backend::nccl : Backend::gloo;
@@ -49,7 +49,7 @@ using CollectiveBackend = c10d::Backend;
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
-struct Group::Impl {
+struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;    // the job's store (ours or torchrun's agent's)
   c10::intrusive_ptr<c10d::Store> control;  // our keys in it: "ready", "failed", "ended"
   c10::intrusive_ptr<CollectiveBackend> pg;
@@ -99,7 +99,8 @@ std::string message_of(const std::exception& e) {
 
 }  // namespace
 
-Group::Group(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device)
+RankGroup::RankGroup(const Launch& launch, Backend backend, std::chrono::milliseconds timeout,
+                     const torch::Device& device)
     : impl_(std::make_unique<Impl>()),
       rank_(launch.rank),
       size_(launch.world_size),
@@ -140,7 +141,7 @@ std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()
 
 }  // namespace
 
-void Group::start() {
+void RankGroup::start() {
   const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
   auto& control = *impl_->control;
   int64_t ready = 0;
@@ -180,9 +181,9 @@ void Group::start() {
   collective_seconds_ = 0;
 }
 
-std::string Group::label() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
+std::string RankGroup::label() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
 
-std::optional<std::string> Group::peer_failure() {
+std::optional<std::string> RankGroup::peer_failure() {
   try {
     if (!impl_->control || !impl_->control->check({"failed"})) return std::nullopt;
     auto v = impl_->control->get("failed");
@@ -192,7 +193,7 @@ std::optional<std::string> Group::peer_failure() {
   }
 }
 
-void Group::throw_peer_failure(const std::string& reason) {
+void RankGroup::throw_peer_failure(const std::string& reason) {
   passing_on_ = failed_ = true;
   linger_ms_ = 5000;  // the others may still need the message from the store this rank may serve
   try {
@@ -204,7 +205,7 @@ void Group::throw_peer_failure(const std::string& reason) {
 
 // Shuts the collectives down: NCCL's communicators are destroyed cleanly (LibTorch >= 2.4 warns
 // at exit otherwise), or aborted after a failure so that nothing waits on a peer that is gone.
-void Group::close_backend() noexcept {
+void RankGroup::close_backend() noexcept {
   if (!impl_->pg) return;
   try {
 #if defined(TRAINCACHE_WITH_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
@@ -220,7 +221,7 @@ void Group::close_backend() noexcept {
   }
 }
 
-void Group::report_failure(const std::exception& e) noexcept {
+void RankGroup::report_failure(const std::exception& e) noexcept {
   failed_ = true;
   if (passing_on_ || !impl_->control) return;
   auto* err = dynamic_cast<const Error*>(&e);
@@ -235,7 +236,7 @@ void Group::report_failure(const std::exception& e) noexcept {
   close_backend();  // the others' collectives with this rank fail now, not after their timeout
 }
 
-Group::~Group() {
+RankGroup::~RankGroup() {
   close_backend();
   if (linger_ms_ > 0 && impl_->hosts_store) {
     // The others read the failure from the store this process serves: wait (a few seconds at
@@ -250,7 +251,7 @@ Group::~Group() {
   }
 }
 
-void Group::wait(const char* op, const std::function<void()>& run) {
+void RankGroup::wait(const char* op, const std::function<void()>& run) {
   ++collectives_;
   auto t0 = std::chrono::steady_clock::now();
   try {
@@ -267,7 +268,7 @@ void Group::wait(const char* op, const std::function<void()>& run) {
   }
 }
 
-torch::Tensor Group::all_gather_rows(const torch::Tensor& local, const std::vector<int64_t>& rows) {
+torch::Tensor RankGroup::all_gather_rows(const torch::Tensor& local, const std::vector<int64_t>& rows) {
   if (static_cast<int>(rows.size()) != size_ || rows[rank_] != local.size(0))
     throw Error(Exit::internal, "all_gather_rows", "row counts do not match the group");
   torch::NoGradGuard no_grad;
@@ -305,14 +306,14 @@ void unpack(const torch::Tensor& buf, const std::vector<torch::Tensor>& ts) {
 
 }  // namespace
 
-void Group::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
+void RankGroup::all_reduce_sum(const std::vector<torch::Tensor>& tensors) {
   if (tensors.empty()) return;
   std::vector<torch::Tensor> buf{pack(tensors, comm_device_)};
   wait("all-reduce", [&] { impl_->pg->allreduce(buf)->wait(); });
   unpack(buf[0], tensors);
 }
 
-void Group::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
+void RankGroup::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
   if (tensors.empty()) return;
   std::vector<torch::Tensor> buf{pack(tensors, comm_device_)};
   c10d::BroadcastOptions opts;
@@ -321,8 +322,8 @@ void Group::broadcast(const std::vector<torch::Tensor>& tensors, int root) {
   unpack(buf[0], tensors);
 }
 
-void Group::barrier() {
+void RankGroup::barrier() {
   wait("barrier", [&] { impl_->pg->barrier()->wait(); });
 }
 
-}  // namespace traincache::dist
+}  // namespace traincache::train

@@ -6,7 +6,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
 
-namespace traincache::dist {
+namespace traincache::train {
 
 namespace {
 
@@ -56,4 +56,4 @@ int local_threads(int threads, const Launch& launch, int cores) {
   return std::max(1, cores / launch.local_world_size);
 }
 
-}  // namespace traincache::dist
+}  // namespace traincache::train

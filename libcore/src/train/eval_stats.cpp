@@ -8,7 +8,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/splitmix.h"
 
-namespace traincache::eval {
+namespace traincache::train {
 
 std::vector<double>& QueryTable::column(const std::string& key, const std::string& label) {
   if (label.empty()) {
@@ -124,4 +124,4 @@ std::vector<int64_t> parse_ks(const std::string& text) {
   return ks;
 }
 
-}  // namespace traincache::eval
+}  // namespace traincache::train

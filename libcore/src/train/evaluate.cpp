@@ -6,14 +6,14 @@
 #include <string>
 #include <unordered_map>
 
-namespace traincache::eval {
+namespace traincache::train {
 
 int64_t block_rows(int64_t candidates) {
   return std::clamp<int64_t>(4'000'000 / std::max<int64_t>(1, candidates), 1, 1024);
 }
 
-QueryTable retrieval(const torch::Tensor& queries, const torch::Tensor& passages, const std::vector<int64_t>& rows,
-                     const std::vector<int64_t>& ks) {
+QueryTable retrieval_table(const torch::Tensor& queries, const torch::Tensor& passages,
+                           const std::vector<int64_t>& rows, const std::vector<int64_t>& ks) {
   torch::NoGradGuard no_grad;
   QueryTable t;
   const int64_t n = queries.size(0), block = block_rows(passages.size(0));
@@ -81,8 +81,8 @@ void labelled_block(QueryTable& t, const torch::Tensor& e, const torch::Tensor& 
 
 }  // namespace
 
-QueryTable labelled(const torch::Tensor& embeddings, const torch::Tensor& labels, const std::vector<int64_t>& rows,
-                    const std::vector<int64_t>& ks) {
+QueryTable labelled_table(const torch::Tensor& embeddings, const torch::Tensor& labels,
+                          const std::vector<int64_t>& rows, const std::vector<int64_t>& ks) {
   torch::NoGradGuard no_grad;
   QueryTable t;
   const int64_t n = embeddings.size(0);
@@ -128,4 +128,4 @@ void add_classification(QueryTable& t, const torch::Tensor& logits, const torch:
   }
 }
 
-}  // namespace traincache::eval
+}  // namespace traincache::train

@@ -44,13 +44,13 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
 namespace {
 
 // The representations of `inputs`, a chunk at a time; rows [done, done + n) of `total` to `progress`.
-torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk,
+torch::Tensor encode_eval(const train::Tower& tower, const std::vector<torch::Tensor>& inputs, int64_t chunk,
                           const EvalProgress& progress = {}, int64_t done = 0, int64_t total = 0) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> reps;
   int64_t n = inputs.front().size(0);
   for (int64_t a = 0; a < n; a += chunk) {
-    reps.push_back(tower(gc::slice_rows(inputs, a, std::min(a + chunk, n))));
+    reps.push_back(tower(train::slice_rows(inputs, a, std::min(a + chunk, n))));
     if (progress) progress(done + std::min(a + chunk, n), total);
   }
   return torch::cat(reps);
@@ -61,12 +61,12 @@ torch::Tensor encode_eval(const gc::Tower& tower, const std::vector<torch::Tenso
 // Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
 // passage of the set (pair modes), or each row against every other row (grouped mode); with a
 // classifier (`loss` of a classifier kind, d.classes), also its top-k accuracy on every row.
-eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
-                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks,
-                          const EvalProgress& progress) {
+train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train::Tower& q_tower,
+                           const train::Tower& p_tower, bool grouped, const train::LossConfig& loss, int64_t chunk,
+                           const std::vector<int64_t>& ks, const EvalProgress& progress) {
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
-    return loss.similarity == gc::Similarity::cos
+    return loss.similarity == train::Similarity::cos
                ? torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1))
                : x;
   };
@@ -76,12 +76,12 @@ eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tow
   const auto rows = row_list(idx);
   if (!grouped) {
     auto p = norm(encode_eval(p_tower, d.passage->inputs(idx), chunk, progress, n, total)).to(torch::kFloat64);
-    return eval::retrieval(q, p, rows, ks);
+    return train::retrieval_table(q, p, rows, ks);
   }
-  auto table = eval::labelled(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
-  if (gc::is_classifier(loss.kind)) {
-    auto logits = gc::class_logits(reps, loss).to(torch::kFloat64);
-    eval::add_classification(table, logits, d.classes.index_select(0, idx.to(d.classes.device())), rows, ks);
+  auto table = train::labelled_table(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);
+  if (train::is_classifier(loss.kind)) {
+    auto logits = train::class_logits(reps, loss).to(torch::kFloat64);
+    train::add_classification(table, logits, d.classes.index_select(0, idx.to(d.classes.device())), rows, ks);
   }
   return table;
 }
@@ -109,9 +109,9 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   return e;
 }
 
-Monitor::Monitor(const TrainOptions& o, const Setup& s, dist::Group* group, Evaluation& eval, const Data& data,
-                 Models& m, const gc::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb,
-                 BestRecord& best)
+Monitor::Monitor(const TrainOptions& o, const Setup& s, train::RankGroup* group, Evaluation& eval, const Data& data,
+                 Models& m, const train::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt,
+                 const TrainCallbacks& cb, BestRecord& best)
     : o_(o),
       s_(s),
       group_(group),

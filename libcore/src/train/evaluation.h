@@ -23,9 +23,9 @@ namespace traincache::train {
 using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 
 /// Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics").
-eval::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const gc::Tower& q_tower, const gc::Tower& p_tower,
-                          bool grouped, const gc::LossConfig& loss, int64_t chunk, const std::vector<int64_t>& ks,
-                          const EvalProgress& progress);
+train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train::Tower& q_tower,
+                           const train::Tower& p_tower, bool grouped, const train::LossConfig& loss, int64_t chunk,
+                           const std::vector<int64_t>& ks, const EvalProgress& progress);
 
 // Held-out rows of the training data, or a separate file with the same layout (--eval-data);
 // the per-query results of every evaluation for --eval-dump.
@@ -35,7 +35,7 @@ struct Evaluation {
   bool enabled = false, use_external = false;
   std::string dump;  // TSV lines so far
 
-  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const gc::LossConfig& loss, int64_t step,
+  EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const train::LossConfig& loss, int64_t step,
                   const EvalProgress& progress) {
     for (auto* mod : m.distinct) mod->eval();
     auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss,
@@ -46,8 +46,8 @@ struct Evaluation {
     r.rows = idx.size(0);
     r.queries = static_cast<int64_t>(table.rows.size());
     r.excluded = table.excluded;
-    r.metrics = eval::summarise(table, o.eval_bootstrap, o.seed);
-    if (!o.eval_dump.empty()) dump += eval::dump_tsv(table, step, dump.empty());
+    r.metrics = train::summarise(table, o.eval_bootstrap, o.seed);
+    if (!o.eval_dump.empty()) dump += train::dump_tsv(table, step, dump.empty());
     return r;
   }
 
@@ -100,8 +100,9 @@ class MetricsLog {
 // takes part in), and --early-stop ends the run when the best has not moved for long enough.
 class Monitor {
  public:
-  Monitor(const TrainOptions& o, const Setup& s, dist::Group* group, Evaluation& eval, const Data& data, Models& m,
-          const gc::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb, BestRecord& best);
+  Monitor(const TrainOptions& o, const Setup& s, train::RankGroup* group, Evaluation& eval, const Data& data, Models& m,
+          const train::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb,
+          BestRecord& best);
 
   // Evaluates at `step` (every rank calls it; only rank 0 computes). `out`, when given, receives
   // the metrics. Returns true on rank agreement that --early-stop's patience has run out.
@@ -122,11 +123,11 @@ class Monitor {
 
   const TrainOptions& o_;
   const Setup& s_;
-  dist::Group* group_;
+  train::RankGroup* group_;
   Evaluation& eval_;
   const Data& data_;
   Models& m_;
-  const gc::LossConfig& loss_;
+  const train::LossConfig& loss_;
   MetricsLog& log_;
   Checkpointer& ckpt_;
   const TrainCallbacks& cb_;

@@ -8,7 +8,7 @@
 #include "traincache/base/error.h"
 #include "traincache/train/objectives.h"
 
-namespace traincache::gc {
+namespace traincache::train {
 
 namespace {
 
@@ -87,7 +87,8 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::T
 
 }  // namespace
 
-torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
+torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
+                         const LossConfig& cfg) {
   check_shapes(q, p, labels, cfg);
   auto qn = prepare(q, cfg);
   auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
@@ -259,14 +260,14 @@ double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& 
 
 }  // namespace
 
-double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
-            const StepMode& mode, const Parallel* par) {
+double gradcache_step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+                      const StepMode& mode, const Parallel* par) {
   if (par) return parallel_step(query, passage, labels, cfg, mode, *par);
   const bool pairs = is_pairs(cfg.kind);
   if (!mode.gradcache) {
     auto q = encode_with_graph(query, mode.keep_chunk_graphs);
     auto p = pairs ? encode_with_graph(passage, mode.keep_chunk_graphs) : torch::Tensor();
-    auto l = loss(q, p, labels, cfg);
+    auto l = batch_loss(q, p, labels, cfg);
     (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
     return l.item<double>();
   }
@@ -281,4 +282,4 @@ double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, c
   return value;
 }
 
-}  // namespace traincache::gc
+}  // namespace traincache::train

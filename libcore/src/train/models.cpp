@@ -71,7 +71,7 @@ void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
                       "LayerNorm/GroupNorm, or --no-gradcache");
 }
 
-gc::Tower tower_of(torch::jit::Module* m, const std::string& name) {
+train::Tower tower_of(torch::jit::Module* m, const std::string& name) {
   return [m, name](const std::vector<torch::Tensor>& inputs) {
     torch::jit::IValue out =
         encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
@@ -93,8 +93,8 @@ void save_module(torch::jit::Module& m, const std::string& path) {
 
 // A text side's tower: the encoder gets input_ids, attention_mask and, when its forward() takes
 // three tensors, token_type_ids; padded to the longest, each chunk is trimmed to its own longest.
-gc::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t,
-                     const std::string& vocab_table) {
+train::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t,
+                        const std::string& vocab_table) {
   const std::size_t arity = encode::text_tensors(encode::forward_arity(*m), 0, 1, name);
   if (t.tok) encode::check_vocabulary(*m, name, *t.tok, t.tokenizer, vocab_table);
   const auto table = encode::token_table(*m, t.tok ? t.tok->vocab_size() : 0, vocab_table);
@@ -199,7 +199,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     use_text(o, data, m);
   }
   if (o.precision != Precision::fp32) {  // the towers under autocast; the loss sees float32
-    auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](gc::Tower t) -> gc::Tower {
+    auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](train::Tower t) -> train::Tower {
       return [t = std::move(t), p, dev, ft](const std::vector<torch::Tensor>& in) {
         precision::Autocast region(p, dev);
         return t(in).to(ft);
@@ -228,28 +228,29 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
   return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weight_decay));
 }
 
-gc::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) {
-  gc::LossConfig c;
+train::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) {
+  train::LossConfig c;
   c.similarity = o.similarity;
   c.temperature = o.temperature;
   switch (spec.kind) {
     case Objective::supcon:
-      c.kind = gc::LossKind::supcon;
+      c.kind = train::LossKind::supcon;
       break;
     case Objective::softmax:
-      c.kind = gc::LossKind::softmax;
+      c.kind = train::LossKind::softmax;
       break;
     case Objective::arcface:
-      c.kind = gc::LossKind::arcface;
+      c.kind = train::LossKind::arcface;
       break;
     case Objective::cosface:
-      c.kind = gc::LossKind::cosface;
+      c.kind = train::LossKind::cosface;
       break;
     case Objective::triplet:
-      c.kind = spec.mining == Mining::semi_hard ? gc::LossKind::triplet_semi_hard : gc::LossKind::triplet_batch_hard;
+      c.kind =
+          spec.mining == Mining::semi_hard ? train::LossKind::triplet_semi_hard : train::LossKind::triplet_batch_hard;
       break;
     default:
-      c.kind = spec.symmetric ? gc::LossKind::symmetric : gc::LossKind::infonce;
+      c.kind = spec.symmetric ? train::LossKind::symmetric : train::LossKind::infonce;
   }
   c.margin = spec.margin;
   c.scale = spec.scale;
@@ -260,7 +261,7 @@ gc::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) {
 // The classifier of softmax, arcface and cosface: one class per distinct label of the training
 // rows (ascending), as wide as the representations. Rows whose label training lacks get class -1
 // (wrong in every evaluation). Built before the first broadcast so that every rank starts alike.
-void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, gc::LossConfig& loss,
+void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, train::LossConfig& loss,
                        std::vector<Data*> also) {
   auto train_labels = label_list(data.labels.index_select(0, torch::tensor(split.train, torch::kLong)));
   std::set<int64_t> distinct(train_labels.begin(), train_labels.end());
@@ -281,11 +282,11 @@ void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models
     dim = m.q_tower(data.query->inputs(torch::tensor({split.train.front()}, torch::kLong))).size(1);
     m.q->train();
   }
-  m.classifier = gc::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);
+  m.classifier = train::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);
   m.classifier->train();
   m.distinct.push_back(&*m.classifier);
   for (const auto& p : m.classifier->parameters()) m.params.push_back(p);
-  gc::use_classifier(loss, *m.classifier);
+  train::use_classifier(loss, *m.classifier);
 }
 
 // --out (and --passage-out): the trained modules as TorchScript, written by rank 0.

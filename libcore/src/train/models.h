@@ -21,7 +21,7 @@ struct Models {
   torch::jit::Module *q = nullptr, *p = nullptr;
   std::vector<torch::jit::Module*> distinct;
   std::vector<torch::Tensor> params;
-  gc::Tower q_tower, p_tower;
+  train::Tower q_tower, p_tower;
   std::optional<torch::jit::Module> classifier;  // softmax, arcface, cosface (in `distinct` too)
   bool grouped = false;
   std::string mode;
@@ -35,9 +35,9 @@ std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>&
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
                                                         const std::vector<torch::Tensor>& params);
 /// The loss of the objective `spec`.
-gc::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec);
+train::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec);
 /// The classifier of softmax, arcface and cosface, with each row's class in `data` (and `also`).
-void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, gc::LossConfig& loss,
+void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, train::LossConfig& loss,
                        std::vector<Data*> also);
 /// --out (and --passage-out, --classifier-out): the trained modules as TorchScript.
 void save_outputs(const TrainOptions& o, Models& m);

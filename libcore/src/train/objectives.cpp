@@ -5,7 +5,7 @@
 
 #include "traincache/base/error.h"
 
-namespace traincache::gc {
+namespace traincache::train {
 
 namespace {
 
@@ -123,4 +123,4 @@ void use_classifier(LossConfig& cfg, torch::jit::Module& classifier) {
   cfg.class_bias = classifier.hasattr("bias") ? classifier.attr("bias").toTensor() : torch::Tensor();
 }
 
-}  // namespace traincache::gc
+}  // namespace traincache::train

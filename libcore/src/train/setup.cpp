@@ -11,13 +11,13 @@ namespace traincache::train {
 
 Setup resolve_setup(const TrainOptions& o) {
   Setup s;
-  s.launch = dist::read_launch();
+  s.launch = train::read_launch();
   s.rank = s.launch.rank;
   s.world = s.launch.world_size;
   s.device = encode::parse_device(o.device);
   // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected),
   // not at parse: a missing GPU must fail once every rank is connected (cache-fill, whose ranks
-  // share no process group, takes dist::local_device instead).
+  // share no process group, takes train::local_device instead).
   if (s.launch.distributed() && s.device.is_cuda() && !s.device.has_index()) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
     s.device_from_local_rank = true;
@@ -25,7 +25,7 @@ Setup resolve_setup(const TrainOptions& o) {
   s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
   precision::allow_tf32(o.tf32);
   // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(dist::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
+  encode::configure_threads(train::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
   validate_options(o);
   precision::check(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
@@ -38,15 +38,15 @@ Setup resolve_setup(const TrainOptions& o) {
 // Data parallelism: every rank connects to the job's store before anything can fail on one rank
 // only, so that such a failure reaches the others (report_failure) instead of leaving them waiting.
 // What every rank decides alike (options, the backend) is checked before, without waiting.
-std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result) {
+std::unique_ptr<train::RankGroup> connect(const TrainOptions& o, const Setup& s, TrainResult& result) {
   if (!s.launch.distributed()) return nullptr;
-  dist::Backend backend = dist::choose_backend(o.dist_backend, s.device);
+  train::Backend backend = train::choose_backend(o.dist_backend, s.device);
   if (o.batch_size < s.world)
     throw Error(Exit::usage, "--batch-size",
                 std::to_string(o.batch_size) + " rows cannot be shared by " + std::to_string(s.world) + " ranks");
-  auto group = std::make_unique<dist::Group>(
+  auto group = std::make_unique<train::RankGroup>(
       s.launch, backend, std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)), s.device);
-  result.backend = dist::backend_choices().name(backend);
+  result.backend = train::backend_choices().name(backend);
   return group;
 }
 

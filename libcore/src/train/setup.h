@@ -13,7 +13,7 @@ namespace traincache::train {
 
 // What the options resolve to once: the launch, devices and float type.
 struct Setup {
-  dist::Launch launch;
+  train::Launch launch;
   int rank = 0, world = 1;
   torch::Device device{torch::kCPU}, cache_device{torch::kCPU};
   bool device_from_local_rank = false;  // --device cuda with no index, data parallel
@@ -25,7 +25,7 @@ struct Setup {
 /// Resolves the options once (launch, devices, threads, precision, objective) and validates them.
 Setup resolve_setup(const TrainOptions& o);
 /// Data parallelism: this rank's connection to the job (null for one process).
-std::unique_ptr<dist::Group> connect(const TrainOptions& o, const Setup& s, TrainResult& result);
+std::unique_ptr<train::RankGroup> connect(const TrainOptions& o, const Setup& s, TrainResult& result);
 /// This rank's GPU exists (69 before any model is loaded).
 void check_local_device(const Setup& s);
 

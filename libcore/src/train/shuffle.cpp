@@ -6,7 +6,7 @@
 #include <numeric>
 #include <utility>
 
-namespace traincache::shuffle {
+namespace traincache::train {
 
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
   std::vector<int64_t> p(static_cast<std::size_t>(std::max<int64_t>(0, n)));
@@ -23,4 +23,4 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
   return p;
 }
 
-}  // namespace traincache::shuffle
+}  // namespace traincache::train

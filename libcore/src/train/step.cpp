@@ -12,9 +12,9 @@
 
 namespace traincache::train {
 
-Trainer::Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
-                 torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
-                 precision::GradScaler& scaler)
+Trainer::Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
+                 torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split,
+                 const StepPlan& steps, precision::GradScaler& scaler)
     : o_(o),
       s_(s),
       group_(group),
@@ -118,7 +118,7 @@ Trainer::Batch Trainer::rows_of_step(int64_t s, EpochPerm& cache) const {
   if (o_.shuffle && epoch != cache.epoch) {
     std::vector<int64_t>().swap(cache.perm);  // freed before the next one is drawn
     cache.epoch = epoch;
-    cache.perm = shuffle::seeded_permutation(n, o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
+    cache.perm = train::seeded_permutation(n, o_.seed * 1000003ull + static_cast<uint64_t>(epoch));
   }
   const int64_t first = b * o_.batch_size, end = std::min((b + 1) * o_.batch_size, n);
   Batch out{torch::empty({end - first}, torch::kLong), {}};
@@ -175,15 +175,15 @@ double Trainer::step(int64_t s, const torch::Tensor& idx, BatchInputs in, double
   for (auto& g : opt_.param_groups()) g.options().set_lr(lr);
   opt_.zero_grad();
   const auto device = m_.params[0].device();  // where the towers run
-  gc::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk, device};
-  gc::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk, device};
+  train::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk, device};
+  train::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk, device};
   // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
   torch::Tensor labels =
       m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx).to(m_.params[0].device())
                  : torch::Tensor();
-  gc::LossConfig loss = loss_;
+  train::LossConfig loss = loss_;
   loss.grad_scale = scaler_.scale();  // fp16: the loss scaled, the gradients unscaled below
-  double l = gc::step(qb, pb, labels, loss, mode_, group_ ? &par_ : nullptr);
+  double l = train::gradcache_step(qb, pb, labels, loss, mode_, group_ ? &par_ : nullptr);
   if (group_) {
     // The one all-reduce of parameter gradients per step; an interrupt flag rides along.
     std::vector<torch::Tensor> sums;

@@ -23,8 +23,8 @@ namespace traincache::train {
 // order perm_e of N), read through the window caches of the columns.
 class Trainer {
  public:
-  Trainer(const TrainOptions& o, const Setup& s, dist::Group* group, Data& data, Models& m,
-          torch::optim::Optimizer& opt, const gc::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
+  Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
+          torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
           precision::GradScaler& scaler);
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
@@ -80,18 +80,18 @@ class Trainer {
 
   const TrainOptions& o_;
   const Setup& s_;
-  dist::Group* group_;
+  train::RankGroup* group_;
   Data& data_;
   Models& m_;
   torch::optim::Optimizer& opt_;
-  const gc::LossConfig& loss_;
+  const train::LossConfig& loss_;
   const std::vector<int64_t>& train_;  // the split's training rows (alive for the whole run)
   EpochPerm perm_;                     // the step loop's, without --stream (the reader computes the rows then)
   int64_t n_train_;
   StepPlan steps_;
   int64_t samples_ = 0;
-  gc::StepMode mode_;
-  gc::Parallel par_;
+  train::StepMode mode_;
+  train::Parallel par_;
   precision::GradScaler& scaler_;
   bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
   mutable std::mutex boundaries_mu_;

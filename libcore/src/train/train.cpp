@@ -34,8 +34,8 @@ void describe_run(const TrainOptions& o, const Setup& s, const Models& m, const 
 }
 
 // Every rank from the same weights (rank 0's), then each with its own randomness (dropout).
-void start_ranks(dist::Group& group, const TrainOptions& o, const Setup& s, const Models& m, const std::string& backend,
-                 const std::function<void(const std::string&)>& info) {
+void start_ranks(train::RankGroup& group, const TrainOptions& o, const Setup& s, const Models& m,
+                 const std::string& backend, const std::function<void(const std::string&)>& info) {
   group.start();
   info("rank 0 of " + std::to_string(s.world) + " (" + backend + "); every rank encodes 1/" + std::to_string(s.world) +
        " of each batch of " + std::to_string(o.batch_size));
@@ -44,7 +44,7 @@ void start_ranks(dist::Group& group, const TrainOptions& o, const Setup& s, cons
 }
 
 // Everything after connecting, on every rank; `group` is null for one process.
-void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallbacks& cb, TrainResult& result) {
+void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const TrainCallbacks& cb, TrainResult& result) {
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
@@ -55,7 +55,7 @@ void train(TrainOptions& o, const Setup& s, dist::Group* group, const TrainCallb
   Models m = load_models(o, s, data);
   load_or_stream(o, data, info);
   describe_run(o, s, m, data, cb, result);
-  gc::LossConfig loss = loss_config(o, s.objective);
+  train::LossConfig loss = loss_config(o, s.objective);
   std::vector<int64_t> labels = m.grouped ? label_list(data.labels) : std::vector<int64_t>{};
   const RowSplit split = without_skipped(split_rows(o, data.rows, m.grouped ? &labels : nullptr), data.skipped, info);
   if (m.grouped) require_two_classes(s.objective, pick(labels, split.train));

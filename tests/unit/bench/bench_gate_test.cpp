@@ -21,7 +21,7 @@ Json rec(const char* strategy, int epoch, double rate) {
 
 CATCH_TEST_CASE("bench gate: throughput averages the epochs after the first, or the only one", "[gate]") {
   Json r = Json::array({rec("full", 1, 10), rec("full", 2, 100), rec("full", 3, 200), rec("none", 1, 40)});
-  auto t = smart_bench::throughput(r);
+  auto t = bench::throughput(r);
   CATCH_CHECK(t.at("full") == 150.0);
   CATCH_CHECK(t.at("none") == 40.0);
 }
@@ -29,7 +29,7 @@ CATCH_TEST_CASE("bench gate: throughput averages the epochs after the first, or 
 CATCH_TEST_CASE("bench gate: a drop beyond the limit regresses, within it does not", "[gate]") {
   Json before = Json::array({rec("full", 2, 100), rec("none", 2, 50), rec("smart", 2, 0)});
   Json now = Json::array({rec("full", 2, 89), rec("none", 2, 46), rec("smart", 2, 10), rec("embed", 2, 5)});
-  auto c = smart_bench::compare(before, now, 0.10);
+  auto c = bench::compare(before, now, 0.10);
   CATCH_REQUIRE(c.size() == 2);  // embed: no baseline; smart: baseline 0
   CATCH_CHECK(c[0].strategy == "full");
   CATCH_CHECK(c[0].regressed);
@@ -45,10 +45,10 @@ CATCH_TEST_CASE("bench gate: a baseline that is not a smart-bench document is ba
                            "{\"records\": [{\"strategy\": \"x\", \"epoch\": 1.5, \"samples_per_second\": 2}]}", "{"}) {
     CATCH_INFO(text);
     std::ofstream(path) << text;
-    CATCH_CHECK(test::code_of([&] { smart_bench::read_baseline(path); }) == Exit::data);
+    CATCH_CHECK(test::code_of([&] { bench::read_baseline(path); }) == Exit::data);
   }
   std::ofstream(path) << R"({"records": [{"strategy": "x", "epoch": 2, "samples_per_second": 2.5}]})";
-  CATCH_CHECK(smart_bench::read_baseline(path).size() == 1);
+  CATCH_CHECK(bench::read_baseline(path).size() == 1);
   std::remove(path.c_str());
-  CATCH_CHECK(test::code_of([&] { smart_bench::read_baseline(path); }) == Exit::no_input);
+  CATCH_CHECK(test::code_of([&] { bench::read_baseline(path); }) == Exit::no_input);
 }

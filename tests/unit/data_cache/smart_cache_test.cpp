@@ -32,7 +32,7 @@ std::vector<int32_t> item(int64_t i) {
 }
 
 // A Prepare that writes item(i) and counts its calls; `fail_at` throws for that item.
-smart::Prepare preparer(std::atomic<int>* calls, int64_t fail_at = -1, int sleep_ms = 0) {
+data_cache::Prepare preparer(std::atomic<int>* calls, int64_t fail_at = -1, int sleep_ms = 0) {
   return [=](const std::vector<int64_t>& items, void* out) {
     for (std::size_t j = 0; j < items.size(); ++j) {
       if (items[j] == fail_at) throw Error(Exit::io, "item " + std::to_string(fail_at), "read error");
@@ -44,8 +44,9 @@ smart::Prepare preparer(std::atomic<int>* calls, int64_t fail_at = -1, int sleep
   };
 }
 
-smart::WindowOptions options(const smart::WindowPlan& plan, std::vector<int64_t> items, const std::string& name) {
-  smart::WindowOptions o;
+data_cache::WindowOptions options(const data_cache::WindowPlan& plan, std::vector<int64_t> items,
+                                  const std::string& name) {
+  data_cache::WindowOptions o;
   o.plan = plan;
   o.items = std::make_shared<const std::vector<int64_t>>(std::move(items));
   o.dtype = DType::i32;
@@ -65,21 +66,21 @@ std::vector<int64_t> identity(int64_t n) {
 }  // namespace
 
 CATCH_TEST_CASE("smart cache: the window moves by R = ceil(N r) per epoch and wraps", "[smart]") {
-  auto p = smart::make_plan(25, 10, 0.15);  // R = ceil(1.5) = 2
+  auto p = data_cache::make_plan(25, 10, 0.15);  // R = ceil(1.5) = 2
   CATCH_CHECK(p.replace_num == 2);
   CATCH_CHECK(p.window(0) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   CATCH_CHECK(p.window(1) == std::vector<int64_t>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
   CATCH_CHECK(p.incoming(0) == std::vector<int64_t>{10, 11});
   CATCH_CHECK(p.window(10) == std::vector<int64_t>{20, 21, 22, 23, 24, 0, 1, 2, 3, 4});
   CATCH_CHECK(p.incoming(10) == std::vector<int64_t>{5, 6});
-  CATCH_CHECK(smart::make_plan(25, 10, 1.0).replace_num == 10);
-  CATCH_CHECK(smart::make_plan(25, 20, 0.5).replace_num == 5);  // at most what is outside the window
+  CATCH_CHECK(data_cache::make_plan(25, 10, 1.0).replace_num == 10);
+  CATCH_CHECK(data_cache::make_plan(25, 20, 0.5).replace_num == 5);  // at most what is outside the window
   CATCH_CHECK(p.first_key(10) == 20);
   CATCH_CHECK(p.slots() == 12);
 }
 
 CATCH_TEST_CASE("smart cache: a window as large as the dataset never replaces", "[smart]") {
-  auto p = smart::make_plan(8, 100, 0.5);
+  auto p = data_cache::make_plan(8, 100, 0.5);
   CATCH_CHECK(p.cache_num == 8);
   CATCH_CHECK(p.replace_num == 0);
   CATCH_CHECK(p.window(3) == identity(8));
@@ -90,20 +91,20 @@ CATCH_TEST_CASE("smart cache: non-positive sizes and rates are refused", "[smart
   for (double r : {0.0, -0.5, 1.5}) {
     CATCH_INFO(r);
     try {
-      smart::make_plan(10, 5, r);
+      data_cache::make_plan(10, 5, r);
       CATCH_FAIL("accepted");
     } catch (const Error& e) {
       CATCH_CHECK(e.code() == Exit::usage);
       CATCH_CHECK(std::string(e.what()) == "--replace-rate: must be in (0, 1]");
     }
   }
-  CATCH_CHECK_THROWS_AS(smart::make_plan(10, 0, 0.5), Error);
-  CATCH_CHECK_THROWS_AS(smart::make_plan(0, 5, 0.5), Error);
+  CATCH_CHECK_THROWS_AS(data_cache::make_plan(10, 0, 0.5), Error);
+  CATCH_CHECK_THROWS_AS(data_cache::make_plan(0, 5, 0.5), Error);
 }
 
 CATCH_TEST_CASE("smart cache: every item is visited within epochs_to_cover epochs", "[smart]") {
   for (auto [len, n, r] : {std::tuple<int64_t, int64_t, double>{25, 10, 0.15}, {100, 7, 0.3}, {9, 4, 1.0}}) {
-    auto p = smart::make_plan(len, n, r);
+    auto p = data_cache::make_plan(len, n, r);
     std::set<int64_t> seen;
     for (int64_t e = 0; e < p.epochs_to_cover(); ++e)
       for (auto pos : p.window(e)) seen.insert(pos);
@@ -117,11 +118,11 @@ CATCH_TEST_CASE("smart cache: every item is visited within epochs_to_cover epoch
 
 CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and replaced in place", "[smart]") {
   Prefix prefix;
-  auto plan = smart::make_plan(30, 8, 0.25);  // R = 2, 10 slots
+  auto plan = data_cache::make_plan(30, 8, 0.25);  // R = 2, 10 slots
   std::vector<int64_t> order = identity(30);
   std::reverse(order.begin(), order.end());  // a non-trivial dataset order
   std::atomic<int> calls{0};
-  auto cache = smart::WindowCache::open(options(plan, order, "win"), preparer(&calls));
+  auto cache = data_cache::WindowCache::open(options(plan, order, "win"), preparer(&calls));
   CATCH_CHECK(shm::Slab::attach("win", false).info().slots == 10);
   for (int64_t e = 0; e < 12; ++e) {
     auto b = cache->begin_epoch(e, true, true);
@@ -153,9 +154,9 @@ CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and r
 
 CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", "[smart]") {
   Prefix prefix;
-  auto plan = smart::make_plan(40, 10, 0.5);  // R = 5, 15 slots
+  auto plan = data_cache::make_plan(40, 10, 0.5);  // R = 5, 15 slots
   std::atomic<int> calls{0};
-  auto cache = smart::WindowCache::open(options(plan, identity(40), "late"), preparer(&calls, -1, 30));
+  auto cache = data_cache::WindowCache::open(options(plan, identity(40), "late"), preparer(&calls, -1, 30));
   auto b = cache->begin_epoch(0, false, true);
   CATCH_CHECK(b.late == 10);
   CATCH_CHECK(b.wait_seconds == 0);
@@ -185,14 +186,14 @@ CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", 
 
 CATCH_TEST_CASE("smart cache: two processes' shares fill one slab", "[smart]") {
   Prefix prefix;
-  auto plan = smart::make_plan(64, 16, 0.25);
+  auto plan = data_cache::make_plan(64, 16, 0.25);
   std::atomic<int> calls0{0}, calls1{0};
   auto o0 = options(plan, identity(64), "shared");
   auto o1 = o0;
   o0.parts = o1.parts = 2;
   o1.part = 1;
-  auto a = smart::WindowCache::open(o0, preparer(&calls0));
-  auto b = smart::WindowCache::open(o1, preparer(&calls1));  // attaches
+  auto a = data_cache::WindowCache::open(o0, preparer(&calls0));
+  auto b = data_cache::WindowCache::open(o1, preparer(&calls1));  // attaches
   a->begin_epoch(0, true, false);
   b->begin_epoch(0, true, false);
   CATCH_CHECK(calls0 == 8);
@@ -203,17 +204,17 @@ CATCH_TEST_CASE("smart cache: two processes' shares fill one slab", "[smart]") {
   // Another content id under the same name is refused.
   auto other = options(plan, identity(64), "shared");
   other.content_id = "test:other";
-  CATCH_CHECK(test::code_of([&] { smart::WindowCache::open(other, preparer(&calls0)); }) == Exit::data);
+  CATCH_CHECK(test::code_of([&] { data_cache::WindowCache::open(other, preparer(&calls0)); }) == Exit::data);
 }
 
 CATCH_TEST_CASE("smart cache: shutdown with a slow replacer does not wait for the queue", "[smart]") {
   Prefix prefix;
   std::atomic<int> calls{0};
-  auto plan = smart::make_plan(1000, 200, 1.0);
+  auto plan = data_cache::make_plan(1000, 200, 1.0);
   auto o = options(plan, identity(1000), "slow");
   o.chunk = 1;
   o.workers = 2;
-  auto cache = smart::WindowCache::open(o, preparer(&calls, -1, 100));
+  auto cache = data_cache::WindowCache::open(o, preparer(&calls, -1, 100));
   cache->begin_epoch(0, false, true);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto t = std::chrono::steady_clock::now();
@@ -229,9 +230,9 @@ CATCH_TEST_CASE("smart cache: shutdown with a slow replacer does not wait for th
 
 CATCH_TEST_CASE("smart cache: a failing prepare surfaces at the epoch boundary", "[smart]") {
   Prefix prefix;
-  auto plan = smart::make_plan(20, 5, 0.2);
+  auto plan = data_cache::make_plan(20, 5, 0.2);
   std::atomic<int> calls{0};
-  auto cache = smart::WindowCache::open(options(plan, identity(20), "fail"), preparer(&calls, 6));
+  auto cache = data_cache::WindowCache::open(options(plan, identity(20), "fail"), preparer(&calls, 6));
   CATCH_CHECK_NOTHROW(cache->begin_epoch(0, true, true));  // window 0-4, then item 5
   CATCH_CHECK_NOTHROW(cache->begin_epoch(1, true, true));  // item 5 was ready; item 6 fails
   CATCH_CHECK_THROWS_WITH(cache->begin_epoch(2, true, true), "item 6: read error");

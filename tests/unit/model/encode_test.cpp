@@ -140,11 +140,11 @@ CATCH_TEST_CASE("shuffle: the serial permutation is torch::randperm's for the sa
       CATCH_INFO("n " << n << " seed " << seed);
       auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
       auto want = torch::randperm(n, gen, torch::kLong);
-      auto got = shuffle::seeded_permutation(n, seed);
+      auto got = train::seeded_permutation(n, seed);
       CATCH_REQUIRE(static_cast<int64_t>(got.size()) == n);
       CATCH_CHECK(std::equal(got.begin(), got.end(), want.data_ptr<int64_t>()));
     }
   }
   // A different seed, a different order.
-  CATCH_CHECK(shuffle::seeded_permutation(1000, 1) != shuffle::seeded_permutation(1000, 2));
+  CATCH_CHECK(train::seeded_permutation(1000, 1) != train::seeded_permutation(1000, 2));
 }

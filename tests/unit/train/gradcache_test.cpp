@@ -33,7 +33,7 @@ torch::jit::Module mlp(uint64_t seed, double dropout, torch::Dtype dtype, int64_
   return m;
 }
 
-gc::Tower tower(torch::jit::Module& m) {
+train::Tower tower(torch::jit::Module& m) {
   return [&m](const std::vector<torch::Tensor>& in) {
     return m.forward(std::vector<torch::jit::IValue>(in.begin(), in.end())).toTensor();
   };
@@ -43,20 +43,20 @@ struct Setup {
   bool tied = true;
   uint64_t classifier_seed = 5;  // classifier kinds: the seed of the class weights
   int64_t k = 0;                 // hard negatives
-  gc::LossConfig loss;
+  train::LossConfig loss;
   int64_t batch = 10, qchunk = 3, pchunk = 4;
   double dropout = 0;
 };
 
 // The loss of s with, for the classifier kinds, a classifier of 3 classes over the 4-wide
 // representations (seeded, so every call and rank starts alike); its tensors join `params`.
-gc::LossConfig loss_with_classifier(const Setup& s, torch::Dtype dtype, std::vector<torch::Tensor>& params) {
-  gc::LossConfig cfg = s.loss;
-  if (!gc::is_classifier(cfg.kind)) return cfg;
+train::LossConfig loss_with_classifier(const Setup& s, torch::Dtype dtype, std::vector<torch::Tensor>& params) {
+  train::LossConfig cfg = s.loss;
+  if (!train::is_classifier(cfg.kind)) return cfg;
   torch::manual_seed(s.classifier_seed);
   cfg.class_weight = torch::randn({3, 4}, dtype).requires_grad_(true);
   params.push_back(cfg.class_weight);
-  if (cfg.kind == gc::LossKind::softmax) {
+  if (cfg.kind == train::LossKind::softmax) {
     cfg.class_bias = (torch::randn({3}, dtype) * 0.1).requires_grad_(true);
     params.push_back(cfg.class_bias);
   }
@@ -64,15 +64,15 @@ gc::LossConfig loss_with_classifier(const Setup& s, torch::Dtype dtype, std::vec
 }
 
 // Runs `steps` SGD steps (lr 0.1) with the given mode; returns the parameters afterwards.
-std::vector<torch::Tensor> train(const Setup& s, const gc::StepMode& mode, torch::Dtype dtype, int steps,
-                                 torch::Tensor* rng_after = nullptr) {
+std::vector<torch::Tensor> train_steps(const Setup& s, const train::StepMode& mode, torch::Dtype dtype, int steps,
+                                       torch::Tensor* rng_after = nullptr) {
   auto qm = mlp(1, s.dropout, dtype), pm = mlp(2, s.dropout, dtype);
   torch::jit::Module& pmod = s.tied ? qm : pm;
   std::vector<torch::Tensor> params;
   for (auto p : qm.parameters()) params.push_back(p);
   if (!s.tied)
     for (auto p : pm.parameters()) params.push_back(p);
-  const gc::LossConfig cfg = loss_with_classifier(s, dtype, params);
+  const train::LossConfig cfg = loss_with_classifier(s, dtype, params);
   torch::manual_seed(99);
   auto q_all = torch::randn({steps, s.batch, 6}, dtype);
   auto p_all = torch::randn({steps, s.batch * (1 + s.k), 6}, dtype);
@@ -81,9 +81,9 @@ std::vector<torch::Tensor> train(const Setup& s, const gc::StepMode& mode, torch
   for (int i = 0; i < steps; ++i) {
     for (auto& p : params)
       if (p.grad().defined()) p.grad().zero_();
-    gc::SideBatch qb{tower(qm), {q_all[i]}, s.qchunk};
-    gc::SideBatch pb{tower(pmod), {p_all[i]}, s.pchunk};
-    gc::step(qb, pb, labels, cfg, mode);
+    train::SideBatch qb{tower(qm), {q_all[i]}, s.qchunk};
+    train::SideBatch pb{tower(pmod), {p_all[i]}, s.pchunk};
+    train::gradcache_step(qb, pb, labels, cfg, mode);
     torch::NoGradGuard no_grad;
     for (auto& p : params) p.sub_(p.grad() * 0.1);
   }
@@ -116,24 +116,24 @@ std::vector<std::pair<std::string, Setup>> setups() {
   neg.k = 2;
   v.push_back({"two hard negatives per query", neg});
   Setup sym = base;
-  sym.loss.kind = gc::LossKind::symmetric;
+  sym.loss.kind = train::LossKind::symmetric;
   v.push_back({"symmetric loss", sym});
   Setup temp = base;
-  temp.loss.similarity = gc::Similarity::dot;
+  temp.loss.similarity = train::Similarity::dot;
   temp.loss.temperature = 0.3;
   v.push_back({"dot similarity, temperature 0.3", temp});
   Setup sup = base;
-  sup.loss.kind = gc::LossKind::supcon;
+  sup.loss.kind = train::LossKind::supcon;
   v.push_back({"supervised contrastive (grouped)", sup});
   Setup big = base;
   big.qchunk = 64;
   big.loss.anchor_chunk = 4;
   v.push_back({"chunk larger than the batch, loss in anchor chunks of 4", big});
-  for (auto [kind, name, margin] : {std::tuple{gc::LossKind::softmax, "softmax classifier", 0.0},
-                                    std::tuple{gc::LossKind::arcface, "ArcFace classifier", 0.5},
-                                    std::tuple{gc::LossKind::cosface, "CosFace classifier", 0.35},
-                                    std::tuple{gc::LossKind::triplet_batch_hard, "triplet, batch-hard", 0.2},
-                                    std::tuple{gc::LossKind::triplet_semi_hard, "triplet, semi-hard", 0.2}}) {
+  for (auto [kind, name, margin] : {std::tuple{train::LossKind::softmax, "softmax classifier", 0.0},
+                                    std::tuple{train::LossKind::arcface, "ArcFace classifier", 0.5},
+                                    std::tuple{train::LossKind::cosface, "CosFace classifier", 0.35},
+                                    std::tuple{train::LossKind::triplet_batch_hard, "triplet, batch-hard", 0.2},
+                                    std::tuple{train::LossKind::triplet_semi_hard, "triplet, semi-hard", 0.2}}) {
     Setup l = base;
     l.loss.kind = kind;
     l.loss.margin = margin;
@@ -147,12 +147,12 @@ std::vector<std::pair<std::string, Setup>> setups() {
 // The setup with a loss that gives other gradients: another temperature, margin, mining or
 // classifier. (A triplet margin moves the gradient only where it switches terms on or off.)
 Setup perturbed(Setup s) {
-  if (gc::is_triplet(s.loss.kind))
-    s.loss.kind = s.loss.kind == gc::LossKind::triplet_batch_hard ? gc::LossKind::triplet_semi_hard
-                                                                  : gc::LossKind::triplet_batch_hard;
-  else if (s.loss.kind == gc::LossKind::arcface || s.loss.kind == gc::LossKind::cosface)
+  if (train::is_triplet(s.loss.kind))
+    s.loss.kind = s.loss.kind == train::LossKind::triplet_batch_hard ? train::LossKind::triplet_semi_hard
+                                                                     : train::LossKind::triplet_batch_hard;
+  else if (s.loss.kind == train::LossKind::arcface || s.loss.kind == train::LossKind::cosface)
     s.loss.margin += 0.3;
-  else if (s.loss.kind == gc::LossKind::softmax)
+  else if (s.loss.kind == train::LossKind::softmax)
     s.classifier_seed += 1;
   else
     s.loss.temperature *= 2;
@@ -164,23 +164,24 @@ Setup perturbed(Setup s) {
 CATCH_TEST_CASE("gradient cache: SGD steps equal full-batch steps in float64 within 1e-12", "[gradcache]") {
   for (const auto& [name, s] : setups()) {
     CATCH_INFO(name);
-    gc::StepMode cached, full;
+    train::StepMode cached, full;
     full.gradcache = false;
-    auto a = train(s, cached, torch::kFloat64, 3);
-    auto b = train(s, full, torch::kFloat64, 3);
+    auto a = train_steps(s, cached, torch::kFloat64, 3);
+    auto b = train_steps(s, full, torch::kFloat64, 3);
     CATCH_CHECK(max_abs_diff(a, b) <= 1e-12);
     // The check can fail: a different loss gives different parameters.
-    CATCH_CHECK(max_abs_diff(train(perturbed(s), cached, torch::kFloat64, 3), b) > 1e-6);
+    CATCH_CHECK(max_abs_diff(train_steps(perturbed(s), cached, torch::kFloat64, 3), b) > 1e-6);
   }
 }
 
 CATCH_TEST_CASE("gradient cache: SGD steps equal full-batch steps in float32 within 1e-5 relative", "[gradcache]") {
   for (const auto& [name, s] : setups()) {
     CATCH_INFO(name);
-    gc::StepMode cached, full;
+    train::StepMode cached, full;
     full.gradcache = false;
     // 1e-5 relative, per parameter tensor (||a - b|| / ||b||): float32 sums in another order.
-    CATCH_CHECK(max_rel_diff(train(s, cached, torch::kFloat32, 3), train(s, full, torch::kFloat32, 3)) <= 1e-5);
+    CATCH_CHECK(max_rel_diff(train_steps(s, cached, torch::kFloat32, 3), train_steps(s, full, torch::kFloat32, 3)) <=
+                1e-5);
   }
 }
 
@@ -188,43 +189,43 @@ CATCH_TEST_CASE("gradient cache: with dropout the step equals a chunked step tha
   Setup s;
   s.dropout = 0.3;
   s.tied = false;
-  gc::StepMode cached, chunked_graph, no_restore;
+  train::StepMode cached, chunked_graph, no_restore;
   chunked_graph.gradcache = false;
   chunked_graph.keep_chunk_graphs = true;
   no_restore.restore_rng = false;
   torch::Tensor rng_a, rng_b;
-  auto a = train(s, cached, torch::kFloat64, 3, &rng_a);
-  auto b = train(s, chunked_graph, torch::kFloat64, 3, &rng_b);
+  auto a = train_steps(s, cached, torch::kFloat64, 3, &rng_a);
+  auto b = train_steps(s, chunked_graph, torch::kFloat64, 3, &rng_b);
   CATCH_CHECK(max_abs_diff(a, b) <= 1e-12);
   // The global random state after the steps is as if every chunk had run once.
   CATCH_CHECK(torch::equal(rng_a, rng_b));
   // Negative control: replaying with fresh randomness gives other dropout masks.
-  CATCH_CHECK(max_abs_diff(train(s, no_restore, torch::kFloat64, 3), b) > 1e-6);
+  CATCH_CHECK(max_abs_diff(train_steps(s, no_restore, torch::kFloat64, 3), b) > 1e-6);
 }
 
 CATCH_TEST_CASE("loss: dot similarity at temperature 1 is GradCache's SimpleContrastiveLoss", "[gradcache]") {
   torch::manual_seed(3);
   auto q = torch::randn({5, 4}, torch::kFloat64), p = torch::randn({15, 4}, torch::kFloat64);
-  gc::LossConfig cfg;
-  cfg.similarity = gc::Similarity::dot;
+  train::LossConfig cfg;
+  cfg.similarity = train::Similarity::dot;
   cfg.temperature = 1.0;
   // SimpleContrastiveLoss: logits = q p^T, target = arange(B) * (|p| / |q|), mean cross-entropy.
   auto logits = torch::matmul(q, p.t());
   double want = 0;
   for (int64_t i = 0; i < 5; ++i) want += (torch::logsumexp(logits[i], 0) - logits[i][i * 3]).item<double>();
   want /= 5;
-  CATCH_CHECK(gc::loss(q, p, {}, cfg).item<double>() == Approx(want).epsilon(1e-14));
+  CATCH_CHECK(train::batch_loss(q, p, {}, cfg).item<double>() == Approx(want).epsilon(1e-14));
   cfg.anchor_chunk = 2;
-  CATCH_CHECK(gc::loss(q, p, {}, cfg).item<double>() == Approx(want).epsilon(1e-14));
+  CATCH_CHECK(train::batch_loss(q, p, {}, cfg).item<double>() == Approx(want).epsilon(1e-14));
 }
 
 CATCH_TEST_CASE("loss: supervised contrastive matches a hand computation", "[gradcache]") {
   // Four points, labels {0, 0, 1, 1}, dot similarity, temperature 1.
   auto z = torch::tensor({{1.0, 0.0}, {0.8, 0.6}, {0.0, 1.0}, {-0.6, 0.8}}, torch::kFloat64);
   auto labels = torch::tensor({0, 0, 1, 1}, torch::kLong);
-  gc::LossConfig cfg;
-  cfg.kind = gc::LossKind::supcon;
-  cfg.similarity = gc::Similarity::dot;
+  train::LossConfig cfg;
+  cfg.kind = train::LossKind::supcon;
+  cfg.similarity = train::Similarity::dot;
   cfg.temperature = 1.0;
   // Anchor i: -log(exp(s_ip) / sum_{a != i} exp(s_ia)) with p its one positive; mean over anchors.
   double s[4][4];
@@ -239,7 +240,7 @@ CATCH_TEST_CASE("loss: supervised contrastive matches a hand computation", "[gra
     want += -(s[i][pos[i]] - std::log(denom));
   }
   want /= 4;
-  CATCH_CHECK(gc::loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
+  CATCH_CHECK(train::batch_loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
 }
 
 namespace {
@@ -275,11 +276,11 @@ double cross_entropy(const Rows& logits, const std::vector<int64_t>& y) {
 }
 
 // The loss in anchor chunks of 1, 3 and all rows: one value whatever the chunking.
-void check_loss(const torch::Tensor& z, const torch::Tensor& labels, gc::LossConfig cfg, double want) {
+void check_loss(const torch::Tensor& z, const torch::Tensor& labels, train::LossConfig cfg, double want) {
   for (int64_t chunk : {0, 1, 3}) {
     CATCH_INFO("anchor chunk " << chunk);
     cfg.anchor_chunk = chunk;
-    CATCH_CHECK(gc::loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-12));
+    CATCH_CHECK(train::batch_loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-12));
   }
 }
 
@@ -306,8 +307,8 @@ LabelledCase labelled_case() {
 
 CATCH_TEST_CASE("loss: softmax classifier matches a hand computation", "[gradcache][objectives]") {
   auto c = labelled_case();
-  gc::LossConfig cfg;
-  cfg.kind = gc::LossKind::softmax;
+  train::LossConfig cfg;
+  cfg.kind = train::LossKind::softmax;
   cfg.class_weight = c.w;
   cfg.class_bias = c.b;
   Rows logits;
@@ -317,15 +318,15 @@ CATCH_TEST_CASE("loss: softmax classifier matches a hand computation", "[gradcac
   }
   check_loss(c.z, c.labels, cfg, cross_entropy(logits, c.y));
   // The prediction logits are the same W z + b.
-  CATCH_CHECK(gc::class_logits(c.z, cfg)[3][1].item<double>() == Approx(logits[3][1]).epsilon(1e-14));
+  CATCH_CHECK(train::class_logits(c.z, cfg)[3][1].item<double>() == Approx(logits[3][1]).epsilon(1e-14));
 }
 
 CATCH_TEST_CASE("loss: ArcFace and CosFace match a hand computation", "[gradcache][objectives]") {
   auto c = labelled_case();
-  for (auto kind : {gc::LossKind::arcface, gc::LossKind::cosface}) {
+  for (auto kind : {train::LossKind::arcface, train::LossKind::cosface}) {
     for (double margin : {0.0, 0.5, 1.2}) {
-      CATCH_INFO((kind == gc::LossKind::arcface ? "ArcFace" : "CosFace") << " margin " << margin);
-      gc::LossConfig cfg;
+      CATCH_INFO((kind == train::LossKind::arcface ? "ArcFace" : "CosFace") << " margin " << margin);
+      train::LossConfig cfg;
       cfg.kind = kind;
       cfg.class_weight = c.w;
       cfg.margin = margin;
@@ -338,7 +339,7 @@ CATCH_TEST_CASE("loss: ArcFace and CosFace match a hand computation", "[gradcach
           if (static_cast<int64_t>(k) == c.y[i]) {
             // ArcFace: cos(theta + m) while theta + m < pi, else cos(theta) - m sin(m).
             const double theta = std::acos(cs);
-            if (kind == gc::LossKind::cosface)
+            if (kind == train::LossKind::cosface)
               cs -= margin;
             else
               cs = theta + margin < M_PI ? std::cos(theta + margin) : cs - margin * std::sin(margin);
@@ -357,9 +358,9 @@ CATCH_TEST_CASE("loss: triplet with batch-hard and semi-hard mining matches a ha
   c.y[6] = 3;  // a class of one row: an anchor without positives
   c.labels = torch::tensor(c.y, torch::kLong);
   const std::size_t n = c.zr.size();
-  for (auto sim : {gc::Similarity::cos, gc::Similarity::dot}) {
+  for (auto sim : {train::Similarity::cos, train::Similarity::dot}) {
     auto s = [&](std::size_t i, std::size_t j) {
-      return sim == gc::Similarity::cos ? cosine(c.zr[i], c.zr[j]) : dot(c.zr[i], c.zr[j]);
+      return sim == train::Similarity::cos ? cosine(c.zr[i], c.zr[j]) : dot(c.zr[i], c.zr[j]);
     };
     const double m = 0.3;
     double hard = 0, semi = 0;
@@ -387,35 +388,35 @@ CATCH_TEST_CASE("loss: triplet with batch-hard and semi-hard mining matches a ha
         ++semi_n;
       }
     }
-    CATCH_INFO((sim == gc::Similarity::cos ? "cos" : "dot"));
+    CATCH_INFO((sim == train::Similarity::cos ? "cos" : "dot"));
     CATCH_REQUIRE(hard_n == 5);  // every anchor but rows 2 and 6, alone in their classes
     CATCH_REQUIRE(semi_n == 8);  // pairs: 2 (class 0) + 6 (class 2)
-    gc::LossConfig cfg;
+    train::LossConfig cfg;
     cfg.similarity = sim;
     cfg.margin = m;
-    cfg.kind = gc::LossKind::triplet_batch_hard;
+    cfg.kind = train::LossKind::triplet_batch_hard;
     check_loss(c.z, c.labels, cfg, hard / hard_n);
-    cfg.kind = gc::LossKind::triplet_semi_hard;
+    cfg.kind = train::LossKind::triplet_semi_hard;
     check_loss(c.z, c.labels, cfg, semi / semi_n);
   }
 }
 
 CATCH_TEST_CASE("loss: sides of different widths are refused", "[gradcache]") {
-  gc::LossConfig cfg;
-  CATCH_CHECK_THROWS_WITH(gc::loss(torch::zeros({2, 3}), torch::zeros({2, 4}), {}, cfg),
+  train::LossConfig cfg;
+  CATCH_CHECK_THROWS_WITH(train::batch_loss(torch::zeros({2, 3}), torch::zeros({2, 4}), {}, cfg),
                           "loss: query and passage representations differ in width (3 vs 4)");
 }
 
 namespace {
 
 // W ranks as threads of this process, exchanging tensors through memory: the collectives of
-// gc::Parallel without a network, to check the data-parallel arithmetic for every loss.
+// train::Parallel without a network, to check the data-parallel arithmetic for every loss.
 class ThreadGroup {
  public:
   explicit ThreadGroup(int size) : size_(size), slots_(size) {}
 
-  gc::Parallel parallel(int rank, std::vector<int64_t> rows) {
-    gc::Parallel p;
+  train::Parallel parallel(int rank, std::vector<int64_t> rows) {
+    train::Parallel p;
     p.rank = rank;
     p.rows = std::move(rows);
     p.all_gather_rows = [this, rank](const torch::Tensor& t, const std::vector<int64_t>&) {
@@ -502,7 +503,7 @@ std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtyp
       for (auto p : qm.parameters()) params.push_back(p);
       if (!s.tied)
         for (auto p : pmod.parameters()) params.push_back(p);
-      gc::LossConfig cfg;
+      train::LossConfig cfg;
       {
         std::lock_guard<std::mutex> lock(seed_mutex);  // the classifier's seeded draw, one rank at a time
         cfg = loss_with_classifier(s, dtype, params);
@@ -510,14 +511,14 @@ std::vector<torch::Tensor> train_parallel(const Setup& s, int world, torch::Dtyp
       auto par = group.parallel(r, rows);
       if (!sum_rep_grads) par.all_reduce_sum = [](const std::vector<torch::Tensor>&) {};
       const int64_t a = r * s.batch / world, b = (r + 1) * s.batch / world, g = 1 + s.k;
-      gc::StepMode mode;
+      train::StepMode mode;
       mode.gradcache = gradcache;
       for (int i = 0; i < steps; ++i) {
         for (auto& p : params)
           if (p.grad().defined()) p.grad().zero_();
-        gc::SideBatch qb{tower(qm), {q_all[i].slice(0, a, b)}, s.qchunk};
-        gc::SideBatch pb{tower(pmod), {p_all[i].slice(0, a * g, b * g)}, s.pchunk};
-        gc::step(qb, pb, labels, cfg, mode, &par);
+        train::SideBatch qb{tower(qm), {q_all[i].slice(0, a, b)}, s.qchunk};
+        train::SideBatch pb{tower(pmod), {p_all[i].slice(0, a * g, b * g)}, s.pchunk};
+        train::gradcache_step(qb, pb, labels, cfg, mode, &par);
         std::vector<torch::Tensor> grads;
         for (auto& p : params) grads.push_back(p.grad());
         group.sum(r, grads);  // the caller's one all-reduce of parameter gradients
@@ -537,9 +538,9 @@ CATCH_TEST_CASE("data parallel: W ranks with B/W rows each equal one process wit
                 "[gradcache][parallel]") {
   for (const auto& [name, s] : setups()) {
     CATCH_INFO(name);
-    gc::StepMode full;
+    train::StepMode full;
     full.gradcache = false;
-    auto single = train(s, full, torch::kFloat64, 3);
+    auto single = train_steps(s, full, torch::kFloat64, 3);
     for (int world : {2, 3}) {
       CATCH_INFO("world size " << world);
       CATCH_CHECK(max_abs_diff(train_parallel(s, world, torch::kFloat64, 3, true), single) <= 1e-12);
@@ -553,8 +554,8 @@ CATCH_TEST_CASE("data parallel: without summing representation gradients the res
   // Negative control: ranks that only back-propagate their own anchors' terms (the naive split,
   // which drops every other rank's anchors' gradient into this rank's rows) do not match.
   Setup s;
-  gc::StepMode full;
+  train::StepMode full;
   full.gradcache = false;
-  auto single = train(s, full, torch::kFloat64, 3);
+  auto single = train_steps(s, full, torch::kFloat64, 3);
   CATCH_CHECK(max_abs_diff(train_parallel(s, 2, torch::kFloat64, 3, true, false), single) > 1e-6);
 }

@@ -563,18 +563,18 @@ CATCH_TEST_CASE("train plan: losses that need two classes refuse training rows o
 }
 
 CATCH_TEST_CASE("launch: a bare cuda is the process's own GPU, and its share of the cores", "[train]") {
-  dist::Launch one, ranks;
+  train::Launch one, ranks;
   ranks.rank = 3;
   ranks.world_size = 4;
   ranks.local_rank = 1;
   ranks.local_world_size = 2;
-  CATCH_CHECK(dist::local_device("cuda", ranks) == "cuda:1");
-  CATCH_CHECK(dist::local_device("cuda:0", ranks) == "cuda:0");
-  CATCH_CHECK(dist::local_device("cpu", ranks) == "cpu");
-  CATCH_CHECK(dist::local_device("cuda", one) == "cuda");
-  CATCH_CHECK(dist::local_threads(0, ranks, 16) == 8);
-  CATCH_CHECK(dist::local_threads(3, ranks, 16) == 3);
-  CATCH_CHECK(dist::local_threads(0, one, 16) == 0);
+  CATCH_CHECK(train::local_device("cuda", ranks) == "cuda:1");
+  CATCH_CHECK(train::local_device("cuda:0", ranks) == "cuda:0");
+  CATCH_CHECK(train::local_device("cpu", ranks) == "cpu");
+  CATCH_CHECK(train::local_device("cuda", one) == "cuda");
+  CATCH_CHECK(train::local_threads(0, ranks, 16) == 8);
+  CATCH_CHECK(train::local_threads(3, ranks, 16) == 3);
+  CATCH_CHECK(train::local_threads(0, one, 16) == 0);
   ranks.local_world_size = 32;
-  CATCH_CHECK(dist::local_threads(0, ranks, 16) == 1);
+  CATCH_CHECK(train::local_threads(0, ranks, 16) == 1);
 }

@@ -8,7 +8,7 @@
 
 #include "traincache/base/report.h"
 
-namespace traincache::smart_bench {
+namespace traincache::bench {
 
 /// Mean samples_per_second per strategy over the epochs after the first (over all epochs when a
 /// strategy ran one), from records of smart-bench's fields.
@@ -30,4 +30,4 @@ std::vector<Comparison> compare(const report::Json& baseline_records, const repo
 /// else than a document whose records carry strategy, epoch and samples_per_second -> Error(data).
 report::Json read_baseline(const std::string& path);
 
-}  // namespace traincache::smart_bench
+}  // namespace traincache::bench

@@ -11,7 +11,7 @@
 #include "traincache/base/choices.h"
 #include "traincache/io/source.h"
 
-namespace traincache::smart_bench {
+namespace traincache::bench {
 
 /// The caching strategies (--strategy). embed runs as two records per epoch: "embed_encoder" (the
 /// frozen encoder every step) and "embed_cache" (embeddings read from the cache).
@@ -74,4 +74,4 @@ struct EpochRecord {
 void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
          const std::function<void(const std::string&)>& info = {});
 
-}  // namespace traincache::smart_bench
+}  // namespace traincache::bench

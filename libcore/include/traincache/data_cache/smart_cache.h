@@ -27,7 +27,7 @@
 #include "traincache/data_cache/data_cache.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::smart {
+namespace traincache::data_cache {
 
 /// The window arithmetic, separate from any threads.
 struct WindowPlan {
@@ -146,4 +146,4 @@ class WindowCache {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace traincache::smart
+}  // namespace traincache::data_cache

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace traincache::verify {
+namespace traincache::fill {
 
 /// What to verify and how strictly.
 struct VerifyOptions {
@@ -54,4 +54,4 @@ VerifyReport run_verify_in_module(const VerifyOptions& opts);
 /// runtime_info() (model/runtime.h: LibTorch's version, BLAS, CUDA, cores) from that module.
 std::string runtime_info_in_module();
 
-}  // namespace traincache::verify
+}  // namespace traincache::fill

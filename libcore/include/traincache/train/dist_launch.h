@@ -6,7 +6,7 @@
 
 #include "traincache/base/choices.h"
 
-namespace traincache::dist {
+namespace traincache::train {
 
 /// What the launcher says about this process.
 struct Launch {
@@ -41,4 +41,4 @@ std::string local_device(const std::string& device, const Launch& launch);
 /// 1); otherwise 0 (LibTorch's default: one per core).
 int local_threads(int threads, const Launch& launch, int cores);
 
-}  // namespace traincache::dist
+}  // namespace traincache::train

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace traincache::eval {
+namespace traincache::train {
 
 /// One metric's mean over the queries, with a 95% bootstrap interval (NaN without one).
 struct Metric {
@@ -51,4 +51,4 @@ std::string dump_tsv(const QueryTable& t, int64_t step, bool header);
 /// Parses --eval-k "1,5,10": positive, distinct, ascending after sorting. Error(usage) otherwise.
 std::vector<int64_t> parse_ks(const std::string& text);
 
-}  // namespace traincache::eval
+}  // namespace traincache::train

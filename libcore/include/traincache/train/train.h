@@ -108,7 +108,7 @@ struct TrainOptions {
   bool tf32 = true;  ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
   int threads = 0;
   // Data parallelism (when the launcher's WORLD_SIZE > 1; see docs/distributed.md).
-  dist::Backend dist_backend = dist::Backend::automatic;
+  train::Backend dist_backend = train::Backend::automatic;
   double dist_timeout = 1800;             ///< seconds a rank waits for the others
   DType dtype = DType::f32;               ///< f32 or f64 (parameters and inputs)
   Precision precision = Precision::fp32;  ///< bf16/fp16: encoders and heads under autocast
@@ -120,7 +120,7 @@ struct EvalMetrics {
   int64_t rows = 0;      ///< evaluation rows (all are candidates)
   int64_t queries = 0;   ///< rows the metrics average over
   int64_t excluded = 0;  ///< grouped mode: rows alone in their class, candidates only
-  std::vector<eval::Metric> metrics;
+  std::vector<train::Metric> metrics;
 };
 
 /// The best evaluation so far of --select-best's metric (higher is better), and how many

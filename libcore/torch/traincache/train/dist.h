@@ -14,7 +14,7 @@
 
 #include "traincache/train/dist_launch.h"
 
-namespace traincache::dist {
+namespace traincache::train {
 
 /// The backend to use for `requested` on `device` (automatic: NCCL for CUDA devices, Gloo
 /// otherwise); Error(unavailable) for NCCL in a LibTorch built without it, Error(usage) for NCCL
@@ -28,15 +28,15 @@ Backend choose_backend(Backend requested, const torch::Device& device);
 /// timed-out collective (a rank died, hung or disconnected) throws Error(unavailable) naming this
 /// rank, the collective and the context set with set_context(), and the failed rank's own
 /// message when it left one.
-class Group {
+class RankGroup {
  public:
   /// Connects to the job's store (rank 0 hosts it unless torchrun's agent does); waits at most
   /// `timeout` for it, and the same in start() and every later collective. Tensors travel on
   /// `device` for NCCL and on the CPU for Gloo; results come back where the inputs were.
-  Group(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device);
+  RankGroup(const Launch& launch, Backend backend, std::chrono::milliseconds timeout, const torch::Device& device);
   /// Tears the process group down (NCCL's communicators shut down cleanly), then the store; the
   /// rank that hosts the store first gives the others a few seconds to read a failure.
-  ~Group();
+  ~RankGroup();
 
   /// Says this rank is ready, waits until every rank is, then creates the process group.
   /// Error(unavailable) with the other rank's reason when one reported a failure, on timeout, or
@@ -47,8 +47,8 @@ class Group {
   /// of the process group, so that they stop within moments with its reason. Does nothing when
   /// this rank is only passing on another's failure. Never throws.
   void report_failure(const std::exception& e) noexcept;
-  Group(const Group&) = delete;
-  Group& operator=(const Group&) = delete;
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -95,4 +95,4 @@ class Group {
   [[noreturn]] void throw_peer_failure(const std::string& reason);
 };
 
-}  // namespace traincache::dist
+}  // namespace traincache::train

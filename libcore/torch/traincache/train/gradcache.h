@@ -16,7 +16,7 @@
 
 #include "traincache/base/similarity.h"
 
-namespace traincache::gc {
+namespace traincache::train {
 
 using Similarity = traincache::Similarity;
 
@@ -57,7 +57,8 @@ struct LossConfig {
 /// (row i*(1+k) is query i's positive, the next k rows its hard negatives). Labelled kinds: q = z
 /// [B, d], labels [B] (0-based classes for the classifier kinds), p unused. Computed in anchor chunks, but the graph of
 /// every chunk is kept.
-torch::Tensor loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg);
+torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
+                         const LossConfig& cfg);
 
 /// Computes the loss on leaf tensors q and p (requires_grad) one anchor chunk at a time,
 /// back-propagating each chunk at once, so that at most anchor_chunk x |candidates| logits exist.
@@ -113,7 +114,7 @@ struct Parallel {
 /// encoded. The parameter gradients left here are this rank's part: their sum over ranks (one
 /// all-reduce, by the caller) is the single-process gradient of the whole batch. Returns the
 /// whole batch's loss.
-double step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
-            const StepMode& mode = {}, const Parallel* par = nullptr);
+double gradcache_step(SideBatch& query, SideBatch& passage, const torch::Tensor& labels, const LossConfig& cfg,
+                      const StepMode& mode = {}, const Parallel* par = nullptr);
 
-}  // namespace traincache::gc
+}  // namespace traincache::train

@@ -8,7 +8,7 @@
 
 #include "traincache/train/gradcache.h"
 
-namespace traincache::gc {
+namespace traincache::train {
 
 /// Rows [a, b) of `z` [B, d] against the classifier of `cfg`: the sum of their cross-entropy
 /// terms (target classes `classes` [B], 0-based) divided by `denom`. ArcFace and CosFace compare
@@ -41,4 +41,4 @@ torch::jit::Module make_classifier(LossKind kind, const std::vector<int64_t>& la
 /// The classifier's parameters in `cfg` (class_weight, class_bias) as a loss uses them.
 void use_classifier(LossConfig& cfg, torch::jit::Module& classifier);
 
-}  // namespace traincache::gc
+}  // namespace traincache::train

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <vector>
 
-namespace traincache::shuffle {
+namespace traincache::train {
 
 /// A permutation of 0..n-1: the one torch::randperm(n, generator) returns for a CPU generator
 /// seeded with `seed` (tests/unit/model/encode_test.cpp compares them), drawn with plain loops on the
 /// calling thread.
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
 
-}  // namespace traincache::shuffle
+}  // namespace traincache::train
