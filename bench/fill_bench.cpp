@@ -41,17 +41,17 @@ double best_rate(int repeats, int64_t rows, Fn fn) {
 }
 
 int run(Options& o) {
-  encode::configure_threads(o.common.threads);
+  model::configure_threads(o.common.threads);
   // The batches, read and converted once, so that the forward-only runs measure compute alone.
   auto col = source::open_column(o.input, o.features);
   o.rows = std::min(o.rows, col->info().rows());
   std::vector<torch::Tensor> batches;
   for (int64_t s = 0; s < o.rows; s += o.batch_size)
-    batches.push_back(encode::read_column_rows(*col, s, std::min(o.batch_size, o.rows - s), 1.0 / 255));
+    batches.push_back(model::read_column_rows(*col, s, std::min(o.batch_size, o.rows - s), 1.0 / 255));
 
   torch::jit::Module plain = torch::jit::load(o.encoder);
   plain.eval();
-  encode::Encoder opt("bench", o.encoder, torch::kCPU);
+  model::Encoder opt("bench", o.encoder, torch::kCPU);
   auto outcome = opt.try_optimize({batches.front()}, fill::kOptimizeTolerance);
 
   fill::FillOptions f;
@@ -125,7 +125,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Benchmark cache-fill against the encoder's forward throughput.", "fill-bench"};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, model::runtime_info);
   app.add_option("--input", o.input, "Input HDF5 file")->required();
   app.add_option("--encoder", o.encoder, "TorchScript encoder")->required();
   app.add_option("--features", o.features, "Input dataset")->capture_default_str();

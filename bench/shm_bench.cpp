@@ -60,12 +60,12 @@ void read_file(const std::string& path, std::vector<unsigned char>& buf) {
 bool read_throughput(const Options& o, const std::string& tag, Json& out) {
   bool pass = true;
   std::string name = "bench-read-" + tag;
-  shm::CreateOptions c;
+  slab::CreateOptions c;
   c.name = name;
   c.length = o.read_items;
   c.dims = {o.read_item_bytes};
   c.slots = o.read_items;
-  auto slab = shm::Slab::create(c);
+  auto slab = slab::Slab::create(c);
   std::vector<unsigned char> src(o.read_items * o.read_item_bytes), dst(o.read_item_bytes);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 31);
   for (uint64_t i = 0; i < o.read_items; ++i) slab.set(i, src.data() + i * o.read_item_bytes, o.read_item_bytes);
@@ -86,7 +86,7 @@ bool read_throughput(const Options& o, const std::string& tag, Json& out) {
     }
     copy_best = std::max(copy_best, total / since(t));
   }
-  shm::remove_slab(name);
+  slab::remove_slab(name);
   double ratio = slab_best / copy_best;
   pass = pass && ratio >= 0.8;
   out = {{"items", o.read_items},
@@ -131,23 +131,23 @@ bool second_epoch(const Options& o, const std::string& tag, Json& out) {
   std::iota(order.begin(), order.end(), 0);
   std::vector<unsigned char> buf(o.sample_bytes);
   const std::vector<double> fractions{0.0, 0.25, 0.5, 1.0};
-  std::vector<std::unique_ptr<shm::Slab>> slabs;
+  std::vector<std::unique_ptr<slab::Slab>> slabs;
   for (double fraction : fractions) {
-    shm::CreateOptions c;
+    slab::CreateOptions c;
     c.name = "bench-epoch-" + std::to_string(static_cast<int>(fraction * 100)) + "-" + tag;
     c.length = o.samples;
     c.dims = {o.sample_bytes};
     c.slots = static_cast<uint64_t>(fraction * o.samples);
-    c.selection = shm::Selection::hashed;  // the cached part spread over the dataset
-    slabs.push_back(c.slots > 0 ? std::make_unique<shm::Slab>(shm::Slab::create(c)) : nullptr);
+    c.selection = slab::Selection::hashed;  // the cached part spread over the dataset
+    slabs.push_back(c.slots > 0 ? std::make_unique<slab::Slab>(slab::Slab::create(c)) : nullptr);
   }
   // One epoch of the loader; returns its seconds and counts hits.
-  auto epoch = [&](shm::Slab* slab, unsigned seed, uint64_t* hits) {
+  auto epoch = [&](slab::Slab* slab, unsigned seed, uint64_t* hits) {
     std::mt19937 rng(seed);
     std::shuffle(order.begin(), order.end(), rng);
     auto t = Clock::now();
     for (uint64_t i : order) {
-      auto v = slab ? slab->view(i) : shm::Slab::View{};
+      auto v = slab ? slab->view(i) : slab::Slab::View{};
       if (v) {
         std::memcpy(buf.data(), v.data, v.bytes);
         if (hits) ++*hits;
@@ -170,7 +170,7 @@ bool second_epoch(const Options& o, const std::string& tag, Json& out) {
       hits[k] = h;
     }
   for (auto& slab : slabs)
-    if (slab) shm::remove_slab(slab->info().name);
+    if (slab) slab::remove_slab(slab->info().name);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<double, double>> points;
   for (std::size_t k = 0; k < fractions.size(); ++k) {
@@ -200,23 +200,23 @@ bool second_epoch(const Options& o, const std::string& tag, Json& out) {
 bool create_large(const Options& o, const std::string& tag, Json& out) {
   bool pass = true;
   std::string name = "bench-create-" + tag;
-  shm::CreateOptions c;
+  slab::CreateOptions c;
   c.name = name;
-  c.limit_bytes = shm::parse_size(o.create_size);
+  c.limit_bytes = slab::parse_size(o.create_size);
   c.length = c.limit_bytes / (1 << 20);
   c.dims = {1 << 20};
   auto t = Clock::now();
   bool created = true;
   try {
-    shm::Slab::create(c);
+    slab::Slab::create(c);
   } catch (const Error& e) {
     created = false;
     out = {{"bytes", c.limit_bytes}, {"skipped", e.what()}};
   }
   if (created) {
     double s = since(t);
-    uint64_t resident = shm::resident_bytes(name);
-    shm::remove_slab(name);
+    uint64_t resident = slab::resident_bytes(name);
+    slab::remove_slab(name);
     pass = pass && s < 1.0;
     out = {{"bytes", c.limit_bytes},
            {"seconds", s},

@@ -15,7 +15,7 @@ namespace {
 
 const char* kName = "fuzz-slab";
 
-void exercise(traincache::shm::Slab& slab, bool writable) {
+void exercise(traincache::slab::Slab& slab, bool writable) {
   auto info = slab.info();
   auto counts = slab.counts();
   volatile uint64_t sink = counts.filled + info.total_bytes;
@@ -48,11 +48,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  const std::string path = traincache::shm::shm_dir() + "/" + std::getenv("TRAINCACHE_SHM_PREFIX") + kName;
+  const std::string path = traincache::slab::shm_dir() + "/" + std::getenv("TRAINCACHE_SHM_PREFIX") + kName;
   for (bool writable : {false, true}) {
     fuzz::write_input(path, data, size);
     try {
-      auto slab = traincache::shm::Slab::attach(kName, writable);
+      auto slab = traincache::slab::Slab::attach(kName, writable);
       exercise(slab, writable);
     } catch (const traincache::Error&) {
     }

@@ -304,7 +304,7 @@ void add_text_options(CLI::App& app, Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info);
   app.add_option("-i,--input", o.fill.input,
                  "Input: HDF5 file, .npy file, .npz archive, shm:NAME, image folder, .csv/.tsv/.jsonl manifest "
                  "or WebDataset tar shards ('s/{00000..00099}.tar', a glob, a .tar.gz) (required)");
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-determinism", o.fill.check_determinism,
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
-  cli::add_choice(app, "--precision", o.fill.precision, precision::choices(),
+  cli::add_choice(app, "--precision", o.fill.precision, model::precision_choices(),
                   "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
   cli::add_tf32_option(app, &o.fill.tf32);
   cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),

@@ -142,7 +142,7 @@ void resolve_options(Options& o) {
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   t.data_cache = data_cache::parse(o.data_cache, "--data-cache");
   t.data_cache.keep = o.data_cache_keep;
-  if (!o.data_cache_limit.empty()) t.data_cache.limit_bytes = shm::parse_size(o.data_cache_limit);
+  if (!o.data_cache_limit.empty()) t.data_cache.limit_bytes = slab::parse_size(o.data_cache_limit);
   if (!o.data_cache_limit.empty() && t.data_cache.limit_bytes == 0)
     throw Error(Exit::usage, "--data-cache-limit", "must be a positive size");
   for (const auto& spec : o.tokenizers) {
@@ -334,7 +334,7 @@ void add_batch_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->group(g_loss);
   cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
-  cli::add_choice(app, "--precision", t.precision, precision::choices(),
+  cli::add_choice(app, "--precision", t.precision, model::precision_choices(),
                   "fp32, bf16 (autocast; CPU or CUDA) or fp16 (autocast with loss scaling; CUDA)")
       ->group(g_loss);
   cli::add_tf32_option(app, &t.tf32)->group(g_loss);
@@ -425,7 +425,7 @@ void add_optimiser_options(CLI::App& app, Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info);
   add_input_options(app, o);
   add_batch_options(app, o);
   add_optimiser_options(app, o);

@@ -35,7 +35,7 @@ struct Options {
   cli::CommonOptions common;
   // create
   std::string name, dims, dtype = "uint8", limit, mode = "0600";
-  shm::Selection select = shm::Selection::first;
+  slab::Selection select = slab::Selection::first;
   uint64_t len = 0, slots = 0, seed = 0;
   bool variable = false;
   // fill / get / rm
@@ -48,10 +48,10 @@ struct Options {
 };
 
 int do_create(Options& o) {
-  shm::CreateOptions c;
+  slab::CreateOptions c;
   c.name = o.name;
   c.length = o.len;
-  c.layout = o.variable ? shm::Layout::variable : shm::Layout::fixed;
+  c.layout = o.variable ? slab::Layout::variable : slab::Layout::fixed;
   c.dtype = parse_dtype(o.dtype);
   if (!o.variable) {
     if (o.dims.empty()) throw Error(Exit::usage, "--dims", "a fixed layout needs --dims (or use --variable)");
@@ -64,7 +64,7 @@ int do_create(Options& o) {
   } else if (!o.dims.empty()) {
     throw Error(Exit::usage, "--dims", "a variable layout has no fixed item shape");
   }
-  if (!o.limit.empty()) c.limit_bytes = shm::parse_size(o.limit);
+  if (!o.limit.empty()) c.limit_bytes = slab::parse_size(o.limit);
   c.slots = o.slots;
   c.selection = o.select;
   c.seed = o.seed;
@@ -75,7 +75,7 @@ int do_create(Options& o) {
   } catch (const std::exception&) {
     throw Error(Exit::usage, "--mode", "expected octal permission bits like 0640, got '" + o.mode + "'");
   }
-  auto slab = shm::Slab::create(c);
+  auto slab = slab::Slab::create(c);
   auto i = slab.info();
   auto rec = describe::slab_record(i, nullptr);
   if (o.common.json)
@@ -90,9 +90,9 @@ int do_create(Options& o) {
 int do_list(Options& o) {
   report::Json arr = report::Json::array();
   if (!o.common.json) std::printf("%s\n", report::table_header(kListColumns).c_str());
-  for (const auto& n : shm::list_slabs()) {
+  for (const auto& n : slab::list_slabs()) {
     try {
-      auto slab = shm::Slab::attach(n, false);
+      auto slab = slab::Slab::attach(n, false);
       auto c = slab.counts();
       auto rec = describe::slab_record(slab.info(), &c);
       if (o.common.json)
@@ -111,7 +111,7 @@ int do_list(Options& o) {
 }
 
 int do_stat(Options& o) {
-  auto slab = shm::Slab::attach(o.name, false);
+  auto slab = slab::Slab::attach(o.name, false);
   auto c = slab.counts();
   auto rec = describe::slab_record(slab.info(), &c);
   if (o.common.json)
@@ -122,14 +122,14 @@ int do_stat(Options& o) {
 }
 
 int do_fill(Options& o) {
-  shm::FillFromOptions f;
+  data_cache::FillFromOptions f;
   f.slab = o.name;
   f.file = o.from;
   f.dataset = o.dataset;
   f.files = o.files;
   f.workers = o.workers;
   if (!o.rows.empty()) std::tie(f.row_begin, f.row_end) = cli::parse_row_range(o.rows);
-  auto r = shm::fill_from_hdf5(f);
+  auto r = data_cache::fill_from_hdf5(f);
   report::Record rec;
   rec.add("schema", "shm-cache/1")
       .add("name", o.name)
@@ -145,18 +145,18 @@ int do_fill(Options& o) {
 }
 
 int do_get(Options& o) {
-  auto slab = shm::Slab::attach(o.name, false);
+  auto slab = slab::Slab::attach(o.name, false);
   auto parsed = cli::parse_int(o.index);
   if (!parsed || *parsed < 0)
     throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
   const auto index = static_cast<uint64_t>(*parsed);
   auto view = slab.view(index);
   auto slot = slab.slot_of(index);
-  if (slot && slab.state(index) == shm::SlotState::invalid)
+  if (slot && slab.state(index) == slab::SlotState::invalid)
     throw Error(Exit::data, o.name,
                 "slot " + std::to_string(*slot) + " of index " + std::to_string(index) +
                     " holds an invalid state: corrupt slab (shm-cache repair resets it)");
-  const char* state = !slot ? "not cacheable" : shm::state_name(slab.state(index));
+  const char* state = !slot ? "not cacheable" : slab::state_name(slab.state(index));
   if (o.common.json) {
     auto i = slab.info();
     report::Record rec;
@@ -181,7 +181,7 @@ int do_get(Options& o) {
 }
 
 int do_repair(Options& o) {
-  auto slab = shm::Slab::attach(o.name, true);
+  auto slab = slab::Slab::attach(o.name, true);
   uint64_t n = slab.repair();
   report::Record rec;
   rec.add("schema", "shm-cache/1").add("name", o.name).add("repaired", n).note("s", n == 1 ? "" : "s");
@@ -192,12 +192,12 @@ int do_repair(Options& o) {
 int do_rm(Options& o) {
   if (int(o.all) + int(o.stale) + int(!o.names.empty()) != 1)
     throw Error(Exit::usage, "rm", "give slab names, --all or --stale");
-  auto names = o.all ? shm::list_slabs() : o.stale ? shm::stale_slabs() : o.names;
+  auto names = o.all ? slab::list_slabs() : o.stale ? slab::stale_slabs() : o.names;
   int status = 0;
   report::Json removed = report::Json::array();
   for (const auto& n : names) {
     try {
-      shm::remove_slab(n);
+      slab::remove_slab(n);
       removed.push_back(n);
     } catch (const Error& e) {
       cli::print_error(kTool, e.what());
@@ -212,13 +212,13 @@ int do_rm(Options& o) {
 }
 
 int do_df(Options& o) {
-  auto space = shm::shm_space();
+  auto space = slab::shm_space();
   uint64_t used = 0;
-  auto names = shm::list_slabs();
-  for (const auto& n : names) used += shm::resident_bytes(n);
+  auto names = slab::list_slabs();
+  for (const auto& n : names) used += slab::resident_bytes(n);
   report::Record rec;
   rec.add("schema", "shm-cache/1")
-      .add("path", shm::shm_dir())
+      .add("path", slab::shm_dir())
       .add("total_bytes", space.total, format_size(space.total))
       .add("free_bytes", space.free, format_size(space.free))
       .add("slabs", names.size())
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   create->add_flag("--variable", o.variable, "Variable-size items (an arena with per-index offset/length)");
   create->add_option("--limit", o.limit, "Byte budget for the data, e.g. 2GiB");
   create->add_option("--slots", o.slots, "Number of cacheable items (fixed layout; instead of --limit)");
-  cli::add_choice(*create, "--select", o.select, shm::selection_choices(),
+  cli::add_choice(*create, "--select", o.select, slab::selection_choices(),
                   "Cacheable indices: the first N, or a seeded hashed subset");
   create->add_option("--seed", o.seed, "Seed of --select hashed")->capture_default_str();
   create->add_option("--mode", o.mode, "Permission bits, e.g. 0640 to share with a group")->capture_default_str();

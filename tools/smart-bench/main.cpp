@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Benchmark caching strategies on a data pipeline; gate CI on throughput.", kTool};
   Options o;
   auto& b = o.b;
-  cli::add_common_options(app, o.common, cli::Compute::threads_only, runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, model::runtime_info);
   app.add_option(
          "--data", b.data,
          "uint8 items: HDF5 file, .npy, .npz; or images: an image folder, a .csv/.tsv/.jsonl manifest or tar shards")

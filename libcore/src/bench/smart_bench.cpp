@@ -72,7 +72,7 @@ class ColumnSource : public Source {
         throw Error(Exit::data, path,
                     "'" + labels_name + "' must hold one integer label per item of '" + ci.name + "'");
       // Labels of any integer type, as train.cpp reads them: converted, then int64.
-      auto t = encode::read_column_rows(*l, 0, ci.rows(), 1.0).to(torch::kLong).contiguous();
+      auto t = model::read_column_rows(*l, 0, ci.rows(), 1.0).to(torch::kLong).contiguous();
       labels.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
     }
   }
@@ -141,9 +141,9 @@ class FileSource : public Source {
 
 class ShmSource : public Source {
  public:
-  explicit ShmSource(const std::string& name) : slab_(shm::Slab::attach(name, false)) {
+  explicit ShmSource(const std::string& name) : slab_(slab::Slab::attach(name, false)) {
     auto i = slab_.info();
-    if (i.layout != shm::Layout::fixed || i.dtype != DType::u8)
+    if (i.layout != slab::Layout::fixed || i.dtype != DType::u8)
       throw Error(Exit::data, name, "the slab must hold fixed-shape uint8 items");
     for (auto d : i.dims) dims_.push_back(static_cast<int64_t>(d));
     labels.assign(i.length, 0);
@@ -156,7 +156,7 @@ class ShmSource : public Source {
   }
 
  private:
-  shm::Slab slab_;
+  slab::Slab slab_;
   std::vector<int64_t> dims_;
 };
 
@@ -352,7 +352,7 @@ class EmbedEncoder : public NoCache {
   }
 
  private:
-  encode::Encoder enc_;
+  model::Encoder enc_;
 };
 
 class EmbedCache : public Strategy {
@@ -393,7 +393,7 @@ class Step {
  public:
   Step(const BenchOptions& o) : o_(o) {
     if (!o.model.empty()) {
-      model_ = encode::load_module(o.model, torch::kCPU);  // missing: 66, not TorchScript: 65
+      model_ = model::load_module(o.model, torch::kCPU);  // missing: 66, not TorchScript: 65
       model_.train();
       for (auto p : model_.parameters()) {
         p.set_requires_grad(true);
@@ -420,7 +420,7 @@ class Step {
       return;
     }
     opt_->zero_grad();
-    torch::jit::IValue result = encode::call_forward(model_, {batch}, o_.model);
+    torch::jit::IValue result = model::call_forward(model_, {batch}, o_.model);
     if (!result.isTensor()) throw Error(Exit::data, o_.model, "forward() must return one tensor");
     auto out = result.toTensor();
     auto loss = out.dim() == 2 && out.size(1) > labels.max().item<int64_t>()
@@ -642,7 +642,7 @@ const Choices<Caching>& caching_choices() {
 void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
          const std::function<void(const std::string&)>& info) {
   validate(o);
-  encode::configure_threads(o.threads);
+  model::configure_threads(o.threads);
   std::unique_ptr<Source> src = open_source(o);
   const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();
   Pipeline pipe{o, *src, array_resize(o), {}};

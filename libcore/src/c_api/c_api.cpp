@@ -22,7 +22,7 @@
 using namespace traincache;
 
 struct tc_slab {
-  shm::Slab slab;
+  slab::Slab slab;
 };
 
 namespace {
@@ -75,7 +75,7 @@ void install_bus_handler() {
 // was truncated while in use) returns -74 with a message naming the slab; `undo` then runs under
 // the same guard (giving back a claim). `f` must not own anything a jump would leak but plain data.
 template <typename F, typename U>
-auto bus_guarded(const shm::Slab& slab, F&& f, U&& undo) -> decltype(f()) {
+auto bus_guarded(const slab::Slab& slab, F&& f, U&& undo) -> decltype(f()) {
   using R = decltype(f());
   install_bus_handler();
   sigjmp_buf jump;
@@ -97,7 +97,7 @@ auto bus_guarded(const shm::Slab& slab, F&& f, U&& undo) -> decltype(f()) {
 }
 
 template <typename F>
-auto bus_guarded(const shm::Slab& slab, F&& f) -> decltype(f()) {
+auto bus_guarded(const slab::Slab& slab, F&& f) -> decltype(f()) {
   return bus_guarded(slab, f, [] {});
 }
 
@@ -109,10 +109,10 @@ char* copy_string(const std::string& s) {
 }
 
 // The slab's creation options from the JSON object of tc_slab_create (unknown keys refused).
-shm::CreateOptions create_options(const char* text) {
+slab::CreateOptions create_options(const char* text) {
   const auto j = report::Json::parse(text ? text : "", nullptr, false);
   if (!j.is_object()) throw Error(Exit::usage, "slab options", "expected a JSON object");
-  shm::CreateOptions o;
+  slab::CreateOptions o;
   static const char* const kKeys[] = {"name",       "length",      "layout",    "dtype", "dims",
                                       "slots",      "limit_bytes", "selection", "seed",  "mode",
                                       "content_id", "temporary",   "tool"};
@@ -127,12 +127,12 @@ shm::CreateOptions create_options(const char* text) {
     const std::string layout = j.value("layout", "fixed");
     if (layout != "fixed" && layout != "variable")
       throw Error(Exit::usage, "layout", "expected fixed or variable, got '" + layout + "'");
-    o.layout = layout == "fixed" ? shm::Layout::fixed : shm::Layout::variable;
+    o.layout = layout == "fixed" ? slab::Layout::fixed : slab::Layout::variable;
     o.dtype = parse_dtype(j.value("dtype", "uint8"));
     o.dims = j.value("dims", std::vector<uint64_t>{});
     o.slots = j.value("slots", uint64_t{0});
     o.limit_bytes = j.value("limit_bytes", uint64_t{0});
-    o.selection = shm::selection_choices().parse(j.value("selection", "first"), "selection");
+    o.selection = slab::selection_choices().parse(j.value("selection", "first"), "selection");
     o.seed = j.value("seed", uint64_t{0});
     o.mode = j.value("mode", 0600u);
     o.content_id = j.value("content_id", "");
@@ -168,7 +168,7 @@ int tc_cache_describe(const char* path, int stats, char** json) {
 
 int tc_slab_create(const char* options_json, tc_slab** out) {
   return guarded([&] {
-    *out = new tc_slab{shm::Slab::create(create_options(options_json))};
+    *out = new tc_slab{slab::Slab::create(create_options(options_json))};
     return 0;
   });
 }
@@ -177,35 +177,35 @@ namespace {
 
 // "length L, shape [a, b], float32, content id 'X'" (", hashed selection"): what a slab holds, as the
 // Python package words it.
-std::string holds(uint64_t length, shm::Layout layout, const std::vector<uint64_t>& dims, DType dtype,
-                  const std::string& content_id, shm::Selection selection) {
+std::string holds(uint64_t length, slab::Layout layout, const std::vector<uint64_t>& dims, DType dtype,
+                  const std::string& content_id, slab::Selection selection) {
   std::string shape = "variable";
-  if (layout == shm::Layout::fixed) {
+  if (layout == slab::Layout::fixed) {
     shape = "[";
     for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
     shape += "]";
   }
   return "length " + std::to_string(length) + ", shape " + shape + ", " + dtype_name(dtype) + ", content id '" +
-         content_id + "'" + (selection == shm::Selection::hashed ? ", hashed selection" : "");
+         content_id + "'" + (selection == slab::Selection::hashed ? ", hashed selection" : "");
 }
 
 }  // namespace
 
 int tc_slab_open_shared(const char* options_json, int trust_owner, tc_slab** out, int* created) {
   return guarded([&] {
-    const shm::CreateOptions want = create_options(options_json);
-    shm::Sharing sharing;
+    const slab::CreateOptions want = create_options(options_json);
+    slab::Sharing sharing;
     sharing.trust_owner = trust_owner != 0;
     sharing.trust_hint = "trust_owner=True";
     sharing.owner_hint = "use another name";
-    sharing.holds_other_of = [&want](const shm::SlabInfo& si) {
+    sharing.holds_other_of = [&want](const slab::SlabInfo& si) {
       return "the slab holds other items (" +
              holds(si.length, si.layout, si.dims, si.dtype, si.content_id, si.selection) + "; wanted " +
              holds(want.length, want.layout, want.dims, want.dtype, want.content_id, want.selection) +
              "): remove it (shm-cache rm " + want.name + ") or use another name";
     };
     bool made = false;
-    auto slab = shm::open_shared(want, sharing, &made);
+    auto slab = slab::open_shared(want, sharing, &made);
     *out = new tc_slab{std::move(*slab)};
     *created = made ? 1 : 0;
     return 0;
@@ -214,7 +214,7 @@ int tc_slab_open_shared(const char* options_json, int trust_owner, tc_slab** out
 
 int tc_slab_attach(const char* name, int writable, tc_slab** out) {
   return guarded([&] {
-    *out = new tc_slab{shm::Slab::attach(name ? name : "", writable != 0)};
+    *out = new tc_slab{slab::Slab::attach(name ? name : "", writable != 0)};
     return 0;
   });
 }
@@ -224,7 +224,7 @@ void tc_slab_close(tc_slab* slab) { delete slab; }
 int tc_slab_describe(const tc_slab* slab, int counts, char** json) {
   return bus_guarded(slab->slab, [&] {
     slab->slab.check_size();
-    shm::SlotCounts c;
+    slab::SlotCounts c;
     if (counts) c = slab->slab.counts();
     *json = copy_string(json_text(describe::slab_record(slab->slab.info(), counts ? &c : nullptr).json()));
     return 0;
@@ -314,7 +314,7 @@ int64_t tc_slab_repair(tc_slab* slab) {
 
 int tc_slab_remove(const char* name) {
   return guarded([&] {
-    shm::remove_slab(name ? name : "");
+    slab::remove_slab(name ? name : "");
     return 0;
   });
 }

@@ -169,7 +169,7 @@ void refuse_repeated(const CLI::App& app, const std::vector<std::string>& names)
 
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   int status = 0;
-  shm::install_sigbus_handler(tool);
+  slab::install_sigbus_handler(tool);
   h5::skip_exit_cleanup();
   auto help = std::make_shared<WrappedHelp>();
   app.formatter(help);

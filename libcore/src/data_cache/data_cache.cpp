@@ -82,8 +82,8 @@ namespace {
 
 // How the data caches refuse a slab they must not use (docs/gc-train.md, "The data cache").
 // `what`: the rows (row caches, windows) or items (token slabs) a slab made for other data holds.
-shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner, const std::string& what) {
-  shm::Sharing s;
+slab::Sharing data_cache_sharing(const std::string& name, bool trust_owner, const std::string& what) {
+  slab::Sharing s;
   s.trust_owner = trust_owner;
   s.owner_hint = "another --data-cache-keep name";
   s.holds_other = "slab holds other " + what + " than this run's data (remove it: shm-cache rm " + name + ")";
@@ -93,23 +93,23 @@ shm::Sharing data_cache_sharing(const std::string& name, bool trust_owner, const
 
 }  // namespace
 
-std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created) {
-  auto slab = shm::open_shared(want, data_cache_sharing(want.name, trust_owner, "rows"), created, [&] {
-    const auto space = shm::shm_space();
+std::unique_ptr<slab::Slab> open_slab(const slab::CreateOptions& want, uint64_t need, bool trust_owner, bool* created) {
+  auto slab = slab::open_shared(want, data_cache_sharing(want.name, trust_owner, "rows"), created, [&] {
+    const auto space = slab::shm_space();
     if (need > space.free)
       throw Error(Exit::cant_create, "--data-cache",
-                  "the cache needs " + format_size(need) + " but " + shm::shm_dir() + " has " +
+                  "the cache needs " + format_size(need) + " but " + slab::shm_dir() + " has " +
                       format_size(space.free) + " free (cache a part: stochastic:F or --data-cache-limit)");
   });
   if (!*created) slab->repair();
   return slab;
 }
 
-shm::CreateOptions RowCache::slab_options(const Spec& spec, uint64_t rows, DType dtype,
-                                          const std::vector<uint64_t>& dims, std::size_t* row_bytes) {
+slab::CreateOptions RowCache::slab_options(const Spec& spec, uint64_t rows, DType dtype,
+                                           const std::vector<uint64_t>& dims, std::size_t* row_bytes) {
   *row_bytes = dtype_size(dtype);
   for (auto d : dims) *row_bytes *= static_cast<std::size_t>(d);
-  shm::CreateOptions want;
+  slab::CreateOptions want;
   want.length = rows;
   want.dtype = dtype;
   want.dims = dims;
@@ -129,9 +129,9 @@ std::unique_ptr<RowCache> RowCache::open(const Spec& spec, const std::string& id
   std::unique_ptr<RowCache> c(new RowCache());
   c->counts_ = std::make_unique<Counters>();
   c->rows_ = rows;
-  shm::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
+  slab::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
   want.name = spec.keep.empty() ? "gc-train-" + id.substr(id.size() - 16) : spec.keep;
-  shm::validate_name(want.name);
+  slab::validate_name(want.name);
   want.content_id = id;
   want.tool = "gc-train";
   want.temporary = spec.keep.empty();
@@ -148,11 +148,11 @@ std::unique_ptr<RowCache> RowCache::create_own(const Spec& spec, const std::stri
   std::unique_ptr<RowCache> c(new RowCache());
   c->counts_ = std::make_unique<Counters>();
   c->rows_ = rows;
-  shm::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
+  slab::CreateOptions want = slab_options(spec, rows, dtype, dims, &c->row_bytes_);
   want.name = name;
   want.tool = tool;
   want.temporary = true;  // removed on exit; `shm-cache rm --stale` once the creator has died
-  c->slab_ = std::make_unique<shm::Slab>(shm::Slab::create(want));
+  c->slab_ = std::make_unique<slab::Slab>(slab::Slab::create(want));
   c->name_ = name;
   c->remove_at_end_ = true;
   return c;
@@ -163,7 +163,7 @@ RowCache::~RowCache() {
   slab_.reset();
   if (!remove_at_end_) return;
   try {
-    shm::remove_slab(name_);
+    slab::remove_slab(name_);
   } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
   }
 }
@@ -250,22 +250,22 @@ bool take_claim(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust_owner,
+std::unique_ptr<SealedSlab> SealedSlab::open(slab::CreateOptions want, bool trust_owner,
                                              const std::function<SealedItems()>& make) {
   std::unique_ptr<SealedSlab> c(new SealedSlab());
   c->name_ = want.name;
-  want.layout = shm::Layout::variable;  // items of any size
-  const std::string claim = shm::shm_dir() + "/." + shm::object_prefix() + want.name + ".claim";
+  want.layout = slab::Layout::variable;  // items of any size
+  const std::string claim = slab::shm_dir() + "/." + slab::object_prefix() + want.name + ".claim";
   for (;;) {
-    std::unique_ptr<shm::Slab> slab;
+    std::unique_ptr<slab::Slab> slab;
     try {
-      slab = std::make_unique<shm::Slab>(shm::Slab::attach(want.name, false));
+      slab = std::make_unique<slab::Slab>(slab::Slab::attach(want.name, false));
     } catch (const Error& e) {
       if (e.code() != Exit::unavailable) throw;
     }
     if (slab) {
       const auto si = slab->info();
-      shm::check_shared(si, want, data_cache_sharing(want.name, trust_owner, "items"));
+      slab::check_shared(si, want, data_cache_sharing(want.name, trust_owner, "items"));
       if (si.sealed_digest) {
         if (slab->data_digest() != *si.sealed_digest)
           throw Error(Exit::data, want.name,
@@ -276,7 +276,7 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
       slab.reset();
       if (!process_alive(si.creator_pid)) {  // made by a process that died before sealing it
         try {
-          shm::remove_slab(want.name);
+          slab::remove_slab(want.name);
         } catch (const Error&) {  // someone else removed it first
         }
         continue;
@@ -292,19 +292,19 @@ std::unique_ptr<SealedSlab> SealedSlab::open(shm::CreateOptions want, bool trust
       const std::string& path;
       ~Unclaim() { ::unlink(path.c_str()); }
     } unclaim{claim};
-    const auto names = shm::list_slabs();
+    const auto names = slab::list_slabs();
     if (std::find(names.begin(), names.end(), want.name) != names.end()) continue;  // made since we looked
     SealedItems items = make();
     want.length = items.count;
     want.slots = items.count;
     want.limit_bytes = std::max<uint64_t>(1, items.bytes);
-    auto made = std::make_unique<shm::Slab>(shm::Slab::create(want));
+    auto made = std::make_unique<slab::Slab>(slab::Slab::create(want));
     try {
       items.fill(*made);
       made->seal(made->data_digest());
     } catch (...) {
       made.reset();
-      shm::remove_slab(want.name);
+      slab::remove_slab(want.name);
       throw;
     }
     c->slab_ = std::move(made);
@@ -318,7 +318,7 @@ SealedSlab::~SealedSlab() {
   slab_.reset();
   if (!remove_at_end_) return;
   try {
-    shm::remove_slab(name_);
+    slab::remove_slab(name_);
   } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
   }
 }

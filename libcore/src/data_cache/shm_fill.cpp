@@ -15,12 +15,12 @@
 #include "traincache/io/h5.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::shm {
+namespace traincache::data_cache {
 
 namespace {
 
 // Rows [a, b) checked against the source's n rows and the slab's length.
-void check_rows(const FillFromOptions& o, const SlabInfo& si, int64_t a, int64_t b, int64_t n) {
+void check_rows(const FillFromOptions& o, const slab::SlabInfo& si, int64_t a, int64_t b, int64_t n) {
   if (a < 0 || b > n || a >= b)
     throw Error(
         Exit::usage, "--rows",
@@ -55,7 +55,7 @@ void on_workers(int64_t a, int64_t b, int workers, const std::function<void(int6
 }
 
 // Rows s..s+c-1 of equal size from buf into the slab (index = row), counted.
-void store_rows(Slab& slab, int64_t s, int64_t c, const unsigned char* buf, std::size_t row_bytes,
+void store_rows(slab::Slab& slab, int64_t s, int64_t c, const unsigned char* buf, std::size_t row_bytes,
                 std::atomic<uint64_t>& stored, std::atomic<uint64_t>& skipped, std::atomic<uint64_t>& bytes) {
   for (int64_t i = 0; i < c; ++i) {
     if (slab.set(static_cast<uint64_t>(s + i), buf + i * row_bytes, row_bytes))
@@ -67,7 +67,7 @@ void store_rows(Slab& slab, int64_t s, int64_t c, const unsigned char* buf, std:
 
 // A source that is not HDF5, through the source layer: its rows must have the slab's element
 // type (and, for a fixed slab, its item shape).
-FillFromResult fill_from_column(const FillFromOptions& o, const SlabInfo& si, std::atomic<uint64_t>& stored,
+FillFromResult fill_from_column(const FillFromOptions& o, const slab::SlabInfo& si, std::atomic<uint64_t>& stored,
                                 std::atomic<uint64_t>& skipped, std::atomic<uint64_t>& bytes) {
   const std::string name = o.dataset.empty() ? source::default_column(o.file) : o.dataset;
   std::shared_ptr<const source::Column> col = source::open_column(o.file, name, o.files, source::Role::images);
@@ -76,14 +76,14 @@ FillFromResult fill_from_column(const FillFromOptions& o, const SlabInfo& si, st
     throw Error(Exit::data, o.file,
                 "'" + ci.name + "' holds " + dtype_name(ci.dtype) + "; the slab holds " + dtype_name(si.dtype));
   const std::vector<int64_t> row(ci.shape.begin() + 1, ci.shape.end()), want(si.dims.begin(), si.dims.end());
-  if (si.layout == Layout::fixed && row != want)
+  if (si.layout == slab::Layout::fixed && row != want)
     throw Error(Exit::data, o.file,
                 "'" + ci.name + "' rows are " + shape_text(row) + "; the slab holds " + shape_text(want));
   const int64_t a = o.row_begin, b = o.row_end < 0 ? ci.rows() : o.row_end;
   check_rows(o, si, a, b, ci.rows());
   const std::size_t row_bytes = ci.row_bytes();
   on_workers(a, b, o.workers, [&](int64_t lo, int64_t hi) {
-    Slab slab = Slab::attach(o.slab);
+    slab::Slab slab = slab::Slab::attach(o.slab);
     const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / std::max<std::size_t>(1, row_bytes)));
     std::vector<unsigned char> buf;
     for (int64_t s = lo; s < hi; s += block) {
@@ -102,8 +102,8 @@ FillFromResult fill_from_column(const FillFromOptions& o, const SlabInfo& si, st
 
 FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
-  Slab probe = Slab::attach(o.slab);
-  SlabInfo si = probe.info();
+  slab::Slab probe = slab::Slab::attach(o.slab);
+  slab::SlabInfo si = probe.info();
   if (source::kind_of(o.file) != source::Kind::hdf5) {
     std::atomic<uint64_t> stored{0}, skipped{0}, bytes{0};
     FillFromResult r = fill_from_column(o, si, stored, skipped, bytes);
@@ -127,7 +127,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   hid_t elem = h5::native_type(si.dtype);
   h5::Id mem_type;
   uint64_t row_bytes = 0;
-  if (si.layout == Layout::fixed) {
+  if (si.layout == slab::Layout::fixed) {
     if (vlen)
       throw Error(Exit::data, o.file, "dataset '" + o.dataset + "' has variable-length rows; the slab is fixed-shape");
     std::vector<int64_t> row(di.shape.begin() + 1, di.shape.end()), want(si.dims.begin(), si.dims.end());
@@ -144,7 +144,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   std::atomic<uint64_t> stored{0}, skipped{0}, bytes{0};
   on_workers(a, b, o.workers, [&](int64_t lo, int64_t hi) {
     {
-      Slab slab = Slab::attach(o.slab);
+      slab::Slab slab = slab::Slab::attach(o.slab);
       const int64_t block = vlen ? 256 : h5::rows_per_block(static_cast<int64_t>(row_bytes), 4 << 20);
       std::vector<unsigned char> buf;
       std::vector<hvl_t> vl;
@@ -180,4 +180,4 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   return r;
 }
 
-}  // namespace traincache::shm
+}  // namespace traincache::data_cache

@@ -50,7 +50,7 @@ std::unique_ptr<WindowCache> WindowCache::open(const WindowOptions& o, Prepare p
   c->parts_ = std::max(1, o.parts);
   c->item_bytes_ = dtype_size(o.dtype);
   for (auto d : o.dims) c->item_bytes_ *= static_cast<std::size_t>(d);
-  shm::CreateOptions want;
+  slab::CreateOptions want;
   want.name = o.name;
   want.length = want.slots = static_cast<uint64_t>(o.plan.slots());
   want.dtype = o.dtype;
@@ -59,7 +59,7 @@ std::unique_ptr<WindowCache> WindowCache::open(const WindowOptions& o, Prepare p
   want.tool = o.tool;
   want.temporary = true;
   if (o.own) {
-    c->slab_ = std::make_unique<shm::Slab>(shm::Slab::create(want));
+    c->slab_ = std::make_unique<slab::Slab>(slab::Slab::create(want));
     c->remove_at_end_ = true;
   } else {
     bool created = false;
@@ -77,7 +77,7 @@ WindowCache::~WindowCache() {
   slab_.reset();
   if (!remove_at_end_) return;
   try {
-    shm::remove_slab(name_);
+    slab::remove_slab(name_);
   } catch (const Error&) {  // already removed (shm-cache rm): nothing to do
   }
 }

@@ -60,7 +60,7 @@ torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
 class Prefetcher {
  public:
   // The reader threads time the units they read into `busy` (Stage::input and its parts).
-  Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<encode::Encoder>>& encoders, const FillOptions& opts,
+  Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<model::Encoder>>& encoders, const FillOptions& opts,
              std::vector<std::pair<int64_t, int64_t>> units, const Update* update, int64_t begin, StageSink* busy)
       : units_(std::move(units)),
         copied_(update ? copied_units(update->plan(), relative(units_, begin)) : std::vector<bool>(units_.size())),
@@ -101,7 +101,7 @@ class Prefetcher {
 
 }  // namespace
 
-Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<model::Encoder>>& encoders,
                    Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update)
     : opts_(opts),
       in_(in),
@@ -185,8 +185,8 @@ void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker
   try {
     for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
   } catch (const std::exception& e) {
-    if (!encode::is_out_of_memory(e)) throw;
-    throw encode::out_of_memory_error(
+    if (!model::is_out_of_memory(e)) throw;
+    throw model::out_of_memory_error(
         "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
   }
   const double convert = seconds_since(t_convert);
@@ -228,16 +228,16 @@ void Encoding::commit(int64_t rows) {
   result_.store_seconds += seconds_since(t_store);
 }
 
-void Encoding::check_vocabulary(encode::Encoder& enc) {
+void Encoding::check_vocabulary(model::Encoder& enc) {
   for (const auto& key : in_.per_encoder_text.at(enc.name())) {
     const TextInput& t = in_.texts.at(key);
     if (t.tok)
-      encode::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path,
-                               opts_.tokenize.vocab_table);
+      model::check_vocabulary(enc.module(), "encoder '" + enc.name() + "'", *t.tok, t.tokenizer_path,
+                              opts_.tokenize.vocab_table);
   }
 }
 
-void Encoding::first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je) {
+void Encoding::first_batch_checks(model::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je) {
   auto committed = committed_.find(enc.name());
   const bool resumed = committed != committed_.end();
   bool want_opt = resumed ? committed->second.inference == "optimized" : opts_.optimize;
@@ -245,7 +245,7 @@ void Encoding::first_batch_checks(encode::Encoder& enc, const std::vector<torch:
     // On a few rows: the check compares two modules, and the plain one's forward over a whole
     // batch would cost as much as the batch itself (the optimised rows are encoded after it).
     const int64_t n = args.empty() ? 0 : std::min<int64_t>(kOptimizeCheckRows, args.front().size(0));
-    encode::OptimizeOutcome o;
+    model::OptimizeOutcome o;
     try {
       o = enc.try_optimize(slice_rows(args, 0, n), kOptimizeTolerance);
     } catch (const Error&) {  // the plain module failed on those rows: the batch's failure is the one to say
@@ -268,7 +268,7 @@ void Encoding::first_batch_checks(encode::Encoder& enc, const std::vector<torch:
   }
 }
 
-double Encoding::precision_difference(encode::Encoder& enc, const std::vector<torch::Tensor>& args,
+double Encoding::precision_difference(model::Encoder& enc, const std::vector<torch::Tensor>& args,
                                       const torch::Tensor& want) {
   enc.set_precision(opts_.precision);
   torch::Tensor got = enc.forward(args);
@@ -278,11 +278,11 @@ double Encoding::precision_difference(encode::Encoder& enc, const std::vector<to
   return (w - g).abs().max().item<double>() / scale;
 }
 
-void Encoding::check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed,
+void Encoding::check_precision(model::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed,
                                JournalEncoder& je) {
   const torch::Tensor want = enc.forward(args);
   double rel = precision_difference(enc, args, want);
-  const char* name = precision::choices().name(opts_.precision);
+  const char* name = model::precision_choices().name(opts_.precision);
   if (!(rel <= opts_.precision_tolerance) && !resumed && std::string(enc.inference()) == "optimized") {
     enc.set_precision(Precision::fp32);
     enc.use_plain();
@@ -320,7 +320,7 @@ std::vector<torch::Tensor> Encoding::rows_of(const std::vector<torch::Tensor>& a
                                              const std::vector<TextArgs>& text_args, const torch::Tensor& rows) {
   std::vector<torch::Tensor> out;
   for (const auto& a : args) out.push_back(a.index_select(0, rows));
-  for (const auto& t : text_args) encode::trim_padding(&out[t.first], t.n, t.mask.index_select(0, rows));
+  for (const auto& t : text_args) model::trim_padding(&out[t.first], t.n, t.mask.index_select(0, rows));
   return out;
 }
 
@@ -331,7 +331,7 @@ std::vector<torch::Tensor> Encoding::slice_rows(const std::vector<torch::Tensor>
   return out;
 }
 
-void Encoding::check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch) {
+void Encoding::check_ragged_ids(model::Encoder& enc, const torch::Tensor& ids, const Batch& batch) {
   const auto& table = tables(enc).token;
   if (!table) return;
   const torch::Tensor row_max = std::get<0>(ids.max(1));
@@ -342,7 +342,7 @@ void Encoding::check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, 
                     " is beyond its embedding table " + table->name + " of " + std::to_string(table->rows) + " rows");
 }
 
-void Encoding::check_lengths(encode::Encoder& enc, const torch::Tensor& mask, const Batch& batch) {
+void Encoding::check_lengths(model::Encoder& enc, const torch::Tensor& mask, const Batch& batch) {
   const auto& table = tables(enc).position;
   if (!table) return;
   const torch::Tensor lengths = mask.sum(1);
@@ -354,14 +354,14 @@ void Encoding::check_lengths(encode::Encoder& enc, const torch::Tensor& mask, co
                     " rows: give --max-length " + std::to_string(table->rows) + " (or less)");
 }
 
-const Encoding::Tables& Encoding::tables(encode::Encoder& enc) {
+const Encoding::Tables& Encoding::tables(model::Encoder& enc) {
   auto [it, added] = tables_.emplace(enc.name(), Tables{});
   if (added) {
     int64_t vocab = 0;
     for (const auto& key : in_.per_encoder_text.at(enc.name()))
       if (const auto& tok = in_.texts.at(key).tok) vocab = std::max(vocab, tok->vocab_size());
-    it->second.token = encode::token_table(enc.module(), vocab, opts_.tokenize.vocab_table);
-    it->second.position = encode::position_table(enc.module(), it->second.token ? it->second.token->name : "");
+    it->second.token = model::token_table(enc.module(), vocab, opts_.tokenize.vocab_table);
+    it->second.position = model::position_table(enc.module(), it->second.token ? it->second.token->name : "");
   }
   return it->second;
 }
@@ -398,7 +398,7 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
   for (const auto& f : in_.per_encoder.at(enc.name())) args.push_back(batch.inputs.at(f));
   const auto& keys = in_.per_encoder_text.at(enc.name());
   if (first) check_vocabulary(enc);
-  const std::size_t n = encode::text_tensors(enc.arity(), args.size(), keys.size(), "encoder '" + enc.name() + "'");
+  const std::size_t n = model::text_tensors(enc.arity(), args.size(), keys.size(), "encoder '" + enc.name() + "'");
   for (const auto& key : keys) {
     const auto& t = batch.text.at(key);
     if (!in_.texts.at(key).tok) check_ragged_ids(enc, t[0], batch);

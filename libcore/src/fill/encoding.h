@@ -35,7 +35,7 @@ class Encoding {
  public:
   // With `update`, units whose rows the cache holds are copied from it, and a run that has
   // committed nothing starts with the cache's encoders as committed ones (their optimisation kept).
-  Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+  Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<model::Encoder>>& encoders,
            Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update = nullptr);
 
   // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
@@ -61,21 +61,21 @@ class Encoding {
   void record_stages(Clock::time_point loop_start);
 
   // A tokenizer with more tokens than the encoder's embedding table gives ids it cannot look up.
-  void check_vocabulary(encode::Encoder& enc);
+  void check_vocabulary(model::Encoder& enc);
 
   // The first batch: optimisation (kept as the committed rows had it) and the determinism check.
-  void first_batch_checks(encode::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je);
+  void first_batch_checks(model::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je);
 
   // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32),
   // relative to want's largest magnitude.
-  double precision_difference(encode::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want);
+  double precision_difference(model::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want);
 
   // --precision: the first batch in reduced precision against float32, within the tolerance
   // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
   // An optimised module beyond the tolerance gives way to the plain one (on CPUs without native
   // bfloat16, oneDNN's prepacked bf16 path can be several times further off) unless committed
   // rows were encoded with it.
-  void check_precision(encode::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed, JournalEncoder& je);
+  void check_precision(model::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed, JournalEncoder& je);
 
   static std::string percent(double fraction);
 
@@ -98,17 +98,17 @@ class Encoding {
   static std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b);
 
   // Token ids of a ragged input must index the encoder's first embedding table.
-  void check_ragged_ids(encode::Encoder& enc, const torch::Tensor& ids, const Batch& batch);
+  void check_ragged_ids(model::Encoder& enc, const torch::Tensor& ids, const Batch& batch);
 
   // A text longer than the encoder's position table would fail inside it ("index out of range in
   // self", naming no row): refused naming the row, its length and the table.
-  void check_lengths(encode::Encoder& enc, const torch::Tensor& mask, const Batch& batch);
+  void check_lengths(model::Encoder& enc, const torch::Tensor& mask, const Batch& batch);
 
   struct Tables {
-    std::optional<encode::EmbeddingTable> token, position;
+    std::optional<model::EmbeddingTable> token, position;
   };
   // An encoder's token and position tables, found once.
-  const Tables& tables(encode::Encoder& enc);
+  const Tables& tables(model::Encoder& enc);
 
   // One batch through encoder i (with the first batch's checks when `first`), as stored.
   torch::Tensor forward_batch(std::size_t i, const std::vector<torch::Tensor>& args, int64_t rows, bool first);
@@ -123,7 +123,7 @@ class Encoding {
 
   const FillOptions& opts_;
   const Inputs& in_;
-  std::vector<std::unique_ptr<encode::Encoder>>& encoders_;
+  std::vector<std::unique_ptr<model::Encoder>>& encoders_;
   // Shared by this thread and the store thread without a lock, safe by this order: this thread
   // writes the journal only while encoding a run's first batch (first_batch_checks, the row
   // shapes), before it submits any task that reads or writes it; from then on only tasks on the

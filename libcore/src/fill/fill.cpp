@@ -160,9 +160,9 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"optimize", opts.optimize},
                    {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
   if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
-  if (opts.precision != Precision::fp32) fp["options"]["precision"] = precision::choices().name(opts.precision);
+  if (opts.precision != Precision::fp32) fp["options"]["precision"] = model::precision_choices().name(opts.precision);
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
-  if (std::string(precision::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
+  if (std::string(model::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
   f.text = json_text(fp);
   f.hash = sha256_hex(f.text);
@@ -269,7 +269,7 @@ struct Provenance {
 
 // Builds the HDF5 cache from the journal and renames it into place; fills result.encoders.
 void publish(const std::string& out, const FillOptions& opts, const Inputs& in, const RowPlan& plan,
-             const Fingerprint& fp, const std::vector<std::unique_ptr<encode::Encoder>>& encoders,
+             const Fingerprint& fp, const std::vector<std::unique_ptr<model::Encoder>>& encoders,
              const std::vector<std::string>& enc_sha, const Encoding& encoding, Journal& journal,
              const torch::Device& device, const Provenance& prov, FillResult& result) {
   cache::AssemblySpec spec;
@@ -298,14 +298,13 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
                  {"output", enc.output()},
                  {"inference", je.inference},
                  {"optimize_max_abs_diff", je.optimize_max_abs_diff},
-                 {"precision", precision::choices().name(opts.precision)},
-                 {"math_mode", precision::math_mode(device)},
+                 {"precision", model::precision_choices().name(opts.precision)},
+                 {"math_mode", model::math_mode(device)},
                  {"precision_max_rel_diff", je.precision_max_rel_diff}};
     spec.embeddings.push_back(src);
     std::vector<int64_t> shape{plan.rows()};
     shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
-    result.encoders.push_back(
-        {enc.name(), shape, je.inference, je.optimize_max_abs_diff, precision::math_mode(device)});
+    result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff, model::math_mode(device)});
   }
   cache::assemble(spec);
 }
@@ -416,12 +415,12 @@ void close_timings(FillResult& r, Clock::time_point t_start, int readers) {
 }
 
 // The encoders, loaded on `device`; the time it took in result.model_setup_seconds.
-std::vector<std::unique_ptr<encode::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
-                                                            FillResult& result) {
+std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
+                                                           FillResult& result) {
   auto t_load = Clock::now();
-  std::vector<std::unique_ptr<encode::Encoder>> encoders;
+  std::vector<std::unique_ptr<model::Encoder>> encoders;
   for (const auto& e : opts.encoders)
-    encoders.push_back(std::make_unique<encode::Encoder>(e.name, e.path, device, e.output));
+    encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output));
   result.model_setup_seconds = seconds_since(t_load);
   return encoders;
 }
@@ -431,10 +430,10 @@ std::vector<std::unique_ptr<encode::Encoder>> load_encoders(const FillOptions& o
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   auto t_start = Clock::now();
   validate_options(opts);
-  torch::Device device = encode::parse_device(opts.device);
-  precision::allow_tf32(opts.tf32);
-  precision::check(opts.precision, device, "--precision");
-  encode::configure_threads(opts.threads);
+  torch::Device device = model::parse_device(opts.device);
+  model::allow_tf32(opts.tf32);
+  model::check_precision(opts.precision, device, "--precision");
+  model::configure_threads(opts.threads);
   Inputs in = open_inputs(opts);
   const bool device_convert = plan_conversion(opts, device, in);
   const RowPlan plan = plan_rows(opts, in.rows, in.groups);

@@ -118,7 +118,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
       const std::string ragged = f + "|ragged";
       if (!in.features.count(f) && !in.texts.count(ragged)) {
         Input d{source::open_column(opts.input, f, files, source::Role::images)};
-        encode::require_numeric_input(d.info(), opts.input);
+        model::require_numeric_input(d.info(), opts.input);
         if (d.info().ragged)
           in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
         else

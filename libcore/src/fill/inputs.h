@@ -32,9 +32,9 @@ struct Input {
   // Rows [start, start + count) as read() hands them to the encode loop: float32 (or int64), or
   // with convert_on the 8-bit rows. Called on the reader threads.
   torch::Tensor read(int64_t start, int64_t count, double scale) const {
-    return convert_on ? read_bytes(start, count) : encode::read_column_rows(*col, start, count, scale);
+    return convert_on ? read_bytes(start, count) : model::read_column_rows(*col, start, count, scale);
   }
-  torch::Dtype read_dtype() const { return convert_on ? torch::kByte : encode::converted_type(info().dtype); }
+  torch::Dtype read_dtype() const { return convert_on ? torch::kByte : model::converted_type(info().dtype); }
   // Rows as read() gave them, made what the encoders take: with convert_on, copied to that device and
   // converted there exactly as the host would (images: / 255, then - mean, / std per channel;
   // other uint8 columns: * scale, as float32 operations); otherwise `rows` itself.
@@ -56,13 +56,13 @@ struct TextInput {
   // input_ids, attention_mask and token_type_ids of rows [start, start + count), int64 [count, L].
   std::vector<torch::Tensor> read(int64_t start, int64_t count, const text::TokenizeOptions& opts) const {
     if (tok)
-      return encode::token_tensors(text::tokenize_batch(*tok, col->read_strings(start, count), opts,
-                                                        col->path() + ": field '" + field + "'", start));
+      return model::token_tensors(text::tokenize_batch(*tok, col->read_strings(start, count), opts,
+                                                       col->path() + ": field '" + field + "'", start));
     std::vector<int64_t> values, offsets;
     col->read_ragged(start, count, values, offsets);
     std::vector<int64_t> all(static_cast<std::size_t>(count));
     std::iota(all.begin(), all.end(), 0);
-    return encode::token_tensors(
+    return model::token_tensors(
         text::pad_rows(text::token_rows(values, std::move(offsets), opts.pad_id, col->path(), start), all));
   }
 };

@@ -36,7 +36,7 @@ std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::st
     throw Error(Exit::data, input, "field '" + it->field + "' has fewer rows than the cache was built from");
   std::vector<std::string> texts;
   for (int64_t r : rows) texts.push_back(col->read_strings(info.row_start + r, 1).front());
-  return encode::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
+  return model::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
 }
 
 // `samples` distinct rows of a cache of `rows`, drawn with `seed`, in order.
@@ -71,11 +71,11 @@ std::vector<torch::Tensor> feature_args(const cache::CacheInfo& info, const cach
   files.preprocess = image::spec_from(info.preprocess);
   for (const auto& f : e.features) {
     auto col = source::open_column(input, f, files, source::Role::images);
-    encode::require_numeric_input(col->info(), input);
+    model::require_numeric_input(col->info(), input);
     if (col->info().rows() < info.row_start + info.rows)
       throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
     std::vector<torch::Tensor> read;
-    for (int64_t r : rows) read.push_back(encode::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
+    for (int64_t r : rows) read.push_back(model::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
     args.push_back(torch::cat(read));
   }
   return args;
@@ -105,13 +105,13 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const cache::CacheInfo&
   v.encoder_changed = sha256_file(v.encoder_path) != e.encoder_sha256;
   // Re-encoded in the math mode the rows were encoded in (TF32 when the cache says so and the
   // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
-  precision::allow_tf32(e.math_mode == "tf32");
+  model::allow_tf32(e.math_mode == "tf32");
   v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
   v.atol = opts.atol;
 
   std::vector<torch::Tensor> args = feature_args(info, e, input, rows);
-  encode::Encoder enc(e.name, v.encoder_path, device, e.output);
-  const std::size_t n = encode::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
+  model::Encoder enc(e.name, v.encoder_path, device, e.output);
+  const std::size_t n = model::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
   for (const auto& key : e.text) {
     auto t = text_args(info, key, input, rows);
     args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
@@ -132,8 +132,8 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const cache::CacheInfo&
 
 VerifyReport run_verify(const VerifyOptions& opts) {
   if (opts.samples <= 0) throw Error(Exit::usage, "--verify", "the number of rows must be positive");
-  torch::Device device = encode::parse_device(opts.device);
-  encode::configure_threads(opts.threads);
+  torch::Device device = model::parse_device(opts.device);
+  model::configure_threads(opts.threads);
   cache::CacheInfo info = cache::read_info(opts.cache, false);
   if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
   if (info.embeddings.empty())

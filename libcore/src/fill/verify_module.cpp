@@ -47,7 +47,7 @@ __attribute__((visibility("default"))) void tc_verify_h5_verbose(bool on) { trai
 
 __attribute__((visibility("default"))) void tc_verify_runtime_info(std::string* text,
                                                                    traincache::fill::ModuleFailure* failure) {
-  traincache::fill::guarded(failure, [&] { *text = traincache::runtime_info(); });
+  traincache::fill::guarded(failure, [&] { *text = traincache::model::runtime_info(); });
 }
 
 }  // extern "C"

@@ -35,8 +35,8 @@ void add_text(report::Record& r, const cache::CacheInfo& c) {
   r.add("length_window", c.length_window);
 }
 
-std::string layout_text(const shm::SlabInfo& i) {
-  if (i.layout == shm::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
+std::string layout_text(const slab::SlabInfo& i) {
+  if (i.layout == slab::Layout::fixed) return std::string("fixed ") + shape_text(i.dims) + " " + dtype_name(i.dtype);
   return std::string("variable ") + dtype_name(i.dtype);
 }
 
@@ -192,8 +192,8 @@ report::Json cache_json(const std::string& path, bool stats) {
   return j;
 }
 
-report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
-  const bool fixed = i.layout == shm::Layout::fixed, first = i.selection == shm::Selection::first;
+report::Record slab_record(const slab::SlabInfo& i, const slab::SlotCounts* c) {
+  const bool fixed = i.layout == slab::Layout::fixed, first = i.selection == slab::Selection::first;
   char mode[16];
   std::snprintf(mode, sizeof mode, "%04o", i.mode);
   report::Record r;
@@ -204,7 +204,7 @@ report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* c) {
       .add("dims", i.dims)
       .add("length", i.length)
       .add("slots", i.slots)
-      .add("selection", shm::selection_choices().name(i.selection), first ? "first-N" : "hashed")
+      .add("selection", slab::selection_choices().name(i.selection), first ? "first-N" : "hashed")
       .add("item_bytes", i.item_bytes)
       .add("arena_bytes", i.arena_bytes, format_size(i.arena_bytes))
       .add("arena_used_bytes", i.arena_used, format_size(i.arena_used))

@@ -81,9 +81,9 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
   }
 }
 
-void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h) {
+void hash_slab_rows(const slab::Slab& slab, int64_t a, int64_t b, ContentHash& h) {
   slab.check_size();
-  const bool variable = slab.info().layout == shm::Layout::variable;
+  const bool variable = slab.info().layout == slab::Layout::variable;
   for (int64_t i = a; i < b; ++i) {
     auto v = slab.view(static_cast<uint64_t>(i));
     if (!v)

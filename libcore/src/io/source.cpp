@@ -114,12 +114,12 @@ class Hdf5Column : public Column {
 class SlabColumn : public Column {
  public:
   explicit SlabColumn(const std::string& path)
-      : Column(Kind::shm, path), slab_(shm::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
+      : Column(Kind::shm, path), slab_(slab::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
     auto si = slab_.info();
     info_.name = path;
     info_.dtype = si.dtype;
     info_.shape = {static_cast<int64_t>(si.length)};
-    info_.ragged = si.layout == shm::Layout::variable;
+    info_.ragged = si.layout == slab::Layout::variable;
     if (info_.ragged && !is_integer(si.dtype))
       throw Error(
           Exit::data, path,
@@ -165,7 +165,7 @@ class SlabColumn : public Column {
   void digest(int64_t a, int64_t b, ContentHash& h) const override { hash_slab_rows(slab_, a, b, h); }
 
  private:
-  shm::Slab slab_;
+  slab::Slab slab_;
 };
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace torch::jit {
 TORCH_API void overrideCanFuseOnCPU(bool value);
 }  // namespace torch::jit
 
-namespace traincache::encode {
+namespace traincache::model {
 
 namespace {
 std::string first_line(const std::string& s) {
@@ -447,7 +447,7 @@ torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
   if (precision_ == Precision::fp32) return run(optimized_ ? *optimized_ : plain_, inputs);
   torch::Tensor out;
   {
-    precision::Autocast region(precision_, device_);
+    model::Autocast region(precision_, device_);
     out = run(optimized_ ? *optimized_ : plain_, inputs);
   }
   c10::InferenceMode guard;
@@ -460,7 +460,7 @@ bool optimised_within(double optimised_diff, double plain_diff, double scale, do
 
 OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol) {
   OptimizeOutcome r;
-  r.math = precision::math_mode(device_);
+  r.math = model::math_mode(device_);
   const bool tf32 = r.math == std::string("tf32");
   torch::Tensor want = run(plain_, sample);  // as the rows will be encoded
   if (!torch::isfinite(want).all().item<bool>()) {
@@ -470,7 +470,7 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
   }
   torch::Tensor reference = want;
   if (tf32) {
-    precision::FullFloat32 full;
+    model::FullFloat32 full;
     reference = run(plain_, sample);
   }
   try {
@@ -505,4 +505,4 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
   return r;
 }
 
-}  // namespace traincache::encode
+}  // namespace traincache::model

@@ -1,10 +1,10 @@
 #include "traincache/model/precision.h"
 
-namespace traincache::precision {
+namespace traincache::model {
 
-const Choices<Precision>& choices() {
+const Choices<Precision>& precision_choices() {
   static const Choices<Precision> c{{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
   return c;
 }
 
-}  // namespace traincache::precision
+}  // namespace traincache::model

@@ -8,9 +8,9 @@
 
 #include "traincache/base/error.h"
 
-namespace traincache::precision {
+namespace traincache::model {
 
-void check(Precision p, const torch::Device& device, const std::string& option) {
+void check_precision(Precision p, const torch::Device& device, const std::string& option) {
   if (p == Precision::fp16 && !device.is_cuda())
     throw Error(Exit::usage, option,
                 "fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU");
@@ -112,4 +112,4 @@ void GradScaler::restore(const std::string& state) {
   good_ = std::strtoll(end + 1, nullptr, 10);
 }
 
-}  // namespace traincache::precision
+}  // namespace traincache::model

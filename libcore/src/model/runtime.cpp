@@ -9,7 +9,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/version.h"
 
-namespace traincache {
+namespace traincache::model {
 
 namespace {
 
@@ -34,4 +34,4 @@ std::string runtime_info() {
          " (intra-op threads default to one per usable core; see --threads)";
 }
 
-}  // namespace traincache
+}  // namespace traincache::model

@@ -4,7 +4,7 @@
 
 #include "traincache/base/error.h"
 
-namespace traincache::shm {
+namespace traincache::slab {
 
 void check_shared(const SlabInfo& si, const CreateOptions& want, const Sharing& sharing) {
   if (si.uid != ::geteuid() && !sharing.trust_owner)
@@ -49,4 +49,4 @@ std::unique_ptr<Slab> open_shared(const CreateOptions& want, const Sharing& shar
   return slab;
 }
 
-}  // namespace traincache::shm
+}  // namespace traincache::slab

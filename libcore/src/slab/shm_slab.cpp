@@ -24,7 +24,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 
-namespace traincache::shm {
+namespace traincache::slab {
 
 namespace {
 
@@ -767,4 +767,4 @@ uint64_t parse_size(const std::string& s) {
   return static_cast<uint64_t>(std::round(v * mult));
 }
 
-}  // namespace traincache::shm
+}  // namespace traincache::slab

@@ -77,9 +77,9 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   config["eval"] = {split.eval_begin, split.eval_end, canonical(o.eval_data), o.eval_split, o.stratify};
   if (!o.select_best.empty()) config["select_best"] = {o.select_best, o.eval_k};
   config["dtype"] = float_dtype_choices().name(o.dtype);
-  if (o.precision != Precision::fp32) config["precision"] = precision::choices().name(o.precision);
+  if (o.precision != Precision::fp32) config["precision"] = model::precision_choices().name(o.precision);
   // TF32 steps differ from full-float32 ones (absent: ieee, as every CPU run and older checkpoints).
-  if (std::string(precision::math_mode(s.device)) == "tf32") config["math_mode"] = "tf32";
+  if (std::string(model::math_mode(s.device)) == "tf32") config["math_mode"] = "tf32";
   if (!s.cached) {  // a cache has a content fingerprint; raw files are told apart by size and time
     json stamps = json::object();
     for (const std::string* f : {&o.data, &o.eval_data}) {

@@ -38,7 +38,7 @@ Rows open_rows(const std::string& path, const std::string& ds, double scale, tor
                torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
   Rows r;
   r.col = source::open_column(path, ds, files, source::Role::images);
-  encode::require_numeric_input(r.col->info(), path);
+  model::require_numeric_input(r.col->info(), path);
   r.scale = scale;
   r.float_type = float_type;
   r.device = device;
@@ -48,7 +48,7 @@ Rows open_rows(const std::string& path, const std::string& ds, double scale, tor
 
 // Sequences `seqs` of a text side, padded: input_ids, attention_mask, token_type_ids.
 std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int64_t>& seqs) {
-  auto out = encode::token_tensors(t.pad(seqs));
+  auto out = model::token_tensors(t.pad(seqs));
   for (auto& x : out) x = x.to(t.device);
   return out;
 }
@@ -56,7 +56,7 @@ std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int
 // The element type and row shape a streamed column's converted rows have in a slab.
 DType converted_slab_type(const source::ColumnInfo& ci, std::vector<uint64_t>* dims) {
   for (std::size_t i = 1; i < ci.shape.size(); ++i) dims->push_back(static_cast<uint64_t>(ci.shape[i]));
-  return encode::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
+  return model::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
 }
 
 // --data-cache: the slab of streamed column `r` (dataset `ds` of `file`), named after what its
@@ -122,7 +122,7 @@ uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
 
 // Every row of `col`, converted, on `device`.
 torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type) {
-  auto t = encode::read_column_rows(col, 0, col.info().rows(), scale);
+  auto t = model::read_column_rows(col, 0, col.info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
 }
@@ -137,7 +137,7 @@ torch::Tensor read_labels(const std::string& path, const std::string& ds, const 
     throw Error(Exit::data, path,
                 "labels '" + ds + "' must hold one integer per row, not " + dtype_name(ci.dtype) + " rows of shape " +
                     shape_text(std::vector<int64_t>(ci.shape.begin() + 1, ci.shape.end())));
-  return encode::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
+  return model::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
 }
 
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
@@ -295,7 +295,7 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     auto dev_it = o.cache_devices.find(name);
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device
-                            : encode::parse_device(dev_it->second, "--cache-device " + name + "=");
+                            : model::parse_device(dev_it->second, "--cache-device " + name + "=");
     Rows r;
     if (shared)
       r.all = shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
@@ -397,7 +397,7 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
       w.parts = s.world;
       r.window = data_cache::WindowCache::open(
           w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
-            auto t = encode::read_column_rows(*col, items, scale);
+            auto t = model::read_column_rows(*col, items, scale);
             std::memcpy(out, t.data_ptr(), t.nbytes());
           });
     }
@@ -427,7 +427,7 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
 
 text::TokenBatch TextSide::pad(const std::vector<int64_t>& s) const {
   if (!shared) return text::pad_rows(seqs, s, length);
-  const shm::Slab& slab = shared->slab();
+  const slab::Slab& slab = shared->slab();
   auto seq = [&slab](int64_t i) {
     const auto v = slab.view(static_cast<uint64_t>(i));
     if (!v || v.bytes % 8 != 0)
@@ -473,7 +473,7 @@ torch::Tensor Rows::gather(const torch::Tensor& idx, const std::vector<int64_t>*
   if (all.defined()) return all.index_select(0, idx.to(all.device()));
   auto t = window && keys ? window_rows(row_list(idx), *keys)
            : cache        ? cached_rows(row_list(idx))
-                          : encode::read_column_rows(*col, row_list(idx), scale);
+                          : model::read_column_rows(*col, row_list(idx), scale);
   if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
   if (one_per_row) t = t.unsqueeze(1);
   if (flat) t = t.reshape({t.size(0), -1});
@@ -491,7 +491,7 @@ void Rows::load() {
 uint64_t Rows::converted_bytes() const {
   if (all.defined() || !col) return 0;
   const auto& ci = col->info();
-  const uint64_t element = encode::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+  const uint64_t element = model::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
   return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
 }
 
@@ -502,13 +502,13 @@ torch::Tensor Rows::through_cache(const std::vector<int64_t>& want, std::size_t 
   const auto& ci = col->info();
   std::vector<int64_t> shape = ci.shape;
   shape[0] = static_cast<int64_t>(want.size());
-  auto t = torch::empty(shape, encode::converted_type(ci.dtype));
+  auto t = torch::empty(shape, model::converted_type(ci.dtype));
   auto* out = static_cast<char*>(t.data_ptr());
   const std::vector<std::size_t> miss = lookup(out);
   if (miss.empty()) return t;
   std::vector<int64_t> rows;
   for (auto k : miss) rows.push_back(want[k]);
-  auto read = encode::read_column_rows(*col, rows, scale);
+  auto read = model::read_column_rows(*col, rows, scale);
   const auto* in = static_cast<const char*>(read.data_ptr());
   for (std::size_t j = 0; j < miss.size(); ++j) {
     std::memcpy(out + miss[j] * rb, in + j * rb, rb);

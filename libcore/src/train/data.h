@@ -140,9 +140,9 @@ struct TensorSide final : Side {
 };
 
 struct Data {
-  std::vector<std::shared_ptr<shm::Slab>> slabs;  // keep shared embeddings mapped
-  std::unique_ptr<Side> query, passage;           // passage: none in grouped mode
-  torch::Tensor labels;                           // grouped mode
+  std::vector<std::shared_ptr<slab::Slab>> slabs;  // keep shared embeddings mapped
+  std::unique_ptr<Side> query, passage;            // passage: none in grouped mode
+  torch::Tensor labels;                            // grouped mode
   torch::Tensor classes;  // classifier objectives: each row's class (-1: a label training lacks)
   int64_t rows = 0;
   std::vector<int64_t> skipped;  // cache rows without an embedding (cache-fill --on-error skip)

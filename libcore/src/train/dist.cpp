@@ -89,7 +89,7 @@ void quiet_c10d_log() {
 // The exception's message without Gloo's "[file.cc:line] " prefix.
 std::string message_of(const std::exception& e) {
   auto* c = dynamic_cast<const c10::Error*>(&e);
-  std::string m = encode::torch_error_message(c ? c->what_without_backtrace() : e.what());
+  std::string m = model::torch_error_message(c ? c->what_without_backtrace() : e.what());
   if (m.size() > 2 && m[0] == '[') {
     auto close = m.find("] ");
     if (close != std::string::npos && m.find(':') < close) m.erase(0, close + 2);

@@ -74,7 +74,7 @@ void refuse_batchnorm(const torch::jit::Module& m, const std::string& what) {
 train::Tower tower_of(torch::jit::Module* m, const std::string& name) {
   return [m, name](const std::vector<torch::Tensor>& inputs) {
     torch::jit::IValue out =
-        encode::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
+        model::call_forward(*m, std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()), name);
     if (!out.isTensor()) throw Error(Exit::data, name, "forward() must return one tensor");
     auto t = out.toTensor();
     return t.dim() == 2 ? t : t.reshape({t.size(0), -1});
@@ -86,7 +86,7 @@ void save_module(torch::jit::Module& m, const std::string& path) {
   try {
     m.save(bytes);
   } catch (const std::exception& e) {
-    throw Error(Exit::internal, path, "cannot serialise the trained model: " + encode::torch_error_message(e.what()));
+    throw Error(Exit::internal, path, "cannot serialise the trained model: " + model::torch_error_message(e.what()));
   }
   files::write_file_atomically(path, bytes.str());
 }
@@ -95,9 +95,9 @@ void save_module(torch::jit::Module& m, const std::string& path) {
 // three tensors, token_type_ids; padded to the longest, each chunk is trimmed to its own longest.
 train::Tower text_tower(torch::jit::Module* m, const std::string& name, const TextSide& t,
                         const std::string& vocab_table) {
-  const std::size_t arity = encode::text_tensors(encode::forward_arity(*m), 0, 1, name);
-  if (t.tok) encode::check_vocabulary(*m, name, *t.tok, t.tokenizer, vocab_table);
-  const auto table = encode::token_table(*m, t.tok ? t.tok->vocab_size() : 0, vocab_table);
+  const std::size_t arity = model::text_tensors(model::forward_arity(*m), 0, 1, name);
+  if (t.tok) model::check_vocabulary(*m, name, *t.tok, t.tokenizer, vocab_table);
+  const auto table = model::token_table(*m, t.tok ? t.tok->vocab_size() : 0, vocab_table);
   if (table && !t.tok && !t.seqs.ids.empty()) {
     const int64_t top = *std::max_element(t.seqs.ids.begin(), t.seqs.ids.end());
     if (top >= table->rows)
@@ -105,7 +105,7 @@ train::Tower text_tower(torch::jit::Module* m, const std::string& name, const Te
                   t.tokenizer + " holds token id " + std::to_string(top) + ", beyond its embedding table " +
                       table->name + " of " + std::to_string(table->rows) + " rows");
   }
-  if (const auto pos = encode::position_table(*m, table ? table->name : "")) {
+  if (const auto pos = model::position_table(*m, table ? table->name : "")) {
     const auto [i, n] = t.longest();
     if (n > pos->rows)
       throw Error(Exit::data, name,
@@ -116,7 +116,7 @@ train::Tower text_tower(torch::jit::Module* m, const std::string& name, const Te
   return [inner = tower_of(m, name), arity, trim = t.length == 0](const std::vector<torch::Tensor>& in) {
     std::vector<torch::Tensor> args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(arity));
     if (trim) {
-      encode::trim_padding(args.data(), args.size(), in[1]);
+      model::trim_padding(args.data(), args.size(), in[1]);
     }
     return inner(args);
   };
@@ -153,7 +153,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     data = load_raw(o, s, o.data, true);   // loaded or streamed by run_train
     const bool tied = !o.encoder.empty();  // validate_raw_sides: or both separate ones
     names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
-    for (const auto& n : names) m.modules.push_back(encode::load_module(n, s.device));
+    for (const auto& n : names) m.modules.push_back(model::load_module(n, s.device));
     m.mode = m.grouped ? "raw-grouped" : tied ? "raw-tied" : "raw-separate";
     m.config["encoders"] =
         tied ? json{canonical(o.encoder)} : json{canonical(o.query_encoder), canonical(o.passage_encoder)};
@@ -163,7 +163,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
     data = load_cached(o, s, o.cache, m.grouped, !o.cache_shm.empty(), &fingerprint);
     struct stat st;
     bool head_file = stat(o.head.c_str(), &st) == 0;
-    m.modules.push_back(head_file ? encode::load_module(o.head, s.device)
+    m.modules.push_back(head_file ? model::load_module(o.head, s.device)
                                   : build_head(o.head, data.query->datasets().front()->sizes()[1]));
     names = {o.head};
     m.mode = m.grouped ? "cached-grouped" : "cached-aligned";
@@ -201,7 +201,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   if (o.precision != Precision::fp32) {  // the towers under autocast; the loss sees float32
     auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](train::Tower t) -> train::Tower {
       return [t = std::move(t), p, dev, ft](const std::vector<torch::Tensor>& in) {
-        precision::Autocast region(p, dev);
+        model::Autocast region(p, dev);
         return t(in).to(ft);
       };
     };

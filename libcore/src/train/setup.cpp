@@ -14,7 +14,7 @@ Setup resolve_setup(const TrainOptions& o) {
   s.launch = train::read_launch();
   s.rank = s.launch.rank;
   s.world = s.launch.world_size;
-  s.device = encode::parse_device(o.device);
+  s.device = model::parse_device(o.device);
   // One GPU per process: a bare "cuda" means the launcher's LOCAL_RANK (checked once connected),
   // not at parse: a missing GPU must fail once every rank is connected (cache-fill, whose ranks
   // share no process group, takes train::local_device instead).
@@ -22,12 +22,12 @@ Setup resolve_setup(const TrainOptions& o) {
     s.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(s.launch.local_rank));
     s.device_from_local_rank = true;
   }
-  s.cache_device = encode::parse_device(o.cache_device, "--cache-device");
-  precision::allow_tf32(o.tf32);
+  s.cache_device = model::parse_device(o.cache_device, "--cache-device");
+  model::allow_tf32(o.tf32);
   // Processes of one machine share its cores unless --threads says otherwise.
-  encode::configure_threads(train::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
+  model::configure_threads(train::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
   validate_options(o);
-  precision::check(o.precision, s.device, "--precision");
+  model::check_precision(o.precision, s.device, "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
   s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
@@ -54,7 +54,7 @@ std::unique_ptr<train::RankGroup> connect(const TrainOptions& o, const Setup& s,
 // before any model is loaded).
 void check_local_device(const Setup& s) {
   if (s.device_from_local_rank)
-    encode::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
+    model::require_device_index(s.device, "--device cuda (LOCAL_RANK " + std::to_string(s.launch.local_rank) + ")");
 }
 
 }  // namespace traincache::train

@@ -14,14 +14,14 @@ namespace {
 // Fills the slab's missing rows from dataset `d` of `cache` (set() skips filled slots, so
 // concurrent processes cooperate) until every row is filled. Slots left WRITING by a dead process
 // are repaired and refilled at once; an invalid slot state means a corrupt slab.
-void fill_shared(shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+void fill_shared(slab::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
   constexpr int64_t kBlock = 4096;
   std::vector<float> buf;
   for (int tries = 0;; ++tries) {
     for (int64_t s = 0; s < rows; s += kBlock) {
       int64_t n = std::min(kBlock, rows - s);
       bool missing = false;
-      for (int64_t i = 0; i < n && !missing; ++i) missing = slab.state(uint64_t(s + i)) == shm::SlotState::empty;
+      for (int64_t i = 0; i < n && !missing; ++i) missing = slab.state(uint64_t(s + i)) == slab::SlotState::empty;
       if (!missing) continue;
       buf.resize(static_cast<std::size_t>(n * dim));
       h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
@@ -41,7 +41,7 @@ void fill_shared(shm::Slab& slab, hid_t d, const std::string& cache, int64_t row
 }
 
 // The whole slab against the cache file, block by block; Error(data) at the first difference.
-void compare_with_cache(const shm::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
+void compare_with_cache(const slab::Slab& slab, hid_t d, const std::string& cache, int64_t rows, int64_t dim) {
   constexpr int64_t kBlock = 4096;
   std::vector<float> buf;
   const char* items = static_cast<const char*>(slab.items());
@@ -68,7 +68,7 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
   h5::Id d = h5::open_dataset(f.get(), cache, dpath);
   auto di = h5::describe(d.get(), dpath);
   const int64_t dim = di.row_elements();
-  shm::CreateOptions c;
+  slab::CreateOptions c;
   c.name = shm_name + "-" + name;
   c.length = static_cast<uint64_t>(rows);
   c.dtype = DType::f32;
@@ -76,14 +76,14 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
   c.slots = c.length;
   c.content_id = fingerprint.substr(0, 64) + "/" + name.substr(0, 60);
   c.tool = "gc-train";
-  shm::Sharing sharing;
+  slab::Sharing sharing;
   sharing.trust_owner = trust_owner;
   sharing.owner_hint = "another --cache-shm name";
   sharing.holds_other = "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + c.name + ")";
   sharing.wrong_shape = "slab does not have the shape of the cache's embeddings";
   sharing.same_slots = true;
   bool created = false;
-  std::shared_ptr<shm::Slab> slab = shm::open_shared(c, sharing, &created);
+  std::shared_ptr<slab::Slab> slab = slab::open_shared(c, sharing, &created);
   fill_shared(*slab, d.get(), cache, rows, dim);
   auto sealed = slab->info().sealed_digest;
   std::string digest = slab->data_digest();

@@ -14,7 +14,7 @@ namespace traincache::train {
 
 Trainer::Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
                  torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split,
-                 const StepPlan& steps, precision::GradScaler& scaler)
+                 const StepPlan& steps, model::GradScaler& scaler)
     : o_(o),
       s_(s),
       group_(group),

@@ -25,7 +25,7 @@ class Trainer {
  public:
   Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
           torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
-          precision::GradScaler& scaler);
+          model::GradScaler& scaler);
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
@@ -92,7 +92,7 @@ class Trainer {
   int64_t samples_ = 0;
   train::StepMode mode_;
   train::Parallel par_;
-  precision::GradScaler& scaler_;
+  model::GradScaler& scaler_;
   bool stop_all_ = false;  // data parallel: some rank was interrupted, all stop after the same step
   mutable std::mutex boundaries_mu_;
   std::vector<WindowEpoch> boundaries_;  // --data-cache smart: the epochs begun (by the reading thread)

@@ -44,11 +44,11 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
                             neg_field + '\0' + sha256_file(t.tokenizer) + '\0' +
                             std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
                             (o.tokenize.strict_utf8 ? "strict" : "replace") + '\0';
-  shm::CreateOptions want;
+  slab::CreateOptions want;
   want.content_id = data_cache::content_id(parts);
   want.name = o.data_cache.keep.empty() ? "gc-train-" + want.content_id.substr(want.content_id.size() - 16)
                                         : o.data_cache.keep + "-" + std::to_string(index);
-  shm::validate_name(want.name);
+  slab::validate_name(want.name);
   want.dtype = DType::i32;
   want.tool = "gc-train";
   want.temporary = o.data_cache.keep.empty();
@@ -60,7 +60,7 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
     data_cache::SealedItems items;
     items.count = static_cast<uint64_t>(rows->size());
     items.bytes = rows->ids.size() * 2 * sizeof(int32_t);
-    items.fill = [rows](shm::Slab& slab) {
+    items.fill = [rows](slab::Slab& slab) {
       std::vector<int32_t> buf;
       for (int64_t i = 0; i < rows->size(); ++i) {
         const auto from = rows->ids.begin() + rows->offsets[static_cast<std::size_t>(i)];

@@ -24,8 +24,8 @@ void describe_run(const TrainOptions& o, const Setup& s, const Models& m, const 
                   TrainResult& result) {
   result.mode = m.mode;
   result.objective = s.objective.name();
-  result.precision = precision::choices().name(o.precision);
-  result.math_mode = precision::math_mode(s.device);
+  result.precision = model::precision_choices().name(o.precision);
+  result.math_mode = model::math_mode(s.device);
   result.utf8_replaced = data.utf8_replaced;
   if (data.utf8_replaced > 0 && cb.warn && s.rank == 0)
     cb.warn(std::to_string(data.utf8_replaced) +
@@ -73,7 +73,7 @@ void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const Train
       plan_steps(o, data.window_rows ? data.window.cache_num : static_cast<int64_t>(split.train.size()));
   result.total_steps = steps.total;
   auto opt = make_optimizer(o, m.params);
-  precision::GradScaler scaler(o.precision == Precision::fp16);
+  model::GradScaler scaler(o.precision == Precision::fp16);
   Checkpointer ckpt(o, s, group, checkpoint_config(o, s, m, split));
   ckpt.state = [&result, &scaler] {
     auto j = json::parse(best_to_json(result.best));

@@ -294,7 +294,7 @@ void validate_options(const TrainOptions& o) {
   if (o.precision != Precision::fp32 && o.dtype != DType::f32)
     throw Error(
         Exit::usage, "--precision",
-        std::string(precision::choices().name(o.precision)) + " mixes with float32 parameters (--dtype float32)");
+        std::string(model::precision_choices().name(o.precision)) + " mixes with float32 parameters (--dtype float32)");
   if (!o.labels.empty() && !o.cache.empty())
     throw Error(Exit::usage, "--labels", "names raw labels (--data); a cache's own labels serve --embeddings");
   const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();

@@ -18,7 +18,7 @@ namespace {
 struct Prefix {
   Prefix() { setenv("TRAINCACHE_SHM_PREFIX", ("tcunit-dc-" + std::to_string(getpid()) + "-").c_str(), 1); }
   ~Prefix() {
-    for (const auto& n : shm::list_slabs()) shm::remove_slab(n);
+    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
   }
 };
 
@@ -80,7 +80,7 @@ CATCH_TEST_CASE("data cache: lookups, stores, the fraction and sharing", "[data_
   b.reset();
   a.reset();
   k.reset();
-  auto names = shm::list_slabs();
+  auto names = slab::list_slabs();
   CATCH_CHECK(std::find(names.begin(), names.end(), temp) == names.end());
   CATCH_CHECK(std::find(names.begin(), names.end(), "kept") != names.end());
   // A private slab: an existing name is refused.
@@ -92,7 +92,7 @@ CATCH_TEST_CASE("data cache: lookups, stores, the fraction and sharing", "[data_
 
 CATCH_TEST_CASE("data cache: a sealed slab is made once and then attached", "[data_cache]") {
   Prefix prefix;
-  shm::CreateOptions want;
+  slab::CreateOptions want;
   want.name = "sealed";
   want.content_id = "test:sealed";
   want.dtype = DType::i32;
@@ -103,7 +103,7 @@ CATCH_TEST_CASE("data cache: a sealed slab is made once and then attached", "[da
     data_cache::SealedItems items;
     items.count = 3;
     items.bytes = (1 + 2 + 3) * sizeof(int32_t);
-    items.fill = [](shm::Slab& slab) {
+    items.fill = [](slab::Slab& slab) {
       for (int32_t i = 0; i < 3; ++i) {
         std::vector<int32_t> v(static_cast<std::size_t>(i + 1), i * 10);
         slab.set(static_cast<uint64_t>(i), v.data(), v.size() * sizeof(int32_t));
@@ -127,20 +127,20 @@ CATCH_TEST_CASE("data cache: a sealed slab is made once and then attached", "[da
   CATCH_CHECK(test::code_of([&] { data_cache::SealedSlab::open(other, false, make); }) == Exit::data);
   second.reset();
   first.reset();  // the maker removes its temporary slab
-  CATCH_CHECK(shm::list_slabs().empty());
+  CATCH_CHECK(slab::list_slabs().empty());
 }
 
 CATCH_TEST_CASE("data cache: a failed make leaves no slab and no claim; a dead maker's claim is taken over",
                 "[data_cache]") {
   Prefix prefix;
-  shm::CreateOptions want;
+  slab::CreateOptions want;
   want.name = "failing";
   want.content_id = "test:failing";
   want.dtype = DType::i32;
-  const std::string claim = shm::shm_dir() + "/." + shm::object_prefix() + "failing.claim";
+  const std::string claim = slab::shm_dir() + "/." + slab::object_prefix() + "failing.claim";
   auto fail = []() -> data_cache::SealedItems { throw Error(Exit::data, "texts", "empty text"); };
   CATCH_CHECK(test::code_of([&] { data_cache::SealedSlab::open(want, false, fail); }) == Exit::data);
-  CATCH_CHECK(shm::list_slabs().empty());
+  CATCH_CHECK(slab::list_slabs().empty());
   CATCH_CHECK(access(claim.c_str(), F_OK) != 0);
   {
     FILE* f = std::fopen(claim.c_str(), "w");
@@ -152,7 +152,7 @@ CATCH_TEST_CASE("data cache: a failed make leaves no slab and no claim; a dead m
     data_cache::SealedItems items;
     items.count = 1;
     items.bytes = 4;
-    items.fill = [](shm::Slab& slab) {
+    items.fill = [](slab::Slab& slab) {
       int32_t x = 7;
       slab.set(0, &x, 4);
     };
@@ -162,5 +162,5 @@ CATCH_TEST_CASE("data cache: a failed make leaves no slab and no claim; a dead m
   CATCH_CHECK(s->made());
   CATCH_CHECK(access(claim.c_str(), F_OK) != 0);
   s.reset();
-  shm::remove_slab("failing");  // not temporary
+  slab::remove_slab("failing");  // not temporary
 }

@@ -21,7 +21,7 @@ namespace {
 struct Prefix {
   Prefix() { setenv("TRAINCACHE_SHM_PREFIX", ("tcunit-sc-" + std::to_string(getpid()) + "-").c_str(), 1); }
   ~Prefix() {
-    for (const auto& n : shm::list_slabs()) shm::remove_slab(n);
+    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
   }
 };
 
@@ -123,7 +123,7 @@ CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and r
   std::reverse(order.begin(), order.end());  // a non-trivial dataset order
   std::atomic<int> calls{0};
   auto cache = data_cache::WindowCache::open(options(plan, order, "win"), preparer(&calls));
-  CATCH_CHECK(shm::Slab::attach("win", false).info().slots == 10);
+  CATCH_CHECK(slab::Slab::attach("win", false).info().slots == 10);
   for (int64_t e = 0; e < 12; ++e) {
     auto b = cache->begin_epoch(e, true, true);
     CATCH_CHECK(b.epoch == e);
@@ -149,7 +149,7 @@ CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and r
   CATCH_CHECK(st.replaced == 8u + 12 * 2);  // window 0, then R per epoch (the last epoch's too)
   CATCH_CHECK(calls == 8 + 12 * 2);
   cache.reset();
-  CATCH_CHECK(shm::list_slabs().empty());  // the creator removes its slab
+  CATCH_CHECK(slab::list_slabs().empty());  // the creator removes its slab
 }
 
 CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", "[smart]") {
@@ -173,7 +173,7 @@ CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", 
     CATCH_CHECK(std::vector<int32_t>(got.begin() + 4 * k, got.begin() + 4 * k + 4) == item(k));
   // Slot 3 holds key 3: a stale store of the older key 3 - 15 (negative: none) or a later one's
   // data under the wrong key cannot replace it; key 18 (the same slot, later) may.
-  auto slab = shm::Slab::attach("late", true);
+  auto slab = slab::Slab::attach("late", true);
   auto v18 = item(18);
   CATCH_CHECK(!slab.set_tagged(3, 4, v18.data(), 16));  // same tag: already filled
   CATCH_CHECK(slab.tag(3) == 4);
@@ -223,7 +223,7 @@ CATCH_TEST_CASE("smart cache: shutdown with a slow replacer does not wait for th
   CATCH_CHECK(s < 2.0);  // a liveness bound, not a speed target: the whole queue would take 20 s
   CATCH_CHECK(calls <= 4);
   cache->shutdown();  // idempotent
-  auto slab = shm::Slab::attach("slow", false);
+  auto slab = slab::Slab::attach("slow", false);
   CATCH_CHECK(slab.counts().writing == 0);  // nothing left half-written
   CATCH_CHECK(slab.counts().filled == static_cast<uint64_t>(calls.load()));
 }

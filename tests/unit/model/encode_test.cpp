@@ -32,7 +32,7 @@ h5::DatasetInfo write_dataset(const std::string& path, hid_t type, const void* d
 }
 
 torch::Tensor read_back(const std::string& path, double scale) {
-  return encode::read_column_rows(*source::open_column(path, "x"), 0, 2, scale);
+  return model::read_column_rows(*source::open_column(path, "x"), 0, 2, scale);
 }
 
 }  // namespace
@@ -62,17 +62,17 @@ CATCH_TEST_CASE("encoder input: other integers become int64, floats float32", "[
 
 CATCH_TEST_CASE("encoder: --output picks a tuple element or a dict entry", "[encoder]") {
   auto x = torch::ones({4, 3});
-  encode::Encoder tup("t", save_module("enc_tuple", "def forward(self, x):\n  return (x * self.w, x.sum(1))\n"),
-                      torch::kCPU, "1");
+  model::Encoder tup("t", save_module("enc_tuple", "def forward(self, x):\n  return (x * self.w, x.sum(1))\n"),
+                     torch::kCPU, "1");
   CATCH_CHECK(tup.forward({x}).sizes() == torch::IntArrayRef({4}));
   CATCH_CHECK(tup.forward({x})[0].item<float>() == 3.0f);
-  encode::Encoder dict("d", save_module("enc_dict", "def forward(self, x):\n  return {'emb': x * self.w, 'n': x}\n"),
-                       torch::kCPU, "emb");
+  model::Encoder dict("d", save_module("enc_dict", "def forward(self, x):\n  return {'emb': x * self.w, 'n': x}\n"),
+                      torch::kCPU, "emb");
   CATCH_CHECK(dict.forward({x})[0][0].item<float>() == 2.0f);
 }
 
 CATCH_TEST_CASE("encoder: a tuple output without --output is bad data with advice", "[encoder]") {
-  encode::Encoder tup("t", save_module("enc_tuple2", "def forward(self, x):\n  return (x, x)\n"), torch::kCPU);
+  model::Encoder tup("t", save_module("enc_tuple2", "def forward(self, x):\n  return (x, x)\n"), torch::kCPU);
   try {
     tup.forward({torch::ones({2, 2})});
     CATCH_FAIL("accepted");
@@ -83,8 +83,8 @@ CATCH_TEST_CASE("encoder: a tuple output without --output is bad data with advic
 }
 
 CATCH_TEST_CASE("encoder: the optimised module is kept only when it matches the plain one", "[encoder]") {
-  encode::Encoder lin("l", save_module("enc_lin", "def forward(self, x):\n  return torch.relu(x * self.w + 1.0)\n"),
-                      torch::kCPU);
+  model::Encoder lin("l", save_module("enc_lin", "def forward(self, x):\n  return torch.relu(x * self.w + 1.0)\n"),
+                     torch::kCPU);
   auto x = torch::randn({8, 5});
   auto plain = lin.forward({x});
   auto o = lin.try_optimize({x}, 1e-4);
@@ -95,43 +95,43 @@ CATCH_TEST_CASE("encoder: the optimised module is kept only when it matches the 
 }
 
 CATCH_TEST_CASE("encoder: on the CPU the optimised-module check runs in full float32", "[encoder]") {
-  encode::Encoder lin("l", save_module("enc_lin2", "def forward(self, x):\n  return x * self.w\n"), torch::kCPU);
-  precision::allow_tf32(true);  // TF32 is a cuDNN matter: the CPU stays IEEE whatever the setting
+  model::Encoder lin("l", save_module("enc_lin2", "def forward(self, x):\n  return x * self.w\n"), torch::kCPU);
+  model::allow_tf32(true);  // TF32 is a cuDNN matter: the CPU stays IEEE whatever the setting
   auto o = lin.try_optimize({torch::randn({4, 5})}, 1e-4);
   CATCH_CHECK(o.used);
   CATCH_CHECK(o.math == "ieee");
   CATCH_CHECK(o.plain_diff == 0);
-  CATCH_CHECK(std::string(precision::math_mode(torch::kCPU)) == "ieee");
-  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");
+  CATCH_CHECK(std::string(model::math_mode(torch::kCPU)) == "ieee");
+  CATCH_CHECK(std::string(model::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");
   {
-    precision::FullFloat32 full;
-    CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
+    model::FullFloat32 full;
+    CATCH_CHECK(std::string(model::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
   }
-  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");  // restored
-  precision::allow_tf32(false);
-  CATCH_CHECK(std::string(precision::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
-  precision::allow_tf32(true);
+  CATCH_CHECK(std::string(model::math_mode(torch::Device(torch::kCUDA, 0))) == "tf32");  // restored
+  model::allow_tf32(false);
+  CATCH_CHECK(std::string(model::math_mode(torch::Device(torch::kCUDA, 0))) == "ieee");
+  model::allow_tf32(true);
 }
 
 CATCH_TEST_CASE("encoder: in TF32 the optimised module may differ as much as TF32 makes the plain one", "[encoder]") {
   // Full float32: rtol x scale only.
-  CATCH_CHECK(encode::optimised_within(0.5e-4, 0, 1.0, 1e-4));
-  CATCH_CHECK_FALSE(encode::optimised_within(2e-4, 0, 1.0, 1e-4));
-  CATCH_CHECK(encode::optimised_within(2e-4, 0, 4.0, 1e-4));  // relative to the largest magnitude
+  CATCH_CHECK(model::optimised_within(0.5e-4, 0, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(model::optimised_within(2e-4, 0, 1.0, 1e-4));
+  CATCH_CHECK(model::optimised_within(2e-4, 0, 4.0, 1e-4));  // relative to the largest magnitude
   // TF32: the plain module itself is 0.01 off full float32; the optimised one may be 3x that.
-  CATCH_CHECK(encode::optimised_within(0.0334, 0.0112, 1.0, 1e-4));
-  CATCH_CHECK_FALSE(encode::optimised_within(0.0340, 0.0112, 1.0, 1e-4));
-  CATCH_CHECK_FALSE(encode::optimised_within(std::nan(""), 0.01, 1.0, 1e-4));
+  CATCH_CHECK(model::optimised_within(0.0334, 0.0112, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(model::optimised_within(0.0340, 0.0112, 1.0, 1e-4));
+  CATCH_CHECK_FALSE(model::optimised_within(std::nan(""), 0.01, 1.0, 1e-4));
 }
 
 CATCH_TEST_CASE("encoder: a device that is not cpu or cuda is a usage error", "[encoder]") {
   try {
-    encode::parse_device("tpu:0");
+    model::parse_device("tpu:0");
     CATCH_FAIL("accepted");
   } catch (const Error& e) {
     CATCH_CHECK(e.code() == Exit::usage);
   }
-  CATCH_CHECK(encode::parse_device("cpu").is_cpu());
+  CATCH_CHECK(model::parse_device("cpu").is_cpu());
 }
 
 CATCH_TEST_CASE("shuffle: the serial permutation is torch::randperm's for the same seed", "[encoder]") {

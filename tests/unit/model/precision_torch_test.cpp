@@ -12,14 +12,14 @@ CATCH_TEST_CASE("autocast: a bf16 region on the CPU, nested regions restore the 
   auto a = torch::randn({4, 8}), b = torch::randn({8, 3});
   CATCH_CHECK(torch::matmul(a, b).scalar_type() == torch::kFloat);
   {
-    precision::Autocast region(Precision::bf16, torch::kCPU);
+    model::Autocast region(Precision::bf16, torch::kCPU);
     CATCH_CHECK(torch::matmul(a, b).scalar_type() == torch::kBFloat16);
     {
-      precision::Autocast inner(Precision::fp32, torch::kCPU);  // fp32: no change
+      model::Autocast inner(Precision::fp32, torch::kCPU);  // fp32: no change
       CATCH_CHECK(torch::matmul(a, b).scalar_type() == torch::kBFloat16);
     }
     {
-      precision::Autocast inner(Precision::bf16, torch::kCPU);
+      model::Autocast inner(Precision::bf16, torch::kCPU);
       CATCH_CHECK(torch::matmul(a, b).scalar_type() == torch::kBFloat16);
     }
     CATCH_CHECK(torch::matmul(a, b).scalar_type() == torch::kBFloat16);
@@ -28,7 +28,7 @@ CATCH_TEST_CASE("autocast: a bf16 region on the CPU, nested regions restore the 
   // Within bfloat16's 8 bits of mantissa of the float32 product.
   torch::Tensor low;
   {
-    precision::Autocast region(Precision::bf16, torch::kCPU);
+    model::Autocast region(Precision::bf16, torch::kCPU);
     low = torch::matmul(a, b).to(torch::kFloat);
   }
   auto exact = torch::matmul(a, b);
@@ -38,21 +38,21 @@ CATCH_TEST_CASE("autocast: a bf16 region on the CPU, nested regions restore the 
 
 CATCH_TEST_CASE("autocast: fp16 needs CUDA", "[precision]") {
   CATCH_CHECK(
-      test::message_of([] { precision::check(Precision::fp16, torch::kCPU, "--precision"); }) ==
+      test::message_of([] { model::check_precision(Precision::fp16, torch::kCPU, "--precision"); }) ==
       "--precision: fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU");
-  CATCH_CHECK(test::code_of([] { precision::check(Precision::bf16, torch::kCPU, "--precision"); }) == Exit::ok);
+  CATCH_CHECK(test::code_of([] { model::check_precision(Precision::bf16, torch::kCPU, "--precision"); }) == Exit::ok);
 }
 
 CATCH_TEST_CASE("grad scaler: unscales, skips non-finite steps halving the scale, grows after an interval",
                 "[precision]") {
   auto w = torch::ones({3}).requires_grad_(true);
-  precision::GradScaler off(false);
+  model::GradScaler off(false);
   w.mutable_grad() = torch::full({3}, 8.0);
   CATCH_CHECK(off.scale() == 1);
   CATCH_CHECK(off.unscale({w}));
   CATCH_CHECK(w.grad()[0].item<double>() == 8.0);
 
-  precision::GradScaler s(true, 1024, 3);
+  model::GradScaler s(true, 1024, 3);
   CATCH_CHECK(s.scale() == 1024);
   w.mutable_grad() = torch::full({3}, 512.0);
   CATCH_CHECK(s.unscale({w}));
@@ -66,7 +66,7 @@ CATCH_TEST_CASE("grad scaler: unscales, skips non-finite steps halving the scale
   CATCH_CHECK(!s.unscale({w}));
   CATCH_CHECK(!s.update(false));  // skipped
   CATCH_CHECK(s.scale() == 1024);
-  precision::GradScaler r(true);
+  model::GradScaler r(true);
   r.restore(s.state());
   CATCH_CHECK(r.scale() == 1024);
   CATCH_CHECK(r.state() == s.state());

@@ -47,7 +47,7 @@ struct Stats {
 /// be this user's unless `trust_owner`, and hold what `want` says: content id, layout, shape,
 /// slots), else created, after checking that its `need` bytes fit in the shm directory
 /// (Error(cant_create, "--data-cache", ...) before anything is made). `*created` says which.
-std::unique_ptr<shm::Slab> open_slab(const shm::CreateOptions& want, uint64_t need, bool trust_owner, bool* created);
+std::unique_ptr<slab::Slab> open_slab(const slab::CreateOptions& want, uint64_t need, bool trust_owner, bool* created);
 
 /// One column's rows (all of one dtype and shape) in a slab.
 class RowCache {
@@ -90,9 +90,9 @@ class RowCache {
   // checked against it whenever a later run attaches: bytes changed since are refused.
   void seal_if_complete();
   // The slab's options for `spec` (slots: all rows, the fraction or the budget) and row size.
-  static shm::CreateOptions slab_options(const Spec& spec, uint64_t rows, DType dtype,
-                                         const std::vector<uint64_t>& dims, std::size_t* row_bytes);
-  std::unique_ptr<shm::Slab> slab_;
+  static slab::CreateOptions slab_options(const Spec& spec, uint64_t rows, DType dtype,
+                                          const std::vector<uint64_t>& dims, std::size_t* row_bytes);
+  std::unique_ptr<slab::Slab> slab_;
   std::string name_;
   bool kept_ = false;
   bool remove_at_end_ = false;
@@ -104,9 +104,9 @@ class RowCache {
 
 /// Items made once per node (gc-train's tokenized text sides), and how to store them.
 struct SealedItems {
-  uint64_t count = 0;                    ///< items
-  uint64_t bytes = 0;                    ///< their bytes in all (the slab's arena)
-  std::function<void(shm::Slab&)> fill;  ///< stores every item (index i in slot i)
+  uint64_t count = 0;                     ///< items
+  uint64_t bytes = 0;                     ///< their bytes in all (the slab's arena)
+  std::function<void(slab::Slab&)> fill;  ///< stores every item (index i in slot i)
 };
 
 /// A variable-layout slab of items made once and then only read, shared by every process on the
@@ -121,13 +121,13 @@ class SealedSlab {
   /// `trust_owner`, one made for other contents, or one whose data changed since it was sealed ->
   /// Error(data); no room in /dev/shm -> Error(cant_create); SIGINT while waiting ->
   /// Error(interrupted); whatever `make()` throws.
-  static std::unique_ptr<SealedSlab> open(shm::CreateOptions want, bool trust_owner,
+  static std::unique_ptr<SealedSlab> open(slab::CreateOptions want, bool trust_owner,
                                           const std::function<SealedItems()>& make);
   ~SealedSlab();
   SealedSlab(const SealedSlab&) = delete;
   SealedSlab& operator=(const SealedSlab&) = delete;
 
-  const shm::Slab& slab() const { return *slab_; }
+  const slab::Slab& slab() const { return *slab_; }
   /// Whether this process made it (and stored every item).
   bool made() const { return made_; }
   /// `stored`: the items when this process made it; slots, rows and bytes of the slab.
@@ -135,7 +135,7 @@ class SealedSlab {
 
  private:
   SealedSlab() = default;
-  std::unique_ptr<shm::Slab> slab_;
+  std::unique_ptr<slab::Slab> slab_;
   std::string name_;
   bool made_ = false, remove_at_end_ = false;
 };

@@ -7,7 +7,7 @@
 
 #include "traincache/io/source.h"
 
-namespace traincache::shm {
+namespace traincache::data_cache {
 
 /// What to copy.
 struct FillFromOptions {
@@ -33,4 +33,4 @@ struct FillFromResult {
 /// any numeric dataset (each row one item). Safe to run in several processes at once.
 FillFromResult fill_from_hdf5(const FillFromOptions& opts);
 
-}  // namespace traincache::shm
+}  // namespace traincache::data_cache

@@ -124,7 +124,7 @@ class WindowCache {
   WindowPlan plan_;
   std::shared_ptr<const std::vector<int64_t>> items_;
   Prepare prepare_;
-  std::unique_ptr<shm::Slab> slab_;
+  std::unique_ptr<slab::Slab> slab_;
   std::string name_;
   bool remove_at_end_ = false;
   std::size_t item_bytes_ = 0, chunk_ = 16;

@@ -20,6 +20,6 @@ report::Record stats_record(const cache::EmbeddingStats& s);
 report::Json cache_json(const std::string& path, bool stats);
 
 /// A slab's description (`shm-cache stat --json`'s "slab"); `counts` adds the slot counts.
-report::Record slab_record(const shm::SlabInfo& i, const shm::SlotCounts* counts);
+report::Record slab_record(const slab::SlabInfo& i, const slab::SlotCounts* counts);
 
 }  // namespace traincache::describe

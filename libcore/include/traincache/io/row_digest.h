@@ -12,7 +12,7 @@
 
 namespace traincache {
 
-namespace shm {
+namespace slab {
 class Slab;
 }
 
@@ -22,6 +22,6 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
                int64_t block_bytes = 8 << 20);
 
 /// Feeds items [a, b) of a slab to `h`; an item that is not cached -> Error(data).
-void hash_slab_rows(const shm::Slab& slab, int64_t a, int64_t b, ContentHash& h);
+void hash_slab_rows(const slab::Slab& slab, int64_t a, int64_t b, ContentHash& h);
 
 }  // namespace traincache

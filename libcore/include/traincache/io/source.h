@@ -20,7 +20,7 @@
 
 namespace traincache {
 
-namespace shm {
+namespace slab {
 class Slab;
 }
 

@@ -6,17 +6,17 @@
 
 namespace traincache {
 
-namespace precision {
+namespace model {
 
 /// fp32: float32 throughout. bf16, fp16: matrix products and convolutions in bfloat16 or float16
 /// under autocast (parameters, losses and reductions stay float32).
 enum class Precision { fp32, bf16, fp16 };
 
 /// "fp32", "bf16", "fp16".
-const Choices<Precision>& choices();
+const Choices<Precision>& precision_choices();
 
-}  // namespace precision
+}  // namespace model
 
-using precision::Precision;  // options and results name it as often as DType
+using model::Precision;  // options and results name it as often as DType
 
 }  // namespace traincache

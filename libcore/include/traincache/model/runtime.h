@@ -4,9 +4,9 @@
 
 #include <string>
 
-namespace traincache {
+namespace traincache::model {
 
 /// "LibTorch 1.13.1\nBLAS: ...\nCUDA: not available\ncores: N (...)": lines for --version.
 std::string runtime_info();
 
-}  // namespace traincache
+}  // namespace traincache::model

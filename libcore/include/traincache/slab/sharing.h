@@ -9,7 +9,7 @@
 
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::shm {
+namespace traincache::slab {
 
 /// How a sharing protocol words its refusals, and what it compares.
 struct Sharing {
@@ -45,4 +45,4 @@ void check_shared(const SlabInfo& si, const CreateOptions& want, const Sharing& 
 std::unique_ptr<Slab> open_shared(const CreateOptions& want, const Sharing& sharing, bool* created,
                                   const std::function<void()>& before_create = {});
 
-}  // namespace traincache::shm
+}  // namespace traincache::slab

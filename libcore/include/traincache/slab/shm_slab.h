@@ -13,7 +13,7 @@
 #include "traincache/base/dtype.h"
 #include "traincache/base/format.h"
 
-namespace traincache::shm {
+namespace traincache::slab {
 
 /// Object names are "<prefix><name>" in the shm directory. The prefix is "traincache-" unless the
 /// TRAINCACHE_SHM_PREFIX environment variable says otherwise (tests use their own); a prefix that
@@ -231,4 +231,4 @@ void install_sigbus_handler(const std::string& tool);
 /// Parses "2GiB", "512MiB", "1000000" (bytes), "1.5G"; throws Error(usage).
 uint64_t parse_size(const std::string& s);
 
-}  // namespace traincache::shm
+}  // namespace traincache::slab

@@ -12,7 +12,7 @@
 #include "traincache/model/precision.h"
 #include "traincache/text/tokenizer.h"
 
-namespace traincache::encode {
+namespace traincache::model {
 
 /// Parses "cpu", "cuda" or "cuda:N". Malformed -> Error(usage); CUDA not available -> Error(unavailable).
 /// `option` names the flag in messages.
@@ -112,7 +112,7 @@ bool optimised_within(double optimised_diff, double plain_diff, double scale, do
 /// Outcome of trying torch::jit::freeze + optimize_for_inference on a sample batch.
 struct OptimizeOutcome {
   bool used = false;             ///< the optimised module is now in use
-  std::string math = "ieee";     ///< the math mode both were run in (precision::math_mode)
+  std::string math = "ieee";     ///< the math mode both were run in (model::math_mode)
   double max_abs_diff = 0;       ///< between the optimised output and the plain one in full float32
   double plain_diff = 0;         ///< the plain output in `math` against full float32 (0 for ieee)
   std::string why_not;           ///< reason for falling back, when !used
@@ -162,4 +162,4 @@ class Encoder {
   Precision precision_ = Precision::fp32;
 };
 
-}  // namespace traincache::encode
+}  // namespace traincache::model

@@ -9,11 +9,11 @@
 
 #include "traincache/model/precision.h"
 
-namespace traincache::precision {
+namespace traincache::model {
 
 /// Error(usage, option) when `p` cannot run on `device`: fp16 needs CUDA (LibTorch's CPU autocast
 /// runs bfloat16 only).
-void check(Precision p, const torch::Device& device, const std::string& option);
+void check_precision(Precision p, const torch::Device& device, const std::string& option);
 
 /// While alive, operations on `device`'s type run under autocast in `p`'s type, as Python's
 /// torch.autocast(device_type, dtype) does (thread-local; nested regions restore the outer one).
@@ -79,4 +79,4 @@ class GradScaler {
   int64_t growth_interval_, good_ = 0;
 };
 
-}  // namespace traincache::precision
+}  // namespace traincache::model
