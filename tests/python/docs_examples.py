@@ -27,6 +27,19 @@ def blocks(text):
     return out
 
 
+def rank_logs(here):
+    """The end of each log torchrun's --log_dir kept in `here` (a page's torchrun block sends its
+    stderr to /dev/null: the ranks' own output says why it failed)."""
+    out = ""
+    for root, _, files in os.walk(os.path.join(here, "torchrun-logs")):
+        for name in sorted(files):
+            with open(os.path.join(root, name), errors="replace") as f:
+                text = f.read()[-1500:]
+            if text.strip():
+                out += f"\n--- {os.path.relpath(os.path.join(root, name), here)}:\n{text}"
+    return out
+
+
 def main():
     doc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(SOURCE, "docs", "python.md")
     here = os.path.join(WORK, "docs")
@@ -61,7 +74,8 @@ def main():
                            timeout=240)
         ran += 1
         first = body.strip().splitlines()[0]
-        if not ok(p.returncode == 0, f"block {n} ({lang}: {first}) exits 0, got {p.returncode}: {p.stderr[-3000:]}"):
+        if not ok(p.returncode == 0, f"block {n} ({lang}: {first}) exits 0, got {p.returncode}: {p.stderr[-3000:]}"
+                  + rank_logs(here)):
             break
         if want is not None:
             eq(p.stdout, want, f"block {n} ({lang}: {first}): its output as the page shows it")
