@@ -4,7 +4,7 @@
 // and a process that links LibTorch spends about 0.6 s before main on Debian's (relocations across
 // its ~290 libraries and the operator registry): cache-inspect in a script's loop paid that on
 // every call.
-#include "verify_module.h"
+#include "fill_module.h"
 
 #include <new>
 

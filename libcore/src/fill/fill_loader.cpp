@@ -11,7 +11,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/module.h"
 #include "traincache/fill/verify.h"
-#include "verify_module.h"
+#include "fill_module.h"
 
 namespace traincache::fill {
 
