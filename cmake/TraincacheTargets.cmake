@@ -67,11 +67,16 @@ foreach(dir ${TC_PIP_NVIDIA_LIBS})
 endforeach()
 add_library(traincache::torch ALIAS traincache_torch_iface)
 
-# tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [PCH header])
-# TORCH: LibTorch and libcore/torch/ are PRIVATE; PCH: compile with this precompiled header.
+# tc_add_library(NAME SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...] [TORCH] [OBJECT] [PCH header])
+# TORCH: LibTorch and libcore/torch/ are PRIVATE; OBJECT: an object library (else static); PCH:
+# compile with this precompiled header.
 function(tc_add_library name)
-  cmake_parse_arguments(ARG "TORCH" "PCH" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
-  add_library(${name} STATIC ${ARG_SOURCES})
+  cmake_parse_arguments(ARG "TORCH;OBJECT" "PCH" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  set(kind STATIC)
+  if(ARG_OBJECT)
+    set(kind OBJECT)
+  endif()
+  add_library(${name} ${kind} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${TRAINCACHE_WARNINGS})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/libcore/include
                                             ${PROJECT_BINARY_DIR}/generated)
@@ -91,7 +96,7 @@ function(tc_reuse_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM traincache_torch)
 endfunction()
 function(tc_reuse_core_pch target)
-  target_precompile_headers(${target} REUSE_FROM traincache_core)
+  target_precompile_headers(${target} REUSE_FROM traincache_core_objects)
 endfunction()
 
 # tc_add_tool(NAME SOURCES ... DEPS ... [TORCH]): one executable in tools/ (or bench/), installed
@@ -111,6 +116,7 @@ function(tc_add_tool name)
   else()
     tc_reuse_core_pch(${name})
   endif()
+  set_target_properties(${name} PROPERTIES INSTALL_RPATH "$ORIGIN/../lib")
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
 
