@@ -91,9 +91,9 @@ run "$TC_BIN/cache-inspect" --check --verify 3 "$C"
 expect_rc 64
 expect_err "cache-inspect: error: --check excludes --verify (see --help)"
 
-# LibTorch is loaded only to verify (libtraincache_verify.so): a summary, --check and --head run
+# LibTorch is loaded only to verify (libtraincache_engines.so): a summary, --check and --head run
 # where the module cannot be loaded; --verify there is 69, saying why.
-export TRAINCACHE_VERIFY_MODULE="$WORK/none.so"
+export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
 run "$TC_BIN/cache-inspect" --head 1 "$C"
 expect_rc 0
 run "$TC_BIN/cache-inspect" --check --json "$C"
@@ -101,8 +101,8 @@ expect_rc 0
 expect_out_has '"ok":true'
 run "$TC_BIN/cache-inspect" --verify 2 "$C"
 expect_rc 69
-expect_err "cache-inspect: error: LibTorch: cannot load libtraincache_verify.so: $WORK/none.so: cannot open shared object file: No such file or directory"
-unset TRAINCACHE_VERIFY_MODULE
+expect_err "cache-inspect: error: LibTorch: cannot load libtraincache_engines.so: $WORK/none.so: cannot open shared object file: No such file or directory"
+unset TRAINCACHE_ENGINES_MODULE
 expect_eq "$(readelf -d "$TC_BIN/cache-inspect" | grep -c 'NEEDED.*lib\(torch\|c10\)')" 0 "LibTorch libraries cache-inspect needs at start"
 
 # 69: --verify on a device this LibTorch does not have.

@@ -67,7 +67,7 @@ expect_one_line_err
 run "$TC_BIN/cache-inspect" -vv "$TC_DATA/truncated.h5"
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"
-# cache-inspect --verify runs in libtraincache_verify.so, with its own copy of the HDF5 layer.
+# cache-inspect --verify runs in libtraincache_engines.so, which shares the tool's HDF5 layer (libtraincache_core.so).
 "$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
   --rows 0:16 --out "$WORK/v.h5" || _fail "cache-fill"
 run "$TC_BIN/cache-inspect" -vv --verify 2 --input "$TC_DATA/truncated.h5" "$WORK/v.h5"
@@ -76,4 +76,38 @@ expect_err_has "HDF5-DIAG: Error detected in HDF5"
 run "$TC_BIN/smart-bench" --data "$TC_DATA/truncated.h5" --strategy none -vv
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"
+# The tools link no LibTorch: they load it with libtraincache_engines.so once their options are
+# checked. Where it cannot be loaded, --help and refused command lines (by the parser, or by the
+# engines' own option checks) answer as before, and only work for LibTorch is 69, saying why, with
+# nothing written.
+for tool in cache-fill gc-train smart-bench; do  # cache-inspect: cache_inspect.test.sh
+  expect_eq "$(readelf -d "$TC_BIN/$tool" | grep -c 'NEEDED.*lib\(torch\|c10\)')" 0 "LibTorch libraries $tool needs at start"
+done
+export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
+no_module="LibTorch: cannot load libtraincache_engines.so: $WORK/none.so: cannot open shared object file: No such file or directory"
+for tool in cache-fill gc-train smart-bench; do
+  run "$TC_BIN/$tool" --help
+  expect_rc 0
+  expect_out_has "Usage: $tool"
+  run "$TC_BIN/$tool" --version
+  expect_rc 69
+  expect_err "$tool: error: $no_module"
+done
+run "$TC_BIN/cache-fill" --input "$TC_DATA/images.h5" --features images --encoder cnn=a.pt --encoder cnn=b.pt \
+  --out "$WORK/none.h5"
+expect_rc 64
+expect_err "cache-fill: error: --encoder: encoder name 'cnn' given twice"
+run "$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+  --rows 0:16 --out "$WORK/none.h5"
+expect_rc 69
+expect_err "cache-fill: error: $no_module"
+expect_no_file "$WORK/none.h5"
+run "$TC_BIN/gc-train" --cache "$WORK/v.h5" --embeddings cnn --resume --steps 1
+expect_rc 64
+expect_err "gc-train: error: --resume: needs --checkpoint-dir"
+run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings cnn --steps 1 --out "$WORK/head.pt"
+expect_rc 69
+expect_err "gc-train: error: $no_module"
+expect_no_file "$WORK/head.pt"
+unset TRAINCACHE_ENGINES_MODULE
 finish

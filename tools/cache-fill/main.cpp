@@ -236,7 +236,7 @@ int run(Options& o) {
   cb.warn = [&](const std::string& m) {
     if (!o.common.quiet) cli::print_warning(kTool, m);
   };
-  fill::FillResult r = fill::run_fill(o.fill, cb);
+  fill::FillResult r = fill::run_fill_in_module(o.fill, cb);
   if (progress) progress->finish();
 
   auto rec = fill_record(r);
@@ -304,7 +304,7 @@ void add_text_options(CLI::App& app, Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info_in_module);
   app.add_option("-i,--input", o.fill.input,
                  "Input: HDF5 file, .npy file, .npz archive, shm:NAME, image folder, .csv/.tsv/.jsonl manifest "
                  "or WebDataset tar shards ('s/{00000..00099}.tar', a glob, a .tar.gz) (required)");
@@ -371,9 +371,9 @@ int main(int argc, char** argv) {
       "             --out cache.h5 --update        # a shard was added: encode only its samples\n\n"
       "EXIT STATUS\n"
       "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
-      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA unavailable, or out of\n"
-      "  memory (progress kept); 70 internal; 73 output in the way or not creatable; 74 I/O error;\n"
-      "  75 another run holds the output, or\n"
+      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA or LibTorch's module\n"
+      "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
+      "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
       "  --merge gave up waiting for shards; 130 interrupted (progress kept, run again to resume).\n"
       "See docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {

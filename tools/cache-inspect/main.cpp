@@ -11,6 +11,7 @@
 #include "traincache/io/cache_export.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/describe.h"
+#include "traincache/model/runtime.h"
 
 using namespace traincache;
 using json = report::Json;
@@ -253,7 +254,7 @@ int run(Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Summarise, check and verify traincache cache files.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, fill::runtime_info_in_module);
+  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info_in_module);
   app.add_option("files", o.files, "Cache files")->required();
   app.add_flag("--stats", o.stats, "Per-encoder row-norm statistics and NaN/Inf counts");
   auto* check =
@@ -293,7 +294,7 @@ int main(int argc, char** argv) {
       "  cache-inspect --export npy vectors/ cache.h5\n\n"
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA or\n"
-      "  libtraincache_verify.so (LibTorch, for --verify and --version) unavailable;\n"
+      "  libtraincache_engines.so (LibTorch, for --verify and --version) unavailable;\n"
       "  70 internal error; 73 --export: DIR exists or cannot be created; 74 I/O error.\n"
       "  With several files every file is processed; the status is that of the\n"
       "  first failure other than 1, else 1 if any file failed. See docs/cache-inspect.md.");

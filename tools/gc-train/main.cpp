@@ -204,7 +204,7 @@ int run(Options& o) {
   resolve_options(o);
   install_interrupt_handlers();
   std::unique_ptr<Progress> bar, eval_bar;
-  auto r = train::run_train(o.t, callbacks(o, bar, eval_bar));
+  auto r = train::run_train_in_module(o.t, callbacks(o, bar, eval_bar));
   if (bar) bar->finish();
   if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
   auto rec = train_record(r);
@@ -425,7 +425,7 @@ void add_optimiser_options(CLI::App& app, Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"Gradient-cached contrastive training on cached embeddings or raw inputs.", kTool};
   Options o;
-  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::full, model::runtime_info_in_module);
   add_input_options(app, o);
   add_batch_options(app, o);
   add_optimiser_options(app, o);
@@ -440,7 +440,8 @@ int main(int argc, char** argv) {
       "           --steps 1000 --checkpoint-dir ck --resume --out tuned.pt\n\n"
       "EXIT STATUS\n  0 done; 64 usage (bad option, batch larger than the data); 65 bad data (rows or widths\n"
       "  mismatch, BatchNorm with gradient caching, NaN loss, unreadable checkpoint); 66 input missing;\n"
-      "  69 CUDA or NCCL unavailable, or another rank failed, hung or was unreachable (data parallel);\n"
+      "  69 CUDA, NCCL or LibTorch's module (libtraincache_engines.so) unavailable, or another rank\n"
+      "  failed, hung or was unreachable (data parallel);\n"
       "  70 internal; 73/74 output or I/O error; 75 another run holds --checkpoint-dir, or a\n"
       "  --cache-shm slab is still being filled by another process;\n"
       "  130 interrupted (checkpoint saved).\n"

@@ -116,7 +116,7 @@ int run(Options& o) {
   auto info = [&](const std::string& m) {
     if (o.common.verbose) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
   };
-  bench::run(o.b, on_record, info);
+  bench::run_in_module(o.b, on_record, info);
 
   if (o.common.json) {
     json doc{{"schema", "smart-bench/1"},
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Benchmark caching strategies on a data pipeline; gate CI on throughput.", kTool};
   Options o;
   auto& b = o.b;
-  cli::add_common_options(app, o.common, cli::Compute::threads_only, model::runtime_info);
+  cli::add_common_options(app, o.common, cli::Compute::threads_only, model::runtime_info_in_module);
   app.add_option(
          "--data", b.data,
          "uint8 items: HDF5 file, .npy, .npz; or images: an image folder, a .csv/.tsv/.jsonl manifest or tar shards")
@@ -220,7 +220,8 @@ int main(int argc, char** argv) {
       "  smart-bench --data data.h5 --dataset images --strategy full --baseline base.json \\\n"
       "              --max-regression 0.2\n\n"
       "EXIT STATUS\n  0 done (no regression); 1 a strategy regressed beyond --max-regression; 64 usage;\n"
-      "  65 bad data; 66 input missing; 69 slab missing; 70 internal; 73 cannot create the stochastic slab;\n"
+      "  65 bad data; 66 input missing; 69 slab or LibTorch's module (libtraincache_engines.so)\n"
+      "  missing; 70 internal; 73 cannot create the stochastic slab;\n"
       "  130 interrupted (SIGINT/SIGTERM; the temporary slab is removed).\n"
       "See docs/smart-bench.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {

@@ -630,15 +630,6 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
 
 }  // namespace
 
-const Choices<Caching>& caching_choices() {
-  static const Choices<Caching> c{{Caching::none, "none"},
-                                  {Caching::full, "full"},
-                                  {Caching::stochastic, "stochastic"},
-                                  {Caching::smart, "smart"},
-                                  {Caching::embed, "embed"}};
-  return c;
-}
-
 void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
          const std::function<void(const std::string&)>& info) {
   validate(o);

@@ -44,16 +44,6 @@ namespace traincache::fill {
 
 std::string partial_path(const std::string& out) { return out + ".partial"; }
 
-const Choices<Convert>& convert_choices() {
-  static const Choices<Convert> c{{Convert::auto_, "auto"}, {Convert::host, "host"}, {Convert::device, "device"}};
-  return c;
-}
-
-const Choices<OnError>& on_error_choices() {
-  static const Choices<OnError> c{{OnError::fail, "fail"}, {OnError::skip, "skip"}};
-  return c;
-}
-
 namespace {
 
 using files::absolute_path;

@@ -1,30 +1,20 @@
-// The interface of libtraincache_verify.so, cache-inspect's LibTorch part: what verify_module.cpp
-// defines and verify_loader.cpp looks up. Both sides are built from the same headers by the same
-// compiler in one build, so C++ objects pass by pointer; exceptions never cross (each function
-// reports its failure in a ModuleFailure instead).
+// cache-fill's and cache-inspect --verify's part of libtraincache_engines.so: what fill_module.cpp
+// defines in the module and fill_loader.cpp looks up (base/module.h). Both sides are built from the
+// same headers by the same compiler in one build and share libtraincache_core.so, so C++ objects
+// pass by pointer; exceptions do not cross (each function reports its failure in a ModuleFailure).
 #pragma once
 
-#include <string>
-
+#include "traincache/base/module.h"
+#include "traincache/fill/fill.h"
 #include "traincache/fill/verify.h"
 
 namespace traincache::fill {
 
-/// How a module function failed: kind 0 none, 1 traincache::Error (code, message), 2 out of memory,
-/// 3 any other exception (message).
-struct ModuleFailure {
-  int kind = 0;
-  int code = 0;
-  std::string message;
-};
-
 extern "C" {
+/// run_fill(*opts, *cb) into *result.
+void tc_fill_run(const FillOptions* opts, const FillCallbacks* cb, FillResult* result, ModuleFailure* failure);
 /// run_verify(*opts) into *report.
-using RunVerifyFn = void (*)(const VerifyOptions* opts, VerifyReport* report, ModuleFailure* failure);
-/// runtime_info() into *text.
-using RuntimeInfoFn = void (*)(std::string* text, ModuleFailure* failure);
-/// h5::set_verbose(on) in the module's own copy of the HDF5 layer (-vv's error stacks).
-using SetVerboseFn = void (*)(bool on);
+void tc_verify_run(const VerifyOptions* opts, VerifyReport* report, ModuleFailure* failure);
 }
 
 }  // namespace traincache::fill

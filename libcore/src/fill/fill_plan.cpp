@@ -10,6 +10,16 @@ using nlohmann::json;
 
 namespace traincache::fill {
 
+const Choices<Convert>& convert_choices() {
+  static const Choices<Convert> c{{Convert::auto_, "auto"}, {Convert::host, "host"}, {Convert::device, "device"}};
+  return c;
+}
+
+const Choices<OnError>& on_error_choices() {
+  static const Choices<OnError> c{{OnError::fail, "fail"}, {OnError::skip, "skip"}};
+  return c;
+}
+
 const Choices<DType>& storage_dtype_choices() {
   static const Choices<DType> c{{DType::f32, "float32"}, {DType::f16, "float16"}};
   return c;

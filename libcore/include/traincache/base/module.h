@@ -1,9 +1,14 @@
 // Modules of our own that a tool loads with dlopen() when it first needs them: libtraincache_spm.so
-// (SentencePiece, whose protobuf must not meet LibTorch's) and libtraincache_verify.so
-// (cache-inspect's LibTorch part, so that cache-inspect starts without LibTorch).
+// (SentencePiece, whose protobuf must not meet LibTorch's) and libtraincache_engines.so (the
+// LibTorch part of cache-fill, gc-train and cache-inspect, so that those tools start, parse their
+// options and refuse bad ones without loading LibTorch).
 #pragma once
 
+#include <new>
+#include <stdexcept>
 #include <string>
+
+#include "traincache/base/error.h"
 
 namespace traincache {
 
@@ -15,5 +20,38 @@ void* open_module(const std::string& file, const char* env, int flags, const std
 
 /// dlsym(handle, name), or Error(unavailable, what, "FILE lacks NAME") when the module lacks it.
 void* module_symbol(void* handle, const char* name, const std::string& file, const std::string& what);
+
+/// The function NAME of libtraincache_engines.so (TRAINCACHE_ENGINES_MODULE names another file),
+/// which is loaded, and LibTorch with it, on the first call. Error(unavailable, "LibTorch", ...)
+/// when it cannot be loaded or lacks NAME.
+void* engines_symbol(const char* name);
+
+/// How a module's function failed: exceptions do not cross a module's C interface, so each
+/// function reports its failure here. kind 0: none; 1: traincache::Error (code, message); 2: out
+/// of memory; 3: any other exception (message).
+struct ModuleFailure {
+  int kind = 0;
+  int code = 0;
+  std::string message;
+};
+
+/// Runs BODY in a module's function, catching whatever it throws into *FAILURE.
+template <class F>
+void guarded(ModuleFailure* failure, F&& body) noexcept {
+  try {
+    body();
+  } catch (const Error& e) {
+    *failure = {1, static_cast<int>(e.code()), e.what()};
+  } catch (const std::bad_alloc&) {
+    *failure = {2, 0, {}};
+  } catch (const std::exception& e) {
+    *failure = {3, 0, e.what()};
+  } catch (...) {
+    *failure = {3, 0, "unknown exception"};
+  }
+}
+
+/// On the caller's side: throws the exception FAILURE describes (nothing when kind is 0).
+void rethrow(const ModuleFailure& failure);
 
 }  // namespace traincache

@@ -74,4 +74,10 @@ struct EpochRecord {
 void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
          const std::function<void(const std::string&)>& info = {});
 
+/// run in libtraincache_engines.so (base/module.h), loaded on the first call: a program that calls
+/// this links no LibTorch and loads it only to benchmark (smart-bench). The same results and
+/// errors; a module that cannot be loaded -> Error(unavailable).
+void run_in_module(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
+                   const std::function<void(const std::string&)>& info = {});
+
 }  // namespace traincache::bench

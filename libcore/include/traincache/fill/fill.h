@@ -142,12 +142,17 @@ struct FillCallbacks {
 inline constexpr double kOptimizeTolerance = 1e-4;
 inline constexpr int64_t kOptimizeCheckRows = 16;
 
-/// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
-/// output file exists and the partial progress is kept only if the run could be resumed.
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();
 
+/// Runs a fill. Throws traincache::Error (with its exit code) on any failure; in that case no
+/// output file exists and the partial progress is kept only if the run could be resumed.
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
+
+/// run_fill in libtraincache_engines.so (base/module.h), loaded on the first call: a program that
+/// calls this links no LibTorch and loads it only to fill (cache-fill). The same results and
+/// errors; a module that cannot be loaded -> Error(unavailable).
+FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb = {});
 
 /// Partial-progress directory used for `out`.
 std::string partial_path(const std::string& out);

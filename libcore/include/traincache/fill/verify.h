@@ -46,12 +46,9 @@ struct VerifyReport {
 /// Runs the verification. Unreadable cache, input or encoder -> traincache::Error.
 VerifyReport run_verify(const VerifyOptions& opts);
 
-/// run_verify in libtraincache_verify.so, loaded on first use, so that a program that calls it
-/// links no LibTorch and loads it only when it verifies (cache-inspect). The same results and
-/// errors; a module that cannot be loaded -> Error(unavailable).
+/// run_verify in libtraincache_engines.so (base/module.h), loaded on first use, so that a program
+/// that calls it links no LibTorch and loads it only when it verifies (cache-inspect). The same
+/// results and errors; a module that cannot be loaded -> Error(unavailable).
 VerifyReport run_verify_in_module(const VerifyOptions& opts);
-
-/// runtime_info() (model/runtime.h: LibTorch's version, BLAS, CUDA, cores) from that module.
-std::string runtime_info_in_module();
 
 }  // namespace traincache::fill

@@ -9,4 +9,8 @@ namespace traincache::model {
 /// "LibTorch 1.13.1\nBLAS: ...\nCUDA: not available\ncores: N (...)": lines for --version.
 std::string runtime_info();
 
+/// runtime_info() from libtraincache_engines.so (base/module.h), loaded on the first call, for
+/// the tools that link no LibTorch. A module that cannot be loaded -> Error(unavailable).
+std::string runtime_info_in_module();
+
 }  // namespace traincache::model

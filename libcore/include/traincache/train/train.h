@@ -185,4 +185,9 @@ struct TrainCallbacks {
 /// Runs training. Throws traincache::Error with its exit code on failure.
 TrainResult run_train(const TrainOptions& opts, const TrainCallbacks& cb = {});
 
+/// run_train in libtraincache_engines.so (base/module.h), loaded on the first call: a program that
+/// calls this links no LibTorch and loads it only to train (gc-train). The same results and
+/// errors; a module that cannot be loaded -> Error(unavailable).
+TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& cb = {});
+
 }  // namespace traincache::train

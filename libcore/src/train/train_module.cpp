@@ -1,0 +1,12 @@
+// gc-train's entry point in libtraincache_engines.so (fill/fill_module.cpp says why the engines
+// are a module).
+#include "train_module.h"
+
+namespace traincache::train {
+
+extern "C" __attribute__((visibility("default"))) void tc_train_run(const TrainOptions* opts, const TrainCallbacks* cb,
+                                                                    TrainResult* result, ModuleFailure* failure) {
+  guarded(failure, [&] { *result = run_train(*opts, *cb); });
+}
+
+}  // namespace traincache::train
