@@ -110,4 +110,13 @@ expect_rc 69
 expect_err "gc-train: error: $no_module"
 expect_no_file "$WORK/head.pt"
 unset TRAINCACHE_ENGINES_MODULE
+# LibTorch's OpenMP threads wait by sleeping (set as the module loads) unless the user chose
+# otherwise. libgomp reports its settings with OMP_DISPLAY_ENV; an unset policy also shows as
+# 'PASSIVE' there, but spins 300000 times before sleeping, so the spin count is what tells.
+for tool in cache-fill gc-train; do
+  run env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  expect_err_has "GOMP_SPINCOUNT = '0'"
+  run env OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  expect_err_has "OMP_WAIT_POLICY = 'ACTIVE'"
+done
 finish

@@ -1,5 +1,6 @@
-// Linked into every tool that runs LibTorch (tc_add_tool TORCH), never into a library: OpenMP
-// threads that wait by sleeping instead of spinning, unless the user chose otherwise.
+// Linked into every program that links LibTorch (tc_add_tool TORCH: the benchmark programs; the
+// tools load LibTorch as a module and set the same in base/module.cpp), never into a library:
+// OpenMP threads that wait by sleeping instead of spinning, unless the user chose otherwise.
 //
 // libgomp (Debian's LibTorch and OpenBLAS, and the copy pip's torch ships) reads OMP_WAIT_POLICY
 // once, in its constructor, and then spins idle threads for a while before they sleep. On a
