@@ -21,6 +21,18 @@ fill --json
 expect_rc 0
 expect_out_has '"status":"up_to_date"'
 
+# On the CPU the inputs, the fingerprint and the cache already there are checked before LibTorch
+# is loaded (libtraincache_engines.so): an up-to-date cache needs none, nor does refusing one in
+# the way. A file that cannot be the module shows that it was not loaded.
+export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
+fill
+expect_rc 0
+expect_err "cache-fill: $WORK/c.h5: up to date (300 rows, fingerprint ${fp:0:12})"
+fill --batch-size 7
+expect_rc 73
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: options/batch_size); use --force to overwrite it"
+unset TRAINCACHE_ENGINES_MODULE
+
 # --no-tf32 changes nothing on the CPU (float32 there is always IEEE): the same fingerprint. The
 # math mode is recorded per embedding dataset and reported.
 fill --no-tf32 --json

@@ -102,6 +102,20 @@ run "$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --enc
 expect_rc 69
 expect_err "cache-fill: error: $no_module"
 expect_no_file "$WORK/none.h5"
+# A fill on the CPU opens its inputs before it loads LibTorch: a missing one is 66, as ever; a
+# fill on a CUDA device loads LibTorch first (a device the machine lacks is 69 before any input).
+run "$TC_BIN/cache-fill" -q --input "$WORK/missing.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+  --out "$WORK/none.h5"
+expect_rc 66
+expect_err "cache-fill: error: $WORK/missing.h5: no such file or directory"
+run "$TC_BIN/cache-fill" -q --input "$WORK/missing.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+  --device cuda --out "$WORK/none.h5"
+expect_rc 69
+expect_err "cache-fill: error: $no_module"
+run "$TC_BIN/cache-fill" -q --input "$WORK/missing.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+  --device gpu --out "$WORK/none.h5"
+expect_rc 64
+expect_err "cache-fill: error: --device: expected cpu or cuda[:N], got 'gpu'"
 run "$TC_BIN/gc-train" --cache "$WORK/v.h5" --embeddings cnn --resume --steps 1
 expect_rc 64
 expect_err "gc-train: error: --resume: needs --checkpoint-dir"

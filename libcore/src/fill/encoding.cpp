@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <tuple>
 
 #include "traincache/base/error.h"
@@ -13,20 +14,78 @@
 
 namespace traincache::fill {
 
+torch::Tensor read_rows(const Input& in, int64_t start, int64_t count, double scale, bool pin) {
+  if (!in.convert_on_device) return model::read_column_rows(*in.col, start, count, scale);
+  std::vector<int64_t> shape = in.info().shape;
+  shape[0] = count;
+  require_memory("reading " + std::to_string(count) + " rows of '" + in.info().name + "'",
+                 std::max<uint64_t>(1, static_cast<uint64_t>(count * in.info().row_elements())), 1);
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions(torch::kByte).pinned_memory(pin));
+  if (in.col->preprocess())
+    in.col->read_pixels(start, count, t.data_ptr<uint8_t>());
+  else
+    in.col->read(start, count, t.data_ptr());
+  return t;
+}
+
+torch::Dtype read_dtype(const Input& in) {
+  return in.convert_on_device ? torch::kByte : model::converted_type(in.info().dtype);
+}
+
+std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
+                                     const text::TokenizeOptions& opts) {
+  if (t.tok)
+    return model::token_tensors(text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
+                                                     t.col->path() + ": field '" + t.field + "'", start));
+  std::vector<int64_t> values, offsets;
+  t.col->read_ragged(start, count, values, offsets);
+  std::vector<int64_t> all(static_cast<std::size_t>(count));
+  std::iota(all.begin(), all.end(), 0);
+  return model::token_tensors(
+      text::pad_rows(text::token_rows(values, std::move(offsets), opts.pad_id, t.col->path(), start), all));
+}
+
+torch::Tensor DeviceConversion::operator()(const torch::Tensor& rows, double scale) {
+  if (!in_.convert_on_device) return rows;
+  c10::InferenceMode guard;
+  const auto on = torch::TensorOptions(torch::kFloat32).device(device_);
+  const image::Spec* spec = in_.col->preprocess();
+  if (!scalar_.defined()) {
+    // Tensors, not scalars: a CUDA division by a scalar multiplies by its reciprocal, which can
+    // round differently from the host's division.
+    scalar_ = torch::full({1}, spec ? 255.f : static_cast<float>(scale), on);
+    if (spec && !spec->mean.empty()) {
+      const int64_t c = in_.info().shape[1];
+      std::vector<float> mean, sd;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const std::size_t mi = std::min<std::size_t>(static_cast<std::size_t>(ch), spec->mean.size() - 1);
+        mean.push_back(static_cast<float>(spec->mean[mi]));
+        sd.push_back(static_cast<float>(spec->std[mi]));
+      }
+      mean_ = torch::tensor(mean).view({c, 1, 1}).to(on);
+      std_ = torch::tensor(sd).view({c, 1, 1}).to(on);
+    }
+  }
+  torch::Tensor x = rows.to(device_, /*non_blocking=*/rows.is_pinned()).to(torch::kFloat32);
+  if (!spec) return x.mul_(scalar_);
+  x.div_(scalar_);
+  return mean_.defined() ? x.sub_(mean_).div_(std_) : x;
+}
+
 namespace {
 
 // Rows [b.start, b.start + b.count) of an image column, one by one: a row whose file cannot be
 // read or decoded becomes zeros and is recorded in b.skipped.
-torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
+torch::Tensor read_tolerant(const Input& in, Batch& b, double scale, bool pin) {
   std::vector<torch::Tensor> rows;
   for (int64_t r = b.start; r < b.start + b.count; ++r) {
     try {
-      rows.push_back(in.read(r, 1, scale));
+      rows.push_back(read_rows(in, r, 1, scale, pin));
     } catch (const Error& e) {
       if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
       std::vector<int64_t> shape = in.info().shape;
       shape[0] = 1;
-      rows.push_back(torch::zeros(shape, in.read_dtype()));
+      rows.push_back(torch::zeros(shape, read_dtype(in)));
       std::string why = e.what();
       text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
       b.skipped.emplace(r, why);
@@ -36,13 +95,13 @@ torch::Tensor read_tolerant(const Input& in, Batch& b, double scale) {
 }
 
 // A batch's rows of `in`; with `skip`, an image column that fails is read again row by row.
-torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip) {
-  if (!skip || !in.col->preprocess()) return in.read(b.start, b.count, scale);
+torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip, bool pin) {
+  if (!skip || !in.col->preprocess()) return read_rows(in, b.start, b.count, scale, pin);
   try {
-    return in.read(b.start, b.count, scale);
+    return read_rows(in, b.start, b.count, scale, pin);
   } catch (const Error& e) {
     if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
-    return read_tolerant(in, b, scale);
+    return read_tolerant(in, b, scale, pin);
   }
 }
 
@@ -65,7 +124,7 @@ class Prefetcher {
       : units_(std::move(units)),
         copied_(update ? copied_units(update->plan(), relative(units_, begin)) : std::vector<bool>(units_.size())),
         pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
-            [&in, &encoders, &opts, update, begin, busy, this](int64_t k) {
+            [&in, &encoders, &opts, update, begin, busy, pin = encoders.front()->device().is_cuda(), this](int64_t k) {
               Batch b;
               std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];
               if (copied_[static_cast<std::size_t>(k)]) {
@@ -75,10 +134,10 @@ class Prefetcher {
               BindStageSink bind(busy);
               StageTimer unit(Stage::input);
               for (auto& [name, d] : in.features)
-                b.inputs[name] = read_batch(d, b, opts.input_scale, opts.on_error == OnError::skip);
+                b.inputs[name] = read_batch(d, b, opts.input_scale, opts.on_error == OnError::skip, pin);
               for (auto& [key, t] : in.texts) {
                 StageTimer tokenize(Stage::tokenize);
-                b.text[key] = t.read(b.start, b.count, opts.tokenize);
+                b.text[key] = read_text(t, b.start, b.count, opts.tokenize);
               }
               return b;
             }) {}
@@ -115,6 +174,7 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
       row_shapes_(encoders.size()),
       shape_known_(encoders.size(), false),
       update_(update) {
+  for (const auto& [name, d] : in.features) conversions_.emplace(name, DeviceConversion(d, encoders.front()->device()));
   if (journal.committed_rows == 0) {
     journal.encoders = committed_;
     journal.skipped.clear();
@@ -183,7 +243,7 @@ bool Encoding::run(const RowPlan& plan) {
 void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store) {
   auto t_convert = Clock::now();
   try {
-    for (auto& [name, in] : in_.features) batch.inputs[name] = in.to_model(batch.inputs[name], opts_.input_scale);
+    for (auto& [name, convert] : conversions_) batch.inputs[name] = convert(batch.inputs[name], opts_.input_scale);
   } catch (const std::exception& e) {
     if (!model::is_out_of_memory(e)) throw;
     throw model::out_of_memory_error(

@@ -19,6 +19,30 @@
 
 namespace traincache::fill {
 
+// Rows [start, start + count) of `in` as the reader threads hand them to the encode loop: float32
+// (or int64), or for a column converted on the device its 8-bit rows (page-locked when `pin`).
+torch::Tensor read_rows(const Input& in, int64_t start, int64_t count, double scale, bool pin);
+// The dtype read_rows gives `in`'s rows.
+torch::Dtype read_dtype(const Input& in);
+// input_ids, attention_mask and token_type_ids of rows [start, start + count), int64 [count, L].
+std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
+                                     const text::TokenizeOptions& opts);
+
+// Rows as read_rows gave them, made what the encoders take: a column converted on the device is
+// copied to `device` and converted there exactly as the host would (images: / 255, then - mean,
+// / std per channel; other uint8 columns: * scale, as float32 operations); any other column's rows
+// are returned as they are. Its tensors are made on first use, by one thread.
+class DeviceConversion {
+ public:
+  DeviceConversion(const Input& in, torch::Device device) : in_(in), device_(device) {}
+  torch::Tensor operator()(const torch::Tensor& rows, double scale);
+
+ private:
+  const Input& in_;
+  torch::Device device_;
+  torch::Tensor scalar_, mean_, std_;  // the divisor (images) or factor, the statistics
+};
+
 // One batch of converted inputs, keyed by dataset name, and the rows skipped in it.
 struct Batch {
   int64_t start = 0, count = 0;
@@ -124,6 +148,7 @@ class Encoding {
   const FillOptions& opts_;
   const Inputs& in_;
   std::vector<std::unique_ptr<model::Encoder>>& encoders_;
+  std::map<std::string, DeviceConversion> conversions_;  // by feature column
   // Shared by this thread and the store thread without a lock, safe by this order: this thread
   // writes the journal only while encoding a run's first batch (first_batch_checks, the row
   // shapes), before it submits any task that reads or writes it; from then on only tasks on the

@@ -19,6 +19,7 @@
 
 #include "encoding.h"
 #include "inputs.h"
+#include "prepare.h"
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
@@ -42,18 +43,9 @@ using nlohmann::json;
 
 namespace traincache::fill {
 
-std::string partial_path(const std::string& out) { return out + ".partial"; }
-
 namespace {
 
 using files::absolute_path;
-
-// Every input byte and every option that changes the stored values, and what all shards of one
-// job share (everything but their own rows and digest).
-struct Fingerprint {
-  json doc, job;
-  std::string text, hash, job_hash;
-};
 
 // The journal in `partial`: adopted only when the directory is private to this user and the
 // journal validates against this run. With --force, a foreign, damaged or other run's journal is
@@ -99,112 +91,6 @@ Journal open_journal(const std::string& partial, const Fingerprint& fp, const st
     return start_over();
   }
   return journal;
-}
-
-// ---- stage: fingerprint ---------------------------------------------------------------------
-
-// The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
-json text_json(const FillOptions& opts, const Inputs& in) {
-  json j = json::object();
-  for (const auto& [key, t] : in.texts)
-    j[key] = t.tok ? json{{"field", t.field},
-                          {"tokenizer_sha256", t.tokenizer_sha256},
-                          {"tokenizer_kind", t.tok->kind()},
-                          {"max_length", text::effective_max_length(*t.tok, opts.tokenize)},
-                          {"padding", text::padding_choices().name(opts.tokenize.padding)},
-                          {"strict_utf8", opts.tokenize.strict_utf8}}
-                   : json{{"field", t.field}, {"ragged", true}, {"pad_id", opts.tokenize.pad_id}};
-  return j;
-}
-
-Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
-                                const std::vector<std::string>& enc_sha, const torch::Device& device) {
-  ContentHash content;
-  for (const auto& [name, d] : in.features) d.col->digest(plan.begin, plan.end, content);
-  for (const auto& [key, t] : in.texts) t.col->digest(plan.begin, plan.end, content);
-  if (in.labels) in.labels->col->digest(plan.begin, plan.end, content);
-  if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
-  Fingerprint f;
-  json& fp = f.doc;
-  fp["format_version"] = cache::kFormatVersion;
-  // No path: the inputs count by their content (names relative to the input and bytes), so the same
-  // files named another way ('shards/*.tar' for '{0..4}.tar') or moved elsewhere are up to date.
-  for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
-  fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
-  if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);
-  fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
-  if (in.keys) fp["input"]["keys"]["name"] = keys_name(opts);
-  if (const image::Spec* spec = in.preprocess())
-    for (const auto& [k, v] : spec->describe()) fp["preprocess"][k] = v;
-  fp["input"]["rows"] = {plan.begin, plan.end};
-  fp["input"]["content_xxh3"] = content.hex_digest();
-  for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
-    const auto& e = opts.encoders[i];
-    fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", in.per_encoder.at(e.name)}, {"output", e.output}};
-    if (!in.per_encoder_text.at(e.name).empty()) fp["encoders"][e.name]["text"] = in.per_encoder_text.at(e.name);
-  }
-  if (!in.texts.empty()) fp["text"] = text_json(opts, in);
-  fp["options"] = {{"input_scale", opts.input_scale},
-                   {"dtype", dtype_name(opts.dtype)},
-                   {"batch_size", opts.batch_size},
-                   {"optimize", opts.optimize},
-                   {"device_type", device.is_cuda() ? "cuda" : "cpu"}};
-  if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
-  if (opts.precision != Precision::fp32) fp["options"]["precision"] = model::precision_choices().name(opts.precision);
-  // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
-  if (std::string(model::math_mode(device)) == "tf32") fp["options"]["math_mode"] = "tf32";
-  if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
-  f.text = json_text(fp);
-  f.hash = sha256_hex(f.text);
-  f.job = fp;
-  f.job["input"].erase("rows");
-  f.job["input"].erase("content_xxh3");
-  f.job["input"]["job_rows"] = {plan.job_begin, plan.job_end};
-  f.job["shards"] = opts.shard_count;
-  f.job_hash = sha256_hex(json_text(f.job));
-  return f;
-}
-
-// ---- stage: an existing cache ----------------------------------------------------------------
-
-// The cache already at the output: up to date (this fingerprint), or to update (--update, and only
-// the input's data changed); neither when there is none (or --force).
-struct Existing {
-  std::optional<cache::CacheInfo> up_to_date, to_update;
-};
-
-// Error(cant_create) when another file is in the way, or a cache that this run may not replace.
-Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
-  struct stat st;
-  if (stat(out.c_str(), &st) != 0 || opts.force) return {};
-  std::optional<cache::CacheInfo> old;
-  try {
-    old = cache::read_info(out, false);
-  } catch (const Error&) {
-    throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
-  }
-  if (old->complete && old->fingerprint == fp.hash) return {old, std::nullopt};
-  const std::string changed =
-      "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
-  if (opts.update && old->fingerprint_json.find("\"job_fingerprint\"") != std::string::npos)
-    throw Error(Exit::cant_create, out,
-                "is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by "
-                "one process; use --force to fill it again");
-  if (!old->complete || !only_data_changed(old->fingerprint_json, fp.text))
-    throw Error(Exit::cant_create, out,
-                changed + (opts.update ? ": --update keeps rows only when the encoders, preprocessing and options "
-                                         "are unchanged; use --force to encode every row"
-                                       : "; use --force to overwrite it"));
-  if (!opts.update)
-    throw Error(Exit::cant_create, out,
-                changed +
-                    ": only the input's data changed; use --update to encode only the new and changed rows, "
-                    "or --force to encode every row");
-  if (!old->row_digests)
-    throw Error(Exit::cant_create, out,
-                "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "
-                "tell which rows changed; use --force to encode every row");
-  return {std::nullopt, old};
 }
 
 // ---- stage: publish --------------------------------------------------------------------------
@@ -334,24 +220,6 @@ std::unique_ptr<Update> plan_update(const std::optional<cache::CacheInfo>& old, 
   return update;
 }
 
-// What the inputs say their user should be told, each once (tar samples left out are said by every
-// column); returns the ill-formed UTF-8 sequences replaced in the text fields.
-int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
-  int64_t replaced = 0;
-  for (const auto& [key, t] : in.texts) replaced += t.col->utf8_replaced();
-  if (replaced > 0 && cb.warn)
-    cb.warn(std::to_string(replaced) +
-            " ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)");
-  std::set<std::string> warnings(in.notes.begin(), in.notes.end());
-  for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
-  for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
-  for (const auto* d : {&in.labels, &in.keys})
-    if (*d) warnings.insert((*d)->col->warning());
-  for (const auto& w : warnings)
-    if (!w.empty() && cb.warn) cb.warn(w);
-  return replaced;
-}
-
 // Rethrows the failure being handled, after the encode loop stopped. Progress is kept when it exists
 // and the failure is one a later run can get past (a full disk, an output in the way, running out
 // of memory: the rerun, perhaps elsewhere, resumes), and always once every row is encoded (a
@@ -417,81 +285,55 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& op
 
 }  // namespace
 
-FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
-  auto t_start = Clock::now();
-  validate_options(opts);
-  torch::Device device = model::parse_device(opts.device);
+FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p) {
+  const torch::Device device = model::parse_device(opts.device);
   model::allow_tf32(opts.tf32);
-  model::check_precision(opts.precision, device, "--precision");
   model::configure_threads(opts.threads);
-  Inputs in = open_inputs(opts);
-  const bool device_convert = plan_conversion(opts, device, in);
-  const RowPlan plan = plan_rows(opts, in.rows, in.groups);
-  const std::string out = plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
-  // One run per output at a time: a second one would share the journal and publish torn rows.
-  files::OutputLock lock(out, "cache-fill");
-
-  FillResult result;
-  result.out = out;
-  result.rows = plan.rows();
-  result.length_window = in.unit > opts.batch_size ? in.unit : 0;
-  result.device_convert = device_convert;
-  // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
-  std::vector<std::string> enc_sha, encoder_names;
-  for (const auto& e : opts.encoders) {
-    enc_sha.push_back(sha256_file(e.path));
-    encoder_names.push_back(e.name);
-  }
-  result.utf8_replaced = warn_about_inputs(in, cb);
-  auto t_digest = Clock::now();
-  const Fingerprint fp = compute_fingerprint(opts, in, plan, enc_sha, device);
-  result.digest_seconds = seconds_since(t_digest);
-  result.fingerprint = fp.hash;
-
-  const std::string partial = partial_path(out);
-  const Existing existing = existing_cache(out, fp, opts);
-  if (const auto& old = existing.up_to_date) {
-    files::remove_tree(partial);  // left over from a run killed after its rename
-    result.status = FillStatus::up_to_date;
-    for (const auto& e : old->embeddings)
-      result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode});
-    result.seconds = seconds_since(t_start);
-    return result;
-  }
+  const Inputs& in = p.in;
+  const RowPlan& plan = p.plan;
+  FillResult& result = p.result;
   auto encoders = load_encoders(opts, device, result);
-  t_digest = Clock::now();
+  auto t_digest = Clock::now();
   Provenance prov;
   prov.digests = row_digests(in, plan.begin, plan.end, std::max(1, opts.workers));
   prov.digest_inputs = row_digest_inputs(in);
-  const std::unique_ptr<Update> update = plan_update(existing.to_update, in, plan, prov.digests, prov, result);
+  const std::unique_ptr<Update> update = plan_update(p.existing.to_update, in, plan, prov.digests, prov, result);
   result.digest_seconds += seconds_since(t_digest);
 
-  Journal journal = open_journal(partial, fp, encoder_names, plan, in, opts);
-  journal.fingerprint = fp.hash;
-  journal.fingerprint_json = fp.text;
+  Journal journal = open_journal(p.partial, p.fp, p.encoder_names, plan, in, opts);
+  journal.fingerprint = p.fp.hash;
+  journal.fingerprint_json = p.fp.text;
   result.resumed_from = journal.committed_rows;
   Encoding encoding(opts, in, encoders, journal, result, cb, update.get());
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     if (!encoding.run(plan)) {
       result.status = FillStatus::interrupted;
-      result.partial_path = partial;
+      result.partial_path = p.partial;
       result.rows = journal.committed_rows;
-      result.seconds = seconds_since(t_start);
+      result.seconds = seconds_since(p.t_start);
       return result;
     }
     encoding.close();
     encoded = true;
     auto t_publish = Clock::now();
-    publish(out, opts, in, plan, fp, encoders, enc_sha, encoding, journal, device, prov, result);
-    files::remove_tree(partial);
+    publish(p.out, opts, in, plan, p.fp, encoders, p.enc_sha, encoding, journal, device, prov, result);
+    files::remove_tree(p.partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
     encoding.abandon();
-    fail_keeping_progress(partial, journal.committed_rows > 0, encoded);
+    fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
   }
-  close_timings(result, t_start, opts.workers);
+  close_timings(result, p.t_start, opts.workers);
   return result;
+}
+
+FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
+  validate_options(opts);
+  model::parse_device(opts.device);  // a CUDA device this machine lacks: 69 before any input is read
+  Prepared p = prepare_fill(opts, cb);
+  if (p.result.status == FillStatus::up_to_date) return p.result;
+  return encode_prepared(opts, cb, p);
 }
 
 }  // namespace traincache::fill

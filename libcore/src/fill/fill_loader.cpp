@@ -1,9 +1,10 @@
 // The torch-free side of cache-fill's and cache-inspect --verify's entry points into
-// libtraincache_engines.so (fill_module.cpp), loaded on the first call.
+// libtraincache_engines.so (fill_module.cpp), loaded when there is work for LibTorch.
 #include <algorithm>
 
 #include "fill_module.h"
 #include "traincache/fill/fill_plan.h"
+#include "traincache/model/precision.h"
 
 namespace traincache::fill {
 
@@ -11,12 +12,26 @@ bool VerifyReport::ok() const {
   return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
 }
 
+// A CPU fill opens and checks its inputs, takes the output's lock and tells whether the cache is
+// up to date before it loads LibTorch, which a refused input or an up-to-date cache then never
+// needs. A CUDA fill loads it first, as run_fill does, so that a device this machine lacks is 69
+// before any input is read.
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
-  validate_options(opts);  // a refused command line loads no LibTorch
-  static const auto run = reinterpret_cast<decltype(&tc_fill_run)>(engines_symbol("tc_fill_run"));
+  validate_options(opts);
   FillResult result;
   ModuleFailure failure;
-  run(&opts, &cb, &result, &failure);
+  if (model::parse_device_spec(opts.device).cuda) {
+    static const auto run = reinterpret_cast<decltype(&tc_fill_run)>(engines_symbol("tc_fill_run"));
+    run(&opts, &cb, &result, &failure);
+  } else {
+    Prepared p = prepare_fill(opts, cb);
+    if (p.result.status == FillStatus::up_to_date) return p.result;
+    const auto t_load = Clock::now();
+    static const auto encode = reinterpret_cast<decltype(&tc_fill_encode)>(engines_symbol("tc_fill_encode"));
+    // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
+    p.t_start += Clock::now() - t_load;
+    encode(&opts, &cb, &p, &result, &failure);
+  }
   rethrow(failure);
   return result;
 }

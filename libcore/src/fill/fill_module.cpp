@@ -14,6 +14,12 @@ __attribute__((visibility("default"))) void tc_fill_run(const FillOptions* opts,
   guarded(failure, [&] { *result = run_fill(*opts, *cb); });
 }
 
+__attribute__((visibility("default"))) void tc_fill_encode(const FillOptions* opts, const FillCallbacks* cb,
+                                                           Prepared* prepared, FillResult* result,
+                                                           ModuleFailure* failure) {
+  guarded(failure, [&] { *result = encode_prepared(*opts, *cb, *prepared); });
+}
+
 __attribute__((visibility("default"))) void tc_verify_run(const VerifyOptions* opts, VerifyReport* report,
                                                           ModuleFailure* failure) {
   guarded(failure, [&] { *report = run_verify(*opts); });

@@ -4,6 +4,7 @@
 // pass by pointer; exceptions do not cross (each function reports its failure in a ModuleFailure).
 #pragma once
 
+#include "prepare.h"
 #include "traincache/base/module.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/verify.h"
@@ -13,6 +14,9 @@ namespace traincache::fill {
 extern "C" {
 /// run_fill(*opts, *cb) into *result.
 void tc_fill_run(const FillOptions* opts, const FillCallbacks* cb, FillResult* result, ModuleFailure* failure);
+/// encode_prepared(*opts, *cb, *prepared) into *result.
+void tc_fill_encode(const FillOptions* opts, const FillCallbacks* cb, Prepared* prepared, FillResult* result,
+                    ModuleFailure* failure);
 /// run_verify(*opts) into *report.
 void tc_verify_run(const VerifyOptions* opts, VerifyReport* report, ModuleFailure* failure);
 }

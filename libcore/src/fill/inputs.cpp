@@ -118,7 +118,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
       const std::string ragged = f + "|ragged";
       if (!in.features.count(f) && !in.texts.count(ragged)) {
         Input d{source::open_column(opts.input, f, files, source::Role::images)};
-        model::require_numeric_input(d.info(), opts.input);
+        source::require_numeric_input(d.info(), opts.input);
         if (d.info().ragged)
           in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
         else
@@ -201,55 +201,15 @@ Inputs open_inputs(const FillOptions& opts) {
   return in;
 }
 
-bool plan_conversion(const FillOptions& opts, torch::Device device, Inputs& in) {
-  const bool on_device = opts.convert == Convert::device || (opts.convert == Convert::auto_ && device.is_cuda());
+bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in) {
+  const bool on_device = opts.convert == Convert::device || (opts.convert == Convert::auto_ && cuda);
   bool any = false;
   for (auto& [name, d] : in.features)
     if (on_device && (d.col->preprocess() || d.info().dtype == DType::u8)) {
-      d.convert_on = device;
+      d.convert_on_device = true;
       any = true;
     }
   return any;
-}
-
-torch::Tensor Input::read_bytes(int64_t start, int64_t count) const {
-  std::vector<int64_t> shape = info().shape;
-  shape[0] = count;
-  require_memory("reading " + std::to_string(count) + " rows of '" + info().name + "'",
-                 std::max<uint64_t>(1, static_cast<uint64_t>(count * info().row_elements())), 1);
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions(torch::kByte).pinned_memory(convert_on->is_cuda()));
-  if (col->preprocess())
-    col->read_pixels(start, count, t.data_ptr<uint8_t>());
-  else
-    col->read(start, count, t.data_ptr());
-  return t;
-}
-
-torch::Tensor Input::to_model(const torch::Tensor& rows, double scale) const {
-  if (!convert_on) return rows;
-  c10::InferenceMode guard;
-  const auto on = torch::TensorOptions(torch::kFloat32).device(*convert_on);
-  const image::Spec* spec = col->preprocess();
-  if (!scalar_.defined()) {
-    // Tensors, not scalars: a CUDA division by a scalar multiplies by its reciprocal, which can
-    // round differently from the host's division.
-    scalar_ = torch::full({1}, spec ? 255.f : static_cast<float>(scale), on);
-    if (spec && !spec->mean.empty()) {
-      const int64_t c = info().shape[1];
-      std::vector<float> mean, sd;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const std::size_t mi = std::min<std::size_t>(static_cast<std::size_t>(ch), spec->mean.size() - 1);
-        mean.push_back(static_cast<float>(spec->mean[mi]));
-        sd.push_back(static_cast<float>(spec->std[mi]));
-      }
-      mean_ = torch::tensor(mean).view({c, 1, 1}).to(on);
-      std_ = torch::tensor(sd).view({c, 1, 1}).to(on);
-    }
-  }
-  torch::Tensor x = rows.to(*convert_on, /*non_blocking=*/rows.is_pinned()).to(torch::kFloat32);
-  if (!spec) return x.mul_(scalar_);
-  x.div_(scalar_);
-  return mean_.defined() ? x.sub_(mean_).div_(std_) : x;
 }
 
 // A column for the fingerprint: shape and dtype, and its own file when it is not --input's.

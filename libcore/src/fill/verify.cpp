@@ -71,7 +71,7 @@ std::vector<torch::Tensor> feature_args(const cache::CacheInfo& info, const cach
   files.preprocess = image::spec_from(info.preprocess);
   for (const auto& f : e.features) {
     auto col = source::open_column(input, f, files, source::Role::images);
-    model::require_numeric_input(col->info(), input);
+    source::require_numeric_input(col->info(), input);
     if (col->info().rows() < info.row_start + info.rows)
       throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
     std::vector<torch::Tensor> read;

@@ -368,4 +368,13 @@ std::unique_ptr<Column> open_column(const std::string& path, const std::string& 
   throw Error(Exit::internal, path, "unknown source kind");
 }
 
+void require_numeric_input(const ColumnInfo& info, const std::string& file) {
+  if (info.dtype == DType::string || info.dtype == DType::other)
+    throw Error(Exit::data, file,
+                "dataset '" + info.name + "' has dtype " + dtype_name(info.dtype) +
+                    "; an encoder input must be integer or floating point");
+  if (info.shape.empty())
+    throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
+}
+
 }  // namespace traincache::source

@@ -210,6 +210,7 @@ void require_device_index(const torch::Device& device, const std::string& subjec
 }
 
 torch::Device parse_device(const std::string& spec, const std::string& option) {
+  parse_device_spec(spec, option);  // the grammar the tools check before they load LibTorch
   std::optional<torch::Device> dev;
   try {
     dev = torch::Device(spec);
@@ -231,15 +232,6 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
 void configure_threads(int threads) {
   int n = threads > 0 ? threads : static_cast<int>(usable_cores());
   if (at::get_num_threads() != n) at::set_num_threads(n);
-}
-
-void require_numeric_input(const source::ColumnInfo& info, const std::string& file) {
-  if (info.dtype == DType::string || info.dtype == DType::other)
-    throw Error(Exit::data, file,
-                "dataset '" + info.name + "' has dtype " + dtype_name(info.dtype) +
-                    "; an encoder input must be integer or floating point");
-  if (info.shape.empty())
-    throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
 }
 
 namespace {
@@ -266,7 +258,7 @@ namespace {
 torch::Tensor convert_rows(const source::Column& col, int64_t count, double scale,
                            const std::function<void(void*)>& fill) {
   const auto& ci = col.info();
-  require_numeric_input(ci, col.path());
+  source::require_numeric_input(ci, col.path());
   std::vector<int64_t> shape = ci.shape;
   shape[0] = count;
   const std::size_t n = static_cast<std::size_t>(count * ci.row_elements());

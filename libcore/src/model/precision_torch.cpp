@@ -10,12 +10,6 @@
 
 namespace traincache::model {
 
-void check_precision(Precision p, const torch::Device& device, const std::string& option) {
-  if (p == Precision::fp16 && !device.is_cuda())
-    throw Error(Exit::usage, option,
-                "fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU");
-}
-
 Autocast::Autocast(Precision p, const torch::Device& device) {
   if (p == Precision::fp32) return;
   active_ = true;

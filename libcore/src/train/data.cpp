@@ -38,7 +38,7 @@ Rows open_rows(const std::string& path, const std::string& ds, double scale, tor
                torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
   Rows r;
   r.col = source::open_column(path, ds, files, source::Role::images);
-  model::require_numeric_input(r.col->info(), path);
+  source::require_numeric_input(r.col->info(), path);
   r.scale = scale;
   r.float_type = float_type;
   r.device = device;

@@ -27,7 +27,7 @@ Setup resolve_setup(const TrainOptions& o) {
   // Processes of one machine share its cores unless --threads says otherwise.
   model::configure_threads(train::local_threads(o.threads, s.launch, static_cast<int>(usable_cores())));
   validate_options(o);
-  model::check_precision(o.precision, s.device, "--precision");
+  model::check_precision(o.precision, s.device.is_cuda(), "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
   s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());

@@ -3,8 +3,10 @@
 #include <cstdio>
 
 #include "catch.h"
+#include "test_util.h"
 #include "traincache/base/error.h"
 #include "traincache/io/h5.h"
+#include "traincache/model/precision.h"
 #include "traincache/model/precision_torch.h"
 #include "traincache/train/shuffle.h"
 
@@ -132,6 +134,24 @@ CATCH_TEST_CASE("encoder: a device that is not cpu or cuda is a usage error", "[
     CATCH_CHECK(e.code() == Exit::usage);
   }
   CATCH_CHECK(model::parse_device("cpu").is_cpu());
+}
+
+// The tools read --device without LibTorch before they load it (model/precision.h): what that
+// accepts, LibTorch's own parse (torch::Device) accepts as the same type; the rest, including what
+// some LibTorch versions take but a tool never meant (cpu:1 in 1.13), is the usage error
+// parse_device gives.
+CATCH_TEST_CASE("encoder: the torch-free --device check accepts only what LibTorch parses", "[encoder]") {
+  for (const std::string spec : {"cpu", "cpu:0", "cuda", "cuda:0", "cuda:7", "cuda:10"}) {
+    CATCH_INFO("'" << spec << "'");
+    CATCH_CHECK(torch::Device(spec).is_cuda() == model::parse_device_spec(spec).cuda);
+  }
+  for (const std::string spec : {"cpu:1", "cuda:01", "cuda:-1", "cuda:", "CUDA", "Cpu", "gpu", "mps", "meta", "tpu:0",
+                                 "", " cpu", "cuda:0 ", "cuda:1:2", "cuda0"}) {
+    CATCH_INFO("'" << spec << "'");
+    const std::string want = "--device: expected cpu or cuda[:N], got '" + spec + "'";
+    CATCH_CHECK(test::message_of([&] { model::parse_device_spec(spec); }) == want);
+    CATCH_CHECK(test::message_of([&] { model::parse_device(spec); }) == want);
+  }
 }
 
 CATCH_TEST_CASE("shuffle: the serial permutation is torch::randperm's for the same seed", "[encoder]") {

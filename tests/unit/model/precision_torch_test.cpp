@@ -38,9 +38,9 @@ CATCH_TEST_CASE("autocast: a bf16 region on the CPU, nested regions restore the 
 
 CATCH_TEST_CASE("autocast: fp16 needs CUDA", "[precision]") {
   CATCH_CHECK(
-      test::message_of([] { model::check_precision(Precision::fp16, torch::kCPU, "--precision"); }) ==
+      test::message_of([] { model::check_precision(Precision::fp16, false, "--precision"); }) ==
       "--precision: fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU");
-  CATCH_CHECK(test::code_of([] { model::check_precision(Precision::bf16, torch::kCPU, "--precision"); }) == Exit::ok);
+  CATCH_CHECK(test::code_of([] { model::check_precision(Precision::bf16, false, "--precision"); }) == Exit::ok);
 }
 
 CATCH_TEST_CASE("grad scaler: unscales, skips non-finite steps halving the scale, grows after an interval",

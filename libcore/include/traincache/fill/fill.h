@@ -149,9 +149,10 @@ const Choices<DType>& storage_dtype_choices();
 /// output file exists and the partial progress is kept only if the run could be resumed.
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb = {});
 
-/// run_fill in libtraincache_engines.so (base/module.h), loaded on the first call: a program that
-/// calls this links no LibTorch and loads it only to fill (cache-fill). The same results and
-/// errors; a module that cannot be loaded -> Error(unavailable).
+/// run_fill with LibTorch in libtraincache_engines.so (base/module.h), loaded only to encode: a
+/// program that calls this links no LibTorch, and a fill on the CPU whose inputs are refused or
+/// whose cache is up to date never loads it (cache-fill). The same results and errors; a module
+/// that cannot be loaded -> Error(unavailable).
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb = {});
 
 /// Partial-progress directory used for `out`.

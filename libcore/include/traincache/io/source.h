@@ -224,5 +224,9 @@ std::string default_column(const std::string& path);
 std::string default_labels(const std::string& path);
 std::string default_keys(const std::string& path);
 
+/// Throws Error(data, file, ...) when a column cannot be fed to an encoder (strings, compound
+/// types, 0-d).
+void require_numeric_input(const ColumnInfo& info, const std::string& file);
+
 }  // namespace source
 }  // namespace traincache

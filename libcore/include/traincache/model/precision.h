@@ -2,6 +2,8 @@
 // Torch-free: the autocast region that applies it is in torch/traincache/model/precision_torch.h.
 #pragma once
 
+#include <string>
+
 #include "traincache/base/choices.h"
 
 namespace traincache {
@@ -14,6 +16,18 @@ enum class Precision { fp32, bf16, fp16 };
 
 /// "fp32", "bf16", "fp16".
 const Choices<Precision>& precision_choices();
+
+/// Error(usage, option) when `p` cannot run on the device (`cuda`: a CUDA device): fp16 needs CUDA
+/// (LibTorch's CPU autocast runs bfloat16 only).
+void check_precision(Precision p, bool cuda, const std::string& option);
+
+/// What a --device text names, checked without LibTorch: "cpu" (or "cpu:0") or "cuda[:N]".
+/// Error(usage, option, "expected cpu or cuda[:N], got 'SPEC'") for anything else, as
+/// model::parse_device (which also checks that the CUDA device exists) says it.
+struct DeviceSpec {
+  bool cuda = false;
+};
+DeviceSpec parse_device_spec(const std::string& spec, const std::string& option = "--device");
 
 }  // namespace model
 

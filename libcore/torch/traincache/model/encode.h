@@ -61,9 +61,6 @@ torch::Dtype converted_type(DType t);
 /// sort them first), in that order.
 torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale);
 
-/// Throws Error(data) when a column cannot be fed to an encoder (strings, compound types, 0-d).
-void require_numeric_input(const source::ColumnInfo& info, const std::string& file);
-
 /// A padded token batch as an encoder's inputs: input_ids, attention_mask, token_type_ids, each
 /// int64 [rows, length].
 std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b);

@@ -11,10 +11,6 @@
 
 namespace traincache::model {
 
-/// Error(usage, option) when `p` cannot run on `device`: fp16 needs CUDA (LibTorch's CPU autocast
-/// runs bfloat16 only).
-void check_precision(Precision p, const torch::Device& device, const std::string& option);
-
 /// While alive, operations on `device`'s type run under autocast in `p`'s type, as Python's
 /// torch.autocast(device_type, dtype) does (thread-local; nested regions restore the outer one).
 /// Nothing for fp32.
