@@ -15,10 +15,7 @@ const Choices<Caching>& caching_choices() {
 }
 
 void run_in_module(const BenchOptions& opts, const RecordFn& record, const InfoFn& info) {
-  static const auto run = reinterpret_cast<decltype(&tc_bench_run)>(engines_symbol("tc_bench_run"));
-  ModuleFailure failure;
-  run(&opts, &record, &info, &failure);
-  rethrow(failure);
+  call_engines<decltype(tc_bench_run)>("tc_bench_run", &opts, &record, &info);
 }
 
 }  // namespace traincache::bench

@@ -19,29 +19,23 @@ bool VerifyReport::ok() const {
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
   FillResult result;
-  ModuleFailure failure;
   if (model::parse_device_spec(opts.device).cuda) {
-    static const auto run = reinterpret_cast<decltype(&tc_fill_run)>(engines_symbol("tc_fill_run"));
-    run(&opts, &cb, &result, &failure);
-  } else {
-    Prepared p = prepare_fill(opts, cb);
-    if (p.result.status == FillStatus::up_to_date) return p.result;
-    const auto t_load = Clock::now();
-    static const auto encode = reinterpret_cast<decltype(&tc_fill_encode)>(engines_symbol("tc_fill_encode"));
-    // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
-    p.t_start += Clock::now() - t_load;
-    encode(&opts, &cb, &p, &result, &failure);
+    call_engines<decltype(tc_fill_run)>("tc_fill_run", &opts, &cb, &result);
+    return result;
   }
-  rethrow(failure);
+  Prepared p = prepare_fill(opts, cb);
+  if (p.result.status == FillStatus::up_to_date) return p.result;
+  // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
+  const auto t_load = Clock::now();
+  engines_symbol("tc_fill_encode");
+  p.t_start += Clock::now() - t_load;
+  call_engines<decltype(tc_fill_encode)>("tc_fill_encode", &opts, &cb, &p, &result);
   return result;
 }
 
 VerifyReport run_verify_in_module(const VerifyOptions& opts) {
-  static const auto run = reinterpret_cast<decltype(&tc_verify_run)>(engines_symbol("tc_verify_run"));
   VerifyReport report;
-  ModuleFailure failure;
-  run(&opts, &report, &failure);
-  rethrow(failure);
+  call_engines<decltype(tc_verify_run)>("tc_verify_run", &opts, &report);
   return report;
 }
 

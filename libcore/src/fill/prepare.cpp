@@ -139,7 +139,6 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
 Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb) {
   Prepared p;
   p.t_start = Clock::now();
-  validate_options(opts);
   p.cuda = model::parse_device_spec(opts.device).cuda;
   model::check_precision(opts.precision, p.cuda, "--precision");
   p.in = open_inputs(opts);

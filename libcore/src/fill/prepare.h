@@ -48,8 +48,9 @@ struct Prepared {
   FillResult result;  // status up_to_date: nothing is left to do
 };
 
-// Options, inputs, rows, lock, fingerprint and the existing cache, in that order; Error as
-// run_fill. An up-to-date cache ends the fill here (its leftover progress directory removed).
+// Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
+// existing cache, in that order; Error as run_fill. An up-to-date cache ends the fill here (its leftover progress
+// directory removed).
 Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb);
 
 // The rest of run_fill (fill.cpp, with LibTorch): the encoders, the journal, the encode loop and

@@ -223,8 +223,6 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
       throw Error(Exit::unavailable, subject,
                   "CUDA is not available (this LibTorch has no CUDA support or no GPU is visible)");
     require_device_index(*dev, subject);
-  } else if (!dev->is_cpu()) {
-    throw Error(Exit::usage, option, "expected cpu or cuda[:N], got '" + spec + "'");
   }
   return *dev;
 }

@@ -6,11 +6,8 @@
 namespace traincache::model {
 
 std::string runtime_info_in_module() {
-  static const auto info = reinterpret_cast<decltype(&tc_runtime_info)>(engines_symbol("tc_runtime_info"));
   std::string text;
-  ModuleFailure failure;
-  info(&text, &failure);
-  rethrow(failure);
+  call_engines<decltype(tc_runtime_info)>("tc_runtime_info", &text);
   return text;
 }
 

@@ -7,11 +7,8 @@ namespace traincache::train {
 
 TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& cb) {
   validate_options(opts);  // a refused command line loads no LibTorch
-  static const auto run = reinterpret_cast<decltype(&tc_train_run)>(engines_symbol("tc_train_run"));
   TrainResult result;
-  ModuleFailure failure;
-  run(&opts, &cb, &result, &failure);
-  rethrow(failure);
+  call_engines<decltype(tc_train_run)>("tc_train_run", &opts, &cb, &result);
   return result;
 }
 

@@ -54,4 +54,13 @@ void guarded(ModuleFailure* failure, F&& body) noexcept {
 /// On the caller's side: throws the exception FAILURE describes (nothing when kind is 0).
 void rethrow(const ModuleFailure& failure);
 
+/// Calls the engines module's function NAME, declared as FN (its last parameter a ModuleFailure*),
+/// with ARGS, and throws what it failed with: each entry point's caller is this one line.
+template <class Fn, class... Args>
+void call_engines(const char* name, Args... args) {
+  ModuleFailure failure;
+  reinterpret_cast<Fn*>(engines_symbol(name))(args..., &failure);
+  rethrow(failure);
+}
+
 }  // namespace traincache
