@@ -1,5 +1,9 @@
 #include "encoding.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -174,7 +178,16 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
       row_shapes_(encoders.size()),
       shape_known_(encoders.size(), false),
       update_(update) {
-  for (const auto& [name, d] : in.features) conversions_.emplace(name, DeviceConversion(d, encoders.front()->device()));
+  const torch::Device device = encoders.front()->device();
+  for (const auto& [name, d] : in.features) {
+    conversions_.emplace(name, DeviceConversion(d, device));
+    convert_ahead_ = convert_ahead_ || d.convert_on_device;
+  }
+  if (convert_ahead_ && device.is_cuda()) {
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    main_stream_ = cuda.getStream(device);
+    side_stream_ = cuda.getStreamFromGlobalPool(device);
+  }
   if (journal.committed_rows == 0) {
     journal.encoders = committed_;
     journal.skipped.clear();
@@ -207,6 +220,13 @@ bool Encoding::run(const RowPlan& plan) {
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);
   if (cb_.progress) cb_.progress(done, plan.rows());
+  auto next = [&] {
+    auto t_wait = Clock::now();
+    Batch b = pf.next();
+    result_.input_wait_seconds += seconds_since(t_wait);
+    return b;
+  };
+  std::optional<Batch> ahead;
   for (int64_t k = 0; k < pf.batches(); ++k) {
     if (interrupt_requested()) {
       if (done > last_commit) store.submit([this, done] { commit(done); });
@@ -214,10 +234,17 @@ bool Encoding::run(const RowPlan& plan) {
       record_stages(loop_start);
       return false;
     }
-    auto t_wait = Clock::now();
-    Batch batch = pf.next();
-    result_.input_wait_seconds += seconds_since(t_wait);
+    Batch batch = ahead ? std::move(*ahead) : next();
+    ahead.reset();
     if (batch.copied.empty()) {
+      if (!batch.converted) convert_inputs(batch);
+      if (convert_ahead_ && k + 1 < pf.batches()) {  // copied and converted while this unit encodes
+        ahead = next();
+        if (ahead->copied.empty()) convert_inputs(*ahead);
+      }
+      // The current stream waits for this unit's conversion from here on, after the previous
+      // unit's forward (the next unit's conversion, queued above, runs beside this one's).
+      if (batch.ready) batch.ready->block(*main_stream_);
       encode_unit(batch, !encoded_any, plan.begin, store);
       encoded_any = true;
       result_.rows_encoded += batch.count;
@@ -240,18 +267,31 @@ bool Encoding::run(const RowPlan& plan) {
   return true;
 }
 
-void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store) {
+void Encoding::convert_inputs(Batch& batch) {
   auto t_convert = Clock::now();
   try {
+    std::optional<c10::StreamGuard> on_side;
+    if (side_stream_) on_side.emplace(*side_stream_);
     for (auto& [name, convert] : conversions_) batch.inputs[name] = convert(batch.inputs[name], opts_.input_scale);
+    if (side_stream_) {
+      // The rows' memory stays theirs until the current stream is done with them too.
+      for (auto& [name, t] : batch.inputs)
+        if (t.is_cuda()) t.record_stream(*main_stream_);
+      batch.ready.emplace(c10::DeviceType::CUDA);
+      batch.ready->record(*side_stream_);
+    }
   } catch (const std::exception& e) {
     if (!model::is_out_of_memory(e)) throw;
     throw model::out_of_memory_error(
         "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
   }
+  batch.converted = true;
   const double convert = seconds_since(t_convert);
   result_.stage_seconds.convert += convert;
   result_.encode_seconds += convert;
+}
+
+void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store) {
   for (std::size_t i = 0; i < encoders_.size(); ++i) encode(i, batch, first, store);
   std::vector<std::pair<int64_t, std::string>> skipped;
   for (const auto& [row, why] : batch.skipped) {
@@ -436,7 +476,10 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   auto t_forward = Clock::now();
   torch::Tensor out = enc.forward(args);
   // The forward's own time, apart from the copy back (which would wait for it anyway).
-  if (enc.device().is_cuda()) torch::cuda::synchronize(enc.device().index());
+  if (main_stream_)
+    main_stream_->synchronize();  // not the side stream, where the next unit converts
+  else if (enc.device().is_cuda())
+    torch::cuda::synchronize(enc.device().index());
   const double forward = seconds_since(t_forward);
   auto t_host = Clock::now();
   out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();

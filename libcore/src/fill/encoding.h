@@ -2,6 +2,8 @@
 // docs/code-map.md shows every stage and the way the data flows.
 #pragma once
 
+#include <c10/core/Event.h>
+
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +52,8 @@ struct Batch {
   std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
   std::map<int64_t, std::string> skipped;                  // input row -> reason
   std::vector<torch::Tensor> copied;  // --update: each encoder's rows kept from the cache (then no inputs)
+  bool converted = false;             // `inputs` are as the encoders take them (convert_inputs ran)
+  std::optional<c10::Event> ready;    // on a CUDA device: recorded on the side stream after the conversion
 };
 
 // The encode loop over one run's rows: batches from the prefetcher go through every encoder, the
@@ -76,6 +80,10 @@ class Encoding {
   // One unit through every encoder (`first`: the first unit this run encodes, with the first
   // batch's checks); its skipped rows (relative to `begin`) recorded on the store thread.
   void encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store);
+
+  // The batch's columns converted on the device, made what the encoders take; on a CUDA device on
+  // the side stream (`batch.ready` says when it is done there).
+  void convert_inputs(Batch& batch);
 
   // Syncs the raw files and records `rows` as committed in the journal (the store thread).
   void commit(int64_t rows);
@@ -149,6 +157,11 @@ class Encoding {
   const Inputs& in_;
   std::vector<std::unique_ptr<model::Encoder>>& encoders_;
   std::map<std::string, DeviceConversion> conversions_;  // by feature column
+  // With columns converted on the device, the next unit is read and converted before this one is
+  // encoded; on a CUDA device on a side stream, so that its copy and conversion run beside this
+  // unit's forward on the device's current stream.
+  bool convert_ahead_ = false;
+  std::optional<c10::Stream> side_stream_, main_stream_;
   // Shared by this thread and the store thread without a lock, safe by this order: this thread
   // writes the journal only while encoding a run's first batch (first_batch_checks, the row
   // shapes), before it submits any task that reads or writes it; from then on only tasks on the
