@@ -9,12 +9,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/prefetch.h"
 #include "traincache/base/stages.h"
 #include "traincache/io/source.h"
 #include "traincache/text/tokenizer.h"
@@ -132,20 +135,36 @@ class ImageColumn : public Column {
     });
   }
 
+  // The files are read on several threads, a block of them at a time, and fed to `h` in order: the
+  // same bytes in the same order as one thread would feed (a cache-fill of 20,000 files reads
+  // ~500 MB here on every run, up-to-date checks included).
   void digest(int64_t a, int64_t b, ContentHash& h) const override {
     h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
-    for (int64_t r = a; r < b; ++r) {
-      const std::size_t i = static_cast<std::size_t>(r);
-      std::string bytes;
-      try {
-        bytes = read_file_of(i);
-      } catch (const Error& e) {
-        if (!tolerate_ || e.code() != Exit::no_input) throw;
-        h.update(ids_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
-        continue;
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (b - a + kBlock - 1) / kBlock;
+    const int threads = static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u)));
+    using Files = std::vector<std::optional<std::string>>;  // nullopt: missing, and tolerated
+    OrderedPrefetcher<Files> files(blocks, threads, 2 * threads, [&](int64_t k) {
+      Files out;
+      for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) try {
+          out.emplace_back(read_file_of(static_cast<std::size_t>(r)));
+        } catch (const Error& e) {
+          if (!tolerate_ || e.code() != Exit::no_input) throw;
+          out.emplace_back(std::nullopt);
+        }
+      return out;
+    });
+    for (int64_t k = 0; k < blocks; ++k) {
+      const Files block = files.next();
+      for (std::size_t j = 0; j < block.size(); ++j) {
+        const std::string& id = ids_[static_cast<std::size_t>(a + k * kBlock) + j];
+        if (!block[j]) {
+          h.update(id + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+          continue;
+        }
+        h.update(id + '\0' + std::to_string(block[j]->size()) + '\0');
+        h.update(*block[j]);
       }
-      h.update(ids_[i] + '\0' + std::to_string(bytes.size()) + '\0');
-      h.update(bytes);
     }
   }
 
