@@ -1,7 +1,16 @@
 #include "traincache/io/image.h"
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
 #include "catch.h"
 #include "test_util.h"
+#include "traincache/base/content_hash.h"
+#include "traincache/io/source.h"
 
 using namespace traincache;
 using namespace traincache::image;
@@ -133,4 +142,67 @@ CATCH_TEST_CASE("bad image bytes and spec text are refused with the reason", "[i
               "--normalize: as many means as standard deviations are needed, got '0.5,0.5:1'");
   CATCH_CHECK(test::message_of([&] { parse_normalize("0.5:0", s); }) ==
               "--normalize: standard deviations must be positive, got '0.5:0'");
+}
+
+namespace {
+
+// A class folder of `per_class` files in each of two classes, holding bytes that differ per file
+// (never decoded: the spec fixes the size, so opening reads no header).
+std::string make_folder(int per_class) {
+  char tmpl[] = "/tmp/tc-digest-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directory(dir + "/c" + std::to_string(c));
+    for (int i = 0; i < per_class; ++i) {
+      std::ofstream f(dir + "/c" + std::to_string(c) + "/" + std::to_string(1000 + i) + ".jpg", std::ios::binary);
+      f << std::string(static_cast<std::size_t>(10 + i), static_cast<char>('a' + c)) << i;
+    }
+  }
+  return dir;
+}
+
+// The digest as one thread feeds it, from the files themselves: the column's name and kind, then
+// each file's id, size and bytes in the folder's order (a missing one: its id and "missing").
+std::string reference_digest(const std::string& dir, int per_class, int64_t a, int64_t b) {
+  ContentHash h;
+  h.update(std::string("image") + '\0' + "images" + '\0');
+  for (int64_t r = a; r < b; ++r) {
+    const std::string id = "c" + std::to_string(r / per_class) + "/" + std::to_string(1000 + r % per_class) + ".jpg";
+    std::ifstream f(dir + "/" + id, std::ios::binary);
+    if (!f) {
+      h.update(id + '\0' + "missing" + '\0');
+      continue;
+    }
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    h.update(id + '\0' + std::to_string(bytes.size()) + '\0');
+    h.update(bytes);
+  }
+  return h.hex_digest();
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("an image folder's digest, read on several threads, is fed as one thread would", "[image]") {
+  const int per_class = 150;  // 300 files: several blocks of 64 and a partial one
+  const std::string dir = make_folder(per_class);
+  source::FileOptions files;
+  files.preprocess = spec_of("8", "8");
+  auto digest = [&](const source::Column& col, int64_t a, int64_t b) {
+    ContentHash h;
+    col.digest(a, b, h);
+    return h.hex_digest();
+  };
+  auto col = source::open_column(dir, "image", files, source::Role::images);
+  CATCH_CHECK(digest(*col, 0, 300) == reference_digest(dir, per_class, 0, 300));
+  CATCH_CHECK(digest(*col, 5, 150) == reference_digest(dir, per_class, 5, 150));
+  CATCH_CHECK(digest(*col, 0, 300) != digest(*col, 5, 150));
+
+  std::filesystem::remove(dir + "/c1/1100.jpg");  // row 250: gone after the folder was listed
+  CATCH_CHECK(test::code_of([&] { digest(*col, 0, 300); }) == Exit::no_input);
+  files.tolerate_unreadable = true;
+  std::ofstream(dir + "/c1/1100.jpg") << "back";
+  auto tolerant = source::open_column(dir, "image", files, source::Role::images);
+  std::filesystem::remove(dir + "/c1/1100.jpg");
+  CATCH_CHECK(digest(*tolerant, 0, 300) == reference_digest(dir, per_class, 0, 300));
+  std::filesystem::remove_all(dir);
 }
