@@ -37,8 +37,9 @@ std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tens
 Rows open_rows(const std::string& path, const std::string& ds, double scale, torch::Device device,
                torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
   Rows r;
-  r.col = source::open_column(path, ds, files, source::Role::images);
-  source::require_numeric_input(r.col->info(), path);
+  auto col = source::open_column(path, ds, files, source::Role::images);
+  source::require_numeric_input(col->info(), path);
+  r.held = Rows::Streamed{std::move(col)};
   r.scale = scale;
   r.float_type = float_type;
   r.device = device;
@@ -64,22 +65,24 @@ DType converted_slab_type(const source::ColumnInfo& ci, std::vector<uint64_t>* d
 // --data-cache-keep NAME, NAME-0, NAME-1, ... in the order the datasets are opened.
 // With smart:N,r only what identifies the rows is kept: the window depends on the split (open_windows).
 void attach_data_cache(const TrainOptions& o, const std::string& file, const std::string& ds, Rows& r, int index) {
-  const auto& ci = r.col->info();
+  const Rows::Streamed st = *r.streamed();
+  const auto& ci = st.col->info();
   const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
   std::string parts = canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) +
                       '\0' + file_stamp(on_disk);
-  if (const image::Spec* spec = r.col->preprocess())
+  if (const image::Spec* spec = st.col->preprocess())
     for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
   if (o.data_cache.mode == data_cache::Mode::smart) {
-    r.cache_parts = parts;
+    r.held = Rows::Windowed{st, parts, nullptr};
     return;
   }
   data_cache::Spec spec = o.data_cache;
   if (!spec.keep.empty()) spec.keep += "-" + std::to_string(index);
   std::vector<uint64_t> dims;
   const DType type = converted_slab_type(ci, &dims);
-  r.cache = data_cache::RowCache::open(spec, data_cache::content_id(parts), static_cast<uint64_t>(ci.rows()), type,
-                                       dims, o.trust_slab_owner);
+  r.held =
+      Rows::Cached{st, data_cache::RowCache::open(spec, data_cache::content_id(parts), static_cast<uint64_t>(ci.rows()),
+                                                  type, dims, o.trust_slab_owner)};
 }
 
 // Every dataset of a tensor side (`fields`, and hard negatives `negs`) has the `n` rows of dataset
@@ -198,11 +201,11 @@ std::vector<Rows*> TensorSide::datasets() {
 
 std::optional<data_cache::Stats> TensorSide::cache_stats() const {
   std::optional<data_cache::Stats> sum;
-  for (const Rows* r : datasets()) {
-    if (!r->cache && !r->window) continue;
-    if (!sum) sum.emplace();
-    *sum += r->cache ? r->cache->stats() : r->window->stats();
-  }
+  for (const Rows* r : datasets())
+    if (const auto stats = r->cache_stats()) {
+      if (!sum) sum.emplace();
+      *sum += *stats;
+    }
   return sum;
 }
 
@@ -252,8 +255,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
       side->negatives.push_back(load(n));
       // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
       if (source::kind_of(file) == source::Kind::manifest) {
-        auto& n_rows = side->negatives.back();
-        n_rows.all.defined() ? void(n_rows.all = n_rows.all.unsqueeze(1)) : void(n_rows.one_per_row = true);
+        side->negatives.back().one_per_row();
       }
     }
     out = side.get();
@@ -298,14 +300,12 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
                             : model::parse_device(dev_it->second, "--cache-device " + name + "=");
     Rows r;
     if (shared)
-      r.all = shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
-                  .to(dev, s.float_type);
+      r.held =
+          Rows::Loaded{shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
+                           .to(dev, s.float_type)};
     else
       r = open_rows(path, "/embeddings/" + name, 1.0, dev, s.float_type, o.stream);
-    if (r.all.defined())
-      r.all = r.all.reshape({cinfo.rows, -1});
-    else
-      r.flat = true;
+    r.flatten();
     return r;
   };
   d.rows = cinfo.rows;
@@ -382,21 +382,21 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
       sha256_hex(std::string(reinterpret_cast<const char*>(rows->data()), rows->size() * sizeof(int64_t)));
   for (Side* side : sides(d))
     for (Rows* rp : side->datasets()) {
-      Rows& r = *rp;
-      if (r.cache_parts.empty()) continue;
-      const auto& ci = r.col->info();
+      auto* r = std::get_if<Rows::Windowed>(&rp->held);
+      if (!r) continue;
+      const auto& ci = r->col->info();
       data_cache::WindowOptions w;
       w.plan = d.window;
       w.items = rows;
       w.dtype = converted_slab_type(ci, &w.dims);
-      w.content_id = "gc-train-window:" + sha256_hex(r.cache_parts + schedule).substr(0, 32);
+      w.content_id = "gc-train-window:" + sha256_hex(r->parts + schedule).substr(0, 32);
       w.name = "gc-train-" + w.content_id.substr(w.content_id.size() - 16);
       w.tool = "gc-train";
       w.trust_owner = o.trust_slab_owner;
       w.part = s.rank;
       w.parts = s.world;
-      r.window = data_cache::WindowCache::open(
-          w, [col = r.col, scale = r.scale](const std::vector<int64_t>& items, void* out) {
+      r->window = data_cache::WindowCache::open(
+          w, [col = r->col, scale = rp->scale](const std::vector<int64_t>& items, void* out) {
             auto t = model::read_column_rows(*col, items, scale);
             std::memcpy(out, t.data_ptr(), t.nbytes());
           });
@@ -420,7 +420,7 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
   }
   for (Side* side : sides(d))
     for (Rows* r : side->datasets())
-      if (r->col) r->load();
+      if (r->streamed()) r->load();
 }
 
 // ---- TextSide and Rows (data.h) ----------------------------------------------------------------
@@ -461,45 +461,27 @@ std::optional<data_cache::Stats> TextSide::cache_stats() const {
   return shared->stats();
 }
 
-std::vector<int64_t> Rows::sizes() const {
-  if (all.defined()) return all.sizes().vec();
-  std::vector<int64_t> s = col->info().shape;
-  if (one_per_row) s.insert(s.begin() + 1, 1);
-  if (flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
-  return s;
+const Rows::Streamed* Rows::streamed() const {
+  if (const auto* c = std::get_if<Cached>(&held)) return c;
+  if (const auto* w = std::get_if<Windowed>(&held)) return w;
+  return std::get_if<Streamed>(&held);
 }
 
-torch::Tensor Rows::gather(const torch::Tensor& idx, const std::vector<int64_t>* keys) const {
-  if (all.defined()) return all.index_select(0, idx.to(all.device()));
-  auto t = window && keys ? window_rows(row_list(idx), *keys)
-           : cache        ? cached_rows(row_list(idx))
-                          : model::read_column_rows(*col, row_list(idx), scale);
-  if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
-  if (one_per_row) t = t.unsqueeze(1);
-  if (flat) t = t.reshape({t.size(0), -1});
-  return t.to(device);
+data_cache::WindowCache* Rows::window() const {
+  const auto* w = std::get_if<Windowed>(&held);
+  return w ? w->window.get() : nullptr;
 }
 
-void Rows::load() {
-  all = load_whole(*col, scale, device, float_type);
-  if (one_per_row) all = all.unsqueeze(1);
-  if (flat) all = all.reshape({all.size(0), -1});
-  col.reset();
-  one_per_row = flat = false;
+std::optional<data_cache::Stats> Rows::cache_stats() const {
+  if (const auto* c = std::get_if<Cached>(&held)) return c->cache->stats();
+  if (const data_cache::WindowCache* w = window()) return w->stats();
+  return std::nullopt;
 }
 
-uint64_t Rows::converted_bytes() const {
-  if (all.defined() || !col) return 0;
-  const auto& ci = col->info();
-  const uint64_t element = model::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
-  return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
-}
-
-// Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
-// converted and offered to it by `store(k, bytes)` (k: the position in `want`).
 template <class Lookup, class Store>
-torch::Tensor Rows::through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const {
-  const auto& ci = col->info();
+torch::Tensor Rows::through_cache(const Streamed& st, const std::vector<int64_t>& want, std::size_t rb, Lookup lookup,
+                                  Store store) const {
+  const auto& ci = st.col->info();
   std::vector<int64_t> shape = ci.shape;
   shape[0] = static_cast<int64_t>(want.size());
   auto t = torch::empty(shape, model::converted_type(ci.dtype));
@@ -508,7 +490,7 @@ torch::Tensor Rows::through_cache(const std::vector<int64_t>& want, std::size_t 
   if (miss.empty()) return t;
   std::vector<int64_t> rows;
   for (auto k : miss) rows.push_back(want[k]);
-  auto read = model::read_column_rows(*col, rows, scale);
+  auto read = model::read_column_rows(*st.col, rows, scale);
   const auto* in = static_cast<const char*>(read.data_ptr());
   for (std::size_t j = 0; j < miss.size(); ++j) {
     std::memcpy(out + miss[j] * rb, in + j * rb, rb);
@@ -516,15 +498,64 @@ torch::Tensor Rows::through_cache(const std::vector<int64_t>& want, std::size_t 
   }
   return t;
 }
-torch::Tensor Rows::cached_rows(const std::vector<int64_t>& want) const {
-  return through_cache(
-      want, cache->row_bytes(), [&](char* out) { return cache->lookup(want, out); },
-      [&](std::size_t k, const char* bytes) { cache->store(want[k], bytes); });
+
+std::vector<int64_t> Rows::sizes() const {
+  if (const auto* l = std::get_if<Loaded>(&held)) return l->all.sizes().vec();
+  const Streamed& st = *streamed();
+  std::vector<int64_t> s = st.col->info().shape;
+  if (st.one_per_row) s.insert(s.begin() + 1, 1);
+  if (st.flat) s = {s[0], std::accumulate(s.begin() + 1, s.end(), int64_t{1}, std::multiplies<int64_t>())};
+  return s;
 }
-torch::Tensor Rows::window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const {
-  return through_cache(
-      want, window->item_bytes(), [&](char* out) { return window->lookup(keys, out); },
-      [&](std::size_t k, const char* bytes) { window->store(keys[k], bytes); });
+
+void Rows::one_per_row() {
+  if (auto* l = std::get_if<Loaded>(&held))
+    l->all = l->all.unsqueeze(1);
+  else
+    streamed()->one_per_row = true;
+}
+
+void Rows::flatten() {
+  if (auto* l = std::get_if<Loaded>(&held))
+    l->all = l->all.reshape({l->all.size(0), -1});
+  else
+    streamed()->flat = true;
+}
+
+torch::Tensor Rows::gather(const torch::Tensor& idx, const std::vector<int64_t>* keys) const {
+  if (const auto* l = std::get_if<Loaded>(&held)) return l->all.index_select(0, idx.to(l->all.device()));
+  const Streamed& st = *streamed();
+  const std::vector<int64_t> want = row_list(idx);
+  torch::Tensor t;
+  if (const auto* c = std::get_if<Cached>(&held))
+    t = through_cache(
+        st, want, c->cache->row_bytes(), [&](char* out) { return c->cache->lookup(want, out); },
+        [&](std::size_t k, const char* bytes) { c->cache->store(want[k], bytes); });
+  else if (data_cache::WindowCache* w = window(); w && keys)
+    t = through_cache(
+        st, want, w->item_bytes(), [&](char* out) { return w->lookup(*keys, out); },
+        [&](std::size_t k, const char* bytes) { w->store((*keys)[k], bytes); });
+  else
+    t = model::read_column_rows(*st.col, want, scale);
+  if (t.is_floating_point() && t.scalar_type() != float_type) t = t.to(float_type);
+  if (st.one_per_row) t = t.unsqueeze(1);
+  if (st.flat) t = t.reshape({t.size(0), -1});
+  return t.to(device);
+}
+
+void Rows::load() {
+  const Streamed st = *streamed();
+  held = Loaded{load_whole(*st.col, scale, device, float_type)};
+  if (st.one_per_row) one_per_row();
+  if (st.flat) flatten();
+}
+
+uint64_t Rows::converted_bytes() const {
+  const Streamed* st = streamed();
+  if (!st) return 0;
+  const auto& ci = st->col->info();
+  const uint64_t element = model::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+  return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
 }
 
 }  // namespace traincache::train

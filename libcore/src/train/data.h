@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "setup.h"
@@ -85,24 +86,57 @@ struct TextSide final : Side {
 std::vector<int64_t> row_list(const torch::Tensor& idx);
 torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
 
+// How a dataset's rows are held (Rows::held). Loaded whole, converted and shaped:
+struct LoadedRows {
+  torch::Tensor all;
+};
+// Read from the column a batch at a time:
+struct StreamedRows {
+  std::shared_ptr<const source::Column> col;
+  bool one_per_row = false;  // a manifest's path field of negatives: [rows, 1, ...]
+  bool flat = false;         // cached embeddings: each row as one vector [rows, d]
+};
+// Streamed, the converted rows kept in a slab the node shares (--data-cache):
+struct CachedRows : StreamedRows {
+  std::shared_ptr<data_cache::RowCache> cache;
+};
+// Streamed through a SmartCache window (--data-cache smart): what the column's rows are made of,
+// and the window, opened once the split is known (open_windows):
+struct WindowedRows : StreamedRows {
+  std::string parts;
+  std::shared_ptr<data_cache::WindowCache> window;
+};
+
 // A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
 // source a batch at a time, converted per batch, so that memory does not grow with the data.
 // The conversion is the same elementwise rule either way: both give the same values.
 struct Rows {
-  torch::Tensor all;                          // loaded whole
-  std::shared_ptr<const source::Column> col;  // or streamed
-  double scale = 1;                           // uint8 inputs
+  using Loaded = LoadedRows;
+  using Streamed = StreamedRows;
+  using Cached = CachedRows;
+  using Windowed = WindowedRows;
+
+  std::variant<Streamed, Loaded, Cached, Windowed> held;
+  double scale = 1;  // uint8 inputs
   torch::Dtype float_type = torch::kFloat32;
   torch::Device device{torch::kCPU};
-  bool one_per_row = false;                         // a manifest's path field of negatives: [rows, 1, ...]
-  bool flat = false;                                // cached embeddings: each row as one vector [rows, d]
-  std::shared_ptr<data_cache::RowCache> cache;      // streamed: converted rows kept in a shared slab
-  std::string cache_parts;                          // --data-cache smart: what the column's rows are made of
-  std::shared_ptr<data_cache::WindowCache> window;  // and its SmartCache window (opened after the split)
+
+  // The column and its shaping when the rows are streamed (with or without a slab), else null.
+  const Streamed* streamed() const;
+  Streamed* streamed() { return const_cast<Streamed*>(static_cast<const Rows*>(this)->streamed()); }
+  // The window of --data-cache smart once opened, else null.
+  data_cache::WindowCache* window() const;
+  // This process's hits and misses in the rows' slab or window, or nothing without one.
+  std::optional<data_cache::Stats> cache_stats() const;
 
   std::vector<int64_t> sizes() const;
   int64_t rows() const { return sizes().front(); }
   int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+
+  // Each row made [1, ...] (a manifest's single hard negative per row).
+  void one_per_row();
+  // Each row made one vector [rows, d] (cached embeddings).
+  void flatten();
 
   // Rows `idx` (any order), converted, on the device. Streamed: the source reads the distinct
   // rows in ascending order (HDF5: one selection, each chunk once) and places them; plain loops
@@ -111,18 +145,18 @@ struct Rows {
   // `keys`: the rows' SmartCache keys (training batches with --data-cache smart).
   torch::Tensor gather(const torch::Tensor& idx, const std::vector<int64_t>* keys = nullptr) const;
 
-  // An opened column loaded whole (converted once), as without --stream.
+  // Streamed rows loaded whole (converted once), as without --stream.
   void load();
 
   // Bytes the rows take once loaded and converted (streamed: not loaded, so far).
   uint64_t converted_bytes() const;
 
-  // Rows `want` through a data cache: hits copied from its slab by `lookup`, the others read,
-  // converted and offered to it by `store(k, bytes)` (k: the position in `want`).
+ private:
+  // Rows `want` of the streamed column through a slab: hits copied from it by `lookup`, the
+  // others read, converted and offered to it by `store(k, bytes)` (k: the position in `want`).
   template <class Lookup, class Store>
-  torch::Tensor through_cache(const std::vector<int64_t>& want, std::size_t rb, Lookup lookup, Store store) const;
-  torch::Tensor cached_rows(const std::vector<int64_t>& want) const;
-  torch::Tensor window_rows(const std::vector<int64_t>& want, const std::vector<int64_t>& keys) const;
+  torch::Tensor through_cache(const Streamed& s, const std::vector<int64_t>& want, std::size_t rb, Lookup lookup,
+                              Store store) const;
 };
 
 // A side of tensor datasets: rows [N, ...] of each (one per input of the model), and of each its

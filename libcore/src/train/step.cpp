@@ -144,7 +144,8 @@ void Trainer::window_boundary(int64_t start, int64_t s) {
   w.epoch = e;
   for (Side* side : sides(data_))
     for (Rows* r : side->datasets())
-      if (r->window) w.late_rows = std::max(w.late_rows, r->window->begin_epoch(e, false, next).late);
+      if (data_cache::WindowCache* window = r->window())
+        w.late_rows = std::max(w.late_rows, window->begin_epoch(e, false, next).late);
   std::lock_guard<std::mutex> lk(boundaries_mu_);
   boundaries_.push_back(w);
 }
