@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "checkpointer.h"
+#include "setup.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 
@@ -109,21 +111,19 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   return e;
 }
 
-Monitor::Monitor(const TrainOptions& o, const Setup& s, train::RankGroup* group, Evaluation& eval, const Data& data,
-                 Models& m, const train::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt,
-                 const TrainCallbacks& cb, BestRecord& best)
-    : o_(o),
-      s_(s),
-      group_(group),
+Monitor::Monitor(const RunContext& run, Evaluation& eval, MetricsLog& log, Checkpointer& ckpt, BestRecord& best)
+    : o_(run.o),
+      s_(run.s),
+      group_(run.group),
       eval_(eval),
-      data_(data),
-      m_(m),
-      loss_(loss),
+      data_(run.data),
+      m_(run.m),
+      loss_(run.loss),
       log_(log),
       ckpt_(ckpt),
-      cb_(cb),
+      cb_(run.cb),
       best_(best) {
-  if (!o.select_best.empty()) best_.metric = o.select_best;  // validate_selection: a metric of the mode
+  if (!o_.select_best.empty()) best_.metric = o_.select_best;  // validate_selection: a metric of the mode
 }
 
 bool Monitor::evaluate(int64_t step, int64_t epoch, EvalMetrics* out, bool during) {

@@ -9,15 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "checkpointer.h"
+#include "context.h"
 #include "data.h"
 #include "models.h"
-#include "setup.h"
+#include "traincache/base/files.h"
 #include "traincache/base/json_text.h"
 #include "traincache/train/eval_stats.h"
 #include "traincache/train/evaluate.h"
 
 namespace traincache::train {
+
+class Checkpointer;
 
 // Rows encoded of all an evaluation encodes, for a progress display (may be empty).
 using EvalProgress = std::function<void(int64_t done, int64_t total)>;
@@ -100,9 +102,7 @@ class MetricsLog {
 // takes part in), and --early-stop ends the run when the best has not moved for long enough.
 class Monitor {
  public:
-  Monitor(const TrainOptions& o, const Setup& s, train::RankGroup* group, Evaluation& eval, const Data& data, Models& m,
-          const train::LossConfig& loss, MetricsLog& log, Checkpointer& ckpt, const TrainCallbacks& cb,
-          BestRecord& best);
+  Monitor(const RunContext& run, Evaluation& eval, MetricsLog& log, Checkpointer& ckpt, BestRecord& best);
 
   // Evaluates at `step` (every rank calls it; only rank 0 computes). `out`, when given, receives
   // the metrics. Returns true on rank agreement that --early-stop's patience has run out.

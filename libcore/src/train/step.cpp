@@ -4,6 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "checkpointer.h"
+#include "data.h"
+#include "evaluation.h"
+#include "models.h"
+#include "setup.h"
 #include "traincache/base/error.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/base/prefetch.h"
@@ -12,23 +17,23 @@
 
 namespace traincache::train {
 
-Trainer::Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
-                 torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split,
-                 const StepPlan& steps, model::GradScaler& scaler)
-    : o_(o),
-      s_(s),
-      group_(group),
-      data_(data),
-      m_(m),
+Trainer::Trainer(const RunContext& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler)
+    : o_(run.o),
+      s_(run.s),
+      group_(run.group),
+      data_(run.data),
+      m_(run.m),
       opt_(opt),
-      loss_(loss),
-      train_(split.train),
-      n_train_(static_cast<int64_t>(split.train.size())),
+      loss_(run.loss),
+      train_(run.split.train),
+      n_train_(static_cast<int64_t>(run.split.train.size())),
       steps_(steps),
-      scaler_(scaler) {
-  mode_.gradcache = o.gradcache;
-  if (group) {
-    par_.rank = s.rank;
+      scaler_(scaler),
+      cb_(run.cb),
+      info_(run.info) {
+  mode_.gradcache = o_.gradcache;
+  if (RankGroup* group = group_) {
+    par_.rank = s_.rank;
     par_.all_gather_rows = [group](const torch::Tensor& t, const std::vector<int64_t>& rows) {
       return group->all_gather_rows(t, rows);
     };
@@ -37,9 +42,7 @@ Trainer::Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group,
 }
 
 int64_t Trainer::run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, MetricsLog& batch_log, TrainResult& result,
-                     const TrainCallbacks& cb, const std::function<void(const std::string&)>& info,
                      const std::function<bool(int64_t)>& after_step) {
-  info_ = info;
   // --stream: the next batches' rows are read (and converted) on a thread while a step computes.
   std::unique_ptr<OrderedPrefetcher<BatchInputs>> ahead;
   if (o_.stream)
@@ -66,8 +69,8 @@ int64_t Trainer::run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, Met
       group_->set_context("step " + std::to_string(s + 1));
       const int64_t n = idx.size(0);
       if (n < s_.world) {
-        info("step " + std::to_string(s + 1) + ": skipped: its batch has " + std::to_string(n) +
-             " row(s), fewer than the " + std::to_string(s_.world) + " ranks");
+        info_("step " + std::to_string(s + 1) + ": skipped: its batch has " + std::to_string(n) +
+              " row(s), fewer than the " + std::to_string(s_.world) + " ranks");
         continue;
       }
       par_.rows.clear();
@@ -87,7 +90,7 @@ int64_t Trainer::run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, Met
                    {"seconds", step_s},
                    {"wait_seconds", wait_s},
                    {"samples_per_second", idx.size(0) / step_s}});
-    if (cb.progress && s_.rank == 0) cb.progress(s + 1, steps_.total, l);
+    if (cb_.progress && s_.rank == 0) cb_.progress(s + 1, steps_.total, l);
     const bool stop = after_step(s + 1);
     if (ckpt.enabled() && o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0) {
       ckpt.save(s + 1, m_.params, opt_);

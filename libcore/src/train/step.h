@@ -7,15 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "checkpointer.h"
-#include "data.h"
-#include "evaluation.h"
-#include "models.h"
-#include "setup.h"
+#include "context.h"
 #include "traincache/model/precision_torch.h"
 #include "traincache/train/gradcache.h"
+#include "traincache/train/train.h"
+#include "traincache/train/train_plan.h"
 
 namespace traincache::train {
+
+class Checkpointer;
+class MetricsLog;
 
 // Steps [start, total): batch b of epoch e is rows perm_e[bB, (b+1)B) of the training rows
 // (perm_e = identity without shuffle); data parallel, rank r encodes [rB/W, (r+1)B/W) of each.
@@ -23,15 +24,12 @@ namespace traincache::train {
 // order perm_e of N), read through the window caches of the columns.
 class Trainer {
  public:
-  Trainer(const TrainOptions& o, const Setup& s, train::RankGroup* group, Data& data, Models& m,
-          torch::optim::Optimizer& opt, const train::LossConfig& loss, const RowSplit& split, const StepPlan& steps,
-          model::GradScaler& scaler);
+  Trainer(const RunContext& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler);
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
   // `after_step(n)` runs after step n (1-based) on every rank: true ends the run there.
   int64_t run(int64_t start, Checkpointer& ckpt, MetricsLog& metrics, MetricsLog& batch_log, TrainResult& result,
-              const TrainCallbacks& cb, const std::function<void(const std::string&)>& info,
               const std::function<bool(int64_t)>& after_step);
 
   int64_t samples() const { return samples_; }
@@ -97,6 +95,7 @@ class Trainer {
   mutable std::mutex boundaries_mu_;
   std::vector<WindowEpoch> boundaries_;  // --data-cache smart: the epochs begun (by the reading thread)
   std::vector<double> first_waits_;      // and their first steps' waits (by the step loop)
+  const TrainCallbacks& cb_;
   std::function<void(const std::string&)> info_;
 };
 

@@ -87,7 +87,8 @@ void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const Train
   MetricsLog metrics(s.rank == 0 ? o.metrics : "", start);
   MetricsLog batch_log(s.rank == 0 ? o.batch_log : "", start);
   result.best = best_from_json(ckpt.resumed_state());
-  Monitor monitor(o, s, group, eval, data, m, loss, metrics, ckpt, cb, result.best);
+  const RunContext run{o, s, group, data, m, loss, split, cb, info};
+  Monitor monitor(run, eval, metrics, ckpt, result.best);
   monitor.set_optimizer(opt.get());
   if (m.grouped && eval.enabled && cb.warn && s.rank == 0) warn_about_labels(labels, split, eval, data, m, cb.warn);
   std::vector<int64_t>().swap(labels);  // per-row memory: only what the loop needs stays
@@ -96,9 +97,9 @@ void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const Train
     if (s.rank == 0 && cb.evaluated_before) cb.evaluated_before(result.eval_before);
   }
 
-  Trainer trainer(o, s, group, data, m, *opt, loss, split, steps, scaler);
+  Trainer trainer(run, *opt, steps, scaler);
   auto t_loop = Clock::now();
-  const int64_t reached = trainer.run(start, ckpt, metrics, batch_log, result, cb, info,
+  const int64_t reached = trainer.run(start, ckpt, metrics, batch_log, result,
                                       [&](int64_t n) { return monitor.after_step(n, steps.total, steps.per_epoch); });
   result.steps_done = reached;
   result.window_epochs = trainer.window_epochs();
