@@ -195,6 +195,8 @@ CATCH_TEST_CASE("an image folder's digest, read on several threads, is fed as on
   auto col = source::open_column(dir, "image", files, source::Role::images);
   CATCH_CHECK(digest(*col, 0, 300) == reference_digest(dir, per_class, 0, 300));
   CATCH_CHECK(digest(*col, 5, 150) == reference_digest(dir, per_class, 5, 150));
+  CATCH_CHECK(digest(*col, 7, 8) == reference_digest(dir, per_class, 7, 8));  // one row: no thread started
+  CATCH_CHECK(digest(*col, 64, 128) == reference_digest(dir, per_class, 64, 128));
   CATCH_CHECK(digest(*col, 0, 300) != digest(*col, 5, 150));
 
   std::filesystem::remove(dir + "/c1/1100.jpg");  // row 250: gone after the folder was listed
