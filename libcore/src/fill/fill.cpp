@@ -330,9 +330,13 @@ FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Pre
 
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
-  model::parse_device(opts.device);  // a CUDA device this machine lacks: 69 before any input is read
-  Prepared p = prepare_fill(opts, cb);
+  const torch::Device device = model::parse_device(opts.device);  // one this machine lacks: 69 before any input
+  // The device readied beside the fingerprint when the fill is sure to encode, else once it is
+  // known not to be up to date (an up-to-date answer never waits for a device it does not use).
+  std::optional<model::DeviceWarmup> warm;
+  Prepared p = prepare_fill(opts, cb, [&] { warm.emplace(device); });
   if (p.result.status == FillStatus::up_to_date) return p.result;
+  if (!warm) warm.emplace(device);
   return encode_prepared(opts, cb, p);
 }
 

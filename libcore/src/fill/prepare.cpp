@@ -136,7 +136,7 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
 
 }  // namespace
 
-Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb) {
+Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std::function<void()>& sure_to_encode) {
   Prepared p;
   p.t_start = Clock::now();
   p.cuda = model::parse_device_spec(opts.device).cuda;
@@ -147,6 +147,8 @@ Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb) {
   p.out = p.plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
   p.lock = std::make_unique<files::OutputLock>(p.out, "cache-fill");
+  struct stat st;
+  if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
 
   FillResult& result = p.result;
   result.out = p.out;

@@ -6,6 +6,7 @@
 // shows every stage and the way the data flows.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -50,8 +51,11 @@ struct Prepared {
 
 // Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
 // existing cache, in that order; Error as run_fill. An up-to-date cache ends the fill here (its leftover progress
-// directory removed).
-Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb);
+// directory removed). `sure_to_encode`, when given, is called as soon as the lock is taken if no
+// cache can be up to date (none at the output, or --force): before the encoders' digests and the
+// fingerprint, which a CUDA fill overlaps with readying its device.
+Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
+                      const std::function<void()>& sure_to_encode = {});
 
 // The rest of run_fill (fill.cpp, with LibTorch): the encoders, the journal, the encode loop and
 // the publish.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -225,6 +226,25 @@ torch::Device parse_device(const std::string& spec, const std::string& option) {
     require_device_index(*dev, subject);
   }
   return *dev;
+}
+
+DeviceWarmup::DeviceWarmup(const torch::Device& device) {
+  if (!device.is_cuda()) return;
+  thread_ = std::thread([device] {
+    try {
+      c10::DeviceGuard guard(device);
+      const auto on = torch::TensorOptions().device(device);
+      auto image = torch::conv2d(torch::ones({1, 3, 8, 8}, on), torch::ones({4, 3, 3, 3}, on));  // cuDNN
+      auto product = torch::matmul(torch::ones({8, 8}, on), torch::ones({8, 8}, on));            // cuBLAS
+      auto host = torch::empty({2}, torch::TensorOptions().pinned_memory(true));
+      host.copy_(torch::stack({image.sum(), product.sum()}));  // waits for the device
+    } catch (const std::exception&) {
+    }
+  });
+}
+
+DeviceWarmup::~DeviceWarmup() {
+  if (thread_.joinable()) thread_.join();
 }
 
 void configure_threads(int threads) {
@@ -452,6 +472,12 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
   OptimizeOutcome r;
   r.math = model::math_mode(device_);
   const bool tf32 = r.math == std::string("tf32");
+  // Freezing and optimising is host work on a copy of the module: it runs beside the plain module's
+  // forward passes below, which wait for the device.
+  std::future<torch::jit::Module> optimised = std::async(std::launch::async, [this] {
+    torch::jit::Module frozen = torch::jit::freeze(plain_);
+    return torch::jit::optimize_for_inference(frozen);
+  });
   torch::Tensor want = run(plain_, sample);  // as the rows will be encoded
   if (!torch::isfinite(want).all().item<bool>()) {
     r.plain_nonfinite = true;
@@ -464,8 +490,7 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
     reference = run(plain_, sample);
   }
   try {
-    torch::jit::Module frozen = torch::jit::freeze(plain_);
-    torch::jit::Module opt = torch::jit::optimize_for_inference(frozen);
+    torch::jit::Module opt = optimised.get();
     torch::Tensor got = run(opt, sample);
     if (got.sizes() != want.sizes()) {
       r.why_not = "optimised output has another shape";

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "traincache/io/source.h"
@@ -19,6 +20,23 @@ namespace traincache::model {
 torch::Device parse_device(const std::string& spec, const std::string& option = "--device");
 /// Throws Error(unavailable) naming `subject` when `device` is a CUDA index this machine lacks.
 void require_device_index(const torch::Device& device, const std::string& subject);
+
+/// Readies a CUDA device on a thread of its own while the caller goes on opening its inputs and
+/// loading its model: the device's context, its first memory, cuBLAS's and cuDNN's libraries and
+/// handles, and page-locked host memory, which the first batch would otherwise wait for one after
+/// the other (docs/performance.md, "Where a GPU fill's time goes"). Nothing for a CPU device. The
+/// destructor waits for the thread; a failure there is not reported: the run's own first use of
+/// the device reports it.
+class DeviceWarmup {
+ public:
+  explicit DeviceWarmup(const torch::Device& device);
+  ~DeviceWarmup();
+  DeviceWarmup(const DeviceWarmup&) = delete;
+  DeviceWarmup& operator=(const DeviceWarmup&) = delete;
+
+ private:
+  std::thread thread_;
+};
 
 /// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per usable core. (Debian's
 /// OpenMP LibTorch otherwise starts with a single thread in C++ programs.)
