@@ -53,6 +53,17 @@ done
 wait
 same_as_single "$WORK/w.h5"
 
+# One process under a launcher (WORLD_SIZE=1, a one-GPU machine): --merge has nothing to merge, and
+# the process writes the whole cache itself, no shard file beside it. Without a launcher, --merge
+# still needs shards.
+RANK=0 WORLD_SIZE=1 run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/one.h5" --merge
+expect_rc 0
+same_as_single "$WORK/one.h5"
+[ -z "$(ls "$WORK" | grep '^one\.h5\.')" ] || _fail "shard files beside one.h5: $(ls "$WORK" | grep '^one\.h5\.')"
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/one.h5" --merge
+expect_rc 64
+expect_err "cache-fill: error: --merge: needs --shard I/N (or RANK/WORLD_SIZE)"
+
 # The documented torchrun launch (Debian's torch 1.13: see docs/distributed.md for the flags).
 why=$(torchrun_unusable)
 if [ -n "$why" ]; then

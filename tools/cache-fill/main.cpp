@@ -215,7 +215,9 @@ int run(Options& o) {
                              std::pair{!o.fill.out.empty(), "--out"}})
     if (!given) throw Error(Exit::usage, "", std::string(flag) + " is required (see --help)");
   resolve_shard(o);
-  if (o.merge_after && o.fill.shard_count <= 0)
+  // One process under a launcher (WORLD_SIZE=1: torchrun on a one-GPU machine) writes the whole
+  // cache itself: there is nothing to merge, and the same line serves every machine.
+  if (o.merge_after && o.fill.shard_count <= 0 && !std::getenv("WORLD_SIZE"))
     throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
   o.fill.optimize = !o.no_optimize;
@@ -250,7 +252,7 @@ int run(Options& o) {
     cli::print_result(kTool, o.common, rec, {kUpToDateText});
   else
     cli::print_result(kTool, o.common, rec, {kDoneText, r.bottleneck ? "{bottleneck}" : ""});
-  if (o.merge_after && o.fill.shard_index == 0) merge_when_complete(o);
+  if (o.merge_after && o.fill.shard_count > 0 && o.fill.shard_index == 0) merge_when_complete(o);
   return 0;
 }
 
