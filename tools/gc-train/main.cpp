@@ -317,7 +317,8 @@ void add_batch_options(CLI::App& app, Options& o) {
       ->group(g_loss);
   app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")
       ->group(g_loss);
-  app.add_option("--loss-chunk", t.loss_chunk, "Anchor rows per loss chunk (default: the query chunk)")
+  app.add_option("--loss-chunk", t.loss_chunk,
+                 "Anchor rows per loss chunk (default: the query chunk; CUDA: 2^25 logits)")
       ->check(cli::positive_integer())
       ->group(g_loss);
   app.add_flag("--no-gradcache", o.no_gradcache, "Plain full-batch step (reference and baseline)")->group(g_loss);

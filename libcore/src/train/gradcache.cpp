@@ -22,13 +22,21 @@ torch::Tensor prepare(const torch::Tensor& x, const LossConfig& cfg) {
 
 int64_t chunk_of(int64_t chunk, int64_t rows) { return chunk > 0 ? std::min(chunk, rows) : rows; }
 
+// q's anchors are scored against p's rows (pairs), the classes (classifiers) or q's own rows.
+int64_t anchors_per_chunk(const torch::Tensor& q, const torch::Tensor& p, const LossConfig& cfg) {
+  const int64_t candidates = is_pairs(cfg.kind)        ? p.size(0)
+                             : is_classifier(cfg.kind) ? cfg.class_weight.size(0)
+                                                       : q.size(0);
+  return loss_chunk_anchors(cfg, q.size(0), candidates);
+}
+
 // Sum over anchors [a, b) of the per-anchor loss, divided by the number of anchors that count;
 // summing over all chunks gives the loss.
 torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const torch::Tensor& labels,
-                         const LossConfig& cfg, int64_t a, int64_t b, double denom) {
+                         const LossConfig& cfg, int64_t a, int64_t b, const torch::Tensor& denom) {
   const double inv_t = 1.0 / cfg.temperature;
-  if (is_classifier(cfg.kind)) return classification_chunk(qn, labels, cfg, a, b, denom);
-  if (is_triplet(cfg.kind)) return triplet_chunk(qn, labels, cfg, a, b, denom);
+  if (is_classifier(cfg.kind)) return classification_chunk(qn, labels, cfg, a, b, 1.0) / denom;
+  if (is_triplet(cfg.kind)) return triplet_chunk(qn, labels, cfg, a, b, 1.0) / denom;
   if (cfg.kind == LossKind::supcon) {
     auto logits = torch::matmul(qn.slice(0, a, b), qn.t()) * inv_t;  // [c, B]
     auto rows = torch::arange(a, b, torch::TensorOptions().dtype(torch::kLong).device(qn.device()));
@@ -58,14 +66,18 @@ torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const
   return l / denom;
 }
 
-double denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
-  if (is_pairs(cfg.kind) || is_classifier(cfg.kind)) return static_cast<double>(q.size(0));
-  if (is_triplet(cfg.kind)) return std::max(1.0, triplet_denominator(labels, cfg));
-  // Anchors with at least one positive: those whose label occurs more than once. Counted per
-  // distinct label (O(B) memory), never through a B x B mask.
-  auto [values, inverse, counts] = at::_unique2(labels.reshape({-1}), true, true, true);
-  auto per_anchor = counts.index_select(0, inverse.reshape({-1})) - 1;  // positives per anchor
-  return std::max<double>(1.0, per_anchor.gt(0).sum().item<double>());
+// The number of anchors that count, as a 0-dim tensor beside the rows (exact: a count below 2^24).
+// Labelled anchors are counted on the device without reading anything back, which would stop the
+// host until the encode pass is done: each row's label is looked up in the sorted labels (O(B)
+// memory, never a B x B mask; torch::unique would read its size back).
+torch::Tensor denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
+  const auto opts = q.options().requires_grad(false);
+  if (is_pairs(cfg.kind) || is_classifier(cfg.kind)) return torch::scalar_tensor(double(q.size(0)), opts);
+  if (is_triplet(cfg.kind)) return torch::scalar_tensor(std::max(1.0, triplet_denominator(labels, cfg)), opts);
+  auto flat = labels.reshape({-1});
+  auto sorted = std::get<0>(flat.sort());
+  auto same = torch::searchsorted(sorted, flat, false, true) - torch::searchsorted(sorted, flat);  // rows per label
+  return same.gt(1).sum().clamp_min(1).to(opts.dtype());
 }
 
 void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg) {
@@ -87,13 +99,19 @@ void check_shapes(const torch::Tensor& q, const torch::Tensor& p, const torch::T
 
 }  // namespace
 
+int64_t loss_chunk_anchors(const LossConfig& cfg, int64_t anchors, int64_t candidates) {
+  if (cfg.anchor_chunk > 0) return chunk_of(cfg.anchor_chunk, anchors);
+  constexpr int64_t kLogits = int64_t{1} << 25;
+  return chunk_of(std::max<int64_t>(1, kLogits / std::max<int64_t>(1, candidates)), anchors);
+}
+
 torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
                          const LossConfig& cfg) {
   check_shapes(q, p, labels, cfg);
   auto qn = prepare(q, cfg);
   auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
-  double denom = denominator(q, labels, cfg);
-  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  const torch::Tensor denom = denominator(q, labels, cfg);
+  const int64_t c = anchors_per_chunk(q, p, cfg);
   torch::Tensor total;
   for (int64_t a = 0; a < q.size(0); a += c) {
     auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
@@ -102,20 +120,34 @@ torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const t
   return total;
 }
 
-double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg,
-                           int64_t anchor_begin, int64_t anchor_end) {
+torch::Tensor loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
+                                  const LossConfig& cfg, int64_t anchor_begin, int64_t anchor_end) {
   check_shapes(q, p, labels, cfg);
-  double denom = denominator(q, labels, cfg);
-  int64_t c = chunk_of(cfg.anchor_chunk, q.size(0));
+  const torch::Tensor denom = denominator(q, labels, cfg);
+  const int64_t c = anchors_per_chunk(q, p, cfg);
   const int64_t end = anchor_end < 0 ? q.size(0) : std::min(anchor_end, q.size(0));
-  double value = 0;
+  const bool pairs = is_pairs(cfg.kind);
+  // The compared rows once, as leaves of their own: each chunk's graph ends at them, and their
+  // gradients go back through the normalisation once, after the last chunk.
+  const torch::Tensor qn_graph = prepare(q, cfg), pn_graph = pairs ? prepare(p, cfg) : torch::Tensor();
+  const bool own_leaves = qn_graph.unsafeGetTensorImpl() != q.unsafeGetTensorImpl();
+  torch::Tensor qn = own_leaves ? qn_graph.detach().requires_grad_(true) : q;
+  torch::Tensor pn = !pairs ? qn : own_leaves ? pn_graph.detach().requires_grad_(true) : p;
+  // The value stays on the device: reading it here would stop the host until the device is done.
+  torch::Tensor value = torch::zeros({}, q.options().dtype(torch::kFloat64).requires_grad(false));
   for (int64_t a = anchor_begin; a < end; a += c) {
-    // Normalisation is recomputed per chunk so that no graph outlives its chunk.
-    auto qn = prepare(q, cfg);
-    auto pn = is_pairs(cfg.kind) ? prepare(p, cfg) : qn;
     auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
-    value += l.item<double>();
+    value += l.detach().to(torch::kFloat64);
     (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
+  }
+  if (own_leaves) {
+    std::vector<torch::Tensor> outs, grads;
+    for (auto [graph, leaf] : {std::pair{qn_graph, qn}, std::pair{pn_graph, pn}})
+      if (graph.defined() && leaf.grad().defined()) {
+        outs.push_back(graph);
+        grads.push_back(leaf.grad());
+      }
+    if (!outs.empty()) torch::autograd::backward(outs, grads);
   }
   return value;
 }
@@ -235,12 +267,12 @@ double parallel_step(SideBatch& query, SideBatch& passage, const torch::Tensor& 
   auto p = pairs ? torch::cat(ps).detach().requires_grad_(true) : torch::Tensor();
   // 3. This rank's anchors' loss terms against every rank's candidates; the representation
   // gradients and the loss are summed over ranks in one all-reduce.
-  double value = loss_with_rep_grads(q, p, labels, cfg, offset, offset + n);
+  torch::Tensor value = loss_with_rep_grads(q, p, labels, cfg, offset, offset + n);
   auto gq = q.grad().defined() ? q.grad() : torch::zeros_like(q);
   std::vector<torch::Tensor> reduced{gq};
   torch::Tensor gp;
   if (pairs) reduced.push_back(gp = p.grad().defined() ? p.grad() : torch::zeros_like(p));
-  auto total = torch::full({1}, value, gq.options());
+  auto total = value.to(gq.options()).reshape({1});
   reduced.push_back(total);
   par.all_reduce_sum(reduced);
   // 4. Back-propagate the rows this rank encoded.
@@ -275,11 +307,11 @@ double gradcache_step(SideBatch& query, SideBatch& passage, const torch::Tensor&
   auto q = encode_no_grad(query, q_states).detach().requires_grad_(true);
   auto p = pairs ? encode_no_grad(passage, p_states).detach().requires_grad_(true) : torch::Tensor();
   RngState after = save_rng(query.device);
-  double value = loss_with_rep_grads(q, p, labels, cfg);
+  torch::Tensor value = loss_with_rep_grads(q, p, labels, cfg);
   replay(query, q_states, q.grad(), mode.restore_rng);
   if (pairs) replay(passage, p_states, p.grad(), mode.restore_rng);
   if (mode.restore_rng) restore_rng(after, query.device);
-  return value;
+  return value.item<double>();  // read once the step's work is queued
 }
 
 }  // namespace traincache::train

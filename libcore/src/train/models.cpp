@@ -254,7 +254,10 @@ train::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) 
   }
   c.margin = spec.margin;
   c.scale = spec.scale;
-  c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : o.query_chunk;
+  // --loss-chunk; else on a GPU as many anchors as 2^25 logits allow (0: gradcache.cpp), where fewer,
+  // larger chunks save kernel launches, and on the CPU the query chunk, where they save nothing and
+  // the loss's memory stays that of the chunks.
+  c.anchor_chunk = o.loss_chunk > 0 ? o.loss_chunk : model::parse_device_spec(o.device).cuda ? 0 : o.query_chunk;
   return c;
 }
 

@@ -79,10 +79,10 @@ CATCH_TEST_CASE("grad scaler: a scaled loss leaves scaled representation gradien
   train::LossConfig cfg;
   cfg.anchor_chunk = 4;
   auto q = q0.clone().requires_grad_(true), p = p0.clone().requires_grad_(true);
-  double plain = train::loss_with_rep_grads(q, p, {}, cfg);
+  double plain = train::loss_with_rep_grads(q, p, {}, cfg).item<double>();
   auto gq = q.grad().clone();
   cfg.grad_scale = 1024;
   auto q2 = q0.clone().requires_grad_(true), p2 = p0.clone().requires_grad_(true);
-  CATCH_CHECK(train::loss_with_rep_grads(q2, p2, {}, cfg) == Approx(plain).epsilon(1e-14));
+  CATCH_CHECK(train::loss_with_rep_grads(q2, p2, {}, cfg).item<double>() == Approx(plain).epsilon(1e-14));
   CATCH_CHECK(((q2.grad() / 1024 - gq).abs().max()).item<double>() < 1e-15);
 }

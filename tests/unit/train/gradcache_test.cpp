@@ -243,6 +243,47 @@ CATCH_TEST_CASE("loss: supervised contrastive matches a hand computation", "[gra
   CATCH_CHECK(train::batch_loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
 }
 
+CATCH_TEST_CASE("loss: supervised contrastive averages over the anchors that have a positive", "[gradcache]") {
+  // Labels {7, 3, 7, 5, 3, 9}: rows 3 and 5 are alone in their class and count in no term, and the
+  // mean is over the four others (the count is made on the rows' device, unsorted labels).
+  torch::manual_seed(8);
+  auto z = torch::randn({6, 3}, torch::kFloat64);
+  auto labels = torch::tensor({7, 3, 7, 5, 3, 9}, torch::kLong);
+  train::LossConfig cfg;
+  cfg.kind = train::LossKind::supcon;
+  cfg.similarity = train::Similarity::dot;
+  cfg.temperature = 1.0;
+  const int pos[6] = {2, 4, 0, -1, 1, -1};
+  double want = 0;
+  for (int i = 0; i < 6; ++i) {
+    if (pos[i] < 0) continue;
+    double denom = 0;
+    for (int a = 0; a < 6; ++a)
+      if (a != i) denom += std::exp((z[i] * z[a]).sum().item<double>());
+    want += -((z[i] * z[pos[i]]).sum().item<double>() - std::log(denom));
+  }
+  want /= 4;
+  for (int64_t chunk : {0, 1, 4}) {
+    CATCH_INFO("anchor chunk " << chunk);
+    cfg.anchor_chunk = chunk;
+    CATCH_CHECK(train::batch_loss(z, {}, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
+    auto q = z.clone().requires_grad_(true), none = torch::Tensor();
+    CATCH_CHECK(train::loss_with_rep_grads(q, none, labels, cfg).item<double>() == Approx(want).epsilon(1e-14));
+  }
+}
+
+CATCH_TEST_CASE("loss: anchors per chunk: the given chunk, else 2^25 logits' worth", "[gradcache]") {
+  train::LossConfig cfg;  // anchor_chunk 0
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 8192, 8192) == 4096);
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 5792, 5792) == 5792);  // 5792^2 < 2^25: all at once
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 5793, 5793) == 5792);
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 8192, 8 * 8192) == 512);      // a positive and 7 negatives each
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 10, int64_t{1} << 26) == 1);  // never none
+  cfg.anchor_chunk = 16;
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 8192, 8192) == 16);
+  CATCH_CHECK(train::loss_chunk_anchors(cfg, 10, 10) == 10);
+}
+
 namespace {
 
 using Rows = std::vector<std::vector<double>>;

@@ -72,7 +72,7 @@ struct TrainOptions {
   Similarity similarity = Similarity::cos;
   double temperature = 0.05;
   bool symmetric = false;
-  int64_t loss_chunk = 0;  ///< anchor rows per loss chunk (0 = chunk size)
+  int64_t loss_chunk = 0;  ///< anchor rows per loss chunk (0: the query chunk; on CUDA, 2^25 logits)
   // Batches.
   int64_t batch_size = 64;
   int64_t query_chunk = 16, passage_chunk = 16;

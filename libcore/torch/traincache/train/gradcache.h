@@ -46,7 +46,7 @@ struct LossConfig {
   Similarity similarity = Similarity::cos;
   double temperature = 0.05;      ///< infonce, symmetric, supcon
   double margin = 0, scale = 64;  ///< arcface (radians), cosface, triplet (margin only)
-  int64_t anchor_chunk = 0;       ///< anchor rows per loss chunk (0 = all at once)
+  int64_t anchor_chunk = 0;       ///< anchor rows per loss chunk (0 = as many as 2^25 logits allow)
   double grad_scale = 1;          ///< float16 training: the loss is back-propagated times this
   /// Classifier kinds: the class weights [C, d] (and bias [C], softmax) as trained parameters;
   /// their gradients accumulate in .grad() like the encoders'.
@@ -60,14 +60,21 @@ struct LossConfig {
 torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const torch::Tensor& labels,
                          const LossConfig& cfg);
 
+/// Anchor rows per loss chunk for `anchors` anchors scored against `candidates` rows (or classes):
+/// cfg.anchor_chunk, or, when it is 0, as many as keep a chunk's logits within 2^25 values (128 MiB
+/// in float32; the chunk's other temporaries are about as large): few chunks, few kernel launches,
+/// a bounded peak. Never more than `anchors`, never less than 1.
+int64_t loss_chunk_anchors(const LossConfig& cfg, int64_t anchors, int64_t candidates);
+
 /// Computes the loss on leaf tensors q and p (requires_grad) one anchor chunk at a time,
 /// back-propagating each chunk at once, so that at most anchor_chunk x |candidates| logits exist.
-/// Leaves d(loss)/dq in q.grad() and d(loss)/dp in p.grad(); returns the loss value.
+/// Leaves d(loss)/dq in q.grad() and d(loss)/dp in p.grad(); returns the loss value as a 0-dim
+/// float64 tensor on their device, never read back here (the caller reads it once its work is queued).
 /// With an anchor range [anchor_begin, anchor_end), only those anchors' terms are computed (the
 /// loss is their sum over the same denominator): ranks that split the anchors and sum the results
 /// get the whole loss and its gradients.
-double loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels, const LossConfig& cfg,
-                           int64_t anchor_begin = 0, int64_t anchor_end = -1);
+torch::Tensor loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torch::Tensor& labels,
+                                  const LossConfig& cfg, int64_t anchor_begin = 0, int64_t anchor_end = -1);
 
 /// A trainable encoder: maps input tensors (row-aligned, one chunk) to representations [rows, d].
 using Tower = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
