@@ -86,7 +86,8 @@ struct TextSide final : Side {
 std::vector<int64_t> row_list(const torch::Tensor& idx);
 torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
 
-// How a dataset's rows are held (Rows::held). Loaded whole, converted and shaped:
+// How a dataset's rows are held (Rows::held). Loaded whole and shaped, converted (uint8 rows: as
+// stored, converted a batch at a time by the same rule):
 struct LoadedRows {
   torch::Tensor all;
 };
@@ -107,8 +108,9 @@ struct WindowedRows : StreamedRows {
   std::shared_ptr<data_cache::WindowCache> window;
 };
 
-// A dataset training reads rows of: loaded whole and converted once, or (--stream) read from its
-// source a batch at a time, converted per batch, so that memory does not grow with the data.
+// A dataset training reads rows of: loaded whole and converted once (uint8 rows: per batch, from a
+// quarter of float32's memory), or (--stream) read from its source a batch at a time, converted per
+// batch, so that memory does not grow with the data.
 // The conversion is the same elementwise rule either way: both give the same values.
 struct Rows {
   using Loaded = LoadedRows;
