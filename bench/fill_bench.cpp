@@ -43,7 +43,7 @@ double best_rate(int repeats, int64_t rows, Fn fn) {
 int run(Options& o) {
   model::configure_threads(o.common.threads);
   // The batches, read and converted once, so that the forward-only runs measure compute alone.
-  auto col = source::open_column(o.input, o.features);
+  auto col = io::source::open_column(o.input, o.features);
   o.rows = std::min(o.rows, col->info().rows());
   std::vector<torch::Tensor> batches;
   for (int64_t s = 0; s < o.rows; s += o.batch_size)

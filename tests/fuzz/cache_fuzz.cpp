@@ -10,8 +10,8 @@
 #include "traincache/io/h5.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  traincache::h5::skip_exit_cleanup();
-  traincache::h5::set_verbose(false);
+  traincache::io::h5::skip_exit_cleanup();
+  traincache::io::h5::set_verbose(false);
   return 0;
 }
 
@@ -20,14 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   fuzz::write_input(path, data, size);
   using namespace traincache;
   try {
-    (void)cache::check(path);
+    (void)io::cache::check(path);
   } catch (const Error&) {
   }
   try {
-    auto info = cache::read_info(path);
-    (void)cache::read_head(path, 3);
-    (void)cache::compute_stats(path);
-    for (const auto& e : info.embeddings) (void)cache::read_embedding_rows(path, e.name, {0, info.rows - 1});
+    auto info = io::cache::read_info(path);
+    (void)io::cache::read_head(path, 3);
+    (void)io::cache::compute_stats(path);
+    for (const auto& e : info.embeddings) (void)io::cache::read_embedding_rows(path, e.name, {0, info.rows - 1});
   } catch (const Error&) {
   }
   return 0;

@@ -12,16 +12,17 @@
 using namespace traincache;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  source::FileOptions files;
+  io::source::FileOptions files;
   files.tolerate_unreadable = size % 2 == 0;
   files.strict_utf8 = size % 3 == 0;
   for (const char* ext : {".csv", ".tsv", ".jsonl"}) {
     const std::string path = fuzz::work_dir() + "/m" + ext;
     fuzz::write_input(path, data, size);
     for (const char* field : {"path", "label", "a", "t"})
-      for (auto role : {source::Role::labels, source::Role::value, source::Role::images, source::Role::text}) {
+      for (auto role :
+           {io::source::Role::labels, io::source::Role::value, io::source::Role::images, io::source::Role::text}) {
         try {
-          auto col = source::open_column(path, field, files, role);
+          auto col = io::source::open_column(path, field, files, role);
           if (col->info().dtype == DType::string) col->read_strings(0, col->info().rows());
         } catch (const Error&) {
         }

@@ -12,7 +12,7 @@
 using namespace traincache;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
-  source::FileOptions files;
+  io::source::FileOptions files;
   files.tolerate_unreadable = size % 2 == 0;
   files.strict_utf8 = size % 3 == 0;
   files.preprocess.resize_h = files.preprocess.resize_w = 8;  // any image becomes a row of 8x8
@@ -21,9 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   fuzz::write_input(dir + "/b.tar", data, size / 2);
   for (const std::string& pattern : {dir + "/a.tar", dir + "/{b,a}.tar"})
     for (const char* field : {"png", "jpg", "cls", "txt", "json.label", "__key__"})
-      for (auto role : {source::Role::labels, source::Role::value, source::Role::images, source::Role::text}) {
+      for (auto role :
+           {io::source::Role::labels, io::source::Role::value, io::source::Role::images, io::source::Role::text}) {
         try {
-          auto col = source::open_column(pattern, field, files, role);
+          auto col = io::source::open_column(pattern, field, files, role);
           const auto& ci = col->info();
           if (ci.dtype == DType::string) {
             col->read_strings(0, ci.rows());

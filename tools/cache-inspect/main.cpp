@@ -48,7 +48,7 @@ constexpr const char* kStatsText =
     "  stats/{name}  norm mean {norm_mean:%.6g} std {norm_std:%.6g} min {norm_min:%.6g} max {norm_max:%.6g}; "
     "NaN {nan_count}, Inf {inf_count}";
 
-report::Record head_record(const cache::CacheRow& row) {
+report::Record head_record(const io::cache::CacheRow& row) {
   report::Record r;
   report::Json embeddings = report::Json::object();
   std::string text;
@@ -93,7 +93,7 @@ const char* verify_text(const fill::EncoderVerdict& e) {
          "{max_abs_diff:%.3g}){changed_note}";
 }
 
-report::Record check_record(const std::string& path, const cache::CheckReport& rep) {
+report::Record check_record(const std::string& path, const io::cache::CheckReport& rep) {
   std::string all;
   for (const auto& p : rep.problems) all += (all.empty() ? "" : "; ") + p;
   report::Record r;
@@ -115,12 +115,12 @@ int export_files(const Options& o) {
     throw Error(Exit::usage, "--export",
                 "'" + o.export_to[1] + "' is a file and '" + o.files[0] + "' does not exist: the folder comes first, " +
                     "--export npy DIR CACHE");
-  cache::ExportOptions e;
+  io::cache::ExportOptions e;
   e.cache = o.files[0];
   e.dir = o.export_to[1];
   e.rows_per_file = o.rows_per_file;
   e.normalize = o.normalize;
-  const auto r = cache::export_npy(e);
+  const auto r = io::cache::export_npy(e);
   if (r.nonfinite_rows > 0 && !o.common.quiet)
     cli::print_warning(kTool, e.cache + ": exported rows holding NaN or Inf: " + std::to_string(r.nonfinite_rows) +
                                   " (copied as they are; cache-inspect --check fails this cache)");
@@ -139,7 +139,7 @@ int check_files(const Options& o) {
   json doc{{"schema", "cache-inspect/1"}, {"files", json::array()}};
   int status = 0;
   for (const auto& f : o.files) {
-    auto rep = cache::check(f);
+    auto rep = io::cache::check(f);
     auto rec = check_record(f, rep);
     if (o.common.json)
       doc["files"].push_back(rec.json());
@@ -180,8 +180,8 @@ bool verify_file(const Options& o, const std::string& f, const std::map<std::str
 
 // --head N of one file: a table of its first rows, or their --json entry in `files`.
 void head_file(const Options& o, const std::string& f, json& files) {
-  cache::read_info(f);  // what is not a readable cache is refused as the summary refuses it
-  auto rows = cache::read_head(f, o.head);
+  io::cache::read_info(f);  // what is not a readable cache is refused as the summary refuses it
+  auto rows = io::cache::read_head(f, o.head);
   report::Json out = report::Json::array();
   if (!o.common.json && !rows.empty()) {
     std::printf("row\tkey\tlabel");
@@ -200,13 +200,13 @@ void head_file(const Options& o, const std::string& f, json& files) {
 
 // One file's summary, with --stats each encoder's statistics; or its --json entry in `files`.
 void describe_file(const Options& o, const std::string& f, json& files) {
-  auto rec = describe::cache_record(cache::read_info(f));
+  auto rec = io::describe::cache_record(io::cache::read_info(f));
   json j = rec.json();
   if (!o.common.json) std::printf("%s\n", rec.format(kInfoText).c_str());
   if (o.stats) {
     report::Json stats = report::Json::array();
-    for (const auto& st : cache::compute_stats(f)) {
-      auto srec = describe::stats_record(st);
+    for (const auto& st : io::cache::compute_stats(f)) {
+      auto srec = io::describe::stats_record(st);
       stats.push_back(srec.json());
       if (!o.common.json) std::printf("%s\n", srec.format(kStatsText).c_str());
     }

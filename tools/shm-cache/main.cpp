@@ -40,7 +40,7 @@ struct Options {
   bool variable = false;
   // fill / get / rm
   std::string from, dataset, rows;
-  source::FileOptions files;
+  io::source::FileOptions files;
   int workers = 1;
   std::string index;
   std::vector<std::string> names;
@@ -77,7 +77,7 @@ int do_create(Options& o) {
   }
   auto slab = slab::Slab::create(c);
   auto i = slab.info();
-  auto rec = describe::slab_record(i, nullptr);
+  auto rec = io::describe::slab_record(i, nullptr);
   if (o.common.json)
     print_json("created", rec.json());
   else if (!o.common.quiet)
@@ -94,7 +94,7 @@ int do_list(Options& o) {
     try {
       auto slab = slab::Slab::attach(n, false);
       auto c = slab.counts();
-      auto rec = describe::slab_record(slab.info(), &c);
+      auto rec = io::describe::slab_record(slab.info(), &c);
       if (o.common.json)
         arr.push_back(rec.json());
       else
@@ -113,7 +113,7 @@ int do_list(Options& o) {
 int do_stat(Options& o) {
   auto slab = slab::Slab::attach(o.name, false);
   auto c = slab.counts();
-  auto rec = describe::slab_record(slab.info(), &c);
+  auto rec = io::describe::slab_record(slab.info(), &c);
   if (o.common.json)
     print_json("slab", rec.json());
   else

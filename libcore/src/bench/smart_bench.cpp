@@ -60,14 +60,14 @@ class Source {
 class ColumnSource : public Source {
  public:
   ColumnSource(const std::string& path, const std::string& name, const std::string& labels_name,
-               const source::FileOptions& files) {
-    col_ = source::open_column(path, name, files, source::Role::images);
+               const io::source::FileOptions& files) {
+    col_ = io::source::open_column(path, name, files, io::source::Role::images);
     const auto& ci = col_->info();
     if (ci.dtype != DType::u8 && !(ci.dtype == DType::f32 && col_->preprocess()))
       throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
     labels.assign(static_cast<std::size_t>(ci.rows()), 0);
     if (!labels_name.empty()) {
-      auto l = source::open_column(path, labels_name, files, source::Role::labels);
+      auto l = io::source::open_column(path, labels_name, files, io::source::Role::labels);
       if (l->info().rows() != ci.rows() || !is_integer(l->info().dtype) || l->info().shape.size() != 1)
         throw Error(Exit::data, path,
                     "'" + labels_name + "' must hold one integer label per item of '" + ci.name + "'");
@@ -86,7 +86,7 @@ class ColumnSource : public Source {
   bool thread_safe() const override { return true; }
 
  private:
-  std::unique_ptr<source::Column> col_;
+  std::unique_ptr<io::source::Column> col_;
 };
 
 // A directory with meta.json ({"count": N, "dims": [...], "labels": [...]}) and one file
@@ -358,14 +358,14 @@ class EmbedEncoder : public NoCache {
 class EmbedCache : public Strategy {
  public:
   EmbedCache(int64_t n, uint64_t seed, const std::string& cache, std::string name) : n_(n), seed_(seed), path_(cache) {
-    file_ = h5::open_file(cache);
+    file_ = io::h5::open_file(cache);
     if (name.empty()) {
-      auto names = h5::list_group(file_.get(), "/embeddings");
+      auto names = io::h5::list_group(file_.get(), "/embeddings");
       if (names.size() != 1) throw Error(Exit::usage, "--embeddings", "the cache has several encoders; name one");
       name = names[0];
     }
-    dset_ = h5::open_dataset(file_.get(), cache, "/embeddings/" + name);
-    info_ = h5::describe(dset_.get(), name);
+    dset_ = io::h5::open_dataset(file_.get(), cache, "/embeddings/" + name);
+    info_ = io::h5::describe(dset_.get(), name);
     if (info_.rows() < n) throw Error(Exit::data, cache, "has fewer rows than the benchmark's items");
   }
   std::vector<int64_t> epoch_items(int64_t e) override { return shuffled(n_, seed_ + static_cast<uint64_t>(e)); }
@@ -373,7 +373,7 @@ class EmbedCache : public Strategy {
     *hit = true;
     auto t = torch::empty({info_.row_elements()}, torch::kFloat32);
     std::lock_guard<std::mutex> lk(mu_);
-    h5::read_rows(dset_.get(), path_, i, 1, H5T_NATIVE_FLOAT, t.data_ptr());
+    io::h5::read_rows(dset_.get(), path_, i, 1, H5T_NATIVE_FLOAT, t.data_ptr());
     return t;
   }
   bool augment() const override { return false; }
@@ -383,8 +383,8 @@ class EmbedCache : public Strategy {
   uint64_t seed_;
   std::string path_;
   std::mutex mu_;
-  h5::Id file_, dset_;
-  h5::DatasetInfo info_;
+  io::h5::Id file_, dset_;
+  io::h5::DatasetInfo info_;
 };
 
 // ---- the model step -------------------------------------------------------------------------
@@ -494,15 +494,15 @@ Runs strategy_runs(Caching c) {
 
 // True when the items are images decoded by the source (an image folder, a manifest, tar shards).
 bool image_source(const BenchOptions& o) {
-  const auto kind = o.data.empty() ? source::Kind::shm : source::kind_of(o.data);
-  return kind == source::Kind::image_folder || kind == source::Kind::manifest || kind == source::Kind::tar;
+  const auto kind = o.data.empty() ? io::source::Kind::shm : io::source::kind_of(o.data);
+  return kind == io::source::Kind::image_folder || kind == io::source::Kind::manifest || kind == io::source::Kind::tar;
 }
 
 // H,W of the deterministic stage's resize of array items; images take the whole spec in their
 // source instead. A spec an array cannot take (--resize S, --center-crop, --normalize,
 // --exif-transpose) is refused for arrays.
 std::vector<int64_t> array_resize(const BenchOptions& o) {
-  const image::Spec& spec = o.images.preprocess;
+  const io::image::Spec& spec = o.images.preprocess;
   if (image_source(o)) return {};
   const char* image_only = spec.resize_short > 0 ? "--resize"
                            : spec.crop_h > 0     ? "--center-crop"
@@ -538,10 +538,11 @@ void validate(const BenchOptions& o) {
 
 std::unique_ptr<Source> open_source(const BenchOptions& o) {
   if (!o.data.empty()) {
-    const std::string name = !o.dataset.empty()                              ? o.dataset
-                             : source::kind_of(o.data) == source::Kind::hdf5 ? "images"
-                                                                             : source::default_column(o.data);
-    const std::string labels = o.labels.empty() ? source::default_labels(o.data) : o.labels;
+    const std::string name = !o.dataset.empty() ? o.dataset
+                             : io::source::kind_of(o.data) == io::source::Kind::hdf5
+                                 ? "images"
+                                 : io::source::default_column(o.data);
+    const std::string labels = o.labels.empty() ? io::source::default_labels(o.data) : o.labels;
     return std::make_unique<ColumnSource>(o.data, name, labels, o.images);
   }
   if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);

@@ -161,7 +161,7 @@ void tc_free(char* s) { std::free(s); }
 
 int tc_cache_describe(const char* path, int stats, char** json) {
   return guarded([&] {
-    *json = copy_string(json_text(describe::cache_json(path ? path : "", stats != 0)));
+    *json = copy_string(json_text(io::describe::cache_json(path ? path : "", stats != 0)));
     return 0;
   });
 }
@@ -226,7 +226,7 @@ int tc_slab_describe(const tc_slab* slab, int counts, char** json) {
     slab->slab.check_size();
     slab::SlotCounts c;
     if (counts) c = slab->slab.counts();
-    *json = copy_string(json_text(describe::slab_record(slab->slab.info(), counts ? &c : nullptr).json()));
+    *json = copy_string(json_text(io::describe::slab_record(slab->slab.info(), counts ? &c : nullptr).json()));
     return 0;
   });
 }

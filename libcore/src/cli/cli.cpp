@@ -32,7 +32,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   });
   app.add_flag("-v,--verbose", opts.verbose, "More messages on stderr (-vv: HDF5 error stacks)");
   // Common options take effect here, once parsing is done, so that no tool applies them itself.
-  app.parse_complete_callback([&opts] { h5::set_verbose(opts.verbose >= 2); });
+  app.parse_complete_callback([&opts] { io::h5::set_verbose(opts.verbose >= 2); });
   app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
   app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
   add_choice(app, "--progress", opts.progress, progress_choices(),
@@ -170,7 +170,7 @@ void refuse_repeated(const CLI::App& app, const std::vector<std::string>& names)
 int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   int status = 0;
   slab::install_sigbus_handler(tool);
-  h5::skip_exit_cleanup();
+  io::h5::skip_exit_cleanup();
   auto help = std::make_shared<WrappedHelp>();
   app.formatter(help);
   for (auto* sub : app.get_subcommands({})) sub->formatter(help);
@@ -182,7 +182,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
       print_error(tool, first_line_lower(e.what()) + suggestion(app, argc, argv) + " (see --help)");
       return code(Exit::usage);
     }
-    h5::require_thread_safe();
+    io::h5::require_thread_safe();
     status = body();
   } catch (const Error& e) {
     print_error(tool, e.what());
@@ -281,26 +281,26 @@ std::pair<std::optional<std::string>, std::string> split_assignment(const std::s
   return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
 
-void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels) {
-  image::Spec& spec = files.preprocess;
+void add_file_options(CLI::App& app, io::source::FileOptions& files, const std::string& group, bool labels) {
+  io::image::Spec& spec = files.preprocess;
   app.add_option_function<std::string>(
-         "--resize", [&spec](const std::string& s) { image::parse_resize(s, spec); },
+         "--resize", [&spec](const std::string& s) { io::image::parse_resize(s, spec); },
          "Images: S resizes the shorter side to S (aspect kept), H,W to exactly HxW (PIL bilinear, antialiased)")
       ->group(group);
   app.add_option_function<std::string>(
-         "--center-crop", [&spec](const std::string& s) { image::parse_center_crop(s, spec); },
+         "--center-crop", [&spec](const std::string& s) { io::image::parse_center_crop(s, spec); },
          "Images: crop the centre H,W (or S,S) after --resize, zero-padded when larger")
       ->group(group);
-  add_choice(app, "--channels", spec.channels, image::channels_choices(), "Images: convert to rgb or gray")
+  add_choice(app, "--channels", spec.channels, io::image::channels_choices(), "Images: convert to rgb or gray")
       ->group(group);
   app.add_option_function<std::string>(
-         "--normalize", [&spec](const std::string& s) { image::parse_normalize(s, spec); },
+         "--normalize", [&spec](const std::string& s) { io::image::parse_normalize(s, spec); },
          "Images: (x - MEAN) / STD per channel after scaling to [0,1]: MEAN,..:STD,.. or imagenet")
       ->group(group);
   app.add_flag("--exif-transpose", spec.exif_transpose, "Images: apply the EXIF orientation tag (off, as in PIL)")
       ->group(group);
   if (!labels) return;
-  add_choice(app, "--label-order", files.label_order, source::label_order_choices(),
+  add_choice(app, "--label-order", files.label_order, io::source::label_order_choices(),
              "Manifests: string labels numbered in sorted or first-seen order")
       ->group(group);
 }

@@ -69,9 +69,10 @@ void store_rows(slab::Slab& slab, int64_t s, int64_t c, const unsigned char* buf
 // type (and, for a fixed slab, its item shape).
 FillFromResult fill_from_column(const FillFromOptions& o, const slab::SlabInfo& si, std::atomic<uint64_t>& stored,
                                 std::atomic<uint64_t>& skipped, std::atomic<uint64_t>& bytes) {
-  const std::string name = o.dataset.empty() ? source::default_column(o.file) : o.dataset;
-  std::shared_ptr<const source::Column> col = source::open_column(o.file, name, o.files, source::Role::images);
-  const source::ColumnInfo& ci = col->info();
+  const std::string name = o.dataset.empty() ? io::source::default_column(o.file) : o.dataset;
+  std::shared_ptr<const io::source::Column> col =
+      io::source::open_column(o.file, name, o.files, io::source::Role::images);
+  const io::source::ColumnInfo& ci = col->info();
   if (ci.dtype != si.dtype)
     throw Error(Exit::data, o.file,
                 "'" + ci.name + "' holds " + dtype_name(ci.dtype) + "; the slab holds " + dtype_name(si.dtype));
@@ -104,7 +105,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   slab::Slab probe = slab::Slab::attach(o.slab);
   slab::SlabInfo si = probe.info();
-  if (source::kind_of(o.file) != source::Kind::hdf5) {
+  if (io::source::kind_of(o.file) != io::source::Kind::hdf5) {
     std::atomic<uint64_t> stored{0}, skipped{0}, bytes{0};
     FillFromResult r = fill_from_column(o, si, stored, skipped, bytes);
     r.stored = stored;
@@ -114,18 +115,18 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
     return r;
   }
   if (o.dataset.empty()) throw Error(Exit::usage, "--dataset", "name the dataset of the HDF5 file to read");
-  h5::Id file = h5::open_file(o.file);
-  h5::Id dset = h5::open_dataset(file.get(), o.file, o.dataset);
-  auto di = h5::describe(dset.get(), o.dataset);
-  h5::Id ftype(H5Dget_type(dset.get()));
+  io::h5::Id file = io::h5::open_file(o.file);
+  io::h5::Id dset = io::h5::open_dataset(file.get(), o.file, o.dataset);
+  auto di = io::h5::describe(dset.get(), o.dataset);
+  io::h5::Id ftype(H5Dget_type(dset.get()));
   bool vlen = H5Tget_class(ftype.get()) == H5T_VLEN;
   if (!vlen && (di.dtype == DType::string || di.dtype == DType::other))
     throw Error(Exit::data, o.file, "dataset '" + o.dataset + "' is not numeric");
   int64_t n = di.rows();
   int64_t a = o.row_begin, b = o.row_end < 0 ? n : o.row_end;
   check_rows(o, si, a, b, n);
-  hid_t elem = h5::native_type(si.dtype);
-  h5::Id mem_type;
+  hid_t elem = io::h5::native_type(si.dtype);
+  io::h5::Id mem_type;
   uint64_t row_bytes = 0;
   if (si.layout == slab::Layout::fixed) {
     if (vlen)
@@ -136,7 +137,7 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
                   "dataset '" + o.dataset + "' rows are " + shape_text(row) + "; the slab holds " + shape_text(want));
     row_bytes = si.item_bytes;
   } else if (vlen) {
-    mem_type = h5::Id(H5Tvlen_create(elem));
+    mem_type = io::h5::Id(H5Tvlen_create(elem));
   } else {
     row_bytes = static_cast<uint64_t>(di.row_elements()) * dtype_size(si.dtype);
   }
@@ -145,14 +146,14 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
   on_workers(a, b, o.workers, [&](int64_t lo, int64_t hi) {
     {
       slab::Slab slab = slab::Slab::attach(o.slab);
-      const int64_t block = vlen ? 256 : h5::rows_per_block(static_cast<int64_t>(row_bytes), 4 << 20);
+      const int64_t block = vlen ? 256 : io::h5::rows_per_block(static_cast<int64_t>(row_bytes), 4 << 20);
       std::vector<unsigned char> buf;
       std::vector<hvl_t> vl;
       for (int64_t s = lo; s < hi; s += block) {
         int64_t c = std::min(block, hi - s);
         if (vlen) {
           vl.resize(static_cast<std::size_t>(c));
-          h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, mem_type.get(), vl.data());
+          io::h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, mem_type.get(), vl.data());
           for (int64_t i = 0; i < c; ++i) {
             std::size_t nb = vl[i].len * dtype_size(si.dtype);
             if (slab.set(static_cast<uint64_t>(s + i), vl[i].p, nb))
@@ -161,11 +162,11 @@ FillFromResult fill_from_hdf5(const FillFromOptions& o) {
               ++skipped;
           }
           hsize_t dims[1] = {static_cast<hsize_t>(c)};
-          h5::Id space(H5Screate_simple(1, dims, nullptr));
+          io::h5::Id space(H5Screate_simple(1, dims, nullptr));
           H5Dvlen_reclaim(mem_type.get(), space.get(), H5P_DEFAULT, vl.data());
         } else {
           buf.resize(static_cast<std::size_t>(c) * row_bytes);
-          h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, elem, buf.data());
+          io::h5::read_rows(dset.get(), o.file + ": " + o.dataset, s, c, elem, buf.data());
           store_rows(slab, s, c, buf.data(), row_bytes, stored, skipped, bytes);
         }
       }

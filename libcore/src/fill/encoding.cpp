@@ -53,7 +53,7 @@ torch::Tensor DeviceConversion::operator()(const torch::Tensor& rows, double sca
   if (!in_.convert_on_device) return rows;
   c10::InferenceMode guard;
   const auto on = torch::TensorOptions(torch::kFloat32).device(device_);
-  const image::Spec* spec = in_.col->preprocess();
+  const io::image::Spec* spec = in_.col->preprocess();
   if (!scalar_.defined()) {
     // Tensors, not scalars: a CUDA division by a scalar multiplies by its reciprocal, which can
     // round differently from the host's division.

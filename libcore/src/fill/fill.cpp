@@ -96,29 +96,29 @@ Journal open_journal(const std::string& partial, const Fingerprint& fp, const st
 // ---- stage: publish --------------------------------------------------------------------------
 
 // The cache's root attributes: where its rows came from and how they were made.
-cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const RowPlan& plan, const Fingerprint& fp,
-                        const torch::Device& device) {
+io::cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const RowPlan& plan, const Fingerprint& fp,
+                            const torch::Device& device) {
   json all_features = json::array();
   for (const auto& [name, d] : in.features) all_features.push_back(name);
-  cache::Attrs attrs = {{"created_by", version_banner("cache-fill")},
-                        {"fingerprint", fp.hash},
-                        {"fingerprint_json", fp.text},
-                        {"input_path", source::recorded_path(opts.input)},
-                        {"features", json_text(all_features)},
-                        {"input_scale", opts.input_scale},
-                        {"labels_source", labels_name(opts)},
-                        {"keys_source", keys_name(opts)},
-                        {"input_kind", std::string(source::kind_name(source::kind_of(opts.input)))},
-                        {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
-                        {"batch_size", opts.batch_size},
-                        {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
+  io::cache::Attrs attrs = {{"created_by", version_banner("cache-fill")},
+                            {"fingerprint", fp.hash},
+                            {"fingerprint_json", fp.text},
+                            {"input_path", io::source::recorded_path(opts.input)},
+                            {"features", json_text(all_features)},
+                            {"input_scale", opts.input_scale},
+                            {"labels_source", labels_name(opts)},
+                            {"keys_source", keys_name(opts)},
+                            {"input_kind", std::string(io::source::kind_name(io::source::kind_of(opts.input)))},
+                            {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
+                            {"batch_size", opts.batch_size},
+                            {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
   if (!in.texts.empty()) {
     json t = text_json(opts, in);
     for (const auto& [key, ti] : in.texts)
       if (ti.tok) t[key]["tokenizer_path"] = absolute_path(ti.tokenizer_path);
     attrs.push_back({"text", json_text(t)});
   }
-  if (const image::Spec* pre = in.preprocess()) {
+  if (const io::image::Spec* pre = in.preprocess()) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();  // in pipeline order
     for (const auto& [k, v] : pre->describe()) j[k] = v;
     attrs.push_back({"preprocess", json_text(j)});
@@ -148,7 +148,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
              const Fingerprint& fp, const std::vector<std::unique_ptr<model::Encoder>>& encoders,
              const std::vector<std::string>& enc_sha, const Encoding& encoding, Journal& journal,
              const torch::Device& device, const Provenance& prov, FillResult& result) {
-  cache::AssemblySpec spec;
+  io::cache::AssemblySpec spec;
   spec.out_path = out;
   spec.rows = plan.rows();
   spec.row_start = plan.begin;
@@ -163,7 +163,7 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
   for (std::size_t i = 0; i < encoders.size(); ++i) {
     const auto& enc = *encoders[i];
     const JournalEncoder& je = journal.encoders[enc.name()];
-    cache::EmbeddingSource src;
+    io::cache::EmbeddingSource src;
     src.name = enc.name();
     src.raw_path = journal.raw(enc.name());
     src.row_shape = encoding.row_shape(i);
@@ -182,15 +182,16 @@ void publish(const std::string& out, const FillOptions& opts, const Inputs& in, 
     shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
     result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff, model::math_mode(device)});
   }
-  cache::assemble(spec);
+  io::cache::assemble(spec);
 }
 
 // ---- stage: an update's plan ------------------------------------------------------------------
 
 // The rows of `old` that the new input's rows keep (by key when both have keys), and the entry the
 // new cache's history gets; result.update says what changed. Without `old`, a full fill's entry.
-std::unique_ptr<Update> plan_update(const std::optional<cache::CacheInfo>& old, const Inputs& in, const RowPlan& plan,
-                                    const std::vector<Digest128>& digests, Provenance& prov, FillResult& result) {
+std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& old, const Inputs& in,
+                                    const RowPlan& plan, const std::vector<Digest128>& digests, Provenance& prov,
+                                    FillResult& result) {
   json entry = {{"run", old ? "update" : "fill"}, {"rows", plan.rows()}};
   if (!old) {
     entry["encoded"] = plan.rows();

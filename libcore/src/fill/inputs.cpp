@@ -17,7 +17,7 @@ namespace traincache::fill {
 namespace {
 
 // Encoder e's text fields, each opened once per tokenizer (a tokenizer file loaded once).
-void open_text(const FillOptions& opts, const EncoderSpec& e, const source::FileOptions& files,
+void open_text(const FillOptions& opts, const EncoderSpec& e, const io::source::FileOptions& files,
                std::map<std::string, std::shared_ptr<const text::Tokenizer>>& tokenizers, Inputs& in) {
   const auto& fields = e.text.empty() ? opts.text : e.text;
   const std::string tok_path = e.tokenizer.empty() ? opts.tokenizer : e.tokenizer;
@@ -32,7 +32,8 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const source::File
     if (in.texts.count(key)) continue;
     auto& tok = tokenizers[tok_path];
     if (!tok) tok = text::load(tok_path);
-    TextInput t{source::open_column(opts.input, f, files, source::Role::text), tok, f, tok_path, sha256_file(tok_path)};
+    TextInput t{io::source::open_column(opts.input, f, files, io::source::Role::text), tok, f, tok_path,
+                sha256_file(tok_path)};
     if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
       throw Error(
           Exit::data, opts.input,
@@ -45,12 +46,12 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const source::File
 // name them.
 std::string no_features_message(const std::string& input, const std::string& name) {
   std::string msg = "no input dataset for encoder '" + name + "'";
-  if (source::kind_of(input) == source::Kind::tar)
+  if (io::source::kind_of(input) == io::source::Kind::tar)
     return msg + ": name the shards' image field with --features FIELD or their text field with --text FIELD " +
-           "(the shards have " + name_list(source::tar_fields(input).all) + ")";
-  if (source::kind_of(input) != source::Kind::manifest) return msg;
+           "(the shards have " + name_list(io::source::tar_fields(input).all) + ")";
+  if (io::source::kind_of(input) != io::source::Kind::manifest) return msg;
   std::string fields;
-  for (const auto& f : source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
+  for (const auto& f : io::source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
   return msg + ": name the manifest's image field with --features FIELD or its text field with --text FIELD (" + input +
          " has " + fields + ")";
 }
@@ -76,8 +77,8 @@ std::vector<std::string> named_fields(const FillOptions& opts) {
 // Tar shards: the field an encoder without --features reads (the shards' only image field; "" when
 // they have none or several), added to the fields every sample must have when an encoder reads it;
 // and a note when the shards' cls field is stored nowhere.
-std::string tar_defaults(const FillOptions& opts, Inputs& in, source::FileOptions& files) {
-  const auto fields = source::tar_fields(opts.input);
+std::string tar_defaults(const FillOptions& opts, Inputs& in, io::source::FileOptions& files) {
+  const auto fields = io::source::tar_fields(opts.input);
   const auto has = [&](const std::string& f) { return std::count(fields.all.begin(), fields.all.end(), f) > 0; };
   if (opts.labels.empty() && has("cls"))
     in.notes.push_back(opts.input + ": the shards' 'cls' field is not stored (--labels cls stores it as labels)");
@@ -93,12 +94,12 @@ std::string tar_defaults(const FillOptions& opts, Inputs& in, source::FileOption
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
-  source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
-  std::string implicit = source::default_column(opts.input);
-  source::FileOptions files = opts.files;
+  io::source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
+  std::string implicit = io::source::default_column(opts.input);
+  io::source::FileOptions files = opts.files;
   files.tolerate_unreadable = opts.on_error == OnError::skip;
   files.strict_utf8 = opts.tokenize.strict_utf8;
-  if (source::kind_of(opts.input) == source::Kind::tar) {
+  if (io::source::kind_of(opts.input) == io::source::Kind::tar) {
     files.sample_fields = named_fields(opts);
     implicit = tar_defaults(opts, in, files);
   }
@@ -117,8 +118,8 @@ void open_columns(const FillOptions& opts, Inputs& in) {
       // Ragged columns (token sequences) are fed after the others, padded per batch like text.
       const std::string ragged = f + "|ragged";
       if (!in.features.count(f) && !in.texts.count(ragged)) {
-        Input d{source::open_column(opts.input, f, files, source::Role::images)};
-        source::require_numeric_input(d.info(), opts.input);
+        Input d{io::source::open_column(opts.input, f, files, io::source::Role::images)};
+        io::source::require_numeric_input(d.info(), opts.input);
         if (d.info().ragged)
           in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
         else
@@ -130,10 +131,10 @@ void open_columns(const FillOptions& opts, Inputs& in) {
         own.push_back(f);
     }
   }
-  for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), source::Role::labels},
-                                   std::tuple{&in.keys, keys_name(opts), source::Role::value}}) {
+  for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), io::source::Role::labels},
+                                   std::tuple{&in.keys, keys_name(opts), io::source::Role::value}}) {
     if (name.empty()) continue;
-    Input d{source::open_column(opts.input, name, files, role)};
+    Input d{io::source::open_column(opts.input, name, files, role)};
     if (d.info().dtype == DType::other)
       throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
     *which = std::move(d);
@@ -171,23 +172,23 @@ int64_t window_rows(const FillOptions& opts, const Inputs& in) {
 }  // namespace
 
 std::string labels_name(const FillOptions& opts) {
-  return opts.labels.empty() ? source::default_labels(opts.input) : opts.labels;
+  return opts.labels.empty() ? io::source::default_labels(opts.input) : opts.labels;
 }
 std::string keys_name(const FillOptions& opts) {
-  return opts.keys.empty() ? source::default_keys(opts.input) : opts.keys;
+  return opts.keys.empty() ? io::source::default_keys(opts.input) : opts.keys;
 }
 
 Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
-  in.from_slab = source::kind_of(opts.input) == source::Kind::shm;
+  in.from_slab = io::source::kind_of(opts.input) == io::source::Kind::shm;
   open_columns(opts, in);
-  const source::ColumnInfo& first =
+  const io::source::ColumnInfo& first =
       in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
   in.rows = first.rows();
   in.groups =
       in.features.empty() ? in.texts.begin()->second.col->row_groups() : in.features.begin()->second.col->row_groups();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
-  auto same_rows = [&](const source::ColumnInfo& info) {
+  auto same_rows = [&](const io::source::ColumnInfo& info) {
     if (info.rows() != in.rows)
       throw Error(Exit::data, opts.input,
                   "rows mismatch: '" + first.name + "' has " + std::to_string(in.rows) + " rows but '" + info.name +

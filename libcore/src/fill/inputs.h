@@ -20,20 +20,20 @@ namespace traincache::fill {
 // An input column the fill reads (an HDF5 dataset, a slab, a .npy file or .npz member).
 struct Input {
   Input() = default;
-  explicit Input(std::shared_ptr<const source::Column> c) : col(std::move(c)) {}
+  explicit Input(std::shared_ptr<const io::source::Column> c) : col(std::move(c)) {}
 
-  std::shared_ptr<const source::Column> col;
+  std::shared_ptr<const io::source::Column> col;
   // Set by plan_conversion (--convert device): the column's 8-bit rows are read as they are and
   // become float32 on the encoders' device (encoding.h: read_rows, DeviceConversion).
   bool convert_on_device = false;
 
-  const source::ColumnInfo& info() const { return col->info(); }
+  const io::source::ColumnInfo& info() const { return col->info(); }
 };
 
 // A text field and the tokenizer that turns it into an encoder's inputs; or a ragged column of
 // token sequences (a variable-layout slab), fed as stored (no tokenizer).
 struct TextInput {
-  std::shared_ptr<const source::Column> col;
+  std::shared_ptr<const io::source::Column> col;
   std::shared_ptr<const text::Tokenizer> tok;  // null: ragged token sequences
   std::string field, tokenizer_path, tokenizer_sha256;
 };
@@ -48,11 +48,11 @@ struct Inputs {
   std::optional<Input> labels, keys;
   int64_t rows = 0;
   int64_t unit = 0;                // rows read, encoded and committed together: a batch, or a length window
-  std::vector<int64_t> groups;     // tar shards: the first row of each file (source::Column::row_groups)
+  std::vector<int64_t> groups;     // tar shards: the first row of each file (io::source::Column::row_groups)
   std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
 
   // The preprocessing of the image columns (one spec for all), or null without images.
-  const image::Spec* preprocess() const {
+  const io::image::Spec* preprocess() const {
     for (const auto& [name, d] : features)
       if (d.col->preprocess()) return d.col->preprocess();
     return nullptr;

@@ -26,7 +26,7 @@ namespace {
 
 struct Shard {
   std::string path, abs_path;
-  cache::CacheInfo info;
+  io::cache::CacheInfo info;
   std::string job;
   int64_t count = 0, job_begin = 0, job_end = 0;
 };
@@ -34,7 +34,7 @@ struct Shard {
 std::string range_text(int64_t a, int64_t b) { return std::to_string(a) + ".." + std::to_string(b); }
 
 // The datasets every shard holds, with their file types.
-std::vector<std::string> dataset_names(const cache::CacheInfo& c) {
+std::vector<std::string> dataset_names(const io::cache::CacheInfo& c) {
   std::vector<std::string> names;
   for (const auto& e : c.embeddings) names.push_back("/embeddings/" + e.name);
   if (c.labels) names.push_back("/labels");
@@ -43,19 +43,19 @@ std::vector<std::string> dataset_names(const cache::CacheInfo& c) {
 }
 
 void copy_attributes(hid_t src, hid_t dst) {
-  const hsize_t n = h5::attribute_count(src);
+  const hsize_t n = io::h5::attribute_count(src);
   for (hsize_t i = 0; i < n; ++i) {
-    h5::Id a(H5Aopen_by_idx(src, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
-    if (!a) a = h5::Id(H5Aopen_by_idx(src, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    io::h5::Id a(H5Aopen_by_idx(src, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    if (!a) a = io::h5::Id(H5Aopen_by_idx(src, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
     if (!a) continue;
     char name[256];
     H5Aget_name(a.get(), sizeof name, name);
-    h5::Id type(H5Aget_type(a.get()));
-    h5::Id space(H5Aget_space(a.get()));
+    io::h5::Id type(H5Aget_type(a.get()));
+    io::h5::Id space(H5Aget_space(a.get()));
     std::vector<char> buf(H5Tget_size(type.get()) * std::max<hssize_t>(1, H5Sget_simple_extent_npoints(space.get())));
     H5Aread(a.get(), type.get(), buf.data());
     if (H5Aexists(dst, name) > 0) H5Adelete(dst, name);
-    h5::Id b(H5Acreate2(dst, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+    io::h5::Id b(H5Acreate2(dst, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
     H5Awrite(b.get(), type.get(), buf.data());
     if (H5Tis_variable_str(type.get()) > 0) H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, buf.data());
   }
@@ -68,15 +68,15 @@ std::vector<Shard> load_shards(const std::vector<std::string>& paths) {
     Shard s;
     s.path = p;
     s.abs_path = files::absolute_path(p);
-    s.info = cache::read_info(p, false);
+    s.info = io::cache::read_info(p, false);
     if (!s.info.complete) throw Error(Exit::data, p, "incomplete shard");
-    h5::Id f = h5::open_file(p);
-    auto job = h5::read_attr_string(f.get(), "job_fingerprint");
+    io::h5::Id f = io::h5::open_file(p);
+    auto job = io::h5::read_attr_string(f.get(), "job_fingerprint");
     if (!job) throw Error(Exit::data, p, "not a shard (no job_fingerprint; was it written with --shard?)");
     s.job = *job;
-    s.count = h5::read_attr_int(f.get(), "shard_count").value_or(0);
-    s.job_begin = h5::read_attr_int(f.get(), "job_row_start").value_or(0);
-    s.job_end = h5::read_attr_int(f.get(), "job_row_end").value_or(0);
+    s.count = io::h5::read_attr_int(f.get(), "shard_count").value_or(0);
+    s.job_begin = io::h5::read_attr_int(f.get(), "job_row_start").value_or(0);
+    s.job_end = io::h5::read_attr_int(f.get(), "job_row_end").value_or(0);
     shards.push_back(std::move(s));
   }
   return shards;
@@ -127,14 +127,14 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
   const int64_t rows = ref.job_end - ref.job_begin;
   files::TempPath tmp(o.out);
   {
-    h5::Id out = h5::create_temp_file(tmp);
-    h5::Id first = h5::open_file(ref.path);
+    io::h5::Id out = io::h5::create_temp_file(tmp);
+    io::h5::Id first = io::h5::open_file(ref.path);
     copy_attributes(first.get(), out.get());
     for (const char* a : {"shard_index", "shard_count", "job_row_start", "job_row_end"})
       if (H5Aexists(out.get(), a) > 0) H5Adelete(out.get(), a);
-    h5::write_attr(out.get(), "complete", int64_t{0});
-    h5::write_attr(out.get(), "rows", rows);
-    h5::write_attr(out.get(), "row_start", ref.job_begin);
+    io::h5::write_attr(out.get(), "complete", int64_t{0});
+    io::h5::write_attr(out.get(), "rows", rows);
+    io::h5::write_attr(out.get(), "row_start", ref.job_begin);
     nlohmann::json parts = nlohmann::json::array();
     for (const auto& s : shards) {
       parts.push_back({{"path", s.abs_path},
@@ -143,56 +143,56 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
                        {"rows", s.info.rows}});
     }
     nlohmann::json fp{{"job_fingerprint", ref.job}, {"shards", parts}};
-    h5::write_attr(out.get(), "fingerprint", sha256_hex(json_text(fp)));
-    h5::write_attr(out.get(), "fingerprint_json", json_text(fp));
-    h5::write_attr(out.get(), "merged_from", json_text(parts));
-    h5::write_attr(out.get(), "merge", std::string(o.copy ? "copy" : "virtual"));
+    io::h5::write_attr(out.get(), "fingerprint", sha256_hex(json_text(fp)));
+    io::h5::write_attr(out.get(), "fingerprint_json", json_text(fp));
+    io::h5::write_attr(out.get(), "merged_from", json_text(parts));
+    io::h5::write_attr(out.get(), "merge", std::string(o.copy ? "copy" : "virtual"));
 
     for (const auto& name : dataset_names(ref.info)) {
-      h5::Id src0 = h5::open_dataset(first.get(), ref.path, name);
-      auto di = h5::describe(src0.get(), name);
-      h5::Id ftype(H5Dget_type(src0.get()));
+      io::h5::Id src0 = io::h5::open_dataset(first.get(), ref.path, name);
+      auto di = io::h5::describe(src0.get(), name);
+      io::h5::Id ftype(H5Dget_type(src0.get()));
       std::vector<hsize_t> dims(di.shape.begin(), di.shape.end());
       dims[0] = static_cast<hsize_t>(rows);
-      h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-      h5::Id dcpl = h5::untimed_create_plist(H5P_DATASET_CREATE);
+      io::h5::Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+      io::h5::Id dcpl = io::h5::untimed_create_plist(H5P_DATASET_CREATE);
       int64_t row_bytes = static_cast<int64_t>(H5Tget_size(ftype.get())) * di.row_elements();
       if (o.copy) {
         std::vector<hsize_t> chunk = dims;
-        chunk[0] = static_cast<hsize_t>(cache::chunk_rows(row_bytes, rows));
+        chunk[0] = static_cast<hsize_t>(io::cache::chunk_rows(row_bytes, rows));
         H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
       } else {
         for (const auto& s : shards) {
           std::vector<hsize_t> off(dims.size(), 0), cnt = dims;
           off[0] = static_cast<hsize_t>(s.info.row_start - ref.job_begin);
           cnt[0] = static_cast<hsize_t>(s.info.rows);
-          h5::Id vspace(H5Scopy(space.get()));
+          io::h5::Id vspace(H5Scopy(space.get()));
           H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr);
-          h5::Id sspace(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr));
-          h5::check(H5Pset_virtual(dcpl.get(), vspace.get(), s.abs_path.c_str(), name.c_str(), sspace.get()),
-                    Exit::cant_create, o.out, "cannot map " + s.path);
+          io::h5::Id sspace(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr));
+          io::h5::check(H5Pset_virtual(dcpl.get(), vspace.get(), s.abs_path.c_str(), name.c_str(), sspace.get()),
+                        Exit::cant_create, o.out, "cannot map " + s.path);
         }
       }
-      h5::create_parent_groups(out.get(), name);
-      h5::Id d(H5Dcreate2(out.get(), name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-      h5::check(d.get(), Exit::cant_create, o.out, "cannot create " + name);
+      io::h5::create_parent_groups(out.get(), name);
+      io::h5::Id d(H5Dcreate2(out.get(), name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+      io::h5::check(d.get(), Exit::cant_create, o.out, "cannot create " + name);
       copy_attributes(src0.get(), d.get());
       if (!o.copy) continue;
       for (const auto& s : shards) {
-        h5::Id sf = h5::open_file(s.path);
-        h5::Id sd = h5::open_dataset(sf.get(), s.path, name);
-        h5::copy_rows(sd.get(), s.path + ": " + name, 0, d.get(), o.out + ": " + name, s.info.row_start - ref.job_begin,
-                      s.info.rows);
+        io::h5::Id sf = io::h5::open_file(s.path);
+        io::h5::Id sd = io::h5::open_dataset(sf.get(), s.path, name);
+        io::h5::copy_rows(sd.get(), s.path + ": " + name, 0, d.get(), o.out + ": " + name,
+                          s.info.row_start - ref.job_begin, s.info.rows);
       }
     }
     // Each shard's skipped rows, as rows of the merged cache (always a copy: a short list).
     std::vector<std::pair<int64_t, std::string>> skipped;
     for (const auto& s : shards)
-      for (auto& [row, why] : cache::read_skipped(s.path))
+      for (auto& [row, why] : io::cache::read_skipped(s.path))
         skipped.emplace_back(row + s.info.row_start - ref.job_begin, std::move(why));
-    cache::write_skipped(out.get(), skipped);
-    h5::write_attr(out.get(), "complete", int64_t{1});
-    h5::close_file(out, o.out);
+    io::cache::write_skipped(out.get(), skipped);
+    io::h5::write_attr(out.get(), "complete", int64_t{1});
+    io::h5::close_file(out, o.out);
   }
   tmp.publish();
 }

@@ -42,7 +42,7 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
   Fingerprint f;
   json& fp = f.doc;
-  fp["format_version"] = cache::kFormatVersion;
+  fp["format_version"] = io::cache::kFormatVersion;
   // No path: the inputs count by their content (names relative to the input and bytes), so the same
   // files named another way ('shards/*.tar' for '{0..4}.tar') or moved elsewhere are up to date.
   for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
@@ -50,7 +50,7 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);
   fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
   if (in.keys) fp["input"]["keys"]["name"] = keys_name(opts);
-  if (const image::Spec* spec = in.preprocess())
+  if (const io::image::Spec* spec = in.preprocess())
     for (const auto& [k, v] : spec->describe()) fp["preprocess"][k] = v;
   fp["input"]["rows"] = {plan.begin, plan.end};
   fp["input"]["content_xxh3"] = content.hex_digest();
@@ -86,9 +86,9 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
 Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
   struct stat st;
   if (stat(out.c_str(), &st) != 0 || opts.force) return {};
-  std::optional<cache::CacheInfo> old;
+  std::optional<io::cache::CacheInfo> old;
   try {
-    old = cache::read_info(out, false);
+    old = io::cache::read_info(out, false);
   } catch (const Error&) {
     throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
   }

@@ -32,7 +32,7 @@ struct Fingerprint {
 // The cache already at the output: up to date (this fingerprint), or to update (--update, and only
 // the input's data changed); neither when there is none (or --force).
 struct Existing {
-  std::optional<cache::CacheInfo> up_to_date, to_update;
+  std::optional<io::cache::CacheInfo> up_to_date, to_update;
 };
 
 // A fill up to the encoders: what prepare_fill decided, and the result so far.

@@ -15,7 +15,7 @@ namespace {
 // Feeds each row of [a, b) of `col` to its own digest. Numeric columns are read in blocks and each
 // row's bytes digested; images, strings and token sequences digest as Column::digest does one row
 // (an image file's name and bytes, a string, a sequence's values), never decoded.
-void digest_rows(const source::Column& col, int64_t a, int64_t b, std::vector<ContentHash>& hashes) {
+void digest_rows(const io::source::Column& col, int64_t a, int64_t b, std::vector<ContentHash>& hashes) {
   const auto& ci = col.info();
   const bool numeric = !col.preprocess() && !ci.ragged && ci.dtype != DType::string && ci.dtype != DType::other;
   if (!numeric) {
@@ -70,7 +70,7 @@ json row_digest_inputs(const Inputs& in) {
   return j;
 }
 
-std::vector<std::string> key_bytes(const source::Column& col, int64_t a, int64_t b) {
+std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b) {
   constexpr int64_t kBlock = 65536;
   std::vector<std::string> out;
   out.reserve(static_cast<std::size_t>(b - a));
@@ -89,17 +89,17 @@ std::vector<std::string> key_bytes(const source::Column& col, int64_t a, int64_t
   return out;
 }
 
-Update::Update(const cache::CacheInfo& old, RowIdentity now) : old_(old) {
+Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
   RowIdentity was;
-  was.digests = cache::read_row_digests(old.path);
+  was.digests = io::cache::read_row_digests(old.path);
   if (old.keys_source && !now.keys.empty())
-    was.keys = key_bytes(*source::open_column(old.path, "keys"), 0, old.rows);
+    was.keys = key_bytes(*io::source::open_column(old.path, "keys"), 0, old.rows);
   else
     now.keys.clear();  // one side without keys: both by position
   std::vector<int64_t> skipped;
-  for (const auto& [row, why] : cache::read_skipped(old.path)) skipped.push_back(row);
+  for (const auto& [row, why] : io::cache::read_skipped(old.path)) skipped.push_back(row);
   plan_ = match_rows(was, skipped, now);
-  for (const auto& e : old.embeddings) embeddings_[e.name] = source::open_column(old.path, "embeddings/" + e.name);
+  for (const auto& e : old.embeddings) embeddings_[e.name] = io::source::open_column(old.path, "embeddings/" + e.name);
 }
 
 std::map<std::string, JournalEncoder> Update::encoders() const {
@@ -116,7 +116,7 @@ std::map<std::string, JournalEncoder> Update::encoders() const {
 }
 
 torch::Tensor Update::rows(const std::string& name, int64_t first, int64_t count) const {
-  const source::Column& col = *embeddings_.at(name);
+  const io::source::Column& col = *embeddings_.at(name);
   std::vector<int64_t> rows(plan_.source.begin() + first, plan_.source.begin() + first + count);
   std::vector<int64_t> shape = col.info().shape;
   shape[0] = count;

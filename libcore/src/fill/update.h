@@ -26,7 +26,7 @@ nlohmann::json row_digest_inputs(const Inputs& in);
 
 /// Rows [a, b) of a key column as the bytes that identify them: strings as they are, numbers as
 /// their values' bytes.
-std::vector<std::string> key_bytes(const source::Column& col, int64_t a, int64_t b);
+std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b);
 
 /// An update of the cache at `path` to a new input: which of its rows each new row keeps, and the
 /// cache's embeddings to copy them from.
@@ -34,10 +34,10 @@ class Update {
  public:
   /// `now` holds the new rows' digests and, when the input has keys, their keys. Error(data) when
   /// the cache's keys or digests cannot be read.
-  Update(const cache::CacheInfo& old, RowIdentity now);
+  Update(const io::cache::CacheInfo& old, RowIdentity now);
 
   const UpdatePlan& plan() const { return plan_; }
-  const cache::CacheInfo& old() const { return old_; }
+  const io::cache::CacheInfo& old() const { return old_; }
 
   /// What the cache's rows were encoded with, as a journal records it (row shape, inference and
   /// the first batch's differences): the encoders of a run that starts with copied rows.
@@ -51,9 +51,9 @@ class Update {
   int64_t copied_rows(const std::vector<std::pair<int64_t, int64_t>>& units) const;
 
  private:
-  cache::CacheInfo old_;
+  io::cache::CacheInfo old_;
   UpdatePlan plan_;
-  std::map<std::string, std::shared_ptr<const source::Column>> embeddings_;
+  std::map<std::string, std::shared_ptr<const io::source::Column>> embeddings_;
 };
 
 }  // namespace traincache::fill

@@ -18,7 +18,7 @@ namespace traincache::fill {
 namespace {
 
 // The rows `rows` of text input `key`, tokenized as the cache records: ids, mask, type ids.
-std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::string& key, const std::string& input,
+std::vector<torch::Tensor> text_args(const io::cache::CacheInfo& info, const std::string& key, const std::string& input,
                                      const std::vector<int64_t>& rows) {
   auto it = std::find_if(info.text.begin(), info.text.end(), [&](const auto& t) { return t.key == key; });
   if (it == info.text.end()) throw Error(Exit::data, info.path, "text input '" + key + "' is not described");
@@ -29,9 +29,9 @@ std::vector<torch::Tensor> text_args(const cache::CacheInfo& info, const std::st
   text::TokenizeOptions opts;
   opts.max_length = it->max_length;
   opts.strict_utf8 = it->strict_utf8;
-  source::FileOptions files;
+  io::source::FileOptions files;
   files.strict_utf8 = it->strict_utf8;
-  auto col = source::open_column(input, it->field, files, source::Role::text);
+  auto col = io::source::open_column(input, it->field, files, io::source::Role::text);
   if (col->info().rows() < info.row_start + info.rows)
     throw Error(Exit::data, input, "field '" + it->field + "' has fewer rows than the cache was built from");
   std::vector<std::string> texts;
@@ -51,27 +51,27 @@ std::vector<int64_t> sample_rows(int64_t samples, int64_t rows, uint64_t seed) {
 
 // The input to re-encode from (--input, else the recorded one); a slab, or an input of another
 // kind than the cache was built from, is refused.
-std::string verify_input(const VerifyOptions& opts, const cache::CacheInfo& info) {
+std::string verify_input(const VerifyOptions& opts, const io::cache::CacheInfo& info) {
   std::string input = opts.input.empty() ? info.input_path : opts.input;
   if (input.rfind("shm:", 0) == 0)
     throw Error(Exit::usage, opts.cache,
                 "built from slab " + input + "; give the same data as an HDF5 file with --input");
-  if (!info.input_kind.empty() && source::kind_name(source::kind_of(input)) != info.input_kind)
+  if (!info.input_kind.empty() && io::source::kind_name(io::source::kind_of(input)) != info.input_kind)
     throw Error(Exit::usage, input,
-                std::string("is a ") + source::kind_name(source::kind_of(input)) +
+                std::string("is a ") + io::source::kind_name(io::source::kind_of(input)) +
                     " input but the cache was built from a " + info.input_kind + " one");
   return input;
 }
 
 // Rows `rows` of encoder e's numeric features, read and preprocessed as the fill fed them.
-std::vector<torch::Tensor> feature_args(const cache::CacheInfo& info, const cache::EmbeddingInfo& e,
+std::vector<torch::Tensor> feature_args(const io::cache::CacheInfo& info, const io::cache::EmbeddingInfo& e,
                                         const std::string& input, const std::vector<int64_t>& rows) {
   std::vector<torch::Tensor> args;
-  source::FileOptions files;
-  files.preprocess = image::spec_from(info.preprocess);
+  io::source::FileOptions files;
+  files.preprocess = io::image::spec_from(info.preprocess);
   for (const auto& f : e.features) {
-    auto col = source::open_column(input, f, files, source::Role::images);
-    source::require_numeric_input(col->info(), input);
+    auto col = io::source::open_column(input, f, files, io::source::Role::images);
+    io::source::require_numeric_input(col->info(), input);
     if (col->info().rows() < info.row_start + info.rows)
       throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
     std::vector<torch::Tensor> read;
@@ -96,8 +96,9 @@ void compare_rows(const torch::Tensor& got, const torch::Tensor& want, const std
 }
 
 // Encoder e of the cache re-run on rows `rows` of `input` and compared with what the cache holds.
-EncoderVerdict verify_encoder(const VerifyOptions& opts, const cache::CacheInfo& info, const cache::EmbeddingInfo& e,
-                              const std::string& input, const std::vector<int64_t>& rows, torch::Device device) {
+EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheInfo& info,
+                              const io::cache::EmbeddingInfo& e, const std::string& input,
+                              const std::vector<int64_t>& rows, torch::Device device) {
   EncoderVerdict v;
   v.name = e.name;
   auto it = opts.encoders.find(e.name);
@@ -119,7 +120,7 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const cache::CacheInfo&
   if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
   const int64_t k = static_cast<int64_t>(rows.size());
   torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
-  std::vector<float> cached = cache::read_embedding_rows(opts.cache, e.name, rows);
+  std::vector<float> cached = io::cache::read_embedding_rows(opts.cache, e.name, rows);
   torch::Tensor want =
       torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
                        torch::kFloat32)
@@ -134,14 +135,14 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   if (opts.samples <= 0) throw Error(Exit::usage, "--verify", "the number of rows must be positive");
   torch::Device device = model::parse_device(opts.device);
   model::configure_threads(opts.threads);
-  cache::CacheInfo info = cache::read_info(opts.cache, false);
+  io::cache::CacheInfo info = io::cache::read_info(opts.cache, false);
   if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
   if (info.embeddings.empty())
     throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
   for (const auto& [name, path] : opts.encoders)
     if (std::none_of(info.embeddings.begin(), info.embeddings.end(), [&](const auto& e) { return e.name == name; }))
       throw Error(Exit::usage, "--encoder",
-                  "the cache has no encoder named '" + name + "' (have: " + cache::encoder_names(info) + ")");
+                  "the cache has no encoder named '" + name + "' (have: " + io::cache::encoder_names(info) + ")");
 
   VerifyReport rep;
   rep.path = opts.cache;

@@ -23,7 +23,7 @@
 #include "traincache/io/npy.h"
 #include "traincache/io/source.h"
 
-namespace traincache::cache {
+namespace traincache::io::cache {
 
 namespace {
 
@@ -229,4 +229,4 @@ ExportResult export_npy(const ExportOptions& o) {
   return r;
 }
 
-}  // namespace traincache::cache
+}  // namespace traincache::io::cache

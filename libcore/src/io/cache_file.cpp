@@ -20,7 +20,7 @@
 #include "traincache/base/json_text.h"
 #include "traincache/io/h5.h"
 
-namespace traincache::cache {
+namespace traincache::io::cache {
 
 namespace {
 
@@ -673,4 +673,4 @@ void assemble(const AssemblySpec& spec) {
   tmp.publish();  // fsync, then rename: a reader sees no file or a complete one
 }
 
-}  // namespace traincache::cache
+}  // namespace traincache::io::cache

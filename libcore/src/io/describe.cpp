@@ -5,7 +5,7 @@
 
 #include "traincache/base/format.h"
 
-namespace traincache::describe {
+namespace traincache::io::describe {
 
 namespace {
 
@@ -240,4 +240,4 @@ report::Record slab_record(const slab::SlabInfo& i, const slab::SlotCounts* c) {
   return r;
 }
 
-}  // namespace traincache::describe
+}  // namespace traincache::io::describe

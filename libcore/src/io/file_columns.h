@@ -22,7 +22,7 @@
 #include "traincache/io/source.h"
 #include "traincache/text/tokenizer.h"
 
-namespace traincache::source {
+namespace traincache::io::source {
 
 // A whole input file (symbolic links followed: datasets are often linked into place); anything
 // but a regular file is refused without blocking.
@@ -284,4 +284,4 @@ inline std::vector<std::string> utf8_names(std::vector<std::string> names, bool 
   return names;
 }
 
-}  // namespace traincache::source
+}  // namespace traincache::io::source

@@ -28,7 +28,7 @@
 
 namespace fs = std::filesystem;
 
-namespace traincache::source {
+namespace traincache::io::source {
 
 namespace {
 
@@ -436,4 +436,4 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
 }
 
-}  // namespace traincache::source
+}  // namespace traincache::io::source

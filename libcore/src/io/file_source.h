@@ -6,7 +6,7 @@
 
 #include "traincache/io/source.h"
 
-namespace traincache::source {
+namespace traincache::io::source {
 
 /// Column `name` ("image", "label" or "path") of the image folder `dir`.
 std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::string& name, const FileOptions& files);
@@ -23,4 +23,4 @@ std::vector<std::string> brace_expansion(const std::string& pattern);
 std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::string& name, Role role,
                                         const FileOptions& files);
 
-}  // namespace traincache::source
+}  // namespace traincache::io::source

@@ -11,7 +11,7 @@
 #include <climits>
 #include <cstring>
 
-namespace traincache::h5 {
+namespace traincache::io::h5 {
 
 namespace {
 std::atomic<bool> g_print_stack{false};
@@ -608,4 +608,4 @@ std::vector<std::string> list_group(hid_t file, const std::string& path) {
   return names;
 }
 
-}  // namespace traincache::h5
+}  // namespace traincache::io::h5

@@ -15,7 +15,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
 
-namespace traincache::image {
+namespace traincache::io::image {
 
 namespace {
 
@@ -539,4 +539,4 @@ void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out) {
   resize_and_crop(img, spec, [out](int, std::size_t i, uint8_t sample) { out[i] = sample; });
 }
 
-}  // namespace traincache::image
+}  // namespace traincache::io::image

@@ -19,7 +19,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 
-namespace traincache::npy {
+namespace traincache::io::npy {
 
 namespace {
 
@@ -363,4 +363,4 @@ std::unique_ptr<source::Column> open_npz_member(const std::string& path, const s
   return std::make_unique<NpzColumn>(path, name);
 }
 
-}  // namespace traincache::npy
+}  // namespace traincache::io::npy

@@ -7,7 +7,7 @@
 #include "traincache/base/error.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache {
+namespace traincache::io {
 
 namespace {
 
@@ -97,4 +97,4 @@ void hash_slab_rows(const slab::Slab& slab, int64_t a, int64_t b, ContentHash& h
   }
 }
 
-}  // namespace traincache
+}  // namespace traincache::io

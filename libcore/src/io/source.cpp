@@ -19,7 +19,7 @@
 #include "traincache/io/row_digest.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::source {
+namespace traincache::io::source {
 
 namespace {
 
@@ -377,4 +377,4 @@ void require_numeric_input(const ColumnInfo& info, const std::string& file) {
     throw Error(Exit::data, file, "dataset '" + info.name + "' is a scalar; expected [rows, ...]");
 }
 
-}  // namespace traincache::source
+}  // namespace traincache::io::source

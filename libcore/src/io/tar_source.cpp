@@ -16,7 +16,7 @@
 #include "file_columns.h"
 #include "file_source.h"
 
-namespace traincache::source {
+namespace traincache::io::source {
 
 namespace {
 
@@ -584,4 +584,4 @@ std::unique_ptr<Column> open_tar_column(const std::string& pattern, const std::s
   return std::make_unique<TarColumn<StringColumn>>(tar, Kind::tar, pattern, name, std::move(values), replaced);
 }
 
-}  // namespace traincache::source
+}  // namespace traincache::io::source

@@ -273,10 +273,10 @@ void to_float32(DType t, const void* in, float* out, std::size_t n) {
 namespace {
 
 // Rows of `col` read by `fill` (count rows into a buffer of the column's layout), converted.
-torch::Tensor convert_rows(const source::Column& col, int64_t count, double scale,
+torch::Tensor convert_rows(const io::source::Column& col, int64_t count, double scale,
                            const std::function<void(void*)>& fill) {
   const auto& ci = col.info();
-  source::require_numeric_input(ci, col.path());
+  io::source::require_numeric_input(ci, col.path());
   std::vector<int64_t> shape = ci.shape;
   shape[0] = count;
   const std::size_t n = static_cast<std::size_t>(count * ci.row_elements());
@@ -303,11 +303,11 @@ torch::Tensor convert_rows(const source::Column& col, int64_t count, double scal
 
 torch::Dtype converted_type(DType t) { return is_integer(t) && t != DType::u8 ? torch::kInt64 : torch::kFloat32; }
 
-torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale) {
+torch::Tensor read_column_rows(const io::source::Column& col, int64_t start, int64_t count, double scale) {
   return convert_rows(col, count, scale, [&](void* out) { col.read(start, count, out); });
 }
 
-torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale) {
+torch::Tensor read_column_rows(const io::source::Column& col, const std::vector<int64_t>& rows, double scale) {
   return convert_rows(col, static_cast<int64_t>(rows.size()), scale, [&](void* out) { col.read_rows(rows, out); });
 }
 

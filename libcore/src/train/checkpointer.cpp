@@ -65,7 +65,7 @@ void Checkpointer::save(int64_t step, const std::vector<torch::Tensor>& params, 
 std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, const RowSplit& split) {
   json config = m.config;
   config["mode"] = m.mode;
-  config["data"] = s.cached ? canonical(o.cache) : source::recorded_path(o.data);
+  config["data"] = s.cached ? canonical(o.cache) : io::source::recorded_path(o.data);
   config["loss"] = {similarity_choices().name(o.similarity), o.temperature, o.symmetric};
   const ObjectiveSpec& obj = s.objective;
   if (obj.kind != Objective::infonce && obj.kind != Objective::supcon)  // as before objectives existed
@@ -83,10 +83,10 @@ std::string checkpoint_config(const TrainOptions& o, const Setup& s, Models& m, 
   if (!s.cached) {  // a cache has a content fingerprint; raw files are told apart by size and time
     json stamps = json::object();
     for (const std::string* f : {&o.data, &o.eval_data}) {
-      if (f->empty() || source::kind_of(*f) == source::Kind::shm) continue;
+      if (f->empty() || io::source::kind_of(*f) == io::source::Kind::shm) continue;
       // Tar shards: every shard the pattern names.
-      const auto paths =
-          source::kind_of(*f) == source::Kind::tar ? source::expand_shards(*f) : std::vector<std::string>{*f};
+      const auto paths = io::source::kind_of(*f) == io::source::Kind::tar ? io::source::expand_shards(*f)
+                                                                          : std::vector<std::string>{*f};
       for (const auto& p : paths) {
         std::error_code size_ec, time_ec;
         const auto bytes = fs::file_size(p, size_ec);

@@ -21,8 +21,8 @@ namespace traincache::train {
 namespace {
 
 torch::Tensor read_all(const std::string& path, const std::string& ds, double scale, torch::Device device,
-                       torch::Dtype float_type, const source::FileOptions& files = {}) {
-  return load_whole(*source::open_column(path, ds, files, source::Role::images), scale, device, float_type);
+                       torch::Dtype float_type, const io::source::FileOptions& files = {}) {
+  return load_whole(*io::source::open_column(path, ds, files, io::source::Role::images), scale, device, float_type);
 }
 
 // Rows `idx` of every dataset (`keys`: their SmartCache keys, in a training batch).
@@ -35,10 +35,10 @@ std::vector<torch::Tensor> gather(const std::vector<Rows>& ts, const torch::Tens
 
 // A dataset of `path`: loaded whole, or with `stream` opened for per-batch reads.
 Rows open_rows(const std::string& path, const std::string& ds, double scale, torch::Device device,
-               torch::Dtype float_type, bool stream, const source::FileOptions& files = {}) {
+               torch::Dtype float_type, bool stream, const io::source::FileOptions& files = {}) {
   Rows r;
-  auto col = source::open_column(path, ds, files, source::Role::images);
-  source::require_numeric_input(col->info(), path);
+  auto col = io::source::open_column(path, ds, files, io::source::Role::images);
+  io::source::require_numeric_input(col->info(), path);
   r.held = Rows::Streamed{std::move(col)};
   r.scale = scale;
   r.float_type = float_type;
@@ -55,7 +55,7 @@ std::vector<torch::Tensor> token_inputs(const TextSide& t, const std::vector<int
 }
 
 // The element type and row shape a streamed column's converted rows have in a slab.
-DType converted_slab_type(const source::ColumnInfo& ci, std::vector<uint64_t>* dims) {
+DType converted_slab_type(const io::source::ColumnInfo& ci, std::vector<uint64_t>* dims) {
   for (std::size_t i = 1; i < ci.shape.size(); ++i) dims->push_back(static_cast<uint64_t>(ci.shape[i]));
   return model::converted_type(ci.dtype) == torch::kLong ? DType::i64 : DType::f32;
 }
@@ -70,7 +70,7 @@ void attach_data_cache(const TrainOptions& o, const std::string& file, const std
   const std::string on_disk = file.empty() ? ds : file;  // a .npy file names itself
   std::string parts = canonical(on_disk) + '\0' + ds + '\0' + dtype_name(ci.dtype) + '\0' + std::to_string(r.scale) +
                       '\0' + file_stamp(on_disk);
-  if (const image::Spec* spec = st.col->preprocess())
+  if (const io::image::Spec* spec = st.col->preprocess())
     for (const auto& [k, v] : spec->describe()) parts += k + '=' + v + '\0';
   if (o.data_cache.mode == data_cache::Mode::smart) {
     r.held = Rows::Windowed{st, parts, nullptr};
@@ -122,7 +122,7 @@ uint64_t available_memory() {
 uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
 
 // uint8 rows (images) as they are stored, on `device`: a quarter of float32's memory there.
-torch::Tensor load_stored_u8(const source::Column& col, torch::Device device) {
+torch::Tensor load_stored_u8(const io::source::Column& col, torch::Device device) {
   const auto& ci = col.info();
   require_memory("reading " + std::to_string(ci.rows()) + " rows of '" + ci.name + "'",
                  std::max<uint64_t>(1, static_cast<uint64_t>(ci.rows() * ci.row_elements())), 1);
@@ -141,16 +141,16 @@ torch::Tensor from_stored_u8(const torch::Tensor& t, double scale, torch::Dtype 
 }  // namespace
 
 // Every row of `col`, converted, on `device`.
-torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type) {
+torch::Tensor load_whole(const io::source::Column& col, double scale, torch::Device device, torch::Dtype float_type) {
   auto t = model::read_column_rows(col, 0, col.info().rows(), scale);
   if (t.is_floating_point()) t = t.to(float_type);
   return t.to(device);
 }
 
 // One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
-torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const io::source::FileOptions& files,
                           std::string& warning) {
-  auto col = source::open_column(path, ds, files, source::Role::labels);
+  auto col = io::source::open_column(path, ds, files, io::source::Role::labels);
   warning = col->warning();
   const auto& ci = col->info();
   if (!is_integer(ci.dtype) || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
@@ -271,7 +271,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
     for (const auto& n : negs) {
       side->negatives.push_back(load(n));
       // A manifest's path field holds one hard negative per row: [rows, 1, C, H, W].
-      if (source::kind_of(file) == source::Kind::manifest) {
+      if (io::source::kind_of(file) == io::source::Kind::manifest) {
         side->negatives.back().one_per_row();
       }
     }
@@ -304,13 +304,13 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
 Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
                  std::string* fingerprint) {
   Data d;
-  auto cinfo = cache::read_info(path, false);
+  auto cinfo = io::cache::read_info(path, false);
   if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
   if (fingerprint) *fingerprint = cinfo.fingerprint;
   auto read_emb = [&](const std::string& name) {
     if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
       throw Error(Exit::data, path,
-                  "no encoder named '" + name + "' in the cache (have: " + cache::encoder_names(cinfo) + ")");
+                  "no encoder named '" + name + "' in the cache (have: " + io::cache::encoder_names(cinfo) + ")");
     auto dev_it = o.cache_devices.find(name);
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device

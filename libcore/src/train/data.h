@@ -28,7 +28,7 @@ struct TextSide;
 
 // One side of the training pairs (the queries, or the passages with their hard negatives),
 // whatever holds its rows. Every stage reads a side through this one interface, as every reader
-// of a file reads a source::Column: tensor datasets (`TensorSide`: each dataset's `Rows` loaded
+// of a file reads a io::source::Column: tensor datasets (`TensorSide`: each dataset's `Rows` loaded
 // whole, streamed, or streamed through a data cache or a SmartCache window) or token sequences
 // (`TextSide`: tokenized in this process, read from a ragged slab, or shared in a sealed slab).
 class Side {
@@ -84,7 +84,7 @@ struct TextSide final : Side {
 };
 
 std::vector<int64_t> row_list(const torch::Tensor& idx);
-torch::Tensor load_whole(const source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
+torch::Tensor load_whole(const io::source::Column& col, double scale, torch::Device device, torch::Dtype float_type);
 
 // How a dataset's rows are held (Rows::held). Loaded whole and shaped, converted (uint8 rows: as
 // stored, converted a batch at a time by the same rule):
@@ -93,7 +93,7 @@ struct LoadedRows {
 };
 // Read from the column a batch at a time:
 struct StreamedRows {
-  std::shared_ptr<const source::Column> col;
+  std::shared_ptr<const io::source::Column> col;
   bool one_per_row = false;  // a manifest's path field of negatives: [rows, 1, ...]
   bool flat = false;         // cached embeddings: each row as one vector [rows, d]
 };
@@ -193,7 +193,7 @@ struct Data {
 std::vector<const Side*> sides(const Data& d);
 std::vector<Side*> sides(Data& d);
 /// One integer label per row of dataset `ds` of `path`, as int64 on the CPU.
-torch::Tensor read_labels(const std::string& path, const std::string& ds, const source::FileOptions& files,
+torch::Tensor read_labels(const std::string& path, const std::string& ds, const io::source::FileOptions& files,
                           std::string& warning);
 /// Error(data) unless datasets `a` and `b` of `path` have as many rows.
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb);

@@ -24,7 +24,7 @@ void fill_shared(slab::Slab& slab, hid_t d, const std::string& cache, int64_t ro
       for (int64_t i = 0; i < n && !missing; ++i) missing = slab.state(uint64_t(s + i)) == slab::SlotState::empty;
       if (!missing) continue;
       buf.resize(static_cast<std::size_t>(n * dim));
-      h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+      io::h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
       for (int64_t i = 0; i < n; ++i) slab.set(uint64_t(s + i), buf.data() + i * dim, dim * sizeof(float));
     }
     auto c = slab.counts();
@@ -48,7 +48,7 @@ void compare_with_cache(const slab::Slab& slab, hid_t d, const std::string& cach
   for (int64_t s = 0; s < rows; s += kBlock) {
     int64_t n = std::min(kBlock, rows - s);
     buf.resize(static_cast<std::size_t>(n * dim));
-    h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
+    io::h5::read_rows(d, cache, s, n, H5T_NATIVE_FLOAT, buf.data());
     if (std::memcmp(items + s * dim * sizeof(float), buf.data(), buf.size() * sizeof(float)) != 0)
       throw Error(Exit::data, slab.info().name,
                   "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + slab.info().name + ")");
@@ -63,10 +63,10 @@ void compare_with_cache(const slab::Slab& slab, hid_t d, const std::string& cach
 // later ones check the digest. Returns a zero-copy [rows, dim] float32 view of the slab.
 torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
                                 const std::string& fingerprint, const std::string& name, int64_t rows) {
-  h5::Id f = h5::open_file(cache);
+  io::h5::Id f = io::h5::open_file(cache);
   std::string dpath = "/embeddings/" + name;
-  h5::Id d = h5::open_dataset(f.get(), cache, dpath);
-  auto di = h5::describe(d.get(), dpath);
+  io::h5::Id d = io::h5::open_dataset(f.get(), cache, dpath);
+  auto di = io::h5::describe(d.get(), dpath);
   const int64_t dim = di.row_elements();
   slab::CreateOptions c;
   c.name = shm_name + "-" + name;

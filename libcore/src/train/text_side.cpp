@@ -11,9 +11,9 @@ namespace {
 // The texts of field `field` of `file` and how many each row holds (1, or k for lists).
 std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
                                     bool lists, int64_t& per_row, int64_t& replaced) {
-  source::FileOptions files = o.files;
+  io::source::FileOptions files = o.files;
   files.strict_utf8 = o.tokenize.strict_utf8;
-  auto col = source::open_column(file, field, files, source::Role::text);
+  auto col = io::source::open_column(file, field, files, io::source::Role::text);
   const auto& ci = col->info();
   if (ci.dtype != DType::string || ci.shape.size() > (lists ? 2u : 1u))
     throw Error(Exit::data, file,
@@ -114,9 +114,10 @@ std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const
 // stored, padded per batch and chunk like text. Nothing for other datasets.
 std::unique_ptr<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
                                       const std::vector<std::string>& fields, bool negatives) {
-  if (fields.size() != 1 || source::kind_of(source::names_own_file(fields[0]) ? fields[0] : file) != source::Kind::shm)
+  if (fields.size() != 1 ||
+      io::source::kind_of(io::source::names_own_file(fields[0]) ? fields[0] : file) != io::source::Kind::shm)
     return nullptr;
-  auto col = source::open_column(file, fields[0], o.files);
+  auto col = io::source::open_column(file, fields[0], o.files);
   if (!col->info().ragged) return nullptr;
   if (negatives)
     throw Error(Exit::usage, "--negatives",

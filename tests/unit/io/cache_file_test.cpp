@@ -31,11 +31,11 @@ void write_raw(const std::string& path, const void* data, std::size_t n) {
 
 // An input file with labels (int64) and keys (int64) for 5 rows.
 void write_input(const std::string& path) {
-  h5::Id f = h5::create_file(path);
+  io::h5::Id f = io::h5::create_file(path);
   for (const char* name : {"labels", "keys"}) {
     hsize_t dims[1] = {5};
-    h5::Id space(H5Screate_simple(1, dims, nullptr));
-    h5::Id d(H5Dcreate2(f.get(), name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    io::h5::Id space(H5Screate_simple(1, dims, nullptr));
+    io::h5::Id d(H5Dcreate2(f.get(), name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     int64_t labels[5] = {1, 0, 1, 1, 2}, keys[5] = {100, 101, 102, 103, 104};
     H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, std::string(name) == "labels" ? labels : keys);
   }
@@ -43,16 +43,16 @@ void write_input(const std::string& path) {
 
 // A 4-row cache from input rows 1..5 with a [4,3] float32 embedding whose row r is (r, 0, 0)
 // except row 2 = (3, 4, 0): norms 0, 1, 5, 3.
-cache::AssemblySpec small_spec(const std::string& dir, const std::string& out) {
+io::cache::AssemblySpec small_spec(const std::string& dir, const std::string& out) {
   std::vector<float> emb = {0, 0, 0, 1, 0, 0, 3, 4, 0, 3, 0, 0};
   write_raw(dir + "emb.raw", emb.data(), emb.size() * sizeof(float));
   write_input(dir + "input.h5");
-  cache::AssemblySpec spec;
+  io::cache::AssemblySpec spec;
   spec.out_path = out;
   spec.rows = 4;
   spec.row_start = 1;
-  spec.labels = source::open_column(dir + "input.h5", "labels");
-  spec.keys = source::open_column(dir + "input.h5", "keys");
+  spec.labels = io::source::open_column(dir + "input.h5", "labels");
+  spec.keys = io::source::open_column(dir + "input.h5", "keys");
   spec.root_attrs = {{"fingerprint", std::string("f00d")}, {"input_scale", 0.5}};
   spec.embeddings.push_back({"enc", dir + "emb.raw", {3}, DType::f32, {{"inference", std::string("plain")}}});
   return spec;
@@ -62,9 +62,9 @@ cache::AssemblySpec small_spec(const std::string& dir, const std::string& out) {
 
 CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info describes", "[cache]") {
   auto spec = small_spec("", "cache_test_a.h5");
-  cache::assemble(spec);
-  auto info = cache::read_info("cache_test_a.h5");
-  CATCH_CHECK(info.format_version == cache::kFormatVersion);
+  io::cache::assemble(spec);
+  auto info = io::cache::read_info("cache_test_a.h5");
+  CATCH_CHECK(info.format_version == io::cache::kFormatVersion);
   CATCH_CHECK(info.complete);
   CATCH_CHECK(info.rows == 4);
   CATCH_CHECK(info.row_start == 1);
@@ -78,20 +78,20 @@ CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info des
   CATCH_REQUIRE(info.labels);
   // Labels are the input's rows 1..5: {0, 1, 1, 2}.
   CATCH_CHECK(info.labels->counts == std::map<int64_t, int64_t>{{0, 1}, {1, 2}, {2, 1}});
-  CATCH_CHECK(cache::check("cache_test_a.h5").ok());
-  CATCH_CHECK_FALSE(h5::exists(h5::open_file("cache_test_a.h5").get(), "/nothing"));
+  CATCH_CHECK(io::cache::check("cache_test_a.h5").ok());
+  CATCH_CHECK_FALSE(io::h5::exists(io::h5::open_file("cache_test_a.h5").get(), "/nothing"));
 }
 
 CATCH_TEST_CASE("cache file: the same spec gives byte-identical files", "[cache]") {
-  cache::assemble(small_spec("", "cache_test_b1.h5"));
-  cache::assemble(small_spec("", "cache_test_b2.h5"));
+  io::cache::assemble(small_spec("", "cache_test_b1.h5"));
+  io::cache::assemble(small_spec("", "cache_test_b2.h5"));
   CATCH_CHECK(slurp("cache_test_b1.h5") == slurp("cache_test_b2.h5"));
   CATCH_CHECK_FALSE(slurp("cache_test_b1.h5").empty());
 }
 
 CATCH_TEST_CASE("cache file: stats are the row-norm moments", "[cache]") {
-  cache::assemble(small_spec("", "cache_test_c.h5"));
-  auto st = cache::compute_stats("cache_test_c.h5");
+  io::cache::assemble(small_spec("", "cache_test_c.h5"));
+  auto st = io::cache::compute_stats("cache_test_c.h5");
   CATCH_REQUIRE(st.size() == 1);
   // norms 0, 1, 5, 3: mean 2.25, population std sqrt(35/4 - 2.25^2)
   CATCH_CHECK(st[0].norm_mean == Approx(2.25).epsilon(1e-12));
@@ -102,31 +102,31 @@ CATCH_TEST_CASE("cache file: stats are the row-norm moments", "[cache]") {
 }
 
 CATCH_TEST_CASE("cache file: head rows carry keys, labels and values", "[cache]") {
-  cache::assemble(small_spec("", "cache_test_d.h5"));
-  auto rows = cache::read_head("cache_test_d.h5", 10);
+  io::cache::assemble(small_spec("", "cache_test_d.h5"));
+  auto rows = io::cache::read_head("cache_test_d.h5", 10);
   CATCH_REQUIRE(rows.size() == 4);
   CATCH_CHECK(rows[2].key == "103");
   CATCH_CHECK(rows[2].label.value() == "1");
   CATCH_CHECK(rows[2].embeddings.at("enc") == std::vector<float>{3, 4, 0});
-  auto picked = cache::read_embedding_rows("cache_test_d.h5", "enc", {3, 0});
+  auto picked = io::cache::read_embedding_rows("cache_test_d.h5", "enc", {3, 0});
   CATCH_CHECK(picked == std::vector<float>{3, 0, 0, 0, 0, 0});
 }
 
 CATCH_TEST_CASE("cache file: check reports incomplete and non-finite caches", "[cache]") {
-  cache::assemble(small_spec("", "cache_test_e.h5"));
+  io::cache::assemble(small_spec("", "cache_test_e.h5"));
   {
-    h5::Id f = h5::open_file("cache_test_e.h5", true);
-    h5::write_attr(f.get(), "complete", int64_t{0});
+    io::h5::Id f = io::h5::open_file("cache_test_e.h5", true);
+    io::h5::write_attr(f.get(), "complete", int64_t{0});
   }
-  auto rep = cache::check("cache_test_e.h5");
+  auto rep = io::cache::check("cache_test_e.h5");
   CATCH_REQUIRE(rep.problems.size() == 1);
   CATCH_CHECK(rep.problems[0] == "incomplete (complete attribute is not 1)");
 
   auto spec = small_spec("", "cache_test_f.h5");
   std::vector<float> emb = {0, NAN, 0, 1, 0, 0, INFINITY, 4, 0, 3, 0, 0};
   write_raw("emb.raw", emb.data(), emb.size() * sizeof(float));
-  cache::assemble(spec);
-  rep = cache::check("cache_test_f.h5");
+  io::cache::assemble(spec);
+  rep = io::cache::check("cache_test_f.h5");
   CATCH_REQUIRE(rep.problems.size() == 1);
   CATCH_CHECK(rep.problems[0] == "/embeddings/enc holds 1 NaN and 1 Inf values");
 }
@@ -137,35 +137,35 @@ CATCH_TEST_CASE("cache file: float16 rows are stored as IEEE half and read back 
   write_raw("half.raw", half, sizeof half);
   spec.embeddings[0].raw_path = "half.raw";
   spec.embeddings[0].dtype = DType::f16;
-  cache::assemble(spec);
-  auto info = cache::read_info("cache_test_g.h5");
+  io::cache::assemble(spec);
+  auto info = io::cache::read_info("cache_test_g.h5");
   CATCH_CHECK(info.embeddings[0].dtype == DType::f16);
-  auto v = cache::read_embedding_rows("cache_test_g.h5", "enc", {0, 3});
+  auto v = io::cache::read_embedding_rows("cache_test_g.h5", "enc", {0, 3});
   CATCH_CHECK(v == std::vector<float>{1, -2, 0, 0, 0, 0.5f});
 }
 
 CATCH_TEST_CASE("cache file: foreign and missing files are refused with their exit codes", "[cache]") {
   write_input("cache_test_foreign.h5");
   try {
-    cache::read_info("cache_test_foreign.h5");
+    io::cache::read_info("cache_test_foreign.h5");
     CATCH_FAIL("accepted");
   } catch (const Error& e) {
     CATCH_CHECK(e.code() == Exit::data);
   }
   try {
-    cache::read_info("cache_test_missing.h5");
+    io::cache::read_info("cache_test_missing.h5");
     CATCH_FAIL("accepted");
   } catch (const Error& e) {
     CATCH_CHECK(e.code() == Exit::no_input);
     CATCH_CHECK(std::string(e.what()) == "cache_test_missing.h5: no such file or directory");
   }
-  CATCH_CHECK_FALSE(cache::check("cache_test_missing.h5").ok());
+  CATCH_CHECK_FALSE(io::cache::check("cache_test_missing.h5").ok());
 }
 
 CATCH_TEST_CASE("cache file: chunks hold about 1 MiB of rows", "[cache]") {
-  CATCH_CHECK(cache::chunk_rows(256, 100000) == 4096);
-  CATCH_CHECK(cache::chunk_rows(256, 10) == 10);
-  CATCH_CHECK(cache::chunk_rows(8 << 20, 10) == 1);
+  CATCH_CHECK(io::cache::chunk_rows(256, 100000) == 4096);
+  CATCH_CHECK(io::cache::chunk_rows(256, 10) == 10);
+  CATCH_CHECK(io::cache::chunk_rows(8 << 20, 10) == 1);
 }
 
 CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the same digest", "[digest]") {
@@ -174,18 +174,18 @@ CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the 
   std::vector<double> values(3 * 5 * 7);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5 * static_cast<double>(i) - 3;
   {
-    h5::Id f = h5::create_file(path);
+    io::h5::Id f = io::h5::create_file(path);
     hsize_t dims[3] = {3, 5, 7};
-    h5::Id space(H5Screate_simple(3, dims, nullptr));
-    h5::Id d(H5Dcreate2(f.get(), "x", H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    io::h5::Id space(H5Screate_simple(3, dims, nullptr));
+    io::h5::Id d(H5Dcreate2(f.get(), "x", H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
   }
-  h5::Id f = h5::open_file(path);
-  h5::Id d = h5::open_dataset(f.get(), path, "x");
-  auto info = h5::describe(d.get(), "x");
+  io::h5::Id f = io::h5::open_file(path);
+  io::h5::Id d = io::h5::open_dataset(f.get(), path, "x");
+  auto info = io::h5::describe(d.get(), "x");
   auto digest = [&](int64_t a, int64_t b, int64_t block) {
     ContentHash h;
-    hash_rows(d.get(), info, a, b, h, block);
+    io::hash_rows(d.get(), info, a, b, h, block);
     return h.hex_digest();
   };
   ContentHash want;
@@ -197,14 +197,14 @@ CATCH_TEST_CASE("row digest: rows larger than a block stream in pieces with the 
 }
 
 CATCH_TEST_CASE("cache export: file numbers are as wide as the largest, so name order is row order", "[cache]") {
-  CATCH_CHECK(cache::export_file_name("flat", 7, 3, ".npy") == "flat_00007.npy");
-  CATCH_CHECK(cache::export_file_name("flat", 99999, 100000, ".npy") == "flat_99999.npy");
-  CATCH_CHECK(cache::export_file_name("metadata", 7, 100001, ".jsonl") == "metadata_000007.jsonl");
-  CATCH_CHECK(cache::export_file_name("flat", 100000, 100001, ".npy") == "flat_100000.npy");
+  CATCH_CHECK(io::cache::export_file_name("flat", 7, 3, ".npy") == "flat_00007.npy");
+  CATCH_CHECK(io::cache::export_file_name("flat", 99999, 100000, ".npy") == "flat_99999.npy");
+  CATCH_CHECK(io::cache::export_file_name("metadata", 7, 100001, ".jsonl") == "metadata_000007.jsonl");
+  CATCH_CHECK(io::cache::export_file_name("flat", 100000, 100001, ".npy") == "flat_100000.npy");
   // Sorted as strings, the names of 100,001 files are in number order (with five digits, file
   // 100000 sorted between 10000 and 10001).
   std::vector<std::string> names;
   for (int64_t k : {int64_t{9999}, int64_t{10000}, int64_t{10001}, int64_t{100000}})
-    names.push_back(cache::export_file_name("flat", k, 100001, ".npy"));
+    names.push_back(io::cache::export_file_name("flat", k, 100001, ".npy"));
   CATCH_CHECK(std::is_sorted(names.begin(), names.end()));
 }

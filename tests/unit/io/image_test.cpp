@@ -13,7 +13,7 @@
 #include "traincache/io/source.h"
 
 using namespace traincache;
-using namespace traincache::image;
+using namespace traincache::io::image;
 
 namespace {
 
@@ -185,14 +185,14 @@ std::string reference_digest(const std::string& dir, int per_class, int64_t a, i
 CATCH_TEST_CASE("an image folder's digest, read on several threads, is fed as one thread would", "[image]") {
   const int per_class = 150;  // 300 files: several blocks of 64 and a partial one
   const std::string dir = make_folder(per_class);
-  source::FileOptions files;
+  io::source::FileOptions files;
   files.preprocess = spec_of("8", "8");
-  auto digest = [&](const source::Column& col, int64_t a, int64_t b) {
+  auto digest = [&](const io::source::Column& col, int64_t a, int64_t b) {
     ContentHash h;
     col.digest(a, b, h);
     return h.hex_digest();
   };
-  auto col = source::open_column(dir, "image", files, source::Role::images);
+  auto col = io::source::open_column(dir, "image", files, io::source::Role::images);
   CATCH_CHECK(digest(*col, 0, 300) == reference_digest(dir, per_class, 0, 300));
   CATCH_CHECK(digest(*col, 5, 150) == reference_digest(dir, per_class, 5, 150));
   CATCH_CHECK(digest(*col, 7, 8) == reference_digest(dir, per_class, 7, 8));  // one row: no thread started
@@ -203,7 +203,7 @@ CATCH_TEST_CASE("an image folder's digest, read on several threads, is fed as on
   CATCH_CHECK(test::code_of([&] { digest(*col, 0, 300); }) == Exit::no_input);
   files.tolerate_unreadable = true;
   std::ofstream(dir + "/c1/1100.jpg") << "back";
-  auto tolerant = source::open_column(dir, "image", files, source::Role::images);
+  auto tolerant = io::source::open_column(dir, "image", files, io::source::Role::images);
   std::filesystem::remove(dir + "/c1/1100.jpg");
   CATCH_CHECK(digest(*tolerant, 0, 300) == reference_digest(dir, per_class, 0, 300));
   std::filesystem::remove_all(dir);

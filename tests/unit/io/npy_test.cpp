@@ -26,7 +26,7 @@ std::string with_dict(std::string dict) {
 
 std::string refusal(const std::string& dict) {
   std::string h = with_dict(dict);
-  return test::message_of([&] { npy::parse_header(h.data(), h.size(), "x.npy"); });
+  return test::message_of([&] { io::npy::parse_header(h.data(), h.size(), "x.npy"); });
 }
 
 void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
@@ -37,8 +37,8 @@ CATCH_TEST_CASE("npy: headers we write parse back, data 64-byte aligned", "[npy]
   for (auto [dtype, shape] :
        {std::pair{DType::u8, std::vector<int64_t>{7}}, std::pair{DType::f32, std::vector<int64_t>{60000, 28, 28}},
         std::pair{DType::i64, std::vector<int64_t>{0, 3}}, std::pair{DType::f16, std::vector<int64_t>{2, 1, 1, 5}}}) {
-    std::string h = npy::make_header(dtype, shape);
-    auto p = npy::parse_header(h.data(), h.size(), "x.npy");
+    std::string h = io::npy::make_header(dtype, shape);
+    auto p = io::npy::parse_header(h.data(), h.size(), "x.npy");
     CATCH_CHECK(p.dtype == dtype);
     CATCH_CHECK(p.shape == shape);
     CATCH_CHECK(!p.byteswap);
@@ -48,7 +48,7 @@ CATCH_TEST_CASE("npy: headers we write parse back, data 64-byte aligned", "[npy]
     for (auto d : shape) n *= d;
     CATCH_CHECK(p.data_bytes == static_cast<std::size_t>(n) * dtype_size(dtype));
   }
-  CATCH_CHECK(npy::make_header(DType::u8, {7}).find("'shape': (7,)") != std::string::npos);
+  CATCH_CHECK(io::npy::make_header(DType::u8, {7}).find("'shape': (7,)") != std::string::npos);
 }
 
 CATCH_TEST_CASE("npy: NumPy's spellings of every accepted dtype", "[npy]") {
@@ -58,7 +58,7 @@ CATCH_TEST_CASE("npy: NumPy's spellings of every accepted dtype", "[npy]") {
       {">i8", DType::i64, true}, {"<f2", DType::f16, false}, {"=f4", DType::f32, false}, {">f8", DType::f64, true}};
   for (const auto& [descr, dtype, swap] : cases) {
     std::string h = with_dict("{'descr': '" + descr + "', 'fortran_order': False, 'shape': (2, 3), }");
-    auto p = npy::parse_header(h.data(), h.size(), "x.npy");
+    auto p = io::npy::parse_header(h.data(), h.size(), "x.npy");
     CATCH_CHECK(p.dtype == dtype);
     CATCH_CHECK(p.byteswap == swap);
     CATCH_CHECK(p.shape == std::vector<int64_t>{2, 3});
@@ -66,7 +66,7 @@ CATCH_TEST_CASE("npy: NumPy's spellings of every accepted dtype", "[npy]") {
   // Version 2.0: a four-byte header length.
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }\n";
   std::string v2 = std::string("\x93NUMPY\x02\x00", 8) + static_cast<char>(dict.size()) + std::string(3, '\0') + dict;
-  auto p = npy::parse_header(v2.data(), v2.size(), "x.npy");
+  auto p = io::npy::parse_header(v2.data(), v2.size(), "x.npy");
   CATCH_CHECK(p.data_offset == 12 + dict.size());
   CATCH_CHECK(p.shape == std::vector<int64_t>{4});
 }
@@ -89,22 +89,23 @@ CATCH_TEST_CASE("npy: what the tools cannot read is refused with the reason", "[
   // A one-dimensional array is the same in either order: accepted.
   CATCH_CHECK(refusal("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }").empty());
 
-  std::string h = npy::make_header(DType::f32, {2});
-  CATCH_CHECK(test::message_of([&] { npy::parse_header(h.data(), 20, "x.npy"); }) == "x.npy: truncated .npy header");
-  CATCH_CHECK(test::message_of([&] { npy::parse_header("PK\x03\x04zipzipzip", 12, "x.npy"); }) ==
+  std::string h = io::npy::make_header(DType::f32, {2});
+  CATCH_CHECK(test::message_of([&] { io::npy::parse_header(h.data(), 20, "x.npy"); }) ==
+              "x.npy: truncated .npy header");
+  CATCH_CHECK(test::message_of([&] { io::npy::parse_header("PK\x03\x04zipzipzip", 12, "x.npy"); }) ==
               "x.npy: not a .npy file (no NumPy magic)");
   std::string v9 = h;
   v9[6] = 9;
-  CATCH_CHECK(test::message_of([&] { npy::parse_header(v9.data(), v9.size(), "x.npy"); }) ==
+  CATCH_CHECK(test::message_of([&] { io::npy::parse_header(v9.data(), v9.size(), "x.npy"); }) ==
               "x.npy: unsupported .npy format version 9.0");
 }
 
 CATCH_TEST_CASE("npy: a .npy column reads rows in place, swapping big-endian elements", "[npy]") {
-  std::string bytes = npy::make_header(DType::i32, {3, 2});
+  std::string bytes = io::npy::make_header(DType::i32, {3, 2});
   for (int32_t v : {1, 2, 3, 4, 5, 6}) bytes.append(reinterpret_cast<const char*>(&v), 4);
   write("rows.npy", bytes);
-  auto col = source::open_column("rows.npy", "");
-  CATCH_CHECK(col->kind() == source::Kind::npy);
+  auto col = io::source::open_column("rows.npy", "");
+  CATCH_CHECK(col->kind() == io::source::Kind::npy);
   CATCH_CHECK(col->info().name == "rows");
   CATCH_CHECK(col->info().shape == std::vector<int64_t>{3, 2});
   int32_t out[4];
@@ -119,39 +120,39 @@ CATCH_TEST_CASE("npy: a .npy column reads rows in place, swapping big-endian ele
   std::string be = with_dict("{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }");
   for (unsigned char c : {0, 0, 1, 2, 0xff, 0xff, 0xff, 0xfe}) be += static_cast<char>(c);
   write("be.npy", be);
-  auto bcol = source::open_column("be.npy", "be");
+  auto bcol = io::source::open_column("be.npy", "be");
   int32_t two[2];
   bcol->read(0, 2, two);
   CATCH_CHECK(two[0] == 258);
   CATCH_CHECK(two[1] == -2);
 
   // The digest follows the values, not the container: the same values little-endian digest alike.
-  std::string le = npy::make_header(DType::i32, {2});
+  std::string le = io::npy::make_header(DType::i32, {2});
   for (int32_t v : {258, -2}) le.append(reinterpret_cast<const char*>(&v), 4);
   std::filesystem::create_directories("le");
   write("le/be.npy", le);
   ContentHash a, b;
   bcol->digest(0, 2, a);
-  source::open_column("le/be.npy", "")->digest(0, 2, b);
+  io::source::open_column("le/be.npy", "")->digest(0, 2, b);
   CATCH_CHECK(a.hex_digest() == b.hex_digest());
 
   write("short.npy", bytes.substr(0, bytes.size() - 3));
-  CATCH_CHECK(test::message_of([] { source::open_column("short.npy", ""); }) ==
+  CATCH_CHECK(test::message_of([] { io::source::open_column("short.npy", ""); }) ==
               "short.npy: truncated: the header promises 24 bytes of data, the file holds 21");
-  CATCH_CHECK(test::code_of([] { source::open_column("missing.npy", ""); }) == Exit::no_input);
-  CATCH_CHECK(test::message_of([] { source::open_column("rows.npy", "other"); }) ==
+  CATCH_CHECK(test::code_of([] { io::source::open_column("missing.npy", ""); }) == Exit::no_input);
+  CATCH_CHECK(test::message_of([] { io::source::open_column("rows.npy", "other"); }) ==
               "rows.npy: a .npy file holds one array; 'other' names no other");
 }
 
 CATCH_TEST_CASE("source: kinds are chosen by what the path is", "[npy]") {
-  CATCH_CHECK(source::kind_of("shm:emb") == source::Kind::shm);
-  CATCH_CHECK(source::kind_of("a/b.NPY") == source::Kind::npy);
-  CATCH_CHECK(source::kind_of("b.npz") == source::Kind::npz);
-  CATCH_CHECK(source::kind_of("b.h5") == source::Kind::hdf5);
-  CATCH_CHECK(source::names_own_file("labels.npy"));
-  CATCH_CHECK(!source::names_own_file("labels"));
-  CATCH_CHECK(source::default_column("dir/images.npy") == "images");
-  CATCH_CHECK(source::default_column("data.h5").empty());
+  CATCH_CHECK(io::source::kind_of("shm:emb") == io::source::Kind::shm);
+  CATCH_CHECK(io::source::kind_of("a/b.NPY") == io::source::Kind::npy);
+  CATCH_CHECK(io::source::kind_of("b.npz") == io::source::Kind::npz);
+  CATCH_CHECK(io::source::kind_of("b.h5") == io::source::Kind::hdf5);
+  CATCH_CHECK(io::source::names_own_file("labels.npy"));
+  CATCH_CHECK(!io::source::names_own_file("labels"));
+  CATCH_CHECK(io::source::default_column("dir/images.npy") == "images");
+  CATCH_CHECK(io::source::default_column("data.h5").empty());
 }
 
 // Writes dataset `name` [10, 3] holding 0..29 as `type`: chunks of 4 rows (0: contiguous),
@@ -179,22 +180,22 @@ CATCH_TEST_CASE("source: an HDF5 column reads a list of rows directly or in one 
   write_rows_dataset(f, "big_endian", H5T_STD_I32BE, 4, false);
   H5Fclose(f);
   {  // Which datasets are read directly: stored as read, unfiltered, read-only.
-    auto file = h5::open_file("rows.h5");
+    auto file = io::h5::open_file("rows.h5");
     auto direct = [&](const char* name, hid_t fh) {
-      auto d = h5::open_dataset(fh, "rows.h5", name);
-      return h5::RowMap::of(fh, d.get(), H5T_NATIVE_INT32).has_value();
+      auto d = io::h5::open_dataset(fh, "rows.h5", name);
+      return io::h5::RowMap::of(fh, d.get(), H5T_NATIVE_INT32).has_value();
     };
     CATCH_CHECK(direct("chunked", file.get()));
     CATCH_CHECK(direct("contiguous", file.get()));
     CATCH_CHECK(!direct("deflated", file.get()));
     CATCH_CHECK(!direct("big_endian", file.get()));
     file.reset();
-    auto writable = h5::open_file("rows.h5", true);
+    auto writable = io::h5::open_file("rows.h5", true);
     CATCH_CHECK(!direct("chunked", writable.get()));
   }
   for (const char* name : {"chunked", "contiguous", "deflated", "big_endian"}) {
     CATCH_INFO(name);
-    auto col = source::open_column("rows.h5", name);
+    auto col = io::source::open_column("rows.h5", name);
     auto rows_of = [&](const std::vector<int64_t>& rows) {
       std::vector<int32_t> out(rows.size() * 3);
       col->read_rows(rows, out.data());
@@ -215,7 +216,7 @@ CATCH_TEST_CASE("source: an HDF5 column reads a list of rows directly or in one 
     CATCH_CHECK(test::code_of([&] { col->read_rows({-1, 2}, out); }) == Exit::internal);
   }
   // A file cut short under an open column: an I/O error, not zeros.
-  auto col = source::open_column("rows.h5", "chunked");
+  auto col = io::source::open_column("rows.h5", "chunked");
   int32_t out[6];
   col->read_rows({0, 9}, out);
   std::filesystem::resize_file("rows.h5", 1024);

@@ -24,17 +24,17 @@ std::string save_module(const std::string& name, const std::string& body) {
   return path;
 }
 
-h5::DatasetInfo write_dataset(const std::string& path, hid_t type, const void* data) {
-  h5::Id f = h5::create_file(path);
+io::h5::DatasetInfo write_dataset(const std::string& path, hid_t type, const void* data) {
+  io::h5::Id f = io::h5::create_file(path);
   hsize_t dims[2] = {2, 3};
-  h5::Id space(H5Screate_simple(2, dims, nullptr));
-  h5::Id d(H5Dcreate2(f.get(), "x", type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  io::h5::Id space(H5Screate_simple(2, dims, nullptr));
+  io::h5::Id d(H5Dcreate2(f.get(), "x", type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   H5Dwrite(d.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-  return h5::describe(d.get(), "x");
+  return io::h5::describe(d.get(), "x");
 }
 
 torch::Tensor read_back(const std::string& path, double scale) {
-  return model::read_column_rows(*source::open_column(path, "x"), 0, 2, scale);
+  return model::read_column_rows(*io::source::open_column(path, "x"), 0, 2, scale);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ struct BenchOptions {
   /// Images (a folder, a manifest's path field) are decoded and preprocessed as cache-fill does
   /// (images.preprocess, the same code path); uint8 arrays (datasets, files, slabs) take only a
   /// resize to H,W from it, as a bilinear resize of the deterministic stage.
-  source::FileOptions images;
+  io::source::FileOptions images;
   // The step.
   std::string model;      ///< TorchScript model trained with SGD, or
   double model_ms = 1.0;  ///< synthetic compute per batch (when no model)

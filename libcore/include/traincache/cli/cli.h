@@ -17,7 +17,7 @@
 namespace traincache::text {
 struct TokenizeOptions;
 }
-namespace traincache::source {
+namespace traincache::io::source {
 struct FileOptions;
 }
 
@@ -114,7 +114,7 @@ CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const
 /// The options of image folders and manifests, into `files`: --resize, --center-crop, --channels,
 /// --normalize, --exif-transpose (the preprocessing spec) and, with `labels`, --label-order, in
 /// group `group`.
-void add_file_options(CLI::App& app, source::FileOptions& files, const std::string& group, bool labels = true);
+void add_file_options(CLI::App& app, io::source::FileOptions& files, const std::string& group, bool labels = true);
 
 /// Adds the tokenisation options of text inputs: --max-length, --padding, --strict-utf8, --pad-id.
 void add_tokenize_options(CLI::App& app, text::TokenizeOptions& opts, const std::string& group);

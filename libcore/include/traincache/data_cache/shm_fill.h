@@ -14,7 +14,7 @@ struct FillFromOptions {
   std::string slab;
   std::string file;
   std::string dataset;                  ///< "" = the source's default column (a .npy file, an image folder)
-  source::FileOptions files;            ///< preprocessing of images
+  io::source::FileOptions files;        ///< preprocessing of images
   int64_t row_begin = 0, row_end = -1;  ///< rows [begin, end) of the dataset = slab indices
   int workers = 1;                      ///< threads, each filling a contiguous part
 };

@@ -52,7 +52,7 @@ struct FillOptions {
   text::TokenizeOptions tokenize;    ///< --max-length, --padding, --strict-utf8, --pad-id
   std::string labels;                ///< "" = none (an image folder's "label" by default)
   std::string keys;                  ///< "" = none, key = input row number (an image folder's "path")
-  source::FileOptions files;         ///< preprocessing of images, label order of manifests
+  io::source::FileOptions files;     ///< preprocessing of images, label order of manifests
   OnError on_error = OnError::fail;  ///< skip: undecodable or missing images become zero rows listed in /skipped
   std::string out;
   int64_t batch_size = 256;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace traincache::cache {
+namespace traincache::io::cache {
 
 struct ExportOptions {
   std::string cache;  ///< the cache file
@@ -43,4 +43,4 @@ ExportResult export_npy(const ExportOptions& o);
 /// largest one's (at least five digits), so that name order is row order past 100,000 files too.
 std::string export_file_name(const std::string& stem, int64_t k, int64_t files, const char* ext);
 
-}  // namespace traincache::cache
+}  // namespace traincache::io::cache

@@ -15,7 +15,7 @@
 #include "traincache/base/dtype.h"
 #include "traincache/io/source.h"
 
-namespace traincache::cache {
+namespace traincache::io::cache {
 
 /// Value of the root attribute "format".
 inline constexpr const char* kFormatName = "traincache";
@@ -180,4 +180,4 @@ int64_t chunk_rows(int64_t row_bytes, int64_t rows);
 /// sees either no file or a complete one. Deterministic: the same spec gives the same bytes.
 void assemble(const AssemblySpec& spec);
 
-}  // namespace traincache::cache
+}  // namespace traincache::io::cache

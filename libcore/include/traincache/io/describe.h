@@ -7,7 +7,7 @@
 #include "traincache/io/cache_file.h"
 #include "traincache/slab/shm_slab.h"
 
-namespace traincache::describe {
+namespace traincache::io::describe {
 
 /// The summary of a cache: `cache-inspect --json`'s object per file, and the fields its text shows.
 report::Record cache_record(const cache::CacheInfo& c);
@@ -22,4 +22,4 @@ report::Json cache_json(const std::string& path, bool stats);
 /// A slab's description (`shm-cache stat --json`'s "slab"); `counts` adds the slot counts.
 report::Record slab_record(const slab::SlabInfo& i, const slab::SlotCounts* counts);
 
-}  // namespace traincache::describe
+}  // namespace traincache::io::describe

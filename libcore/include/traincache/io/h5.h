@@ -15,7 +15,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 
-namespace traincache::h5 {
+namespace traincache::io::h5 {
 
 /// Keeps HDF5 from closing files again at process exit. A file whose close failed (a full disk)
 /// stays half-closed inside HDF5, whose exit handler then crashes on it; every tool closes its
@@ -186,4 +186,4 @@ void create_parent_groups(hid_t file, const std::string& path);
 /// does not exist. A group that exists but cannot be opened or listed -> Error(data).
 std::vector<std::string> list_group(hid_t file, const std::string& path);
 
-}  // namespace traincache::h5
+}  // namespace traincache::io::h5

@@ -12,7 +12,7 @@
 
 #include "traincache/base/choices.h"
 
-namespace traincache::image {
+namespace traincache::io::image {
 
 /// The channels an image is converted to after decoding (PIL's convert("RGB") / convert("L")).
 enum class Channels { rgb, gray };
@@ -90,4 +90,4 @@ void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out);
 /// clips to 8 bits, so the result is PIL's to the bit.
 std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow);
 
-}  // namespace traincache::image
+}  // namespace traincache::io::image

@@ -11,7 +11,7 @@
 #include "traincache/base/dtype.h"
 #include "traincache/io/source.h"
 
-namespace traincache::npy {
+namespace traincache::io::npy {
 
 /// What the header of a .npy file says.
 struct Header {
@@ -38,4 +38,4 @@ std::unique_ptr<source::Column> open_npy(const std::string& path);
 /// Member `name` (".npy" optional) of a .npz archive.
 std::unique_ptr<source::Column> open_npz_member(const std::string& path, const std::string& name);
 
-}  // namespace traincache::npy
+}  // namespace traincache::io::npy

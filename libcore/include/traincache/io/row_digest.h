@@ -16,6 +16,8 @@ namespace slab {
 class Slab;
 }
 
+namespace io {
+
 /// Feeds rows [a, b) of `dset` to `h` in their native representation, at most `block_bytes` at a
 /// time. The digest depends only on the data, never on `block_bytes`.
 void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h,
@@ -24,4 +26,5 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
 /// Feeds items [a, b) of a slab to `h`; an item that is not cached -> Error(data).
 void hash_slab_rows(const slab::Slab& slab, int64_t a, int64_t b, ContentHash& h);
 
+}  // namespace io
 }  // namespace traincache

@@ -24,7 +24,7 @@ namespace slab {
 class Slab;
 }
 
-namespace source {
+namespace io::source {
 
 /// What holds a column's rows.
 enum class Kind { hdf5, shm, npy, npz, image_folder, manifest, tar };
@@ -228,5 +228,5 @@ std::string default_keys(const std::string& path);
 /// types, 0-d).
 void require_numeric_input(const ColumnInfo& info, const std::string& file);
 
-}  // namespace source
+}  // namespace io::source
 }  // namespace traincache

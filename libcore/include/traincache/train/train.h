@@ -49,7 +49,7 @@ struct TrainOptions {
   std::string encoder;          ///< tied: one encoder for both sides
   std::string query_encoder, passage_encoder;  ///< separate encoders
   double input_scale = 1.0 / 255.0;
-  source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
+  io::source::FileOptions files;  ///< raw mode from a manifest: preprocessing of its image paths
   // Raw text: a side whose fields are texts, tokenized once at load and padded per batch and
   // chunk (docs/text.md). --tokenizer FILE serves both sides; query=FILE or passage=FILE one.
   std::string tokenizer, query_tokenizer, passage_tokenizer;

@@ -70,14 +70,14 @@ std::string torch_error_message(const std::string& what);
 /// Reads rows [start, start+count) of a column as a model input tensor, by the documented
 /// conversion rules: uint8 -> float32 * scale; other integers -> int64; floats -> float32.
 /// Strings and other types -> Error(data). Converts with plain loops (no OpenMP from readers).
-torch::Tensor read_column_rows(const source::Column& col, int64_t start, int64_t count, double scale);
+torch::Tensor read_column_rows(const io::source::Column& col, int64_t start, int64_t count, double scale);
 
 /// The type read_column_rows gives rows of `t`: int64 for integers other than uint8, else float32.
 torch::Dtype converted_type(DType t);
 
 /// The same for the rows listed in `rows` (ascending reads coalesce runs of consecutive rows:
 /// sort them first), in that order.
-torch::Tensor read_column_rows(const source::Column& col, const std::vector<int64_t>& rows, double scale);
+torch::Tensor read_column_rows(const io::source::Column& col, const std::vector<int64_t>& rows, double scale);
 
 /// A padded token batch as an encoder's inputs: input_ids, attention_mask, token_type_ids, each
 /// int64 [rows, length].
