@@ -20,16 +20,7 @@ namespace traincache::fill {
 
 torch::Tensor read_rows(const Input& in, int64_t start, int64_t count, double scale, bool pin) {
   if (!in.convert_on_device) return model::read_column_rows(*in.col, start, count, scale);
-  std::vector<int64_t> shape = in.info().shape;
-  shape[0] = count;
-  require_memory("reading " + std::to_string(count) + " rows of '" + in.info().name + "'",
-                 std::max<uint64_t>(1, static_cast<uint64_t>(count * in.info().row_elements())), 1);
-  torch::Tensor t = torch::empty(shape, torch::TensorOptions(torch::kByte).pinned_memory(pin));
-  if (in.col->preprocess())
-    in.col->read_pixels(start, count, t.data_ptr<uint8_t>());
-  else
-    in.col->read(start, count, t.data_ptr());
-  return t;
+  return model::read_column_bytes(*in.col, start, count, pin);
 }
 
 torch::Dtype read_dtype(const Input& in) {

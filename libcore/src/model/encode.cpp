@@ -311,6 +311,19 @@ torch::Tensor read_column_rows(const io::source::Column& col, const std::vector<
   return convert_rows(col, static_cast<int64_t>(rows.size()), scale, [&](void* out) { col.read_rows(rows, out); });
 }
 
+torch::Tensor read_column_bytes(const io::source::Column& col, int64_t start, int64_t count, bool pin) {
+  std::vector<int64_t> shape = col.info().shape;
+  shape[0] = count;
+  require_memory("reading " + std::to_string(count) + " rows of '" + col.info().name + "'",
+                 std::max<uint64_t>(1, static_cast<uint64_t>(count * col.info().row_elements())), 1);
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions(torch::kByte).pinned_memory(pin));
+  if (col.preprocess())
+    col.read_pixels(start, count, t.data_ptr<uint8_t>());
+  else
+    col.read(start, count, t.data_ptr());
+  return t;
+}
+
 Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)
     : name_(std::move(name)), path_(std::move(path)), output_(std::move(output)), device_(device) {
   plain_ = load_module(path_, device_);

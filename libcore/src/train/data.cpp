@@ -121,16 +121,6 @@ uint64_t available_memory() {
 // window use seed * 1000003 + epoch, as without it).
 uint64_t window_order_seed(uint64_t seed) { return seed * 1000003ull - 1; }
 
-// uint8 rows (images) as they are stored, on `device`: a quarter of float32's memory there.
-torch::Tensor load_stored_u8(const io::source::Column& col, torch::Device device) {
-  const auto& ci = col.info();
-  require_memory("reading " + std::to_string(ci.rows()) + " rows of '" + ci.name + "'",
-                 std::max<uint64_t>(1, static_cast<uint64_t>(ci.rows() * ci.row_elements())), 1);
-  auto t = torch::empty(ci.shape, torch::kUInt8);
-  col.read(0, ci.rows(), t.data_ptr());
-  return t.to(device);
-}
-
 // Rows of uint8 as the loaders convert them (model::read_column_rows): float32(x) * float32(scale),
 // then the float type; on the rows' device.
 torch::Tensor from_stored_u8(const torch::Tensor& t, double scale, torch::Dtype float_type) {
@@ -566,8 +556,9 @@ torch::Tensor Rows::gather(const torch::Tensor& idx, const std::vector<int64_t>*
 void Rows::load() {
   const Streamed st = *streamed();
   // uint8 rows stay uint8 until a batch is gathered: a quarter of the memory, the same values.
-  held = Loaded{st.col->info().dtype == DType::u8 ? load_stored_u8(*st.col, device)
-                                                  : load_whole(*st.col, scale, device, float_type)};
+  held = Loaded{st.col->info().dtype == DType::u8
+                    ? model::read_column_bytes(*st.col, 0, st.col->info().rows(), false).to(device)
+                    : load_whole(*st.col, scale, device, float_type)};
   if (st.one_per_row) one_per_row();
   if (st.flat) flatten();
 }

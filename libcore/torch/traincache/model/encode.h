@@ -72,6 +72,11 @@ std::string torch_error_message(const std::string& what);
 /// Strings and other types -> Error(data). Converts with plain loops (no OpenMP from readers).
 torch::Tensor read_column_rows(const io::source::Column& col, int64_t start, int64_t count, double scale);
 
+/// Rows [start, start+count) of a column of 8-bit rows as they are stored, uint8 on the CPU
+/// (page-locked when `pin`), for conversion elsewhere: an image column's pixels before the
+/// division by 255 (Column::read_pixels), else the stored bytes of a uint8 column.
+torch::Tensor read_column_bytes(const io::source::Column& col, int64_t start, int64_t count, bool pin);
+
 /// The type read_column_rows gives rows of `t`: int64 for integers other than uint8, else float32.
 torch::Dtype converted_type(DType t);
 
