@@ -79,11 +79,11 @@ print('ok' if 55 < whole - streamed < 150 else 'whole %.0f MiB, streamed %.0f Mi
 expect_out "ok"
 
 # Inputs that would not fit in memory are streamed without being asked: 1,000,000 rows of
-# 1x256x256 (unwritten chunks: a small file) would take 244 GiB as float32.
+# 4x256x256 (unwritten chunks: a small file) would take 244 GiB loaded (uint8 stays uint8).
 "$TC_PYTHON" -c "
 import h5py, numpy as np, sys, torch
 with h5py.File(sys.argv[1], 'w') as f:
-    f.create_dataset('images', (1000000, 1, 256, 256), np.uint8, chunks=(16, 1, 256, 256))
+    f.create_dataset('images', (1000000, 4, 256, 256), np.uint8, chunks=(16, 4, 256, 256))
     f['labels'] = np.arange(1000000) % 10
 class Mean(torch.nn.Module):
     def __init__(self):
@@ -95,6 +95,6 @@ torch.jit.trace(Mean(), torch.zeros(2, 1, 8, 8)).save(sys.argv[2])" "$WORK/huge.
 run "$TC_BIN/gc-train" --data "$WORK/huge.h5" --query images --labels labels --encoder "$WORK/mean.pt" -b 8 \
   --steps 1 --json
 expect_rc 0
-expect_err_re "gc-train: the converted inputs need 244\.14 GiB of memory but [0-9.]+ [GMT]iB is available: streaming them \(--stream\)"
+expect_err_re "gc-train: loading the inputs whole needs 244\.14 GiB of memory but [0-9.]+ [GMT]iB is available: streaming them \(--stream\)"
 expect_out_has '"steps":1,'
 finish

@@ -246,7 +246,7 @@ void add_input_options(CLI::App& app, Options& o) {
   app.add_option("--input-scale", o.input_scale, "Scale for uint8 inputs")->capture_default_str()->group(g_raw);
   app.add_flag("--stream", t.stream,
                "Read each batch's rows from --data (or --cache) instead of loading the datasets whole (automatic "
-               "when the converted raw inputs would take over 80% of the available memory)")
+               "when the raw inputs loaded whole would take over 80% of the available memory)")
       ->group(g_raw);
   app.add_option("--data-cache", o.data_cache,
                  "none, full, stochastic:F or smart:N,r: keep the converted rows of streamed inputs (all, the "

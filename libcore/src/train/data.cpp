@@ -411,7 +411,7 @@ void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64
 }
 
 // The training data's opened numeric datasets: streamed with --stream, or when loading them
-// converted would take more than 80% of the available memory (the same result either way; o.stream
+// whole would take more than 80% of the available memory (the same result either way; o.stream
 // then says so for the step loop); otherwise loaded whole now. Text sides are tokenized either way.
 void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std::string&)>& info) {
   if (o.stream) return;
@@ -421,7 +421,7 @@ void load_or_stream(TrainOptions& o, Data& d, const std::function<void(const std
   const uint64_t have = available_memory();
   if (have > 0 && need > have / 10 * 8) {
     o.stream = true;
-    info("the converted inputs need " + format_size(need) + " of memory but " + format_size(have) +
+    info("loading the inputs whole needs " + format_size(need) + " of memory but " + format_size(have) +
          " is available: streaming them (--stream)");
     return;
   }
@@ -567,7 +567,8 @@ uint64_t Rows::converted_bytes() const {
   const Streamed* st = streamed();
   if (!st) return 0;
   const auto& ci = st->col->info();
-  const uint64_t element = model::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
+  // uint8 rows stay uint8 when loaded whole (load); others take their converted type's size.
+  const uint64_t element = ci.dtype == DType::u8 ? 1 : model::converted_type(ci.dtype) == torch::kLong ? 8 : 4;
   return static_cast<uint64_t>(ci.rows()) * static_cast<uint64_t>(ci.row_elements()) * element;
 }
 

@@ -150,7 +150,7 @@ struct Rows {
   // Streamed rows loaded whole (converted once), as without --stream.
   void load();
 
-  // Bytes the rows take once loaded and converted (streamed: not loaded, so far).
+  // Bytes the rows take once loaded whole (uint8 as uint8, the rest converted); 0 once loaded.
   uint64_t converted_bytes() const;
 
  private:
