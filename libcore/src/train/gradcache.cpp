@@ -73,7 +73,7 @@ torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const
 torch::Tensor denominator(const torch::Tensor& q, const torch::Tensor& labels, const LossConfig& cfg) {
   const auto opts = q.options().requires_grad(false);
   if (is_pairs(cfg.kind) || is_classifier(cfg.kind)) return torch::scalar_tensor(double(q.size(0)), opts);
-  if (is_triplet(cfg.kind)) return torch::scalar_tensor(std::max(1.0, triplet_denominator(labels, cfg)), opts);
+  if (is_triplet(cfg.kind)) return triplet_denominator(labels, cfg).clamp_min(1).to(opts.dtype());
   auto flat = labels.reshape({-1});
   auto sorted = std::get<0>(flat.sort());
   auto same = torch::searchsorted(sorted, flat, false, true) - torch::searchsorted(sorted, flat);  // rows per label

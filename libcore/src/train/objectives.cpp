@@ -83,13 +83,14 @@ torch::Tensor triplet_chunk(const torch::Tensor& zn, const torch::Tensor& labels
   return torch::relu(chosen - s + cfg.margin).masked_fill(~use, 0.0).sum() / denom;
 }
 
-double triplet_denominator(const torch::Tensor& labels, const LossConfig& cfg) {
-  auto flat = labels.reshape({-1}).cpu();
-  auto [values, inverse, counts] = at::_unique2(flat, true, true, true);
-  auto same = counts.index_select(0, inverse.reshape({-1}));  // rows of each anchor's label
-  auto positives = same - 1, has_neg = (flat.size(0) - same).gt(0);
-  if (cfg.kind == LossKind::triplet_batch_hard) return (positives.gt(0) & has_neg).sum().item<double>();
-  return positives.masked_fill(~has_neg, 0).sum().item<double>();
+torch::Tensor triplet_denominator(const torch::Tensor& labels, const LossConfig& cfg) {
+  // On the labels' device, without reading anything back: rows per label by sort + searchsorted.
+  const auto flat = labels.reshape({-1});
+  const auto sorted = std::get<0>(flat.sort());
+  const auto same = torch::searchsorted(sorted, flat, false, true) - torch::searchsorted(sorted, flat);
+  const auto positives = same - 1, has_neg = (flat.size(0) - same).gt(0);
+  if (cfg.kind == LossKind::triplet_batch_hard) return (positives.gt(0) & has_neg).sum();
+  return positives.masked_fill(~has_neg, 0).sum();
 }
 
 torch::jit::Module make_classifier(LossKind kind, const std::vector<int64_t>& labels, int64_t dim, double scale,

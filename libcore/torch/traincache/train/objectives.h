@@ -25,8 +25,9 @@ torch::Tensor triplet_chunk(const torch::Tensor& zn, const torch::Tensor& labels
                             int64_t b, double denom);
 
 /// The number of terms a triplet loss averages over the batch `labels`: anchors with a positive
-/// and a negative (batch-hard), or (anchor, positive) pairs whose anchor has a negative (semi-hard).
-double triplet_denominator(const torch::Tensor& labels, const LossConfig& cfg);
+/// and a negative (batch-hard), or (anchor, positive) pairs whose anchor has a negative (semi-hard);
+/// an int64 scalar on the labels' device (nothing is read back).
+torch::Tensor triplet_denominator(const torch::Tensor& labels, const LossConfig& cfg);
 
 /// Logits of rows `z` [n, d] as the classifier of `cfg` scores them for prediction: W z + b
 /// (softmax), or scale x cos(z, W) without the margin (ArcFace, CosFace).
