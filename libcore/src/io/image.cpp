@@ -212,8 +212,6 @@ struct Kernel {
   std::vector<int32_t> fixed;
 };
 
-constexpr int kPrecisionBits = 22;  // PIL's fixed point for 8-bit images: 32 - 8 - 2
-
 Kernel bilinear_kernel(int in, int out) {
   const double scale = static_cast<double>(in) / out;
   const double filterscale = std::max(scale, 1.0);
@@ -237,7 +235,7 @@ Kernel bilinear_kernel(int in, int out) {
     for (int x = 0; x < hi - lo; ++x) {
       if (sum != 0) w[x] /= sum;
       k.fixed[static_cast<std::size_t>(o) * k.ksize + x] =
-          static_cast<int32_t>(w[x] * (1 << kPrecisionBits) + (w[x] < 0 ? -0.5 : 0.5));
+          static_cast<int32_t>(w[x] * (1 << kResampleBits) + (w[x] < 0 ? -0.5 : 0.5));
     }
     k.first[o] = lo;
     k.count[o] = hi - lo;
@@ -255,10 +253,9 @@ void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, 
       const uint8_t* src = in + l * in_line + k.first[o] * in_step;
       const int32_t* w = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
       for (int ch = 0; ch < c; ++ch) {
-        int64_t acc = int64_t{1} << (kPrecisionBits - 1);
+        int64_t acc = int64_t{1} << (kResampleBits - 1);
         for (int i = 0; i < k.count[o]; ++i) acc += int64_t{src[i * in_step + ch]} * w[i];
-        out[l * out_line + o * out_step + ch] =
-            static_cast<uint8_t>(std::clamp<int64_t>(acc >> kPrecisionBits, 0, 255));
+        out[l * out_line + o * out_step + ch] = static_cast<uint8_t>(std::clamp<int64_t>(acc >> kResampleBits, 0, 255));
       }
     }
   }
@@ -465,6 +462,22 @@ std::vector<int64_t> output_shape(const Spec& spec, int h, int w) {
   return {spec.out_channels(), spec.crop_h ? spec.crop_h : rh, spec.crop_w ? spec.crop_w : rw};
 }
 
+std::vector<int32_t> bilinear_weights(int in, int out) {
+  const Kernel k = bilinear_kernel(in, out);
+  std::vector<int32_t> m(static_cast<std::size_t>(out) * in, 0);
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < k.count[o]; ++i)
+      m[static_cast<std::size_t>(o) * in + k.first[o] + i] = k.fixed[static_cast<std::size_t>(o) * k.ksize + i];
+  return m;
+}
+
+std::pair<int, int> crop_offsets(const Spec& spec, int h, int w) {
+  const int oh = spec.crop_h ? spec.crop_h : h, ow = spec.crop_w ? spec.crop_w : w;
+  // torchvision's CenterCrop: zero padding split (d // 2, (d + 1) // 2) when the crop is larger,
+  // else an offset of round((size - crop) / 2) with Python's rounding.
+  return {oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh), ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow)};
+}
+
 std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow) {
   std::vector<uint8_t> cur = in;
   if (ow != w) {  // horizontal first, as PIL does
@@ -503,10 +516,7 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
     w = rw;
   }
   const int oh = spec.crop_h ? spec.crop_h : h, ow = spec.crop_w ? spec.crop_w : w;
-  // torchvision's CenterCrop: zero padding split (d // 2, (d + 1) // 2) when the crop is larger,
-  // else an offset of round((size - crop) / 2) with Python's rounding.
-  const int top = oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh);
-  const int left = ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow);
+  const auto [top, left] = crop_offsets(spec, h, w);
   std::size_t i = 0;
   for (int ch = 0; ch < c; ++ch)
     for (int y = 0; y < oh; ++y) {

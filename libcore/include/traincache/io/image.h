@@ -85,6 +85,18 @@ void preprocess(const Image& img, const Spec& spec, float* out);
 /// so a caller that converts these samples so elsewhere (on a GPU) gets the same floats.
 void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out);
 
+/// The offsets {top, left} of torchvision's CenterCrop of an h x w image to `spec`'s crop (the
+/// resized size when there is none): negative where the crop is larger and pads with zeros.
+std::pair<int, int> crop_offsets(const Spec& spec, int h, int w);
+
+/// The fixed point of resize_bilinear's weights: an output sample is
+/// clip8((sum of sample x weight + 2^(bits - 1)) >> bits).
+constexpr int kResampleBits = 22;  // PIL's for 8-bit images: 32 - 8 - 2
+
+/// resize_bilinear's weights along one axis of `in` samples resampled to `out`, as a dense
+/// out x in matrix (row-major) in kResampleBits fixed point: what resize_bilinear computes with.
+std::vector<int32_t> bilinear_weights(int in, int out);
+
 /// Resamples an interleaved h x w x c 8-bit image to oh x ow with PIL's antialiased bilinear
 /// filter (the support widens with the scale factor), in PIL's fixed point: every pass rounds and
 /// clips to 8 bits, so the result is PIL's to the bit.

@@ -1,0 +1,45 @@
+// JPEG files decoded on a CUDA device by nvJPEG (issue #47: the CPU's reader threads top out below
+// a fast model's forward). Optional: compiled in when CMake finds nvJPEG beside a CUDA LibTorch
+// (libcore/CMakeLists.txt). Needs LibTorch: include only from torch translation units.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace traincache::model {
+
+/// Whether this build has nvJPEG (found when it was configured).
+bool nvjpeg_built();
+
+/// Decodes batches of JPEG files on one CUDA device with nvJPEG's batched decoder: on the device's
+/// hardware JPEG decoder for the files it takes (where the device has one), nvJPEG's hybrid decoder
+/// (Huffman on the CPU or the GPU, the rest on the GPU) for the others. Chroma is upsampled by
+/// interpolation, as libjpeg-turbo's "fancy" upsampling that PIL and the CPU path use. The work is
+/// queued on the device's current stream. One decoder per thread.
+class JpegDecoder {
+ public:
+  /// Error(unavailable) when this build has no nvJPEG, `device` is not a CUDA device, or nvJPEG
+  /// cannot start on it.
+  explicit JpegDecoder(torch::Device device);
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  /// Each file's pixels as RGB, uint8 [3, H, W] on the device (a grayscale file's one channel in
+  /// all three), in the order given; an undefined tensor for a file nvJPEG does not decode (not a
+  /// JPEG, four components, damaged): the caller decodes those on the CPU.
+  std::vector<torch::Tensor> decode(const std::vector<std::string_view>& files);
+
+  /// The decoders in use: "hardware+hybrid" or "hybrid".
+  std::string backends() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace traincache::model

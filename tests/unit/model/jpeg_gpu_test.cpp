@@ -1,0 +1,69 @@
+// nvJPEG's decoder (model/jpeg_gpu.h) against the CPU's (io::image::decode, libjpeg-turbo as PIL
+// uses it), on JPEGs that TurboJPEG writes here: 4:2:0, 4:4:4, grey, progressive. Without a CUDA
+// device or without nvJPEG in the build, the decoder must refuse to start (69) with a reason.
+#include "traincache/model/jpeg_gpu.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "../catch.h"
+#include "../test_util.h"
+#include "jpeg_writer.h"
+#include "traincache/base/error.h"
+#include "traincache/io/image.h"
+
+using namespace traincache;
+
+namespace {
+
+bool gpu_decoding() { return model::nvjpeg_built() && torch::cuda::is_available(); }
+
+}  // namespace
+
+CATCH_TEST_CASE("jpeg_gpu: without nvJPEG or a CUDA device the decoder refuses to start", "[jpeg_gpu]") {
+  if (gpu_decoding()) {
+    CATCH_CHECK(test::code_of([] { model::JpegDecoder d(torch::Device("cpu")); }) == Exit::unavailable);
+    return;
+  }
+  CATCH_CHECK(test::code_of([] { model::JpegDecoder d(torch::Device("cuda:0")); }) == Exit::unavailable);
+  try {
+    model::JpegDecoder d(torch::Device("cuda:0"));
+  } catch (const Error& e) {
+    const std::string why = e.what();
+    CATCH_CHECK_THAT(why, test::contains_text(model::nvjpeg_built() ? "cannot start" : "this build has none"));
+  }
+}
+
+CATCH_TEST_CASE("jpeg_gpu: nvJPEG's pixels agree with the CPU's; what it cannot decode is left to the CPU",
+                "[jpeg_gpu]") {
+  if (!gpu_decoding()) return;  // the case above checks the refusal
+  struct Case {
+    int subsamp;
+    bool progressive;
+  };
+  const Case cases[] = {
+      {TJSAMP_420, false}, {TJSAMP_444, false}, {TJSAMP_422, false}, {TJSAMP_GRAY, false}, {TJSAMP_420, true}};
+  std::vector<std::string> files;
+  for (const Case& c : cases) files.push_back(test::make_jpeg(67, 93, c.subsamp, c.progressive));
+  files.push_back("not a JPEG");
+  model::JpegDecoder decoder(torch::Device("cuda:0"));
+  std::vector<std::string_view> views(files.begin(), files.end());
+  auto got = decoder.decode(views);
+  CATCH_REQUIRE(got.size() == files.size());
+  CATCH_CHECK(!got.back().defined());
+  for (std::size_t i = 0; i + 1 < files.size(); ++i) {
+    const auto& f = files[i];
+    auto ref = io::image::decode(reinterpret_cast<const unsigned char*>(f.data()), f.size(), io::image::Channels::rgb,
+                                 false, "case " + std::to_string(i));
+    CATCH_REQUIRE(got[i].defined());
+    auto cpu = torch::from_blob(ref.samples.data(), {ref.height, ref.width, 3}, torch::kByte).permute({2, 0, 1});
+    auto diff = (got[i].cpu().to(torch::kInt) - cpu.to(torch::kInt)).abs();
+    const int max = diff.max().item<int>();
+    const double mean = diff.to(torch::kDouble).mean().item<double>();
+    CATCH_INFO("case " << i << ": max " << max << ", mean " << mean << " (" << decoder.backends() << ")");
+    std::printf("jpeg_gpu: case %zu: max |diff| %d, mean %.4f (%s)\n", i, max, mean, decoder.backends().c_str());
+    CATCH_CHECK(mean < 1.0);  // IDCTs differ in rounding; upsampling as the CPU's
+    CATCH_CHECK(max <= 16);
+  }
+}
