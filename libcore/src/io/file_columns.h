@@ -176,28 +176,57 @@ class ImageColumn : public Column {
 
   const image::Spec* preprocess() const override { return &spec_; }
 
+  EncodedImage read_encoded(int64_t row) const override {
+    check_range(row, 1);
+    const std::size_t i = static_cast<std::size_t>(row);
+    EncodedImage e;
+    e.bytes = read_file_of(i);
+    const auto* b = reinterpret_cast<const unsigned char*>(e.bytes.data());
+    e.jpeg = e.bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
+    if (!e.jpeg) return e;  // decoded by pixels_of, which checks it
+    const auto [h, w] = image::probe_size(b, e.bytes.size(), spec_.exif_transpose, shown_[i]);
+    check_shape(h, w, i);
+    if (spec_.exif_transpose) e.orientation = image::exif_orientation(b, e.bytes.size());
+    return e;
+  }
+
+  void pixels_of(const EncodedImage& e, int64_t row, uint8_t* out) const override {
+    check_range(row, 1);
+    const image::Image img = decoded(e.bytes, static_cast<std::size_t>(row));
+    StageTimer resize(Stage::resize);
+    image::preprocess_pixels(img, spec_, out);
+  }
+
  private:
   // Rows [start, start + count) decoded in order, each checked against the column's row shape.
   template <class Use>
   void for_each_image(int64_t start, int64_t count, Use use) const {
     check_range(start, count);
-    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
     for (int64_t r = start; r < start + count; ++r) {
-      const std::size_t i = static_cast<std::size_t>(r);
-      std::string bytes = read_file_of(i);
-      image::Image img;
-      {
-        StageTimer decode(Stage::decode);
-        img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
-                            spec_.exif_transpose, shown_[i]);
-      }
-      if (image::output_shape(spec_, img.height, img.width) != want)
-        throw Error(Exit::data, shown_[i],
-                    "gives an image of " + shape_text(image::output_shape(spec_, img.height, img.width)) +
-                        " but the column's rows are " + shape_text(want) + " (did the file change?)");
+      const image::Image img = decoded(read_file_of(static_cast<std::size_t>(r)), static_cast<std::size_t>(r));
       StageTimer resize(Stage::resize);  // resize, crop and normalise (cache-fill's bottleneck report)
       use(img);
     }
+  }
+
+  // Image i's bytes decoded, its size checked against the column's row shape.
+  image::Image decoded(const std::string& bytes, std::size_t i) const {
+    image::Image img;
+    {
+      StageTimer decode(Stage::decode);
+      img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
+                          spec_.exif_transpose, shown_[i]);
+    }
+    check_shape(img.height, img.width, i);
+    return img;
+  }
+
+  void check_shape(int h, int w, std::size_t i) const {
+    const std::vector<int64_t> want(info_.shape.begin() + 1, info_.shape.end());
+    if (image::output_shape(spec_, h, w) != want)
+      throw Error(Exit::data, shown_[i],
+                  "gives an image of " + shape_text(image::output_shape(spec_, h, w)) + " but the column's rows are " +
+                      shape_text(want) + " (did the file change?)");
   }
 
   // Files read whole; errors name file i as `shown[i]` (with its manifest line).

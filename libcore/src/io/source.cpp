@@ -334,6 +334,14 @@ void Column::read_pixels(int64_t, int64_t, uint8_t*) const {
   throw Error(Exit::internal, path_, "'" + info_.name + "' is not a column of images");
 }
 
+EncodedImage Column::read_encoded(int64_t) const {
+  throw Error(Exit::internal, path_, "'" + info_.name + "' is not a column of images");
+}
+
+void Column::pixels_of(const EncodedImage&, int64_t, uint8_t*) const {
+  throw Error(Exit::internal, path_, "'" + info_.name + "' is not a column of images");
+}
+
 const std::vector<std::string>& Column::label_names() const {
   static const std::vector<std::string> none;
   return none;

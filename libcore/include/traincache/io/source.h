@@ -86,6 +86,13 @@ struct ColumnInfo {
   std::size_t row_bytes() const;
 };
 
+/// An image file as stored, before decoding (Column::read_encoded).
+struct EncodedImage {
+  std::string bytes;
+  bool jpeg = false;    ///< a JPEG (by its first bytes)
+  int orientation = 1;  ///< the EXIF orientation to apply: 1 when the spec does not apply it
+};
+
 /// One named array of rows.
 class Column {
  public:
@@ -145,6 +152,16 @@ class Column {
   /// converts (image::preprocess_pixels: resized and cropped, C, H, W order), one byte per element
   /// of info()'s row shape. Error(internal) for other columns. Thread-safe.
   virtual void read_pixels(int64_t start, int64_t count, uint8_t* out) const;
+
+  /// For a column of decoded images: row `row`'s file as stored, for decoding elsewhere (cache-fill
+  /// --decode device), with what its header says: whether it is a JPEG and its EXIF orientation
+  /// (1 unless the spec applies it). The size its header gives is checked against the row shape
+  /// (Error(data) naming the file, as read_pixels). Error(internal) for other columns. Thread-safe.
+  virtual EncodedImage read_encoded(int64_t row) const;
+
+  /// For a column of decoded images: `e` (read_encoded's row `row`) decoded here and made the
+  /// samples read_pixels gives. Error(internal) for other columns. Thread-safe.
+  virtual void pixels_of(const EncodedImage& e, int64_t row, uint8_t* out) const;
 
  protected:
   Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
