@@ -17,6 +17,11 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   if [ "$tool" != shm-cache ]; then  # shm-cache does not link LibTorch
     expect_out_re $'\nLibTorch [12]\\.[0-9]+'  # 1.13 on Debian 12, 2.6 on Debian 13, 2.x from pip
     expect_out_re $'\nBLAS: (openblas|mkl \\(linked into LibTorch\\))'  # Debian's; pip's carries MKL
+    if grep -qx '#define TRAINCACHE_WITH_NVJPEG 1' "$TC_BIN/../generated/traincache_nvjpeg_config.h"; then
+      expect_out_has $'\nnvJPEG: built in (cache-fill --decode device)\n'
+    else
+      expect_out_has $'\nnvJPEG: not built in\n'
+    fi
   else
     expect_out_re "^shm-cache [0-9.]+ \(git [^)]*\)$"
   fi

@@ -12,8 +12,6 @@ namespace traincache::model {
 
 #if !TRAINCACHE_WITH_NVJPEG
 
-bool nvjpeg_built() { return false; }
-
 struct JpegDecoder::Impl {};
 
 JpegDecoder::JpegDecoder(torch::Device) {
@@ -27,8 +25,6 @@ std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_vie
 std::string JpegDecoder::backends() const { return {}; }
 
 #else
-
-bool nvjpeg_built() { return true; }
 
 namespace {
 

@@ -30,8 +30,9 @@ std::string blas_text() {
 
 std::string runtime_info() {
   return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
-         "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") + "\ncores: " + cores_text() +
-         " (intra-op threads default to one per usable core; see --threads)";
+         "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
+         "\nnvJPEG: " + (nvjpeg_built() ? "built in (cache-fill --decode device)" : "not built in") +
+         "\ncores: " + cores_text() + " (intra-op threads default to one per usable core; see --threads)";
 }
 
 }  // namespace traincache::model

@@ -12,6 +12,7 @@
 #include "jpeg_writer.h"
 #include "traincache/base/error.h"
 #include "traincache/io/image.h"
+#include "traincache/model/runtime.h"
 
 using namespace traincache;
 

@@ -13,4 +13,8 @@ std::string runtime_info();
 /// the tools that link no LibTorch. A module that cannot be loaded -> Error(unavailable).
 std::string runtime_info_in_module();
 
+/// Whether this build has nvJPEG, to decode JPEG files on CUDA devices (found when it was
+/// configured: libcore/CMakeLists.txt). Torch-free.
+bool nvjpeg_built();
+
 }  // namespace traincache::model

@@ -12,9 +12,6 @@
 
 namespace traincache::model {
 
-/// Whether this build has nvJPEG (found when it was configured).
-bool nvjpeg_built();
-
 /// Decodes batches of JPEG files on one CUDA device with nvJPEG's batched decoder: on the device's
 /// hardware JPEG decoder for the files it takes (where the device has one), nvJPEG's hybrid decoder
 /// (Huffman on the CPU or the GPU, the rest on the GPU) for the others. Chroma is upsampled by
