@@ -102,6 +102,9 @@ open('$WORK/odd/a/huge.png', 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', s
 bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1
 expect_rc 65
 expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1 --convert device --decode device  # refused in the encode loop
+expect_rc 65
+expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
 bad_fill --input "$WORK/odd" --resize 8,8 --rows 1:2
 expect_rc 65
 expect_err "cache-fill: error: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
@@ -121,6 +124,9 @@ cp "$WORK/png/c1/$(ls "$WORK/png/c1" | head -1)" "$WORK/bad/b/ok.png"
 run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip-dev.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
   --channels gray --on-error skip --convert device -q
 expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip-dec.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
+  --channels gray --on-error skip --convert device --decode device -q
+expect_rc 0
 run "$TC_BIN/cache-fill" --input "$WORK/bad" --out "$WORK/skip.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 \
   --channels gray --on-error skip
 expect_rc 0
@@ -136,6 +142,15 @@ print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['
       e.tobytes() == h5py.File('$WORK/skip-dev.h5')['embeddings/flat'][:].tobytes())
 "
 expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported True"
+# --decode device (the truncated JPEG fails in the encode loop's decoding, the BMP on the reader
+# thread): the same rows, reasons and bytes.
+py "
+import h5py
+a, b = h5py.File('$WORK/skip.h5'), h5py.File('$WORK/skip-dec.h5')
+print(a['skipped/rows'][:].tolist() == b['skipped/rows'][:].tolist(), a['skipped/reasons'][:].tolist() == b['skipped/reasons'][:].tolist(),
+      a['embeddings/flat'][:].tobytes() == b['embeddings/flat'][:].tobytes())
+"
+expect_out "True True True"
 run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
 expect_out_has '"skipped":2'
 run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1

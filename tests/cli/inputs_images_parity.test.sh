@@ -60,6 +60,42 @@ expect_out "rgb True True
 gray True True
 pad True True"
 
+# --decode device: the reader threads read JPEG files as they are (and decode the PNGs), the encode
+# loop decodes, resizes and crops them on the encoders' device (here the CPU, with the CPU's
+# decoder: nvJPEG on a CUDA device) and EXIF orientations are applied there: the same bytes, under
+# the same fingerprint, as the reader threads' decoding.
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-dec.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
+  --normalize imagenet --convert device --decode device --json
+expect_rc 0
+expect_out_has '"convert":"device","decode":"device"'
+run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-dec.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
+  --exif-transpose --convert device --decode device --workers 3
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-dec.h5" "${FILL[@]}" --resize 30,45 --channels gray \
+  --normalize 0.5:0.25 --convert device --decode device
+expect_rc 0
+py "
+import h5py, numpy as np
+for c in ['rgb', 'gray', 'pad']:
+    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-dec.h5')
+    x, y = a['embeddings/flat'][:], b['embeddings/flat'][:]
+    print(c, x.shape == y.shape and x.tobytes() == y.tobytes(), a.attrs['fingerprint'] == b.attrs['fingerprint'])
+"
+expect_out "rgb True True
+gray True True
+pad True True"
+# Decoding on the device needs the conversion there; auto decodes there only on a CUDA device
+# with nvJPEG (here: on the reader threads).
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/none.h5" "${FILL[@]}" --resize 40 --center-crop 36 --convert host \
+  --decode device
+expect_rc 64
+expect_err "cache-fill: error: --decode device: needs the images converted on the device too (--convert device; auto does so on CUDA only)"
+expect_no_file "$WORK/none.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-auto.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
+  --normalize imagenet --convert device --decode auto --json
+expect_rc 0
+expect_out_has '"convert":"device","decode":"host"'
+
 # Without --exif-transpose the tag is ignored (PIL's default), so the rotated images differ.
 run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/noexif.h5" "${FILL[@]}" --resize 48 --center-crop 64
 expect_rc 0

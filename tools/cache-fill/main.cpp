@@ -176,6 +176,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("input_wait_seconds", r.input_wait_seconds)
       .add("store_seconds", r.store_seconds)
       .add("convert", r.device_convert ? "device" : "host")
+      .add("decode", r.device_decode ? "device" : "host")
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)
@@ -353,6 +354,9 @@ int main(int argc, char** argv) {
   cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),
                   "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
                   "copied to the encoders' device); auto: device for CUDA");
+  cli::add_choice(app, "--decode", o.fill.decode, fill::decode_choices(),
+                  "Where JPEG files are decoded: host (reader threads) or device (nvJPEG on CUDA; needs the "
+                  "conversion there); auto: device for CUDA when nvJPEG is built in");
   app.add_option("--precision-tolerance", o.fill.precision_tolerance,
                  "Largest first-batch difference from float32, relative to its largest value")
       ->capture_default_str();

@@ -128,8 +128,12 @@ class Prefetcher {
               }
               BindStageSink bind(busy);
               StageTimer unit(Stage::input);
+              const bool skip = opts.on_error == OnError::skip;
               for (auto& [name, d] : in.features)
-                b.inputs[name] = read_batch(d, b, opts.input_scale, opts.on_error == OnError::skip, pin);
+                if (d.decode_on_device)
+                  b.encoded[name] = read_encoded(d, b.start, b.count, skip, b.skipped);
+                else
+                  b.inputs[name] = read_batch(d, b, opts.input_scale, skip, pin);
               for (auto& [key, t] : in.texts) {
                 StageTimer tokenize(Stage::tokenize);
                 b.text[key] = read_text(t, b.start, b.count, opts.tokenize);
@@ -172,6 +176,8 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
   const torch::Device device = encoders.front()->device();
   for (const auto& [name, d] : in.features) {
     conversions_.emplace(name, DeviceConversion(d, device));
+    if (d.decode_on_device)
+      decoders_.emplace(std::piecewise_construct, std::forward_as_tuple(name), std::forward_as_tuple(d, device));
     convert_ahead_ = convert_ahead_ || d.convert_on_device;
   }
   if (convert_ahead_ && device.is_cuda()) {
@@ -263,6 +269,10 @@ void Encoding::convert_inputs(Batch& batch) {
   try {
     std::optional<c10::StreamGuard> on_side;
     if (side_stream_) on_side.emplace(*side_stream_);
+    for (auto& [name, decode] : decoders_) {
+      batch.inputs[name] = decode(batch.encoded.at(name), batch.start, opts_.on_error == OnError::skip, batch.skipped);
+      batch.encoded.erase(name);
+    }
     for (auto& [name, convert] : conversions_) batch.inputs[name] = convert(batch.inputs[name], opts_.input_scale);
     if (side_stream_) {
       // The rows' memory stays theirs until the current stream is done with them too.

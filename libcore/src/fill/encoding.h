@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device_decode.h"
 #include "inputs.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/stages.h"
@@ -50,6 +51,7 @@ struct Batch {
   int64_t start = 0, count = 0;
   std::map<std::string, torch::Tensor> inputs;
   std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
+  std::map<std::string, EncodedRows> encoded;              // --decode device: image columns' files
   std::map<int64_t, std::string> skipped;                  // input row -> reason
   std::vector<torch::Tensor> copied;  // --update: each encoder's rows kept from the cache (then no inputs)
   bool converted = false;             // `inputs` are as the encoders take them (convert_inputs ran)
@@ -157,6 +159,7 @@ class Encoding {
   const Inputs& in_;
   std::vector<std::unique_ptr<model::Encoder>>& encoders_;
   std::map<std::string, DeviceConversion> conversions_;  // by feature column
+  std::map<std::string, DeviceDecode> decoders_;         // by image column decoded on the device
   // With columns converted on the device, the next unit is read and converted before this one is
   // encoded; on a CUDA device on a side stream, so that its copy and conversion run beside this
   // unit's forward on the device's current stream.

@@ -15,6 +15,11 @@ const Choices<Convert>& convert_choices() {
   return c;
 }
 
+const Choices<Decode>& decode_choices() {
+  static const Choices<Decode> c{{Decode::auto_, "auto"}, {Decode::host, "host"}, {Decode::device, "device"}};
+  return c;
+}
+
 const Choices<OnError>& on_error_choices() {
   static const Choices<OnError> c{{OnError::fail, "fail"}, {OnError::skip, "skip"}};
   return c;

@@ -8,6 +8,7 @@
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/sha256.h"
+#include "traincache/model/runtime.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -204,10 +205,18 @@ Inputs open_inputs(const FillOptions& opts) {
 
 bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in) {
   const bool on_device = opts.convert == Convert::device || (opts.convert == Convert::auto_ && cuda);
+  if (opts.decode == Decode::device && !on_device && in.preprocess())
+    throw Error(Exit::usage, "--decode device",
+                "needs the images converted on the device too (--convert device; auto does so on CUDA only)");
+  if (opts.decode == Decode::device && cuda && in.preprocess() && !model::nvjpeg_built())
+    throw Error(Exit::unavailable, "--decode device",
+                "this build has no nvJPEG to decode on CUDA devices (docs/gpu.md, \"Building\")");
+  const bool decode = opts.decode == Decode::device || (opts.decode == Decode::auto_ && cuda && model::nvjpeg_built());
   bool any = false;
   for (auto& [name, d] : in.features)
     if (on_device && (d.col->preprocess() || d.info().dtype == DType::u8)) {
       d.convert_on_device = true;
+      d.decode_on_device = decode && d.col->preprocess();
       any = true;
     }
   return any;

@@ -26,6 +26,9 @@ struct Input {
   // Set by plan_conversion (--convert device): the column's 8-bit rows are read as they are and
   // become float32 on the encoders' device (encoding.h: read_rows, DeviceConversion).
   bool convert_on_device = false;
+  // Set by plan_conversion (--decode device): the column's JPEG files are read as they are and
+  // decoded on the encoders' device (device_decode.h), its other files by the reader threads.
+  bool decode_on_device = false;
 
   const io::source::ColumnInfo& info() const { return col->info(); }
 };
@@ -51,6 +54,13 @@ struct Inputs {
   std::vector<int64_t> groups;     // tar shards: the first row of each file (io::source::Column::row_groups)
   std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
 
+  // Whether an image column decodes its JPEG files on the encoders' device (--decode).
+  bool decode_on_device() const {
+    for (const auto& [name, d] : features)
+      if (d.decode_on_device) return true;
+    return false;
+  }
+
   // The preprocessing of the image columns (one spec for all), or null without images.
   const io::image::Spec* preprocess() const {
     for (const auto& [name, d] : features)
@@ -68,6 +78,9 @@ nlohmann::json describe_json(const Input& in, const std::string& input);
 Inputs open_inputs(const FillOptions& opts);
 /// --convert: marks the 8-bit feature columns (images, uint8 arrays) to be converted on the
 /// encoders' device (auto: when it is a CUDA device, `cuda`). Returns whether any column is.
+/// --decode: marks the image columns whose JPEG files are decoded there (auto: on a CUDA device
+/// with nvJPEG, when they are converted there); device without the conversion there -> Error(usage),
+/// on a CUDA device without nvJPEG -> Error(unavailable).
 bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in);
 
 }  // namespace traincache::fill

@@ -70,6 +70,9 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
   // model::math_mode(device) once LibTorch runs with --tf32's setting.
   if (cuda && opts.tf32) fp["options"]["math_mode"] = "tf32";
+  // nvJPEG's pixels differ from libjpeg-turbo's (absent: decoded on the host, or on a CPU device by
+  // the same code, which gives the same bytes).
+  if (cuda && in.decode_on_device()) fp["options"]["decode"] = "nvjpeg";
   if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
   f.text = json_text(fp);
   f.hash = sha256_hex(f.text);
@@ -155,6 +158,7 @@ Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const st
   result.rows = p.plan.rows();
   result.length_window = p.in.unit > opts.batch_size ? p.in.unit : 0;
   result.device_convert = device_convert;
+  result.device_decode = p.in.decode_on_device();
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
   for (const auto& e : opts.encoders) {
     p.enc_sha.push_back(sha256_file(e.path));

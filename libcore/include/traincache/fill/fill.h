@@ -39,6 +39,9 @@ const Choices<OnError>& on_error_choices();
 /// for CUDA devices, host otherwise.
 enum class Convert { auto_, host, device };
 const Choices<Convert>& convert_choices();
+/// --decode: where JPEG files are decoded (docs/cache-fill.md).
+enum class Decode { auto_, host, device };
+const Choices<Decode>& decode_choices();
 
 /// Everything that controls a fill. Defaults match the command line's.
 struct FillOptions {
@@ -67,6 +70,7 @@ struct FillOptions {
   int64_t row_end = -1;                   ///< -1 = to the end
   double input_scale = 1.0 / 255.0;       ///< applied to uint8 inputs
   Convert convert = Convert::auto_;       ///< where 8-bit inputs become float32
+  Decode decode = Decode::host;           ///< where JPEG files are decoded (device: nvJPEG on CUDA)
   bool optimize = true;                   ///< freeze + optimize_for_inference
   bool tf32 = true;                       ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
   Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
@@ -104,6 +108,7 @@ struct FillResult {
   /// run encoded no rows).
   std::optional<Bottleneck> bottleneck;
   bool device_convert = false;  ///< 8-bit inputs were converted on the encoders' device (--convert)
+  bool device_decode = false;   ///< JPEG files were decoded on the encoders' device (--decode)
   uint64_t bytes_written = 0;   ///< embedding bytes written by this run
   int64_t skipped = 0;          ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD

@@ -1,0 +1,111 @@
+#include "device_decode.h"
+
+#include <torch/torch.h>
+
+#include "traincache/base/error.h"
+#include "traincache/base/stages.h"
+#include "traincache/text/tokenizer.h"
+
+namespace traincache::fill {
+
+namespace {
+
+// A row's samples: uint8 zeros of the column's row shape.
+torch::Tensor zero_row(const Input& in) {
+  return torch::zeros(std::vector<int64_t>(in.info().shape.begin() + 1, in.info().shape.end()), torch::kByte);
+}
+
+// Reads or decodes `what` for row `row`; an input error becomes a skipped row with `skip`: false,
+// with the reason in `skipped`.
+template <class Fn>
+bool tolerated(Fn&& what, int64_t row, bool skip, std::map<int64_t, std::string>& skipped) {
+  try {
+    what();
+    return true;
+  } catch (const Error& e) {
+    if (!skip || (e.code() != Exit::data && e.code() != Exit::no_input)) throw;
+    std::string why = e.what();
+    text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
+    skipped.emplace(row, why);
+    return false;
+  }
+}
+
+}  // namespace
+
+EncodedRows read_encoded(const Input& in, int64_t start, int64_t count, bool skip,
+                         std::map<int64_t, std::string>& skipped) {
+  EncodedRows out;
+  out.files.resize(static_cast<std::size_t>(count));
+  out.pixels.resize(static_cast<std::size_t>(count));
+  for (int64_t r = start; r < start + count; ++r) {
+    const auto k = static_cast<std::size_t>(r - start);
+    if (!tolerated([&] { out.files[k] = in.col->read_encoded(r); }, r, skip, skipped)) {
+      out.pixels[k] = zero_row(in);
+      continue;
+    }
+    if (out.files[k].jpeg) continue;
+    auto px = zero_row(in);  // not a JPEG: decoded here, as the reader threads decode every file with --decode host
+    tolerated([&] { in.col->pixels_of(out.files[k], r, px.data_ptr<uint8_t>()); }, r, skip, skipped);
+    out.pixels[k] = px;
+    out.files[k] = {};
+  }
+  return out;
+}
+
+DeviceDecode::DeviceDecode(const Input& in, torch::Device device)
+    : in_(in), device_(device), prep_(*in.col->preprocess(), device) {}
+
+torch::Tensor DeviceDecode::on_host(const io::source::EncodedImage& e, int64_t row, bool skip,
+                                    std::map<int64_t, std::string>& skipped) const {
+  auto px = zero_row(in_);
+  tolerated([&] { in_.col->pixels_of(e, row, px.data_ptr<uint8_t>()); }, row, skip, skipped);
+  return px;
+}
+
+torch::Tensor DeviceDecode::operator()(EncodedRows& rows, int64_t start, bool skip,
+                                       std::map<int64_t, std::string>& skipped) {
+  c10::InferenceMode guard;
+  const std::size_t n = rows.files.size();
+  std::vector<torch::Tensor> decoded(n);
+  if (device_.is_cuda()) {
+    if (!nvjpeg_) nvjpeg_ = std::make_unique<model::JpegDecoder>(device_);
+    std::vector<std::string_view> files;
+    std::vector<std::size_t> which;
+    for (std::size_t k = 0; k < n; ++k)
+      if (!rows.pixels[k].defined()) {
+        files.emplace_back(rows.files[k].bytes);
+        which.push_back(k);
+      }
+    auto got = nvjpeg_->decode(files);
+    for (std::size_t j = 0; j < which.size(); ++j) decoded[which[j]] = std::move(got[j]);
+  } else {
+    for (std::size_t k = 0; k < n; ++k) {  // the CPU's decoding of the whole image, as a decoder hands it over
+      if (rows.pixels[k].defined()) continue;
+      const auto& e = rows.files[k];
+      io::image::Image img;
+      try {
+        img = io::image::decode(reinterpret_cast<const unsigned char*>(e.bytes.data()), e.bytes.size(),
+                                io::image::Channels::rgb, false, "");
+      } catch (const Error&) {
+        continue;  // on_host below says why, naming the file
+      }
+      decoded[k] = torch::from_blob(img.samples.data(), {img.height, img.width, 3}, torch::kByte)
+                       .permute({2, 0, 1})
+                       .contiguous();
+    }
+  }
+  std::vector<torch::Tensor> out;
+  for (std::size_t k = 0; k < n; ++k) {
+    const int64_t row = start + static_cast<int64_t>(k);
+    if (rows.pixels[k].defined())
+      out.push_back(rows.pixels[k].to(device_));
+    else if (decoded[k].defined())
+      out.push_back(prep_(decoded[k], rows.files[k].orientation));
+    else  // left by the device's decoder (CMYK, damaged): as the reader threads would decode it
+      out.push_back(on_host(rows.files[k], row, skip, skipped).to(device_));
+  }
+  return torch::stack(out);
+}
+
+}  // namespace traincache::fill
