@@ -123,6 +123,20 @@ expect_out_has '"names":["jpeg_gray","jpeg_rgb","png16","png_1bit","png_gray","p
 run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5"
 expect_rc 0
 expect_out_re "	flat	ok: 6 rows match"
+# A cache whose JPEGs nvJPEG decoded (its fingerprint says so; written here into a CPU fill's, the
+# only kind this machine makes) is verified by decoding them as --decode device does, on the CPU
+# by libjpeg-turbo: the same bytes, EXIF orientations included.
+py "
+import h5py, json
+with h5py.File('$WORK/pad-dec.h5', 'r+') as f:
+    fp = json.loads(f.attrs['fingerprint_json'])
+    fp['options']['decode'] = 'nvjpeg'
+    f.attrs['fingerprint_json'] = json.dumps(fp)
+print('ok')"
+expect_out ok
+run "$TC_BIN/cache-inspect" --verify 12 "$WORK/pad-dec.h5"
+expect_rc 0
+expect_out_re "	flat	ok: 12 rows match"
 run "$TC_BIN/cache-inspect" --verify 6 "$WORK/rgb.h5" --input "$D/images.h5"
 expect_rc 64
 expect_err "cache-inspect: error: $D/images.h5: is a hdf5 input but the cache was built from a image-folder one"

@@ -4,6 +4,7 @@
 #include <random>
 #include <set>
 
+#include "encoding.h"
 #include "traincache/base/error.h"
 #include "traincache/base/sha256.h"
 #include "traincache/io/cache_file.h"
@@ -63,17 +64,48 @@ std::string verify_input(const VerifyOptions& opts, const io::cache::CacheInfo& 
   return input;
 }
 
-// Rows `rows` of encoder e's numeric features, read and preprocessed as the fill fed them.
+// Whether the cache's JPEG files were decoded by nvJPEG (cache-fill --decode device on CUDA).
+bool decoded_by_nvjpeg(const io::cache::CacheInfo& info) {
+  const auto fp = nlohmann::json::parse(info.fingerprint_json, nullptr, false);
+  return fp.is_object() && fp.contains("options") && fp["options"].value("decode", "") == "nvjpeg";
+}
+
+// Rows `rows` of an image column decoded as cache-fill --decode device decodes them on `device`,
+// then converted there (fill/device_decode.h, fill/encoding.h).
+torch::Tensor decoded_on_device(std::shared_ptr<const io::source::Column> col, int64_t first,
+                                const std::vector<int64_t>& rows, double scale, torch::Device device) {
+  Input in(std::move(col));
+  in.convert_on_device = in.decode_on_device = true;
+  DeviceDecode decode(in, device);
+  DeviceConversion convert(in, device);
+  std::map<int64_t, std::string> skipped;  // none: an unreadable row is an error here
+  std::vector<torch::Tensor> read;
+  for (int64_t r : rows) {
+    EncodedRows one = read_encoded(in, first + r, 1, false, skipped);
+    read.push_back(convert(decode(one, first + r, false, skipped), scale));
+  }
+  return torch::cat(read);
+}
+
+// Rows `rows` of encoder e's numeric features, read and preprocessed as the fill fed them: when the
+// fill decoded JPEG files by nvJPEG, decoded on `device` as cache-fill --decode device does (by
+// nvJPEG on a CUDA device; on the CPU by libjpeg-turbo, which gives the host's bytes).
 std::vector<torch::Tensor> feature_args(const io::cache::CacheInfo& info, const io::cache::EmbeddingInfo& e,
-                                        const std::string& input, const std::vector<int64_t>& rows) {
+                                        const std::string& input, const std::vector<int64_t>& rows,
+                                        torch::Device device) {
   std::vector<torch::Tensor> args;
   io::source::FileOptions files;
   files.preprocess = io::image::spec_from(info.preprocess);
+  const bool nvjpeg = decoded_by_nvjpeg(info);
   for (const auto& f : e.features) {
     auto col = io::source::open_column(input, f, files, io::source::Role::images);
     io::source::require_numeric_input(col->info(), input);
     if (col->info().rows() < info.row_start + info.rows)
       throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
+    if (nvjpeg && col->preprocess()) {
+      args.push_back(decoded_on_device(std::move(col), info.row_start, rows, info.input_scale, device));
+      continue;
+    }
     std::vector<torch::Tensor> read;
     for (int64_t r : rows) read.push_back(model::read_column_rows(*col, info.row_start + r, 1, info.input_scale));
     args.push_back(torch::cat(read));
@@ -110,7 +142,7 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
   v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
   v.atol = opts.atol;
 
-  std::vector<torch::Tensor> args = feature_args(info, e, input, rows);
+  std::vector<torch::Tensor> args = feature_args(info, e, input, rows, device);
   model::Encoder enc(e.name, v.encoder_path, device, e.output);
   const std::size_t n = model::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
   for (const auto& key : e.text) {
