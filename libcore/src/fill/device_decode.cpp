@@ -3,8 +3,6 @@
 #include <torch/torch.h>
 
 #include "traincache/base/error.h"
-#include "traincache/base/stages.h"
-#include "traincache/text/tokenizer.h"
 
 namespace traincache::fill {
 
@@ -13,22 +11,6 @@ namespace {
 // A row's samples: uint8 zeros of the column's row shape.
 torch::Tensor zero_row(const Input& in) {
   return torch::zeros(std::vector<int64_t>(in.info().shape.begin() + 1, in.info().shape.end()), torch::kByte);
-}
-
-// Reads or decodes `what` for row `row`; an input error becomes a skipped row with `skip`: false,
-// with the reason in `skipped`.
-template <class Fn>
-bool tolerated(Fn&& what, int64_t row, bool skip, std::map<int64_t, std::string>& skipped) {
-  try {
-    what();
-    return true;
-  } catch (const Error& e) {
-    if (!skip || (e.code() != Exit::data && e.code() != Exit::no_input)) throw;
-    std::string why = e.what();
-    text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
-    skipped.emplace(row, why);
-    return false;
-  }
 }
 
 }  // namespace
@@ -40,13 +22,13 @@ EncodedRows read_encoded(const Input& in, int64_t start, int64_t count, bool ski
   out.pixels.resize(static_cast<std::size_t>(count));
   for (int64_t r = start; r < start + count; ++r) {
     const auto k = static_cast<std::size_t>(r - start);
-    if (!tolerated([&] { out.files[k] = in.col->read_encoded(r); }, r, skip, skipped)) {
+    if (!tolerate_input_error([&] { out.files[k] = in.col->read_encoded(r); }, r, skip, skipped)) {
       out.pixels[k] = zero_row(in);
       continue;
     }
     if (out.files[k].jpeg) continue;
     auto px = zero_row(in);  // not a JPEG: decoded here, as the reader threads decode every file with --decode host
-    tolerated([&] { in.col->pixels_of(out.files[k], r, px.data_ptr<uint8_t>()); }, r, skip, skipped);
+    tolerate_input_error([&] { in.col->pixels_of(out.files[k], r, px.data_ptr<uint8_t>()); }, r, skip, skipped);
     out.pixels[k] = px;
     out.files[k] = {};
   }
@@ -59,7 +41,7 @@ DeviceDecode::DeviceDecode(const Input& in, torch::Device device)
 torch::Tensor DeviceDecode::on_host(const io::source::EncodedImage& e, int64_t row, bool skip,
                                     std::map<int64_t, std::string>& skipped) const {
   auto px = zero_row(in_);
-  tolerated([&] { in_.col->pixels_of(e, row, px.data_ptr<uint8_t>()); }, row, skip, skipped);
+  tolerate_input_error([&] { in_.col->pixels_of(e, row, px.data_ptr<uint8_t>()); }, row, skip, skipped);
   return px;
 }
 

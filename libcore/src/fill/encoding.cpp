@@ -73,19 +73,12 @@ namespace {
 // read or decoded becomes zeros and is recorded in b.skipped.
 torch::Tensor read_tolerant(const Input& in, Batch& b, double scale, bool pin) {
   std::vector<torch::Tensor> rows;
-  for (int64_t r = b.start; r < b.start + b.count; ++r) {
-    try {
-      rows.push_back(read_rows(in, r, 1, scale, pin));
-    } catch (const Error& e) {
-      if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+  for (int64_t r = b.start; r < b.start + b.count; ++r)
+    if (!tolerate_input_error([&] { rows.push_back(read_rows(in, r, 1, scale, pin)); }, r, true, b.skipped)) {
       std::vector<int64_t> shape = in.info().shape;
       shape[0] = 1;
       rows.push_back(torch::zeros(shape, read_dtype(in)));
-      std::string why = e.what();
-      text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
-      b.skipped.emplace(r, why);
     }
-  }
   return torch::cat(rows);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "traincache/base/error.h"
 #include "traincache/fill/fill.h"
 #include "traincache/io/image.h"
 #include "traincache/io/source.h"
@@ -68,6 +69,22 @@ struct Inputs {
     return nullptr;
   }
 };
+
+/// Runs `read` (reading or decoding row `row`); with `skip` (--on-error skip), an input error
+/// (data, no_input) is recorded in `skipped` with its reason instead and false returned.
+template <class Fn>
+bool tolerate_input_error(Fn&& read, int64_t row, bool skip, std::map<int64_t, std::string>& skipped) {
+  try {
+    read();
+    return true;
+  } catch (const Error& e) {
+    if (!skip || (e.code() != Exit::data && e.code() != Exit::no_input)) throw;
+    std::string why = e.what();
+    text::repair_utf8(why);  // stored as an HDF5 string: a non-UTF-8 file name must not fail the publish
+    skipped.emplace(row, why);
+    return false;
+  }
+}
 
 /// The datasets labels and keys are read from: the options', or the input's defaults.
 std::string labels_name(const FillOptions& opts);
