@@ -42,6 +42,8 @@ torch::Tensor ImagePrep::pass(const torch::Tensor& x, int out) {
   const int in = static_cast<int>(x.size(2));
   auto it = weights_.find({in, out});
   if (it == weights_.end()) {
+    // Photos of many sizes would keep a matrix per size: bounded (64 of 4,000 x 256 take 0.5 GB).
+    if (weights_.size() >= 64) weights_.clear();
     auto m = torch::tensor(io::image::bilinear_weights(in, out), torch::kInt).reshape({out, in});
     it = weights_.emplace(std::pair{in, out}, m.to(torch::kDouble).t().contiguous().to(device_)).first;
   }

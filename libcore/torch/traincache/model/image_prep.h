@@ -30,7 +30,7 @@ class ImagePrep {
 
   io::image::Spec spec_;
   torch::Device device_;
-  std::map<std::pair<int, int>, torch::Tensor> weights_;  // (in, out) -> float64 [in, out] on the device
+  std::map<std::pair<int, int>, torch::Tensor> weights_;  // (in, out) -> float64 [in, out] on the device, at most 64
 };
 
 }  // namespace traincache::model
