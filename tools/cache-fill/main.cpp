@@ -304,6 +304,25 @@ void add_text_options(CLI::App& app, Options& o) {
       ->group(text_group);
 }
 
+// How the encoders run: the first batch's checks, precision, where inputs are converted and decoded.
+void add_model_options(CLI::App& app, Options& o) {
+  app.add_flag("--check-determinism", o.fill.check_determinism,
+               "Encode the first batch twice and fail (65) if the outputs differ");
+  app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
+  cli::add_choice(app, "--precision", o.fill.precision, model::precision_choices(),
+                  "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
+  cli::add_tf32_option(app, &o.fill.tf32);
+  cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),
+                  "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
+                  "copied to the encoders' device); auto: device for CUDA");
+  cli::add_choice(app, "--decode", o.fill.decode, fill::decode_choices(),
+                  "Where JPEG files are decoded: host (reader threads) or device (nvJPEG on CUDA; needs the "
+                  "conversion there); auto: device for CUDA when nvJPEG is built in");
+  app.add_option("--precision-tolerance", o.fill.precision_tolerance,
+                 "Largest first-batch difference from float32, relative to its largest value")
+      ->capture_default_str();
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
@@ -345,21 +364,7 @@ int main(int argc, char** argv) {
   app.add_flag("--update", o.fill.update,
                "When only the input's data changed, keep the cache's unchanged rows and encode the new and "
                "changed ones");
-  app.add_flag("--check-determinism", o.fill.check_determinism,
-               "Encode the first batch twice and fail (65) if the outputs differ");
-  app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
-  cli::add_choice(app, "--precision", o.fill.precision, model::precision_choices(),
-                  "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
-  cli::add_tf32_option(app, &o.fill.tf32);
-  cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),
-                  "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
-                  "copied to the encoders' device); auto: device for CUDA");
-  cli::add_choice(app, "--decode", o.fill.decode, fill::decode_choices(),
-                  "Where JPEG files are decoded: host (reader threads) or device (nvJPEG on CUDA; needs the "
-                  "conversion there); auto: device for CUDA when nvJPEG is built in");
-  app.add_option("--precision-tolerance", o.fill.precision_tolerance,
-                 "Largest first-batch difference from float32, relative to its largest value")
-      ->capture_default_str();
+  add_model_options(app, o);
   add_text_options(app, o);
   cli::add_file_options(app, o.fill.files, "Images and manifests");
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
