@@ -36,54 +36,51 @@ for config in rgb gray pad; do
   fi
 done
 
-# --convert device: the 8-bit pixels travel and become floats on the encoders' device (here the
-# CPU, through the same tensor operations a GPU runs); the flat encoder stores its input, so the
-# floats must be the host's to the bit, under the same fingerprint.
-run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-dev.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
-  --normalize imagenet --convert device --json
-expect_rc 0
-expect_out_has '"convert":"device"'
-run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-dev.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
-  --exif-transpose --convert device
-expect_rc 0
-run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-dev.h5" "${FILL[@]}" --resize 30,45 --channels gray \
-  --normalize 0.5:0.25 --convert device
-expect_rc 0
-py "
+# three_fills SUFFIX FLAGS...: the rgb, pad and gray fills above again with FLAGS (and 3 reader
+# threads for pad), into NAME-SUFFIX.h5; $out is then the rgb fill's --json.
+three_fills() {
+  local sfx=$1 rgb_json
+  shift
+  run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-$sfx.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
+    --normalize imagenet --json "$@"
+  expect_rc 0
+  rgb_json=$out
+  run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-$sfx.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
+    --exif-transpose --workers 3 "$@"
+  expect_rc 0
+  run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-$sfx.h5" "${FILL[@]}" --resize 30,45 --channels gray \
+    --normalize 0.5:0.25 "$@"
+  expect_rc 0
+  out=$rgb_json
+}
+# same_as_host SUFFIX: the three NAME-SUFFIX.h5 hold the host fills' bytes under their fingerprints.
+same_as_host() {
+  py "
 import h5py, numpy as np
 for c in ['rgb', 'gray', 'pad']:
-    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-dev.h5')
+    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-$1.h5')
     x, y = a['embeddings/flat'][:], b['embeddings/flat'][:]
     print(c, x.shape == y.shape and x.tobytes() == y.tobytes(), a.attrs['fingerprint'] == b.attrs['fingerprint'])
 "
-expect_out "rgb True True
+  expect_out "rgb True True
 gray True True
 pad True True"
+}
+
+# --convert device: the 8-bit pixels travel and become floats on the encoders' device (here the
+# CPU, through the same tensor operations a GPU runs); the flat encoder stores its input, so the
+# floats must be the host's to the bit, under the same fingerprint.
+three_fills dev --convert device
+expect_out_has '"convert":"device"'
+same_as_host dev
 
 # --decode device: the reader threads read JPEG files as they are (and decode the PNGs), the encode
 # loop decodes, resizes and crops them on the encoders' device (here the CPU, with the CPU's
 # decoder: nvJPEG on a CUDA device) and EXIF orientations are applied there: the same bytes, under
 # the same fingerprint, as the reader threads' decoding.
-run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/rgb-dec.h5" "${FILL[@]}" --resize 40 --center-crop 36 \
-  --normalize imagenet --convert device --decode device --json
-expect_rc 0
+three_fills dec --convert device --decode device
 expect_out_has '"convert":"device","decode":"device"'
-run "$TC_BIN/cache-fill" --input "$WORK/oriented" --out "$WORK/pad-dec.h5" "${FILL[@]}" --resize 48 --center-crop 64 \
-  --exif-transpose --convert device --decode device --workers 3
-expect_rc 0
-run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/gray-dec.h5" "${FILL[@]}" --resize 30,45 --channels gray \
-  --normalize 0.5:0.25 --convert device --decode device
-expect_rc 0
-py "
-import h5py, numpy as np
-for c in ['rgb', 'gray', 'pad']:
-    a, b = h5py.File('$WORK/' + c + '.h5'), h5py.File('$WORK/' + c + '-dec.h5')
-    x, y = a['embeddings/flat'][:], b['embeddings/flat'][:]
-    print(c, x.shape == y.shape and x.tobytes() == y.tobytes(), a.attrs['fingerprint'] == b.attrs['fingerprint'])
-"
-expect_out "rgb True True
-gray True True
-pad True True"
+same_as_host dec
 # Decoding on the device needs the conversion there; auto decodes there only on a CUDA device
 # with nvJPEG (here: on the reader threads).
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/none.h5" "${FILL[@]}" --resize 40 --center-crop 36 --convert host \
