@@ -235,6 +235,7 @@ EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::Dataset
   e.math_mode = h5::read_attr_string(d, "math_mode").value_or("");
   e.optimize_max_abs_diff = h5::read_attr_double(d, "optimize_max_abs_diff").value_or(0);
   e.precision_max_rel_diff = h5::read_attr_double(d, "precision_max_rel_diff").value_or(0);
+  e.batch_max_abs_diff = h5::read_attr_double(d, "batch_max_abs_diff").value_or(-1);
   return e;
 }
 
@@ -614,7 +615,48 @@ void write_row_digests(hid_t f, const AssemblySpec& spec) {
   h5::write_rows(d.get(), "/row_digests", 0, n, H5T_NATIVE_UINT8, spec.row_digests.data());
 }
 
-// Writes the rows of one journal raw file into a new dataset of `f`.
+// Reads exactly `n` bytes of `fd` (the raw file `path`) into `out`.
+void read_fully(int fd, const std::string& path, char* out, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, out + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw Error(Exit::io, path, errno_text(errno));
+    if (r == 0) throw Error(Exit::data, path, "journal shorter than its committed rows");
+    got += static_cast<std::size_t>(r);
+  }
+}
+
+// Rows [s, s + n) of the new cache into `buf`: each from the raw file (the next one in order) or,
+// for an update, copied from the updated cache's row that e.kept_rows names.
+void block_rows(int fd, const EmbeddingSource& e, int64_t s, int64_t n, int64_t row_bytes, std::vector<char>& buf) {
+  buf.resize(static_cast<std::size_t>(n * row_bytes));
+  if (e.kept_rows.empty()) {
+    read_fully(fd, e.raw_path, buf.data(), buf.size());
+    return;
+  }
+  std::vector<int64_t> kept;
+  int64_t encoded = 0;
+  for (int64_t r = s; r < s + n; ++r) {
+    const int64_t k = e.kept_rows[static_cast<std::size_t>(r)];
+    if (k >= 0)
+      kept.push_back(k);
+    else
+      ++encoded;
+  }
+  std::vector<char> from_raw(static_cast<std::size_t>(encoded * row_bytes)), from_kept(kept.size() * row_bytes);
+  if (encoded > 0) read_fully(fd, e.raw_path, from_raw.data(), from_raw.size());
+  if (!kept.empty()) e.kept->read_rows(kept, from_kept.data());
+  const char *raw = from_raw.data(), *old = from_kept.data();
+  for (int64_t r = 0; r < n; ++r) {
+    const char*& src = e.kept_rows[static_cast<std::size_t>(s + r)] >= 0 ? old : raw;
+    std::memcpy(buf.data() + r * row_bytes, src, static_cast<std::size_t>(row_bytes));
+    src += row_bytes;
+  }
+}
+
+// Writes the rows of one journal raw file (with an update's kept rows among them) into a new
+// dataset of `f`.
 void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half) {
   std::vector<int64_t> shape{rows};
   shape.insert(shape.end(), e.row_shape.begin(), e.row_shape.end());
@@ -622,28 +664,27 @@ void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half
   for (auto d : e.row_shape) per_row *= d;
   hid_t type = e.dtype == DType::f16 ? half : H5T_IEEE_F32LE;
   int64_t row_bytes = per_row * static_cast<int64_t>(dtype_size(e.dtype));
+  if (!e.kept_rows.empty() && (static_cast<int64_t>(e.kept_rows.size()) != rows || !e.kept ||
+                               static_cast<int64_t>(e.kept->info().row_bytes()) != row_bytes))
+    throw Error(Exit::internal, e.raw_path, "the kept rows do not match the cache being written");
   std::string dname = "/embeddings/" + e.name;
   h5::Id d = create_dataset(f, dname, type, shape, row_bytes);
   write_attrs(d.get(), e.attrs);
-  int fd = ::open(e.raw_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
+  // An update that encoded nothing has no raw file: every row is copied.
+  const bool raw = e.kept_rows.empty() || std::count(e.kept_rows.begin(), e.kept_rows.end(), -1) > 0;
+  int fd = raw ? ::open(e.raw_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+  if (raw && fd < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
   struct Closer {
     int fd;
-    ~Closer() { ::close(fd); }
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
   } closer{fd};
   int64_t block = h5::rows_per_block(row_bytes, 8 << 20);
   std::vector<char> buf;
   for (int64_t s = 0; s < rows; s += block) {
     int64_t n = std::min(block, rows - s);
-    buf.resize(static_cast<std::size_t>(n * row_bytes));
-    std::size_t got = 0;
-    while (got < buf.size()) {
-      ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw Error(Exit::io, e.raw_path, errno_text(errno));
-      if (r == 0) throw Error(Exit::data, e.raw_path, "journal shorter than its committed rows");
-      got += static_cast<std::size_t>(r);
-    }
+    block_rows(fd, e, s, n, row_bytes, buf);
     h5::write_rows(d.get(), dname, s, n, type, buf.data());
   }
 }

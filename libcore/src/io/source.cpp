@@ -347,6 +347,91 @@ const std::vector<std::string>& Column::label_names() const {
   return none;
 }
 
+namespace {
+
+// gathered(): a view of some of base's rows. Every call becomes calls on base with base's rows,
+// one per run of consecutive rows.
+class GatheredColumn final : public Column {
+ public:
+  GatheredColumn(std::shared_ptr<const Column> base, std::vector<int64_t> rows)
+      : Column(base->kind(), base->path()), base_(std::move(base)), rows_(std::move(rows)) {
+    info_ = base_->info();
+    info_.shape[0] = static_cast<int64_t>(rows_.size());
+    for (int64_t r : rows_)
+      if (r < 0 || r >= base_->info().rows()) throw Error(Exit::internal, info_.name, "gathered row out of range");
+  }
+
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    const std::size_t row = info_.row_bytes();
+    char* dst = static_cast<char*>(out);
+    for (const auto& [first, n] : runs(start, count)) {
+      base_->read(first, n, dst);
+      dst += static_cast<std::size_t>(n) * row;
+    }
+  }
+  void read_ragged(int64_t start, int64_t count, std::vector<int64_t>& values,
+                   std::vector<int64_t>& offsets) const override {
+    check_range(start, count);
+    values.clear();
+    offsets.assign(1, 0);
+    for (const auto& [first, n] : runs(start, count)) {
+      std::vector<int64_t> v, o;
+      base_->read_ragged(first, n, v, o);
+      for (std::size_t i = 1; i < o.size(); ++i) offsets.push_back(static_cast<int64_t>(values.size()) + o[i]);
+      values.insert(values.end(), v.begin(), v.end());
+    }
+  }
+  std::vector<std::string> read_strings(int64_t start, int64_t count) const override {
+    check_range(start, count);
+    std::vector<std::string> out;
+    for (const auto& [first, n] : runs(start, count))
+      for (auto& s : base_->read_strings(first, n)) out.push_back(std::move(s));
+    return out;
+  }
+  void read_pixels(int64_t start, int64_t count, uint8_t* out) const override {
+    check_range(start, count);
+    const auto row = static_cast<std::size_t>(info_.row_elements());
+    for (const auto& [first, n] : runs(start, count)) {
+      base_->read_pixels(first, n, out);
+      out += static_cast<std::size_t>(n) * row;
+    }
+  }
+  EncodedImage read_encoded(int64_t row) const override { return base_->read_encoded(at(row)); }
+  void pixels_of(const EncodedImage& e, int64_t row, uint8_t* out) const override { base_->pixels_of(e, at(row), out); }
+  const std::vector<std::string>& label_names() const override { return base_->label_names(); }
+  const image::Spec* preprocess() const override { return base_->preprocess(); }
+  int64_t utf8_replaced() const override { return base_->utf8_replaced(); }
+  std::string warning() const override { return base_->warning(); }
+
+ private:
+  int64_t at(int64_t row) const {
+    check_range(row, 1);
+    return rows_[static_cast<std::size_t>(row)];
+  }
+  // Rows [start, start + count) of the view as runs of consecutive rows of base, in the view's order.
+  std::vector<std::pair<int64_t, int64_t>> runs(int64_t start, int64_t count) const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t i = start; i < start + count; ++i) {
+      const int64_t r = rows_[static_cast<std::size_t>(i)];
+      if (!out.empty() && out.back().first + out.back().second == r)
+        ++out.back().second;
+      else
+        out.emplace_back(r, 1);
+    }
+    return out;
+  }
+
+  std::shared_ptr<const Column> base_;
+  std::vector<int64_t> rows_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Column> gathered(std::shared_ptr<const Column> base, std::vector<int64_t> rows) {
+  return std::make_shared<GatheredColumn>(std::move(base), std::move(rows));
+}
+
 std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files,
                                     Role role) {
   if (!name.empty() && names_own_file(name) && name != path) return open_column(name, "", files, role);

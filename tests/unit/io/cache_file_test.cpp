@@ -54,7 +54,12 @@ io::cache::AssemblySpec small_spec(const std::string& dir, const std::string& ou
   spec.labels = io::source::open_column(dir + "input.h5", "labels");
   spec.keys = io::source::open_column(dir + "input.h5", "keys");
   spec.root_attrs = {{"fingerprint", std::string("f00d")}, {"input_scale", 0.5}};
-  spec.embeddings.push_back({"enc", dir + "emb.raw", {3}, DType::f32, {{"inference", std::string("plain")}}});
+  io::cache::EmbeddingSource e;
+  e.name = "enc";
+  e.raw_path = dir + "emb.raw";
+  e.row_shape = {3};
+  e.attrs = {{"inference", std::string("plain")}};
+  spec.embeddings.push_back(e);
   return spec;
 }
 
@@ -80,6 +85,44 @@ CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info des
   CATCH_CHECK(info.labels->counts == std::map<int64_t, int64_t>{{0, 1}, {1, 2}, {2, 1}});
   CATCH_CHECK(io::cache::check("cache_test_a.h5").ok());
   CATCH_CHECK_FALSE(io::h5::exists(io::h5::open_file("cache_test_a.h5").get(), "/nothing"));
+}
+
+CATCH_TEST_CASE("cache file: an update's rows come from the old cache and the raw file, in the new order", "[cache]") {
+  io::cache::assemble(small_spec("", "cache_test_u_old.h5"));  // rows (0,0,0) (1,0,0) (3,4,0) (3,0,0)
+  auto spec = small_spec("", "cache_test_u.h5");
+  std::vector<float> encoded = {7, 7, 7, 8, 8, 8};  // the two rows the update encoded
+  write_raw("emb_u.raw", encoded.data(), encoded.size() * sizeof(float));
+  spec.embeddings[0].raw_path = "emb_u.raw";
+  spec.embeddings[0].kept_rows = {2, -1, 0, -1};
+  spec.embeddings[0].kept = io::source::open_column("cache_test_u_old.h5", "embeddings/enc");
+  io::cache::assemble(spec);
+  CATCH_CHECK(io::cache::read_embedding_rows("cache_test_u.h5", "enc", {0, 1, 2, 3}) ==
+              std::vector<float>{3, 4, 0, 7, 7, 7, 0, 0, 0, 8, 8, 8});
+  // Every row copied: no raw file is read.
+  spec.embeddings[0].raw_path = "no_such.raw";
+  spec.embeddings[0].kept_rows = {3, 3, 1, 0};
+  spec.out_path = "cache_test_u2.h5";
+  io::cache::assemble(spec);
+  CATCH_CHECK(io::cache::read_embedding_rows("cache_test_u2.h5", "enc", {0, 1, 2, 3}) ==
+              std::vector<float>{3, 0, 0, 3, 0, 0, 1, 0, 0, 0, 0, 0});
+  // Rows that do not fit the cache being written are an internal error, not a torn file.
+  spec.embeddings[0].kept_rows = {0, 1};
+  spec.out_path = "cache_test_u3.h5";
+  CATCH_CHECK_THROWS_AS(io::cache::assemble(spec), Error);
+}
+
+CATCH_TEST_CASE("source: a gathered column reads its base's rows in its own order", "[cache]") {
+  write_input("gather_input.h5");  // keys 100..104
+  auto keys = io::source::gathered(io::source::open_column("gather_input.h5", "keys"), {4, 0, 1, 3});
+  CATCH_CHECK(keys->info().rows() == 4);
+  std::vector<int64_t> got(3);
+  keys->read(1, 3, got.data());  // base rows 0, 1 (one run) and 3
+  CATCH_CHECK(got == std::vector<int64_t>{100, 101, 103});
+  std::vector<int64_t> picked(2);
+  keys->read_rows({3, 0}, picked.data());
+  CATCH_CHECK(picked == std::vector<int64_t>{103, 104});
+  CATCH_CHECK_THROWS_AS(keys->read(3, 2, got.data()), Error);
+  CATCH_CHECK_THROWS_AS(io::source::gathered(io::source::open_column("gather_input.h5", "keys"), {5}), Error);
 }
 
 CATCH_TEST_CASE("cache file: the same spec gives byte-identical files", "[cache]") {

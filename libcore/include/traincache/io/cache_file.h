@@ -36,7 +36,10 @@ struct EmbeddingInfo {
   std::string inference;              ///< "optimized" or "plain"
   double optimize_max_abs_diff = 0;   ///< optimised against plain on the first batch encoded
   double precision_max_rel_diff = 0;  ///< --precision against float32 on the first batch encoded
-  std::string math_mode;              ///< "tf32" or "ieee" ("" in caches written before it was recorded)
+  /// A row encoded alone against inside the first batch: the encoder's batch noise, which bounds how
+  /// far an updated cache's rows may be from a full fill's (negative: not recorded).
+  double batch_max_abs_diff = -1;
+  std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
 };
 
 /// Labels, /labels.
@@ -141,6 +144,10 @@ struct EmbeddingSource {
   std::vector<int64_t> row_shape;  ///< shape of one row
   DType dtype = DType::f32;        ///< f32 or f16
   Attrs attrs;
+  /// cache-fill --update: per row of the new cache, the row of `kept` it copies, or -1 for the
+  /// next row of raw_path (the rows the update encoded, in order). Empty: every row from raw_path.
+  std::vector<int64_t> kept_rows;
+  std::shared_ptr<const source::Column> kept;  ///< the updated cache's embeddings (same dtype and row shape)
 };
 
 /// What assemble() writes.

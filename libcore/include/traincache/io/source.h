@@ -177,6 +177,12 @@ class Column {
   std::string path_;
 };
 
+/// Rows `rows` of `base` (any order, each in range) as a column of their own: its row i is base's row
+/// rows[i]. Every read goes to base with base's own rows, so what base says of a row (a file that
+/// cannot be decoded, a string out of range) names the input's row, not the view's. cache-fill
+/// --update encodes only its new and changed rows through such views.
+std::shared_ptr<const Column> gathered(std::shared_ptr<const Column> base, std::vector<int64_t> rows);
+
 /// Opens column `name` of `path`:
 ///  - an HDF5 file: dataset `name`;
 ///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`); a variable layout of
