@@ -30,7 +30,7 @@ expect_rc 0
 expect_err "cache-fill: $WORK/c.h5: up to date (300 rows, fingerprint ${fp:0:12})"
 fill --batch-size 7
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: options/batch_size); use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: options/batch_size): only the input's data, labels, keys or batch size changed; use --update to encode only the new and changed rows, or --force to encode every row"
 unset TRAINCACHE_ENGINES_MODULE
 
 # --no-tf32 changes nothing on the CPU (float32 there is always IEEE): the same fingerprint. The
@@ -52,7 +52,7 @@ expect_same "$WORK/c.h5" "$WORK/first.h5"
 
 fill --rows 0:100 --batch-size 32
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3, input/rows, options/batch_size); use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3, input/rows, options/batch_size): only the input's data, labels, keys or batch size changed; use --update to encode only the new and changed rows, or --force to encode every row"
 
 cp "$D/cnn_other.pt" "$WORK/enc.pt"
 fill
@@ -63,7 +63,7 @@ cp "$D/cnn.pt" "$WORK/enc.pt"
 "$TC_PYTHON" -c "import h5py; f = h5py.File('$WORK/in.h5', 'r+'); f['images'][7, 0, 0, 0] ^= 1"
 fill
 expect_rc 73
-expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3): only the input's data changed; use --update to encode only the new and changed rows, or --force to encode every row"
+expect_err "cache-fill: error: $WORK/c.h5: exists with another fingerprint (changed: input/content_xxh3): only the input's data, labels, keys or batch size changed; use --update to encode only the new and changed rows, or --force to encode every row"
 expect_same "$WORK/c.h5" "$WORK/first.h5"
 
 fill --force

@@ -76,7 +76,7 @@ a = np.load('$WORK/images.npy'); a[7, 0, 3, 3] ^= 1; np.save('$WORK/images.npy',
 "
 run "$TC_BIN/cache-fill" --input "$WORK/images.npy" --labels "$WORK/labels.npy" --out "$WORK/npy.h5" "${FILL[@]}"
 expect_rc 73
-expect_err "cache-fill: error: $WORK/npy.h5: exists with another fingerprint (changed: input/content_xxh3): only the input's data changed; use --update to encode only the new and changed rows, or --force to encode every row"
+expect_err "cache-fill: error: $WORK/npy.h5: exists with another fingerprint (changed: input/content_xxh3): only the input's data, labels, keys or batch size changed; use --update to encode only the new and changed rows, or --force to encode every row"
 
 # gc-train raw mode on .npz members trains exactly as on the HDF5 datasets.
 GC=(--query q64 --passage p64 --encoder "$D/tower.pt" --batch-size 40 --chunk-size 7 --dtype float64 --optimizer sgd

@@ -33,8 +33,9 @@ def h5_rows(path):
 
 def updated_reads_like_a_full_fill():
     """A cache that cache-fill --update made (rows removed, moved, changed and added, by key) gives
-    the items of a full fill of the new input: labels and keys to the bit, embeddings to the bit
-    with Debian's OpenBLAS and within 1e-5 where MKL's last bits depend on a row's batch."""
+    the items of a full fill of the new input: labels and keys to the bit, embeddings within the
+    batch noise this machine shows, measured here (a full fill in batches of one row against the
+    full fill: 4 times the largest difference; to the bit where it is 0)."""
     with h5py.File(images, "r") as src:
         x, y, k = src["images"][()], src["labels"][()], src["skeys"][()]
     old, new, inp = (os.path.join(WORK, n) for n in ("old-in.h5", "new-in.h5", "in.h5"))
@@ -54,10 +55,14 @@ def updated_reads_like_a_full_fill():
     eq({n: summary["update"][n] for n in ("added", "changed", "removed", "kept")},
        dict(added=60, changed=1, removed=10, kept=189), "the update's tally")
     full = cache_fill("full.h5", "--input", new, *args)
-    a, b = CacheDataset(updated, keys=True), CacheDataset(full, keys=True)
+    one = cache_fill("one.h5", "--input", new, *args, "--batch-size", "1")
+    a, b, c = (CacheDataset(p, keys=True) for p in (updated, full, one))
     eq(len(a), len(b), "an updated cache: length")
-    emb_ok = all(np.allclose(a[i][0].numpy(), b[i][0].numpy(), rtol=1e-5, atol=1e-6) for i in range(len(b)))
-    ok(emb_ok, "an updated cache: every item's embedding equals the full fill's")
+    rows = [(a[i][0].double(), b[i][0].double(), c[i][0].double()) for i in range(len(b))]
+    noise = max(float((y - z).abs().max()) for _, y, z in rows)
+    worst = max(float((x - y).abs().max()) for x, y, _ in rows)
+    ok(worst <= 4 * noise, f"an updated cache: every item's embedding equals the full fill's (within {worst:.3g}; "
+       f"batch noise {noise:.3g})")
     eq([(int(a[i][1]), a[i][2]) for i in range(len(a))], [(int(b[i][1]), b[i][2]) for i in range(len(b))],
        "an updated cache: every item's label and key equal the full fill's")
 

@@ -114,18 +114,23 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
     return;
   }
   const auto& u = *r.update;
-  rec.add("update", report::Json{{"matched_by", u.by_key ? "key" : "position"},
-                                 {"added", u.added},
-                                 {"changed", u.changed},
-                                 {"removed", u.removed},
-                                 {"kept", u.kept},
-                                 {"rows_copied", u.copied},
-                                 {"seconds_saved", u.seconds_saved}});
+  rec.add("update",
+          report::Json{{"matched_by", u.by_key ? "key" : "position"},
+                       {"added", u.added},
+                       {"changed", u.changed},
+                       {"removed", u.removed},
+                       {"kept", u.kept},
+                       {"skipped_before", u.skipped_before},
+                       {"rows_copied", u.copied},
+                       {"seconds_saved", u.seconds_saved},
+                       {"max_abs_diff_allowed",
+                        u.max_abs_diff_allowed >= 0 ? report::Json(u.max_abs_diff_allowed) : report::Json(nullptr)}});
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
+  const std::string again = u.skipped_before ? ", " + std::to_string(u.skipped_before) + " skipped before" : "";
   rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
-                              ", changed " + std::to_string(u.changed) + ", removed " + std::to_string(u.removed) +
-                              ", kept " + std::to_string(u.kept) + saved);
+                              ", changed " + std::to_string(u.changed) + again + ", removed " +
+                              std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved);
 }
 
 // Which stage bounded the run ("bottleneck": null when it encoded nothing); its text is the verdict.
@@ -362,8 +367,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--force", o.fill.force, "Overwrite a cache or partial progress with another fingerprint");
   app.add_flag("--update", o.fill.update,
-               "When only the input's data changed, keep the cache's unchanged rows and encode the new and "
-               "changed ones");
+               "When only the input's data (or its labels, keys, batch size) changed, copy the cache's "
+               "unchanged rows and encode only the new and changed ones");
   add_model_options(app, o);
   add_text_options(app, o);
   cli::add_file_options(app, o.fill.files, "Images and manifests");

@@ -102,23 +102,17 @@ torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
 }
 
 // Units (batches or length windows, `units`: first row and rows of each), read ahead on `workers`
-// threads (at most two per worker in flight) and handed out in order. With an update, a unit the
-// cache holds is read from the cache instead (`copied`, per unit; rows relative to `begin`).
+// threads (at most two per worker in flight) and handed out in order.
 class Prefetcher {
  public:
   // The reader threads time the units they read into `busy` (Stage::input and its parts).
   Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<model::Encoder>>& encoders, const FillOptions& opts,
-             std::vector<std::pair<int64_t, int64_t>> units, const Update* update, int64_t begin, StageSink* busy)
+             std::vector<std::pair<int64_t, int64_t>> units, StageSink* busy)
       : units_(std::move(units)),
-        copied_(update ? copied_units(update->plan(), relative(units_, begin)) : std::vector<bool>(units_.size())),
         pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
-            [&in, &encoders, &opts, update, begin, busy, pin = encoders.front()->device().is_cuda(), this](int64_t k) {
+            [&in, &opts, busy, pin = encoders.front()->device().is_cuda(), this](int64_t k) {
               Batch b;
               std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];
-              if (copied_[static_cast<std::size_t>(k)]) {
-                for (const auto& e : encoders) b.copied.push_back(update->rows(e->name(), b.start - begin, b.count));
-                return b;
-              }
               BindStageSink bind(busy);
               StageTimer unit(Stage::input);
               const bool skip = opts.on_error == OnError::skip;
@@ -138,15 +132,8 @@ class Prefetcher {
   // Blocks until the next batch is ready; rethrows a reader's error.
   Batch next() { return pf_.next(); }
 
-  static std::vector<std::pair<int64_t, int64_t>> relative(std::vector<std::pair<int64_t, int64_t>> units,
-                                                           int64_t begin) {
-    for (auto& u : units) u.first -= begin;
-    return units;
-  }
-
  private:
   const std::vector<std::pair<int64_t, int64_t>> units_;
-  const std::vector<bool> copied_;
   OrderedPrefetcher<Batch> pf_;
 };
 
@@ -165,7 +152,7 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
                                             : std::map<std::string, JournalEncoder>{}),
       row_shapes_(encoders.size()),
       shape_known_(encoders.size(), false),
-      update_(update) {
+      resumed_(journal.committed_rows > 0) {
   const torch::Device device = encoders.front()->device();
   for (const auto& [name, d] : in.features) {
     conversions_.emplace(name, DeviceConversion(d, device));
@@ -196,7 +183,6 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
 
 bool Encoding::run(const RowPlan& plan) {
   int64_t done = journal_.committed_rows, last_commit = done;
-  bool encoded_any = false;  // the first unit encoded gets the first batch's checks
   if (done >= plan.rows()) return true;
   // A resumed run commits whole units: it goes on from the unit that begins at its committed row.
   auto units = unit_ranges(plan.begin, plan.end, in_.unit, in_.groups);
@@ -205,7 +191,7 @@ bool Encoding::run(const RowPlan& plan) {
   if (units.empty() || units.front().first != plan.begin + done)
     throw Error(Exit::data, "journal", "its committed rows do not end a batch of this input (--force discards it)");
   const auto loop_start = Clock::now();
-  Prefetcher pf(in_, encoders_, opts_, std::move(units), update_, plan.begin, &reader_busy_);
+  Prefetcher pf(in_, encoders_, opts_, std::move(units), &reader_busy_);
   // Outputs are checked, appended and committed on one thread behind this one, in order, while the
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);
@@ -226,25 +212,16 @@ bool Encoding::run(const RowPlan& plan) {
     }
     Batch batch = ahead ? std::move(*ahead) : next();
     ahead.reset();
-    if (batch.copied.empty()) {
-      if (!batch.converted) convert_inputs(batch);
-      if (convert_ahead_ && k + 1 < pf.batches()) {  // copied and converted while this unit encodes
-        ahead = next();
-        if (ahead->copied.empty()) convert_inputs(*ahead);
-      }
-      // The current stream waits for this unit's conversion from here on, after the previous
-      // unit's forward (the next unit's conversion, queued above, runs beside this one's).
-      if (batch.ready) batch.ready->block(*main_stream_);
-      encode_unit(batch, !encoded_any, plan.begin, store);
-      encoded_any = true;
-      result_.rows_encoded += batch.count;
-    } else {
-      for (std::size_t i = 0; i < encoders_.size(); ++i)
-        store.submit([this, i, out = batch.copied[i], start = batch.start, count = batch.count] {
-          store_rows(i, out, start, count);
-        });
-      result_.rows_copied += batch.count;
+    if (!batch.converted) convert_inputs(batch);
+    if (convert_ahead_ && k + 1 < pf.batches()) {  // copied and converted while this unit encodes
+      ahead = next();
+      convert_inputs(*ahead);
     }
+    // The current stream waits for this unit's conversion from here on, after the previous
+    // unit's forward (the next unit's conversion, queued above, runs beside this one's).
+    if (batch.ready) batch.ready->block(*main_stream_);
+    encode_unit(batch, /*first=*/k == 0, plan.begin, store);  // the first unit gets the first batch's checks
+    result_.rows_encoded += batch.count;
     done += batch.count;
     if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
       store.submit([this, done] { commit(done); });
@@ -290,7 +267,7 @@ void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker
   std::vector<std::pair<int64_t, std::string>> skipped;
   for (const auto& [row, why] : batch.skipped) {
     skipped.emplace_back(row - begin, why);
-    if (cb_.warn) cb_.warn("skipped input row " + std::to_string(row) + ": " + why);
+    if (cb_.warn) cb_.warn("skipped input row " + std::to_string(in_.input_row(row)) + ": " + why);
   }
   if (!skipped.empty())
     store.submit([this, skipped = std::move(skipped)] {
@@ -432,7 +409,7 @@ void Encoding::check_ragged_ids(model::Encoder& enc, const torch::Tensor& ids, c
   const int64_t r = row_max.argmax().item<int64_t>(), id = row_max[r].item<int64_t>();
   if (id >= table->rows)
     throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                "token id " + std::to_string(id) + " of input row " + std::to_string(batch.start + r) +
+                "token id " + std::to_string(id) + " of input row " + std::to_string(in_.input_row(batch.start + r)) +
                     " is beyond its embedding table " + table->name + " of " + std::to_string(table->rows) + " rows");
 }
 
@@ -443,7 +420,7 @@ void Encoding::check_lengths(model::Encoder& enc, const torch::Tensor& mask, con
   const int64_t r = lengths.argmax().item<int64_t>(), n = lengths[r].item<int64_t>();
   if (n > table->rows)
     throw Error(Exit::data, "encoder '" + enc.name() + "'",
-                "input row " + std::to_string(batch.start + r) + " holds " + std::to_string(n) +
+                "input row " + std::to_string(in_.input_row(batch.start + r)) + " holds " + std::to_string(n) +
                     " tokens but the position table " + table->name + " has " + std::to_string(table->rows) +
                     " rows: give --max-length " + std::to_string(table->rows) + " (or less)");
 }
@@ -511,15 +488,19 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
       outs.push_back(
           forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
                         b - a, first && a == 0));
+      if (first && a == 0 && !resumed_)
+        measure_batch_noise(enc, args, text_args, order.defined() ? order.slice(0, a, b) : torch::arange(a, b),
+                            outs[0]);
     }
   } catch (const Error& e) {
     if (text_args.empty() || std::string(e.what()).find("index out of range") == std::string::npos) throw;
     const torch::Tensor lengths = text_args.front().mask.sum(1);
     const int64_t r = lengths.argmax().item<int64_t>();
     throw Error(e.code(), "",
-                std::string(e.what()) + " (input rows " + std::to_string(batch.start) + ".." +
-                    std::to_string(batch.start + batch.count - 1) + "; the longest, row " +
-                    std::to_string(batch.start + r) + ", holds " + std::to_string(lengths[r].item<int64_t>()) +
+                std::string(e.what()) + " (input rows " + std::to_string(in_.input_row(batch.start)) + ".." +
+                    std::to_string(in_.input_row(batch.start + batch.count - 1)) + "; the longest, row " +
+                    std::to_string(in_.input_row(batch.start + r)) + ", holds " +
+                    std::to_string(lengths[r].item<int64_t>()) +
                     " tokens: a text longer than the encoder's position table, or a token id beyond its token "
                     "table, fails so)");
   }
@@ -540,11 +521,36 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
   store.submit([this, i, out, start = batch.start, count = batch.count] { store_rows(i, out, start, count); });
 }
 
+void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
+                                   const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
+                                   const torch::Tensor& batch_out) {
+  if (rows.size(0) < 2) return;  // a batch of one row: nothing to compare
+  auto t_check = Clock::now();
+  double most = 0;
+  try {
+    for (int64_t j = 0; j < std::min<int64_t>(kBatchNoiseRows, rows.size(0)); ++j) {
+      torch::Tensor alone = enc.forward(rows_of(args, text_args, rows.slice(0, j, j + 1)));
+      alone = alone.to(torch::kCPU, batch_out.scalar_type());
+      c10::InferenceMode guard;
+      const torch::Tensor in_batch = batch_out.slice(0, j, j + 1).to(torch::kFloat64);
+      most = std::max(most, (alone.to(torch::kFloat64) - in_batch).abs().max().item<double>());
+    }
+    JournalEncoder& je = journal_.encoders[enc.name()];  // before any commit is submitted (see journal_)
+    je.batch_max_abs_diff = std::max(je.batch_max_abs_diff, most);
+  } catch (const Error&) {
+    // An encoder that cannot take one row (or the memory for it): the noise stays unmeasured, and
+    // the batch's own rows are what is stored.
+  }
+  const double seconds = seconds_since(t_check);
+  result_.model_setup_seconds += seconds;
+  first_checks_seconds_ += seconds;
+}
+
 void Encoding::store_rows(std::size_t i, const torch::Tensor& out, int64_t start, int64_t count) {
   auto t_store = Clock::now();
   if (!torch::isfinite(out).all().item<bool>()) {
     auto bad = (~torch::isfinite(out.reshape({count, -1})).all(1)).nonzero();
-    int64_t row = start + bad[0][0].item<int64_t>();
+    int64_t row = in_.input_row(start + bad[0][0].item<int64_t>());
     throw Error(Exit::data, "encoder '" + encoders_[i]->name() + "'",
                 "embedding of input row " + std::to_string(row) + " holds NaN or Inf");
   }

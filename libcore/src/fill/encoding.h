@@ -53,9 +53,8 @@ struct Batch {
   std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
   std::map<std::string, EncodedRows> encoded;              // --decode device: image columns' files
   std::map<int64_t, std::string> skipped;                  // input row -> reason
-  std::vector<torch::Tensor> copied;  // --update: each encoder's rows kept from the cache (then no inputs)
-  bool converted = false;             // `inputs` are as the encoders take them (convert_inputs ran)
-  std::optional<c10::Event> ready;    // on a CUDA device: recorded on the side stream after the conversion
+  bool converted = false;           // `inputs` are as the encoders take them (convert_inputs ran)
+  std::optional<c10::Event> ready;  // on a CUDA device: recorded on the side stream after the conversion
 };
 
 // The encode loop over one run's rows: batches from the prefetcher go through every encoder, the
@@ -63,8 +62,9 @@ struct Batch {
 // raw files and committed every --commit-rows.
 class Encoding {
  public:
-  // With `update`, units whose rows the cache holds are copied from it, and a run that has
-  // committed nothing starts with the cache's encoders as committed ones (their optimisation kept).
+  // With `update` (whose rows to encode `in` then holds: Update::encoded_inputs), a run that has
+  // committed nothing starts with the updated cache's encoders as committed ones (their
+  // optimisation and precision decisions kept, so that every row of the new cache is made alike).
   Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<model::Encoder>>& encoders,
            Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update = nullptr);
 
@@ -75,8 +75,6 @@ class Encoding {
   void close();
   // Closes without checks on an error path.
   void abandon() { raws_.clear(); }
-
-  const std::vector<int64_t>& row_shape(std::size_t i) const { return row_shapes_[i]; }
 
  private:
   // One unit through every encoder (`first`: the first unit this run encodes, with the first
@@ -152,6 +150,13 @@ class Encoding {
   // raw file, in input order, by a task on `store`.
   void encode(std::size_t i, const Batch& batch, bool first, SerialWorker& store);
 
+  // The encoder's batch noise, once a fill (not on a resume): up to kBatchNoiseRows rows of the
+  // first batch (`rows` of the unit's `args`) encoded alone, against the same rows of `batch_out`
+  // (the batch's output as stored); the largest difference into the journal's batch_max_abs_diff.
+  void measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
+                           const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
+                           const torch::Tensor& batch_out);
+
   // Encoder i's output for input rows [start, start + count): finite, appended (the store thread).
   void store_rows(std::size_t i, const torch::Tensor& out, int64_t start, int64_t count);
 
@@ -178,9 +183,9 @@ class Encoding {
   std::vector<bool> shape_known_;  // row_shapes_[i] is set (committed, or from this run's first batch)
   std::vector<RawFile> raws_;
   std::map<std::string, Tables> tables_;  // by encoder, once
-  const Update* update_;
-  StageSink reader_busy_;            // the reader threads' stages
-  double first_checks_seconds_ = 0;  // the first batch's checks, inside the loop but not of it
+  const bool resumed_;                    // the journal held committed rows when this run began
+  StageSink reader_busy_;                 // the reader threads' stages
+  double first_checks_seconds_ = 0;       // the first batch's checks, inside the loop but not of it
 };
 
 }  // namespace traincache::fill

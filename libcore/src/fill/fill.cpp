@@ -48,36 +48,44 @@ namespace {
 using files::absolute_path;
 
 // The journal in `partial`: adopted only when the directory is private to this user and the
-// journal validates against this run. With --force, a foreign, damaged or other run's journal is
-// discarded instead of refused.
-Journal open_journal(const std::string& partial, const Fingerprint& fp, const std::vector<std::string>& encoder_names,
-                     const RowPlan& plan, const Inputs& in, const FillOptions& opts) {
+// journal validates against this run (its rows `plan` of `in`: an update's rows to encode, whose
+// plan `update_of` names). With --force, a foreign, damaged or other run's journal is discarded
+// instead of refused; with --update, so is the progress of an update whose input has changed again
+// since (it cannot resume: it was encoding rows of another plan).
+Journal open_journal(const Prepared& p, const std::string& update_of, const RowPlan& plan, const Inputs& in,
+                     const FillOptions& opts, const FillCallbacks& cb) {
   auto start_over = [&] {
-    if (int e = files::remove_tree(partial))
-      throw Error(Exit::cant_create, partial, "cannot discard it: " + errno_text(e));
-    files::make_or_adopt_private_dir(partial);
-    return Journal(partial);
+    if (int e = files::remove_tree(p.partial))
+      throw Error(Exit::cant_create, p.partial, "cannot discard it: " + errno_text(e));
+    files::make_or_adopt_private_dir(p.partial);
+    return Journal(p.partial);
   };
   try {
-    files::make_or_adopt_private_dir(partial);
+    files::make_or_adopt_private_dir(p.partial);
   } catch (const Error&) {
     if (!opts.force) throw;
     return start_over();
   }
-  Journal journal(partial);
+  Journal journal(p.partial);
   try {
     if (!journal.load()) return journal;
   } catch (const Error& e) {
     if (!opts.force || e.code() != Exit::data) throw;
     return start_over();
   }
-  if (journal.fingerprint != fp.hash) {
-    const std::string changed = journal.fingerprint_json.empty()
+  const bool same = journal.fingerprint == p.fp.hash && journal.update_of == update_of;
+  if (!same && opts.update && (!journal.update_of.empty() || only_data_changed(journal.fingerprint_json, p.fp.text))) {
+    if (cb.warn) cb.warn(p.partial + ": discarded the progress of an earlier update, whose input has changed since");
+    return start_over();
+  }
+  if (!same) {
+    const std::string changed = journal.fingerprint_json.empty() || journal.fingerprint == p.fp.hash
                                     ? ""
-                                    : " (changed: " + fingerprint_diff(journal.fingerprint_json, fp.text) + ")";
+                                    : " (changed: " + fingerprint_diff(journal.fingerprint_json, p.fp.text) + ")";
     if (!opts.force)
-      throw Error(Exit::cant_create, partial,
-                  "holds progress of a run with another fingerprint" + changed + "; use --force to discard it");
+      throw Error(Exit::cant_create, p.partial,
+                  "holds progress of a run with another fingerprint" + changed + "; use --force" +
+                      (opts.update ? " (without --update)" : "") + " to discard it");
     return start_over();
   }
   try {
@@ -85,7 +93,7 @@ Journal open_journal(const std::string& partial, const Fingerprint& fp, const st
     std::vector<int64_t> unit_ends;
     for (const auto& [first, n] : unit_ranges(plan.begin, plan.end, in.unit, in.groups))
       unit_ends.push_back(first + n - plan.begin);
-    journal.validate(encoder_names, unit_ends, dtype_size(opts.dtype));
+    journal.validate(p.encoder_names, unit_ends, dtype_size(opts.dtype));
   } catch (const Error& e) {
     if (!opts.force || e.code() != Exit::data) throw;
     return start_over();
@@ -143,55 +151,79 @@ struct Provenance {
   json history = json::array();
 };
 
-// Builds the HDF5 cache from the journal and renames it into place; fills result.encoders.
-void publish(const std::string& out, const FillOptions& opts, const Inputs& in, const RowPlan& plan,
-             const Fingerprint& fp, const std::vector<std::unique_ptr<model::Encoder>>& encoders,
-             const std::vector<std::string>& enc_sha, const Encoding& encoding, Journal& journal,
-             const torch::Device& device, const Provenance& prov, FillResult& result) {
+// What the journal records of encoder `name` (nothing when it encoded no row: a fill of no rows).
+const JournalEncoder& recorded(const Journal& journal, const std::string& name) {
+  static const JournalEncoder none;
+  auto it = journal.encoders.find(name);
+  return it == journal.encoders.end() ? none : it->second;
+}
+
+// Encoder `e`'s embeddings as publish() writes them: the journal's raw file, and with an update
+// the rows it keeps from the updated cache.
+io::cache::EmbeddingSource embedding_source(const EncoderSpec& e, const std::string& sha, const FillOptions& opts,
+                                            const Inputs& in, const Journal& journal, const Update* update) {
+  const JournalEncoder& je = recorded(journal, e.name);
+  const torch::Device device = model::parse_device(opts.device);
+  io::cache::EmbeddingSource src;
+  src.name = e.name;
+  src.raw_path = journal.raw(e.name);
+  src.row_shape = je.row_shape;
+  src.dtype = opts.dtype;
+  src.attrs = {{"encoder_path", absolute_path(e.path)},
+               {"encoder_sha256", sha},
+               {"features", json_text(json(in.per_encoder.at(e.name)))},
+               {"output", e.output},
+               {"inference", je.inference},
+               {"optimize_max_abs_diff", je.optimize_max_abs_diff},
+               {"precision", model::precision_choices().name(opts.precision)},
+               {"math_mode", model::math_mode(device)},
+               {"precision_max_rel_diff", je.precision_max_rel_diff}};
+  if (je.batch_max_abs_diff >= 0) src.attrs.push_back({"batch_max_abs_diff", je.batch_max_abs_diff});
+  if (update) {
+    src.kept_rows = update->plan().source;
+    src.kept = update->embeddings(e.name);
+  }
+  return src;
+}
+
+// Builds the HDF5 cache from the journal (and, for an update, the rows it keeps from the updated
+// cache) and renames it into place; fills result.encoders and result.skipped.
+void publish(const Prepared& p, const FillOptions& opts, const Journal& journal, const Update* update,
+             const Provenance& prov, FillResult& result) {
+  const Inputs& in = p.in;
   io::cache::AssemblySpec spec;
-  spec.out_path = out;
-  spec.rows = plan.rows();
-  spec.row_start = plan.begin;
+  spec.out_path = p.out;
+  spec.rows = p.plan.rows();
+  spec.row_start = p.plan.begin;
   if (in.labels) spec.labels = in.labels->col;
   if (in.keys) spec.keys = in.keys->col;
   spec.skipped = journal.skipped;
-  result.skipped = static_cast<int64_t>(journal.skipped.size());
-  spec.root_attrs = root_attrs(opts, in, plan, fp, device);
+  if (update)  // the journal counts the rows it encoded: each is a row of the new input
+    for (auto& [row, why] : spec.skipped) row = update->encoded().at(static_cast<std::size_t>(row));
+  result.skipped = static_cast<int64_t>(spec.skipped.size());
+  const torch::Device device = model::parse_device(opts.device);
+  spec.root_attrs = root_attrs(opts, in, p.plan, p.fp, device);
   spec.root_attrs.push_back({"history", json_text(prov.history)});
   spec.row_digests = prov.digests;
   spec.row_digest_inputs = json_text(prov.digest_inputs);
-  for (std::size_t i = 0; i < encoders.size(); ++i) {
-    const auto& enc = *encoders[i];
-    const JournalEncoder& je = journal.encoders[enc.name()];
-    io::cache::EmbeddingSource src;
-    src.name = enc.name();
-    src.raw_path = journal.raw(enc.name());
-    src.row_shape = encoding.row_shape(i);
-    src.dtype = opts.dtype;
-    src.attrs = {{"encoder_path", absolute_path(enc.path())},
-                 {"encoder_sha256", enc_sha[i]},
-                 {"features", json_text(json(in.per_encoder.at(enc.name())))},
-                 {"output", enc.output()},
-                 {"inference", je.inference},
-                 {"optimize_max_abs_diff", je.optimize_max_abs_diff},
-                 {"precision", model::precision_choices().name(opts.precision)},
-                 {"math_mode", model::math_mode(device)},
-                 {"precision_max_rel_diff", je.precision_max_rel_diff}};
-    spec.embeddings.push_back(src);
-    std::vector<int64_t> shape{plan.rows()};
-    shape.insert(shape.end(), src.row_shape.begin(), src.row_shape.end());
-    result.encoders.push_back({enc.name(), shape, je.inference, je.optimize_max_abs_diff, model::math_mode(device)});
+  for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
+    spec.embeddings.push_back(embedding_source(opts.encoders[i], p.enc_sha[i], opts, in, journal, update));
+    const JournalEncoder& je = recorded(journal, opts.encoders[i].name);
+    std::vector<int64_t> shape{p.plan.rows()};
+    shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
+    result.encoders.push_back(
+        {opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff, model::math_mode(device)});
   }
   io::cache::assemble(spec);
 }
 
 // ---- stage: an update's plan ------------------------------------------------------------------
 
-// The rows of `old` that the new input's rows keep (by key when both have keys), and the entry the
-// new cache's history gets; result.update says what changed. Without `old`, a full fill's entry.
+// The rows of `old` that the new input's rows keep (by key when both have keys of the same
+// source), and the entry the new cache's history gets; result.update says what changed. Without
+// `old`, a full fill's entry.
 std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& old, const Inputs& in,
-                                    const RowPlan& plan, const std::vector<Digest128>& digests, Provenance& prov,
-                                    FillResult& result) {
+                                    const RowPlan& plan, Provenance& prov, FillResult& result) {
   json entry = {{"run", old ? "update" : "fill"}, {"rows", plan.rows()}};
   if (!old) {
     entry["encoded"] = plan.rows();
@@ -199,15 +231,23 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
     return nullptr;
   }
   RowIdentity now;
-  now.digests = digests;
-  if (in.keys) now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
+  now.digests = prov.digests;
+  if (in.keys && old->keys_source == in.keys->col->info().name)
+    now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
   auto update = std::make_unique<Update>(*old, std::move(now));
   const UpdatePlan& up = update->plan();
-  auto units = unit_ranges(plan.begin, plan.end, in.unit, in.groups);
-  for (auto& unit : units) unit.first -= plan.begin;  // the plan's rows count from 0
-  FillResult::Update u{up.by_key, up.kept, up.changed, up.added, up.removed, update->copied_rows(units), 0};
+  const auto encoded = static_cast<int64_t>(update->encoded().size());
+  FillResult::Update u;
+  u.by_key = up.by_key;
+  u.kept = up.kept;
+  u.changed = up.changed;
+  u.added = up.added;
+  u.removed = up.removed;
+  u.skipped_before = up.skipped_before;
+  u.copied = plan.rows() - encoded;
   result.update = u;
-  entry["encoded"] = plan.rows() - u.copied;
+  result.rows_copied = u.copied;
+  entry["encoded"] = encoded;
   entry["copied"] = u.copied;
   entry["matched_by"] = up.by_key ? "key" : "position";
   for (const auto& [k, v] : {std::pair<const char*, int64_t>{"kept", u.kept},
@@ -286,45 +326,78 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& op
 
 }  // namespace
 
-FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p) {
+namespace {
+
+// The largest difference from a full fill that an update's rows are allowed: twice the encoders'
+// batch noise as recorded (a row differs from itself alone by the noise at most, and an update's row
+// and a full fill's each sit in a batch of their own); negative when no encoder's was measured.
+double allowed_difference(const Journal& journal) {
+  double most = -1;
+  for (const auto& [name, je] : journal.encoders) most = std::max(most, je.batch_max_abs_diff);
+  return most < 0 ? most : 2 * most;
+}
+
+// The encode loop over `in`'s rows `plan` into `journal`; false when interrupted. The encoders are
+// loaded only here, and not at all when every row is committed already (an update that encodes
+// nothing).
+bool encode_rows(const FillOptions& opts, const FillCallbacks& cb, const Inputs& in, const RowPlan& plan,
+                 Journal& journal, const Update* update, FillResult& result) {
+  if (journal.committed_rows >= plan.rows() && (update || plan.rows() > 0)) return true;
   const torch::Device device = model::parse_device(opts.device);
+  auto encoders = load_encoders(opts, device, result);
+  Encoding encoding(opts, in, encoders, journal, result, cb, update);
+  try {
+    if (!encoding.run(plan)) return false;
+    encoding.close();
+  } catch (...) {
+    encoding.abandon();
+    throw;
+  }
+  return true;
+}
+
+}  // namespace
+
+FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p) {
   model::allow_tf32(opts.tf32);
   model::configure_threads(opts.threads);
-  const Inputs& in = p.in;
-  const RowPlan& plan = p.plan;
   FillResult& result = p.result;
-  auto encoders = load_encoders(opts, device, result);
   auto t_digest = Clock::now();
   Provenance prov;
-  prov.digests = row_digests(in, plan.begin, plan.end, std::max(1, opts.workers));
-  prov.digest_inputs = row_digest_inputs(in);
-  const std::unique_ptr<Update> update = plan_update(p.existing.to_update, in, plan, prov.digests, prov, result);
+  prov.digests = row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, opts.workers));
+  prov.digest_inputs = row_digest_inputs(p.in);
+  const std::unique_ptr<Update> update = plan_update(p.existing.to_update, p.in, p.plan, prov, result);
   result.digest_seconds += seconds_since(t_digest);
 
-  Journal journal = open_journal(p.partial, p.fp, p.encoder_names, plan, in, opts);
+  // What the encode loop reads: the input's rows, or only an update's rows to encode.
+  const Inputs encoded_in = update ? update->encoded_inputs(p.in, p.plan.begin) : Inputs{};
+  const Inputs& in = update ? encoded_in : p.in;
+  RowPlan plan = p.plan;
+  if (update) plan = RowPlan{0, encoded_in.rows, 0, encoded_in.rows, false};
+  Journal journal = open_journal(p, update ? update->identity() : "", plan, in, opts, cb);
   journal.fingerprint = p.fp.hash;
   journal.fingerprint_json = p.fp.text;
+  journal.update_of = update ? update->identity() : "";
+  if (update && journal.committed_rows == 0) journal.encoders = update->encoders();
   result.resumed_from = journal.committed_rows;
-  Encoding encoding(opts, in, encoders, journal, result, cb, update.get());
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
-    if (!encoding.run(plan)) {
+    if (!encode_rows(opts, cb, in, plan, journal, update.get(), result)) {
       result.status = FillStatus::interrupted;
       result.partial_path = p.partial;
       result.rows = journal.committed_rows;
       result.seconds = seconds_since(p.t_start);
       return result;
     }
-    encoding.close();
     encoded = true;
     auto t_publish = Clock::now();
-    publish(p.out, opts, in, plan, p.fp, encoders, p.enc_sha, encoding, journal, device, prov, result);
+    publish(p, opts, journal, update.get(), prov, result);
     files::remove_tree(p.partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
-    encoding.abandon();
     fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
   }
+  if (result.update) result.update->max_abs_diff_allowed = allowed_difference(journal);
   close_timings(result, p.t_start, opts.workers);
   return result;
 }

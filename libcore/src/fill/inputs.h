@@ -54,6 +54,12 @@ struct Inputs {
   int64_t unit = 0;                // rows read, encoded and committed together: a batch, or a length window
   std::vector<int64_t> groups;     // tar shards: the first row of each file (io::source::Column::row_groups)
   std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
+  // An update's encoded rows (Update::encoded_inputs): the input row each row read here is, for
+  // messages and skipped rows. Empty: the rows are the input's own.
+  std::vector<int64_t> input_rows;
+
+  // The input's row that row `r` read here is.
+  int64_t input_row(int64_t r) const { return input_rows.empty() ? r : input_rows.at(static_cast<std::size_t>(r)); }
 
   // Whether an image column decodes its JPEG files on the encoders' device (--decode).
   bool decode_on_device() const {

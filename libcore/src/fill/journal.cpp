@@ -60,6 +60,11 @@ JournalEncoder parse_encoder(const std::string& file, const std::string& name, c
       journal_damaged(file, "precision_max_rel_diff of '" + name + "' is not a number");
     e.precision_max_rel_diff = j.at("precision_max_rel_diff").get<double>();
   }
+  if (j.contains("batch_max_abs_diff")) {  // absent: not measured (older journals, batches of one row)
+    if (!j.at("batch_max_abs_diff").is_number())
+      journal_damaged(file, "batch_max_abs_diff of '" + name + "' is not a number");
+    e.batch_max_abs_diff = j.at("batch_max_abs_diff").get<double>();
+  }
   if (j.contains("chunks")) {
     if (!j.at("chunks").is_array()) journal_damaged(file, "chunks of '" + name + "' is not a list");
     int64_t last = 0;
@@ -132,6 +137,8 @@ bool Journal::load() {
                          ? j.at("fingerprint_json").get<std::string>()
                          : "";
   committed_rows = j.at("committed_rows").get<int64_t>();
+  if (j.contains("update_of") && !j.at("update_of").is_string()) journal_damaged(file(), "update_of is not a string");
+  update_of = j.contains("update_of") ? j.at("update_of").get<std::string>() : "";
   encoders.clear();
   if (j.contains("encoders")) {
     if (!j.at("encoders").is_object()) journal_damaged(file(), "encoders is not an object");
@@ -183,6 +190,7 @@ void Journal::save() const {
   for (const auto& [name, e] : encoders) {
     json je{{"inference", e.inference}, {"optimize_max_abs_diff", e.optimize_max_abs_diff}};
     if (e.precision_max_rel_diff != 0) je["precision_max_rel_diff"] = e.precision_max_rel_diff;
+    if (e.batch_max_abs_diff >= 0) je["batch_max_abs_diff"] = e.batch_max_abs_diff;
     if (e.has_shape) je["row_shape"] = e.row_shape;
     if (!e.chunks.empty()) je["chunks"] = e.chunks;
     enc[name] = je;
@@ -192,6 +200,7 @@ void Journal::save() const {
          {"committed_rows", committed_rows},
          {"encoders", enc}};
   if (!fingerprint_json.empty()) j["fingerprint_json"] = fingerprint_json;
+  if (!update_of.empty()) j["update_of"] = update_of;
   if (!skipped.empty()) j["skipped"] = skipped;
   std::string text = json_text(j, 1) + "\n";
   try {

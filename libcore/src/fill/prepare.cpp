@@ -110,7 +110,8 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
   if (!opts.update)
     throw Error(Exit::cant_create, out,
                 changed +
-                    ": only the input's data changed; use --update to encode only the new and changed rows, "
+                    ": only the input's data, labels, keys or batch size changed; use --update to encode only the new "
+                    "and changed rows, "
                     "or --force to encode every row");
   if (!old->row_digests)
     throw Error(Exit::cant_create, out,

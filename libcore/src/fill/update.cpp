@@ -92,13 +92,20 @@ std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int
 Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
   RowIdentity was;
   was.digests = io::cache::read_row_digests(old.path);
-  if (old.keys_source && !now.keys.empty())
-    was.keys = key_bytes(*io::source::open_column(old.path, "keys"), 0, old.rows);
-  else
+  if (old.keys_source && !now.keys.empty()) {
+    const auto keys = io::source::open_column(old.path, "keys");
+    if (keys->info().rows() != old.rows)
+      throw Error(Exit::data, old.path,
+                  "/keys holds " + std::to_string(keys->info().rows()) + " rows for the cache's " +
+                      std::to_string(old.rows) + ": the cache is damaged; use --force to fill it again");
+    was.keys = key_bytes(*keys, 0, old.rows);
+  } else {
     now.keys.clear();  // one side without keys: both by position
+  }
   std::vector<int64_t> skipped;
   for (const auto& [row, why] : io::cache::read_skipped(old.path)) skipped.push_back(row);
   plan_ = match_rows(was, skipped, now);
+  encoded_ = encode_rows(plan_);
   for (const auto& e : old.embeddings) embeddings_[e.name] = io::source::open_column(old.path, "embeddings/" + e.name);
 }
 
@@ -111,25 +118,38 @@ std::map<std::string, JournalEncoder> Update::encoders() const {
     je.inference = e.inference;
     je.optimize_max_abs_diff = e.optimize_max_abs_diff;
     je.precision_max_rel_diff = e.precision_max_rel_diff;
+    je.batch_max_abs_diff = e.batch_max_abs_diff;
   }
   return out;
 }
 
-torch::Tensor Update::rows(const std::string& name, int64_t first, int64_t count) const {
-  const io::source::Column& col = *embeddings_.at(name);
-  std::vector<int64_t> rows(plan_.source.begin() + first, plan_.source.begin() + first + count);
-  std::vector<int64_t> shape = col.info().shape;
-  shape[0] = count;
-  auto t = torch::empty(shape, col.info().dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32);
-  col.read_rows(rows, t.data_ptr());
-  return t;
+std::string Update::identity() const {
+  ContentHash h;
+  h.update(plan_.source.data(), plan_.source.size() * sizeof(int64_t));
+  return old_.fingerprint + ":" + h.hex_digest();
 }
 
-int64_t Update::copied_rows(const std::vector<std::pair<int64_t, int64_t>>& units) const {
-  int64_t n = 0;
-  const auto copied = copied_units(plan_, units);
-  for (std::size_t u = 0; u < units.size(); ++u) n += copied[u] ? units[u].second : 0;
-  return n;
+Inputs Update::encoded_inputs(const Inputs& in, int64_t begin) const {
+  std::vector<int64_t> rows;
+  for (int64_t r : encoded_) rows.push_back(begin + r);
+  Inputs view;
+  view.from_slab = in.from_slab;
+  view.per_encoder = in.per_encoder;
+  view.per_encoder_text = in.per_encoder_text;
+  view.unit = in.unit;
+  view.rows = static_cast<int64_t>(rows.size());
+  for (const auto& [name, d] : in.features) {
+    Input v = d;
+    v.col = io::source::gathered(d.col, rows);
+    view.features.emplace(name, std::move(v));
+  }
+  for (const auto& [key, t] : in.texts) {
+    TextInput v = t;
+    v.col = io::source::gathered(t.col, rows);
+    view.texts.emplace(key, std::move(v));
+  }
+  view.input_rows = std::move(rows);
+  return view;
 }
 
 }  // namespace traincache::fill

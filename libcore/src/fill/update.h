@@ -28,31 +28,39 @@ nlohmann::json row_digest_inputs(const Inputs& in);
 /// their values' bytes.
 std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b);
 
-/// An update of the cache at `path` to a new input: which of its rows each new row keeps, and the
-/// cache's embeddings to copy them from.
+/// An update of the cache at `path` to a new input: which of its rows each new row keeps, which
+/// rows are encoded, and the cache's embeddings the kept rows are copied from when it is published.
 class Update {
  public:
-  /// `now` holds the new rows' digests and, when the input has keys, their keys. Error(data) when
-  /// the cache's keys or digests cannot be read.
+  /// `now` holds the new rows' digests and, when the input has keys named as the cache's, their
+  /// keys. Error(data) when the cache's keys or digests cannot be read.
   Update(const io::cache::CacheInfo& old, RowIdentity now);
 
   const UpdatePlan& plan() const { return plan_; }
   const io::cache::CacheInfo& old() const { return old_; }
+  /// The rows of the new input (from the run's first) that are encoded, ascending.
+  const std::vector<int64_t>& encoded() const { return encoded_; }
 
-  /// What the cache's rows were encoded with, as a journal records it (row shape, inference and
-  /// the first batch's differences): the encoders of a run that starts with copied rows.
+  /// What the cache's rows were encoded with, as a journal records it (row shape, inference, the
+  /// first batch's differences, the batch noise): the encoders' decisions the update's rows follow,
+  /// so that every row of the new cache was made the same way.
   std::map<std::string, JournalEncoder> encoders() const;
 
-  /// The embeddings of encoder `name` that new rows [first, first + count) keep, as stored (float32
-  /// or float16), [count, row shape...]. Every row must keep one (copied_units). Thread-safe.
-  torch::Tensor rows(const std::string& name, int64_t first, int64_t count) const;
+  /// The cache's embeddings of encoder `name`, which the kept rows are copied from.
+  std::shared_ptr<const io::source::Column> embeddings(const std::string& name) const { return embeddings_.at(name); }
 
-  /// Rows copied: every row of the units copied_units() marks.
-  int64_t copied_rows(const std::vector<std::pair<int64_t, int64_t>>& units) const;
+  /// What the update is of, for the journal (Journal::update_of): the cache's fingerprint and a
+  /// digest of the plan (which cache row each new row keeps), so that only the same update resumes.
+  std::string identity() const;
+
+  /// The inputs of `in` that are encoded, as views of only the rows encoded() (from `begin`, the
+  /// run's first row): the encode loop reads them as an input of its own, in full batches.
+  Inputs encoded_inputs(const Inputs& in, int64_t begin) const;
 
  private:
   io::cache::CacheInfo old_;
   UpdatePlan plan_;
+  std::vector<int64_t> encoded_;
   std::map<std::string, std::shared_ptr<const io::source::Column>> embeddings_;
 };
 

@@ -45,7 +45,10 @@ void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, cons
       ++plan.added;
     } else if (old.digests[static_cast<std::size_t>(o)] == now.digests[i]) {
       ++plan.kept;
-      if (!skipped[static_cast<std::size_t>(o)]) keep = o;
+      if (!skipped[static_cast<std::size_t>(o)])
+        keep = o;
+      else
+        ++plan.skipped_before;
     } else {
       ++plan.changed;
     }
@@ -79,31 +82,26 @@ UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_sk
   return plan;
 }
 
-std::vector<bool> copied_units(const UpdatePlan& plan, const std::vector<std::pair<int64_t, int64_t>>& units) {
-  std::vector<bool> copied;
-  for (const auto& [first, n] : units) {
-    bool all = n > 0;
-    for (int64_t r = first; r < first + n && all; ++r) all = plan.source.at(static_cast<std::size_t>(r)) >= 0;
-    copied.push_back(all);
-  }
-  return copied;
+std::vector<int64_t> encode_rows(const UpdatePlan& plan) {
+  std::vector<int64_t> rows;
+  for (std::size_t i = 0; i < plan.source.size(); ++i)
+    if (plan.source[i] < 0) rows.push_back(static_cast<int64_t>(i));
+  return rows;
 }
 
 namespace {
 
-// A fingerprint document with its data left out: rows, content digest, the columns' row counts.
+// A fingerprint document with what an update absorbs left out: rows, content digest, the feature
+// columns' row counts, labels, keys, and the batching.
 nlohmann::json without_data(nlohmann::json fp) {
   auto& input = fp["input"];
-  input.erase("rows");
-  input.erase("content_xxh3");
-  auto drop_rows = [](nlohmann::json& col) {
-    if (col.is_object() && col.contains("shape") && col["shape"].is_array() && !col["shape"].empty())
-      col["shape"][0] = 0;
-  };
+  for (const char* k : {"rows", "content_xxh3", "labels", "keys"}) input.erase(k);
   if (input.contains("features"))
-    for (auto& [name, col] : input["features"].items()) drop_rows(col);
-  for (const char* k : {"labels", "keys"})
-    if (input.contains(k)) drop_rows(input[k]);
+    for (auto& [name, col] : input["features"].items())
+      if (col.is_object() && col.contains("shape") && col["shape"].is_array() && !col["shape"].empty())
+        col["shape"][0] = 0;
+  if (fp.contains("options") && fp["options"].is_object())
+    for (const char* k : {"batch_size", "length_window"}) fp["options"].erase(k);
   return fp;
 }
 

@@ -67,23 +67,33 @@ CATCH_TEST_CASE("update plan: a key that is not unique matches nothing", "[fill]
   CATCH_CHECK_THROWS_AS(fill::match_rows(rows({"a"}, {1, 2}), {}, rows({}, {1})), Error);
 }
 
-CATCH_TEST_CASE("update plan: a unit is copied only when every row of it keeps a cache row", "[fill]") {
+CATCH_TEST_CASE("update plan: every row that keeps no cache row is encoded, and only those", "[fill]") {
   fill::UpdatePlan plan;
-  plan.source = {0, 1, 2, -1, 4, 5, 6, 7};
-  CATCH_CHECK(fill::copied_units(plan, {{0, 3}, {3, 2}, {5, 3}}) == std::vector<bool>{true, false, true});
+  plan.source = {0, 1, 2, -1, 4, -1, -1, 7};
+  CATCH_CHECK(fill::encode_rows(plan) == std::vector<int64_t>{3, 5, 6});
+  plan.source = {3, 2, 1};
+  CATCH_CHECK(fill::encode_rows(plan).empty());
+  // A row the cache skipped is encoded again, and counted as such.
+  auto skipped = fill::match_rows(rows({"a", "b", "c"}, {1, 2, 3}), {0, 2}, rows({"c", "b", "a"}, {3, 2, 1}));
+  CATCH_CHECK(skipped.skipped_before == 2);
+  CATCH_CHECK(fill::encode_rows(skipped) == std::vector<int64_t>{0, 2});
 }
 
-CATCH_TEST_CASE("update plan: only the input's rows, content and row counts are data", "[fill]") {
-  const std::string a = R"({"input": {"rows": [0, 10], "content_xxh3": "aa", "features": {"x": {"shape": [10, 3],
-      "dtype": "float32"}}, "labels": {"shape": [10], "dtype": "int64"}, "keys": null}, "options": {"batch_size": 5}})";
-  const std::string more = R"({"input": {"rows": [0, 12], "content_xxh3": "bb", "features": {"x": {"shape": [12, 3],
-      "dtype": "float32"}}, "labels": {"shape": [12], "dtype": "int64"}, "keys": null}, "options": {"batch_size": 5}})";
-  const std::string wider = R"({"input": {"rows": [0, 10], "content_xxh3": "aa", "features": {"x": {"shape": [10, 4],
-      "dtype": "float32"}}, "labels": {"shape": [10], "dtype": "int64"}, "keys": null}, "options": {"batch_size": 5}})";
-  const std::string batch = R"({"input": {"rows": [0, 10], "content_xxh3": "aa", "features": {"x": {"shape": [10, 3],
-      "dtype": "float32"}}, "labels": {"shape": [10], "dtype": "int64"}, "keys": null}, "options": {"batch_size": 6}})";
-  CATCH_CHECK(fill::only_data_changed(a, more));
-  CATCH_CHECK_FALSE(fill::only_data_changed(a, wider));
-  CATCH_CHECK_FALSE(fill::only_data_changed(a, batch));
+CATCH_TEST_CASE("update plan: data, labels, keys and batching are what an update absorbs", "[fill]") {
+  auto doc = [](int rows, const char* digest, int width, const char* labels, const char* keys, int batch,
+                const char* dtype) {
+    return std::string(R"({"input": {"rows": [0, )") + std::to_string(rows) + R"(], "content_xxh3": ")" + digest +
+           R"(", "features": {"x": {"shape": [)" + std::to_string(rows) + ", " + std::to_string(width) +
+           R"(], "dtype": "float32"}}, "labels": )" + labels + R"(, "keys": )" + keys +
+           R"(}, "options": {"batch_size": )" + std::to_string(batch) + R"(, "dtype": ")" + dtype + R"("}})";
+  };
+  const char* labels = R"({"shape": [10], "dtype": "int64", "name": "labels"})";
+  const std::string a = doc(10, "aa", 3, labels, "null", 5, "float32");
+  CATCH_CHECK(fill::only_data_changed(a, doc(12, "bb", 3, labels, "null", 5, "float32")));  // rows added
+  CATCH_CHECK(fill::only_data_changed(a, doc(10, "aa", 3, "null", "null", 5, "float32")));  // labels removed
+  CATCH_CHECK(fill::only_data_changed(a, doc(10, "aa", 3, labels, R"({"name": "id"})", 5, "float32")));  // keys
+  CATCH_CHECK(fill::only_data_changed(a, doc(10, "aa", 3, labels, "null", 64, "float32")));       // another batch size
+  CATCH_CHECK_FALSE(fill::only_data_changed(a, doc(10, "aa", 4, labels, "null", 5, "float32")));  // row shape
+  CATCH_CHECK_FALSE(fill::only_data_changed(a, doc(10, "aa", 3, labels, "null", 5, "float16")));  // stored dtype
   CATCH_CHECK_FALSE(fill::only_data_changed("not json", a));
 }

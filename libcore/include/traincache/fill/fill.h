@@ -129,9 +129,13 @@ struct FillResult {
   struct Update {
     bool by_key = false;
     int64_t kept = 0, changed = 0, added = 0, removed = 0;
-    int64_t copied = 0;  ///< rows of the new cache copied (kept rows in units with nothing to encode)
+    int64_t skipped_before = 0;  ///< kept rows the cache had skipped (--on-error skip): encoded again
+    int64_t copied = 0;          ///< rows of the new cache copied from the cache: every kept row it had encoded
     /// The encode time the copied rows saved, from this run's encode rate (0 when it encoded nothing).
     double seconds_saved = 0;
+    /// How far any row of the new cache may be from a full fill's: the encoders' batch noise as
+    /// measured (0: bit for bit); negative when it was never measured (a cache from before).
+    double max_abs_diff_allowed = -1;
   };
   std::optional<Update> update;
 };
@@ -146,6 +150,10 @@ struct FillCallbacks {
 /// compared.
 inline constexpr double kOptimizeTolerance = 1e-4;
 inline constexpr int64_t kOptimizeCheckRows = 16;
+/// Rows of the first batch encoded alone to measure the encoder's batch noise (how far a row's
+/// output moves with the other rows of its batch): what an update's rows may differ by from a full
+/// fill's.
+inline constexpr int64_t kBatchNoiseRows = 8;
 
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();

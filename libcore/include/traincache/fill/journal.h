@@ -25,6 +25,10 @@ struct JournalEncoder {
   /// --precision bf16/fp16: the largest difference from float32 on the first batch, relative to
   /// the largest float32 magnitude (0 with fp32).
   double precision_max_rel_diff = 0;
+  /// The largest difference between a row encoded alone and the same row inside the first batch
+  /// (the encoder's batch noise; 0: a row's bits do not depend on its batch); negative when not
+  /// measured (a first batch of one row).
+  double batch_max_abs_diff = -1;
   /// The committed raw bytes in the pieces each commit added: (end row, XXH3-128 hex of the bytes
   /// of rows [previous end, end)). A resume checks every piece against the raw file.
   std::vector<std::pair<int64_t, std::string>> chunks;
@@ -61,7 +65,10 @@ class Journal {
 
   std::string fingerprint;       ///< the run's fingerprint
   std::string fingerprint_json;  ///< what it was computed from, to name what changed ("" in older journals)
-  int64_t committed_rows = 0;    ///< rows durable in every raw file
+  /// An update's progress: what it updates (the cache's fingerprint and the digest of which rows it
+  /// keeps and encodes), so that it resumes only the same plan; "" for a fill.
+  std::string update_of;
+  int64_t committed_rows = 0;  ///< rows durable in every raw file
   std::map<std::string, JournalEncoder> encoders;
   /// Rows skipped with --on-error skip among the committed ones: (cache row, reason), in order.
   std::vector<std::pair<int64_t, std::string>> skipped;

@@ -28,6 +28,8 @@ struct UpdatePlan {
   int64_t kept = 0, changed = 0, added = 0, removed = 0;
   /// Keys that are not unique in the cache or the input: such rows are encoded again.
   int64_t ambiguous = 0;
+  /// Kept rows the cache had skipped (--on-error skip): read and encoded again.
+  int64_t skipped_before = 0;
 };
 
 /// Matches `now` (the new input's rows) with `old` (the cache's rows, `old_skipped` the cache rows
@@ -37,14 +39,17 @@ struct UpdatePlan {
 /// keys and digests differ in number.
 UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now);
 
-/// For each unit (first row relative to the new rows, rows; unit_ranges' pairs less the plan's
-/// begin): true when every row of it keeps a cache row, so the unit is copied, not encoded. A unit
-/// with one row to encode is encoded whole, in the batch a full fill would give it.
-std::vector<bool> copied_units(const UpdatePlan& plan, const std::vector<std::pair<int64_t, int64_t>>& units);
+/// The rows of the new input (from 0) that an update encodes, ascending: every row that keeps no
+/// cache row (added, changed, ambiguous, or skipped by the cache). The others are copied.
+std::vector<int64_t> encode_rows(const UpdatePlan& plan);
 
-/// True when two fingerprint documents differ only in the input's data: its rows, its content
-/// digest and the row counts of its columns. Anything else (encoders, preprocessing, options, a
-/// column's dtype or row shape) needs a full fill. False when either is not JSON.
+/// True when two fingerprint documents differ only in what an update absorbs without encoding the
+/// cache's rows again: the input's data (its rows, content digest and the row counts of its
+/// columns), its labels and keys (added, changed or removed: written anew, the embeddings copied),
+/// and the batching (--batch-size, --length-window: an encoded row then differs from the one a full
+/// fill gives it by the encoder's batch noise at most). Anything else (encoders, preprocessing,
+/// other options, a feature column's dtype or row shape) needs a full fill. False when either is
+/// not JSON.
 bool only_data_changed(const std::string& old_json, const std::string& now_json);
 
 }  // namespace traincache::fill
