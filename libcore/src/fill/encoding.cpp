@@ -525,6 +525,8 @@ void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch:
                                    const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
                                    const torch::Tensor& batch_out) {
   if (rows.size(0) < 2) return;  // a batch of one row: nothing to compare
+  JournalEncoder& je = journal_.encoders[enc.name()];  // before any commit is submitted (see journal_)
+  if (je.batch_max_abs_diff >= 0) return;               // measured once: the updated cache's first fill did
   auto t_check = Clock::now();
   double most = 0;
   try {
@@ -535,8 +537,7 @@ void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch:
       const torch::Tensor in_batch = batch_out.slice(0, j, j + 1).to(torch::kFloat64);
       most = std::max(most, (alone.to(torch::kFloat64) - in_batch).abs().max().item<double>());
     }
-    JournalEncoder& je = journal_.encoders[enc.name()];  // before any commit is submitted (see journal_)
-    je.batch_max_abs_diff = std::max(je.batch_max_abs_diff, most);
+    je.batch_max_abs_diff = most;
   } catch (const Error&) {
     // An encoder that cannot take one row (or the memory for it): the noise stays unmeasured, and
     // the batch's own rows are what is stored.

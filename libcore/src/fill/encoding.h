@@ -150,9 +150,10 @@ class Encoding {
   // raw file, in input order, by a task on `store`.
   void encode(std::size_t i, const Batch& batch, bool first, SerialWorker& store);
 
-  // The encoder's batch noise, once a fill (not on a resume): up to kBatchNoiseRows rows of the
-  // first batch (`rows` of the unit's `args`) encoded alone, against the same rows of `batch_out`
-  // (the batch's output as stored); the largest difference into the journal's batch_max_abs_diff.
+  // The encoder's batch noise, once (not on a resume, nor in an update of a cache that recorded
+  // it): up to kBatchNoiseRows rows of the first batch (`rows` of the unit's `args`) encoded alone,
+  // against the same rows of `batch_out` (the batch's output as stored); the largest difference
+  // into the journal's batch_max_abs_diff.
   void measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
                            const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
                            const torch::Tensor& batch_out);
