@@ -72,14 +72,15 @@ bench: build
 gpu-check:
 	bench/gpu-check --build build-cuda --out build-cuda/gpu-check
 
-# Sanitizer builds (not part of make test's time budget): ASan+UBSan runs the unit tests and the
-# shared-memory CLI and fault tests; TSan runs the slab, SmartCache and prefetcher unit tests.
+# Sanitizer builds (not part of make test's time budget): ASan+UBSan runs the unit tests, the
+# shared-memory CLI and fault tests, and the image tests of --decode device (decoding on the device
+# path, here the CPU); TSan runs the slab, SmartCache and prefetcher unit tests.
 sanitize: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=address,undefined \
 	      -DTRAINCACHE_BUILD_BENCH=OFF
 	cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --test-dir build-asan --output-on-failure --timeout 1800 -j $(JOBS) -R '^(fixtures|unit\.|fuzz\.|cli\.shm_cache|faults\.(slabs|journal|symlinks))'
+	  ctest --test-dir build-asan --output-on-failure --timeout 1800 -j $(JOBS) -R '^(fixtures|unit\.|fuzz\.|cli\.(shm_cache|inputs_images_(parity|errors))|faults\.(slabs|journal|symlinks))'
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINCACHE_SANITIZE=thread \

@@ -99,7 +99,7 @@ struct DevicePath {
         const auto img = cpu_decode(files[i], rgb);
         d = torch::from_blob(const_cast<uint8_t*>(img.samples.data()), {img.height, img.width, 3}, torch::kByte)
                 .permute({2, 0, 1})
-                .contiguous();
+                .clone(at::MemoryFormat::Contiguous);  // a copy: `img` is freed below, even for h or w of 1
       }
       // EXIF orientations are not read here: the spec leaves them (jpeg-bench has no --exif).
       out.push_back(prep(d, 1));

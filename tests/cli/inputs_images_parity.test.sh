@@ -81,6 +81,29 @@ same_as_host dev
 three_fills dec --convert device --decode device
 expect_out_has '"convert":"device","decode":"device"'
 same_as_host dec
+# Images of one pixel's width or height (their decoded [3, h, w] samples are contiguous already, so a
+# view of the decoder's buffer would outlive it): the bytes of the host's decoding, twice.
+py "
+import os
+from PIL import Image
+for c, mode in (('a', 'RGB'), ('b', 'L')):
+    os.makedirs('$WORK/thin/' + c)
+    for i, (w, h) in enumerate([(1, 1), (1, 5), (7, 1), (2, 2)]):
+        Image.new(mode, (w, h), (30 * i + 20, 200, 90) if mode == 'RGB' else 40 * i + 30).save(
+            '$WORK/thin/%s/%d.jpg' % (c, i), quality=95)
+"
+thin_runs=0
+for decode in host device device; do
+  run "$TC_BIN/cache-fill" --input "$WORK/thin" --out "$WORK/thin-$decode.h5" "${FILL[@]}" --resize 6 --center-crop 6 \
+    --convert device --decode $decode --force
+  expect_rc 0
+  cp "$WORK/thin-$decode.h5" "$WORK/thin-$decode-$((++thin_runs)).h5"
+done
+py "
+import h5py, numpy as np
+want = h5py.File('$WORK/thin-host-1.h5', 'r')['embeddings/flat'][()]
+print([bool(np.array_equal(h5py.File('$WORK/thin-device-%d.h5' % k, 'r')['embeddings/flat'][()], want)) for k in (2, 3)])"
+expect_out "[True, True]"
 # Decoding on the device needs the conversion there; auto decodes there only on a CUDA device
 # with nvJPEG (here: on the reader threads).
 run "$TC_BIN/cache-fill" --input "$WORK/mixed" --out "$WORK/none.h5" "${FILL[@]}" --resize 40 --center-crop 36 --convert host \

@@ -55,6 +55,19 @@ run "$TC_BIN/jpeg-bench" "$WORK/imgs" --device cpu --files 3 --batch 8 --repeats
 expect_rc 0
 check_json files=3 agreement.files=3 agreement.max_abs_diff=0
 
+# Images one pixel wide or high: their samples are the CPU path's too (they were read from freed
+# memory once: a [3, h, w] view of the decoder's buffer is contiguous already when h or w is 1).
+"$TC_PYTHON" -c "
+import os, sys
+from PIL import Image
+os.makedirs(sys.argv[1])
+for i, (w, h) in enumerate([(1, 1), (1, 9), (9, 1)]):
+    Image.new('RGB', (w, h), (40 * i + 10, 220, 70)).save('%s/%d.jpg' % (sys.argv[1], i), quality=95)
+" "$WORK/thin" || _fail "writing the thin JPEGs"
+run "$TC_BIN/jpeg-bench" "$WORK/thin" --device cpu --resize 4,4 --center-crop none --batch 3 --compare 3 --repeats 2
+expect_rc 0
+check_json files=3 agreement.files=3 agreement.max_abs_diff=0
+
 # On the GPU: nvJPEG against libjpeg-turbo (both decode the same DCT coefficients; their IDCTs and
 # upsampling round differently). Elsewhere: refused with the reason.
 run "$TC_BIN/jpeg-bench" "$WORK/imgs" --device cuda:0 --batch 3 --compare 5 --repeats 1

@@ -72,9 +72,11 @@ torch::Tensor DeviceDecode::operator()(EncodedRows& rows, int64_t start, bool sk
       } catch (const Error&) {
         continue;  // on_host below says why, naming the file
       }
+      // A copy, always: contiguous() of a [3, h, w] view that is contiguous already (h or w of 1)
+      // would keep the view of `img`'s buffer, freed at the end of this iteration.
       decoded[k] = torch::from_blob(img.samples.data(), {img.height, img.width, 3}, torch::kByte)
                        .permute({2, 0, 1})
-                       .contiguous();
+                       .clone(at::MemoryFormat::Contiguous);
     }
   }
   std::vector<torch::Tensor> out;
