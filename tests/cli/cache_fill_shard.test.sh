@@ -45,6 +45,29 @@ run "$TC_BIN/cache-inspect" --check -v "$WORK/virtual.h5" "$WORK/copy.h5"
 expect_rc 0
 expect_out "$WORK/virtual.h5	ok
 $WORK/copy.h5	ok"
+# The merged cache's history is every shard's fill, then the merge (it was shard 0's alone).
+run "$TC_BIN/cache-inspect" "$WORK/virtual.h5"
+expect_out_has "history      1. fill of shard 0: 64 rows, 64 encoded
+               2. fill of shard 1: 128 rows, 128 encoded
+               3. fill of shard 2: 108 rows, 108 encoded
+               4. merge: 300 rows, from 3 shards"
+# A shard is not overwritten by a whole cache, with or without --update (exit 0 with a whole
+# cache in the shard's place once broke the merged cache); the shard's own command still runs.
+cp "$WORK/s.h5.shard-0-of-3" "$WORK/shard0.before"
+for upd in "" --update; do
+  run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/s.h5.shard-0-of-3" $upd
+  expect_rc 73
+  expect_err_re "^cache-fill: error: $WORK/s\.h5\.shard-0-of-3: exists with another fingerprint \(changed: .*\): is shard 0 of 3 of a sharded job \(cache-fill --shard\); fill it with --shard 0/3 and merge the job again, or use --force to overwrite it$"
+  expect_same "$WORK/s.h5.shard-0-of-3" "$WORK/shard0.before"
+done
+# And a plain cache whose encoder is named job_fingerprint is no merged cache to --update.
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder job_fingerprint="$D/cnn.pt" --rows 0:100 \
+  --out "$WORK/jf.h5" -q
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder job_fingerprint="$D/cnn.pt" --rows 0:150 \
+  --out "$WORK/jf.h5" -q --update --json
+expect_rc 0
+expect_out_has '"rows_encoded":50,"rows_copied":100'
 
 # Two processes at once, as a launcher starts them (RANK/WORLD_SIZE), rank 0 merging.
 for r in 0 1; do

@@ -121,6 +121,23 @@ void check_coverage(std::vector<Shard>& shards) {
                 std::to_string(shards.size()) + " shards given, the job has " + std::to_string(ref.count));
 }
 
+// The merged cache's history: each shard's fills and updates, marked with its shard (in row order),
+// then the merge itself.
+nlohmann::json merged_history(const std::vector<Shard>& shards, int64_t rows) {
+  nlohmann::json history = nlohmann::json::array();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    nlohmann::json part = nlohmann::json::parse(shards[i].info.history, nullptr, false);
+    if (!part.is_array()) continue;
+    for (auto& entry : part)
+      if (entry.is_object()) {
+        entry["shard"] = i;
+        history.push_back(entry);
+      }
+  }
+  history.push_back({{"run", "merge"}, {"rows", rows}, {"shards", shards.size()}});
+  return history;
+}
+
 // Writes the merged cache (virtual datasets over the shards, or copies) and renames it into place.
 void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
   const Shard& ref = shards.front();
@@ -147,6 +164,8 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
     io::h5::write_attr(out.get(), "fingerprint_json", json_text(fp));
     io::h5::write_attr(out.get(), "merged_from", json_text(parts));
     io::h5::write_attr(out.get(), "merge", std::string(o.copy ? "copy" : "virtual"));
+    if (H5Aexists(out.get(), "history") > 0) H5Adelete(out.get(), "history");
+    io::h5::write_attr(out.get(), "history", json_text(merged_history(shards, rows)));
 
     for (const auto& name : dataset_names(ref.info)) {
       io::h5::Id src0 = io::h5::open_dataset(first.get(), ref.path, name);

@@ -98,21 +98,30 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
   if (old->complete && old->fingerprint == fp.hash) return {old, std::nullopt};
   const std::string changed =
       "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
-  if (opts.update && old->fingerprint_json.find("\"job_fingerprint\"") != std::string::npos)
+  if (opts.update && old->kind == io::cache::CacheKind::merged)
     throw Error(Exit::cant_create, out,
                 "is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by "
                 "one process; use --force to fill it again");
+  const bool this_shard = old->kind == io::cache::CacheKind::shard && opts.shard_count == old->shard_count &&
+                          opts.shard_index == old->shard_index;
+  if (old->kind == io::cache::CacheKind::shard && !this_shard)
+    throw Error(Exit::cant_create, out,
+                changed + ": is shard " + std::to_string(old->shard_index) + " of " + std::to_string(old->shard_count) +
+                    " of a sharded job (cache-fill --shard); fill it with --shard " + std::to_string(old->shard_index) +
+                    "/" + std::to_string(old->shard_count) +
+                    " and merge the job again, or use --force to overwrite it");
   if (!old->complete || !only_data_changed(old->fingerprint_json, fp.text))
     throw Error(Exit::cant_create, out,
                 changed + (opts.update ? ": --update keeps rows only when the encoders, preprocessing and options "
                                          "are unchanged; use --force to encode every row"
                                        : "; use --force to overwrite it"));
+  if (!opts.update && this_shard)  // --update does not take shards
+    throw Error(Exit::cant_create, out, changed + "; use --force to encode the shard's rows again");
   if (!opts.update)
     throw Error(Exit::cant_create, out,
                 changed +
                     ": only the input's data, labels, keys or batch size changed; use --update to encode only the new "
-                    "and changed rows, "
-                    "or --force to encode every row");
+                    "and changed rows, or --force to encode every row");
   if (!old->row_digests)
     throw Error(Exit::cant_create, out,
                 "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "

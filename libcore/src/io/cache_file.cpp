@@ -210,12 +210,35 @@ void read_root_attrs(hid_t f, const std::string& path, CacheInfo& info) {
   info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
   info.input_kind = h5::read_attr_string(f, "input_kind").value_or("");
   info.history = h5::read_attr_string(f, "history").value_or("[]");
+  if (h5::read_attr_string(f, "merged_from")) {
+    info.kind = CacheKind::merged;
+  } else if (auto shard = h5::read_attr_int(f, "shard_index")) {
+    info.kind = CacheKind::shard;
+    info.shard_index = *shard;
+    info.shard_count = h5::read_attr_int(f, "shard_count").value_or(0);
+  }
   if (auto pre = h5::read_attr_string(f, "preprocess")) {
     auto j = nlohmann::ordered_json::parse(*pre, nullptr, false);
     if (!j.is_object()) throw Error(Exit::data, path, "unreadable preprocess attribute");
     for (auto& [k, v] : j.items()) info.preprocess.emplace_back(k, v.is_string() ? v.get<std::string>() : json_text(v));
   }
 }
+
+}  // namespace
+
+const char* cache_kind_name(CacheKind kind) {
+  switch (kind) {
+    case CacheKind::shard:
+      return "shard";
+    case CacheKind::merged:
+      return "merged";
+    case CacheKind::filled:
+      break;
+  }
+  return "filled";
+}
+
+namespace {
 
 // /embeddings/<name> as described by `di` and its attributes (`text`: the text keys by encoder).
 EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::DatasetInfo& di,

@@ -87,9 +87,14 @@ void add_history(report::Record& r, const cache::CacheInfo& c) {
   std::string text;
   for (std::size_t i = 0; i < history.size(); ++i) {
     const auto& h = history[i];
-    text += (i ? "\n               " : "") + std::to_string(i + 1) + ". " + h.value("run", "?") + ": " +
-            std::to_string(h.value("rows", int64_t{0})) + " rows, " + std::to_string(h.value("encoded", int64_t{0})) +
-            " encoded";
+    text += (i ? "\n               " : "") + std::to_string(i + 1) + ". " + h.value("run", "?") +
+            (h.contains("shard") ? " of shard " + std::to_string(h.value("shard", int64_t{0})) : "") + ": " +
+            std::to_string(h.value("rows", int64_t{0})) + " rows, ";
+    if (h.value("run", "") == "merge") {
+      text += "from " + std::to_string(h.value("shards", int64_t{0})) + " shards";
+      continue;
+    }
+    text += std::to_string(h.value("encoded", int64_t{0})) + " encoded";
     if (h.contains("copied"))
       text += ", " + std::to_string(h.value("copied", int64_t{0})) + " copied (by " + h.value("matched_by", "?") +
               ": added " + std::to_string(h.value("added", int64_t{0})) + ", changed " +

@@ -61,8 +61,18 @@ struct TextInfo {
   bool strict_utf8 = false, ragged = false;
 };
 
+/// What made a cache: one process's fill (perhaps updated since), one shard of a sharded job
+/// (cache-fill --shard), or the merge of a job's shards (cache-fill merge). Read from the root's
+/// attributes (shard_index, merged_from) by read_info alone.
+enum class CacheKind { filled, shard, merged };
+
+/// "filled", "shard" or "merged".
+const char* cache_kind_name(CacheKind kind);
+
 struct CacheInfo {
   std::string path;
+  CacheKind kind = CacheKind::filled;
+  int64_t shard_index = -1, shard_count = 0;  ///< a shard's place in its job (kind shard)
   int64_t format_version = 0;
   bool complete = false;
   int64_t rows = 0;
