@@ -79,6 +79,8 @@ expect_fail 64 "cache-fill: error: --features: no encoder named 'txt' (have: cnn
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features txt=images
 expect_fail 64 "cache-fill: error: --encoder: encoder name 'cnn' given twice" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --encoder cnn="$D/cnn_other.pt" --features images
+expect_fail 64 "cache-fill: error: --encoder: encoder name 'caf�' is not UTF-8 (it names a dataset of the cache)" \
+  --input "$D/images.h5" --encoder "$(printf 'caf\xe9')=$D/cnn.pt" --features images
 expect_fail 64 "cache-fill: error: --input-scale: not a number: 'half'" \
   --input "$D/images.h5" --encoder "$D/cnn.pt" --features images --input-scale half
 

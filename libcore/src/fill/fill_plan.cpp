@@ -5,6 +5,7 @@
 #include <set>
 
 #include "traincache/base/error.h"
+#include "traincache/text/tokenizer.h"
 
 using nlohmann::json;
 
@@ -40,6 +41,11 @@ void validate_options(const FillOptions& opts) {
   for (const auto& e : opts.encoders) {
     if (e.name.empty() || e.name.find_first_of("/.") != std::string::npos)
       throw Error(Exit::usage, "--encoder", "invalid encoder name '" + e.name + "'");
+    if (text::first_invalid_utf8(e.name) != std::string::npos) {  // its journal entry would not read back
+      std::string shown = e.name;
+      text::repair_utf8(shown);
+      throw Error(Exit::usage, "--encoder", "encoder name '" + shown + "' is not UTF-8 (it names a dataset of the cache)");
+    }
     if (!names.insert(e.name).second)
       throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");
     const bool has_text = !(e.text.empty() ? opts.text : e.text).empty();

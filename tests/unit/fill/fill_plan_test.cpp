@@ -116,6 +116,12 @@ CATCH_TEST_CASE("fill plan: option checks", "[fill]") {
   auto dotted = options(64);
   dotted.encoders[0].name = "a.b";
   CATCH_CHECK(code_of([&] { fill::validate_options(dotted); }) == Exit::usage);
+  auto latin1 = options(64);  // journalled as U+FFFD, it made every resume "journal damaged"
+  latin1.encoders[0].name = "caf\xe9";
+  CATCH_CHECK(code_of([&] { fill::validate_options(latin1); }) == Exit::usage);
+  auto utf8 = options(64);
+  utf8.encoders[0].name = "caf\xc3\xa9";
+  CATCH_CHECK(code_of([&] { fill::validate_options(utf8); }) == Exit::ok);
   auto f64 = options(64);
   f64.dtype = DType::f64;
   CATCH_CHECK(code_of([&] { fill::validate_options(f64); }) == Exit::usage);
