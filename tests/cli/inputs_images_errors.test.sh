@@ -142,6 +142,11 @@ print(f['skipped/rows'][:].tolist(), [k.decode() for k in f['keys'][:]][4:], f['
       e.tobytes() == h5py.File('$WORK/skip-dev.h5')['embeddings/flat'][:].tobytes())
 "
 expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] True True $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported True"
+# --verify re-encodes the rows that were read, never a skipped one (which has nothing to re-encode:
+# sampling one made every such cache fail with 65).
+run "$TC_BIN/cache-inspect" --verify 7 "$WORK/skip.h5"
+expect_rc 0
+expect_out "$WORK/skip.h5	flat	ok: 5 rows match (max abs diff 0, tolerance 1e-05 + 0.0001*|x|)"
 # --decode device (the truncated JPEG fails in the encode loop's decoding, the BMP on the reader
 # thread): the same rows, reasons and bytes.
 py "

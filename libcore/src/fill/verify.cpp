@@ -40,13 +40,21 @@ std::vector<torch::Tensor> text_args(const io::cache::CacheInfo& info, const std
   return model::token_tensors(text::tokenize_batch(*tok, texts, opts, input + ": field '" + it->field + "'"));
 }
 
-// `samples` distinct rows of a cache of `rows`, drawn with `seed`, in order.
-std::vector<int64_t> sample_rows(int64_t samples, int64_t rows, uint64_t seed) {
+// `samples` distinct rows of a cache of `rows`, drawn with `seed`, in order; none of `skipped` (the
+// rows cache-fill --on-error skip left as zeros: there is nothing to re-encode for them).
+std::vector<int64_t> sample_rows(int64_t samples, int64_t rows, uint64_t seed, const std::set<int64_t>& skipped) {
+  std::vector<int64_t> eligible;
+  for (int64_t r = 0; r < rows && !skipped.empty(); ++r)
+    if (!skipped.count(r)) eligible.push_back(r);
+  const int64_t n = skipped.empty() ? rows : static_cast<int64_t>(eligible.size());
   std::mt19937_64 rng(seed);
-  const int64_t k = std::min<int64_t>(samples, rows);
+  const int64_t k = std::min<int64_t>(samples, n);
   std::set<int64_t> picked;
-  std::uniform_int_distribution<int64_t> dist(0, rows - 1);
-  while (static_cast<int64_t>(picked.size()) < k) picked.insert(dist(rng));
+  std::uniform_int_distribution<int64_t> dist(0, std::max<int64_t>(0, n - 1));
+  while (static_cast<int64_t>(picked.size()) < k) {
+    const int64_t i = dist(rng);
+    picked.insert(skipped.empty() ? i : eligible[static_cast<std::size_t>(i)]);
+  }
   return {picked.begin(), picked.end()};
 }
 
@@ -178,7 +186,10 @@ VerifyReport run_verify(const VerifyOptions& opts) {
 
   VerifyReport rep;
   rep.path = opts.cache;
-  rep.rows = sample_rows(opts.samples, info.rows, opts.seed);
+  std::set<int64_t> skipped;
+  for (const auto& [row, why] : io::cache::read_skipped(opts.cache)) skipped.insert(row);
+  rep.rows = sample_rows(opts.samples, info.rows, opts.seed, skipped);
+  if (rep.rows.empty()) throw Error(Exit::data, opts.cache, "every row was skipped (--on-error skip); nothing to verify");
   const std::string input = verify_input(opts, info);
   for (const auto& e : info.embeddings) rep.encoders.push_back(verify_encoder(opts, info, e, input, rep.rows, device));
   return rep;
