@@ -37,8 +37,13 @@ struct Options {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A JPEG file read into memory, and its path (for messages).
+struct JpegFile {
+  std::string path, bytes;
+};
+
 // The first `n` JPEG files under `dir` (recursively, in path order), read into memory.
-std::vector<std::string> read_jpegs(const std::string& dir, int64_t n) {
+std::vector<JpegFile> read_jpegs(const std::string& dir, int64_t n) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(Exit::no_input, dir, "not a folder");
@@ -51,21 +56,22 @@ std::vector<std::string> read_jpegs(const std::string& dir, int64_t n) {
   if (paths.empty()) throw Error(Exit::no_input, dir, "holds no .jpg or .jpeg files");
   std::sort(paths.begin(), paths.end());
   paths.resize(std::min<std::size_t>(paths.size(), static_cast<std::size_t>(n)));
-  std::vector<std::string> out;
+  std::vector<JpegFile> out;
   for (const auto& p : paths) {
     std::ifstream f(p, std::ios::binary);
-    out.emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    out.push_back({p.string(), std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>())});
   }
   return out;
 }
 
-io::image::Image cpu_decode(const std::string& f, const io::image::Spec& spec) {
-  return io::image::decode(reinterpret_cast<const unsigned char*>(f.data()), f.size(), spec.channels,
-                           spec.exif_transpose, "jpeg-bench");
+// `f` decoded on the CPU; a file it cannot decode -> Error naming it.
+io::image::Image cpu_decode(const JpegFile& f, const io::image::Spec& spec) {
+  return io::image::decode(reinterpret_cast<const unsigned char*>(f.bytes.data()), f.bytes.size(), spec.channels,
+                           spec.exif_transpose, f.path);
 }
 
 // The CPU path's samples of one file, uint8 [C, H, W].
-torch::Tensor cpu_samples(const std::string& f, const io::image::Spec& spec) {
+torch::Tensor cpu_samples(const JpegFile& f, const io::image::Spec& spec) {
   const auto img = cpu_decode(f, spec);
   auto t = torch::empty(io::image::output_shape(spec, img.height, img.width), torch::kByte);
   io::image::preprocess_pixels(img, spec, t.data_ptr<uint8_t>());
@@ -84,9 +90,11 @@ struct DevicePath {
     if (d.is_cuda()) decoder = std::make_unique<model::JpegDecoder>(d);
   }
 
-  std::vector<torch::Tensor> batch(const std::vector<std::string>& files, std::size_t a, std::size_t b, int64_t& left) {
+  std::vector<torch::Tensor> batch(const std::vector<JpegFile>& files, std::size_t a, std::size_t b, int64_t& left) {
     std::vector<torch::Tensor> decoded(b - a), out;
-    if (decoder) decoded = decoder->decode(std::vector<std::string_view>(files.begin() + a, files.begin() + b));
+    std::vector<std::string_view> bytes;
+    for (std::size_t i = a; i < b; ++i) bytes.emplace_back(files[i].bytes);
+    if (decoder) decoded = decoder->decode(bytes);
     for (std::size_t i = a; i < b; ++i) {
       torch::Tensor& d = decoded[i - a];
       if (!d.defined() && decoder) {
@@ -108,7 +116,7 @@ struct DevicePath {
   }
 };
 
-nlohmann::ordered_json agreement(const std::vector<torch::Tensor>& got, const std::vector<std::string>& files,
+nlohmann::ordered_json agreement(const std::vector<torch::Tensor>& got, const std::vector<JpegFile>& files,
                                  const io::image::Spec& spec) {
   int64_t max = 0, samples = 0, same = 0;
   double sum = 0;
@@ -180,14 +188,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--files", o.files, "At most this many files, in path order")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", o.batch, "Files per decoder call")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(cli::positive_integer());
+  app.add_option("--batch", o.batch, "Files per decoder call")->capture_default_str()->check(cli::positive_integer());
   app.add_option("--resize", o.resize, "As cache-fill's --resize (none: no resize)")->capture_default_str();
   app.add_option("--center-crop", o.crop, "As cache-fill's --center-crop (none: no crop)")->capture_default_str();
   app.add_option("--compare", o.compare, "Files of the first batch compared with the CPU path")->capture_default_str();
   app.add_option("--repeats", o.repeats, "Timed passes over the files (the best is kept)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_integer());
   app.footer(
       "EXIT STATUS\n  0 measured; 64 usage; 65 a file the CPU cannot decode; 66 no folder or no JPEG files in it;\n"
       "  69 no CUDA device, or this build has no nvJPEG.");

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("strings", strings, "JSON Lines file, one JSON string per line")->required();
   app.add_option("--max-length", max_length, "truncate to N tokens with the special tokens (0: none)");
   app.add_flag("--dump", dump, "print the ids of every text, one JSON array per line");
-  app.add_option("--repeat", repeat, "passes over the texts when timing")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "passes over the texts when timing")->check(cli::positive_integer());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

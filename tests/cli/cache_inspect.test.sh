@@ -161,6 +161,9 @@ expect_err "cache-inspect: error: $WORK/export: exists (remove it first)"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/nodir/export"
 expect_rc 73
 expect_err_re "^cache-inspect: error: $WORK/nodir/export: cannot create: "
+run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy ''
+expect_rc 64
+expect_err "cache-inspect: error: --export: the folder's name is empty: --export npy DIR"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export parquet "$WORK/p"
 expect_rc 64
 expect_err "cache-inspect: error: --export: unknown format 'parquet' (npy is the one there is)"
@@ -170,6 +173,11 @@ expect_err "cache-inspect: error: --export: exports one cache at a time, not 2"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy
 expect_rc 64
 expect_err "cache-inspect: error: --export: expected a format and a folder: --export npy DIR"
+# An option between the format and the folder (the folder was then taken for a second cache).
+run "$TC_BIN/cache-inspect" --export npy --normalize "$WORK/p" "$WORK/two.h5"
+expect_rc 64
+expect_err "cache-inspect: error: --export: expected a format and a folder, got 'npy' alone: write the folder right after the format (--export npy DIR CACHE)"
+expect_no_file "$WORK/p"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/p" --rows-per-file 0
 expect_rc 64
 expect_no_file "$WORK/p"

@@ -101,5 +101,13 @@ expect_rc 65
 expect_one_line_err
 run "$TC_BIN/jpeg-bench" "$WORK/imgs" --device cpu --batch 0
 expect_rc 64
+run "$TC_BIN/jpeg-bench" "$WORK/imgs" --device cpu --files 0
+expect_rc 64
+expect_err "jpeg-bench: error: --files: must be a positive integer, got '0' (see --help)"
+# A file the CPU cannot decode is named (the message said "jpeg-bench: CMYK ...").
+mkdir -p "$WORK/cmyk" && "$TC_PYTHON" -c "from PIL import Image; Image.new('CMYK', (8, 8)).save('$WORK/cmyk/c.jpg')"
+run "$TC_BIN/jpeg-bench" "$WORK/cmyk" --device cpu
+expect_rc 65
+expect_err "jpeg-bench: error: $WORK/cmyk/c.jpg: CMYK JPEG images are not supported; convert them to RGB"
 
 finish

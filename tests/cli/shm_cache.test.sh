@@ -48,6 +48,11 @@ expect_err "shm-cache: error: img: index 250: miss (not cacheable)"
 run "$S" get img 250 --json
 expect_rc 1
 expect_out_has '"state":"not cacheable"'
+# At or past the slab's length there is no item: a usage error, as shm-cache.md says (it was a miss).
+run "$S" get img 300
+expect_rc 64
+expect_no_out
+expect_err "shm-cache: error: index: 300 is beyond the slab's 300 items (0..299)"
 
 run "$S" list
 expect_rc 0

@@ -103,13 +103,18 @@ report::Record check_record(const std::string& path, const io::cache::CheckRepor
 
 // --export npy DIR: one cache's rows as .npy files and JSON Lines; a summary line (--json: a document).
 int export_files(const Options& o) {
+  if (o.export_to.size() == 1 && o.files.size() > 1)  // an option came between the format and the folder
+    throw Error(Exit::usage, "--export",
+                "expected a format and a folder, got '" + o.export_to[0] +
+                    "' alone: write the folder right after the format (--export npy DIR CACHE)");
+  if (o.export_to.size() != 2) throw Error(Exit::usage, "--export", "expected a format and a folder: --export npy DIR");
   if (o.files.size() != 1)
     throw Error(Exit::usage, "--export", "exports one cache at a time, not " + std::to_string(o.files.size()));
-  if (o.export_to.size() != 2) throw Error(Exit::usage, "--export", "expected a format and a folder: --export npy DIR");
   if (o.export_to[0] != "npy" && o.export_to[1] == "npy")
     throw Error(Exit::usage, "--export", "the format comes first: --export npy " + o.export_to[0]);
   if (o.export_to[0] != "npy")
     throw Error(Exit::usage, "--export", "unknown format '" + o.export_to[0] + "' (npy is the one there is)");
+  if (o.export_to[1].empty()) throw Error(Exit::usage, "--export", "the folder's name is empty: --export npy DIR");
   struct stat st;
   if (::stat(o.export_to[1].c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::stat(o.files[0].c_str(), &st) != 0)
     throw Error(Exit::usage, "--export",

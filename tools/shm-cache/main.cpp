@@ -150,6 +150,10 @@ int do_get(Options& o) {
   if (!parsed || *parsed < 0)
     throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
   const auto index = static_cast<uint64_t>(*parsed);
+  if (index >= slab.info().length)  // no item there: an index out of range, not a miss
+    throw Error(Exit::usage, "index", std::to_string(index) + " is beyond the slab's " +
+                                          std::to_string(slab.info().length) + " items (0.." +
+                                          std::to_string(slab.info().length - 1) + ")");
   auto view = slab.view(index);
   auto slot = slab.slot_of(index);
   if (slot && slab.state(index) == slab::SlotState::invalid)

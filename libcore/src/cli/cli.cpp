@@ -36,7 +36,8 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
   app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
   add_choice(app, "--progress", opts.progress, progress_choices(),
-             "Progress bar on stderr: auto (terminal only), always, never");
+             "Progress on stderr: auto (a bar on a terminal, else a line every 10% or 30 s), always (a bar), "
+             "never");
   if (compute != Compute::none)
     app.add_option("--threads", opts.threads, "Intra-op threads (0: all usable cores)")
         ->check(integer_range(0, kMaxThreads))
