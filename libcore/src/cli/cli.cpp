@@ -36,7 +36,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   app.add_flag("-q,--quiet", opts.quiet, "Only errors on stderr");
   app.add_flag("--json", opts.json, "Machine-readable JSON on stdout");
   add_choice(app, "--progress", opts.progress, progress_choices(),
-             "Progress on stderr: auto (a bar on a terminal, else a line every 10% or 30 s), always (a bar), "
+             "Progress on stderr: auto (a bar on a terminal; else, past 10 s, a line each tenth or 30 s), always, "
              "never");
   if (compute != Compute::none)
     app.add_option("--threads", opts.threads, "Intra-op threads (0: all usable cores)")
