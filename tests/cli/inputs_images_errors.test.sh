@@ -28,11 +28,11 @@ J=$WORK/oriented/all/o1_0.jpg
 head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/bad/b/trunc.jpg"
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
-expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: truncated JPEG \(.*\)$"
+expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: truncated JPEG \(.*\) \(--on-error skip stores a zero row for it and goes on\)$"
 head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"  # cut inside the headers
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
-expect_err "cache-fill: error: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker"
+expect_err "cache-fill: error: $WORK/bad/b/trunc.jpg: corrupt JPEG: Invalid JPEG file structure: missing SOS marker (--on-error skip stores a zero row for it and goes on)"
 rm "$WORK/bad/b/trunc.jpg"
 $TC_PYTHON -c "
 d = bytearray(open('$WORK/png/c0/000_00.png', 'rb').read()); d[40] ^= 0xFF
@@ -44,7 +44,7 @@ rm "$WORK/bad/b/crc.png"
 printf 'BM\0\0\0\0' > "$WORK/bad/b/x.bmp"
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
-expect_err "cache-fill: error: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported"
+expect_err "cache-fill: error: $WORK/bad/b/x.bmp: unsupported image format (a BMP image); only JPEG and PNG are supported (--on-error skip stores a zero row for it and goes on)"
 bad_fill --input "$WORK/empty"
 expect_rc 65
 expect_err "cache-fill: error: $WORK/empty: no class folders: an image folder holds one subfolder per class (ImageFolder layout)"
@@ -101,13 +101,30 @@ open('$WORK/odd/a/huge.png', 'wb').write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', s
 "
 bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1
 expect_rc 65
-expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB (--on-error skip stores a zero row for it and goes on)"
 bad_fill --input "$WORK/odd" --resize 8,8 --rows 0:1 --convert device --decode device  # refused in the encode loop
 expect_rc 65
-expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB"
+expect_err "cache-fill: error: $WORK/odd/a/cmyk.jpg: CMYK JPEG images are not supported; convert them to RGB (--on-error skip stores a zero row for it and goes on)"
 bad_fill --input "$WORK/odd" --resize 8,8 --rows 1:2
 expect_rc 65
-expect_err "cache-fill: error: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels)"
+expect_err "cache-fill: error: $WORK/odd/a/huge.png: image of 20000x20000 pixels is too large (over 178956970 pixels) (--on-error skip stores a zero row for it and goes on)"
+# A model that refuses the images' shape: LibTorch's words, and which options make that shape.
+run "$TC_BIN/cache-fill" --input "$WORK/png" --encoder cnn="$D/cnn.pt" --resize 28 --center-crop 28 --threads 2 \
+  --out "$WORK/bad.h5"
+expect_rc 65
+expect_one_line_err
+expect_err_re "^cache-fill: error: encoder 'cnn': rejected the input \(\[[0-9]+, 3, 28, 28\] float32\): .* \(the images' shape comes from --channels, --resize and --center-crop: give the ones the model was trained with\)$"
+expect_no_file "$WORK/bad.h5"
+# A center crop larger than the resize pads with zeros, as torchvision does, and says so.
+run "$TC_BIN/cache-fill" --input "$WORK/png" --encoder "$WORK/flat.pt" --resize 24 --center-crop 32 --threads 2 \
+  --out "$WORK/pad.h5"
+expect_rc 0
+expect_err_has "cache-fill: warning: --center-crop 32,32 is larger than --resize 24 makes an image's shorter side: such images are padded with zeros to it (as torchvision's CenterCrop pads)"
+run "$TC_BIN/cache-fill" --input "$WORK/png" --encoder "$WORK/flat.pt" --resize 24 --center-crop 20 --threads 2 \
+  --out "$WORK/nopad.h5"
+expect_rc 0
+[[ "$err" != *"padded with zeros"* ]] && _ok || _fail "a crop inside the resized image was said to pad"
+
 # With --on-error skip both become zero rows, each reason on stderr and in /skipped.
 run "$TC_BIN/cache-fill" --input "$WORK/odd" --out "$WORK/odd.h5" --encoder "$WORK/flat.pt" --threads 2 --resize 8,8 --on-error skip
 expect_rc 0

@@ -93,6 +93,19 @@ torch::Tensor read_batch(const Input& in, Batch& b, double scale, bool skip, boo
   }
 }
 
+// Runs `read` (reading or decoding input rows); an image that cannot be read stops the fill (without
+// --on-error skip) with its reason and what would let the fill go on.
+template <class Fn>
+auto naming_skip(const Inputs& in, const FillOptions& opts, Fn&& read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    if (opts.on_error == OnError::skip || !in.preprocess() || (e.code() != Exit::data && e.code() != Exit::no_input))
+      throw;
+    throw Error(e.code(), "", std::string(e.what()) + " (--on-error skip stores a zero row for it and goes on)");
+  }
+}
+
 // `out` with the rows skipped in `batch` set to zero (no embedding for them). Out of place: the
 // encoder's output is an inference tensor, which must not be changed outside InferenceMode.
 torch::Tensor zero_skipped(const torch::Tensor& out, const Batch& batch) {
@@ -198,7 +211,7 @@ bool Encoding::run(const RowPlan& plan) {
   if (cb_.progress) cb_.progress(done, plan.rows());
   auto next = [&] {
     auto t_wait = Clock::now();
-    Batch b = pf.next();
+    Batch b = naming_skip(in_, opts_, [&] { return pf.next(); });
     result_.input_wait_seconds += seconds_since(t_wait);
     return b;
   };
@@ -240,7 +253,9 @@ void Encoding::convert_inputs(Batch& batch) {
     std::optional<c10::StreamGuard> on_side;
     if (side_stream_) on_side.emplace(*side_stream_);
     for (auto& [name, decode] : decoders_) {
-      batch.inputs[name] = decode(batch.encoded.at(name), batch.start, opts_.on_error == OnError::skip, batch.skipped);
+      batch.inputs[name] = naming_skip(in_, opts_, [&] {
+        return decode(batch.encoded.at(name), batch.start, opts_.on_error == OnError::skip, batch.skipped);
+      });
       batch.encoded.erase(name);
     }
     for (auto& [name, convert] : conversions_) batch.inputs[name] = convert(batch.inputs[name], opts_.input_scale);
@@ -524,9 +539,9 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
 void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
                                    const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
                                    const torch::Tensor& batch_out) {
-  if (rows.size(0) < 2) return;  // a batch of one row: nothing to compare
+  if (rows.size(0) < 2) return;                        // a batch of one row: nothing to compare
   JournalEncoder& je = journal_.encoders[enc.name()];  // before any commit is submitted (see journal_)
-  if (je.batch_max_abs_diff >= 0) return;               // measured once: the updated cache's first fill did
+  if (je.batch_max_abs_diff >= 0) return;              // measured once: the updated cache's first fill did
   auto t_check = Clock::now();
   double most = 0;
   try {

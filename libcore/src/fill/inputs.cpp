@@ -200,6 +200,8 @@ Inputs open_inputs(const FillOptions& opts) {
   if (in.labels) same_rows(in.labels->info());
   if (in.keys) same_rows(in.keys->info());
   in.unit = window_rows(opts, in);
+  if (const io::image::Spec* spec = in.preprocess())
+    if (std::string note = io::image::padding_note(*spec); !note.empty()) in.notes.push_back(note);
   return in;
 }
 

@@ -447,6 +447,18 @@ void validate(const Spec& spec) {
                     (spec.out_channels() > 1 ? " or " + std::to_string(spec.out_channels()) : std::string()));
 }
 
+std::string padding_note(const Spec& spec) {
+  if (!spec.crop_h) return "";
+  const std::string crop = "--center-crop " + std::to_string(spec.crop_h) + "," + std::to_string(spec.crop_w);
+  if (spec.resize_h && (spec.crop_h > spec.resize_h || spec.crop_w > spec.resize_w))
+    return crop + " is larger than --resize " + std::to_string(spec.resize_h) + "," + std::to_string(spec.resize_w) +
+           ": every image is padded with zeros to it (as torchvision's CenterCrop pads)";
+  if (spec.resize_short && std::max(spec.crop_h, spec.crop_w) > spec.resize_short)
+    return crop + " is larger than --resize " + std::to_string(spec.resize_short) +
+           " makes an image's shorter side: such images are padded with zeros to it (as torchvision's CenterCrop pads)";
+  return "";
+}
+
 std::pair<int, int> resized_size(const Spec& spec, int h, int w) {
   if (spec.resize_h) return {spec.resize_h, spec.resize_w};
   if (!spec.resize_short) return {h, w};

@@ -145,6 +145,9 @@ std::string likely_cause(const std::vector<torch::jit::IValue>& args, const std:
     return " (token ids fed to a model that takes images or vectors?)";
   if (images && (says("indices") || says("Embedding") || says("scalar type Long") || says("scalar types Long")))
     return " (images fed to a model that takes token ids: a text model?)";
+  if (images && (says("channels") || says("shape") || says("size") || says("mat1 and mat2") || says("dimension")))
+    return " (the images' shape comes from --channels, --resize and --center-crop: give the ones the model was "
+           "trained with)";
   return "";
 }
 

@@ -70,6 +70,11 @@ Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described
 /// Refuses a spec whose parts do not fit together (normalisation values for other channels).
 void validate(const Spec& spec);
 
+/// When the center crop is larger than what the resize gives (along the shorter side of --resize S,
+/// or --resize H,W), a note saying that images are padded with zeros to it; "" otherwise (or when
+/// it depends on the images' own sizes: no resize).
+std::string padding_note(const Spec& spec);
+
 /// [channels, height, width] of the tensor `spec` makes from an image of height h, width w.
 std::vector<int64_t> output_shape(const Spec& spec, int h, int w);
 
