@@ -183,6 +183,23 @@ expect_rc 64
 expect_no_file "$WORK/p"
 [ -z "$(ls -A "$WORK" | grep '^\.export\.')" ] && _ok || _fail "a temporary export folder was left behind"
 
+# SIGINT stops an export (it was ignored under a shell's '&'), and the unfinished folder goes with it.
+run "$TC_BIN/cache-fill" --input "$D/big.h5" --features images --encoder cnn="$D/cnn.pt" --threads 2 -q \
+  --out "$WORK/big.h5"
+expect_rc 0
+"$TC_BIN/cache-inspect" --export npy "$WORK/bigx" --rows-per-file 1 "$WORK/big.h5" 2>"$WORK/int.err" &
+pid=$!
+for _ in $(seq 1 500); do
+  [ "$(find "$WORK" -maxdepth 3 -path "$WORK/.bigx.*" -name '*.npy' 2>/dev/null | head -50 | wc -l)" -ge 50 ] && break
+  sleep 0.01
+done
+kill -INT "$pid"
+wait "$pid"
+expect_eq "$?" 130 "an interrupted export's exit status"
+expect_eq "$(cat "$WORK/int.err")" "cache-inspect: error: interrupted while exporting (the unfinished export removed)"
+expect_no_file "$WORK/bigx"
+[ -z "$(ls -A "$WORK" | grep '^\.bigx\.')" ] && _ok || _fail "an interrupted export left its temporary folder"
+
 # The documented form with a trailing slash (the temporary folder went inside DEST: 73), and options
 # after the cache file (--export swallowed it: 64 "files is required") (issue 43, item 9).
 mkdir "$WORK/ex"

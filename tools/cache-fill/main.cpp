@@ -390,7 +390,7 @@ int main(int argc, char** argv) {
       "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA or LibTorch's module\n"
       "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
       "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
-      "  --merge gave up waiting for shards; 130 interrupted (progress kept, run again to resume).\n"
+      "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
       "See docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {
     cli::refuse_repeated(app, {"--input", "--out"});

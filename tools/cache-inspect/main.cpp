@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traincache/base/format.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/cli/cli.h"
 #include "traincache/fill/verify.h"
 #include "traincache/io/cache_export.h"
@@ -103,6 +104,7 @@ report::Record check_record(const std::string& path, const io::cache::CheckRepor
 
 // --export npy DIR: one cache's rows as .npy files and JSON Lines; a summary line (--json: a document).
 int export_files(const Options& o) {
+  install_interrupt_handlers();                       // SIGINT/SIGTERM: stop, the unfinished export removed (130)
   if (o.export_to.size() == 1 && o.files.size() > 1)  // an option came between the format and the folder
     throw Error(Exit::usage, "--export",
                 "expected a format and a folder, got '" + o.export_to[0] +
@@ -300,7 +302,8 @@ int main(int argc, char** argv) {
       "EXIT STATUS\n  0 ok; 1 --check found a bad file or --verify a mismatch or changed encoder;\n"
       "  64 usage; 65 corrupt, foreign or newer-format file; 66 file missing; 69 CUDA or\n"
       "  libtraincache_engines.so (LibTorch, for --verify and --version) unavailable;\n"
-      "  70 internal error; 73 --export: DIR exists or cannot be created; 74 I/O error.\n"
+      "  70 internal error; 73 --export: DIR exists or cannot be created; 74 I/O error;\n"
+      "  130 --export interrupted (the unfinished folder removed).\n"
       "  With several files every file is processed; the status is that of the\n"
       "  first failure other than 1, else 1 if any file failed. See docs/cache-inspect.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });

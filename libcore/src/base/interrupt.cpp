@@ -2,6 +2,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <string>
+
+#include "traincache/base/error.h"
 
 namespace traincache {
 
@@ -27,5 +30,11 @@ void install_interrupt_handlers() {
 bool interrupt_requested() { return g_interrupted.load(std::memory_order_relaxed); }
 
 void request_interrupt() { g_interrupted = true; }
+
+void clear_interrupt() { g_interrupted = false; }
+
+void stop_if_interrupted(const char* doing) {
+  if (interrupt_requested()) throw Error(Exit::interrupted, "", std::string("interrupted while ") + doing);
+}
 
 }  // namespace traincache

@@ -5,6 +5,7 @@
 #include <future>
 
 #include "traincache/base/error.h"
+#include "traincache/base/interrupt.h"
 
 using nlohmann::json;
 
@@ -19,13 +20,17 @@ void digest_rows(const io::source::Column& col, int64_t a, int64_t b, std::vecto
   const auto& ci = col.info();
   const bool numeric = !col.preprocess() && !ci.ragged && ci.dtype != DType::string && ci.dtype != DType::other;
   if (!numeric) {
-    for (int64_t r = a; r < b; ++r) col.digest(r, r + 1, hashes[static_cast<std::size_t>(r - a)]);
+    for (int64_t r = a; r < b; ++r) {
+      if ((r - a) % 256 == 0) stop_if_interrupted("digesting the input's rows (nothing was written)");
+      col.digest(r, r + 1, hashes[static_cast<std::size_t>(r - a)]);
+    }
     return;
   }
   const std::size_t row = std::max<std::size_t>(1, ci.row_bytes());
   const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
   std::vector<char> buf;
   for (int64_t s = a; s < b; s += block) {
+    stop_if_interrupted("digesting the input's rows (nothing was written)");
     const int64_t n = std::min(block, b - s);
     buf.resize(static_cast<std::size_t>(n) * row);
     col.read(s, n, buf.data());

@@ -17,6 +17,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/base/json_text.h"
 #include "traincache/io/cache_file.h"
 #include "traincache/io/h5.h"
@@ -138,6 +139,7 @@ int64_t write_npy(const source::Column& col, int64_t a, int64_t b, const std::st
   std::vector<char> rows;
   int64_t nonfinite = 0;
   for (int64_t s = a; s < b; s += block) {
+    stop_if_interrupted("exporting (the unfinished export removed)");
     const int64_t n = std::min(block, b - s);
     rows.resize(static_cast<std::size_t>(n * row_bytes));
     if (normalize)  // HDF5 converts float16 to float32 on the way

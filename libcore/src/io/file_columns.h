@@ -17,6 +17,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/stages.h"
 #include "traincache/io/source.h"
@@ -156,6 +157,7 @@ class ImageColumn : public Column {
       return out;
     };
     auto feed = [&](int64_t k, const std::vector<std::optional<std::string>>& files) {
+      stop_if_interrupted("digesting the input's files (nothing was written)");
       for (std::size_t j = 0; j < files.size(); ++j) {
         const std::string& id = ids_[static_cast<std::size_t>(a + k * kBlock) + j];
         if (!files[j]) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/slab/shm_slab.h"
 
 namespace traincache::io {
@@ -66,6 +67,7 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
   int64_t block = h5::rows_per_block(row_bytes, block_bytes);
   std::vector<char> buf;
   for (int64_t s = a; s < b; s += block) {
+    stop_if_interrupted("digesting the input (nothing was written)");
     int64_t n = std::min(block, b - s);
     buf.resize(static_cast<std::size_t>(n * row_bytes));
     h5::read_rows(dset, info.name, s, n, mtype.get(), buf.data());

@@ -14,6 +14,7 @@
 #include "file_source.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/npy.h"
 #include "traincache/io/row_digest.h"
@@ -315,6 +316,7 @@ void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
   const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
   std::vector<char> buf;
   for (int64_t s = a; s < b; s += block) {
+    stop_if_interrupted("digesting the input (nothing was written)");
     int64_t n = std::min(block, b - s);
     buf.resize(static_cast<std::size_t>(n) * row);
     read(s, n, buf.data());

@@ -10,6 +10,7 @@
 
 #include "catch.h"
 #include "traincache/base/error.h"
+#include "traincache/base/interrupt.h"
 #include "traincache/io/cache_export.h"
 #include "traincache/io/h5.h"
 #include "traincache/io/row_digest.h"
@@ -123,6 +124,22 @@ CATCH_TEST_CASE("source: a gathered column reads its base's rows in its own orde
   CATCH_CHECK(picked == std::vector<int64_t>{103, 104});
   CATCH_CHECK_THROWS_AS(keys->read(3, 2, got.data()), Error);
   CATCH_CHECK_THROWS_AS(io::source::gathered(io::source::open_column("gather_input.h5", "keys"), {5}), Error);
+}
+
+CATCH_TEST_CASE("source: digesting an input stops at an interrupt (SIGINT was ignored there)", "[cache]") {
+  write_input("interrupt_input.h5");
+  auto keys = io::source::open_column("interrupt_input.h5", "keys");
+  ContentHash h;
+  keys->digest(0, 5, h);  // no interrupt: it runs
+  request_interrupt();
+  int code = 0;
+  try {
+    keys->digest(0, 5, h);
+  } catch (const Error& e) {
+    code = static_cast<int>(e.code());
+  }
+  clear_interrupt();
+  CATCH_CHECK(code == static_cast<int>(Exit::interrupted));
 }
 
 CATCH_TEST_CASE("cache file: the same spec gives byte-identical files", "[cache]") {
