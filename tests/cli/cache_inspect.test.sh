@@ -61,7 +61,7 @@ run "$TC_BIN/cache-inspect" --check "$C" "$WORK/incomplete.h5" "$WORK/nan.h5" "$
 expect_rc 1
 expect_out "$WORK/incomplete.h5	incomplete (complete attribute is not 1)
 $WORK/nan.h5	/embeddings/cnn holds 1 NaN and 0 Inf values
-$WORK/short.h5	/embeddings/cnn has 300 rows, expected 301; /labels has 300 rows, expected 301; /row_digests has 300 rows, expected 301
+$WORK/short.h5	/embeddings/cnn has 300 rows, expected 301; /labels has 300 rows, expected 301; /keys has 300 rows, expected 301; /row_digests has 300 rows, expected 301
 $D/foreign.h5	$D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)
 $WORK/missing.h5	$WORK/missing.h5: no such file or directory"
 run "$TC_BIN/cache-inspect" --check --json "$C" "$WORK/nan.h5"
@@ -248,9 +248,62 @@ expect_rc 65
 expect_one_line_err
 run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/s" "$WORK/ex/short.h5"
 expect_rc 65
-expect_err "cache-inspect: error: $WORK/ex/short.h5: damaged: /labels holds 280 rows, the cache 290 (cache-inspect --check lists what is wrong)"
+expect_err "cache-inspect: error: $WORK/ex/short.h5: damaged: /labels has 280 rows, expected 290 (cache-inspect --check lists what is wrong)"
 expect_no_file "$WORK/ex/l"
 expect_no_file "$WORK/ex/s"
+# One validator for --check and --export (#62 item 14): what cache-fill writes (float labels, two
+# label columns) passes both; what one refused the other passed (no /embeddings, an unreadable
+# /skipped/reasons, int32 embeddings): now both refuse it, for the same reason.
+py "
+import h5py, numpy as np
+def edit(name, change):
+    import shutil
+    shutil.copy('$WORK/two.h5', '$WORK/ex/%s.h5' % name)
+    with h5py.File('$WORK/ex/%s.h5' % name, 'a') as f:
+        change(f)
+def relabel(values):
+    def change(f):
+        del f['labels']
+        f['labels'] = values
+    return change
+labels = h5py.File('$WORK/two.h5', 'r')['labels'][()]
+edit('flabels', relabel(labels.astype(np.float32) + 0.5))
+edit('wide', relabel(np.stack([labels, labels * 10], 1)))
+def no_embeddings(f):
+    del f['embeddings']
+edit('noemb', no_embeddings)
+def int_embeddings(f):
+    e = f['embeddings/cnn'][()]
+    del f['embeddings/cnn']
+    f['embeddings/cnn'] = e.astype(np.int32)
+edit('intemb', int_embeddings)
+def bad_reasons(f):
+    f['skipped/rows'] = np.array([1, 2], np.int64)
+    f['skipped/reasons'] = np.array([1, 2, 3], np.int64)
+edit('badskip', bad_reasons)
+"
+expect_rc 0
+for name in flabels wide; do
+  run "$TC_BIN/cache-inspect" --check "$WORK/ex/$name.h5"
+  expect_rc 0
+  run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/$name" "$WORK/ex/$name.h5" -q
+  expect_rc 0
+done
+py "
+import json
+f = [json.loads(l) for l in open('$WORK/ex/flabels/metadata/metadata_00000.jsonl')]
+w = [json.loads(l) for l in open('$WORK/ex/wide/metadata/metadata_00000.jsonl')]
+print(f[1]['label'] - int(f[1]['label']), len(w[1]['label']), w[1]['label'][1] == 10 * w[1]['label'][0])"
+expect_out "0.5 2 True"
+for name in noemb intemb badskip; do
+  run "$TC_BIN/cache-inspect" --check "$WORK/ex/$name.h5"
+  expect_rc 1
+  reason=${out#*$'\t'}
+  run "$TC_BIN/cache-inspect" --export npy "$WORK/ex/$name" "$WORK/ex/$name.h5"
+  expect_rc 65
+  expect_err "cache-inspect: error: $WORK/ex/$name.h5: damaged: $reason (cache-inspect --check lists what is wrong)"
+  expect_no_file "$WORK/ex/$name"
+done
 # Rows holding NaN are copied with a warning (--check fails the same file; item 32).
 cp "$WORK/two.h5" "$WORK/ex/nan.h5"
 py "

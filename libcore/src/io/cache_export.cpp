@@ -105,7 +105,17 @@ void l2_normalize(float* v, int64_t n, int64_t row_elements, int64_t dim) {
   }
 }
 
-// A column's rows [a, b) as JSON values: integers, or strings (keys and string labels).
+// Values `v` (row-major) as JSON nested by `dims` from `d` on: a list per dimension.
+Json nested(const std::vector<Json>& v, std::size_t& at, const std::vector<int64_t>& dims, std::size_t d) {
+  if (d == dims.size()) return v[at++];
+  Json out = Json::array();
+  for (int64_t i = 0; i < dims[d]; ++i) out.push_back(nested(v, at, dims, d + 1));
+  return out;
+}
+
+// A column's rows [a, b) as JSON values, one per row: a string (keys, string labels), a number
+// (integer or floating point, as stored), or for rows of several values lists nested as the row's
+// shape (multi-column or float labels: whatever cache-fill stored).
 std::vector<Json> json_values(const source::Column& col, int64_t a, int64_t b) {
   std::vector<Json> out;
   const auto& ci = col.info();
@@ -113,13 +123,24 @@ std::vector<Json> json_values(const source::Column& col, int64_t a, int64_t b) {
     for (auto& s : col.read_strings(a, b - a)) out.emplace_back(std::move(s));
     return out;
   }
-  if (!is_integer(ci.dtype) || ci.row_elements() != 1)
-    throw Error(Exit::data, col.path(), "'" + ci.name + "' holds neither one integer nor one string per row");
-  std::vector<char> raw(static_cast<std::size_t>(b - a) * ci.row_bytes());
-  col.read(a, b - a, raw.data());
-  std::vector<int64_t> v(static_cast<std::size_t>(b - a));
-  to_int64(ci.dtype, raw.data(), v.data(), v.size());
-  for (int64_t x : v) out.emplace_back(x);
+  const auto n = static_cast<std::size_t>((b - a) * ci.row_elements());
+  std::vector<Json> values;
+  if (is_integer(ci.dtype)) {
+    std::vector<char> raw(static_cast<std::size_t>(b - a) * ci.row_bytes());
+    col.read(a, b - a, raw.data());
+    std::vector<int64_t> v(n);
+    to_int64(ci.dtype, raw.data(), v.data(), n);
+    values.assign(v.begin(), v.end());
+  } else if (is_float(ci.dtype) && col.hdf5_dataset() >= 0) {
+    std::vector<double> v(n);
+    h5::read_rows(col.hdf5_dataset(), col.path() + ": " + ci.name, a, b - a, H5T_NATIVE_DOUBLE, v.data());
+    values.assign(v.begin(), v.end());
+  } else {
+    throw Error(Exit::data, col.path(), "'" + ci.name + "' holds neither numbers nor strings");
+  }
+  const std::vector<int64_t> dims(ci.shape.begin() + 1, ci.shape.end());
+  std::size_t at = 0;
+  for (int64_t r = a; r < b; ++r) out.push_back(nested(values, at, dims, 0));
   return out;
 }
 
@@ -154,14 +175,6 @@ int64_t write_npy(const source::Column& col, int64_t a, int64_t b, const std::st
   return nonfinite;
 }
 
-// A cache whose datasets disagree with its row count is damaged (65), as --check says.
-void require_rows(const std::string& cache, const source::Column& col, int64_t rows) {
-  if (col.info().rows() != rows)
-    throw Error(Exit::data, cache,
-                "damaged: " + col.info().name + " holds " + std::to_string(col.info().rows()) + " rows, the cache " +
-                    std::to_string(rows) + " (cache-inspect --check lists what is wrong)");
-}
-
 // "DIR/" and "DIR" name the same folder; the temporary one is made beside it, not inside.
 std::string without_trailing_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -182,6 +195,9 @@ ExportResult export_npy(const ExportOptions& o) {
   if (o.rows_per_file < 1) throw Error(Exit::usage, "--rows-per-file", "must be at least 1");
   const CacheInfo info = read_info(o.cache, false);
   if (!info.complete) throw Error(Exit::data, o.cache, "incomplete cache: nothing to export");
+  // What --check refuses, --export refuses: one validator (its NaN check aside, which export warns of).
+  if (const auto problems = structure_problems(info, o.cache); !problems.empty())
+    throw Error(Exit::data, o.cache, "damaged: " + problems.front() + " (cache-inspect --check lists what is wrong)");
   const std::string dir = without_trailing_slashes(o.dir);
   struct stat st;
   if (::lstat(dir.c_str(), &st) == 0) throw Error(Exit::cant_create, o.dir, "exists (remove it first)");
@@ -191,15 +207,12 @@ ExportResult export_npy(const ExportOptions& o) {
   r.rows = info.rows;
   for (const auto& e : info.embeddings) {
     emb.push_back(source::open_column(o.cache, "/embeddings/" + e.name));
-    require_rows(o.cache, *emb.back(), info.rows);
     if (o.normalize && !is_float(emb.back()->info().dtype))
       throw Error(Exit::data, o.cache, "--normalize: embeddings '" + e.name + "' are not floating point");
     r.encoders.push_back(e.name);
   }
   auto keys = info.keys_dtype ? source::open_column(o.cache, "/keys") : nullptr;
   auto labels = info.labels ? source::open_column(o.cache, "/labels") : nullptr;
-  for (const auto* c : {&keys, &labels})
-    if (*c) require_rows(o.cache, **c, info.rows);
   std::set<int64_t> skipped;
   for (const auto& [row, why] : read_skipped(o.cache)) skipped.insert(row);
   TempDir tmp(dir);

@@ -404,30 +404,49 @@ std::vector<EmbeddingStats> compute_stats(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// "/NAME has N rows, expected R" when a dataset's rows are not the cache's.
+void check_rows(std::vector<std::string>& problems, const std::string& name, int64_t n, int64_t rows) {
+  if (n != rows) problems.push_back(name + " has " + std::to_string(n) + " rows, expected " + std::to_string(rows));
+}
+
+// The rows of `path`'s dataset `name`.
+int64_t dataset_rows(const std::string& path, const std::string& name) {
+  h5::Id f = h5::open_file(path);
+  h5::Id d = h5::open_dataset(f.get(), path, name);
+  return h5::describe(d.get(), name).rows();
+}
+
+}  // namespace
+
+std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path) {
+  std::vector<std::string> p;
+  if (!info.complete) p.push_back("incomplete (complete attribute is not 1)");
+  if (info.rows < 0) p.push_back("missing rows attribute");
+  if (info.fingerprint.empty()) p.push_back("missing fingerprint attribute");
+  if (info.embeddings.empty()) p.push_back("no datasets under /embeddings");
+  for (const auto& e : info.embeddings) {
+    check_rows(p, "/embeddings/" + e.name, e.shape.empty() ? 0 : e.shape[0], info.rows);
+    if (e.dtype != DType::f32 && e.dtype != DType::f16)
+      p.push_back("/embeddings/" + e.name + " holds " + dtype_name(e.dtype) + ", not float32 or float16");
+  }
+  if (info.labels) check_rows(p, "/labels", info.labels->rows, info.rows);
+  if (info.keys_dtype) check_rows(p, "/keys", dataset_rows(path, "/keys"), info.rows);
+  if (info.row_digests) check_rows(p, "/row_digests", dataset_rows(path, "/row_digests"), info.rows);
+  try {
+    read_skipped(path);
+  } catch (const Error& e) {
+    p.push_back(e.what());
+  }
+  return p;
+}
+
 CheckReport check(const std::string& path) {
   CheckReport rep;
   rep.path = path;
   try {
-    CacheInfo info = read_info(path, false);
-    if (!info.complete) rep.problems.push_back("incomplete (complete attribute is not 1)");
-    if (info.rows < 0) rep.problems.push_back("missing rows attribute");
-    if (info.fingerprint.empty()) rep.problems.push_back("missing fingerprint attribute");
-    if (info.embeddings.empty()) rep.problems.push_back("no datasets under /embeddings");
-    for (const auto& e : info.embeddings)
-      if (e.shape.empty() || e.shape[0] != info.rows)
-        rep.problems.push_back("/embeddings/" + e.name + " has " + std::to_string(e.shape.empty() ? 0 : e.shape[0]) +
-                               " rows, expected " + std::to_string(info.rows));
-    if (info.labels && info.labels->rows != info.rows)
-      rep.problems.push_back("/labels has " + std::to_string(info.labels->rows) + " rows, expected " +
-                             std::to_string(info.rows));
-    if (info.row_digests) {
-      h5::Id f = h5::open_file(path);
-      h5::Id d = h5::open_dataset(f.get(), path, "/row_digests");
-      const int64_t n = h5::describe(d.get(), "/row_digests").rows();
-      if (n != info.rows)
-        rep.problems.push_back("/row_digests has " + std::to_string(n) + " rows, expected " +
-                               std::to_string(info.rows));
-    }
+    rep.problems = structure_problems(read_info(path, false), path);
     if (!rep.problems.empty()) return rep;
     for (const auto& st : compute_stats(path))
       if (st.nan_count || st.inf_count)

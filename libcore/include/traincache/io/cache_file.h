@@ -121,8 +121,14 @@ struct CheckReport {
   bool ok() const { return problems.empty(); }
 };
 
-/// The --check contract: complete, consistent (row counts, required attributes) and finite.
-/// Never throws for a bad file: unreadable, missing or foreign files are reported as problems.
+/// What makes a cache unreadable as a whole, for every reader alike (--check, --export): complete,
+/// required attributes, float32 or float16 embeddings, every dataset (embeddings, labels, keys, row
+/// digests) with the cache's rows, /skipped readable. `info` is read_info's of `path`. Empty when
+/// sound; values (NaN) are not looked at.
+std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path);
+
+/// The --check contract: structure_problems, then finite values. Never throws for a bad file:
+/// unreadable, missing or foreign files are reported as problems.
 CheckReport check(const std::string& path);
 
 /// One row for --head.
