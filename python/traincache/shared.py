@@ -186,8 +186,10 @@ class SharedCache:
 
     def __repr__(self) -> str:
         s = self._spec
+        filled = self.counts().get("filled", 0)
         return (f"<traincache.SharedCache {s['name']!r}: {s['length']} items of {list(s['shape'])} {s['dtype']}, "
-                f"{self.slab.slots} cacheable; this process: {self.hits} hits, {self.misses} misses, "
+                f"{self.slab.slots} cacheable, {filled} filled on this machine; this process (not its "
+                f"DataLoader workers, which count their own): {self.hits} hits, {self.misses} misses, "
                 f"{self.stored} stored>")
 
     def __getstate__(self):
@@ -203,14 +205,19 @@ class SharedCache:
 
 
 def _as_tensor(part):
-    """A part of an item as the tensor a slab stores, and how to give it back: a tensor or array as
-    it is, a Python number as a one-element tensor returned as a number."""
+    """A part of an item as the tensor a slab stores (at least one dimension), and how to give it
+    back: a tensor or array as it is (a 0-d one, such as torch.tensor(label), stored as one element
+    and given back 0-d), a Python int or float as an int64 or float64 element given back as the
+    same number."""
     if isinstance(part, torch.Tensor):
-        return part, None
+        return (part.reshape(1), "0-d tensor") if part.dim() == 0 else (part, None)
     if isinstance(part, np.ndarray):
-        return torch.from_numpy(part), np.ndarray
-    if isinstance(part, numbers.Number) and not isinstance(part, bool):
-        return torch.tensor([part]), type(part)
+        return torch.from_numpy(part.reshape(1) if part.ndim == 0 else part), ("0-d array" if part.ndim == 0 else
+                                                                                np.ndarray)
+    if isinstance(part, numbers.Integral) and not isinstance(part, bool):
+        return torch.tensor([int(part)], dtype=torch.int64), type(part)
+    if isinstance(part, numbers.Real) and not isinstance(part, bool):
+        return torch.tensor([float(part)], dtype=torch.float64), type(part)
     raise TypeError(f"traincache.cached: an item part of type {type(part).__name__} cannot be cached "
                     "(tensors, arrays and numbers can)")
 
@@ -238,6 +245,10 @@ class CachedDataset(torch.utils.data.Dataset):
     def _back(self, x, kind):
         if kind is None:
             return x
+        if kind == "0-d tensor":
+            return x.reshape(())
+        if kind == "0-d array":
+            return x.numpy().reshape(())
         return x.numpy() if kind is np.ndarray else kind(x.item())
 
     def __getitem__(self, index):
@@ -245,6 +256,9 @@ class CachedDataset(torch.utils.data.Dataset):
         if any(x is None for x in got):
             item = self.dataset[index]
             parts = [item] if self._single else list(item)
+            if len(parts) != len(self.caches):  # zip would drop the extra parts, or leave some out
+                raise ValueError(f"traincache.cached: item {index} has {len(parts)} parts, item 0 had "
+                                 f"{len(self.caches)}: every item must have the same parts")
             for c, x, part in zip(self.caches, got, parts):
                 if x is None:
                     c.put(index, _as_tensor(part)[0])

@@ -81,6 +81,8 @@ def _create_options(name, length, shape, dtype, slots, limit, variable, selectio
         raise ValueError(f"{name}: a variable layout takes no shape and needs limit (its arena's bytes)")
     if not variable and shape is None:
         raise ValueError(f"{name}: a fixed layout needs the item shape (or variable=True)")
+    if not variable and not 1 <= len(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)) <= 8:
+        raise ValueError(f"{name}: an item shape needs 1 to 8 dimensions, not {list(shape)}")
     if slots is None and limit is None:
         slots = length  # every item cacheable
     opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
@@ -320,7 +322,8 @@ class Slab:
         """Stores `value` (array-like or torch tensor) at `index`: True when stored, False when the
         slot was filled or claimed by someone else, the index is not cacheable, or the arena is full.
         A fixed layout needs the item shape. Values are converted to the slab's dtype within their
-        kind (float64 -> float32), integers to any integer type they fit, never floats to integers.
+        kind (float64 -> float32, rounded but never past float32's range), integers to any integer
+        type they fit; never floats to integers, nor integers to floats unless exactly.
         Filled slots are never changed. The claim, the copy and the publication are one library
         call, so a KeyboardInterrupt never falls between them."""
         index, handle = self._index(index), self._h()
@@ -390,11 +393,18 @@ class Slab:
     def _item(self, value):
         a = _to_numpy(value, self.name)
         if a.size and not np.can_cast(a.dtype, self.dtype, casting="safe"):
+            # Within their kind only: integers to an integer type they fit, floats to a float type
+            # that holds them (rounded, never overflowing to inf); int64 to float32 would round
+            # 2**40 + 1, so integers never become floats unless exactly (int16 -> float32).
             if a.dtype.kind in "iub" and self.dtype.kind in "iu":
                 limits = np.iinfo(self.dtype)
                 if a.min() < limits.min or a.max() > limits.max:
                     raise ValueError(f"{self.name}: values outside the range of {self.dtype}")
-            elif not np.can_cast(a.dtype, self.dtype, casting="same_kind"):
+            elif a.dtype.kind == "f" and self.dtype.kind == "f":
+                finite = a[np.isfinite(a)]
+                if finite.size and np.abs(finite).max() > np.finfo(self.dtype).max:
+                    raise ValueError(f"{self.name}: values outside the range of {self.dtype}")
+            else:
                 raise TypeError(f"{self.name}: cannot store {a.dtype} values in a {self.dtype} slab")
         if self.shape is not None and a.shape != self.shape:
             raise ValueError(f"{self.name}: item shape {list(a.shape)} is not the slab's {list(self.shape)}")

@@ -172,8 +172,8 @@ raises(lambda: cache.put(7, (torch.zeros(4), torch.zeros(1))), TypeError,
        "(traincache.cached does)")
 raises(lambda: cache.put(7, torch.zeros(4, device="meta")), TypeError,
        "ro: cannot store a tensor on the meta device (CPU or CUDA only)")
-eq(repr(cache), "<traincache.SharedCache 'ro': 16 items of [4] float32, 16 cacheable; this process: 4 hits, "
-   "2 misses, 1 stored>", "a readable repr")
+eq(repr(cache), "<traincache.SharedCache 'ro': 16 items of [4] float32, 16 cacheable, 1 filled on this machine; "
+   "this process (not its DataLoader workers, which count their own): 4 hits, 2 misses, 1 stored>", "a readable repr")
 long_id = "/data/" + "x" * 200
 big = SharedCache("long-id", 4, (2,), "float32", content_id=long_id)
 eq(big.slab.content_id.startswith("sha256:") and len(big.slab.content_id) == 71, True,
@@ -213,6 +213,46 @@ second = [wrapped[i] for i in range(10)]
 eq([(x.tolist(), y) for x, y in second], [(x.tolist(), y) for x, y in first], "cached items equal the Dataset's")
 eq((type(second[3][1]), base.calls), (int, 11), "numbers come back as numbers; the Dataset read once per index")
 wrapped.close()
+
+# The usual Dataset item (image, torch.tensor(label)), Python floats and large ints: what comes back
+# is what the Dataset gave, exactly (floats were rounded to float32, 0-d tensors refused with a CLI
+# option's name); an item with another number of parts is refused, not cut.
+class Usual(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        if i == 3:
+            return torch.zeros(2), torch.tensor(1), 0.5, 7, "extra"
+        return torch.full((2,), float(i)), torch.tensor(i), 0.1 * i, 2 ** 40 + i
+
+
+usual = traincache.cached(Usual(), "usual")
+items = [[usual[i] for i in range(3)] for _ in range(2)]
+x, label, f, n = items[1][1]
+eq((label.shape, label.dtype, int(label)), (torch.Size([]), torch.int64, 1), "a 0-d tensor comes back 0-d")
+eq((type(f), f, type(n), n), (float, 0.1, int, 2 ** 40 + 1), "floats and ints come back exactly")
+try:
+    usual[3]
+    ok(False, "an item with more parts than item 0 is refused")
+except ValueError as e:
+    eq(str(e), "traincache.cached: item 3 has 5 parts, item 0 had 4: every item must have the same parts",
+       "an item with more parts than item 0 is refused")
+eq(repr(usual.caches[0]).split(";")[0].endswith("3 filled on this machine"), True,
+   "repr counts the machine's filled items, not only this process's")
+usual.close()
+
+# SharedCache.put converts within a kind and never silently: int64 into float32 is refused (2**40 + 1
+# was rounded), 1e300 is out of float32's range (it became inf); float64 rounding to float32 is kept.
+exact = traincache.SharedCache("kinds", 2, (1,), "float32")
+for value, kind in ((np.array([2 ** 40 + 1], np.int64), TypeError), (np.array([1e300]), ValueError)):
+    try:
+        exact.put(0, value)
+        ok(False, f"put({value.dtype}) refused")
+    except kind:
+        ok(True, f"put({value.dtype} {value[0]}) refused with {kind.__name__}")
+eq((exact.put(1, np.array([0.1])), float(exact.get(1)[0])), (True, float(np.float32(0.1))), "float64 rounds to float32")
+exact.close()
 
 view = cache.get(5, copy=False)
 cache.close()
