@@ -244,6 +244,8 @@ usual.close()
 
 # SharedCache.put converts within a kind and never silently: int64 into float32 is refused (2**40 + 1
 # was rounded), 1e300 is out of float32's range (it became inf); float64 rounding to float32 is kept.
+raises(lambda: traincache.SharedCache("scalar", 2, (), "float32"), ValueError,
+       "scalar: an item shape needs 1 to 8 dimensions, not []")
 exact = traincache.SharedCache("kinds", 2, (1,), "float32")
 for value, kind in ((np.array([2 ** 40 + 1], np.int64), TypeError), (np.array([1e300]), ValueError)):
     try:
