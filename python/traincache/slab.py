@@ -152,7 +152,7 @@ class Slab:
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib().tc_slab_attach(name.encode(), 1 if writable else 0, ctypes.byref(handle)))
         slab = cls(handle.value, writable)
-        uid = os.stat(slab.path).st_uid
+        uid = slab.info(counts=False)["uid"]  # the mapped object's owner, not the name's looked up again
         if uid != os.geteuid() and not trust_owner:
             slab.close()
             raise TraincacheError(65, f"{name}: slab is owned by another user (uid {uid}); use trust_owner=True to "

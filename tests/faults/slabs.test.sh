@@ -113,6 +113,27 @@ if [ "$(id -u)" -eq 0 ]; then
   run "$TC_BIN/gc-train" "${TRAIN[@]}" --trust-slab-owner
   expect_rc 0
   chown 0 "$(obj sh-cnn)"
+  # A slab read as an input (shm:NAME) is another user's only when trusted, as --cache-shm's is:
+  # cache-fill, shm-cache fill and smart-bench read one whatever its owner before.
+  "$S" create own-in --len 64 --dims 1,28,28 --slots 64 -q
+  "$S" fill own-in --from "$D/images.h5" --dataset images --rows 0:64 -q
+  chown 65534 "$(obj own-in)"
+  run "$TC_BIN/cache-fill" --input shm:own-in --encoder cnn="$D/cnn.pt" --out "$WORK/own.h5" -q
+  expect_rc 65
+  expect_err "cache-fill: error: shm:own-in: slab is owned by another user (uid 65534); use --trust-slab-owner to read it"
+  expect_no_file "$WORK/own.h5"
+  run "$TC_BIN/cache-fill" --input shm:own-in --encoder cnn="$D/cnn.pt" --out "$WORK/own.h5" -q --trust-slab-owner
+  expect_rc 0
+  "$S" create own-copy --len 64 --dims 1,28,28 --slots 64 -q
+  run "$S" fill own-copy --from shm:own-in -q
+  expect_rc 65
+  expect_err "shm-cache: error: shm:own-in: slab is owned by another user (uid 65534); use --trust-slab-owner to read it"
+  run "$S" fill own-copy --from shm:own-in -q --trust-slab-owner
+  expect_rc 0
+  run "$TC_BIN/smart-bench" --shm own-in --items 64 --epochs 1 --strategy none -q
+  expect_rc 65
+  expect_err "smart-bench: error: own-in: slab is owned by another user (uid 65534); use --trust-slab-owner to read it"
+  chown 0 "$(obj own-in)"
 else
   echo "slabs.test.sh: skipped: the other-owner case needs root (chown)" >&2
 fi

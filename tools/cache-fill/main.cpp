@@ -372,6 +372,8 @@ int main(int argc, char** argv) {
   add_model_options(app, o);
   add_text_options(app, o);
   cli::add_file_options(app, o.fill.files, "Images and manifests");
+  app.add_flag("--trust-slab-owner", o.fill.files.trust_slab_owner, "Read an --input shm:NAME slab of another user")
+      ->group("Images and manifests");
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
                   "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")
       ->group("Images and manifests");

@@ -124,6 +124,7 @@ report::Record train_record(const train::TrainResult& r) {
 // The typed training configuration (o.t) completed from the options as given.
 void resolve_options(Options& o) {
   auto& t = o.t;
+  t.files.trust_slab_owner = t.trust_slab_owner;  // shm:NAME inputs too
   t.query = cli::split(o.query, ',');
   t.passage = cli::split(o.passage, ',');
   t.negatives = cli::split(o.negatives, ',');
@@ -281,7 +282,7 @@ void add_input_options(CLI::App& app, Options& o) {
                  "Share the embeddings with every process on this machine through slabs NAME-<encoder>")
       ->group(g_cache);
   app.add_flag("--trust-slab-owner", t.trust_slab_owner,
-               "Use --cache-shm and --data-cache slabs made by another user (refused otherwise)")
+               "Use --cache-shm, --data-cache and shm:NAME input slabs made by another user (refused otherwise)")
       ->group(g_cache);
   app.add_option("--cache-device", o.cache_devices, "[NAME=]cpu|cuda:N: where (one encoder's) cached embeddings live")
       ->group(g_cache);

@@ -151,9 +151,9 @@ int do_get(Options& o) {
     throw Error(Exit::usage, "index", "expected a non-negative integer, got '" + o.index + "'");
   const auto index = static_cast<uint64_t>(*parsed);
   if (index >= slab.info().length)  // no item there: an index out of range, not a miss
-    throw Error(Exit::usage, "index", std::to_string(index) + " is beyond the slab's " +
-                                          std::to_string(slab.info().length) + " items (0.." +
-                                          std::to_string(slab.info().length - 1) + ")");
+    throw Error(Exit::usage, "index",
+                std::to_string(index) + " is beyond the slab's " + std::to_string(slab.info().length) + " items (0.." +
+                    std::to_string(slab.info().length - 1) + ")");
   auto view = slab.view(index);
   auto slot = slab.slot_of(index);
   if (slot && slab.state(index) == slab::SlotState::invalid)
@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
   fill->add_option("--dataset", o.dataset,
                    "Dataset, .npz member or manifest path field (default: a .npy file's array, a folder's images)");
   cli::add_file_options(*fill, o.files, "Images", false);
+  fill->add_flag("--trust-slab-owner", o.files.trust_slab_owner, "Read a --from shm:NAME slab of another user");
   fill->add_option("--rows", o.rows, "Only rows A:B");
   fill->add_option("--workers", o.workers, "Threads")->check(CLI::Range(1, 256))->capture_default_str();
   auto* get = app.add_subcommand("get", "Write one item's raw bytes to stdout (--json: its metadata)");

@@ -176,6 +176,9 @@ int main(int argc, char** argv) {
   app.add_option("--labels", b.labels, "Label dataset or manifest field (default: a folder's label)")->group("Source");
   app.add_option("--files", b.files, "Directory of per-sample files (meta.json + <i>.bin)")->group("Source");
   app.add_option("--shm", b.shm, "Fixed-layout uint8 shared-memory slab")->group("Source");
+  app.add_flag("--trust-slab-owner", b.images.trust_slab_owner,
+               "Read a --shm slab (or shm:NAME source) of another user")
+      ->group("Source");
   app.add_option("--items", b.items, "Use the first N items (0: all)")->capture_default_str()->group("Source");
   app.add_flag("--page-cache", b.page_cache, "Let file reads hit the page cache (default: drop pages)")
       ->group("Source");

@@ -141,7 +141,11 @@ class FileSource : public Source {
 
 class ShmSource : public Source {
  public:
-  explicit ShmSource(const std::string& name) : slab_(slab::Slab::attach(name, false)) {
+  ShmSource(const std::string& name, bool trust_owner) : slab_(slab::Slab::attach(name, false)) {
+    if (slab_.info().uid != ::geteuid() && !trust_owner)
+      throw Error(Exit::data, name,
+                  "slab is owned by another user (uid " + std::to_string(slab_.info().uid) +
+                      "); use --trust-slab-owner to read it");
     auto i = slab_.info();
     if (i.layout != slab::Layout::fixed || i.dtype != DType::u8)
       throw Error(Exit::data, name, "the slab must hold fixed-shape uint8 items");
@@ -546,7 +550,7 @@ std::unique_ptr<Source> open_source(const BenchOptions& o) {
     return std::make_unique<ColumnSource>(o.data, name, labels, o.images);
   }
   if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);
-  return std::make_unique<ShmSource>(o.shm);
+  return std::make_unique<ShmSource>(o.shm, o.images.trust_slab_owner);
 }
 
 // Loader threads prepare one epoch's samples in order, at most 4 batches ahead of the step.

@@ -114,9 +114,13 @@ class Hdf5Column : public Column {
 // A fixed-layout slab, attached read-only; every row read must be cached.
 class SlabColumn : public Column {
  public:
-  explicit SlabColumn(const std::string& path)
+  SlabColumn(const std::string& path, bool trust_owner)
       : Column(Kind::shm, path), slab_(slab::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
-    auto si = slab_.info();
+    auto si = slab_.info();  // its uid is the mapped object's owner (fstat of the descriptor mapped)
+    if (si.uid != ::geteuid() && !trust_owner)
+      throw Error(
+          Exit::data, path,
+          "slab is owned by another user (uid " + std::to_string(si.uid) + "); use --trust-slab-owner to read it");
     info_.name = path;
     info_.dtype = si.dtype;
     info_.shape = {static_cast<int64_t>(si.length)};
@@ -441,7 +445,7 @@ std::unique_ptr<Column> open_column(const std::string& path, const std::string& 
     case Kind::shm:
       if (!name.empty() && name != path)
         throw Error(Exit::usage, path, "a slab holds one array; '" + name + "' names no other");
-      return std::make_unique<SlabColumn>(path);
+      return std::make_unique<SlabColumn>(path, files.trust_slab_owner);
     case Kind::npy:
       if (!name.empty() && name != path && name != default_column(path))
         throw Error(Exit::usage, path, "a .npy file holds one array; '" + name + "' names no other");

@@ -64,6 +64,9 @@ struct FileOptions {
   /// file) instead of replacing each ill-formed sequence with U+FFFD (counted in
   /// Column::utf8_replaced() for text).
   bool strict_utf8 = false;
+  /// shm:NAME inputs: read a slab another user owns (the owner of the object mapped, not of the
+  /// name looked up again); refused otherwise (Error(data)), as every tool's --trust-slab-owner.
+  bool trust_slab_owner = false;
 };
 
 /// True when `name`, given where a dataset of the input is expected (--features, --labels,
