@@ -69,4 +69,25 @@ expect_rc 69
 expect_err_re "^cache-fill: error: encoder 'oom': out of memory: .*DefaultCPUAllocator: .* \(a smaller --batch-size needs less\); progress kept in $WORK/oom.h5.partial \(run again to resume\)$"
 py "import json; print(json.load(open('$WORK/oom.h5.partial/journal.json'))['committed_rows'])"
 expect_out "96"
+# Out of memory outside the forward (here the copy of the last batch's output to float16 on the
+# host: the model returns a zero-stride view of 2^46 columns) is the same 69 with the journal kept
+# (issue 62, item 8: it was 70, the journal deleted). One classifier for every place.
+cat >"$WORK/wide_model.py" <<EOF
+import torch
+class Wide(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.flatten(1)[:, :4]
+        if x.shape[0] == 32:
+            return y
+        return y[:, :1].expand(x.shape[0], 1 << 46)
+torch.jit.script(Wide()).save("$WORK/wide.pt")
+EOF
+run "$TC_PYTHON" "$WORK/wide_model.py"
+expect_rc 0
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features vec --encoder wide="$WORK/wide.pt" --rows 0:100 \
+  --batch-size 32 --commit-rows 32 --threads 2 --no-optimize --dtype float16 --out "$WORK/wide.h5"
+expect_rc 69
+expect_err_re "^cache-fill: error: out of memory: .* \(a smaller --batch-size needs less\); progress kept in $WORK/wide.h5.partial \(run again to resume\)$"
+py "import json; print(json.load(open('$WORK/wide.h5.partial/journal.json'))['committed_rows'])"
+expect_out "96"
 finish

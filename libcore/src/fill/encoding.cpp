@@ -553,7 +553,7 @@ void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch:
       most = std::max(most, (alone.to(torch::kFloat64) - in_batch).abs().max().item<double>());
     }
     je.batch_max_abs_diff = most;
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     // An encoder that cannot take one row (or the memory for it): the noise stays unmeasured, and
     // the batch's own rows are what is stored.
   }

@@ -263,33 +263,35 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
 
 // Rethrows the failure being handled, after the encode loop stopped. Progress is kept when it exists
 // and the failure is one a later run can get past (a full disk, an output in the way, running out
-// of memory: the rerun, perhaps elsewhere, resumes), and always once every row is encoded (a
-// failure while publishing loses no encoding work); anything else discards it. Every exception
-// counts. Call only inside a catch block.
+// of memory anywhere: in the forward, a host copy, a torch::cat, a reader thread, an update's rows;
+// the rerun, perhaps elsewhere, resumes), and always once every row is encoded (a failure while
+// publishing loses no encoding work); anything else discards it. Every exception counts: out of
+// memory is told by model::is_out_of_memory, the one classifier. Call only inside a catch block.
 [[noreturn]] void fail_keeping_progress(const std::string& partial, bool have_rows, bool encoded) {
   Exit code = Exit::internal;
   try {
     throw;
   } catch (const Error& e) {
     code = e.code();
-  } catch (const std::bad_alloc&) {
-    code = Exit::unavailable;
+  } catch (const std::exception& e) {
+    if (model::is_out_of_memory(e)) code = Exit::unavailable;
   } catch (...) {
   }
   const bool resumable = have_rows && (encoded || code == Exit::io || code == Exit::cant_create ||
                                        code == Exit::temp_failure || code == Exit::unavailable);
-  if (!resumable) {
-    files::remove_tree(partial);
-    throw;
-  }
-  const std::string kept = "; progress kept in " + partial + " (run again to resume)";
+  const std::string kept = resumable ? "; progress kept in " + partial + " (run again to resume)" : "";
+  if (!resumable) files::remove_tree(partial);
   try {
     throw;
   } catch (const Error& e) {
+    if (!resumable) throw;
     throw Error(e.code(), "", std::string(e.what()) + kept);
-  } catch (const std::bad_alloc&) {
-    throw Error(Exit::unavailable, "", "out of memory: an allocation failed" + kept);
   } catch (const std::exception& e) {
+    if (model::is_out_of_memory(e)) {
+      const Error oom = model::out_of_memory_error("", e);
+      throw Error(oom.code(), "", std::string(oom.what()) + kept);
+    }
+    if (!resumable) throw;
     throw Error(Exit::internal, "", std::string("internal error: ") + e.what() + kept);
   }
 }

@@ -5,24 +5,26 @@
 // and there is work for it, so --help, a summary and a refused command line start at once.
 #include "fill_module.h"
 
+#include "traincache/model/encode.h"
+
 namespace traincache::fill {
 
 extern "C" {
 
 __attribute__((visibility("default"))) void tc_fill_run(const FillOptions* opts, const FillCallbacks* cb,
                                                         FillResult* result, ModuleFailure* failure) {
-  guarded(failure, [&] { *result = run_fill(*opts, *cb); });
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = run_fill(*opts, *cb); }); });
 }
 
 __attribute__((visibility("default"))) void tc_fill_encode(const FillOptions* opts, const FillCallbacks* cb,
                                                            Prepared* prepared, FillResult* result,
                                                            ModuleFailure* failure) {
-  guarded(failure, [&] { *result = encode_prepared(*opts, *cb, *prepared); });
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = encode_prepared(*opts, *cb, *prepared); }); });
 }
 
 __attribute__((visibility("default"))) void tc_verify_run(const VerifyOptions* opts, VerifyReport* report,
                                                           ModuleFailure* failure) {
-  guarded(failure, [&] { *report = run_verify(*opts); });
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *report = run_verify(*opts); }); });
 }
 
 }  // extern "C"

@@ -44,7 +44,8 @@ void validate_options(const FillOptions& opts) {
     if (text::first_invalid_utf8(e.name) != std::string::npos) {  // its journal entry would not read back
       std::string shown = e.name;
       text::repair_utf8(shown);
-      throw Error(Exit::usage, "--encoder", "encoder name '" + shown + "' is not UTF-8 (it names a dataset of the cache)");
+      throw Error(Exit::usage, "--encoder",
+                  "encoder name '" + shown + "' is not UTF-8 (it names a dataset of the cache)");
     }
     if (!names.insert(e.name).second)
       throw Error(Exit::usage, "--encoder", "encoder name '" + e.name + "' given twice");

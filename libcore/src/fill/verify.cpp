@@ -189,7 +189,8 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   std::set<int64_t> skipped;
   for (const auto& [row, why] : io::cache::read_skipped(opts.cache)) skipped.insert(row);
   rep.rows = sample_rows(opts.samples, info.rows, opts.seed, skipped);
-  if (rep.rows.empty()) throw Error(Exit::data, opts.cache, "every row was skipped (--on-error skip); nothing to verify");
+  if (rep.rows.empty())
+    throw Error(Exit::data, opts.cache, "every row was skipped (--on-error skip); nothing to verify");
   const std::string input = verify_input(opts, info);
   for (const auto& e : info.embeddings) rep.encoders.push_back(verify_encoder(opts, info, e, input, rep.rows, device));
   return rep;

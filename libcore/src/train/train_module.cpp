@@ -2,11 +2,13 @@
 // are a module).
 #include "train_module.h"
 
+#include "traincache/model/encode.h"
+
 namespace traincache::train {
 
 extern "C" __attribute__((visibility("default"))) void tc_train_run(const TrainOptions* opts, const TrainCallbacks* cb,
                                                                     TrainResult* result, ModuleFailure* failure) {
-  guarded(failure, [&] { *result = run_train(*opts, *cb); });
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = run_train(*opts, *cb); }); });
 }
 
 }  // namespace traincache::train

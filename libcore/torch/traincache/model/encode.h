@@ -63,6 +63,21 @@ bool is_out_of_memory(const std::exception& e);
 /// <LibTorch's line> (a smaller --batch-size needs less)"), so that cache-fill keeps its progress.
 Error out_of_memory_error(const std::string& subject, const std::exception& e);
 
+/// Runs `body`; running out of memory anywhere in it (is_out_of_memory) leaves as Error(unavailable)
+/// (out_of_memory_error), whatever threw it: the engines module's entry points run through this, so
+/// that every tool says out of memory with one code (69), not as an internal error.
+template <class F>
+void out_of_memory_as_error(F&& body) {
+  try {
+    body();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (is_out_of_memory(e)) throw out_of_memory_error("", e);
+    throw;
+  }
+}
+
 /// The one meaningful line of a LibTorch/TorchScript exception message ("RuntimeError: ..."),
 /// without the C++ backtrace and the TorchScript traceback.
 std::string torch_error_message(const std::string& what);
