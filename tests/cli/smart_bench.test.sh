@@ -63,8 +63,9 @@ expect_rc 65
 expect_err "smart-bench: error: $D/not-torchscript.pt: cannot load TorchScript module: PytorchStreamReader failed reading zip archive: failed finding central directory"
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model "$D/mlp.pt"
 expect_rc 65
-# (LibTorch 2.15 names the operation: "addmm: mat1 and mat2 ...".)
-expect_err_re "^smart-bench: error: $D/mlp\.pt: rejected the input \(\[50, 1, 28, 28\] float32\): RuntimeError: (addmm: )?mat1 and mat2 shapes cannot be multiplied \(1400x28 and 16x32\)$"
+# (LibTorch 2.15 names the operation: "addmm: mat1 and mat2 ..."; the hint names the flags that set
+# the images' shape, which smart-bench shares with cache-fill.)
+expect_err_re "^smart-bench: error: $D/mlp\.pt: rejected the input \(\[50, 1, 28, 28\] float32\): RuntimeError: (addmm: )?mat1 and mat2 shapes cannot be multiplied \(1400x28 and 16x32\) \(the images' shape comes from --channels, --resize and --center-crop: give the ones the model was trained with\)$"
 
 # A TorchScript model's training step, resized inputs, files as the source; JSON Lines as records finish.
 "$TC_PYTHON" "$TC_SOURCE/scripts/h5-to-files" "$D/images.h5" "$WORK/files" --items 120 2>/dev/null
