@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstring>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "traincache/base/cores.h"
@@ -112,7 +114,8 @@ class ImageColumn : public Column {
         shown_(std::move(shown)),
         ids_(std::move(ids)),
         spec_(spec),
-        tolerate_(tolerate) {
+        tolerate_(tolerate),
+        seen_(new std::atomic<uint64_t>[shown_.size()]()) {
     image::validate(spec_);
     info_.name = name;
     info_.dtype = DType::f32;
@@ -150,8 +153,10 @@ class ImageColumn : public Column {
       std::vector<std::optional<std::string>> out;  // nullopt: missing, and tolerated
       for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) try {
           out.emplace_back(read_file_of(static_cast<std::size_t>(r)));
+          note_digested(static_cast<std::size_t>(r), &*out.back());
         } catch (const Error& e) {
           if (!tolerate_ || e.code() != Exit::no_input) throw;
+          note_digested(static_cast<std::size_t>(r), nullptr);
           out.emplace_back(std::nullopt);
         }
       return out;
@@ -182,7 +187,7 @@ class ImageColumn : public Column {
     check_range(row, 1);
     const std::size_t i = static_cast<std::size_t>(row);
     EncodedImage e;
-    e.bytes = read_file_of(i);
+    e.bytes = read_checked(i);
     const auto* b = reinterpret_cast<const unsigned char*>(e.bytes.data());
     e.jpeg = e.bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
     if (!e.jpeg) return e;  // decoded by pixels_of, which checks it
@@ -205,7 +210,7 @@ class ImageColumn : public Column {
   void for_each_image(int64_t start, int64_t count, Use use) const {
     check_range(start, count);
     for (int64_t r = start; r < start + count; ++r) {
-      const image::Image img = decoded(read_file_of(static_cast<std::size_t>(r)), static_cast<std::size_t>(r));
+      const image::Image img = decoded(read_checked(static_cast<std::size_t>(r)), static_cast<std::size_t>(r));
       StageTimer resize(Stage::resize);  // resize, crop and normalise (cache-fill's bottleneck report)
       use(img);
     }
@@ -246,6 +251,41 @@ class ImageColumn : public Column {
   }
   std::string read_file_of(std::size_t i) const { return bytes_(i); }
 
+  // What a digest saw of each file, so that a file rewritten during a run is noticed when it is read
+  // for its row: kUnseen (not digested in this process), kMissing (tolerated as missing), or a hash
+  // of its bytes. A fill digests every file before it reads one; without the check a row would hold
+  // the new bytes and the cache's fingerprint the old ones.
+  static constexpr uint64_t kUnseen = 0, kMissing = 1;
+  static uint64_t bytes_hash(const std::string& bytes) {
+    const uint64_t h = std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(bytes.size()) << 1);
+    return h <= kMissing ? h + 2 : h;
+  }
+  [[noreturn]] void changed(std::size_t i) const {
+    throw Error(Exit::data, shown_[i],
+                "changed while this run read it (its bytes differ from those the input's digest was taken of); "
+                "run again when the files stay as they are");
+  }
+  // Records what a digest read of file i (`bytes` null: missing), refusing bytes other than those an
+  // earlier digest of this run saw.
+  void note_digested(std::size_t i, const std::string* bytes) const {
+    const uint64_t h = bytes ? bytes_hash(*bytes) : kMissing;
+    uint64_t was = kUnseen;
+    if (!seen_[i].compare_exchange_strong(was, h, std::memory_order_relaxed) && was != h) changed(i);
+  }
+  // File i's bytes for its row: Error(data) when they are not those its digest saw.
+  std::string read_checked(std::size_t i) const {
+    const uint64_t saw = seen_[i].load(std::memory_order_relaxed);
+    std::string bytes;
+    try {
+      bytes = read_file_of(i);
+    } catch (const Error& e) {
+      if (saw > kMissing && e.code() == Exit::no_input) changed(i);
+      throw;
+    }
+    if (saw != kUnseen && saw != bytes_hash(bytes)) changed(i);
+    return bytes;
+  }
+
   // The output shape every image shares; Error(data) naming the first two that differ.
   std::vector<int64_t> common_shape() const {
     std::vector<int64_t> first;
@@ -276,6 +316,7 @@ class ImageColumn : public Column {
   std::vector<std::string> shown_, ids_;
   image::Spec spec_;
   bool tolerate_ = false;
+  std::shared_ptr<std::atomic<uint64_t>[]> seen_;
 };
 
 // Labels from names: ids in sorted or first-seen order.

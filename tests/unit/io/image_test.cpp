@@ -208,3 +208,43 @@ CATCH_TEST_CASE("an image folder's digest, read on several threads, is fed as on
   CATCH_CHECK(digest(*tolerant, 0, 300) == reference_digest(dir, per_class, 0, 300));
   std::filesystem::remove_all(dir);
 }
+
+CATCH_TEST_CASE("an image file rewritten after its digest was taken is refused when its row is read", "[image]") {
+  const int per_class = 3;
+  const std::string dir = make_folder(per_class);
+  io::source::FileOptions files;
+  files.preprocess = spec_of("8", "8");  // a fixed shape: the bytes need not be images for read_encoded
+  auto col = io::source::open_column(dir, "image", files, io::source::Role::images);
+  ContentHash h;
+  col->digest(0, 6, h);
+  CATCH_CHECK(col->read_encoded(1).bytes == "aaaaaaaaaaa1");  // as digested: read as it is
+
+  std::ofstream(dir + "/c0/1001.jpg", std::ios::trunc) << "rewritten";  // row 1, same run
+  CATCH_CHECK(test::code_of([&] { col->read_encoded(1); }) == Exit::data);
+  CATCH_CHECK(test::message_of([&] { col->read_encoded(1); }) ==
+              dir + "/c0/1001.jpg: changed while this run read it (its bytes differ from those the input's digest was "
+              "taken of); run again when the files stay as they are");
+  std::ofstream(dir + "/c0/1002.jpg", std::ios::trunc) << "bbbbbbbbbbbb2";  // same size, other bytes
+  CATCH_CHECK(test::code_of([&] { col->read_encoded(2); }) == Exit::data);
+  std::filesystem::remove(dir + "/c1/1000.jpg");  // row 3: removed after its digest
+  CATCH_CHECK(test::code_of([&] { col->read_encoded(3); }) == Exit::data);
+  ContentHash again;  // a second digest of the same run that sees other bytes
+  CATCH_CHECK(test::code_of([&] { col->digest(1, 2, again); }) == Exit::data);
+
+  // A column that was never digested (a trainer's reader) reads what is there.
+  std::ofstream(dir + "/c1/1000.jpg") << "new";
+  auto fresh = io::source::open_column(dir, "image", files, io::source::Role::images);
+  CATCH_CHECK(fresh->read_encoded(1).bytes == "rewritten");
+
+  // Missing when digested (tolerated) and back when read: changed too; still missing: missing.
+  files.tolerate_unreadable = true;
+  auto tolerant = io::source::open_column(dir, "image", files, io::source::Role::images);
+  std::filesystem::remove(dir + "/c1/1001.jpg");
+  std::filesystem::remove(dir + "/c1/1002.jpg");
+  ContentHash t;
+  tolerant->digest(0, 6, t);
+  std::ofstream(dir + "/c1/1001.jpg") << "back";
+  CATCH_CHECK(test::code_of([&] { tolerant->read_encoded(4); }) == Exit::data);
+  CATCH_CHECK(test::code_of([&] { tolerant->read_encoded(5); }) == Exit::no_input);
+  std::filesystem::remove_all(dir);
+}
