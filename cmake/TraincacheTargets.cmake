@@ -134,6 +134,15 @@ function(tc_add_unit_test name)
   else()
     tc_reuse_core_pch(${name})
   endif()
-  add_test(NAME unit.${name} COMMAND ${name})
+  # Cases tagged [gpu] need a CUDA device (and nvJPEG): unit.NAME_gpu runs them, and reports itself
+  # skipped where `cache-fill --version` says the machine or the build lacks one (CI's machines).
+  add_test(NAME unit.${name} COMMAND ${name} "~[gpu]")
   set_tests_properties(unit.${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 ENVIRONMENT "${TC_TEST_ENV}")
+  if(ARG_TORCH)
+    add_test(NAME unit.${name}_gpu COMMAND bash -c
+      "v=$(\"$0\" --version) || exit 1; if ! grep -qx 'CUDA: available' <<<\"$v\" || ! grep -q '^nvJPEG: built' <<<\"$v\"; then echo 'skipped: the [gpu] cases need a CUDA device and nvJPEG'; exit 77; fi; exec \"$1\" '[gpu]'"
+      $<TARGET_FILE:cache-fill> $<TARGET_FILE:${name}>)
+    set_tests_properties(unit.${name}_gpu PROPERTIES LABELS "unit;gpu;${ARG_LABELS}" TIMEOUT 300
+                         ENVIRONMENT "${TC_TEST_ENV}" SKIP_RETURN_CODE 77)
+  endif()
 endfunction()

@@ -98,8 +98,10 @@ b, s = report('decode')
 assert (b['bound'], b['group'], b['group_threads']) == ('decode', 'readers', 1), b
 readers = sum(s[n]['busy_seconds'] for n in ('read', 'decode', 'resize', 'tokenize'))
 assert abs(b['group_rows_per_second'] - 40 / readers) < 1e-6 * b['group_rows_per_second']
-# decode the busiest reader stage (2x resize on a quiet machine; 1.94x in a loaded ctest -j3 run)
-assert s['decode']['busy_seconds'] > 1.25 * s['resize']['busy_seconds'] > 0, s
+# The verdict names the busiest stage (decode, about 2x resize on a quiet machine); how much busier
+# is a timing, which belongs in make bench, not here.
+assert s['decode']['busy_seconds'] == max(s[n]['busy_seconds'] for n in ('read', 'decode', 'resize')), s
+assert s['resize']['busy_seconds'] > 0, s
 assert s['decode']['busy_share'] > 0.4 and b['model_fraction'] < 0.2, b
 assert s['tokenize']['busy_seconds'] == 0, s
 

@@ -22,8 +22,12 @@ hf_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/tokenizer_reference.py" "$@"; }
 
 # run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
 run() {
+  local t0=${EPOCHREALTIME:-}
   "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
   rc=$?
+  # TC_RUN_LOG: each command's seconds, script and line appended there (what makes the suite slow).
+  [ -z "${TC_RUN_LOG:-}" ] || printf '%s %s:%s %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $t0}")" \
+    "${BASH_SOURCE[1]##*/}" "${BASH_LINENO[0]}" "${1##*/} ${*:2:1}" >>"$TC_RUN_LOG"
   out=$(cat "$WORK/.out")
   err=$(cat "$WORK/.err")
 }
@@ -130,6 +134,12 @@ for line in open('$WORK/.same_params/list'):
 
 finish() {
   check_same_params
+  # TC_RUN_LOG: the script's seconds, and the CPU seconds of the commands it waited for.
+  if [ -n "${TC_RUN_LOG:-}" ]; then
+    times >"$WORK/.times"  # a builtin: in this shell, not a subshell that has no children
+    printf 'SCRIPT %s wall %s cpu %s\n' "${0##*/}" "$SECONDS" \
+      "$(tail -1 "$WORK/.times" | awk '{gsub(/[ms]/, " "); print $1 * 60 + $2 + $3 * 60 + $4}')" >>"$TC_RUN_LOG"
+  fi
   echo "${0##*/}: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
 }

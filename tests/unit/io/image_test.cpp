@@ -222,8 +222,9 @@ CATCH_TEST_CASE("an image file rewritten after its digest was taken is refused w
   std::ofstream(dir + "/c0/1001.jpg", std::ios::trunc) << "rewritten";  // row 1, same run
   CATCH_CHECK(test::code_of([&] { col->read_encoded(1); }) == Exit::data);
   CATCH_CHECK(test::message_of([&] { col->read_encoded(1); }) ==
-              dir + "/c0/1001.jpg: changed while this run read it (its bytes differ from those the input's digest was "
-              "taken of); run again when the files stay as they are");
+              dir +
+                  "/c0/1001.jpg: changed while this run read it (its bytes differ from those the input's digest was "
+                  "taken of); run again when the files stay as they are");
   std::ofstream(dir + "/c0/1002.jpg", std::ios::trunc) << "bbbbbbbbbbbb2";  // same size, other bytes
   CATCH_CHECK(test::code_of([&] { col->read_encoded(2); }) == Exit::data);
   std::filesystem::remove(dir + "/c1/1000.jpg");  // row 3: removed after its digest
