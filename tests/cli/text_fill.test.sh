@@ -47,6 +47,48 @@ print(t['tokenizer_kind'], t['max_length'], t['padding'], t['tokenizer_path'] ==
 "
 expect_out "wordpiece 48 longest True"
 
+# A sentence-transformers model folder: max_seq_length in sentence_bert_config.json beside
+# tokenizer.json is the default maximum length (what SentenceTransformer.encode cuts texts at), ahead
+# of tokenizer.json's own; the texts cut are counted in the closing line and --json, against
+# Hugging Face's ids of the same texts.
+mkdir -p "$WORK/st"
+cp "$T/bert-uncased.json" "$WORK/st/tokenizer.json"
+echo '{"max_seq_length": 16, "do_lower_case": false}' > "$WORK/st/sentence_bert_config.json"
+ST=(--input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 64 --tokenizer "$WORK/st/tokenizer.json")
+run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st.h5" --json
+expect_rc 0
+echo "$out" > "$WORK/st.json"
+run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st48.h5" --max-length 48
+expect_rc 0
+st48_err=$err
+py "
+import json, h5py, numpy as np, torch
+ids = [json.loads(l) for l in open('$WORK/hf.txt')]
+r = json.load(open('$WORK/st.json'))
+m = torch.jit.load('$ENC').eval()
+emb = h5py.File('$WORK/st.h5')['embeddings/text4k'][:]
+worst = 0.0
+for i, x in enumerate(ids):
+    x = x[:15] + x[-1:] if len(x) > 16 else x
+    with torch.no_grad():
+        want = m(torch.tensor([x]), torch.ones(1, len(x), dtype=torch.int64))[0].numpy()
+    worst = max(worst, float(np.abs(emb[i] - want).max()))
+t = json.loads(h5py.File('$WORK/st.h5').attrs['text'])['gloss|tokenizer.json']
+print(r['max_length'], r['texts_cut'] == sum(len(x) > 16 for x in ids) > 0, t['max_length'], worst < 1e-4)
+"
+expect_out "16 True 16 True"
+py "
+import json
+n = sum(len(json.loads(l)) > 48 for l in open('$WORK/hf.txt'))
+print('' if n == 0 else ', %d text%s cut at 48 tokens' % (n, '' if n == 1 else 's'))"
+cut48=$out
+err=$st48_err
+expect_err_has "(300 encoded$cut48) in "
+echo '{"max_seq_length": "long"}' > "$WORK/st/sentence_bert_config.json"
+run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st-bad.h5"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/st/sentence_bert_config.json: max_seq_length \"long\" is not a length (a whole number of tokens)"
+
 # cache-inspect names the text input and its tokenizer; --verify re-tokenizes and re-encodes rows.
 run "$TC_BIN/cache-inspect" "$WORK/b.h5"
 expect_rc 0

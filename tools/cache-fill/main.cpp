@@ -186,6 +186,8 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)
       .add("utf8_replaced", r.utf8_replaced)
+      .add("max_length", r.max_length)
+      .add("texts_cut", r.texts_cut)
       .add("length_window", r.length_window)
       .add("fingerprint", r.fingerprint);
   report::Json encoders = report::Json::array();
@@ -204,11 +206,14 @@ report::Record fill_record(const fill::FillResult& r) {
   if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
   rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
   rec.note("skipped_note", r.skipped ? ", " + std::to_string(r.skipped) + " skipped (see /skipped)" : "");
+  rec.note("cut_note", r.texts_cut ? ", " + std::to_string(r.texts_cut) + (r.texts_cut == 1 ? " text" : " texts") +
+                                         " cut at " + std::to_string(r.max_length) + " tokens"
+                                   : "");
   return rec;
 }
 
 constexpr const char* kDoneText =
-    "{out}: {rows} rows ({rows_encoded} encoded{update_note}{resumed}{skipped_note}) in {seconds:%.2f} s, "
+    "{out}: {rows} rows ({rows_encoded} encoded{update_note}{resumed}{skipped_note}{cut_note}) in {seconds:%.2f} s, "
     "{rows_per_second:%.0f} "
     "rows/s; "
     "{encoders}";

@@ -308,7 +308,8 @@ void add_file_options(CLI::App& app, io::source::FileOptions& files, const std::
 
 void add_tokenize_options(CLI::App& app, text::TokenizeOptions& opts, const std::string& group) {
   app.add_option("--max-length", opts.max_length,
-                 "Tokens per text at most, special tokens included (default: the tokenizer file's, else 512)")
+                 "Tokens per text at most, special tokens included (default: a sentence-transformers folder's "
+                 "max_seq_length, else the tokenizer file's, else 512)")
       ->check(positive_integer())
       ->group(group);
   add_choice(app, "--padding", opts.padding, text::padding_choices(),

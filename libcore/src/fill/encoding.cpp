@@ -28,10 +28,13 @@ torch::Dtype read_dtype(const Input& in) {
 }
 
 std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
-                                     const text::TokenizeOptions& opts) {
-  if (t.tok)
-    return model::token_tensors(text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
-                                                     t.col->path() + ": field '" + t.field + "'", start));
+                                     const text::TokenizeOptions& opts, int64_t& cut) {
+  if (t.tok) {
+    text::TokenBatch b =
+        text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts, t.col->path() + ": field '" + t.field + "'", start);
+    cut += b.truncated;
+    return model::token_tensors(b);
+  }
   std::vector<int64_t> values, offsets;
   t.col->read_ragged(start, count, values, offsets);
   std::vector<int64_t> all(static_cast<std::size_t>(count));
@@ -136,7 +139,7 @@ class Prefetcher {
                   b.inputs[name] = read_batch(d, b, opts.input_scale, skip, pin);
               for (auto& [key, t] : in.texts) {
                 StageTimer tokenize(Stage::tokenize);
-                b.text[key] = read_text(t, b.start, b.count, opts.tokenize);
+                b.text[key] = read_text(t, b.start, b.count, opts.tokenize, b.texts_cut);
               }
               return b;
             }) {}
@@ -235,6 +238,7 @@ bool Encoding::run(const RowPlan& plan) {
     if (batch.ready) batch.ready->block(*main_stream_);
     encode_unit(batch, /*first=*/k == 0, plan.begin, store);  // the first unit gets the first batch's checks
     result_.rows_encoded += batch.count;
+    result_.texts_cut += batch.texts_cut;
     done += batch.count;
     if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
       store.submit([this, done] { commit(done); });

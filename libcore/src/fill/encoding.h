@@ -53,6 +53,7 @@ struct Batch {
   std::map<std::string, std::vector<torch::Tensor>> text;  // by text key: ids, mask, type ids
   std::map<std::string, EncodedRows> encoded;              // --decode device: image columns' files
   std::map<int64_t, std::string> skipped;                  // input row -> reason
+  int64_t texts_cut = 0;                                   // texts cut at the maximum length
   bool converted = false;           // `inputs` are as the encoders take them (convert_inputs ran)
   std::optional<c10::Event> ready;  // on a CUDA device: recorded on the side stream after the conversion
 };

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <set>
 
 #include "traincache/base/content_hash.h"
@@ -175,6 +176,8 @@ Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const st
     p.encoder_names.push_back(e.name);
   }
   result.utf8_replaced = warn_about_inputs(p.in, cb);
+  for (const auto& [key, t] : p.in.texts)
+    if (t.tok) result.max_length = std::max(result.max_length, text::effective_max_length(*t.tok, opts.tokenize));
   auto t_digest = Clock::now();
   p.fp = compute_fingerprint(opts, p.in, p.plan, p.enc_sha, p.cuda);
   result.digest_seconds = seconds_since(t_digest);

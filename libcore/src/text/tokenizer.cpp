@@ -16,6 +16,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/base/json_input.h"
 #include "traincache/base/module.h"
 
 namespace traincache::text {
@@ -81,7 +82,10 @@ class SpmTokenizer : public Tokenizer {
     auto take = [](const int* ids, std::size_t n, void* ctx) { static_cast<Encoding*>(ctx)->ids.assign(ids, ids + n); };
     if (m_.encode(sp_, text.data(), text.size(), take, &e, err, sizeof err) != 0)
       throw Error(Exit::data, "sentencepiece", err);
-    if (max_length > 0 && static_cast<int64_t>(e.ids.size()) > max_length) e.ids.resize(max_length);
+    if (max_length > 0 && static_cast<int64_t>(e.ids.size()) > max_length) {
+      e.ids.resize(static_cast<std::size_t>(max_length));
+      e.truncated = true;
+    }
     e.type_ids.assign(e.ids.size(), 0);
     return e;
   }
@@ -98,6 +102,23 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// sentence-transformers' max_seq_length, from the sentence_bert_config.json beside `tokenizer` (a
+// model folder as SentenceTransformer.save writes it), or 0 when there is none.
+int64_t folder_max_length(const std::string& tokenizer) {
+  const auto slash = tokenizer.rfind('/');
+  const std::string config =
+      (slash == std::string::npos ? std::string() : tokenizer.substr(0, slash + 1)) + "sentence_bert_config.json";
+  struct stat st;
+  if (::stat(config.c_str(), &st) != 0) return 0;
+  const nlohmann::json j = parse_json_input(files::read_input(config), config);
+  if (j.is_discarded() || !j.is_object()) throw Error(Exit::data, config, "not a JSON object");
+  if (!j.contains("max_seq_length") || j["max_seq_length"].is_null()) return 0;
+  const auto& m = j["max_seq_length"];
+  if (!m.is_number_integer() || m.get<int64_t>() < 1)
+    throw Error(Exit::data, config, "max_seq_length " + m.dump() + " is not a length (a whole number of tokens)");
+  return m.get<int64_t>();
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> spm::load(const std::string& path, const std::string& bytes) {
@@ -109,8 +130,9 @@ std::unique_ptr<Tokenizer> load(const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     throw Error(Exit::usage, path, "is a directory; name its tokenizer.json (or the SentencePiece .model file)");
   const std::string bytes = read_tokenizer_file(path);
-  if (ends_with(path, ".model")) return spm::load(path, bytes);
-  return hf::load(path, bytes);
+  auto tok = ends_with(path, ".model") ? spm::load(path, bytes) : hf::load(path, bytes);
+  tok->set_model_max_length(folder_max_length(path));
+  return tok;
 }
 
 const Choices<Padding>& padding_choices() {
@@ -124,10 +146,12 @@ int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) 
                 std::to_string(opts.max_length) + " cannot hold the " + std::to_string(tok.special_tokens()) +
                     " special tokens the tokenizer adds to every text");
   if (opts.max_length > 0) return opts.max_length;
+  if (tok.model_max_length() > 0) return std::max(tok.model_max_length(), tok.special_tokens());
   return tok.file_max_length() > 0 ? tok.file_max_length() : 512;
 }
 
 void TokenRows::append(const Encoding& e) {
+  truncated += e.truncated ? 1 : 0;
   ids.insert(ids.end(), e.ids.begin(), e.ids.end());
   type_ids.insert(type_ids.end(), e.type_ids.begin(), e.type_ids.end());
   offsets.push_back(static_cast<int64_t>(ids.size()));
@@ -138,6 +162,7 @@ void TokenRows::extend(const TokenRows& more) {
   ids.insert(ids.end(), more.ids.begin(), more.ids.end());
   type_ids.insert(type_ids.end(), more.type_ids.begin(), more.type_ids.end());
   for (std::size_t i = 1; i < more.offsets.size(); ++i) offsets.push_back(base + more.offsets[i]);
+  truncated += more.truncated;
 }
 
 TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
@@ -232,7 +257,9 @@ TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& 
   }
   std::vector<int64_t> all(texts.size());
   std::iota(all.begin(), all.end(), 0);
-  return pad_rows(rows, all, opts.padding == Padding::max_length ? max_length : 0);
+  TokenBatch b = pad_rows(rows, all, opts.padding == Padding::max_length ? max_length : 0);
+  b.truncated = rows.truncated;
+  return b;
 }
 
 namespace {

@@ -548,7 +548,10 @@ class HfTokenizer : public Tokenizer {
         for (const auto& p : pieces) model_->tokenize(p, content);
       }
     }
-    if (max_length > 0) content.resize(std::min<std::size_t>(content.size(), max_length - post_.added()));
+    if (max_length > 0 && static_cast<int64_t>(content.size()) > max_length - post_.added()) {
+      content.resize(static_cast<std::size_t>(max_length - post_.added()));
+      e.truncated = true;
+    }
     e.ids = post_.before;
     e.ids.insert(e.ids.end(), content.begin(), content.end());
     e.ids.insert(e.ids.end(), post_.after.begin(), post_.after.end());

@@ -116,6 +116,45 @@ CATCH_TEST_CASE("padding to the longest text or to max_length, with masks", "[te
   CATCH_CHECK(b.input_ids == std::vector<int64_t>{2, 4, 5, 4, 5, 3, 2, 5, 3, 0, 0, 0});
   CATCH_CHECK_THROWS_WITH(text::tokenize_batch(*t, {"a", ""}, o, "texts"), "texts row 1: empty text");
   CATCH_CHECK(text::effective_max_length(*t, {}) == 512);
+  // Texts cut: "a b a b a b a" (7 tokens and 2 special) at 6; "b" (3) and "a b a b" (6) fit.
+  CATCH_CHECK(b.truncated == 1);
+  CATCH_CHECK(text::tokenize_batch(*t, {"a b a b", "b"}, o, "texts").truncated == 0);
+  CATCH_CHECK(text::tokenize_rows(*t, {"a b a b a", "a b a b a b", "b"}, o, "texts").truncated == 2);
+}
+
+CATCH_TEST_CASE("a sentence-transformers folder's max_seq_length is the default maximum length", "[text]") {
+  char tmpl[] = "/tmp/tc-st-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  json j = bert({"a", "b"});
+  j["truncation"] = {{"max_length", 128}};
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  auto file_only = text::load(dir + "/tokenizer.json");
+  CATCH_CHECK(file_only->model_max_length() == 0);
+  CATCH_CHECK(text::effective_max_length(*file_only, {}) == 128);  // tokenizer.json's truncation
+
+  std::ofstream(dir + "/sentence_bert_config.json") << R"({"max_seq_length": 256, "do_lower_case": false})";
+  auto folder = text::load(dir + "/tokenizer.json");
+  CATCH_CHECK(folder->model_max_length() == 256);
+  text::TokenizeOptions o;
+  CATCH_CHECK(text::effective_max_length(*folder, o) == 256);  // as SentenceTransformer.encode cuts
+  o.max_length = 64;
+  CATCH_CHECK(text::effective_max_length(*folder, o) == 64);  // --max-length still wins
+
+  std::ofstream(dir + "/sentence_bert_config.json", std::ios::trunc) << R"({"max_seq_length": null})";
+  CATCH_CHECK(text::effective_max_length(*text::load(dir + "/tokenizer.json"), {}) == 128);
+  for (const char* bad : {R"({"max_seq_length": "long"})", R"({"max_seq_length": 0})", "[1]", "{"}) {
+    std::ofstream(dir + "/sentence_bert_config.json", std::ios::trunc) << bad;
+    try {
+      text::load(dir + "/tokenizer.json");
+      CATCH_FAIL("accepted " << bad);
+    } catch (const Error& e) {
+      CATCH_CHECK(e.code() == Exit::data);
+      CATCH_CHECK(std::string(e.what()).rfind(dir + "/sentence_bert_config.json: ", 0) == 0);
+    }
+  }
+  std::remove((dir + "/sentence_bert_config.json").c_str());
+  std::remove((dir + "/tokenizer.json").c_str());
+  rmdir(dir.c_str());
 }
 
 CATCH_TEST_CASE("token rows are padded per batch from unpadded sequences", "[text]") {

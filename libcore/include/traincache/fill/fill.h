@@ -112,6 +112,8 @@ struct FillResult {
   uint64_t bytes_written = 0;   ///< embedding bytes written by this run
   int64_t skipped = 0;          ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
+  int64_t max_length = 0;       ///< tokens a text may hold (the largest of the text fields'), 0 without text
+  int64_t texts_cut = 0;        ///< texts this run encoded that were cut at max_length
   int64_t length_window = 0;    ///< rows per length window (0: batches encoded as read)
   std::string out;              ///< the file written (the shard file when sharded)
   std::string partial_path;     ///< where progress is kept (when interrupted)

@@ -18,6 +18,7 @@ namespace traincache::text {
 struct Encoding {
   std::vector<int64_t> ids;
   std::vector<int64_t> type_ids;
+  bool truncated = false;  ///< the text had more tokens than max_length let through
 };
 
 /// A loaded tokenizer. encode() is const and safe to call from several threads at once.
@@ -36,6 +37,11 @@ class Tokenizer {
   virtual int64_t special_tokens() const = 0;
   /// The tokenizer file's own maximum length (its truncation section), or 0.
   virtual int64_t file_max_length() const { return 0; }
+  /// The model folder's limit: sentence-transformers' `max_seq_length` in the
+  /// sentence_bert_config.json beside the tokenizer file (what SentenceTransformer.encode cuts
+  /// texts at), or 0. load() reads it.
+  int64_t model_max_length() const { return model_max_; }
+  void set_model_max_length(int64_t n) { model_max_ = n; }
   /// A one-line description: "wordpiece, 30522 tokens, BertNormalizer(lowercase), ...".
   virtual std::string describe() const = 0;
 
@@ -43,11 +49,15 @@ class Tokenizer {
   /// its special tokens holds at most `max_length` tokens (0: no limit), as Hugging Face
   /// tokenizers truncate a single sequence (right side, no stride).
   virtual Encoding encode(std::string_view text, int64_t max_length) const = 0;
+
+ private:
+  int64_t model_max_ = 0;
 };
 
 /// Loads a tokenizer: a file ending in .model is a SentencePiece model, anything else a Hugging
 /// Face tokenizer.json. Missing file -> Error(no_input); invalid or unsupported (the component
-/// named) -> Error(data).
+/// named) -> Error(data). A sentence_bert_config.json beside it gives model_max_length() (a
+/// max_seq_length that is not a positive whole number -> Error(data) naming that file).
 std::unique_ptr<Tokenizer> load(const std::string& path);
 
 /// How a batch is padded (--padding): to its longest sequence, or always to max_length.
@@ -56,7 +66,7 @@ const Choices<Padding>& padding_choices();
 
 /// What turns texts into an encoder's inputs (part of a cache's fingerprint).
 struct TokenizeOptions {
-  int64_t max_length = 0;  ///< 0 = the tokenizer file's, else 512
+  int64_t max_length = 0;  ///< 0 = the model folder's, else the tokenizer file's, else 512
   Padding padding = Padding::longest;
   bool strict_utf8 = false;  ///< refuse invalid UTF-8 instead of replacing it with U+FFFD
   int64_t pad_id = 0;        ///< token sequences read as stored (no tokenizer): their padding id
@@ -65,12 +75,14 @@ struct TokenizeOptions {
   std::string vocab_table;
 };
 
-/// The max_length used: `opts.max_length`, else the file's, else 512.
+/// The max_length used: `opts.max_length`, else the model folder's (sentence-transformers'
+/// max_seq_length), else the tokenizer file's, else 512.
 int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts);
 
 /// Padded token batches, row-major [rows, length], int64.
 struct TokenBatch {
   int64_t rows = 0, length = 0;
+  int64_t truncated = 0;  ///< texts cut at max_length (tokenize_batch)
   std::vector<int64_t> input_ids, attention_mask, token_type_ids;
 };
 
@@ -85,6 +97,7 @@ struct TokenRows {
   std::vector<int64_t> offsets{0};
   std::vector<int32_t> ids, type_ids;
   int64_t pad_id = 0;
+  int64_t truncated = 0;  ///< texts cut at max_length
 
   int64_t size() const { return static_cast<int64_t>(offsets.size()) - 1; }
   int64_t length(int64_t i) const {
