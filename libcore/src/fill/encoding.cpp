@@ -30,8 +30,8 @@ torch::Dtype read_dtype(const Input& in) {
 std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
                                      const text::TokenizeOptions& opts, int64_t& cut) {
   if (t.tok) {
-    text::TokenBatch b =
-        text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts, t.col->path() + ": field '" + t.field + "'", start);
+    text::TokenBatch b = text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
+                                              t.col->path() + ": field '" + t.field + "'", start);
     cut += b.truncated;
     return model::token_tensors(b);
   }
