@@ -548,8 +548,11 @@ class HfTokenizer : public Tokenizer {
         for (const auto& p : pieces) model_->tokenize(p, content);
       }
     }
-    if (max_length > 0 && static_cast<int64_t>(content.size()) > max_length - post_.added()) {
-      content.resize(static_cast<std::size_t>(max_length - post_.added()));
+    // Room for content beside the special tokens: none when max_length cannot hold even those
+    // (effective_max_length refuses such a --max-length; a direct caller gets the specials alone).
+    const int64_t room = std::max<int64_t>(0, max_length - post_.added());
+    if (max_length > 0 && static_cast<int64_t>(content.size()) > room) {
+      content.resize(static_cast<std::size_t>(room));
       e.truncated = true;
     }
     e.ids = post_.before;

@@ -120,6 +120,10 @@ CATCH_TEST_CASE("padding to the longest text or to max_length, with masks", "[te
   CATCH_CHECK(b.truncated == 1);
   CATCH_CHECK(text::tokenize_batch(*t, {"a b a b", "b"}, o, "texts").truncated == 0);
   CATCH_CHECK(text::tokenize_rows(*t, {"a b a b a", "a b a b a b", "b"}, o, "texts").truncated == 2);
+  // A length that cannot hold the special tokens (the fuzzer's 1): the specials alone, cut.
+  const text::Encoding one = t->encode("a b", 1);
+  CATCH_CHECK(one.ids == std::vector<int64_t>{2, 3});
+  CATCH_CHECK(one.truncated);
 }
 
 CATCH_TEST_CASE("a sentence-transformers folder's max_seq_length is the default maximum length", "[text]") {
