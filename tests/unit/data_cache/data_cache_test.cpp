@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "slab/shm_prefix.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
 #include "traincache/slab/shm_slab.h"
@@ -14,13 +15,6 @@
 using namespace traincache;
 
 namespace {
-
-struct Prefix {
-  Prefix() { setenv("TRAINCACHE_SHM_PREFIX", ("tcunit-dc-" + std::to_string(getpid()) + "-").c_str(), 1); }
-  ~Prefix() {
-    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
-  }
-};
 
 std::vector<int32_t> row(int32_t v) { return {v, v + 1, v + 2}; }
 
@@ -43,7 +37,7 @@ CATCH_TEST_CASE("data cache: specs", "[data_cache]") {
 }
 
 CATCH_TEST_CASE("data cache: lookups, stores, the fraction and sharing", "[data_cache]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-dc");
   data_cache::Spec spec = data_cache::parse("stochastic:0.5", "--dc");
   // 10 rows of 3 int32: the first 5 are cacheable.
   auto a = data_cache::RowCache::open(spec, data_cache::content_id("x"), 10, DType::i32, {3}, false);
@@ -91,7 +85,7 @@ CATCH_TEST_CASE("data cache: lookups, stores, the fraction and sharing", "[data_
 }
 
 CATCH_TEST_CASE("data cache: a sealed slab is made once and then attached", "[data_cache]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-dc");
   slab::CreateOptions want;
   want.name = "sealed";
   want.content_id = "test:sealed";
@@ -132,7 +126,7 @@ CATCH_TEST_CASE("data cache: a sealed slab is made once and then attached", "[da
 
 CATCH_TEST_CASE("data cache: a failed make leaves no slab and no claim; a dead maker's claim is taken over",
                 "[data_cache]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-dc");
   slab::CreateOptions want;
   want.name = "failing";
   want.content_id = "test:failing";

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "catch.h"
+#include "slab/shm_prefix.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
 #include "traincache/slab/shm_slab.h"
@@ -17,13 +18,6 @@
 using namespace traincache;
 
 namespace {
-
-struct Prefix {
-  Prefix() { setenv("TRAINCACHE_SHM_PREFIX", ("tcunit-sc-" + std::to_string(getpid()) + "-").c_str(), 1); }
-  ~Prefix() {
-    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
-  }
-};
 
 // Item i's 4 int32 values.
 std::vector<int32_t> item(int64_t i) {
@@ -117,7 +111,7 @@ CATCH_TEST_CASE("smart cache: every item is visited within epochs_to_cover epoch
 }
 
 CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and replaced in place", "[smart]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-sc");
   auto plan = data_cache::make_plan(30, 8, 0.25);  // R = 2, 10 slots
   std::vector<int64_t> order = identity(30);
   std::reverse(order.begin(), order.end());  // a non-trivial dataset order
@@ -153,7 +147,7 @@ CATCH_TEST_CASE("smart cache: the window's items come from the slab, keyed and r
 }
 
 CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", "[smart]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-sc");
   auto plan = data_cache::make_plan(40, 10, 0.5);  // R = 5, 15 slots
   std::atomic<int> calls{0};
   auto cache = data_cache::WindowCache::open(options(plan, identity(40), "late"), preparer(&calls, -1, 30));
@@ -185,7 +179,7 @@ CATCH_TEST_CASE("smart cache: a late replacer costs misses, never wrong bytes", 
 }
 
 CATCH_TEST_CASE("smart cache: two processes' shares fill one slab", "[smart]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-sc");
   auto plan = data_cache::make_plan(64, 16, 0.25);
   std::atomic<int> calls0{0}, calls1{0};
   auto o0 = options(plan, identity(64), "shared");
@@ -208,7 +202,7 @@ CATCH_TEST_CASE("smart cache: two processes' shares fill one slab", "[smart]") {
 }
 
 CATCH_TEST_CASE("smart cache: shutdown with a slow replacer does not wait for the queue", "[smart]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-sc");
   std::atomic<int> calls{0};
   auto plan = data_cache::make_plan(1000, 200, 1.0);
   auto o = options(plan, identity(1000), "slow");
@@ -229,7 +223,7 @@ CATCH_TEST_CASE("smart cache: shutdown with a slow replacer does not wait for th
 }
 
 CATCH_TEST_CASE("smart cache: a failing prepare surfaces at the epoch boundary", "[smart]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcunit-sc");
   auto plan = data_cache::make_plan(20, 5, 0.2);
   std::atomic<int> calls{0};
   auto cache = data_cache::WindowCache::open(options(plan, identity(20), "fail"), preparer(&calls, 6));

@@ -8,23 +8,13 @@
 #include <vector>
 
 #include "catch.h"
+#include "slab/shm_prefix.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
 
 using namespace traincache;
 
 namespace {
-
-// Its own object prefix, so that parallel test runs never meet.
-struct Prefix {
-  Prefix() {
-    std::string p = "tcshare-" + std::to_string(getpid()) + "-";
-    setenv("TRAINCACHE_SHM_PREFIX", p.c_str(), 1);
-  }
-  ~Prefix() {
-    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
-  }
-};
 
 slab::CreateOptions rows(const std::string& name) {
   slab::CreateOptions o;
@@ -47,7 +37,7 @@ slab::Sharing sharing() {
 }  // namespace
 
 CATCH_TEST_CASE("sharing: the first process creates the slab, the others attach to it", "[slab]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcshare");
   bool created = false;
   auto first = slab::open_shared(rows("a"), sharing(), &created);
   CATCH_CHECK(created);
@@ -72,7 +62,7 @@ CATCH_TEST_CASE("sharing: the first process creates the slab, the others attach 
 }
 
 CATCH_TEST_CASE("sharing: a slab made for other contents or of another shape is refused", "[slab]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcshare");
   bool created = false;
   auto made = slab::open_shared(rows("a"), sharing(), &created);
   auto refusal = [](const slab::CreateOptions& want, const slab::Sharing& s) {
@@ -109,7 +99,7 @@ CATCH_TEST_CASE("sharing: a slab made for other contents or of another shape is 
 }
 
 CATCH_TEST_CASE("sharing: a caller may word the refusal from what the slab holds", "[slab]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcshare");
   bool created = false;
   auto made = slab::open_shared(rows("a"), sharing(), &created);
   auto s = sharing();
@@ -137,7 +127,7 @@ CATCH_TEST_CASE("sharing: a caller may word the refusal from what the slab holds
 }
 
 CATCH_TEST_CASE("sharing: another user's slab is refused unless trusted", "[slab]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcshare");
   bool created = false;
   auto slab = slab::open_shared(rows("a"), sharing(), &created);
   slab::SlabInfo si = slab->info();
@@ -164,7 +154,7 @@ CATCH_TEST_CASE("sharing: another user's slab is refused unless trusted", "[slab
 }
 
 CATCH_TEST_CASE("sharing: a sealed slab whose data changed is refused when seals are checked", "[slab]") {
-  Prefix prefix;
+  test::ShmPrefix prefix("tcshare");
   bool created = false;
   auto slab = slab::open_shared(rows("a"), sharing(), &created);
   const float one[4] = {1, 2, 3, 4};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "catch.h"
+#include "slab/shm_prefix.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
 
@@ -18,17 +19,6 @@ using namespace traincache;
 using test::code_of;
 
 namespace {
-
-// Every test uses its own object prefix so that parallel test runs never meet.
-struct Prefix {
-  Prefix() {
-    std::string p = "tcunit-" + std::to_string(getpid()) + "-";
-    setenv("TRAINCACHE_SHM_PREFIX", p.c_str(), 1);
-  }
-  ~Prefix() {
-    for (const auto& n : slab::list_slabs()) slab::remove_slab(n);
-  }
-};
 
 slab::CreateOptions fixed(const std::string& name, uint64_t len, std::vector<uint64_t> dims, uint64_t slots,
                           DType dt = DType::u8) {
@@ -60,7 +50,7 @@ std::vector<unsigned char> item(uint64_t index, std::size_t bytes) {
 }  // namespace
 
 CATCH_TEST_CASE("shm slab: the header round-trips through attach", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto o = fixed("hdr", 100, {1, 28, 28}, 40);
   o.mode = 0640;
   { slab::Slab::create(o); }
@@ -82,7 +72,7 @@ CATCH_TEST_CASE("shm slab: the header round-trips through attach", "[shm]") {
 }
 
 CATCH_TEST_CASE("shm slab: every dtype stores and returns its bytes", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   for (DType t : {DType::u8, DType::i8, DType::u16, DType::i16, DType::u32, DType::i32, DType::u64, DType::i64,
                   DType::f16, DType::f32, DType::f64}) {
     CATCH_INFO(dtype_name(t));
@@ -99,7 +89,7 @@ CATCH_TEST_CASE("shm slab: every dtype stores and returns its bytes", "[shm]") {
 }
 
 CATCH_TEST_CASE("shm slab: gets and sets outside the cacheable range are misses and no-ops", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("range", 10, {4}, 6));
   auto v = item(7, 4);
   CATCH_CHECK_FALSE(s.set(7, v.data(), 4));   // index 7 >= 6 slots
@@ -115,7 +105,7 @@ CATCH_TEST_CASE("shm slab: gets and sets outside the cacheable range are misses 
 }
 
 CATCH_TEST_CASE("shm slab: a hashed selection caches exactly `slots` indices, fixed by the seed", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto o = fixed("hash1", 1000, {1}, 250);
   o.selection = slab::Selection::hashed;
   o.seed = 5;
@@ -144,7 +134,7 @@ CATCH_TEST_CASE("shm slab: a hashed selection caches exactly `slots` indices, fi
 }
 
 CATCH_TEST_CASE("shm slab: variable-size items share an arena; a full arena refuses without claiming", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(variable("var", 10, DType::i64, 100));
   auto a = item(0, 40), b = item(1, 8), c = item(2, 60);
   CATCH_CHECK(s.set(0, a.data(), a.size()));
@@ -160,7 +150,7 @@ CATCH_TEST_CASE("shm slab: variable-size items share an arena; a full arena refu
 }
 
 CATCH_TEST_CASE("shm slab: begin_write hands out the item's place, commit publishes it, abort gives it back", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("split", 8, {16}, 6));
   const auto info = s.info();
   auto off = s.begin_write(2, 16);
@@ -203,7 +193,7 @@ CATCH_TEST_CASE("shm slab: begin_write hands out the item's place, commit publis
 }
 
 CATCH_TEST_CASE("shm slab: begin_write in a variable layout reserves arena bytes and records them", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(variable("varsplit", 4, DType::i32, 64));
   const auto info = s.info();
   auto a = s.begin_write(1, 24);
@@ -223,7 +213,7 @@ CATCH_TEST_CASE("shm slab: begin_write in a variable layout reserves arena bytes
 }
 
 CATCH_TEST_CASE("shm slab: a writer killed inside a write leaves a miss, and repair recovers the slot", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("crash", 8, {16}, 8));
   pid_t pid = fork();
   if (pid == 0) {
@@ -252,7 +242,7 @@ CATCH_TEST_CASE("shm slab: a writer killed inside a write leaves a miss, and rep
 }
 
 CATCH_TEST_CASE("shm slab: 4 processes filling overlapping rows leave every slot byte-identical", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   const uint64_t n = 4000, bytes = 256;
   { slab::Slab::create(fixed("race", n, {bytes}, n)); }
   std::vector<pid_t> kids;
@@ -286,7 +276,7 @@ CATCH_TEST_CASE("shm slab: 4 processes filling overlapping rows leave every slot
 }
 
 CATCH_TEST_CASE("shm slab: truncated and foreign objects are refused as bad data", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   { slab::Slab::create(fixed("trunc", 10, {100}, 10)); }
   std::string path = slab::shm_dir() + "/" + slab::object_prefix() + "trunc";
   CATCH_REQUIRE(truncate(path.c_str(), 5000) == 0);
@@ -307,7 +297,7 @@ CATCH_TEST_CASE("shm slab: truncated and foreign objects are refused as bad data
 }
 
 CATCH_TEST_CASE("shm slab: a slab larger than free /dev/shm is refused before anything is written", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto o = fixed("huge", 1ull << 20, {1ull << 20}, 1ull << 20);  // 1 TiB
   try {
     slab::Slab::create(o);
@@ -322,7 +312,7 @@ CATCH_TEST_CASE("shm slab: a slab larger than free /dev/shm is refused before an
 }
 
 CATCH_TEST_CASE("shm slab: names are checked, existing names are not reused", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   for (const char* bad : {"", ".", "..", "../x", "a/b", "a b", "ü"})
     CATCH_CHECK(code_of([&] { slab::validate_name(bad); }) == Exit::usage);
   slab::validate_name("fashion-mnist_v1.2");
@@ -346,7 +336,7 @@ CATCH_TEST_CASE("shm slab: sizes parse with binary and decimal units", "[shm]") 
 }
 
 CATCH_TEST_CASE("shm slab: a reader of a slab truncated under it exits 74 instead of dying of SIGBUS", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("trunc", 4096, {1024}, 4096));
   std::vector<unsigned char> v(1024, 7);
   for (uint64_t i = 0; i < 4096; ++i) CATCH_REQUIRE(s.set(i, v.data(), v.size()));
@@ -368,7 +358,7 @@ CATCH_TEST_CASE("shm slab: a reader of a slab truncated under it exits 74 instea
 }
 
 CATCH_TEST_CASE("shm slab: check_size reports an object truncated after attach", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("trunc2", 64, {64}, 64));
   auto r = slab::Slab::attach("trunc2", false);
   CATCH_CHECK(code_of([&] { r.check_size(); }) == Exit::ok);
@@ -377,7 +367,7 @@ CATCH_TEST_CASE("shm slab: check_size reports an object truncated after attach",
 }
 
 CATCH_TEST_CASE("shm slab: invalid slot states are counted, missed by readers and reset by repair", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto s = slab::Slab::create(fixed("inv", 8, {4}, 8));
   auto v = item(2, 4);
   CATCH_REQUIRE(s.set(2, v.data(), v.size()));
@@ -397,7 +387,7 @@ CATCH_TEST_CASE("shm slab: invalid slot states are counted, missed by readers an
 }
 
 CATCH_TEST_CASE("shm slab: a sealed digest detects a changed byte", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   auto o = fixed("seal", 16, {8}, 16);
   o.content_id = "cache-fingerprint/cnn";
   auto s = slab::Slab::create(o);
@@ -416,7 +406,7 @@ CATCH_TEST_CASE("shm slab: a sealed digest detects a changed byte", "[shm]") {
 }
 
 CATCH_TEST_CASE("shm slab: a prefix that is not a plain name is refused", "[shm]") {
-  Prefix p;
+  test::ShmPrefix p("tcunit");
   setenv("TRAINCACHE_SHM_PREFIX", "./../../x", 1);
   CATCH_CHECK(code_of([] { slab::object_prefix(); }) == Exit::usage);
   setenv("TRAINCACHE_SHM_PREFIX", "a/b", 1);
