@@ -22,7 +22,7 @@ std::unique_ptr<text::Tokenizer> load_json(const json& j) {
   char path[] = "/tmp/tc-tok-XXXXXX";
   int fd = mkstemp(path);
   const std::string s = j.dump();
-  CATCH_REQUIRE(write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
+  CATCH_REQUIRE(::write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()));
   close(fd);
   std::unique_ptr<text::Tokenizer> t;
   try {
