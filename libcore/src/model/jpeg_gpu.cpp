@@ -26,6 +26,20 @@ std::string JpegDecoder::backends() const { return {}; }
 
 #else
 
+// One backend's library handle, with a state for batches and one for single files. Outside the
+// anonymous namespace: JpegDecoder::Impl holds two, and a unity build includes this file.
+struct NvjpegLane {
+  nvjpegHandle_t handle = nullptr;
+  nvjpegJpegState_t batched = nullptr, single = nullptr;
+  int batch = 0;  // the batch size `batched` was initialised for; 0: not (or after a failure)
+
+  ~NvjpegLane() {
+    if (single) nvjpegJpegStateDestroy(single);
+    if (batched) nvjpegJpegStateDestroy(batched);
+    if (handle) nvjpegDestroy(handle);
+  }
+};
+
 namespace {
 
 void ok(nvjpegStatus_t s, const char* what) {
@@ -35,23 +49,10 @@ void ok(nvjpegStatus_t s, const char* what) {
 
 const unsigned char* bytes(std::string_view f) { return reinterpret_cast<const unsigned char*>(f.data()); }
 
-// One backend's library handle, with a state for batches and one for single files.
-struct Lane {
-  nvjpegHandle_t handle = nullptr;
-  nvjpegJpegState_t batched = nullptr, single = nullptr;
-  int batch = 0;  // the batch size `batched` was initialised for; 0: not (or after a failure)
-
-  ~Lane() {
-    if (single) nvjpegJpegStateDestroy(single);
-    if (batched) nvjpegJpegStateDestroy(batched);
-    if (handle) nvjpegDestroy(handle);
-  }
-};
-
 // A lane on `backend`, or null where the device or the library lacks it. Interpolated chroma
 // upsampling where the backend takes the flag.
-std::unique_ptr<Lane> make_lane(nvjpegBackend_t backend) {
-  auto lane = std::make_unique<Lane>();
+std::unique_ptr<NvjpegLane> make_lane(nvjpegBackend_t backend) {
+  auto lane = std::make_unique<NvjpegLane>();
   if (nvjpegCreateEx(backend, nullptr, nullptr, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &lane->handle) !=
           NVJPEG_STATUS_SUCCESS &&
       nvjpegCreateEx(backend, nullptr, nullptr, NVJPEG_FLAGS_DEFAULT, &lane->handle) != NVJPEG_STATUS_SUCCESS) {
@@ -79,7 +80,7 @@ nvjpegImage_t planes(const torch::Tensor& t) {
 
 struct JpegDecoder::Impl {
   torch::Device device;
-  std::unique_ptr<Lane> hardware, hybrid;
+  std::unique_ptr<NvjpegLane> hardware, hybrid;
   nvjpegJpegStream_t parsed = nullptr;  // on the hardware lane: which files it takes
 
   explicit Impl(torch::Device d) : device(d) {}
@@ -99,7 +100,7 @@ struct JpegDecoder::Impl {
 
   // Decodes files[i] for i in `which` into out[i] as one batch on `lane`; a batch that fails is
   // decoded file by file on the hybrid lane, and a file that fails alone is left undefined.
-  void run(Lane& lane, const std::vector<std::size_t>& which, const std::vector<std::string_view>& files,
+  void run(NvjpegLane& lane, const std::vector<std::size_t>& which, const std::vector<std::string_view>& files,
            std::vector<torch::Tensor>& out) {
     if (which.empty()) return;
     const int n = static_cast<int>(which.size());
