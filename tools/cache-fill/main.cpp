@@ -133,6 +133,11 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                               std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved);
 }
 
+// What to try when other processes held the cores. Fewer intra-op threads is not offered: beside two
+// busy processes a fill with --threads 1 was as often slower as faster (docs/performance.md).
+constexpr const char* kContentionRemedy =
+    "give the fill cores of its own (taskset -c, a cgroup's cpuset) or run it when they finish";
+
 // Which stage bounded the run ("bottleneck": null when it encoded nothing); its text is the verdict.
 void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
   if (!r.bottleneck) {
@@ -203,6 +208,7 @@ report::Record fill_record(const fill::FillResult& r) {
   rec.add("encoders", encoders, text);
   add_update(rec, r);
   add_bottleneck(rec, r);
+  cli::add_contention(rec, r.contention, kContentionRemedy);
   if (!r.partial_path.empty()) rec.add("partial", r.partial_path);
   rec.note("resumed", r.resumed_from ? ", resumed at " + std::to_string(r.resumed_from) : "");
   rec.note("skipped_note", r.skipped ? ", " + std::to_string(r.skipped) + " skipped (see /skipped)" : "");
@@ -262,7 +268,8 @@ int run(Options& o) {
   if (r.status == fill::FillStatus::up_to_date)
     cli::print_result(kTool, o.common, rec, {kUpToDateText});
   else
-    cli::print_result(kTool, o.common, rec, {kDoneText, r.bottleneck ? "{bottleneck}" : ""});
+    cli::print_result(kTool, o.common, rec,
+                      {kDoneText, r.bottleneck ? "{bottleneck}" : "", r.contention.competed() ? "{contention}" : ""});
   if (o.merge_after && o.fill.shard_count > 0 && o.fill.shard_index == 0) merge_when_complete(o);
   return 0;
 }

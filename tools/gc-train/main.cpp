@@ -68,6 +68,17 @@ report::Json window_json(const train::TrainResult& r) {
           {"epochs", epochs}};
 }
 
+// What to try when other processes held the cores: fewer threads, as many as they left free (beside
+// two busy processes on 2 cores, --threads 1 trained 1.5-2x faster than 2 threads: a step's
+// threads wait for the slowest of them), or cores of the run's own.
+std::string contention_remedy(const train::TrainResult& r) {
+  const auto& c = r.contention;
+  const int free_cores = std::max(1, static_cast<int>(std::lround(c.cores - c.others_cores)));
+  const std::string own = "give the run cores of its own (taskset -c, a cgroup's cpuset)";
+  if (free_cores >= r.threads) return own;
+  return "try --threads " + std::to_string(free_cores) + " (the cores they left free) or " + own;
+}
+
 report::Record train_record(const train::TrainResult& r) {
   report::Record rec;
   rec.add("schema", "gc-train/1")
@@ -116,6 +127,8 @@ report::Record train_record(const train::TrainResult& r) {
     rec.add("best", nullptr);
   rec.add("stopped_early", r.stopped_early);
   rec.add("checkpoint", r.checkpoint);
+  rec.add("threads", r.threads);
+  cli::add_contention(rec, r.contention, contention_remedy(r));
   rec.note("resume_hint", r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
                                                : "; checkpoint " + r.checkpoint + " (rerun with --resume)");
   return rec;
@@ -218,7 +231,8 @@ int run(Options& o) {
   cli::print_result(kTool, o.common, rec,
                     {r.eval_after.present ? "after training:  {eval_after}" : "",
                      "{mode}: {steps} steps, loss {loss:%.6g}, {seconds:%.2f} s, {samples_per_second:%.0f} samples/s, "
-                     "{seconds_per_epoch:%.2f} s per epoch"});
+                     "{seconds_per_epoch:%.2f} s per epoch",
+                     r.contention.competed() ? "{contention}" : ""});
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <new>
 #include <sstream>
 
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/format.h"
 #include "traincache/base/version.h"
 #include "traincache/io/h5.h"
@@ -67,6 +68,25 @@ void print_result(const std::string& tool, const CommonOptions& opts, const repo
   if (opts.quiet) return;
   for (const auto& t : text_templates)
     if (!t.empty()) std::fprintf(stderr, "%s: %s\n", tool.c_str(), result.format(t).c_str());
+}
+
+bool add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy) {
+  if (!c.measured) {
+    rec.add("contention", report::Json(nullptr), "");
+    return false;
+  }
+  const std::string note = contention_note(c, remedy);
+  rec.add("contention",
+          report::Json{{"cores", c.cores},
+                       {"seconds", c.seconds},
+                       {"running_seconds", c.running_seconds},
+                       {"waiting_seconds", c.waiting_seconds},
+                       {"others_seconds", c.others_seconds},
+                       {"others_cores", c.others_cores},
+                       {"competed", c.competed()},
+                       {"note", note}},
+          note);
+  return c.competed();
 }
 
 void print_warning(const std::string& tool, const std::string& msg) {

@@ -297,8 +297,9 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
 }
 
 // A finished run's closing figures: its seconds, the encode time an update saved, and which stage
-// bounded it (`readers`: --workers).
-void close_timings(FillResult& r, Clock::time_point t_start, int readers) {
+// bounded it (`readers`: --workers), and whether other processes competed for the cores.
+void close_timings(FillResult& r, Clock::time_point t_start, int readers, CpuContentionWatch& watch) {
+  r.contention = watch.stop();
   if (r.update && r.rows_encoded > 0)
     r.update->seconds_saved =
         r.encode_seconds / static_cast<double>(r.rows_encoded) * static_cast<double>(r.rows_copied);
@@ -363,6 +364,7 @@ bool encode_rows(const FillOptions& opts, const FillCallbacks& cb, const Inputs&
 FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p) {
   model::allow_tf32(opts.tf32);
   model::configure_threads(opts.threads);
+  CpuContentionWatch watch;
   FillResult& result = p.result;
   auto t_digest = Clock::now();
   Provenance prov;
@@ -400,7 +402,7 @@ FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Pre
     fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
   }
   if (result.update) result.update->max_abs_diff_allowed = allowed_difference(journal);
-  close_timings(result, p.t_start, opts.workers);
+  close_timings(result, p.t_start, opts.workers, watch);
   return result;
 }
 

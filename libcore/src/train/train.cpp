@@ -133,13 +133,16 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   TrainResult result;
   result.rank = s.rank;
   result.world_size = s.world;
+  result.threads = at::get_num_threads();
   auto group = connect(o, s, result);
+  CpuContentionWatch watch;
   try {
     train(o, s, group.get(), cb, result);
   } catch (const std::exception& e) {
     if (group) group->report_failure(e);  // the other ranks stop with this reason
     throw;
   }
+  result.contention = watch.stop();
   result.seconds = seconds_since(t_start);
   return result;
 }

@@ -14,6 +14,10 @@
 #include "traincache/base/progress.h"
 #include "traincache/base/report.h"
 
+namespace traincache {
+struct CpuContention;
+}
+
 namespace traincache::text {
 struct TokenizeOptions;
 }
@@ -69,6 +73,11 @@ void print_error(const std::string& tool, const std::string& msg);
 /// text template (empty templates are skipped).
 void print_result(const std::string& tool, const CommonOptions& opts, const report::Record& result,
                   const std::vector<std::string>& text_templates);
+
+/// Adds field "contention" (what a run measured of other processes holding its cores: null where the
+/// kernel keeps no scheduler statistics); its text is contention_note's, ending with `remedy`, and
+/// empty unless they competed. Returns whether they did, so the caller adds the line.
+bool add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy);
 
 /// Prints "tool: warning: msg" to stderr.
 void print_warning(const std::string& tool, const std::string& msg);

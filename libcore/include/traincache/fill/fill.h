@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "traincache/base/choices.h"
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/dtype.h"
 #include "traincache/fill/bottleneck.h"
 #include "traincache/io/source.h"
@@ -107,6 +108,8 @@ struct FillResult {
   /// Which stage bounded the run and how far it was from the encoders' own speed (none when this
   /// run encoded no rows).
   std::optional<Bottleneck> bottleneck;
+  /// Whether other processes held the cores while this run digested, encoded and published.
+  CpuContention contention;
   bool device_convert = false;  ///< 8-bit inputs were converted on the encoders' device (--convert)
   bool device_decode = false;   ///< JPEG files were decoded on the encoders' device (--decode)
   uint64_t bytes_written = 0;   ///< embedding bytes written by this run

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "traincache/base/choices.h"
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/dtype.h"
 #include "traincache/base/similarity.h"
 #include "traincache/data_cache/data_cache.h"
@@ -166,6 +167,8 @@ struct TrainResult {
   std::optional<data_cache::Stats> data_cache;  ///< with --data-cache: this process's hits and misses
   int64_t window_rows = 0, window_replace = 0;  ///< --data-cache smart: N and R
   std::vector<WindowEpoch> window_epochs;       ///< --data-cache smart: the epochs this run began
+  int threads = 1;                              ///< this process's intra-op threads
+  CpuContention contention;                     ///< whether other processes held this process's cores
 };
 
 /// Per-step callback (step, total, loss) and informational messages.

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Other processes competing for the cores: cache-fill and gc-train measure how long their threads
+# waited for a core that another process held (the kernel's per-thread scheduler statistics) and
+# say so in a closing line with what to try. Each run is pinned to one core beside a process that
+# keeps that core busy, so the others' share is about half, however busy the rest of the machine.
+# That nothing is said on a quiet machine is tested in core_test ([contention]): here the suite's
+# other scripts share the cores.
+source "$(dirname "$0")/lib.sh"
+D=$TC_DATA
+if ! command -v taskset >/dev/null; then
+  echo "busy_machine: SKIP: no taskset here"
+  exit 77
+fi
+if [ "$(awk '{print $1 + $2}' /proc/self/schedstat 2>/dev/null || echo 0)" = 0 ] &&
+  ! "$TC_PYTHON" -c 'import time; t = time.time()
+while time.time() - t < 0.05: pass
+import sys; sys.exit(0 if sum(map(int, open("/proc/self/schedstat").read().split()[:2])) else 1)'; then
+  echo "busy_machine: SKIP: this kernel keeps no per-thread scheduler statistics"
+  exit 77
+fi
+CPU=$("$TC_PYTHON" -c 'import os; print(min(os.sched_getaffinity(0)))')
+taskset -c "$CPU" "$TC_PYTHON" -c 'while True: pass' &
+HOG=$!
+trap 'kill $HOG 2>/dev/null; rm -rf "$WORK"' EXIT
+NUM='[0-9]+\.[0-9]'
+
+# ---- cache-fill: the note after the bottleneck line, and the same figures in --json
+run taskset -c "$CPU" "$TC_BIN/cache-fill" --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:6000 \
+  --out "$WORK/c.h5" --threads 2
+expect_rc 0
+expect_err_re $'\ncache-fill: bound by [^\n]*\ncache-fill: other processes competed for the cores: this run.s threads waited '"$NUM"' s for a core \('"$NUM"'x the '"$NUM"' s they ran\); others held about '"$NUM"' of its 1 core on average, so the rates above are shared; give the fill cores of its own \(taskset -c, a cgroup.s cpuset\) or run it when they finish$'
+run taskset -c "$CPU" "$TC_BIN/cache-fill" --json --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:6000 \
+  --out "$WORK/c2.h5" --threads 2
+expect_rc 0
+run "$TC_PYTHON" -c '
+import json, sys
+c = json.loads(sys.argv[1])["contention"]
+assert c["cores"] == 1 and c["competed"], c
+assert c["others_seconds"] >= 0.5 and c["others_seconds"] >= 0.25 * c["running_seconds"], c
+assert c["waiting_seconds"] >= c["others_seconds"] and 0 < c["others_cores"] <= 1, c
+assert c["note"].startswith("other processes competed for the cores: "), c
+' "$out"
+expect_rc 0
+
+# ---- gc-train: two threads on the one core; the note offers the cores the others left free
+run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 6 --seed 1 --threads 2
+expect_rc 0
+expect_err_re $'steps, loss [^\n]* s per epoch\ngc-train: other processes competed for the cores: this run.s threads waited [^\n]* on average, so the rates above are shared; try --threads 1 \(the cores they left free\) or give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
+# With one thread there are no fewer to offer.
+run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 6 --seed 1 --threads 1
+expect_rc 0
+expect_err_re $'\ngc-train: other processes competed for the cores: [^\n]*; give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
+finish
