@@ -125,6 +125,6 @@ expect_rc 64
 expect_err "cache-fill: error: --vocab-table: the encoder has no nn.Embedding 'word_embeddings' (its tables: model.position_embeddings (128 rows), model.word_embeddings (4000 rows), model.token_type_embeddings (2 rows))"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --encoder text="$D/text.pt" --vocab-table none --max-length 48
 expect_rc 65
-expect_err_re "^cache-fill: error: encoder 'text': rejected the input \(\[256, [0-9]+\] int64 and \[256, [0-9]+\] int64\): .*index out of range in self \(input rows 0\.\.399; the longest, row [0-9]+, holds 48 tokens: a text longer than the encoder's position table, or a token id beyond its token table, fails so\)$"
+expect_err_re "^cache-fill: error: encoder 'text': rejected the input \(\[[0-9]+, [0-9]+\] int64 and \[[0-9]+, [0-9]+\] int64\): .*index out of range in self \(input rows 0\.\.399; the longest, row [0-9]+, holds 48 tokens: a text longer than the encoder's position table, or a token id beyond its token table, fails so\)$"
 
 finish

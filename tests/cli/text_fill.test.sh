@@ -161,6 +161,55 @@ run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --paddi
 expect_rc 64
 expect_err "cache-fill: error: --length-window: has nothing to gain with --padding max-length"
 
+# Batches by tokens: the sorted window is cut into batches of at most --max-tokens token slots
+# (rows x the batch's longest text) and -b rows. The tokens and slots cache-fill counts equal those
+# of the rule applied here to Hugging Face's lengths (cut at 48, special tokens included).
+slots_of() {  # slots_of MAX_TOKENS: "tokens slots" by the documented rule, one window of 300 rows
+  "$TC_PYTHON" -c "
+import json
+lengths = sorted(min(len(json.loads(l)), 48) for l in open('$WORK/hf.txt'))
+slots, rows, longest = 0, 0, 0
+for n in lengths + [None]:
+    if n is None or rows == 64 or ($1 and rows and (rows + 1) * n > $1):
+        slots += rows * longest
+        rows = 0
+    if n is not None:
+        rows, longest = rows + 1, n
+print(sum(lengths), slots)"
+}
+for cap in 256 0; do
+  run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --max-tokens $cap \
+    --out "$WORK/b_tok$cap.h5" --json
+  expect_rc 0
+  expect_out_has "\"max_tokens\":$cap,"
+  expect_eq "$(printf '%s' "$out" | "$TC_PYTHON" -c 'import json, sys; d = json.load(sys.stdin); print(d["tokens"], d["token_slots"])')" \
+    "$(slots_of $cap)" "tokens and token slots with --max-tokens $cap"
+done
+py "
+import h5py, numpy as np
+a = h5py.File('$WORK/b.h5')['embeddings/text4k'][:]
+for f in ('b_tok256', 'b_tok0'):
+    print(f, float(np.abs(a - h5py.File('$WORK/%s.h5' % f)['embeddings/text4k'][:]).max()) < 1e-5)
+print(h5py.File('$WORK/b.h5').attrs['max_tokens'], h5py.File('$WORK/b_tok256.h5').attrs['max_tokens'])
+"
+expect_out "b_tok256 True
+b_tok0 True
+1024 256"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --max-tokens 512 \
+  --out "$WORK/b_tok256.h5"
+expect_rc 73
+expect_err_has "changed: options/max_tokens"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --max-tokens 512 \
+  --length-window 0 --out "$WORK/b_bad.h5"
+expect_rc 64
+expect_err "cache-fill: error: --max-tokens: caps the batches of texts sorted by length (--length-window), and this fill sorts none"
+# The padding share in the bottleneck line, with what lowers it when it is large: every text padded
+# to 48 tokens.
+run "$TC_BIN/cache-fill" --input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 64 --tokenizer "$T/bert-uncased.json" --max-length 48 --padding max-length \
+  --out "$WORK/b_pad.h5"
+expect_rc 0
+expect_err_re $'\ncache-fill: bound by [^\n]*; padding [0-9]+% of the token slots: pad each batch to its longest \(--padding longest\)(\n|$)'
+
 # Resume in windows: killed after some windows are committed (4,000 rows: 16 windows, 8 commits),
 # a re-run gives the bytes of an uninterrupted fill.
 py "

@@ -162,6 +162,7 @@ void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
                        {"model_fraction", b.model_fraction},
                        {"loop_seconds", b.loop_seconds},
                        {"fixed_seconds", b.fixed_seconds},
+                       {"padding_share", b.padding_share < 0 ? report::Json(nullptr) : report::Json(b.padding_share)},
                        {"stages", stages},
                        {"verdict", b.verdict}},
           b.verdict);
@@ -194,6 +195,9 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("max_length", r.max_length)
       .add("texts_cut", r.texts_cut)
       .add("length_window", r.length_window)
+      .add("max_tokens", r.max_tokens)
+      .add("tokens", r.tokens)
+      .add("token_slots", r.token_slots)
       .add("fingerprint", r.fingerprint);
   report::Json encoders = report::Json::array();
   std::string text;
@@ -317,6 +321,13 @@ void add_text_options(CLI::App& app, Options& o) {
   app.add_option("--length-window", o.fill.length_window,
                  "Sort the texts of each window of ROWS rows by length and encode them in batches of similar "
                  "length (default: 16 batches; 0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(text_group);
+  app.add_option(
+         "--max-tokens", o.fill.max_tokens,
+         "A length window's batches hold at most N token slots: rows times the longest row's tokens (default: " +
+             std::to_string(fill::kDefaultMaxTokensCpu) + " on a CPU, " + std::to_string(fill::kDefaultMaxTokensCuda) +
+             " on CUDA; 0: --batch-size rows each)")
       ->check(CLI::NonNegativeNumber)
       ->group(text_group);
 }

@@ -38,10 +38,20 @@ std::string group_head(const Bottleneck& r) {
   return head + format_count(r.group_rows_per_second) + " rows/s";
 }
 
+// "; padding 12% of the token slots" for text, with the remedy when the share is large.
+std::string padding_text(const Bottleneck& r, const FillTimings& t) {
+  if (r.padding_share < 0) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; padding %.0f%% of the token slots", 100 * r.padding_share);
+  const bool large = r.padding_share > kLargePaddingShare && !t.padding_remedy.empty();
+  return buf + (large ? ": " + t.padding_remedy : "");
+}
+
 std::string verdict(const Bottleneck& r, const FillTimings& t) {
-  char tail[128];
-  std::snprintf(tail, sizeof tail, "; forward alone %s rows/s; %.2f of the model's speed",
+  char numbers[128];
+  std::snprintf(numbers, sizeof numbers, "; forward alone %s rows/s; %.2f of the model's speed",
                 format_count(r.forward_rows_per_second).c_str(), r.model_fraction);
+  const std::string tail = numbers + padding_text(r, t);
   if (r.bound != "fixed costs") return group_head(r) + tail;
   char part[32];
   std::snprintf(part, sizeof part, "%.2f of ", r.fixed_seconds);
@@ -89,6 +99,7 @@ std::optional<Bottleneck> find_bottleneck(const FillTimings& t) {
   r.rows_per_second = static_cast<double>(t.rows) / t.seconds;
   r.forward_rows_per_second = rate(t.rows, 1, b.forward);
   r.model_fraction = r.rows_per_second / r.forward_rows_per_second;
+  if (t.token_slots > 0) r.padding_share = 1.0 - static_cast<double>(t.tokens) / static_cast<double>(t.token_slots);
   r.verdict = verdict(r, t);
   return r;
 }

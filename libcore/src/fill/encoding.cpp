@@ -399,11 +399,40 @@ std::string Encoding::percent(double fraction) {
   return buf;
 }
 
-torch::Tensor Encoding::encode_order(const std::string& enc, const Batch& batch) const {
-  if (in_.unit <= opts_.batch_size || in_.per_encoder_text.at(enc).empty()) return {};
+Encoding::UnitBatches Encoding::unit_batches(const std::string& enc, const Batch& batch) const {
+  UnitBatches b;
+  if (in_.unit <= opts_.batch_size || in_.per_encoder_text.at(enc).empty()) {
+    for (int64_t a = opts_.batch_size; a < batch.count; a += opts_.batch_size) b.ends.push_back(a);
+    b.ends.push_back(batch.count);
+    return b;
+  }
   torch::Tensor tokens = torch::zeros({batch.count}, torch::kLong);
   for (const auto& key : in_.per_encoder_text.at(enc)) tokens += batch.text.at(key)[1].sum(1);
-  return std::get<1>(tokens.sort(/*stable=*/true, 0, false));
+  auto [sorted, order] = tokens.sort(/*stable=*/true, 0, false);
+  const std::vector<int64_t> lengths(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + batch.count);
+  b.order = order;
+  b.ends = token_batches(lengths, opts_.batch_size, in_.max_tokens);
+  return b;
+}
+
+std::vector<torch::Tensor> Encoding::forward_unit(std::size_t i, const std::vector<torch::Tensor>& args,
+                                                  const std::vector<TextArgs>& text_args, const UnitBatches& batches,
+                                                  bool first) {
+  std::vector<torch::Tensor> outs;
+  int64_t a = 0;
+  for (const int64_t b : batches.ends) {
+    const torch::Tensor rows = batches.order.defined() ? batches.order.slice(0, a, b) : torch::arange(a, b);
+    const std::vector<torch::Tensor> part =
+        batches.order.defined() ? rows_of(args, text_args, rows) : slice_rows(args, a, b);
+    for (const auto& t : text_args) {
+      result_.tokens += t.mask.index_select(0, rows).sum().item<int64_t>();
+      result_.token_slots += (b - a) * part[t.first].size(1);
+    }
+    outs.push_back(forward_batch(i, part, b - a, first && a == 0));
+    if (first && a == 0 && !resumed_) measure_batch_noise(*encoders_[i], args, text_args, rows, outs[0]);
+    a = b;
+  }
+  return outs;
 }
 
 std::vector<torch::Tensor> Encoding::rows_of(const std::vector<torch::Tensor>& args,
@@ -499,18 +528,10 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
     text_args.push_back({args.size(), n, t[1]});
     args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  const torch::Tensor order = encode_order(enc.name(), batch);
+  const UnitBatches batches = unit_batches(enc.name(), batch);
   std::vector<torch::Tensor> outs;
   try {
-    for (int64_t a = 0; a < batch.count; a += opts_.batch_size) {
-      const int64_t b = std::min(a + opts_.batch_size, batch.count);
-      outs.push_back(
-          forward_batch(i, order.defined() ? rows_of(args, text_args, order.slice(0, a, b)) : slice_rows(args, a, b),
-                        b - a, first && a == 0));
-      if (first && a == 0 && !resumed_)
-        measure_batch_noise(enc, args, text_args, order.defined() ? order.slice(0, a, b) : torch::arange(a, b),
-                            outs[0]);
-    }
+    outs = forward_unit(i, args, text_args, batches, first);
   } catch (const Error& e) {
     if (text_args.empty() || std::string(e.what()).find("index out of range") == std::string::npos) throw;
     const torch::Tensor lengths = text_args.front().mask.sum(1);
@@ -524,7 +545,7 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
                     "table, fails so)");
   }
   torch::Tensor out = outs.size() == 1 ? outs[0] : torch::cat(outs);
-  if (order.defined()) out = torch::empty_like(out).index_copy_(0, order, out);
+  if (batches.order.defined()) out = torch::empty_like(out).index_copy_(0, batches.order, out);
   if (!batch.skipped.empty()) out = zero_skipped(out, batch);
   std::vector<int64_t> shape(out.sizes().begin() + 1, out.sizes().end());
   if (!shape_known_[i]) {  // the first batch: before any commit is submitted (see journal_)

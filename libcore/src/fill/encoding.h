@@ -112,16 +112,30 @@ class Encoding {
 
   static std::string percent(double fraction);
 
-  // The order in which the rows of a length window are encoded, batch by batch: by their token
-  // count (stable), so that each batch holds texts of similar length. Undefined (as read) for one
-  // batch, and for encoders without text.
-  torch::Tensor encode_order(const std::string& enc, const Batch& batch) const;
+  // How one encoder encodes a unit: the order of its rows (undefined: as read) and where each
+  // batch of that order ends.
+  struct UnitBatches {
+    torch::Tensor order;
+    std::vector<int64_t> ends;
+  };
+
+  // A length window's rows are encoded by their token count (stable), so that each batch holds
+  // texts of similar length, in batches of at most --batch-size rows and --max-tokens token slots
+  // (fill_plan's token_batches). One batch, or an encoder without text: as read, --batch-size rows
+  // at a time.
+  UnitBatches unit_batches(const std::string& enc, const Batch& batch) const;
 
   // Where a text field's tensors are among an encoder's arguments (n from `first`), and its mask.
   struct TextArgs {
     std::size_t first, n;
     torch::Tensor mask;
   };
+
+  // One encoder's forward calls over a unit's batches, in the batches' order; the first batch's
+  // checks and batch noise when `first`; each batch's tokens and padded token slots counted.
+  std::vector<torch::Tensor> forward_unit(std::size_t i, const std::vector<torch::Tensor>& args,
+                                          const std::vector<TextArgs>& text_args, const UnitBatches& batches,
+                                          bool first);
 
   // Rows `rows` of every argument; each text field's tensors trimmed to its longest text there.
   static std::vector<torch::Tensor> rows_of(const std::vector<torch::Tensor>& args,

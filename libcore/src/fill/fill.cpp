@@ -119,7 +119,8 @@ io::cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const Row
                             {"input_kind", std::string(io::source::kind_name(io::source::kind_of(opts.input)))},
                             {"device_type", std::string(device.is_cuda() ? "cuda" : "cpu")},
                             {"batch_size", opts.batch_size},
-                            {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}}};
+                            {"length_window", in.unit > opts.batch_size ? in.unit : int64_t{0}},
+                            {"max_tokens", in.max_tokens}};
   if (!in.texts.empty()) {
     json t = text_json(opts, in);
     for (const auto& [key, ti] : in.texts)
@@ -296,9 +297,16 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
   }
 }
 
-// A finished run's closing figures: its seconds, the encode time an update saved, and which stage
-// bounded it (`readers`: --workers), and whether other processes competed for the cores.
-void close_timings(FillResult& r, Clock::time_point t_start, int readers, CpuContentionWatch& watch) {
+// What lowers a text fill's padding: the options that batch its texts by length.
+std::string padding_remedy(const FillOptions& opts, const FillResult& r) {
+  if (opts.tokenize.padding == text::Padding::max_length) return "pad each batch to its longest (--padding longest)";
+  if (r.length_window > 0) return "fewer token slots per batch (--max-tokens) or longer windows (--length-window)";
+  return opts.length_window == 0 ? "sort the texts by length (without --length-window 0)" : "";
+}
+
+// A finished run's closing figures: its seconds, the encode time an update saved, which stage
+// bounded it, and whether other processes competed for the cores.
+void close_timings(FillResult& r, const FillOptions& opts, Clock::time_point t_start, CpuContentionWatch& watch) {
   r.contention = watch.stop();
   if (r.update && r.rows_encoded > 0)
     r.update->seconds_saved =
@@ -306,13 +314,16 @@ void close_timings(FillResult& r, Clock::time_point t_start, int readers, CpuCon
   r.seconds = seconds_since(t_start);
   FillTimings t;
   t.busy = r.stage_seconds;
-  t.readers = std::max(1, readers);
+  t.readers = std::max(1, opts.workers);
   t.rows = r.rows_encoded;
   t.seconds = r.seconds;
   t.loop_seconds = r.loop_seconds;
   t.model_setup_seconds = r.model_setup_seconds;
   t.digest_seconds = r.digest_seconds;
   t.publish_seconds = r.publish_seconds;
+  t.tokens = r.tokens;
+  t.token_slots = r.token_slots;
+  t.padding_remedy = padding_remedy(opts, r);
   r.bottleneck = find_bottleneck(t);
 }
 
@@ -402,7 +413,7 @@ FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Pre
     fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
   }
   if (result.update) result.update->max_abs_diff_allowed = allowed_difference(journal);
-  close_timings(result, p.t_start, opts.workers, watch);
+  close_timings(result, opts, p.t_start, watch);
   return result;
 }
 

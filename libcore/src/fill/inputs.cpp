@@ -170,6 +170,18 @@ int64_t window_rows(const FillOptions& opts, const Inputs& in) {
   return (want + opts.batch_size - 1) / opts.batch_size * opts.batch_size;
 }
 
+// Token slots a length window's batch may hold (--max-tokens; 0: --batch-size rows each), once
+// window_rows has chosen `in.unit`.
+int64_t batch_tokens(const FillOptions& opts, const Inputs& in) {
+  const bool cuda = opts.device.rfind("cuda", 0) == 0;
+  if (in.unit > opts.batch_size)
+    return opts.max_tokens >= 0 ? opts.max_tokens : cuda ? kDefaultMaxTokensCuda : kDefaultMaxTokensCpu;
+  if (opts.max_tokens > 0)
+    throw Error(Exit::usage, "--max-tokens",
+                "caps the batches of texts sorted by length (--length-window), and this fill sorts none");
+  return 0;
+}
+
 }  // namespace
 
 std::string labels_name(const FillOptions& opts) {
@@ -200,6 +212,7 @@ Inputs open_inputs(const FillOptions& opts) {
   if (in.labels) same_rows(in.labels->info());
   if (in.keys) same_rows(in.keys->info());
   in.unit = window_rows(opts, in);
+  in.max_tokens = batch_tokens(opts, in);
   if (const io::image::Spec* spec = in.preprocess())
     if (std::string note = io::image::padding_note(*spec); !note.empty()) in.notes.push_back(note);
   return in;

@@ -52,6 +52,7 @@ struct Inputs {
   std::optional<Input> labels, keys;
   int64_t rows = 0;
   int64_t unit = 0;                // rows read, encoded and committed together: a batch, or a length window
+  int64_t max_tokens = 0;          // a length window's batches: token slots at most (0: --batch-size rows)
   std::vector<int64_t> groups;     // tar shards: the first row of each file (io::source::Column::row_groups)
   std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
   // An update's encoded rows (Update::encoded_inputs): the input row each row read here is, for

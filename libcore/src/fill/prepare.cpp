@@ -74,7 +74,10 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   // nvJPEG's pixels differ from libjpeg-turbo's (absent: decoded on the host, or on a CPU device by
   // the same code, which gives the same bytes).
   if (cuda && in.decode_on_device()) fp["options"]["decode"] = "nvjpeg";
-  if (in.unit > opts.batch_size) fp["options"]["length_window"] = in.unit;  // absent: batches as read
+  if (in.unit > opts.batch_size) {  // absent: batches as read
+    fp["options"]["length_window"] = in.unit;
+    fp["options"]["max_tokens"] = in.max_tokens;
+  }
   f.text = json_text(fp);
   f.hash = sha256_hex(f.text);
   f.job = fp;
@@ -168,6 +171,7 @@ Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const st
   result.out = p.out;
   result.rows = p.plan.rows();
   result.length_window = p.in.unit > opts.batch_size ? p.in.unit : 0;
+  result.max_tokens = p.in.max_tokens;
   result.device_convert = device_convert;
   result.device_decode = p.in.decode_on_device();
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.

@@ -101,7 +101,7 @@ nlohmann::json without_data(nlohmann::json fp) {
       if (col.is_object() && col.contains("shape") && col["shape"].is_array() && !col["shape"].empty())
         col["shape"][0] = 0;
   if (fp.contains("options") && fp["options"].is_object())
-    for (const char* k : {"batch_size", "length_window"}) fp["options"].erase(k);
+    for (const char* k : {"batch_size", "length_window", "max_tokens"}) fp["options"].erase(k);
   return fp;
 }
 

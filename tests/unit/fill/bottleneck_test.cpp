@@ -110,6 +110,34 @@ CATCH_TEST_CASE("bottleneck: fixed costs longer than the loop; nothing encoded",
   CATCH_CHECK(!fill::find_bottleneck(t));
 }
 
+CATCH_TEST_CASE("bottleneck: text's padding share, and its remedy when large", "[fill]") {
+  FillTimings t = timings();
+  t.readers = 1;
+  t.busy.input = 1.0;
+  t.busy.forward = 5.0;
+  t.tokens = 7523;  // issue 59: 481 sentences in batches padded to 256 tokens, 61,440 slots
+  t.token_slots = 61440;
+  t.padding_remedy = "fewer token slots per batch (--max-tokens) or longer windows (--length-window)";
+  auto b = fill::find_bottleneck(t);
+  CATCH_REQUIRE(b);
+  CATCH_CHECK(b->padding_share == Approx(1.0 - 7523.0 / 61440));
+  CATCH_CHECK(b->verdict ==
+              "bound by forward: the encode thread 4,000 rows/s; forward alone 4,000 rows/s; 0.71 of the "
+              "model's speed; padding 88% of the token slots: fewer token slots per batch (--max-tokens) or "
+              "longer windows (--length-window)");
+
+  t.token_slots = 9000;  // 16% padding: said, no remedy
+  b = fill::find_bottleneck(t);
+  CATCH_CHECK(b->verdict ==
+              "bound by forward: the encode thread 4,000 rows/s; forward alone 4,000 rows/s; 0.71 of the "
+              "model's speed; padding 16% of the token slots");
+
+  t.token_slots = 0;  // no text
+  b = fill::find_bottleneck(t);
+  CATCH_CHECK(b->padding_share == -1);
+  CATCH_CHECK(b->verdict.find("padding") == std::string::npos);
+}
+
 CATCH_TEST_CASE("format_count sets thousands apart", "[base]") {
   CATCH_CHECK(format_count(0) == "0");
   CATCH_CHECK(format_count(999.4) == "999");

@@ -30,6 +30,8 @@ struct FillTimings {
   double seconds = 0;       ///< the whole run
   double loop_seconds = 0;  ///< the encode loop, less the first batch's checks
   double model_setup_seconds = 0, digest_seconds = 0, publish_seconds = 0;
+  int64_t tokens = 0, token_slots = 0;  ///< text: tokens encoded, and their batches' slots (padding included)
+  std::string padding_remedy;           ///< what lowers the padding share, for the verdict when it is large
 };
 
 /// Which stage bounds a fill, and by how much.
@@ -51,8 +53,12 @@ struct Bottleneck {
   double forward_rows_per_second = 0;  ///< the encoders' forward calls alone
   double model_fraction = 0;           ///< rows_per_second over forward_rows_per_second
   double loop_seconds = 0, fixed_seconds = 0;
-  std::string verdict;  ///< the closing line: "bound by decode: 16 readers 7,150 rows/s; ..."
+  double padding_share = -1;  ///< of the text's token slots, the padding's (-1: no text)
+  std::string verdict;        ///< the closing line: "bound by decode: 16 readers 7,150 rows/s; ..."
 };
+
+/// Above this padding share the verdict names FillTimings::padding_remedy.
+inline constexpr double kLargePaddingShare = 0.25;
 
 /// The report; nothing when the fill encoded no rows or its forward calls took no time.
 std::optional<Bottleneck> find_bottleneck(const FillTimings& t);

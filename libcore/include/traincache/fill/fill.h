@@ -63,6 +63,10 @@ struct FillOptions {
   /// Text only: rows sorted by token count and encoded in batches of similar length, then stored
   /// in input order (and committed) window by window. -1: 16 batches; 0: off.
   int64_t length_window = -1;
+  /// Text in length windows only: a batch holds at most this many token slots (its rows times its
+  /// longest row's tokens; a single row may hold more). -1: kDefaultMaxTokensCpu or
+  /// kDefaultMaxTokensCuda, by --device; 0: no cap.
+  int64_t max_tokens = -1;
   int workers = 1;  ///< reader/converter threads
   int threads = 0;  ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
@@ -117,6 +121,9 @@ struct FillResult {
   int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD
   int64_t max_length = 0;       ///< tokens a text may hold (the largest of the text fields'), 0 without text
   int64_t texts_cut = 0;        ///< texts this run encoded that were cut at max_length
+  int64_t tokens = 0;           ///< the text fields' tokens this run encoded (each encoder's, summed)
+  int64_t token_slots = 0;      ///< and the slots they took in their batches, padding included
+  int64_t max_tokens = 0;       ///< token slots per batch of a length window at most (0: no cap)
   int64_t length_window = 0;    ///< rows per length window (0: batches encoded as read)
   std::string out;              ///< the file written (the shard file when sharded)
   std::string partial_path;     ///< where progress is kept (when interrupted)
@@ -159,6 +166,11 @@ inline constexpr int64_t kOptimizeCheckRows = 16;
 /// output moves with the other rows of its batch): what an update's rows may differ by from a full
 /// fill's.
 inline constexpr int64_t kBatchNoiseRows = 8;
+/// --max-tokens' default: token slots per batch of a length window, on a CPU and on a CUDA device
+/// (docs/performance.md, "Batches by tokens": on a CPU small batches run as fast per token as
+/// large ones and pad less; a GPU needs large ones to be busy).
+inline constexpr int64_t kDefaultMaxTokensCpu = 1024;
+inline constexpr int64_t kDefaultMaxTokensCuda = 32768;
 
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();
