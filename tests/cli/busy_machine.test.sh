@@ -44,12 +44,12 @@ expect_rc 0
 
 # ---- gc-train: two threads on the one core; the note offers the cores the others left free
 run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
-  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 6 --seed 1 --threads 2
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 40 --seed 1 --threads 2
 expect_rc 0
 expect_err_re $'steps, loss [^\n]* s per epoch\ngc-train: other processes competed for the cores: this run.s threads waited [^\n]* on average, so the rates above are shared; try --threads 1 \(the cores they left free\) or give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
 # With one thread there are no fewer to offer.
 run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
-  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 6 --seed 1 --threads 1
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 40 --seed 1 --threads 1
 expect_rc 0
 expect_err_re $'\ngc-train: other processes competed for the cores: [^\n]*; give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
 finish
