@@ -10,14 +10,11 @@
 #include <unordered_map>
 
 #include "traincache/base/cores.h"
+#include "traincache/base/timing.h"
 
 namespace traincache {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A thread's "running waiting timeslices" line, nanoseconds; nothing when unreadable.
 std::optional<ThreadTimes> read_schedstat(long tid) {
@@ -78,7 +75,7 @@ CpuContention ContentionMeter::result() const {
 
 CpuContentionWatch::CpuContentionWatch(int interval_ms) : meter_(usable_cores()) {
   last_ = read_thread_times();
-  last_at_ = now_seconds();
+  last_at_ = Clock::now();
   if (!last_.empty()) thread_ = std::thread([this, interval_ms] { loop(interval_ms); });
 }
 
@@ -86,10 +83,10 @@ CpuContentionWatch::~CpuContentionWatch() { stop(); }
 
 void CpuContentionWatch::sample() {
   auto now = read_thread_times();
-  const double at = now_seconds();
-  meter_.add(last_, now, at - last_at_);
+  const double seconds = seconds_since(last_at_);
+  last_at_ = Clock::now();
+  meter_.add(last_, now, seconds);
   last_ = std::move(now);
-  last_at_ = at;
 }
 
 void CpuContentionWatch::loop(int interval_ms) {

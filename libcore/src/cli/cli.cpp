@@ -70,10 +70,10 @@ void print_result(const std::string& tool, const CommonOptions& opts, const repo
     if (!t.empty()) std::fprintf(stderr, "%s: %s\n", tool.c_str(), result.format(t).c_str());
 }
 
-bool add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy) {
+void add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy) {
   if (!c.measured) {
     rec.add("contention", report::Json(nullptr), "");
-    return false;
+    return;
   }
   const std::string note = contention_note(c, remedy);
   rec.add("contention",
@@ -86,7 +86,6 @@ bool add_contention(report::Record& rec, const CpuContention& c, const std::stri
                        {"competed", c.competed()},
                        {"note", note}},
           note);
-  return c.competed();
 }
 
 void print_warning(const std::string& tool, const std::string& msg) {

@@ -3,6 +3,7 @@
 // runnable but waiting for one). Torch-free. docs/performance.md, "Busy machines".
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -68,7 +69,7 @@ class CpuContentionWatch {
   void loop(int interval_ms);
   ContentionMeter meter_;
   std::vector<ThreadTimes> last_;
-  double last_at_ = 0;
+  std::chrono::steady_clock::time_point last_at_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;

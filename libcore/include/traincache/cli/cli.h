@@ -76,8 +76,8 @@ void print_result(const std::string& tool, const CommonOptions& opts, const repo
 
 /// Adds field "contention" (what a run measured of other processes holding its cores: null where the
 /// kernel keeps no scheduler statistics); its text is contention_note's, ending with `remedy`, and
-/// empty unless they competed. Returns whether they did, so the caller adds the line.
-bool add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy);
+/// empty unless they competed (CpuContention::competed: the caller then prints the line).
+void add_contention(report::Record& rec, const CpuContention& c, const std::string& remedy);
 
 /// Prints "tool: warning: msg" to stderr.
 void print_warning(const std::string& tool, const std::string& msg);
