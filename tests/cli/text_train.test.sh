@@ -53,6 +53,38 @@ run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --padding max-length -o "$WO
 expect_rc 0
 same_params "$WORK/gc.pt" "$WORK/fixed.pt" "$ENC" 1e-4
 
+# An integer buffer stays integer: a transformer exported from Hugging Face keeps its position ids in
+# an int64 buffer and embeds them; gc-train once converted every tensor of the module to the float
+# type (65 "expected ... Long, Int; but got CPUFloatType"). The wrapper adds nothing to the output
+# (its table is zero and frozen), so it trains as the plain encoder does, in float32 and float64.
+# (A file: TorchScript reads the class's source.)
+cat >"$WORK/positions.py" <<EOF
+import torch
+from torch import nn
+class WithPositions(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.zero = nn.Embedding(128, 1).requires_grad_(False)
+        nn.init.zeros_(self.zero.weight)
+        self.register_buffer('position_ids', torch.arange(128).unsqueeze(0))
+    def forward(self, input_ids, attention_mask):
+        positions = self.zero(self.position_ids[:, :input_ids.size(1)]).sum()
+        return self.inner(input_ids, attention_mask) + positions
+torch.jit.script(WithPositions(torch.jit.load('$ENC')).eval()).save('$WORK/positions.pt')
+EOF
+run "$TC_PYTHON" "$WORK/positions.py"
+expect_rc 0
+loss_of() { grep -o '"loss":[-0-9.e]*' <<<"$1" | head -1 | cut -d: -f2; }
+for dtype in float32 float64; do
+  run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --dtype $dtype --json
+  expect_rc 0
+  plain=$(loss_of "$out")
+  run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --dtype $dtype --encoder "$WORK/positions.pt" --json
+  expect_rc 0
+  expect_eq "$(loss_of "$out")" "$plain" "the loss with an int64 position buffer, $dtype"
+done
+
 # ---- the same rows from CSV (one negative per row) and HDF5 string datasets (a 2-D negatives
 # dataset: two per row) train like the JSON Lines manifest
 run "$TC_BIN/gc-train" "${TRAIN[@]/pairs.jsonl/pairs.h5}" --chunk-size 5 -o "$WORK/h5.pt"

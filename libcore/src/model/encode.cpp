@@ -205,6 +205,15 @@ torch::jit::Module load_module(const std::string& path, torch::Device device) {
   }
 }
 
+void to_float_type(torch::jit::Module& m, torch::ScalarType type) {
+  torch::NoGradGuard no_grad;
+  auto convert = [type](torch::Tensor t) {
+    if (t.defined() && t.is_floating_point() && t.scalar_type() != type) t.set_data(t.to(type));
+  };
+  for (const auto& p : m.parameters()) convert(p);
+  for (const auto& b : m.buffers()) convert(b);
+}
+
 void require_device_index(const torch::Device& device, const std::string& subject) {
   if (!device.is_cuda() || !device.has_index()) return;
   const auto count = static_cast<int>(torch::cuda::device_count());

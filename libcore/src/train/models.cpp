@@ -172,7 +172,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
   }
   for (std::size_t i = 0; i < m.modules.size(); ++i) {
     m.modules[i].to(s.device);
-    m.modules[i].to(s.float_type);
+    model::to_float_type(m.modules[i], s.float_type);
     m.modules[i].train();
     if (o.gradcache) refuse_batchnorm(m.modules[i], names[i]);
   }

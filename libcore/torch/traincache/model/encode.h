@@ -46,6 +46,12 @@ void configure_threads(int threads);
 /// Missing file -> Error(no_input); not TorchScript -> Error(data).
 torch::jit::Module load_module(const std::string& path, torch::Device device);
 
+/// Converts the floating-point parameters and buffers of `m` (and its submodules) to `type`; integer
+/// and boolean buffers (a transformer's position ids) keep theirs, as PyTorch's `Module.to(dtype)`
+/// does. (`torch::jit::Module::to(dtype)` converts every tensor, and an embedding then rejects its
+/// float indices.)
+void to_float_type(torch::jit::Module& m, torch::ScalarType type);
+
 /// `m.forward(args)`, with any LibTorch/TorchScript exception turned into Error(data, subject,
 /// "rejected the input (<what was fed>): <the one meaningful line>< (the likely cause)>"), except
 /// running out of memory: Error(unavailable) as out_of_memory_error says.
