@@ -11,6 +11,7 @@
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/merge.h"
 #include "traincache/model/runtime.h"
+#include "traincache/text/token_batches.h"
 #include "traincache/train/dist_launch.h"
 
 using namespace traincache;
@@ -326,7 +327,7 @@ void add_text_options(CLI::App& app, Options& o) {
   app.add_option(
          "--max-tokens", o.fill.max_tokens,
          "A length window's batches hold at most N token slots: rows times the longest row's tokens (default: " +
-             std::to_string(fill::kDefaultMaxTokensCpu) + " on a CPU, " + std::to_string(fill::kDefaultMaxTokensCuda) +
+             std::to_string(text::kDefaultMaxTokensCpu) + " on a CPU, " + std::to_string(text::kDefaultMaxTokensCuda) +
              " on CUDA; 0: --batch-size rows each)")
       ->check(CLI::NonNegativeNumber)
       ->group(text_group);

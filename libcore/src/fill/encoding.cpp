@@ -15,6 +15,7 @@
 #include "traincache/base/prefetch.h"
 #include "traincache/base/timing.h"
 #include "traincache/model/precision_torch.h"
+#include "traincache/text/token_batches.h"
 
 namespace traincache::fill {
 
@@ -411,7 +412,7 @@ Encoding::UnitBatches Encoding::unit_batches(const std::string& enc, const Batch
   auto [sorted, order] = tokens.sort(/*stable=*/true, 0, false);
   const std::vector<int64_t> lengths(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + batch.count);
   b.order = order;
-  b.ends = token_batches(lengths, opts_.batch_size, in_.max_tokens);
+  b.ends = text::token_batches(lengths, opts_.batch_size, in_.max_tokens);
   return b;
 }
 

@@ -121,7 +121,7 @@ class Encoding {
 
   // A length window's rows are encoded by their token count (stable), so that each batch holds
   // texts of similar length, in batches of at most --batch-size rows and --max-tokens token slots
-  // (fill_plan's token_batches). One batch, or an encoder without text: as read, --batch-size rows
+  // (text/token_batches). One batch, or an encoder without text: as read, --batch-size rows
   // at a time.
   UnitBatches unit_batches(const std::string& enc, const Batch& batch) const;
 

@@ -9,6 +9,7 @@
 #include "traincache/base/format.h"
 #include "traincache/base/sha256.h"
 #include "traincache/model/runtime.h"
+#include "traincache/text/token_batches.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -175,7 +176,7 @@ int64_t window_rows(const FillOptions& opts, const Inputs& in) {
 int64_t batch_tokens(const FillOptions& opts, const Inputs& in) {
   const bool cuda = opts.device.rfind("cuda", 0) == 0;
   if (in.unit > opts.batch_size)
-    return opts.max_tokens >= 0 ? opts.max_tokens : cuda ? kDefaultMaxTokensCuda : kDefaultMaxTokensCpu;
+    return opts.max_tokens >= 0 ? opts.max_tokens : cuda ? text::kDefaultMaxTokensCuda : text::kDefaultMaxTokensCpu;
   if (opts.max_tokens > 0)
     throw Error(Exit::usage, "--max-tokens",
                 "caps the batches of texts sorted by length (--length-window), and this fill sorts none");

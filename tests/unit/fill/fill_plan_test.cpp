@@ -134,22 +134,3 @@ CATCH_TEST_CASE("fill plan: fingerprint diffs name settings, not array elements"
   CATCH_CHECK(fill::fingerprint_diff(a, a) == "unknown");
   CATCH_CHECK(fill::fingerprint_diff("not json", b) == "unreadable stored fingerprint");
 }
-
-CATCH_TEST_CASE("token batches: rows and token slots capped, a long row alone", "[fill_plan]") {
-  using V = std::vector<int64_t>;
-  // No cap: whole batches of batch_size rows.
-  CATCH_CHECK(fill::token_batches(V{1, 2, 3, 4, 5}, 2, 0) == V{2, 4, 5});
-  // 10 token slots: [1, 2, 2] pads to 3 x 2 = 6; adding 4 gives 4 x 4 = 16 > 10, so 4 starts a batch;
-  // [4, 5] is 10; 9 alone (one row may exceed the cap).
-  CATCH_CHECK(fill::token_batches(V{1, 2, 2, 4, 5, 9}, 8, 10) == V{3, 5, 6});
-  CATCH_CHECK(fill::token_batches(V{300}, 8, 10) == V{1});
-  // The row limit still holds under a generous cap.
-  CATCH_CHECK(fill::token_batches(V{1, 1, 1, 1, 1}, 2, 1000) == V{2, 4, 5});
-  // issue 59's case: 480 short texts and one of 256 tokens; a cap of 8,192 slots keeps the long
-  // one out of the short ones' batch.
-  V lengths(480, 16);
-  lengths.push_back(256);
-  const V ends = fill::token_batches(lengths, 256, 8192);
-  CATCH_CHECK(ends == V{256, 480, 481});
-  CATCH_CHECK(fill::token_batches(V{}, 4, 10).empty());
-}

@@ -166,11 +166,6 @@ inline constexpr int64_t kOptimizeCheckRows = 16;
 /// output moves with the other rows of its batch): what an update's rows may differ by from a full
 /// fill's.
 inline constexpr int64_t kBatchNoiseRows = 8;
-/// --max-tokens' default: token slots per batch of a length window, on a CPU and on a CUDA device
-/// (docs/performance.md, "Batches by tokens": on a CPU small batches run as fast per token as
-/// large ones and pad less; a GPU needs large ones to be busy).
-inline constexpr int64_t kDefaultMaxTokensCpu = 1024;
-inline constexpr int64_t kDefaultMaxTokensCuda = 32768;
 
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();

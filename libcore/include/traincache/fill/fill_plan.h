@@ -37,12 +37,6 @@ RowPlan plan_rows(const FillOptions& opts, int64_t input_rows, const std::vector
 std::vector<std::pair<int64_t, int64_t>> unit_ranges(int64_t begin, int64_t end, int64_t unit,
                                                      const std::vector<int64_t>& groups);
 
-/// The batches of a length window whose rows are sorted by token count (`sorted_lengths`,
-/// ascending): where each ends (exclusive), in order. A batch holds at most `batch_size` rows and,
-/// unless it is a single row, at most `max_tokens` token slots: its rows times its longest (the
-/// last) row's tokens, as it is padded. `max_tokens` 0: batches of `batch_size` rows.
-std::vector<int64_t> token_batches(const std::vector<int64_t>& sorted_lengths, int64_t batch_size, int64_t max_tokens);
-
 /// The settings (JSON paths such as "encoders/cnn/sha256", "input/rows") in which fingerprint
 /// documents differ, comma-separated; "unreadable stored fingerprint" when the old one is not JSON.
 std::string fingerprint_diff(const std::string& old_json, const std::string& now_json);
