@@ -53,6 +53,15 @@ run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --padding max-length -o "$WO
 expect_rc 0
 same_params "$WORK/gc.pt" "$WORK/fixed.pt" "$ENC" 1e-4
 
+# Chunks by length: the batch's texts are taken shortest first and cut at --max-tokens token slots
+# (rows x the chunk's longest text); a cap that splits most chunks trains as the full batch does.
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --max-tokens 40 -o "$WORK/capped.pt"
+expect_rc 0
+same_params "$WORK/capped.pt" "$WORK/full.pt" "$ENC" 1e-4
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --max-tokens -1
+expect_rc 64
+expect_one_line_err
+
 # An integer buffer stays integer: a transformer exported from Hugging Face keeps its position ids in
 # an int64 buffer and embeds them; gc-train once converted every tensor of the module to the float
 # type (65 "expected ... Long, Int; but got CPUFloatType"). The wrapper adds nothing to the output

@@ -8,6 +8,7 @@
 #include "traincache/cli/cli.h"
 #include "traincache/model/runtime.h"
 #include "traincache/slab/shm_slab.h"
+#include "traincache/text/token_batches.h"
 #include "traincache/train/train.h"
 #include "traincache/train/train_plan.h"
 
@@ -331,6 +332,13 @@ void add_batch_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->group(g_loss);
   app.add_option("-c,--chunk-size", o.chunk, "Rows per encoder chunk: C, or QC,PC per side (default 16)")
+      ->group(g_loss);
+  app.add_option("--max-tokens", t.max_tokens,
+                 "Text sides: token slots per chunk at most (rows x its longest text), the batch's texts taken "
+                 "shortest first; 0: --chunk-size rows only (default " +
+                     std::to_string(text::kDefaultMaxTokensCpu) + " on a CPU, " +
+                     std::to_string(text::kDefaultMaxTokensCuda) + " on CUDA)")
+      ->check(CLI::NonNegativeNumber)
       ->group(g_loss);
   app.add_option("--loss-chunk", t.loss_chunk,
                  "Anchor rows per loss chunk (default: the query chunk; CUDA: 2^25 logits)")

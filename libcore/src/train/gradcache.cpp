@@ -2,10 +2,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <numeric>
 
 #include "traincache/base/error.h"
+#include "traincache/text/token_batches.h"
 #include "traincache/train/objectives.h"
 
 namespace traincache::train {
@@ -190,39 +192,83 @@ void restore_rng(const RngState& s, const c10::Device& device) {
   }
 }
 
+// A side's chunks: which rows each holds, in the order they are encoded.
+struct Chunks {
+  torch::Tensor order;        // int64 (CPU): the rows in encoding order; undefined: the batch's own
+  torch::Tensor inverse;      // where each row of the batch is in `order`
+  std::vector<int64_t> ends;  // where each chunk ends in that order (exclusive)
+
+  int64_t begin(std::size_t k) const { return k == 0 ? 0 : ends[k - 1]; }
+  // Rows [begin(k), ends[k]) of `t` in encoding order.
+  torch::Tensor rows(const torch::Tensor& t, std::size_t k) const {
+    if (!order.defined()) return t.slice(0, begin(k), ends[k]);
+    return t.index_select(0, order.slice(0, begin(k), ends[k]).to(t.device()));
+  }
+  std::vector<torch::Tensor> inputs(const SideBatch& side, std::size_t k) const {
+    std::vector<torch::Tensor> out;
+    for (const auto& t : side.inputs) out.push_back(rows(t, k));
+    return out;
+  }
+  // The chunks' representations, concatenated in encoding order, back in the batch's order.
+  torch::Tensor in_batch_order(std::vector<torch::Tensor> reps) const {
+    auto all = reps.size() == 1 ? reps.front() : torch::cat(reps);
+    return order.defined() ? all.index_select(0, inverse.to(all.device())) : all;
+  }
+};
+
+// One chunk of the whole side, or chunks of side.chunk rows; with side.lengths, the rows shortest
+// first, cut by text::token_batches.
+Chunks plan_chunks(const SideBatch& side, bool chunked) {
+  Chunks c;
+  const int64_t n = side.rows();
+  const int64_t rows = chunked ? chunk_of(side.chunk, n) : n;
+  if (!chunked || side.lengths.empty()) {
+    for (int64_t a = 0; a < n; a += rows) c.ends.push_back(std::min(a + rows, n));
+    return c;
+  }
+  if (static_cast<int64_t>(side.lengths.size()) != n)
+    throw Error(Exit::internal, "step", "a side's token counts do not match its rows");
+  std::vector<int64_t> order(static_cast<std::size_t>(n)), sorted;
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return side.lengths[a] < side.lengths[b]; });
+  for (int64_t i : order) sorted.push_back(side.lengths[i]);
+  c.ends = text::token_batches(sorted, rows, side.max_tokens);
+  c.order = torch::tensor(order, torch::kInt64);
+  c.inverse = torch::empty_like(c.order);
+  c.inverse.index_put_({c.order}, torch::arange(n, torch::kInt64));
+  return c;
+}
+
 // Pass 1: representations of every chunk, without a graph.
 torch::Tensor encode_no_grad(SideBatch& side, std::vector<RngState>& states) {
   torch::NoGradGuard no_grad;
+  const Chunks chunks = plan_chunks(side, true);
   std::vector<torch::Tensor> reps;
-  int64_t c = chunk_of(side.chunk, side.rows());
-  for (int64_t a = 0; a < side.rows(); a += c) {
+  for (std::size_t k = 0; k < chunks.ends.size(); ++k) {
     states.push_back(save_rng(side.device));
     std::vector<torch::Tensor> in;
     // Clones: a model that modifies its input in place cannot change what the replay sees.
-    for (auto& t : slice_rows(side.inputs, a, std::min(a + c, side.rows()))) in.push_back(t.clone());
+    for (auto& t : chunks.inputs(side, k)) in.push_back(t.clone());
     reps.push_back(side.tower(in));
   }
-  return torch::cat(reps);
+  return chunks.in_batch_order(std::move(reps));
 }
 
 // Pass 3: replay every chunk with a graph and push the cached gradients into the parameters.
 void replay(SideBatch& side, const std::vector<RngState>& states, const torch::Tensor& grads, bool restore) {
-  int64_t c = chunk_of(side.chunk, side.rows());
-  std::size_t k = 0;
-  for (int64_t a = 0; a < side.rows(); a += c, ++k) {
-    int64_t b = std::min(a + c, side.rows());
+  const Chunks chunks = plan_chunks(side, true);
+  for (std::size_t k = 0; k < chunks.ends.size(); ++k) {
     if (restore) restore_rng(states[k], side.device);
-    auto rep = side.tower(slice_rows(side.inputs, a, b));
-    rep.backward(grads.slice(0, a, b));
+    auto rep = side.tower(chunks.inputs(side, k));
+    rep.backward(chunks.rows(grads, k));
   }
 }
 
 torch::Tensor encode_with_graph(SideBatch& side, bool chunked) {
-  int64_t c = chunked ? chunk_of(side.chunk, side.rows()) : side.rows();
+  const Chunks chunks = plan_chunks(side, chunked);
   std::vector<torch::Tensor> reps;
-  for (int64_t a = 0; a < side.rows(); a += c)
-    reps.push_back(side.tower(slice_rows(side.inputs, a, std::min(a + c, side.rows()))));
-  return reps.size() == 1 ? reps.front() : torch::cat(reps);
+  for (std::size_t k = 0; k < chunks.ends.size(); ++k) reps.push_back(side.tower(chunks.inputs(side, k)));
+  return chunks.in_batch_order(std::move(reps));
 }
 
 // The data-parallel step (see Parallel in gradcache.h).

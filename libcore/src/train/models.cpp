@@ -133,10 +133,12 @@ void use_text(const TrainOptions& o, const Data& d, Models& m) {
   };
   if (const TextSide* t = d.query->text()) {
     m.q_tower = text_tower(m.q, "query encoder", *t, o.tokenize.vocab_table);
+    m.q_by_length = t->length == 0;
     m.config["text"]["query"] = config(*t);
   }
   if (const TextSide* t = d.passage ? d.passage->text() : nullptr) {
     m.p_tower = text_tower(m.p, "passage encoder", *t, o.tokenize.vocab_table);
+    m.p_by_length = t->length == 0;
     m.config["text"]["passage"] = config(*t);
   }
 }

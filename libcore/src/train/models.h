@@ -24,6 +24,7 @@ struct Models {
   train::Tower q_tower, p_tower;
   std::optional<torch::jit::Module> classifier;  // softmax, arcface, cosface (in `distinct` too)
   bool grouped = false;
+  bool q_by_length = false, p_by_length = false;  // text sides trimmed per chunk: chunks by token count
   std::string mode;
   nlohmann::json config;
 };

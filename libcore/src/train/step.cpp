@@ -13,6 +13,7 @@
 #include "traincache/base/interrupt.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/timing.h"
+#include "traincache/text/token_batches.h"
 #include "traincache/train/shuffle.h"
 
 namespace traincache::train {
@@ -153,6 +154,20 @@ void Trainer::window_boundary(int64_t start, int64_t s) {
   boundaries_.push_back(w);
 }
 
+namespace {
+
+// A text side trimmed per chunk: its rows' token counts (the attention mask's sums), so that its
+// chunks hold texts of like length and at most `max_tokens` token slots (-1: the device's default).
+void by_length(train::SideBatch& side, int64_t max_tokens) {
+  const auto counts = side.inputs.at(1).sum(1).to(torch::kCPU, torch::kInt64).contiguous();
+  side.lengths.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel());
+  side.max_tokens = max_tokens >= 0         ? max_tokens
+                    : side.device.is_cuda() ? text::kDefaultMaxTokensCuda
+                                            : text::kDefaultMaxTokensCpu;
+}
+
+}  // namespace
+
 torch::Tensor Trainer::own_rows(const torch::Tensor& idx) const {
   if (!group_) return idx;
   const int64_t n = idx.size(0);
@@ -181,6 +196,8 @@ double Trainer::step(int64_t s, const torch::Tensor& idx, BatchInputs in, double
   const auto device = m_.params[0].device();  // where the towers run
   train::SideBatch qb{m_.q_tower, std::move(in.query), o_.query_chunk, device};
   train::SideBatch pb{m_.p_tower, std::move(in.passage), o_.passage_chunk, device};
+  if (m_.q_by_length) by_length(qb, o_.max_tokens);
+  if (m_.p_by_length && !pb.inputs.empty()) by_length(pb, o_.max_tokens);
   // The whole batch's labels (every rank scores its anchors against all rows); classes for a classifier.
   torch::Tensor labels =
       m_.grouped ? (m_.classifier ? data_.classes : data_.labels).index_select(0, idx).to(m_.params[0].device())

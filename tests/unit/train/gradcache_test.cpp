@@ -46,6 +46,8 @@ struct Setup {
   train::LossConfig loss;
   int64_t batch = 10, qchunk = 3, pchunk = 4;
   double dropout = 0;
+  std::vector<int64_t> qlengths, plengths;  // chunks by length (text sides); empty: in order
+  int64_t max_tokens = 0;
 };
 
 // The loss of s with, for the classifier kinds, a classifier of 3 classes over the 4-wide
@@ -83,6 +85,9 @@ std::vector<torch::Tensor> train_steps(const Setup& s, const train::StepMode& mo
       if (p.grad().defined()) p.grad().zero_();
     train::SideBatch qb{tower(qm), {q_all[i]}, s.qchunk};
     train::SideBatch pb{tower(pmod), {p_all[i]}, s.pchunk};
+    qb.lengths = s.qlengths;
+    pb.lengths = s.plengths;
+    qb.max_tokens = pb.max_tokens = s.max_tokens;
     train::gradcache_step(qb, pb, labels, cfg, mode);
     torch::NoGradGuard no_grad;
     for (auto& p : params) p.sub_(p.grad() * 0.1);
@@ -129,6 +134,11 @@ std::vector<std::pair<std::string, Setup>> setups() {
   big.qchunk = 64;
   big.loss.anchor_chunk = 4;
   v.push_back({"chunk larger than the batch, loss in anchor chunks of 4", big});
+  Setup by_length = neg;
+  by_length.qlengths = {5, 1, 9, 3, 3, 7, 2, 8, 1, 4};
+  for (int64_t i = 0; i < 30; ++i) by_length.plengths.push_back((i * 7) % 11 + 1);
+  by_length.max_tokens = 10;
+  v.push_back({"chunks by length: rows shortest first, at most 10 token slots", by_length});
   for (auto [kind, name, margin] : {std::tuple{train::LossKind::softmax, "softmax classifier", 0.0},
                                     std::tuple{train::LossKind::arcface, "ArcFace classifier", 0.5},
                                     std::tuple{train::LossKind::cosface, "CosFace classifier", 0.35},
@@ -186,21 +196,65 @@ CATCH_TEST_CASE("gradient cache: SGD steps equal full-batch steps in float32 wit
 }
 
 CATCH_TEST_CASE("gradient cache: with dropout the step equals a chunked step that keeps its graph", "[gradcache]") {
-  Setup s;
-  s.dropout = 0.3;
-  s.tied = false;
-  train::StepMode cached, chunked_graph, no_restore;
-  chunked_graph.gradcache = false;
-  chunked_graph.keep_chunk_graphs = true;
-  no_restore.restore_rng = false;
-  torch::Tensor rng_a, rng_b;
-  auto a = train_steps(s, cached, torch::kFloat64, 3, &rng_a);
-  auto b = train_steps(s, chunked_graph, torch::kFloat64, 3, &rng_b);
-  CATCH_CHECK(max_abs_diff(a, b) <= 1e-12);
-  // The global random state after the steps is as if every chunk had run once.
-  CATCH_CHECK(torch::equal(rng_a, rng_b));
-  // Negative control: replaying with fresh randomness gives other dropout masks.
-  CATCH_CHECK(max_abs_diff(train_steps(s, no_restore, torch::kFloat64, 3), b) > 1e-6);
+  for (bool by_length : {false, true}) {
+    CATCH_INFO("chunks by length: " << by_length);
+    Setup s;
+    s.dropout = 0.3;
+    s.tied = false;
+    if (by_length) {  // chunks of rows taken shortest first, replayed as they were encoded
+      s.qlengths = s.plengths = {5, 1, 9, 3, 3, 7, 2, 8, 1, 4};
+      s.max_tokens = 10;
+    }
+    train::StepMode cached, chunked_graph, no_restore;
+    chunked_graph.gradcache = false;
+    chunked_graph.keep_chunk_graphs = true;
+    no_restore.restore_rng = false;
+    torch::Tensor rng_a, rng_b;
+    auto a = train_steps(s, cached, torch::kFloat64, 3, &rng_a);
+    auto b = train_steps(s, chunked_graph, torch::kFloat64, 3, &rng_b);
+    CATCH_CHECK(max_abs_diff(a, b) <= 1e-12);
+    // The global random state after the steps is as if every chunk had run once.
+    CATCH_CHECK(torch::equal(rng_a, rng_b));
+    // Negative control: replaying with fresh randomness gives other dropout masks.
+    CATCH_CHECK(max_abs_diff(train_steps(s, no_restore, torch::kFloat64, 3), b) > 1e-6);
+  }
+}
+
+CATCH_TEST_CASE("gradient cache: chunks by length hold the rows token_batches cuts, in order", "[gradcache]") {
+  // Row i of the batch is the value i; the tower records each chunk's rows and returns them as
+  // they came, so the step's representations are in the batch's order only if they are put back.
+  std::vector<std::vector<int64_t>> seen;
+  train::Tower record = [&seen](const std::vector<torch::Tensor>& in) {
+    auto rows = in[0].select(1, 0).to(torch::kInt64).contiguous();
+    seen.emplace_back(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+    return in[0];
+  };
+  auto x = torch::arange(10, torch::kFloat64).unsqueeze(1).repeat({1, 2}).requires_grad_(true);
+  train::SideBatch qb{record, {x}, 3};
+  qb.lengths = {5, 1, 9, 3, 3, 7, 2, 8, 1, 4};
+  qb.max_tokens = 10;
+  train::SideBatch pb{record, {x * 1}, 0};
+  train::LossConfig cfg;
+  cfg.similarity = train::Similarity::dot;
+  cfg.temperature = 1;
+  train::StepMode full;
+  full.gradcache = false;
+  full.keep_chunk_graphs = true;
+  // Sorted by length (ties in row order): 1 8 | 6 3 4 ... cut at 3 rows and 10 slots (rows x the
+  // chunk's longest): {1, 8, 6} (3 x 2), {3, 4} (2 x 3), {9, 0} (2 x 5), {5}, {7}, {2}.
+  using V = std::vector<int64_t>;
+  const std::vector<V> want{{1, 8, 6}, {3, 4}, {9, 0}, {5}, {7}, {2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  // With the identity tower and dot similarity, query i's positive (passage i) scores highest only
+  // if both sides come back in the batch's order; the loss is then log-sum-exp minus x_i . x_i.
+  auto logits = torch::matmul(x, x.t()).detach();
+  const double expect = (torch::logsumexp(logits, 1) - logits.diagonal()).mean().item<double>();
+  CATCH_CHECK(train::gradcache_step(qb, pb, {}, cfg, full) == Approx(expect).epsilon(1e-12));
+  CATCH_CHECK(seen == want);
+  // The plain full-batch step encodes each side whole.
+  seen.clear();
+  full.keep_chunk_graphs = false;
+  train::gradcache_step(qb, pb, {}, cfg, full);
+  CATCH_CHECK(seen == (std::vector<V>{want.back(), want.back()}));
 }
 
 CATCH_TEST_CASE("loss: dot similarity at temperature 1 is GradCache's SimpleContrastiveLoss", "[gradcache]") {

@@ -77,6 +77,10 @@ struct TrainOptions {
   // Batches.
   int64_t batch_size = 64;
   int64_t query_chunk = 16, passage_chunk = 16;
+  /// Text sides trimmed per chunk: a chunk's token slots (rows x its longest text) at most, the rows
+  /// taken shortest first. -1: text::kDefaultMaxTokensCpu or kDefaultMaxTokensCuda by --device; 0:
+  /// chunks of --chunk-size rows (still by length).
+  int64_t max_tokens = -1;
   bool gradcache = true;
   bool drop_last = true;
   bool shuffle = true;

@@ -96,6 +96,12 @@ struct SideBatch {
   int64_t chunk = 0;
   /// Where the tower runs: its generator (a CUDA device's) is saved and replayed with the CPU one.
   c10::Device device{c10::kCPU};
+  /// Text trimmed per chunk: each row's tokens. Given, chunks hold rows of like length: the rows
+  /// are taken shortest first and cut as text::token_batches cuts them (at most `chunk` rows and,
+  /// unless alone, `max_tokens` token slots; 0: no cap). The representations, their gradients and
+  /// the loss stay in the batch's order, so only the order of summation changes.
+  std::vector<int64_t> lengths{};
+  int64_t max_tokens = 0;
   int64_t rows() const { return inputs.empty() ? 0 : inputs.front().size(0); }
 };
 
