@@ -149,7 +149,7 @@ io::cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const Row
 struct Provenance {
   std::vector<Digest128> digests;
   json digest_inputs = json::array();
-  json history = json::array();
+  io::cache::History history;
 };
 
 // What the journal records of encoder `name` (nothing when it encoded no row: a fill of no rows).
@@ -204,7 +204,7 @@ void publish(const Prepared& p, const FillOptions& opts, const Journal& journal,
   result.skipped = static_cast<int64_t>(spec.skipped.size());
   const torch::Device device = model::parse_device(opts.device);
   spec.root_attrs = root_attrs(opts, in, p.plan, p.fp, device);
-  spec.root_attrs.push_back({"history", json_text(prov.history)});
+  spec.root_attrs.push_back({"history", io::cache::history_text(prov.history)});
   spec.row_digests = prov.digests;
   spec.row_digest_inputs = json_text(prov.digest_inputs);
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
@@ -225,9 +225,11 @@ void publish(const Prepared& p, const FillOptions& opts, const Journal& journal,
 // `old`, a full fill's entry.
 std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& old, const Inputs& in,
                                     const RowPlan& plan, Provenance& prov, FillResult& result) {
-  json entry = {{"run", old ? "update" : "fill"}, {"rows", plan.rows()}};
+  io::cache::HistoryEntry entry;
+  entry.run = old ? "update" : "fill";
+  entry.rows = plan.rows();
   if (!old) {
-    entry["encoded"] = plan.rows();
+    entry.encoded = plan.rows();
     prov.history.push_back(entry);
     return nullptr;
   }
@@ -248,16 +250,10 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
   u.copied = plan.rows() - encoded;
   result.update = u;
   result.rows_copied = u.copied;
-  entry["encoded"] = encoded;
-  entry["copied"] = u.copied;
-  entry["matched_by"] = up.by_key ? "key" : "position";
-  for (const auto& [k, v] : {std::pair<const char*, int64_t>{"kept", u.kept},
-                             {"changed", u.changed},
-                             {"added", u.added},
-                             {"removed", u.removed}})
-    entry[k] = v;
-  prov.history = json::parse(old->history, nullptr, false);
-  if (!prov.history.is_array()) prov.history = json::array();
+  entry.encoded = encoded;
+  entry.update =
+      io::cache::HistoryEntry::Update{u.copied, u.added, u.changed, u.removed, u.kept, up.by_key ? "key" : "position"};
+  prov.history = old->history;
   prov.history.push_back(entry);
   return update;
 }

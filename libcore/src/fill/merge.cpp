@@ -123,18 +123,18 @@ void check_coverage(std::vector<Shard>& shards) {
 
 // The merged cache's history: each shard's fills and updates, marked with its shard (in row order),
 // then the merge itself.
-nlohmann::json merged_history(const std::vector<Shard>& shards, int64_t rows) {
-  nlohmann::json history = nlohmann::json::array();
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    nlohmann::json part = nlohmann::json::parse(shards[i].info.history, nullptr, false);
-    if (!part.is_array()) continue;
-    for (auto& entry : part)
-      if (entry.is_object()) {
-        entry["shard"] = i;
-        history.push_back(entry);
-      }
-  }
-  history.push_back({{"run", "merge"}, {"rows", rows}, {"shards", shards.size()}});
+io::cache::History merged_history(const std::vector<Shard>& shards, int64_t rows) {
+  io::cache::History history;
+  for (std::size_t i = 0; i < shards.size(); ++i)
+    for (auto entry : shards[i].info.history) {
+      entry.shard = static_cast<int64_t>(i);
+      history.push_back(std::move(entry));
+    }
+  io::cache::HistoryEntry merge;
+  merge.run = "merge";
+  merge.rows = rows;
+  merge.shards = static_cast<int64_t>(shards.size());
+  history.push_back(merge);
   return history;
 }
 
@@ -165,7 +165,7 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
     io::h5::write_attr(out.get(), "merged_from", json_text(parts));
     io::h5::write_attr(out.get(), "merge", std::string(o.copy ? "copy" : "virtual"));
     if (H5Aexists(out.get(), "history") > 0) H5Adelete(out.get(), "history");
-    io::h5::write_attr(out.get(), "history", json_text(merged_history(shards, rows)));
+    io::h5::write_attr(out.get(), "history", io::cache::history_text(merged_history(shards, rows)));
 
     for (const auto& name : dataset_names(ref.info)) {
       io::h5::Id src0 = io::h5::open_dataset(first.get(), ref.path, name);

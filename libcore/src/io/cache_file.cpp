@@ -209,7 +209,7 @@ void read_root_attrs(hid_t f, const std::string& path, CacheInfo& info) {
   info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
   info.input_scale = h5::read_attr_double(f, "input_scale").value_or(0);
   info.input_kind = h5::read_attr_string(f, "input_kind").value_or("");
-  info.history = h5::read_attr_string(f, "history").value_or("[]");
+  info.history = parse_history(h5::read_attr_string(f, "history").value_or("[]"));
   if (h5::read_attr_string(f, "merged_from")) {
     info.kind = CacheKind::merged;
   } else if (auto shard = h5::read_attr_int(f, "shard_index")) {
@@ -275,6 +275,49 @@ void count_label_classes(hid_t labels, const std::string& path, CacheInfo& info)
 }
 
 }  // namespace
+
+History parse_history(const std::string& text) {
+  const auto list = nlohmann::json::parse(text, nullptr, false);
+  History out;
+  if (!list.is_array()) return out;
+  for (const auto& j : list) {
+    if (!j.is_object()) continue;
+    HistoryEntry e;
+    e.run = j.value("run", std::string("?"));
+    e.rows = j.value("rows", int64_t{0});
+    e.encoded = j.value("encoded", int64_t{0});
+    if (j.contains("copied"))
+      e.update = HistoryEntry::Update{j.value("copied", int64_t{0}),  j.value("added", int64_t{0}),
+                                      j.value("changed", int64_t{0}), j.value("removed", int64_t{0}),
+                                      j.value("kept", int64_t{0}),    j.value("matched_by", std::string("?"))};
+    e.shard = j.value("shard", int64_t{-1});
+    e.shards = j.value("shards", int64_t{0});
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string history_text(const History& history) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : history) {
+    nlohmann::json j{{"run", e.run}, {"rows", e.rows}};
+    if (e.run == "merge")
+      j["shards"] = e.shards;
+    else
+      j["encoded"] = e.encoded;
+    if (e.update) {
+      j["copied"] = e.update->copied;
+      j["matched_by"] = e.update->matched_by;
+      j["added"] = e.update->added;
+      j["changed"] = e.update->changed;
+      j["removed"] = e.update->removed;
+      j["kept"] = e.update->kept;
+    }
+    if (e.shard >= 0) j["shard"] = e.shard;
+    list.push_back(std::move(j));
+  }
+  return json_text(list);
+}
 
 CacheInfo read_info(const std::string& path, bool count_labels) {
   h5::Id file = h5::open_file(path);

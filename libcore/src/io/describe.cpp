@@ -82,29 +82,24 @@ void add_labels(report::Record& r, const cache::CacheInfo& c) {
 // The fills and updates that made the cache, oldest first (cache-fill --update), and whether it
 // holds the row digests an update needs.
 void add_history(report::Record& r, const cache::CacheInfo& c) {
-  report::Json history = report::Json::parse(c.history, nullptr, false);
-  if (!history.is_array()) history = report::Json::array();
   std::string text;
-  for (std::size_t i = 0; i < history.size(); ++i) {
-    const auto& h = history[i];
-    text += (i ? "\n               " : "") + std::to_string(i + 1) + ". " + h.value("run", "?") +
-            (h.contains("shard") ? " of shard " + std::to_string(h.value("shard", int64_t{0})) : "") + ": " +
-            std::to_string(h.value("rows", int64_t{0})) + " rows, ";
-    if (h.value("run", "") == "merge") {
-      text += "from " + std::to_string(h.value("shards", int64_t{0})) + " shards";
+  for (std::size_t i = 0; i < c.history.size(); ++i) {
+    const cache::HistoryEntry& h = c.history[i];
+    text += (i ? "\n               " : "") + std::to_string(i + 1) + ". " + h.run +
+            (h.shard >= 0 ? " of shard " + std::to_string(h.shard) : "") + ": " + std::to_string(h.rows) + " rows, ";
+    if (h.run == "merge") {
+      text += "from " + std::to_string(h.shards) + " shards";
       continue;
     }
-    text += std::to_string(h.value("encoded", int64_t{0})) + " encoded";
-    if (h.contains("copied"))
-      text += ", " + std::to_string(h.value("copied", int64_t{0})) + " copied (by " + h.value("matched_by", "?") +
-              ": added " + std::to_string(h.value("added", int64_t{0})) + ", changed " +
-              std::to_string(h.value("changed", int64_t{0})) + ", removed " +
-              std::to_string(h.value("removed", int64_t{0})) + ", kept " + std::to_string(h.value("kept", int64_t{0})) +
-              ")";
+    text += std::to_string(h.encoded) + " encoded";
+    if (const auto& u = h.update)
+      text += ", " + std::to_string(u->copied) + " copied (by " + u->matched_by + ": added " +
+              std::to_string(u->added) + ", changed " + std::to_string(u->changed) + ", removed " +
+              std::to_string(u->removed) + ", kept " + std::to_string(u->kept) + ")";
   }
-  if (history.empty()) text = "not recorded (made before cache-fill kept it)";
+  if (c.history.empty()) text = "not recorded (made before cache-fill kept it)";
   if (!c.row_digests) text += "; no row digests (cache-fill --update needs a full fill first)";
-  r.add("history", history, text);
+  r.add("history", report::Json::parse(cache::history_text(c.history)), text);
   r.add("row_digests", c.row_digests);
 }
 

@@ -268,3 +268,33 @@ CATCH_TEST_CASE("cache export: file numbers are as wide as the largest, so name 
     names.push_back(io::cache::export_file_name("flat", k, 100001, ".npy"));
   CATCH_CHECK(std::is_sorted(names.begin(), names.end()));
 }
+
+CATCH_TEST_CASE("cache file: history is read and written in one format", "[cache]") {
+  // What cache-fill wrote before the history was typed: a fill, an update, a merged shard's run
+  // and the merge, each with its keys in alphabetical order.
+  const std::string stored =
+      R"([{"encoded":40,"rows":40,"run":"fill"},)"
+      R"({"added":10,"changed":2,"copied":38,"encoded":12,"kept":28,"matched_by":"key","removed":3,"rows":50,"run":"update"},)"
+      R"({"encoded":25,"rows":25,"run":"fill","shard":1},)"
+      R"({"rows":50,"run":"merge","shards":2}])";
+  const io::cache::History h = io::cache::parse_history(stored);
+  CATCH_REQUIRE(h.size() == 4);
+  CATCH_CHECK(h[0].run == "fill");
+  CATCH_CHECK(h[0].encoded == 40);
+  CATCH_CHECK(!h[0].update);
+  CATCH_CHECK(h[0].shard == -1);
+  CATCH_REQUIRE(h[1].update);
+  CATCH_CHECK(h[1].update->copied == 38);
+  CATCH_CHECK(h[1].update->removed == 3);
+  CATCH_CHECK(h[1].update->matched_by == "key");
+  CATCH_CHECK(h[2].shard == 1);
+  CATCH_CHECK(h[3].run == "merge");
+  CATCH_CHECK(h[3].shards == 2);
+  // Written back, the same bytes.
+  CATCH_CHECK(io::cache::history_text(h) == stored);
+  // What is not a list of objects reads as no entry.
+  CATCH_CHECK(io::cache::parse_history("not json").empty());
+  CATCH_CHECK(io::cache::parse_history(R"({"run":"fill"})").empty());
+  CATCH_CHECK(io::cache::parse_history(R"([1, {"run":"fill","rows":3,"encoded":3}])").size() == 1);
+  CATCH_CHECK(io::cache::history_text({}) == "[]");
+}

@@ -69,6 +69,31 @@ enum class CacheKind { filled, shard, merged };
 /// "filled", "shard" or "merged".
 const char* cache_kind_name(CacheKind kind);
 
+/// One cache-fill run in a cache's history (the root's "history" attribute, docs/cache-format.md).
+struct HistoryEntry {
+  std::string run;      ///< "fill", "update" or "merge"
+  int64_t rows = 0;     ///< the cache's rows after the run
+  int64_t encoded = 0;  ///< rows encoded (fill, update)
+  /// An update's rows: copied from the cache it updated, matched by "key" or "position".
+  struct Update {
+    int64_t copied = 0, added = 0, changed = 0, removed = 0, kept = 0;
+    std::string matched_by;
+  };
+  std::optional<Update> update;
+  int64_t shard = -1;  ///< in a merged cache: the shard (in row order) this run made; -1: none
+  int64_t shards = 0;  ///< merge: the shards merged
+};
+
+/// The runs that made a cache, oldest first.
+using History = std::vector<HistoryEntry>;
+
+/// The attribute's text as entries (what is not a list of objects reads as no entry): the one
+/// reader of the format, as history_text is its one writer.
+History parse_history(const std::string& text);
+
+/// `history` as the attribute stores it: a compact JSON list (keys in alphabetical order).
+std::string history_text(const History& history);
+
 struct CacheInfo {
   std::string path;
   CacheKind kind = CacheKind::filled;
@@ -93,7 +118,7 @@ struct CacheInfo {
   std::vector<TextInfo> text;  ///< text inputs, empty without text
   int64_t length_window = 0;   ///< rows per length window of a text fill (0: batches as read)
   bool row_digests = false;    ///< /row_digests holds each row's input digest (cache-fill --update)
-  std::string history = "[]";  ///< the "history" attribute: a JSON list, one entry per fill or update
+  History history;             ///< the "history" attribute: one entry per fill, update or merge
 };
 
 /// The encoder names of a cache, "cnn, text" (for messages).
