@@ -203,6 +203,9 @@ run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-l
   --length-window 0 --out "$WORK/b_bad.h5"
 expect_rc 64
 expect_err "cache-fill: error: --max-tokens: caps the batches of texts sorted by length (--length-window), and this fill sorts none"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-tokens -5 --out "$WORK/b_bad.h5"
+expect_rc 64
+expect_err "cache-fill: error: --max-tokens: must be a number >= 0, got '-5' (see --help)"
 # The padding share in the bottleneck line, with what lowers it when it is large: every text padded
 # to 48 tokens.
 run "$TC_BIN/cache-fill" --input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 64 --tokenizer "$T/bert-uncased.json" --max-length 48 --padding max-length \

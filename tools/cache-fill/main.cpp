@@ -329,7 +329,7 @@ void add_text_options(CLI::App& app, Options& o) {
          "A length window's batches hold at most N token slots: rows times the longest row's tokens (default: " +
              std::to_string(text::kDefaultMaxTokensCpu) + " on a CPU, " + std::to_string(text::kDefaultMaxTokensCuda) +
              " on CUDA; 0: --batch-size rows each)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::positive_number(true))
       ->group(text_group);
 }
 
