@@ -375,7 +375,9 @@ FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Pre
   FillResult& result = p.result;
   auto t_digest = Clock::now();
   Provenance prov;
-  prov.digests = row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, opts.workers));
+  prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
+                     ? std::move(p.fp.row_digests)
+                     : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, opts.workers));
   prov.digest_inputs = row_digest_inputs(p.in);
   const std::unique_ptr<Update> update = plan_update(p.existing.to_update, p.in, p.plan, prov, result);
   result.digest_seconds += seconds_since(t_digest);

@@ -37,11 +37,20 @@ namespace {
 Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
                                 const std::vector<std::string>& enc_sha, bool cuda) {
   ContentHash content;
-  for (const auto& [name, d] : in.features) d.col->digest(plan.begin, plan.end, content);
-  for (const auto& [key, t] : in.texts) t.col->digest(plan.begin, plan.end, content);
+  Fingerprint f;
+  // One field to digest row by row: its row digests come from the content digest's read of it.
+  const bool one_field = in.features.size() + in.texts.size() == 1;
+  if (one_field) f.row_digests.resize(static_cast<std::size_t>(plan.end - plan.begin));
+  auto digest = [&](const io::source::Column& col) {
+    if (one_field)
+      col.digest_rows(plan.begin, plan.end, content, f.row_digests.data());
+    else
+      col.digest(plan.begin, plan.end, content);
+  };
+  for (const auto& [name, d] : in.features) digest(*d.col);
+  for (const auto& [key, t] : in.texts) digest(*t.col);
   if (in.labels) in.labels->col->digest(plan.begin, plan.end, content);
   if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
-  Fingerprint f;
   json& fp = f.doc;
   fp["format_version"] = io::cache::kFormatVersion;
   // No path: the inputs count by their content (names relative to the input and bytes), so the same

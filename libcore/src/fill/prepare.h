@@ -27,6 +27,9 @@ namespace traincache::fill {
 struct Fingerprint {
   nlohmann::json doc, job;
   std::string text, hash, job_hash;
+  // Each row's own digest (update.h's row_digests), taken in the same read as the content digest
+  // when the rows have one field to digest (an image, a text); empty: taken after, as before.
+  std::vector<Digest128> row_digests;
 };
 
 // The cache already at the output: up to date (this fingerprint), or to update (--update, and only

@@ -5,48 +5,18 @@
 #include <future>
 
 #include "traincache/base/error.h"
-#include "traincache/base/interrupt.h"
 
 using nlohmann::json;
 
 namespace traincache::fill {
-
-namespace {
-
-// Feeds each row of [a, b) of `col` to its own digest. Numeric columns are read in blocks and each
-// row's bytes digested; images, strings and token sequences digest as Column::digest does one row
-// (an image file's name and bytes, a string, a sequence's values), never decoded.
-void digest_rows(const io::source::Column& col, int64_t a, int64_t b, std::vector<ContentHash>& hashes) {
-  const auto& ci = col.info();
-  const bool numeric = !col.preprocess() && !ci.ragged && ci.dtype != DType::string && ci.dtype != DType::other;
-  if (!numeric) {
-    for (int64_t r = a; r < b; ++r) {
-      if ((r - a) % 256 == 0) stop_if_interrupted("digesting the input's rows (nothing was written)");
-      col.digest(r, r + 1, hashes[static_cast<std::size_t>(r - a)]);
-    }
-    return;
-  }
-  const std::size_t row = std::max<std::size_t>(1, ci.row_bytes());
-  const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
-  std::vector<char> buf;
-  for (int64_t s = a; s < b; s += block) {
-    stop_if_interrupted("digesting the input's rows (nothing was written)");
-    const int64_t n = std::min(block, b - s);
-    buf.resize(static_cast<std::size_t>(n) * row);
-    col.read(s, n, buf.data());
-    for (int64_t r = 0; r < n; ++r) hashes[static_cast<std::size_t>(s - a + r)].update(buf.data() + r * row, row);
-  }
-}
-
-}  // namespace
 
 std::vector<Digest128> row_digests(const Inputs& in, int64_t a, int64_t b, int threads) {
   std::vector<Digest128> out(static_cast<std::size_t>(b - a));
   // Rows [s, e) on one thread: reading the files (image folders, manifests) is most of the work.
   auto part = [&](int64_t s, int64_t e) {
     std::vector<ContentHash> hashes(static_cast<std::size_t>(e - s));
-    for (const auto& [name, d] : in.features) digest_rows(*d.col, s, e, hashes);
-    for (const auto& [key, t] : in.texts) digest_rows(*t.col, s, e, hashes);
+    for (const auto& [name, d] : in.features) d.col->feed_rows(s, e, hashes.data());
+    for (const auto& [key, t] : in.texts) t.col->feed_rows(s, e, hashes.data());
     for (std::size_t i = 0; i < hashes.size(); ++i) out[static_cast<std::size_t>(s - a) + i] = hashes[i].digest();
   };
   const int64_t n = std::max<int64_t>(1, std::min<int64_t>(threads, (b - a) / 1024));

@@ -143,42 +143,11 @@ class ImageColumn : public Column {
   // to `h` in order: the same bytes in the same order as one thread would feed (a cache-fill of
   // 20,000 files reads ~400 MB here on every run, up-to-date checks included). Row digests ask for
   // one row at a time, from threads of their own: those are read here, without starting any.
-  void digest(int64_t a, int64_t b, ContentHash& h) const override {
-    h.update(info_.name + '\0' + "images" + '\0');  // the spec is the fingerprint's "preprocess"
-    constexpr int64_t kBlock = 64;
-    const int64_t blocks = (b - a + kBlock - 1) / kBlock;
-    const int threads =  // usable_cores() reads the cgroup's files: not once per row
-        blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
-    auto read_block = [&](int64_t k) {
-      std::vector<std::optional<std::string>> out;  // nullopt: missing, and tolerated
-      for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) try {
-          out.emplace_back(read_file_of(static_cast<std::size_t>(r)));
-          note_digested(static_cast<std::size_t>(r), &*out.back());
-        } catch (const Error& e) {
-          if (!tolerate_ || e.code() != Exit::no_input) throw;
-          note_digested(static_cast<std::size_t>(r), nullptr);
-          out.emplace_back(std::nullopt);
-        }
-      return out;
-    };
-    auto feed = [&](int64_t k, const std::vector<std::optional<std::string>>& files) {
-      stop_if_interrupted("digesting the input's files (nothing was written)");
-      for (std::size_t j = 0; j < files.size(); ++j) {
-        const std::string& id = ids_[static_cast<std::size_t>(a + k * kBlock) + j];
-        if (!files[j]) {
-          h.update(id + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
-          continue;
-        }
-        h.update(id + '\0' + std::to_string(files[j]->size()) + '\0');
-        h.update(*files[j]);
-      }
-    };
-    if (threads <= 1) {
-      for (int64_t k = 0; k < blocks; ++k) feed(k, read_block(k));
-      return;
-    }
-    OrderedPrefetcher<std::vector<std::optional<std::string>>> ahead(blocks, threads, 2 * threads, read_block);
-    for (int64_t k = 0; k < blocks; ++k) feed(k, ahead.next());
+  void digest(int64_t a, int64_t b, ContentHash& h) const override { digest_files(a, b, h, nullptr); }
+
+  // The rows' own digests are taken by the threads that read the files, from the same bytes.
+  void digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const override {
+    digest_files(a, b, h, rows);
   }
 
   const image::Spec* preprocess() const override { return &spec_; }
@@ -205,6 +174,59 @@ class ImageColumn : public Column {
   }
 
  private:
+  using Block = std::vector<std::optional<std::string>>;  // nullopt: missing, and tolerated
+
+  // Feeds file i as the digest holds it: its id, size and bytes (or its id and "missing").
+  void feed_file(ContentHash& h, std::size_t i, const std::optional<std::string>& bytes) const {
+    if (!bytes) {
+      h.update(ids_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
+      return;
+    }
+    h.update(ids_[i] + '\0' + std::to_string(bytes->size()) + '\0');
+    h.update(*bytes);
+  }
+
+  // digest(a, b, h), and with `rows` each file's own digest (digest(r, r + 1)'s) from the same read.
+  void digest_files(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const {
+    const std::string prefix = info_.name + '\0' + "images" + '\0';  // the spec is the fingerprint's "preprocess"
+    h.update(prefix);
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (b - a + kBlock - 1) / kBlock;
+    const int threads =  // usable_cores() reads the cgroup's files: not once per row
+        blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
+    auto read_block = [&](int64_t k) {
+      Block out;
+      for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        try {
+          out.emplace_back(read_file_of(i));
+          note_digested(i, &*out.back());
+        } catch (const Error& e) {
+          if (!tolerate_ || e.code() != Exit::no_input) throw;
+          note_digested(i, nullptr);
+          out.emplace_back(std::nullopt);
+        }
+        if (!rows) continue;
+        ContentHash own;
+        own.update(prefix);
+        feed_file(own, i, out.back());
+        rows[r - a] = own.digest();
+      }
+      return out;
+    };
+    auto feed = [&](int64_t k, const Block& files) {
+      stop_if_interrupted("digesting the input's files (nothing was written)");
+      for (std::size_t j = 0; j < files.size(); ++j)
+        feed_file(h, static_cast<std::size_t>(a + k * kBlock) + j, files[j]);
+    };
+    if (threads <= 1) {
+      for (int64_t k = 0; k < blocks; ++k) feed(k, read_block(k));
+      return;
+    }
+    OrderedPrefetcher<Block> ahead(blocks, threads, 2 * threads, read_block);
+    for (int64_t k = 0; k < blocks; ++k) feed(k, ahead.next());
+  }
+
   // Rows [start, start + count) decoded in order, each checked against the column's row shape.
   template <class Use>
   void for_each_image(int64_t start, int64_t count, Use use) const {

@@ -328,6 +328,38 @@ void Column::digest(int64_t a, int64_t b, ContentHash& h) const {
   }
 }
 
+void Column::feed_rows(int64_t a, int64_t b, ContentHash* hashes) const {
+  const bool numbers = !preprocess() && !info_.ragged && info_.dtype != DType::string && info_.dtype != DType::other;
+  if (!numbers) {
+    for (int64_t r = a; r < b; ++r) {
+      if ((r - a) % 256 == 0) stop_if_interrupted("digesting the input's rows (nothing was written)");
+      digest(r, r + 1, hashes[r - a]);
+    }
+    return;
+  }
+  const std::size_t row = std::max<std::size_t>(1, info_.row_bytes());
+  const int64_t block = std::max<int64_t>(1, static_cast<int64_t>((8u << 20) / row));
+  std::vector<char> buf;
+  for (int64_t s = a; s < b; s += block) {
+    stop_if_interrupted("digesting the input's rows (nothing was written)");
+    const int64_t n = std::min(block, b - s);
+    buf.resize(static_cast<std::size_t>(n) * row);
+    read(s, n, buf.data());
+    for (int64_t r = 0; r < n; ++r) hashes[s - a + r].update(buf.data() + r * row, row);
+  }
+}
+
+void Column::digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const {
+  digest(a, b, h);
+  constexpr int64_t kPart = 4096;  // the hashes' states held at once (~600 bytes each)
+  for (int64_t s = a; s < b; s += kPart) {
+    const int64_t e = std::min(b, s + kPart);
+    std::vector<ContentHash> hashes(static_cast<std::size_t>(e - s));
+    feed_rows(s, e, hashes.data());
+    for (int64_t r = s; r < e; ++r) rows[r - a] = hashes[static_cast<std::size_t>(r - s)].digest();
+  }
+}
+
 void Column::read_ragged(int64_t, int64_t, std::vector<int64_t>&, std::vector<int64_t>&) const {
   throw Error(Exit::data, path_, "'" + info_.name + "' does not hold sequences of varying length");
 }

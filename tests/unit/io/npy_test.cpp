@@ -136,6 +136,18 @@ CATCH_TEST_CASE("npy: a .npy column reads rows in place, swapping big-endian ele
   io::source::open_column("le/be.npy", "")->digest(0, 2, b);
   CATCH_CHECK(a.hex_digest() == b.hex_digest());
 
+  // Row digests beside the digest (read twice here): each row's bytes, and digest() unchanged.
+  std::vector<Digest128> rows(3);
+  ContentHash whole, alone;
+  col->digest_rows(0, 3, whole, rows.data());
+  col->digest(0, 3, alone);
+  CATCH_CHECK(whole.hex_digest() == alone.hex_digest());
+  for (int r = 0; r < 3; ++r) {
+    ContentHash own;
+    own.update(bytes.data() + bytes.size() - 24 + 8 * r, 8);
+    CATCH_CHECK(rows[static_cast<std::size_t>(r)] == own.digest());
+  }
+
   write("short.npy", bytes.substr(0, bytes.size() - 3));
   CATCH_CHECK(test::message_of([] { io::source::open_column("short.npy", ""); }) ==
               "short.npy: truncated: the header promises 24 bytes of data, the file holds 21");

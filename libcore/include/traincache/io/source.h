@@ -121,6 +121,16 @@ class Column {
   /// Feeds rows [a, b) to `h`, streamed in bounded blocks. The digest changes when any value does.
   virtual void digest(int64_t a, int64_t b, ContentHash& h) const;
 
+  /// Feeds each row r of [a, b) to its own hash, hashes[r - a]: a number column's row as read()
+  /// gives its bytes; any other row (images, strings, token sequences) as digest(r, r + 1) feeds
+  /// it, never decoded. The digests cache-fill keeps of each row (docs/cache-format.md).
+  void feed_rows(int64_t a, int64_t b, ContentHash* hashes) const;
+
+  /// digest(a, b, h), and each row's own digest (feed_rows') into rows[r - a], from one read of
+  /// each row where the column reads files (image folders, manifests, tar shards: the fingerprint
+  /// and the row digests of a fill); other columns read their rows twice.
+  virtual void digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const;
+
   /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
   virtual hid_t hdf5_dataset() const { return -1; }
 
