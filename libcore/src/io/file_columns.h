@@ -7,6 +7,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -192,8 +193,7 @@ class ImageColumn : public Column {
     h.update(prefix);
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (b - a + kBlock - 1) / kBlock;
-    const int threads =  // usable_cores() reads the cgroup's files: not once per row
-        blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
+    const int threads = reader_threads(blocks);  // usable_cores() reads the cgroup's files: not once per row
     auto read_block = [&](int64_t k) {
       Block out;
       for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) {
@@ -308,27 +308,60 @@ class ImageColumn : public Column {
     return bytes;
   }
 
-  // The output shape every image shares; Error(data) naming the first two that differ.
+  // Threads to read `blocks` blocks of files on: one per usable core, at most 16; one for a block.
+  static int reader_threads(int64_t blocks) {
+    return blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
+  }
+
+  // The output shape every image shares; Error(data) naming the first two that differ. The files
+  // are probed on several threads, a block each, and met in the folder's order: the same error as
+  // one thread would meet first.
   std::vector<int64_t> common_shape() const {
+    struct Probe {  // neither: unreadable and tolerated
+      std::vector<int64_t> shape;
+      std::exception_ptr error;
+    };
+    constexpr int64_t kBlock = 64;
+    const auto n = static_cast<int64_t>(shown_.size());
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    auto probe_block = [&](int64_t k) {
+      std::vector<Probe> out(static_cast<std::size_t>(std::min(n, (k + 1) * kBlock) - k * kBlock));
+      for (std::size_t j = 0; j < out.size(); ++j) try {
+          const std::string bytes = read_file_of(static_cast<std::size_t>(k * kBlock) + j);
+          auto hw = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                                      spec_.exif_transpose, shown_[static_cast<std::size_t>(k * kBlock) + j]);
+          out[j].shape = image::output_shape(spec_, hw.first, hw.second);
+        } catch (const Error& e) {
+          if (!tolerate_ || (e.code() != Exit::data && e.code() != Exit::no_input))
+            out[j].error = std::current_exception();
+        } catch (...) {
+          out[j].error = std::current_exception();
+        }
+      return out;
+    };
     std::vector<int64_t> first;
     std::size_t first_i = 0;
-    for (std::size_t i = 0; i < shown_.size(); ++i) {
-      std::pair<int, int> hw;
-      try {
-        std::string bytes = read_file_of(i);
-        hw = image::probe_size(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.exif_transpose,
-                               shown_[i]);
-      } catch (const Error& e) {
-        if (tolerate_ && (e.code() == Exit::data || e.code() == Exit::no_input)) continue;
-        throw;
+    auto meet = [&](int64_t k, const std::vector<Probe>& probes) {
+      stop_if_interrupted("reading the images' sizes (nothing was written)");
+      for (std::size_t j = 0; j < probes.size(); ++j) {
+        const std::size_t i = static_cast<std::size_t>(k * kBlock) + j;
+        if (probes[j].error) std::rethrow_exception(probes[j].error);
+        const auto& shape = probes[j].shape;
+        if (shape.empty()) continue;
+        if (first.empty()) first = shape, first_i = i;
+        if (shape != first)
+          throw Error(Exit::data, path(),
+                      "images differ in shape: " + shown_[first_i] + " gives " + shape_text(first) + " but " +
+                          shown_[i] + " gives " + shape_text(shape) +
+                          "; add --resize and/or --center-crop to bring them to one size");
       }
-      auto shape = image::output_shape(spec_, hw.first, hw.second);
-      if (first.empty()) first = shape, first_i = i;
-      if (shape != first)
-        throw Error(Exit::data, path(),
-                    "images differ in shape: " + shown_[first_i] + " gives " + shape_text(first) + " but " + shown_[i] +
-                        " gives " + shape_text(shape) +
-                        "; add --resize and/or --center-crop to bring them to one size");
+    };
+    const int threads = reader_threads(blocks);
+    if (threads <= 1) {
+      for (int64_t k = 0; k < blocks; ++k) meet(k, probe_block(k));
+    } else {
+      OrderedPrefetcher<std::vector<Probe>> ahead(blocks, threads, 2 * threads, probe_block);
+      for (int64_t k = 0; k < blocks; ++k) meet(k, ahead.next());
     }
     if (first.empty()) throw Error(Exit::data, path(), "no image can be read");
     return first;
