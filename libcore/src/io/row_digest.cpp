@@ -16,7 +16,7 @@ namespace {
 // whose trailing sub-array fits a block, visited in row-major order (the same byte order as a
 // whole-row read).
 void hash_large_row(hid_t dset, const h5::DatasetInfo& info, int64_t row, hid_t mtype, int64_t elem,
-                    int64_t block_bytes, ContentHash& h) {
+                    int64_t block_bytes, ContentHash& h, ContentHash* own) {
   const auto& shape = info.shape;
   const int nd = static_cast<int>(shape.size());
   std::vector<int64_t> suffix(static_cast<std::size_t>(nd) + 1, 1);
@@ -42,6 +42,7 @@ void hash_large_row(hid_t dset, const h5::DatasetInfo& info, int64_t row, hid_t 
           H5Dread(dset, mtype, mspace.get(), fspace.get(), H5P_DEFAULT, buf.data()) < 0)
         throw Error(Exit::io, info.name, "cannot read row " + std::to_string(row) + ": " + h5::last_error());
       h.update(buf.data(), buf.size());
+      if (own) own->update(buf.data(), buf.size());
     }
     int axis = k - 1;  // advance the indices of the axes before k, last fastest
     while (axis >= 1 && ++idx[axis] == shape[axis]) idx[axis--] = 0;
@@ -51,7 +52,8 @@ void hash_large_row(hid_t dset, const h5::DatasetInfo& info, int64_t row, hid_t 
 
 }  // namespace
 
-void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h, int64_t block_bytes) {
+void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, ContentHash& h, int64_t block_bytes,
+               Digest128* rows) {
   h.update(info.name + '\0');
   h5::Id ftype(H5Dget_type(dset));
   bool str = info.dtype == DType::string;
@@ -60,8 +62,14 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
   int64_t row_bytes = 0;
   if (__builtin_mul_overflow(elem, info.row_elements(), &row_bytes))
     throw Error(Exit::data, info.name, "a row's size does not fit 63 bits");
+  if (rows && (str || info.vlen_string))
+    throw Error(Exit::internal, info.name, "row digests of strings are taken row by row");
   if (!info.vlen_string && row_bytes > block_bytes && info.shape.size() > 1) {
-    for (int64_t r = a; r < b; ++r) hash_large_row(dset, info, r, mtype.get(), elem, block_bytes, h);
+    for (int64_t r = a; r < b; ++r) {
+      ContentHash own;
+      hash_large_row(dset, info, r, mtype.get(), elem, block_bytes, h, rows ? &own : nullptr);
+      if (rows) rows[r - a] = own.digest();
+    }
     return;
   }
   int64_t block = h5::rows_per_block(row_bytes, block_bytes);
@@ -79,6 +87,11 @@ void hash_rows(hid_t dset, const h5::DatasetInfo& info, int64_t a, int64_t b, Co
       }
     } else {
       h.update(buf.data(), buf.size());
+      for (int64_t r = 0; rows && r < n; ++r) {
+        ContentHash own;
+        own.update(buf.data() + r * row_bytes, static_cast<std::size_t>(row_bytes));
+        rows[s - a + r] = own.digest();
+      }
     }
   }
 }

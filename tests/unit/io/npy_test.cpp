@@ -223,6 +223,22 @@ CATCH_TEST_CASE("source: an HDF5 column reads a list of rows directly or in one 
     // Any order with repeats: read once each, then placed.
     CATCH_CHECK(rows_of({9, 0, 5, 5, 1, 9}) == std::vector<int32_t>{27, 0, 15, 15, 3, 27});
     CATCH_CHECK(rows_of({}).empty());
+    // Both digests from one read: digest()'s, and each row's as feed_rows takes it alone.
+    std::vector<Digest128> rows(8);
+    ContentHash whole, alone;
+    col->digest_rows(1, 9, whole, rows.data());
+    col->digest(1, 9, alone);
+    CATCH_CHECK(whole.hex_digest() == alone.hex_digest());
+    std::vector<ContentHash> each(8);
+    col->feed_rows(1, 9, each.data());
+    for (std::size_t r = 0; r < 8; ++r) {
+      CATCH_CHECK(rows[r] == each[r].digest());
+      ContentHash own;  // row 1 + r: 3 * (1 + r) .. + 2 in the machine's order
+      const int32_t v[3] = {3 * static_cast<int32_t>(r + 1), 3 * static_cast<int32_t>(r + 1) + 1,
+                            3 * static_cast<int32_t>(r + 1) + 2};
+      own.update(v, sizeof v);
+      CATCH_CHECK(rows[r] == own.digest());
+    }
     int32_t out[6];
     CATCH_CHECK(test::code_of([&] { col->read_rows({2, 10}, out); }) == Exit::internal);
     CATCH_CHECK(test::code_of([&] { col->read_rows({-1, 2}, out); }) == Exit::internal);

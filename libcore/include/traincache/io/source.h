@@ -179,6 +179,10 @@ class Column {
  protected:
   Column(Kind kind, std::string path) : kind_(kind), path_(std::move(path)) {}
   void check_range(int64_t start, int64_t count) const;
+  /// digest()'s stream of a number column (its name and dtype, then its rows as read() gives
+  /// them); with `rows`, each row's own digest from the same reads (digest_rows of a column of
+  /// numbers that reads them itself).
+  void digest_numbers(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const;
   /// Reads `runs` ([first, first + count), ascending, disjoint, in range) into `out` one after
   /// another; by default one read() per run.
   virtual void read_runs(const std::vector<std::pair<int64_t, int64_t>>& runs, void* out) const;
