@@ -126,9 +126,9 @@ class Column {
   /// it, never decoded. The digests cache-fill keeps of each row (docs/cache-format.md).
   void feed_rows(int64_t a, int64_t b, ContentHash* hashes) const;
 
-  /// digest(a, b, h), and each row's own digest (feed_rows') into rows[r - a], from one read of
-  /// each row where the column reads files (image folders, manifests, tar shards: the fingerprint
-  /// and the row digests of a fill); other columns read their rows twice.
+  /// digest(a, b, h), and each row's own digest (feed_rows') into rows[r - a]: the fingerprint's
+  /// digest and the row digests of a fill, from one read of each row for images (folders,
+  /// manifests, tar shards), HDF5 numbers and .npy/.npz arrays; other columns read twice.
   virtual void digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const;
 
   /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
