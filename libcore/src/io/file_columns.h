@@ -193,7 +193,6 @@ class ImageColumn : public Column {
     h.update(prefix);
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (b - a + kBlock - 1) / kBlock;
-    const int threads = reader_threads(blocks);  // usable_cores() reads the cgroup's files: not once per row
     auto read_block = [&](int64_t k) {
       Block out;
       for (int64_t r = a + k * kBlock; r < std::min(b, a + (k + 1) * kBlock); ++r) {
@@ -219,12 +218,7 @@ class ImageColumn : public Column {
       for (std::size_t j = 0; j < files.size(); ++j)
         feed_file(h, static_cast<std::size_t>(a + k * kBlock) + j, files[j]);
     };
-    if (threads <= 1) {
-      for (int64_t k = 0; k < blocks; ++k) feed(k, read_block(k));
-      return;
-    }
-    OrderedPrefetcher<Block> ahead(blocks, threads, 2 * threads, read_block);
-    for (int64_t k = 0; k < blocks; ++k) feed(k, ahead.next());
+    in_order<Block>(blocks, read_block, feed);
   }
 
   // Rows [start, start + count) decoded in order, each checked against the column's row shape.
@@ -308,9 +302,19 @@ class ImageColumn : public Column {
     return bytes;
   }
 
-  // Threads to read `blocks` blocks of files on: one per usable core, at most 16; one for a block.
-  static int reader_threads(int64_t blocks) {
-    return blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
+  // produce(k) for blocks k of files, on one thread per usable core (at most 16; none started for
+  // one block), and consume(k, item) in block order on this thread.
+  template <class T>
+  static void in_order(int64_t blocks, const std::function<T(int64_t)>& produce,
+                       const std::function<void(int64_t, const T&)>& consume) {
+    // usable_cores() reads the cgroup's files: once per call, not once per row
+    const int threads = blocks > 1 ? static_cast<int>(std::min<int64_t>(blocks, std::min(usable_cores(), 16u))) : 1;
+    if (threads <= 1) {
+      for (int64_t k = 0; k < blocks; ++k) consume(k, produce(k));
+      return;
+    }
+    OrderedPrefetcher<T> ahead(blocks, threads, 2 * threads, produce);
+    for (int64_t k = 0; k < blocks; ++k) consume(k, ahead.next());
   }
 
   // The output shape every image shares; Error(data) naming the first two that differ. The files
@@ -356,13 +360,7 @@ class ImageColumn : public Column {
                           "; add --resize and/or --center-crop to bring them to one size");
       }
     };
-    const int threads = reader_threads(blocks);
-    if (threads <= 1) {
-      for (int64_t k = 0; k < blocks; ++k) meet(k, probe_block(k));
-    } else {
-      OrderedPrefetcher<std::vector<Probe>> ahead(blocks, threads, 2 * threads, probe_block);
-      for (int64_t k = 0; k < blocks; ++k) meet(k, ahead.next());
-    }
+    in_order<std::vector<Probe>>(blocks, probe_block, meet);
     if (first.empty()) throw Error(Exit::data, path(), "no image can be read");
     return first;
   }
