@@ -156,22 +156,21 @@ class Prefetcher {
 
 }  // namespace
 
-Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<model::Encoder>>& encoders,
-                   Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update)
-    : opts_(opts),
-      in_(in),
+Encoding::Encoding(FillRun& run, std::vector<std::unique_ptr<model::Encoder>>& encoders)
+    : opts_(run.opts),
+      in_(run.encoded_in()),
       encoders_(encoders),
-      journal_(journal),
-      result_(result),
-      cb_(cb),
-      committed_(journal.committed_rows > 0 ? journal.encoders
-                 : update                   ? update->encoders()
-                                            : std::map<std::string, JournalEncoder>{}),
+      journal_(*run.journal),
+      result_(run.result),
+      cb_(run.cb),
+      committed_(journal_.committed_rows > 0 ? journal_.encoders
+                 : run.update                ? run.update->encoders()
+                                             : std::map<std::string, JournalEncoder>{}),
       row_shapes_(encoders.size()),
       shape_known_(encoders.size(), false),
-      resumed_(journal.committed_rows > 0) {
+      resumed_(journal_.committed_rows > 0) {
   const torch::Device device = encoders.front()->device();
-  for (const auto& [name, d] : in.features) {
+  for (const auto& [name, d] : in_.features) {
     conversions_.emplace(name, DeviceConversion(d, device));
     if (d.decode_on_device)
       decoders_.emplace(std::piecewise_construct, std::forward_as_tuple(name), std::forward_as_tuple(d, device));
@@ -182,9 +181,9 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
     main_stream_ = cuda.getStream(device);
     side_stream_ = cuda.getStreamFromGlobalPool(device);
   }
-  if (journal.committed_rows == 0) {
-    journal.encoders = committed_;
-    journal.skipped.clear();
+  if (journal_.committed_rows == 0) {
+    journal_.encoders = committed_;
+    journal_.skipped.clear();
   }
   for (std::size_t i = 0; i < encoders.size(); ++i) {
     auto it = committed_.find(encoders[i]->name());
@@ -192,9 +191,9 @@ Encoding::Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::u
     if (it != committed_.end()) {
       row_shapes_[i] = it->second.row_shape;
       shape_known_[i] = it->second.has_shape;
-      keep = journal.committed_rows * row_bytes_of(row_shapes_[i], dtype_size(opts.dtype));
+      keep = journal_.committed_rows * row_bytes_of(row_shapes_[i], dtype_size(opts_.dtype));
     }
-    raws_.emplace_back(journal.raw(encoders[i]->name()), keep);
+    raws_.emplace_back(journal_.raw(encoders[i]->name()), keep);
   }
 }
 

@@ -12,13 +12,13 @@
 
 #include "device_decode.h"
 #include "inputs.h"
+#include "prepare.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/stages.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
 #include "traincache/model/encode.h"
-#include "update.h"
 
 namespace traincache::fill {
 
@@ -63,11 +63,11 @@ struct Batch {
 // raw files and committed every --commit-rows.
 class Encoding {
  public:
-  // With `update` (whose rows to encode `in` then holds: Update::encoded_inputs), a run that has
-  // committed nothing starts with the updated cache's encoders as committed ones (their
-  // optimisation and precision decisions kept, so that every row of the new cache is made alike).
-  Encoding(const FillOptions& opts, const Inputs& in, std::vector<std::unique_ptr<model::Encoder>>& encoders,
-           Journal& journal, FillResult& result, const FillCallbacks& cb, const Update* update = nullptr);
+  // The run's encoded_in() into its journal and result. With an update (whose rows to encode
+  // encoded_in() then holds), a run that has committed nothing starts with the updated cache's
+  // encoders as committed ones (their optimisation and precision decisions kept, so that every row
+  // of the new cache is made alike).
+  Encoding(FillRun& run, std::vector<std::unique_ptr<model::Encoder>>& encoders);
 
   // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
   bool run(const RowPlan& plan);

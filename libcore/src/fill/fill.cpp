@@ -47,13 +47,14 @@ namespace {
 
 using files::absolute_path;
 
-// The journal in `partial`: adopted only when the directory is private to this user and the
-// journal validates against this run (its rows `plan` of `in`: an update's rows to encode, whose
-// plan `update_of` names). With --force, a foreign, damaged or other run's journal is discarded
-// instead of refused; with --update, so is the progress of an update whose input has changed again
-// since (it cannot resume: it was encoding rows of another plan).
-Journal open_journal(const Prepared& p, const std::string& update_of, const RowPlan& plan, const Inputs& in,
-                     const FillOptions& opts, const FillCallbacks& cb) {
+// The journal in the run's progress directory: adopted only when the directory is private to this
+// user and the journal validates against this run (the rows the encode loop reads: an update's
+// rows to encode, whose plan Update::identity names). With --force, a foreign, damaged or other
+// run's journal is discarded instead of refused; with --update, so is the progress of an update
+// whose input has changed again since (it cannot resume: it was encoding rows of another plan).
+Journal open_journal(const FillRun& p) {
+  const FillOptions& opts = p.opts;
+  const std::string update_of = p.update ? p.update->identity() : "";
   auto start_over = [&] {
     if (int e = files::remove_tree(p.partial))
       throw Error(Exit::cant_create, p.partial, "cannot discard it: " + errno_text(e));
@@ -75,7 +76,8 @@ Journal open_journal(const Prepared& p, const std::string& update_of, const RowP
   }
   const bool same = journal.fingerprint == p.fp.hash && journal.update_of == update_of;
   if (!same && opts.update && (!journal.update_of.empty() || only_data_changed(journal.fingerprint_json, p.fp.text))) {
-    if (cb.warn) cb.warn(p.partial + ": discarded the progress of an earlier update, whose input has changed since");
+    if (p.cb.warn)
+      p.cb.warn(p.partial + ": discarded the progress of an earlier update, whose input has changed since");
     return start_over();
   }
   if (!same) {
@@ -91,6 +93,8 @@ Journal open_journal(const Prepared& p, const std::string& update_of, const RowP
   try {
     // A commit ends a unit the encode loop reads: batches, cut short where a tar file ends.
     std::vector<int64_t> unit_ends;
+    const RowPlan& plan = p.encode_plan;
+    const Inputs& in = p.encoded_in();
     for (const auto& [first, n] : unit_ranges(plan.begin, plan.end, in.unit, in.groups))
       unit_ends.push_back(first + n - plan.begin);
     journal.validate(p.encoder_names, unit_ends, dtype_size(opts.dtype));
@@ -104,8 +108,11 @@ Journal open_journal(const Prepared& p, const std::string& update_of, const RowP
 // ---- stage: publish --------------------------------------------------------------------------
 
 // The cache's root attributes: where its rows came from and how they were made.
-io::cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const RowPlan& plan, const Fingerprint& fp,
-                            const torch::Device& device) {
+io::cache::Attrs root_attrs(const FillRun& run, const torch::Device& device) {
+  const FillOptions& opts = run.opts;
+  const Inputs& in = run.in;
+  const RowPlan& plan = run.plan;
+  const Fingerprint& fp = run.fp;
   json all_features = json::array();
   for (const auto& [name, d] : in.features) all_features.push_back(name);
   io::cache::Attrs attrs = {{"created_by", version_banner("cache-fill")},
@@ -143,15 +150,6 @@ io::cache::Attrs root_attrs(const FillOptions& opts, const Inputs& in, const Row
   return attrs;
 }
 
-// What a cache records of its rows' provenance: each row's input digest, and its history (the
-// fills and updates that made it, oldest first; no wall-clock time, so that the same inputs give
-// the same bytes).
-struct Provenance {
-  std::vector<Digest128> digests;
-  json digest_inputs = json::array();
-  io::cache::History history;
-};
-
 // What the journal records of encoder `name` (nothing when it encoded no row: a fill of no rows).
 const JournalEncoder& recorded(const Journal& journal, const std::string& name) {
   static const JournalEncoder none;
@@ -159,10 +157,12 @@ const JournalEncoder& recorded(const Journal& journal, const std::string& name) 
   return it == journal.encoders.end() ? none : it->second;
 }
 
-// Encoder `e`'s embeddings as publish() writes them: the journal's raw file, and with an update
-// the rows it keeps from the updated cache.
-io::cache::EmbeddingSource embedding_source(const EncoderSpec& e, const std::string& sha, const FillOptions& opts,
-                                            const Inputs& in, const Journal& journal, const Update* update) {
+// Encoder i's embeddings as publish() writes them: the journal's raw file, and with an update the
+// rows it keeps from the updated cache.
+io::cache::EmbeddingSource embedding_source(const FillRun& run, std::size_t i) {
+  const FillOptions& opts = run.opts;
+  const EncoderSpec& e = opts.encoders[i];
+  const Journal& journal = *run.journal;
   const JournalEncoder& je = recorded(journal, e.name);
   const torch::Device device = model::parse_device(opts.device);
   io::cache::EmbeddingSource src;
@@ -171,8 +171,8 @@ io::cache::EmbeddingSource embedding_source(const EncoderSpec& e, const std::str
   src.row_shape = je.row_shape;
   src.dtype = opts.dtype;
   src.attrs = {{"encoder_path", absolute_path(e.path)},
-               {"encoder_sha256", sha},
-               {"features", json_text(json(in.per_encoder.at(e.name)))},
+               {"encoder_sha256", run.enc_sha[i]},
+               {"features", json_text(json(run.in.per_encoder.at(e.name)))},
                {"output", e.output},
                {"inference", je.inference},
                {"optimize_max_abs_diff", je.optimize_max_abs_diff},
@@ -180,18 +180,22 @@ io::cache::EmbeddingSource embedding_source(const EncoderSpec& e, const std::str
                {"math_mode", model::math_mode(device)},
                {"precision_max_rel_diff", je.precision_max_rel_diff}};
   if (je.batch_max_abs_diff >= 0) src.attrs.push_back({"batch_max_abs_diff", je.batch_max_abs_diff});
-  if (update) {
-    src.kept_rows = update->plan().source;
-    src.kept = update->embeddings(e.name);
+  if (run.update) {
+    src.kept_rows = run.update->plan().source;
+    src.kept = run.update->embeddings(e.name);
   }
   return src;
 }
 
 // Builds the HDF5 cache from the journal (and, for an update, the rows it keeps from the updated
 // cache) and renames it into place; fills result.encoders and result.skipped.
-void publish(const Prepared& p, const FillOptions& opts, const Journal& journal, const Update* update,
-             const Provenance& prov, FillResult& result) {
+void publish(FillRun& p) {
+  const FillOptions& opts = p.opts;
   const Inputs& in = p.in;
+  const Journal& journal = *p.journal;
+  const Update* update = p.update.get();
+  const Provenance& prov = p.prov;
+  FillResult& result = p.result;
   io::cache::AssemblySpec spec;
   spec.out_path = p.out;
   spec.rows = p.plan.rows();
@@ -203,12 +207,12 @@ void publish(const Prepared& p, const FillOptions& opts, const Journal& journal,
     for (auto& [row, why] : spec.skipped) row = update->encoded().at(static_cast<std::size_t>(row));
   result.skipped = static_cast<int64_t>(spec.skipped.size());
   const torch::Device device = model::parse_device(opts.device);
-  spec.root_attrs = root_attrs(opts, in, p.plan, p.fp, device);
+  spec.root_attrs = root_attrs(p, device);
   spec.root_attrs.push_back({"history", io::cache::history_text(prov.history)});
   spec.row_digests = prov.digests;
   spec.row_digest_inputs = json_text(prov.digest_inputs);
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
-    spec.embeddings.push_back(embedding_source(opts.encoders[i], p.enc_sha[i], opts, in, journal, update));
+    spec.embeddings.push_back(embedding_source(p, i));
     const JournalEncoder& je = recorded(journal, opts.encoders[i].name);
     std::vector<int64_t> shape{p.plan.rows()};
     shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
@@ -220,24 +224,30 @@ void publish(const Prepared& p, const FillOptions& opts, const Journal& journal,
 
 // ---- stage: an update's plan ------------------------------------------------------------------
 
-// The rows of `old` that the new input's rows keep (by key when both have keys of the same
-// source), and the entry the new cache's history gets; result.update says what changed. Without
-// `old`, a full fill's entry.
-std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& old, const Inputs& in,
-                                    const RowPlan& plan, Provenance& prov, FillResult& result) {
+// The rows of the cache to update that the new input's rows keep (by key when both have keys of the
+// same source), the rows the encode loop then reads, and the entry the new cache's history gets;
+// result.update says what changed. Without a cache to update, a full fill's entry and rows.
+void plan_update(FillRun& run) {
+  const std::optional<io::cache::CacheInfo>& old = run.existing.to_update;
+  const Inputs& in = run.in;
+  const RowPlan& plan = run.plan;
+  Provenance& prov = run.prov;
+  FillResult& result = run.result;
+  run.encode_plan = plan;
   io::cache::HistoryEntry entry;
   entry.run = old ? "update" : "fill";
   entry.rows = plan.rows();
   if (!old) {
     entry.encoded = plan.rows();
     prov.history.push_back(entry);
-    return nullptr;
+    return;
   }
   RowIdentity now;
   now.digests = prov.digests;
   if (in.keys && old->keys_source == in.keys->col->info().name)
     now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
-  auto update = std::make_unique<Update>(*old, std::move(now));
+  run.update = std::make_unique<Update>(*old, std::move(now));
+  const Update* update = run.update.get();
   const UpdatePlan& up = update->plan();
   const auto encoded = static_cast<int64_t>(update->encoded().size());
   FillResult::Update u;
@@ -255,7 +265,8 @@ std::unique_ptr<Update> plan_update(const std::optional<io::cache::CacheInfo>& o
       io::cache::HistoryEntry::Update{u.copied, u.added, u.changed, u.removed, u.kept, up.by_key ? "key" : "position"};
   prov.history = old->history;
   prov.history.push_back(entry);
-  return update;
+  run.update_in = update->encoded_inputs(in, plan.begin);
+  run.encode_plan = RowPlan{0, run.update_in.rows, 0, run.update_in.rows, false};
 }
 
 // Rethrows the failure being handled, after the encode loop stopped. Progress is kept when it exists
@@ -302,12 +313,14 @@ std::string padding_remedy(const FillOptions& opts, const FillResult& r) {
 
 // A finished run's closing figures: its seconds, the encode time an update saved, which stage
 // bounded it, and whether other processes competed for the cores.
-void close_timings(FillResult& r, const FillOptions& opts, Clock::time_point t_start, CpuContentionWatch& watch) {
+void close_timings(FillRun& run, CpuContentionWatch& watch) {
+  FillResult& r = run.result;
+  const FillOptions& opts = run.opts;
   r.contention = watch.stop();
   if (r.update && r.rows_encoded > 0)
     r.update->seconds_saved =
         r.encode_seconds / static_cast<double>(r.rows_encoded) * static_cast<double>(r.rows_copied);
-  r.seconds = seconds_since(t_start);
+  r.seconds = seconds_since(run.t_start);
   FillTimings t;
   t.busy = r.stage_seconds;
   t.readers = std::max(1, opts.workers);
@@ -347,15 +360,15 @@ double allowed_difference(const Journal& journal) {
   return most < 0 ? most : 2 * most;
 }
 
-// The encode loop over `in`'s rows `plan` into `journal`; false when interrupted. The encoders are
-// loaded only here, and not at all when every row is committed already (an update that encodes
+// The encode loop over the run's encode_plan into its journal; false when interrupted. The encoders
+// are loaded only here, and not at all when every row is committed already (an update that encodes
 // nothing).
-bool encode_rows(const FillOptions& opts, const FillCallbacks& cb, const Inputs& in, const RowPlan& plan,
-                 Journal& journal, const Update* update, FillResult& result) {
-  if (journal.committed_rows >= plan.rows() && (update || plan.rows() > 0)) return true;
-  const torch::Device device = model::parse_device(opts.device);
-  auto encoders = load_encoders(opts, device, result);
-  Encoding encoding(opts, in, encoders, journal, result, cb, update);
+bool encode_rows(FillRun& run) {
+  const RowPlan& plan = run.encode_plan;
+  if (run.journal->committed_rows >= plan.rows() && (run.update || plan.rows() > 0)) return true;
+  const torch::Device device = model::parse_device(run.opts.device);
+  auto encoders = load_encoders(run.opts, device, run.result);
+  Encoding encoding(run, encoders);
   try {
     if (!encoding.run(plan)) return false;
     encoding.close();
@@ -368,34 +381,29 @@ bool encode_rows(const FillOptions& opts, const FillCallbacks& cb, const Inputs&
 
 }  // namespace
 
-FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p) {
-  model::allow_tf32(opts.tf32);
-  model::configure_threads(opts.threads);
+FillResult encode_fill(FillRun& p) {
+  model::allow_tf32(p.opts.tf32);
+  model::configure_threads(p.opts.threads);
   CpuContentionWatch watch;
   FillResult& result = p.result;
   auto t_digest = Clock::now();
-  Provenance prov;
-  prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
-                     ? std::move(p.fp.row_digests)
-                     : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, opts.workers));
-  prov.digest_inputs = row_digest_inputs(p.in);
-  const std::unique_ptr<Update> update = plan_update(p.existing.to_update, p.in, p.plan, prov, result);
+  p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
+                       ? std::move(p.fp.row_digests)
+                       : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, p.opts.workers));
+  p.prov.digest_inputs = row_digest_inputs(p.in);
+  plan_update(p);
   result.digest_seconds += seconds_since(t_digest);
 
-  // What the encode loop reads: the input's rows, or only an update's rows to encode.
-  const Inputs encoded_in = update ? update->encoded_inputs(p.in, p.plan.begin) : Inputs{};
-  const Inputs& in = update ? encoded_in : p.in;
-  RowPlan plan = p.plan;
-  if (update) plan = RowPlan{0, encoded_in.rows, 0, encoded_in.rows, false};
-  Journal journal = open_journal(p, update ? update->identity() : "", plan, in, opts, cb);
+  p.journal = open_journal(p);
+  Journal& journal = *p.journal;
   journal.fingerprint = p.fp.hash;
   journal.fingerprint_json = p.fp.text;
-  journal.update_of = update ? update->identity() : "";
-  if (update && journal.committed_rows == 0) journal.encoders = update->encoders();
+  journal.update_of = p.update ? p.update->identity() : "";
+  if (p.update && journal.committed_rows == 0) journal.encoders = p.update->encoders();
   result.resumed_from = journal.committed_rows;
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
-    if (!encode_rows(opts, cb, in, plan, journal, update.get(), result)) {
+    if (!encode_rows(p)) {
       result.status = FillStatus::interrupted;
       result.partial_path = p.partial;
       result.rows = journal.committed_rows;
@@ -404,14 +412,14 @@ FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Pre
     }
     encoded = true;
     auto t_publish = Clock::now();
-    publish(p, opts, journal, update.get(), prov, result);
+    publish(p);
     files::remove_tree(p.partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {
     fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
   }
   if (result.update) result.update->max_abs_diff_allowed = allowed_difference(journal);
-  close_timings(result, opts, p.t_start, watch);
+  close_timings(p, watch);
   return result;
 }
 
@@ -421,10 +429,10 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   // The device readied beside the fingerprint when the fill is sure to encode, else once it is
   // known not to be up to date (an up-to-date answer never waits for a device it does not use).
   std::optional<model::DeviceWarmup> warm;
-  Prepared p = prepare_fill(opts, cb, [&] { warm.emplace(device); });
-  if (p.result.status == FillStatus::up_to_date) return p.result;
+  FillRun run = prepare_fill(opts, cb, [&] { warm.emplace(device); });
+  if (run.result.status == FillStatus::up_to_date) return run.result;
   if (!warm) warm.emplace(device);
-  return encode_prepared(opts, cb, p);
+  return encode_fill(run);
 }
 
 }  // namespace traincache::fill

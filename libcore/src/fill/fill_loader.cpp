@@ -23,13 +23,13 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
     call_engines<decltype(tc_fill_run)>("tc_fill_run", &opts, &cb, &result);
     return result;
   }
-  Prepared p = prepare_fill(opts, cb);
-  if (p.result.status == FillStatus::up_to_date) return p.result;
+  FillRun run = prepare_fill(opts, cb);
+  if (run.result.status == FillStatus::up_to_date) return run.result;
   // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
   const auto t_load = Clock::now();
   engines_symbol("tc_fill_encode");
-  p.t_start += Clock::now() - t_load;
-  call_engines<decltype(tc_fill_encode)>("tc_fill_encode", &opts, &cb, &p, &result);
+  run.t_start += Clock::now() - t_load;
+  call_engines<decltype(tc_fill_encode)>("tc_fill_encode", &run, &result);
   return result;
 }
 

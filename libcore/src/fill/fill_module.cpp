@@ -16,10 +16,8 @@ __attribute__((visibility("default"))) void tc_fill_run(const FillOptions* opts,
   guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = run_fill(*opts, *cb); }); });
 }
 
-__attribute__((visibility("default"))) void tc_fill_encode(const FillOptions* opts, const FillCallbacks* cb,
-                                                           Prepared* prepared, FillResult* result,
-                                                           ModuleFailure* failure) {
-  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = encode_prepared(*opts, *cb, *prepared); }); });
+__attribute__((visibility("default"))) void tc_fill_encode(FillRun* run, FillResult* result, ModuleFailure* failure) {
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = encode_fill(*run); }); });
 }
 
 __attribute__((visibility("default"))) void tc_verify_run(const VerifyOptions* opts, VerifyReport* report,

@@ -14,9 +14,8 @@ namespace traincache::fill {
 extern "C" {
 /// run_fill(*opts, *cb) into *result.
 void tc_fill_run(const FillOptions* opts, const FillCallbacks* cb, FillResult* result, ModuleFailure* failure);
-/// encode_prepared(*opts, *cb, *prepared) into *result.
-void tc_fill_encode(const FillOptions* opts, const FillCallbacks* cb, Prepared* prepared, FillResult* result,
-                    ModuleFailure* failure);
+/// encode_fill(*run) into *result.
+void tc_fill_encode(FillRun* run, FillResult* result, ModuleFailure* failure);
 /// run_verify(*opts) into *report.
 void tc_verify_run(const VerifyOptions* opts, VerifyReport* report, ModuleFailure* failure);
 }

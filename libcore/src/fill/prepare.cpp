@@ -34,8 +34,11 @@ json text_json(const FillOptions& opts, const Inputs& in) {
 
 namespace {
 
-Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const RowPlan& plan,
-                                const std::vector<std::string>& enc_sha, bool cuda) {
+// The run's fingerprint (its inputs' content digest, and with one field to digest each row's digest).
+Fingerprint compute_fingerprint(const FillRun& run) {
+  const FillOptions& opts = run.opts;
+  const Inputs& in = run.in;
+  const RowPlan& plan = run.plan;
   ContentHash content;
   Fingerprint f;
   // One field to digest row by row: its row digests come from the content digest's read of it.
@@ -66,7 +69,8 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
   fp["input"]["content_xxh3"] = content.hex_digest();
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
     const auto& e = opts.encoders[i];
-    fp["encoders"][e.name] = {{"sha256", enc_sha[i]}, {"features", in.per_encoder.at(e.name)}, {"output", e.output}};
+    fp["encoders"][e.name] = {
+        {"sha256", run.enc_sha[i]}, {"features", in.per_encoder.at(e.name)}, {"output", e.output}};
     if (!in.per_encoder_text.at(e.name).empty()) fp["encoders"][e.name]["text"] = in.per_encoder_text.at(e.name);
   }
   if (!in.texts.empty()) fp["text"] = text_json(opts, in);
@@ -74,15 +78,15 @@ Fingerprint compute_fingerprint(const FillOptions& opts, const Inputs& in, const
                    {"dtype", dtype_name(opts.dtype)},
                    {"batch_size", opts.batch_size},
                    {"optimize", opts.optimize},
-                   {"device_type", cuda ? "cuda" : "cpu"}};
+                   {"device_type", run.cuda ? "cuda" : "cpu"}};
   if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
   if (opts.precision != Precision::fp32) fp["options"]["precision"] = model::precision_choices().name(opts.precision);
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
   // model::math_mode(device) once LibTorch runs with --tf32's setting.
-  if (cuda && opts.tf32) fp["options"]["math_mode"] = "tf32";
+  if (run.cuda && opts.tf32) fp["options"]["math_mode"] = "tf32";
   // nvJPEG's pixels differ from libjpeg-turbo's (absent: decoded on the host, or on a CPU device by
   // the same code, which gives the same bytes).
-  if (cuda && in.decode_on_device()) fp["options"]["decode"] = "nvjpeg";
+  if (run.cuda && in.decode_on_device()) fp["options"]["decode"] = "nvjpeg";
   if (in.unit > opts.batch_size) {  // absent: batches as read
     fp["options"]["length_window"] = in.unit;
     fp["options"]["max_tokens"] = in.max_tokens;
@@ -162,8 +166,8 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
 
 }  // namespace
 
-Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std::function<void()>& sure_to_encode) {
-  Prepared p;
+FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std::function<void()>& sure_to_encode) {
+  FillRun p(opts, cb);
   p.t_start = Clock::now();
   p.cuda = model::parse_device_spec(opts.device).cuda;
   model::check_precision(opts.precision, p.cuda, "--precision");
@@ -192,7 +196,7 @@ Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const st
   for (const auto& [key, t] : p.in.texts)
     if (t.tok) result.max_length = std::max(result.max_length, text::effective_max_length(*t.tok, opts.tokenize));
   auto t_digest = Clock::now();
-  p.fp = compute_fingerprint(opts, p.in, p.plan, p.enc_sha, p.cuda);
+  p.fp = compute_fingerprint(p);
   result.digest_seconds = seconds_since(t_digest);
   result.fingerprint = p.fp.hash;
 

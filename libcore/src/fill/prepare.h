@@ -1,8 +1,8 @@
 // cache-fill's engine, stage 2: everything a fill decides before it loads an encoder, without
 // LibTorch: the options that need none, the inputs (inputs.h), the rows, the output's lock, the
-// fingerprint and the cache already at the output (up to date, to update, or in the way). A fill
-// whose cache is up to date ends here, and cache-fill then never loads LibTorch
-// (fill_loader.cpp); every other fill goes on in encode_prepared (fill.cpp). docs/code-map.md
+// fingerprint and the cache already at the output (up to date, to update, or in the way), in one
+// FillRun. A fill whose cache is up to date ends here, and cache-fill then never loads LibTorch
+// (fill_loader.cpp); every other fill goes on in encode_fill (fill.cpp). docs/code-map.md
 // shows every stage and the way the data flows.
 #pragma once
 
@@ -18,7 +18,9 @@
 #include "traincache/base/timing.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
+#include "traincache/fill/journal.h"
 #include "traincache/io/cache_file.h"
+#include "update.h"
 
 namespace traincache::fill {
 
@@ -38,8 +40,24 @@ struct Existing {
   std::optional<io::cache::CacheInfo> up_to_date, to_update;
 };
 
-// A fill up to the encoders: what prepare_fill decided, and the result so far.
-struct Prepared {
+// What a cache records of its rows' provenance: each row's input digest, and its history (the
+// fills and updates that made it, oldest first; no wall-clock time, so that the same inputs give
+// the same bytes).
+struct Provenance {
+  std::vector<Digest128> digests;
+  nlohmann::json digest_inputs = nlohmann::json::array();
+  io::cache::History history;
+};
+
+// One cache-fill run, the single argument of its stages after the options are checked and of the
+// module's entry (fill_module.h), as gc-train's stages take its RunContext. prepare_fill makes it
+// (stage 2: inputs, rows, lock, fingerprint, the cache at the output); encode_fill (stage 3, with
+// LibTorch) adds the update's plan and the journal, then encodes and publishes.
+struct FillRun {
+  FillRun(const FillOptions& o, const FillCallbacks& c) : opts(o), cb(c) {}
+
+  const FillOptions& opts;
+  const FillCallbacks& cb;
   Clock::time_point t_start;
   bool cuda = false;  // --device names a CUDA device
   Inputs in;
@@ -49,20 +67,32 @@ struct Prepared {
   std::vector<std::string> enc_sha, encoder_names;
   Fingerprint fp;
   Existing existing;
-  FillResult result;  // status up_to_date: nothing is left to do
+
+  // Set by encode_fill (fill.cpp), in this order.
+  Provenance prov;                 // each row's digest, the new cache's history
+  std::unique_ptr<Update> update;  // --update of a cache at the output: the rows it keeps
+  Inputs update_in;                // an update's rows to encode (Update::encoded_inputs)
+  RowPlan encode_plan;             // the rows the encode loop reads: `plan`, or all of update_in's
+  std::optional<Journal> journal;  // the progress directory's journal of those rows
+
+  FillResult result;  // status up_to_date after prepare_fill: nothing is left to do
+
+  // What the encode loop reads: the input's rows, or only an update's rows to encode.
+  const Inputs& encoded_in() const { return update ? update_in : in; }
 };
 
 // Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
 // existing cache, in that order; Error as run_fill. An up-to-date cache ends the fill here (its leftover progress
 // directory removed). `sure_to_encode`, when given, is called as soon as the lock is taken if no
 // cache can be up to date (none at the output, or --force): before the encoders' digests and the
-// fingerprint, which a CUDA fill overlaps with readying its device.
-Prepared prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
-                      const std::function<void()>& sure_to_encode = {});
+// fingerprint, which a CUDA fill overlaps with readying its device. `opts` and `cb` must outlive
+// the run.
+FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
+                     const std::function<void()>& sure_to_encode = {});
 
-// The rest of run_fill (fill.cpp, with LibTorch): the encoders, the journal, the encode loop and
-// the publish.
-FillResult encode_prepared(const FillOptions& opts, const FillCallbacks& cb, Prepared& p);
+// The rest of run_fill (fill.cpp, with LibTorch): the update's plan, the journal, the encoders, the
+// encode loop and the publish.
+FillResult encode_fill(FillRun& run);
 
 // The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
 nlohmann::json text_json(const FillOptions& opts, const Inputs& in);
