@@ -19,81 +19,92 @@ probe() {  # probe NAME ARGS...
   cp "$WORK/.out" "$WORK/$name.json"
 }
 
-# numpy's loss and top-k accuracy from the saved modules, against gc-train's.
-check_loss() {  # check_loss NAME LOSS MARGIN SCALE MINING
+# numpy's loss and top-k accuracy from the saved modules, against gc-train's: each case recorded by
+# check_loss NAME LOSS MARGIN SCALE MINING, all checked by check_losses in one Python process
+# (importing torch costs about 2 s a start); one line each, NAME ok or what differs.
+LOSS_CASES=()
+check_loss() { LOSS_CASES+=("$1:$2:$3:$4:$5"); }
+check_losses() {
+  local want=()
+  for c in "${LOSS_CASES[@]}"; do want+=("${c%%:*} ok"); done
   py "
 import json, h5py, numpy as np, torch
-steps = [json.loads(l) for l in open('$WORK/$1.jsonl')]
-got = [s['loss'] for s in steps if 'loss' in s][0]
-summary = json.load(open('$WORK/$1.json'))
-f = h5py.File('$WORK/c.h5', 'r')
-x = torch.from_numpy(f['embeddings/cnn'][:])
-lab = f['labels'][:].astype(int)
-with torch.no_grad():
-    z = torch.jit.load('$WORK/$1-head.pt')(x).double().numpy()
-tr, ev = np.arange(200), np.arange(200, 300)
-classes = np.unique(lab[tr])
-y = np.searchsorted(classes, lab)
-m, s = $3, $4
-def unit(a):
-    return a / np.linalg.norm(a, axis=1, keepdims=True)
-def ce(logits, t):
-    mx = logits.max(1, keepdims=True)
-    return np.mean(np.log(np.exp(logits - mx).sum(1)) + mx[:, 0] - logits[np.arange(len(t)), t])
-bad = []
-if '$2' in ('softmax', 'arcface', 'cosface'):
-    c = torch.jit.load('$WORK/$1-cls.pt')
-    W = c.weight.detach().double().numpy()
-    if list(c.labels.numpy()) != list(classes):
-        bad.append('labels buffer %s' % c.labels)
-    if '$2' == 'softmax':
-        b = c.bias.detach().double().numpy()
-        logits = z[tr] @ W.T + b
-        pred = z[ev] @ W.T + b
-    else:
-        cos = unit(z[tr]) @ unit(W).T
-        ct = cos[tr, y[tr]]
-        if '$2' == 'cosface':
-            phi = ct - m
-        else:
-            th = np.arccos(np.clip(ct, -1, 1))
-            phi = np.where(th + m < np.pi, np.cos(th + m), ct - m * np.sin(m))
-        cos[tr, y[tr]] = phi
-        logits = s * cos
-        pred = s * (unit(z[ev]) @ unit(W).T)
-    want = ce(logits, y[tr])
+def check(name, loss, m, s, mining):
+    steps = [json.loads(l) for l in open('$WORK/%s.jsonl' % name)]
+    got = [s['loss'] for s in steps if 'loss' in s][0]
+    summary = json.load(open('$WORK/%s.json' % name))
+    f = h5py.File('$WORK/c.h5', 'r')
+    x = torch.from_numpy(f['embeddings/cnn'][:])
+    lab = f['labels'][:].astype(int)
     with torch.no_grad():
-        scripted = c(torch.from_numpy(z[ev]).float()).double().numpy()
-    if not np.allclose(scripted, pred, rtol=1e-4, atol=1e-4):
-        bad.append('classifier forward')
-    above = (pred > pred[np.arange(100), y[ev]][:, None]).sum(1)
-    for k in (1, 2):
-        acc = float(np.mean(above < k))
-        if abs(summary['eval_after']['accuracy_at_%d' % k] - acc) > 1e-9:
-            bad.append('accuracy_at_%d %r vs %r' % (k, summary['eval_after']['accuracy_at_%d' % k], acc))
-else:
-    e = unit(z[tr])
-    S = e @ e.T
-    n = len(tr)
-    same = lab[tr][:, None] == lab[tr][None, :]
-    terms = []
-    for a in range(n):
-        pos = [p for p in range(n) if same[a, p] and p != a]
-        neg = S[a][~same[a]]
-        if '$5' == 'batch-hard':
-            terms.append(max(0.0, neg.max() - min(S[a, p] for p in pos) + m))
+        z = torch.jit.load('$WORK/%s-head.pt' % name)(x).double().numpy()
+    tr, ev = np.arange(200), np.arange(200, 300)
+    classes = np.unique(lab[tr])
+    y = np.searchsorted(classes, lab)
+    m, s = float(m), float(s)
+    def unit(a):
+        return a / np.linalg.norm(a, axis=1, keepdims=True)
+    def ce(logits, t):
+        mx = logits.max(1, keepdims=True)
+        return np.mean(np.log(np.exp(logits - mx).sum(1)) + mx[:, 0] - logits[np.arange(len(t)), t])
+    bad = []
+    if loss in ('softmax', 'arcface', 'cosface'):
+        c = torch.jit.load('$WORK/%s-cls.pt' % name)
+        W = c.weight.detach().double().numpy()
+        if list(c.labels.numpy()) != list(classes):
+            bad.append('labels buffer %s' % c.labels)
+        if loss == 'softmax':
+            b = c.bias.detach().double().numpy()
+            logits = z[tr] @ W.T + b
+            pred = z[ev] @ W.T + b
         else:
-            for p in pos:
-                below = neg[neg < S[a, p]]
-                terms.append(max(0.0, (below.max() if len(below) else neg.min()) - S[a, p] + m))
-    want = float(np.mean(terms))
-if abs(got - want) > 1e-4 * max(1.0, abs(want)):
-    bad.append('loss %r vs numpy %r' % (got, want))
-if summary['objective'] != '$2':
-    bad.append('objective %s' % summary['objective'])
-print('ok' if not bad else bad)
+            cos = unit(z[tr]) @ unit(W).T
+            ct = cos[tr, y[tr]]
+            if loss == 'cosface':
+                phi = ct - m
+            else:
+                th = np.arccos(np.clip(ct, -1, 1))
+                phi = np.where(th + m < np.pi, np.cos(th + m), ct - m * np.sin(m))
+            cos[tr, y[tr]] = phi
+            logits = s * cos
+            pred = s * (unit(z[ev]) @ unit(W).T)
+        want = ce(logits, y[tr])
+        with torch.no_grad():
+            scripted = c(torch.from_numpy(z[ev]).float()).double().numpy()
+        if not np.allclose(scripted, pred, rtol=1e-4, atol=1e-4):
+            bad.append('classifier forward')
+        above = (pred > pred[np.arange(100), y[ev]][:, None]).sum(1)
+        for k in (1, 2):
+            acc = float(np.mean(above < k))
+            if abs(summary['eval_after']['accuracy_at_%d' % k] - acc) > 1e-9:
+                bad.append('accuracy_at_%d %r vs %r' % (k, summary['eval_after']['accuracy_at_%d' % k], acc))
+    else:
+        e = unit(z[tr])
+        S = e @ e.T
+        n = len(tr)
+        same = lab[tr][:, None] == lab[tr][None, :]
+        terms = []
+        for a in range(n):
+            pos = [p for p in range(n) if same[a, p] and p != a]
+            neg = S[a][~same[a]]
+            if mining == 'batch-hard':
+                terms.append(max(0.0, neg.max() - min(S[a, p] for p in pos) + m))
+            else:
+                for p in pos:
+                    below = neg[neg < S[a, p]]
+                    terms.append(max(0.0, (below.max() if len(below) else neg.min()) - S[a, p] + m))
+        want = float(np.mean(terms))
+    if abs(got - want) > 1e-4 * max(1.0, abs(want)):
+        bad.append('loss %r vs numpy %r' % (got, want))
+    if summary['objective'] != loss:
+        bad.append('objective %s' % summary['objective'])
+    return bad
+for case in '${LOSS_CASES[*]}'.split():
+    name, loss, m, s, mining = case.split(':')
+    bad = check(name, loss, m, s, mining)
+    print(name, 'ok' if not bad else bad)
 "
-  expect_out "ok"
+  expect_out "$(printf '%s\n' "${want[@]}")"
 }
 
 probe softmax --loss softmax --classifier-out "$WORK/softmax-cls.pt"
@@ -109,6 +120,7 @@ probe hard --loss triplet
 check_loss hard triplet 0.2 0 batch-hard
 probe semi --loss triplet --mining semi-hard --margin 0.5
 check_loss semi triplet 0.5 0 semi-hard
+check_losses
 
 # The report: the classifier's metrics beside the embedding metrics, on stderr too.
 run "$TC_BIN/gc-train" "${C[@]}" --loss softmax --epochs 2 -b 50 --eval-rows 200: --eval-k 1,3
