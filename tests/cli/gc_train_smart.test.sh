@@ -24,49 +24,61 @@ trained() {
 }
 slabs_left() { ls /dev/shm | grep "^${TRAINCACHE_SHM_PREFIX}" | sed "s/^${TRAINCACHE_SHM_PREFIX}//"; }
 
-# reference LOG JSON SEED N R EPOCHS [noshuffle] [stalled]: checks the rows of every step in LOG
-# against the window schedule computed with plain loops (torch.randperm draws the same orders as
-# gc-train), and with "stalled" (the replacer never stores) the data_cache counts in JSON, replaying
-# the slot protocol: key k in slot k mod (N+R), a miss stored unless the slot holds a later key.
-reference() {
+# reference LOG JSON SEED N R EPOCHS [noshuffle] [stalled]: records a check of the rows of every
+# step in LOG against the window schedule computed with plain loops (torch.randperm draws the same
+# orders as gc-train), and with "stalled" (the replacer never stores) the data_cache counts in JSON,
+# replaying the slot protocol: key k in slot k mod (N+R), a miss stored unless the slot holds a
+# later key. check_references runs every recorded check in one Python process (importing torch
+# costs about 2 s a start): one line each, LOG ok or the failed assertion.
+REF_CASES=()
+reference() { REF_CASES+=("$*"); }
+check_references() {
+  local want=() c
+  for c in "${REF_CASES[@]}"; do want+=("${c%% *} ok"); done
   run "$TC_PYTHON" -c "
 import json, sys, torch
-log, res, seed, N, R, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-shuffle, stalled = 'noshuffle' not in sys.argv[7:], 'stalled' in sys.argv[7:]
-L, B = 300, 40
 def randperm(n, s):
     g = torch.Generator(); g.manual_seed(s % 2**64)
     return torch.randperm(n, generator=g).tolist()
-order = randperm(L, seed * 1000003 - 1) if shuffle and R > 0 else list(range(L))
-per_epoch = N // B
-steps = [json.loads(l) for l in open(log)]
-assert len(steps) == per_epoch * epochs, len(steps)
-slot, hits, misses, stored, late = {}, 0, 0, 0, []
-for st in steps:
-    s = st['step'] - 1
-    e, b = divmod(s, per_epoch)
-    perm = randperm(N, seed * 1000003 + e) if shuffle else list(range(N))
-    keys = [e * R + perm[i] for i in range(b * B, (b + 1) * B)]
-    assert st['epoch'] == e and st['rows'] == [order[k % L] for k in keys], st['step']
-    if b == 0:
-        late.append(sum(slot.get(k % (N + R)) != k for k in range(e * R, e * R + N)))
-    for k in keys:
-        if slot.get(k % (N + R)) == k:
-            hits += 1
-        else:
-            misses += 1
-            if slot.get(k % (N + R), -1) < k:
-                slot[k % (N + R)] = k
-                stored += 1
-c = json.load(open(res))['data_cache']
-w = c['window']
-assert (w['cache_num'], w['replace_num'], c['slots']) == (N, R, N + R), (w, c['slots'])
-assert [x['epoch'] for x in w['epochs']] == list(range(epochs))
-if stalled:
-    got = (c['hits'], c['misses'], c['stored'], w['replaced'], [x['late_rows'] for x in w['epochs']])
-    assert got == (hits, misses, stored, 0, late), (got, (hits, misses, stored, 0, late))
-print('ok')" "$@"
-  expect_out "ok"
+def check(a):
+    log, res, seed, N, R, epochs = a[0], a[1], int(a[2]), int(a[3]), int(a[4]), int(a[5])
+    shuffle, stalled = 'noshuffle' not in a[6:], 'stalled' in a[6:]
+    L, B = 300, 40
+    order = randperm(L, seed * 1000003 - 1) if shuffle and R > 0 else list(range(L))
+    per_epoch = N // B
+    steps = [json.loads(l) for l in open(log)]
+    assert len(steps) == per_epoch * epochs, len(steps)
+    slot, hits, misses, stored, late = {}, 0, 0, 0, []
+    for st in steps:
+        s = st['step'] - 1
+        e, b = divmod(s, per_epoch)
+        perm = randperm(N, seed * 1000003 + e) if shuffle else list(range(N))
+        keys = [e * R + perm[i] for i in range(b * B, (b + 1) * B)]
+        assert st['epoch'] == e and st['rows'] == [order[k % L] for k in keys], st['step']
+        if b == 0:
+            late.append(sum(slot.get(k % (N + R)) != k for k in range(e * R, e * R + N)))
+        for k in keys:
+            if slot.get(k % (N + R)) == k:
+                hits += 1
+            else:
+                misses += 1
+                if slot.get(k % (N + R), -1) < k:
+                    slot[k % (N + R)] = k
+                    stored += 1
+    c = json.load(open(res))['data_cache']
+    w = c['window']
+    assert (w['cache_num'], w['replace_num'], c['slots']) == (N, R, N + R), (w, c['slots'])
+    assert [x['epoch'] for x in w['epochs']] == list(range(epochs))
+    if stalled:
+        got = (c['hits'], c['misses'], c['stored'], w['replaced'], [x['late_rows'] for x in w['epochs']])
+        assert got == (hits, misses, stored, 0, late), (got, (hits, misses, stored, 0, late))
+for case in sys.argv[1:]:
+    try:
+        check(case.split())
+        print(case.split()[0], 'ok')
+    except AssertionError as e:
+        print(case.split()[0], 'failed:', e)" "${REF_CASES[@]}"
+  expect_out "$(printf '%s\n' "${want[@]}")"
 }
 
 # A window of 120 rows, 30 replaced per epoch, 4 epochs of 3 batches: the schedule, twice (the
@@ -88,6 +100,7 @@ reference "$WORK/plainorder.log" "$WORK/plainorder.json" 0 80 40 3 noshuffle
 # N + R is clamped to the rows (MONAI's clamping): smart:250,0.5 replaces 50.
 trained clamp --data-cache smart:250,0.5 --epochs 2 --seed 1
 reference "$WORK/clamp.log" "$WORK/clamp.json" 1 250 50 2
+check_references
 # A window of every row trains exactly as without a cache (the same batches).
 trained none --stream --epochs 2 --seed 4
 trained all --data-cache smart:300,0.1 --epochs 2 --seed 4
