@@ -1,8 +1,9 @@
 # Shared by the inputs_images_*.test.sh scripts, sourced after lib.sh: images_reference.py's
-# folders and flat.pt (an encoder that returns its input) under $WORK.
+# folders and flat.pt (an encoder that returns its input), copied under $WORK.
 D=$TC_DATA
 REF=$TC_SOURCE/tests/cli/images_reference.py
 
-run "$TC_PYTHON" "$REF" make "$WORK"
-expect_rc 0
+# Made once for the three scripts (fixtures.images); a script run by hand makes it itself.
+[ -d "$D/images-reference" ] || run "$TC_PYTHON" "$REF" make "$D/images-reference"
+cp -r "$D/images-reference/." "$WORK/" && _ok || _fail "cannot copy $D/images-reference"
 FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)

@@ -3,6 +3,9 @@
   images_reference.py make DIR         writes an ImageFolder of mixed sizes and modes, a subfolder
                                        of EXIF-oriented JPEGs, and flat.pt (an encoder that returns
                                        its input flattened, so a cache holds the preprocessed tensors)
+                                       into DIR, made beside it and renamed into place (the tests'
+                                       fixtures.images makes it once under tests/data); nothing
+                                       when DIR exists
   images_reference.py compare DIR CACHE CONFIG [DIR CACHE CONFIG ...]
                                        compares the cache's rows with torchvision's transforms on
                                        PIL images for CONFIG (see CONFIGS); prints one line of figures
@@ -12,6 +15,7 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import zlib
 
 import h5py
@@ -134,7 +138,10 @@ def compare(folder, cache, config):
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(sys.argv[2])
+        if not os.path.exists(sys.argv[2]):
+            tmp = tempfile.mkdtemp(prefix=".images-", dir=os.path.dirname(os.path.abspath(sys.argv[2])))
+            make(tmp)
+            os.rename(tmp, sys.argv[2])
     else:
         for i in range(2, len(sys.argv), 3):
             compare(*sys.argv[i:i + 3])
