@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -14,7 +15,23 @@
 namespace traincache {
 
 namespace {
+
 constexpr const char* kEnginesFile = "libtraincache_engines.so";
+
+// Loads the libraries MODULE.load-order lists (the build writes it with scripts/load-order), one
+// dlopen each, every library after those it needs. The dynamic loader looks each symbol up along
+// the scope of the dlopen that loads the library: for the module's one dlopen that is all of its
+// ~290 libraries, and Debian's LibTorch binds ~165,000 symbols at load, so a third of a tool's
+// start went to walking that list; loaded leaves first, each library's scope is only what it needs
+// (docs/design.md, "Loading LibTorch"). A library that cannot load alone (one that relies on a
+// sibling's symbols) is left to the module's own dlopen, as is everything when there is no list.
+void load_dependencies(const std::string& module) {
+  std::ifstream list(module + ".load-order");
+  std::string library;
+  while (std::getline(list, library))
+    if (!library.empty() && !::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL)) ::dlerror();
+}
+
 }  // namespace
 
 void* open_module(const std::string& file, const char* env, int flags, const std::string& what) {
@@ -32,6 +49,7 @@ void* open_module(const std::string& file, const char* env, int flags, const std
   }
   std::string why;
   for (const auto& p : tried) {
+    if (::access(p.c_str(), F_OK) == 0) load_dependencies(p);
     if (void* h = ::dlopen(p.c_str(), flags)) return h;
     why = ::dlerror();
   }

@@ -14,7 +14,8 @@ namespace traincache {
 
 /// dlopen()s the module FILE (e.g. "libtraincache_spm.so") with FLAGS: the path in the environment
 /// variable ENV when it is set, else the first of the lib/ folder beside the running executable's
-/// folder (bin/ and lib/ of a build or an installed tree) and the build tree's lib/. Throws
+/// folder (bin/ and lib/ of a build or an installed tree) and the build tree's lib/. The libraries
+/// listed in FILE.load-order beside it, where there is one, are loaded first, one at a time. Throws
 /// Error(unavailable, what, "cannot load FILE: <dlerror's words>").
 void* open_module(const std::string& file, const char* env, int flags, const std::string& what);
 
