@@ -96,6 +96,7 @@ def report(name):
 
 b, s = report('decode')
 assert (b['bound'], b['group'], b['group_threads']) == ('decode', 'readers', 1), b
+assert b['convert_thread'] is False, b  # decoded and converted by the readers: no convert thread
 readers = sum(s[n]['busy_seconds'] for n in ('read', 'decode', 'resize', 'tokenize'))
 assert abs(b['group_rows_per_second'] - 40 / readers) < 1e-6 * b['group_rows_per_second']
 # The verdict names the busiest stage (decode, about 2x resize on a quiet machine); how much busier

@@ -72,6 +72,7 @@ pad True True"
 # floats must be the host's to the bit, under the same fingerprint.
 three_fills dev --convert device
 expect_out_has '"convert":"device"'
+expect_out_has '"convert_thread":true' # the next batches converted on a thread of their own
 same_as_host dev
 
 # --decode device: the reader threads read JPEG files as they are (and decode the PNGs), the encode

@@ -157,6 +157,7 @@ void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
           report::Json{{"bound", b.bound},
                        {"group", b.group},
                        {"group_threads", b.group_threads},
+                       {"convert_thread", b.convert_thread},
                        {"group_rows_per_second", b.group_rows_per_second},
                        {"rows_per_second", b.rows_per_second},
                        {"forward_rows_per_second", b.forward_rows_per_second},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "traincache/base/format.h"
 
@@ -21,7 +22,8 @@ std::string seconds_text(double s) {
 }
 
 // The threads of a fill that work one after another on each unit: the reader threads (stages 0-3),
-// the encode thread (4-6) and the store thread (7). The slowest of them bounds the loop.
+// the encode thread (4-6, or 5-6 beside a convert thread's 4) and the store thread (7). The slowest
+// of them bounds the loop.
 struct Group {
   const char* name;
   int threads;
@@ -83,10 +85,13 @@ std::optional<Bottleneck> find_bottleneck(const FillTimings& t) {
   add("to_host", 1, b.to_host);
   add("store", 1, b.store);
 
-  const Group groups[] = {{"readers", readers, b.input, 0, 3},
-                          {"encode", 1, b.convert + b.forward + b.to_host, 4, 6},
-                          {"store", 1, b.store, 7, 7}};
-  const Group& g = *std::max_element(std::begin(groups), std::end(groups), [](const Group& x, const Group& y) {
+  std::vector<Group> groups{{"readers", readers, b.input, 0, 3}};
+  if (t.convert_thread)
+    groups.insert(groups.end(), {{"convert", 1, b.convert, 4, 4}, {"encode", 1, b.forward + b.to_host, 5, 6}});
+  else
+    groups.push_back({"encode", 1, b.convert + b.forward + b.to_host, 4, 6});
+  groups.push_back({"store", 1, b.store, 7, 7});
+  const Group& g = *std::max_element(groups.begin(), groups.end(), [](const Group& x, const Group& y) {
     return x.busy / x.threads < y.busy / y.threads;
   });
   auto stage = std::max_element(r.stages.begin() + static_cast<std::ptrdiff_t>(g.first),
@@ -94,6 +99,7 @@ std::optional<Bottleneck> find_bottleneck(const FillTimings& t) {
                                 [](const auto& x, const auto& y) { return x.busy_seconds < y.busy_seconds; });
   r.group = g.name;
   r.group_threads = g.threads;
+  r.convert_thread = t.convert_thread;
   r.group_rows_per_second = rate(t.rows, g.threads, g.busy);
   r.bound = r.fixed_seconds > r.loop_seconds ? "fixed costs" : stage->name;
   r.rows_per_second = static_cast<double>(t.rows) / t.seconds;

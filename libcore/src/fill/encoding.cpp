@@ -211,14 +211,27 @@ bool Encoding::run(const RowPlan& plan) {
   // Outputs are checked, appended and committed on one thread behind this one, in order, while the
   // next batch encodes; a commit runs after the appends of the rows it counts.
   SerialWorker store(2 * encoders_.size() + 2);
+  // With columns converted on the device, one thread of its own decodes (--decode device), copies
+  // and converts the next units while this thread encodes: on a CUDA device on a side stream, so
+  // that their decoding, copies and kernels run beside this unit's forward on the current stream.
+  std::optional<OrderedPrefetcher<Batch>> ahead;
+  if (convert_ahead_)
+    ahead.emplace(pf.batches(), 1, 2, [&](int64_t) {
+      Batch b = naming_skip(in_, opts_, [&] { return pf.next(); });
+      convert_inputs(b);
+      return b;
+    });
   if (cb_.progress) cb_.progress(done, plan.rows());
   auto next = [&] {
     auto t_wait = Clock::now();
-    Batch b = naming_skip(in_, opts_, [&] { return pf.next(); });
+    Batch b = ahead ? ahead->next() : naming_skip(in_, opts_, [&] { return pf.next(); });
     result_.input_wait_seconds += seconds_since(t_wait);
+    if (!b.converted) convert_inputs(b);
+    result_.stage_seconds.convert += b.convert_seconds;
+    if (!ahead) result_.encode_seconds += b.convert_seconds;  // else beside the encoder calls
     return b;
   };
-  std::optional<Batch> ahead;
+  result_.convert_thread = ahead.has_value();
   for (int64_t k = 0; k < pf.batches(); ++k) {
     if (interrupt_requested()) {
       if (done > last_commit) store.submit([this, done] { commit(done); });
@@ -226,15 +239,9 @@ bool Encoding::run(const RowPlan& plan) {
       record_stages(loop_start);
       return false;
     }
-    Batch batch = ahead ? std::move(*ahead) : next();
-    ahead.reset();
-    if (!batch.converted) convert_inputs(batch);
-    if (convert_ahead_ && k + 1 < pf.batches()) {  // copied and converted while this unit encodes
-      ahead = next();
-      convert_inputs(*ahead);
-    }
+    Batch batch = next();
     // The current stream waits for this unit's conversion from here on, after the previous
-    // unit's forward (the next unit's conversion, queued above, runs beside this one's).
+    // unit's forward (the next units' conversions, on the convert thread, run beside this one's).
     if (batch.ready) batch.ready->block(*main_stream_);
     encode_unit(batch, /*first=*/k == 0, plan.begin, store);  // the first unit gets the first batch's checks
     result_.rows_encoded += batch.count;
@@ -276,9 +283,7 @@ void Encoding::convert_inputs(Batch& batch) {
         "input rows " + std::to_string(batch.start) + ".." + std::to_string(batch.start + batch.count - 1), e);
   }
   batch.converted = true;
-  const double convert = seconds_since(t_convert);
-  result_.stage_seconds.convert += convert;
-  result_.encode_seconds += convert;
+  batch.convert_seconds = seconds_since(t_convert);
 }
 
 void Encoding::encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store) {

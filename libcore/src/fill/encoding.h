@@ -55,6 +55,7 @@ struct Batch {
   std::map<int64_t, std::string> skipped;                  // input row -> reason
   int64_t texts_cut = 0;                                   // texts cut at the maximum length
   bool converted = false;           // `inputs` are as the encoders take them (convert_inputs ran)
+  double convert_seconds = 0;       // convert_inputs' time on it
   std::optional<c10::Event> ready;  // on a CUDA device: recorded on the side stream after the conversion
 };
 
@@ -83,7 +84,8 @@ class Encoding {
   void encode_unit(Batch& batch, bool first, int64_t begin, SerialWorker& store);
 
   // The batch's columns converted on the device, made what the encoders take; on a CUDA device on
-  // the side stream (`batch.ready` says when it is done there).
+  // the side stream (`batch.ready` says when it is done there). Writes `batch` alone: it runs on
+  // the convert thread when there is one.
   void convert_inputs(Batch& batch);
 
   // Syncs the raw files and records `rows` as committed in the journal (the store thread).
@@ -181,9 +183,8 @@ class Encoding {
   std::vector<std::unique_ptr<model::Encoder>>& encoders_;
   std::map<std::string, DeviceConversion> conversions_;  // by feature column
   std::map<std::string, DeviceDecode> decoders_;         // by image column decoded on the device
-  // With columns converted on the device, the next unit is read and converted before this one is
-  // encoded; on a CUDA device on a side stream, so that its copy and conversion run beside this
-  // unit's forward on the device's current stream.
+  // With columns converted on the device, the next units are read and converted on a thread of
+  // their own while this one is encoded (run()); on a CUDA device on a side stream.
   bool convert_ahead_ = false;
   std::optional<c10::Stream> side_stream_, main_stream_;
   // Shared by this thread and the store thread without a lock, safe by this order: this thread

@@ -324,6 +324,7 @@ void close_timings(FillRun& run, CpuContentionWatch& watch) {
   FillTimings t;
   t.busy = r.stage_seconds;
   t.readers = std::max(1, opts.workers);
+  t.convert_thread = r.convert_thread;
   t.rows = r.rows_encoded;
   t.seconds = r.seconds;
   t.loop_seconds = r.loop_seconds;

@@ -83,6 +83,36 @@ CATCH_TEST_CASE("bottleneck: the encoder itself, the encode thread's other parts
   CATCH_CHECK(b->verdict.rfind("bound by store: the store thread 3,390 rows/s; forward alone 4,000 rows/s", 0) == 0);
 }
 
+CATCH_TEST_CASE("bottleneck: conversion on a thread of its own is a group of its own", "[fill]") {
+  FillTimings t = timings();  // the H200's --decode device run of 2026-11-28: decoding beside the forward
+  t.convert_thread = true;
+  t.busy.input = 1.0;
+  t.busy.convert = 2.2;  // 9,091 rows/s
+  t.busy.forward = 2.0;  // 10,000 rows/s
+  t.busy.to_host = 0.1;
+  t.busy.store = 0.3;
+  auto b = fill::find_bottleneck(t);
+  CATCH_REQUIRE(b);
+  CATCH_CHECK(b->bound == "convert");
+  CATCH_CHECK(b->group == "convert");
+  CATCH_CHECK(b->group_rows_per_second == Approx(20000.0 / 2.2));
+  CATCH_CHECK(stage(*b, "convert").busy_share == Approx(2.2 / 6.0));
+  CATCH_CHECK(b->verdict ==
+              "bound by convert: the convert thread 9,091 rows/s; forward alone 10,000 rows/s; 0.29 of the "
+              "model's speed");
+
+  t.busy.convert = 1.5;  // the conversions no longer add to the encode thread's forward calls
+  b = fill::find_bottleneck(t);
+  CATCH_CHECK(b->bound == "forward");
+  CATCH_CHECK(b->group == "encode");
+  CATCH_CHECK(b->group_rows_per_second == Approx(20000.0 / 2.1));
+
+  t.convert_thread = false;  // the same times on one thread: they add up
+  b = fill::find_bottleneck(t);
+  CATCH_CHECK(b->group == "encode");
+  CATCH_CHECK(b->group_rows_per_second == Approx(20000.0 / 3.6));
+}
+
 CATCH_TEST_CASE("bottleneck: fixed costs longer than the loop; nothing encoded", "[fill]") {
   FillTimings t = timings();
   t.rows = 100;

@@ -25,10 +25,11 @@ struct StageSeconds {
 /// What a finished fill measured.
 struct FillTimings {
   StageSeconds busy;
-  int readers = 1;          ///< reader threads (--workers)
-  int64_t rows = 0;         ///< rows encoded
-  double seconds = 0;       ///< the whole run
-  double loop_seconds = 0;  ///< the encode loop, less the first batch's checks
+  int readers = 1;              ///< reader threads (--workers)
+  bool convert_thread = false;  ///< conversion ran on a thread of its own, beside the encode thread
+  int64_t rows = 0;             ///< rows encoded
+  double seconds = 0;           ///< the whole run
+  double loop_seconds = 0;      ///< the encode loop, less the first batch's checks
   double model_setup_seconds = 0, digest_seconds = 0, publish_seconds = 0;
   int64_t tokens = 0, token_slots = 0;  ///< text: tokens encoded, and their batches' slots (padding included)
   std::string padding_remedy;           ///< what lowers the padding share, for the verdict when it is large
@@ -45,10 +46,12 @@ struct Bottleneck {
   };
   std::vector<Stage> stages;
   std::string bound;  ///< a stage's name, or "fixed costs" (when they took longer than the loop)
-  /// The stage group that bounds the loop, its rate and threads: "readers", "encode" or "store".
+  /// The stage group that bounds the loop, its rate and threads: "readers", "convert" (when it ran on
+  /// a thread of its own), "encode" or "store".
   std::string group;
   double group_rows_per_second = 0;
   int group_threads = 1;
+  bool convert_thread = false;         ///< FillTimings::convert_thread: conversion was a group of its own
   double rows_per_second = 0;          ///< the run's: rows encoded over the whole run's seconds
   double forward_rows_per_second = 0;  ///< the encoders' forward calls alone
   double model_fraction = 0;           ///< rows_per_second over forward_rows_per_second

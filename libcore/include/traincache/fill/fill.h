@@ -109,6 +109,7 @@ struct FillResult {
   double store_seconds = 0;        ///< checking the outputs, appending them to the journal, committing
   StageSeconds stage_seconds;      ///< each stage's busy time in the encode loop (bottleneck report)
   double loop_seconds = 0;         ///< the encode loop's wall time, less the first batch's checks
+  bool convert_thread = false;     ///< decoding on the device and conversion ran on a thread of their own
   /// Which stage bounded the run and how far it was from the encoders' own speed (none when this
   /// run encoded no rows).
   std::optional<Bottleneck> bottleneck;
