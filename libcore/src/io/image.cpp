@@ -312,6 +312,31 @@ std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, boo
   return {h, w};
 }
 
+bool jpeg_complete(const unsigned char* b, std::size_t n) {
+  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return false;
+  std::size_t p = 2;  // after SOI: marker segments up to the first scan's (SOS, 0xDA)
+  while (true) {
+    if (p >= n || b[p] != 0xFF) return false;  // a marker must begin here
+    while (p < n && b[p] == 0xFF) ++p;         // after any fill bytes
+    if (p >= n) return false;
+    const unsigned char m = b[p++];
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
+    if (m == 0xD9 || p + 2 > n) return false;             // EOI before any scan; a cut length
+    const std::size_t len = (std::size_t{b[p]} << 8) | b[p + 1];
+    if (len < 2) return false;
+    p += len;
+    if (m == 0xDA) break;
+  }
+  // In entropy-coded data 0xFF is followed by 0x00 or a marker, so the first FF D9 from here is EOI.
+  for (; p + 1 < n; ++p) {
+    const void* ff = std::memchr(b + p, 0xFF, n - 1 - p);
+    if (!ff) return false;
+    p = static_cast<std::size_t>(static_cast<const unsigned char*>(ff) - b);
+    if (b[p + 1] == 0xD9) return true;
+  }
+  return false;
+}
+
 int exif_orientation(const unsigned char* bytes, std::size_t size) {
   std::vector<unsigned char> tiff;  // a PNG's eXIf chunk, behind the "Exif\0\0" header libexif expects
   const unsigned char* data = bytes;

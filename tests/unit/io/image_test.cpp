@@ -2,10 +2,14 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "catch.h"
 #include "test_util.h"
@@ -142,6 +146,62 @@ CATCH_TEST_CASE("bad image bytes and spec text are refused with the reason", "[i
               "--normalize: as many means as standard deviations are needed, got '0.5,0.5:1'");
   CATCH_CHECK(test::message_of([&] { parse_normalize("0.5:0", s); }) ==
               "--normalize: standard deviations must be positive, got '0.5:0'");
+}
+
+namespace {
+
+// A JPEG's marker layout, without pixels: SOI, then `segments` (marker byte, payload), then `tail`
+// (entropy-coded data and what follows it).
+std::vector<unsigned char> markers(const std::vector<std::pair<unsigned char, std::vector<unsigned char>>>& segments,
+                                   const std::vector<unsigned char>& tail) {
+  std::vector<unsigned char> b{0xFF, 0xD8};
+  for (const auto& [m, payload] : segments) {
+    const std::size_t len = payload.size() + 2;
+    b.insert(b.end(), {0xFF, m, static_cast<unsigned char>(len >> 8), static_cast<unsigned char>(len & 0xFF)});
+    b.insert(b.end(), payload.begin(), payload.end());
+  }
+  b.insert(b.end(), tail.begin(), tail.end());
+  return b;
+}
+
+bool complete(const std::vector<unsigned char>& b, std::size_t keep = SIZE_MAX) {
+  return jpeg_complete(b.data(), std::min(keep, b.size()));
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("a JPEG is complete when an end-of-image marker follows its first scan", "[image]") {
+  const std::vector<unsigned char> app0(14, 'j'), sos{1, 1, 0, 0x3F, 0};
+  // Entropy-coded data holds 0xFF only as FF 00 (stuffing) or a restart marker FF D0..D7.
+  const std::vector<unsigned char> scan{0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, 0x56, 0xFF, 0xD9};
+  const auto whole = markers({{0xE0, app0}, {0xDA, sos}}, scan);
+  CATCH_CHECK(complete(whole));
+  for (std::size_t keep = 0; keep < whole.size(); ++keep) {  // every cut, in the header or the scan
+    CATCH_INFO("kept " << keep << " of " << whole.size() << " bytes");
+    CATCH_CHECK(!complete(whole, keep));
+  }
+  auto trailing = whole;  // bytes after EOI, as some cameras write, change nothing
+  trailing.insert(trailing.end(), {0, 0, 0x17});
+  CATCH_CHECK(complete(trailing));
+  // An EXIF thumbnail is a JPEG inside APP1, with its own EOI: the segment's length skips it, so a
+  // file cut in its own scan is still incomplete.
+  const std::vector<unsigned char> thumb{'E', 'x', 'i', 'f', 0, 0, 0xFF, 0xD8, 0xFF, 0xD9};
+  const auto with_thumb = markers({{0xE1, thumb}, {0xDA, sos}}, scan);
+  CATCH_CHECK(complete(with_thumb));
+  CATCH_CHECK(!complete(with_thumb, with_thumb.size() - 1));
+  CATCH_CHECK(!complete(with_thumb, with_thumb.size() - 4));
+  // Progressive: scans and tables between them; the EOI ends the last scan.
+  const std::vector<unsigned char> dht(20, 3);
+  auto progressive = markers({{0xDA, sos}}, {0x11, 0x22, 0xFF, 0xC4, 0, 22});
+  progressive.insert(progressive.end(), dht.begin(), dht.end());
+  progressive.insert(progressive.end(), {0xFF, 0xDA, 0, 7, 1, 1, 0, 0x3F, 0, 0x33, 0xFF, 0xD9});
+  CATCH_CHECK(complete(progressive));
+  CATCH_CHECK(!complete(progressive, progressive.size() - 2));
+  auto filled = markers({}, {});  // fill bytes (FF FF) before a marker
+  filled.insert(filled.end(), {0xFF, 0xFF, 0xDA, 0, 3, 0, 0x44, 0xFF, 0xD9});
+  CATCH_CHECK(complete(filled));
+  CATCH_CHECK(!complete(markers({{0xE0, app0}}, {0xFF, 0xD9})));  // EOI before any scan
+  CATCH_CHECK(!complete({'G', 'I', 'F', '8', '9', 'a', 0xFF, 0xD9}));
 }
 
 namespace {

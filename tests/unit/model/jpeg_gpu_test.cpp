@@ -36,6 +36,37 @@ CATCH_TEST_CASE("jpeg_gpu: without nvJPEG or a CUDA device the decoder refuses t
   }
 }
 
+// --decode device leaves files without an end-of-image marker to the host's decoder. Every cut in
+// the scans is incomplete; libjpeg-turbo refuses a baseline file cut anywhere as truncated, while a
+// progressive one cut after its first scans can decode, with the detail those scans hold and a
+// warning the host path tolerates: whichever it does, the device path now does the same, since
+// the file reaches the same decoder.
+CATCH_TEST_CASE("jpeg_gpu: a JPEG cut anywhere in its scans is incomplete; a baseline one truncated to libjpeg-turbo",
+                "[jpeg_gpu]") {
+  for (const bool progressive : {false, true}) {
+    const std::string f = test::make_jpeg(40, 56, TJSAMP_420, progressive);
+    const auto* b = reinterpret_cast<const unsigned char*>(f.data());
+    CATCH_REQUIRE(io::image::jpeg_complete(b, f.size()));
+    CATCH_CHECK(io::image::decode(b, f.size(), io::image::Channels::rgb, false, "whole").width == 56);
+    const std::size_t sos = f.find("\xFF\xDA");
+    CATCH_REQUIRE(sos != std::string::npos);
+    int cuts = 0, refused = 0;
+    for (std::size_t keep = sos + 16; keep < f.size(); keep += 7, ++cuts) {
+      CATCH_INFO((progressive ? "progressive" : "baseline") << ", kept " << keep << " of " << f.size());
+      CATCH_CHECK(!io::image::jpeg_complete(b, keep));
+      const std::string why =
+          test::message_of([&] { io::image::decode(b, keep, io::image::Channels::rgb, false, "cut"); });
+      if (!why.empty()) {
+        CATCH_CHECK(why == "cut: truncated JPEG (Premature end of JPEG file)");
+        ++refused;
+      }
+    }
+    CATCH_CHECK(cuts > 20);
+    if (!progressive) CATCH_CHECK(refused == cuts);
+    if (progressive) CATCH_CHECK((refused > 0 && refused < cuts));
+  }
+}
+
 // Run only by ctest's unit.encoder_test_gpu, which reports itself skipped (77) where this build has
 // no nvJPEG or the machine no CUDA device; run elsewhere, it fails rather than passing unchecked.
 CATCH_TEST_CASE("jpeg_gpu: nvJPEG's pixels agree with the CPU's; what it cannot decode is left to the CPU",

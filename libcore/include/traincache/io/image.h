@@ -37,6 +37,12 @@ Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bo
 std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
                                const std::string& what);
 
+/// Whether the JPEG in bytes has an end-of-image marker after its first scan begins. libjpeg-turbo
+/// refuses a file without one as truncated ("Premature end of JPEG file", decode()'s error), where
+/// GPU decoders (nvJPEG) decode what is there and leave the rest: --decode device gives such
+/// files to the host's decoder. False too when the markers before the first scan run past the end.
+bool jpeg_complete(const unsigned char* bytes, std::size_t size);
+
 /// The EXIF orientation (1..8) of the JPEG or PNG in bytes, 1 when it has none.
 int exif_orientation(const unsigned char* bytes, std::size_t size);
 

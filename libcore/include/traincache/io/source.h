@@ -92,7 +92,7 @@ struct ColumnInfo {
 /// An image file as stored, before decoding (Column::read_encoded).
 struct EncodedImage {
   std::string bytes;
-  bool jpeg = false;    ///< a JPEG (by its first bytes)
+  bool jpeg = false;    ///< a JPEG (by its first bytes) that ends (image::jpeg_complete)
   int orientation = 1;  ///< the EXIF orientation to apply: 1 when the spec does not apply it
 };
 
