@@ -164,8 +164,8 @@ expect_out "[5, 6] ['b/ok.png', 'b/trunc.jpg', 'b/x.bmp'] [0, 0, 0, 0, 1, 1, 1] 
 run "$TC_BIN/cache-inspect" --verify 7 "$WORK/skip.h5"
 expect_rc 0
 expect_out "$WORK/skip.h5	flat	ok: 5 rows match (max abs diff 0, tolerance 1e-05 + 0.0001*|x|)"
-# --decode device (the truncated JPEG fails in the encode loop's decoding, the BMP on the reader
-# thread): the same rows, reasons and bytes.
+# --decode device (the JPEG cut in its headers and the BMP fail on the reader threads): the same
+# rows, reasons and bytes.
 py "
 import h5py
 a, b = h5py.File('$WORK/skip.h5'), h5py.File('$WORK/skip-dec.h5')
@@ -173,6 +173,29 @@ print(a['skipped/rows'][:].tolist() == b['skipped/rows'][:].tolist(), a['skipped
       a['embeddings/flat'][:].tobytes() == b['embeddings/flat'][:].tobytes())
 "
 expect_out "True True True"
+# Where --decode device decodes each file (--json's device_decode): a whole JPEG on the device's
+# decoder (libjpeg-turbo here, nvJPEG on a GPU); a PNG, and JPEGs without an end-of-image marker
+# (cut in the scan or in the headers), on the reader threads, which refuse the cut ones exactly as
+# --decode host does (nvJPEG would decode what a cut scan holds).
+mkdir -p "$WORK/acct/a" "$WORK/acct/b"
+cp "$J" "$WORK/acct/a/whole.jpg"
+head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/acct/a/half.jpg"
+head -c 300 "$J" > "$WORK/acct/b/head.jpg"
+cp "$WORK/bad/b/ok.png" "$WORK/acct/b/ok.png"
+for decode in host device; do
+  run "$TC_BIN/cache-fill" --input "$WORK/acct" --out "$WORK/acct-$decode.h5" --encoder "$WORK/flat.pt" --threads 2 \
+    --resize 8,8 --channels gray --on-error skip --convert device --decode $decode --json
+  expect_rc 0
+done
+expect_out_has '"device_decode":{"reader_files":3,"device_files":1,"hardware_files":0,"host_files":0,'
+py "
+import h5py
+a, b = h5py.File('$WORK/acct-host.h5'), h5py.File('$WORK/acct-device.h5')
+print(b['skipped/rows'][:].tolist(), [r.decode().split(': ', 1)[1] for r in b['skipped/reasons'][:]],
+      a['skipped/reasons'][:].tolist() == b['skipped/reasons'][:].tolist(),
+      a['embeddings/flat'][:].tobytes() == b['embeddings/flat'][:].tobytes())
+"
+expect_out "[0, 2] ['truncated JPEG (Premature end of JPEG file)', 'corrupt JPEG: Invalid JPEG file structure: missing SOS marker'] True True"
 run "$TC_BIN/cache-inspect" "$WORK/skip.h5" --json
 expect_out_has '"skipped":2'
 run "$TC_BIN/gc-train" --cache "$WORK/skip.h5" --embeddings flat --head linear:4 --batch-size 4 --steps 1 --threads 1

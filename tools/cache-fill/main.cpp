@@ -170,6 +170,16 @@ void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
           b.verdict);
 }
 
+// With --decode device, where the files were decoded and the convert thread's time in it.
+report::Json device_decode_json(const fill::FillResult& r) {
+  if (!r.device_decode) return report::Json(nullptr);
+  const auto& d = r.decoded;
+  return report::Json{{"reader_files", d.reader_files},         {"device_files", d.device_files},
+                      {"hardware_files", d.hardware_files},     {"host_files", d.host_files},
+                      {"decode_seconds", d.decode_seconds},     {"prep_seconds", d.prep_seconds},
+                      {"hardware_seconds", d.hardware_seconds}, {"hybrid_seconds", d.hybrid_seconds}};
+}
+
 // The result's fields, declared once: --json writes them, the text lines below name them.
 report::Record fill_record(const fill::FillResult& r) {
   static const char* status[] = {"done", "up_to_date", "interrupted"};
@@ -190,6 +200,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("store_seconds", r.store_seconds)
       .add("convert", r.device_convert ? "device" : "host")
       .add("decode", r.device_decode ? "device" : "host")
+      .add("device_decode", device_decode_json(r))
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "traincache/base/error.h"
+#include "traincache/base/timing.h"
 
 namespace traincache::fill {
 
@@ -45,9 +46,7 @@ torch::Tensor DeviceDecode::on_host(const io::source::EncodedImage& e, int64_t r
   return px;
 }
 
-torch::Tensor DeviceDecode::operator()(EncodedRows& rows, int64_t start, bool skip,
-                                       std::map<int64_t, std::string>& skipped) {
-  c10::InferenceMode guard;
+std::vector<torch::Tensor> DeviceDecode::decode_files(const EncodedRows& rows) {
   const std::size_t n = rows.files.size();
   std::vector<torch::Tensor> decoded(n);
   if (device_.is_cuda()) {
@@ -61,35 +60,62 @@ torch::Tensor DeviceDecode::operator()(EncodedRows& rows, int64_t start, bool sk
       }
     auto got = nvjpeg_->decode(files);
     for (std::size_t j = 0; j < which.size(); ++j) decoded[which[j]] = std::move(got[j]);
-  } else {
-    for (std::size_t k = 0; k < n; ++k) {  // the CPU's decoding of the whole image, as a decoder hands it over
-      if (rows.pixels[k].defined()) continue;
-      const auto& e = rows.files[k];
-      io::image::Image img;
-      try {
-        img = io::image::decode(reinterpret_cast<const unsigned char*>(e.bytes.data()), e.bytes.size(),
-                                io::image::Channels::rgb, false, "");
-      } catch (const Error&) {
-        continue;  // on_host below says why, naming the file
-      }
-      // A copy, always: contiguous() of a [3, h, w] view that is contiguous already (h or w of 1)
-      // would keep the view of `img`'s buffer, freed at the end of this iteration.
-      decoded[k] = torch::from_blob(img.samples.data(), {img.height, img.width, 3}, torch::kByte)
-                       .permute({2, 0, 1})
-                       .clone(at::MemoryFormat::Contiguous);
+    return decoded;
+  }
+  for (std::size_t k = 0; k < n; ++k) {  // the CPU's decoding of the whole image, as a decoder hands it over
+    if (rows.pixels[k].defined()) continue;
+    const auto& e = rows.files[k];
+    io::image::Image img;
+    try {
+      img = io::image::decode(reinterpret_cast<const unsigned char*>(e.bytes.data()), e.bytes.size(),
+                              io::image::Channels::rgb, false, "");
+    } catch (const Error&) {
+      continue;  // on_host says why, naming the file
+    }
+    // A copy, always: contiguous() of a [3, h, w] view that is contiguous already (h or w of 1)
+    // would keep the view of `img`'s buffer, freed at the end of this iteration.
+    decoded[k] = torch::from_blob(img.samples.data(), {img.height, img.width, 3}, torch::kByte)
+                     .permute({2, 0, 1})
+                     .clone(at::MemoryFormat::Contiguous);
+  }
+  return decoded;
+}
+
+torch::Tensor DeviceDecode::operator()(EncodedRows& rows, int64_t start, bool skip,
+                                       std::map<int64_t, std::string>& skipped) {
+  c10::InferenceMode guard;
+  auto t = Clock::now();
+  const std::vector<torch::Tensor> decoded = decode_files(rows);
+  stats_.decode_seconds += seconds_since(t);
+  t = Clock::now();
+  std::vector<torch::Tensor> out;
+  for (std::size_t k = 0; k < rows.files.size(); ++k) {
+    const int64_t row = start + static_cast<int64_t>(k);
+    if (rows.pixels[k].defined()) {
+      out.push_back(rows.pixels[k].to(device_));
+      ++stats_.reader_files;
+    } else if (decoded[k].defined()) {
+      out.push_back(prep_(decoded[k], rows.files[k].orientation));
+      ++stats_.device_files;
+    } else {  // left by the device's decoder (CMYK, damaged): as the reader threads would decode it
+      out.push_back(on_host(rows.files[k], row, skip, skipped).to(device_));
+      ++stats_.host_files;
     }
   }
-  std::vector<torch::Tensor> out;
-  for (std::size_t k = 0; k < n; ++k) {
-    const int64_t row = start + static_cast<int64_t>(k);
-    if (rows.pixels[k].defined())
-      out.push_back(rows.pixels[k].to(device_));
-    else if (decoded[k].defined())
-      out.push_back(prep_(decoded[k], rows.files[k].orientation));
-    else  // left by the device's decoder (CMYK, damaged): as the reader threads would decode it
-      out.push_back(on_host(rows.files[k], row, skip, skipped).to(device_));
+  auto batch = torch::stack(out);
+  stats_.prep_seconds += seconds_since(t);
+  return batch;
+}
+
+DeviceDecodeStats DeviceDecode::stats() const {
+  DeviceDecodeStats s = stats_;
+  if (nvjpeg_) {
+    const auto& a = nvjpeg_->account();
+    s.hardware_files = a.hardware_files;
+    s.hardware_seconds = a.hardware_seconds;
+    s.hybrid_seconds = a.hybrid_seconds;
   }
-  return torch::stack(out);
+  return s;
 }
 
 }  // namespace traincache::fill

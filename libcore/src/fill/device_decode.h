@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "inputs.h"
+#include "traincache/fill/fill.h"
 #include "traincache/model/image_prep.h"
 #include "traincache/model/jpeg_gpu.h"
 
@@ -37,15 +38,22 @@ class DeviceDecode {
   DeviceDecode(const Input& in, torch::Device device);
   torch::Tensor operator()(EncodedRows& rows, int64_t start, bool skip, std::map<int64_t, std::string>& skipped);
 
+  // Where this column's files were decoded so far, and the time it took here.
+  DeviceDecodeStats stats() const;
+
  private:
   // Row `row`'s file decoded on the CPU into samples (zeros and a reason in `skipped` with `skip`).
   torch::Tensor on_host(const io::source::EncodedImage& e, int64_t row, bool skip,
                         std::map<int64_t, std::string>& skipped) const;
 
+  // The rows' files decoded on the device's decoder (undefined where it left one).
+  std::vector<torch::Tensor> decode_files(const EncodedRows& rows);
+
   const Input& in_;
   torch::Device device_;
   model::ImagePrep prep_;
   std::unique_ptr<model::JpegDecoder> nvjpeg_;  // on a CUDA device, made on first use
+  DeviceDecodeStats stats_;                     // nvJPEG's own account added when asked
 };
 
 }  // namespace traincache::fill

@@ -236,6 +236,7 @@ bool Encoding::run(const RowPlan& plan) {
     if (interrupt_requested()) {
       if (done > last_commit) store.submit([this, done] { commit(done); });
       store.drain();
+      ahead.reset();  // the convert thread stopped before its figures are read
       record_stages(loop_start);
       return false;
     }
@@ -254,6 +255,7 @@ bool Encoding::run(const RowPlan& plan) {
     if (cb_.progress) cb_.progress(done, plan.rows());
   }
   store.drain();
+  ahead.reset();
   record_stages(loop_start);
   return true;
 }
@@ -310,6 +312,8 @@ void Encoding::record_stages(Clock::time_point loop_start) {
   s.resize = reader_busy_.seconds(Stage::resize);
   s.tokenize = reader_busy_.seconds(Stage::tokenize);
   s.store = result_.store_seconds;
+  result_.decoded = {};
+  for (const auto& [name, decode] : decoders_) result_.decoded += decode.stats();
   result_.loop_seconds = std::max(0.0, seconds_since(loop_start) - first_checks_seconds_);
 }
 

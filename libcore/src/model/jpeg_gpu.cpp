@@ -1,6 +1,7 @@
 #include "traincache/model/jpeg_gpu.h"
 
 #include "traincache/base/error.h"
+#include "traincache/base/timing.h"
 #include "traincache_nvjpeg_config.h"
 
 #if TRAINCACHE_WITH_NVJPEG
@@ -154,8 +155,14 @@ std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_vie
     out[i] = torch::empty({3, heights[0], widths[0]}, torch::TensorOptions(torch::kByte).device(im.device));
     (im.hardware_takes(files[i]) ? on_hardware : on_hybrid).push_back(i);
   }
+  auto t = Clock::now();
   im.run(*im.hybrid, on_hybrid, files, out);
+  account_.hybrid_seconds += seconds_since(t);
+  t = Clock::now();
   if (im.hardware) im.run(*im.hardware, on_hardware, files, out);
+  account_.hardware_seconds += seconds_since(t);
+  account_.hardware_files += static_cast<int64_t>(on_hardware.size());
+  account_.hybrid_files += static_cast<int64_t>(on_hybrid.size());
   return out;
 }
 

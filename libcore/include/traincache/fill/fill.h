@@ -94,6 +94,29 @@ struct FillOptions {
 enum class FillStatus { done, up_to_date, interrupted };
 
 /// What a fill did.
+/// Where --decode device's files were decoded, and the convert thread's time in it (host seconds:
+/// on a CUDA device the decoder's and ImagePrep's host work and launches, not the device's).
+struct DeviceDecodeStats {
+  int64_t reader_files = 0;    ///< by the reader threads: not JPEG, or without an end (io::image::jpeg_complete)
+  int64_t device_files = 0;    ///< by the device's decoder (nvJPEG; libjpeg-turbo on a CPU device)
+  int64_t hardware_files = 0;  ///< of those, by the GPU's hardware JPEG decoder (nvJPEG's hybrid one the rest)
+  int64_t host_files = 0;      ///< left by the device's decoder (CMYK, damaged) and decoded on the host
+  double decode_seconds = 0, prep_seconds = 0;      ///< decoding, and the rest (model::ImagePrep's resize and crop)
+  double hardware_seconds = 0, hybrid_seconds = 0;  ///< of decode_seconds, in nvJPEG's hardware and hybrid calls
+
+  DeviceDecodeStats& operator+=(const DeviceDecodeStats& o) {
+    reader_files += o.reader_files;
+    device_files += o.device_files;
+    hardware_files += o.hardware_files;
+    host_files += o.host_files;
+    decode_seconds += o.decode_seconds;
+    prep_seconds += o.prep_seconds;
+    hardware_seconds += o.hardware_seconds;
+    hybrid_seconds += o.hybrid_seconds;
+    return *this;
+  }
+};
+
 struct FillResult {
   FillStatus status = FillStatus::done;
   int64_t rows = 0;          ///< rows in the cache
@@ -117,6 +140,7 @@ struct FillResult {
   CpuContention contention;
   bool device_convert = false;  ///< 8-bit inputs were converted on the encoders' device (--convert)
   bool device_decode = false;   ///< JPEG files were decoded on the encoders' device (--decode)
+  DeviceDecodeStats decoded;    ///< with device_decode: where this run's files were decoded
   uint64_t bytes_written = 0;   ///< embedding bytes written by this run
   int64_t skipped = 0;          ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD

@@ -34,9 +34,18 @@ class JpegDecoder {
   /// The decoders in use: "hardware+hybrid" or "hybrid".
   std::string backends() const;
 
+  /// Files given to the hardware decoder and to the hybrid one so far, and the host's seconds in
+  /// each one's calls (the hybrid decoder's Huffman decoding runs there, on the calling thread).
+  struct Account {
+    int64_t hardware_files = 0, hybrid_files = 0;
+    double hardware_seconds = 0, hybrid_seconds = 0;
+  };
+  const Account& account() const { return account_; }
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  Account account_;
 };
 
 }  // namespace traincache::model
