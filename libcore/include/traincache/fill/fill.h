@@ -93,7 +93,6 @@ struct FillOptions {
 /// How a fill ended.
 enum class FillStatus { done, up_to_date, interrupted };
 
-/// What a fill did.
 /// Where --decode device's files were decoded, and the convert thread's time in it (host seconds:
 /// on a CUDA device the decoder's and ImagePrep's host work and launches, not the device's).
 struct DeviceDecodeStats {
@@ -117,6 +116,7 @@ struct DeviceDecodeStats {
   }
 };
 
+/// What a fill did.
 struct FillResult {
   FillStatus status = FillStatus::done;
   int64_t rows = 0;          ///< rows in the cache
