@@ -38,8 +38,8 @@ CATCH_TEST_CASE("jpeg_gpu: without nvJPEG or a CUDA device the decoder refuses t
 
 // --decode device leaves files without an end-of-image marker to the host's decoder. Every cut in
 // the scans is incomplete; libjpeg-turbo refuses a baseline file cut anywhere as truncated, while a
-// progressive one cut after its first scans can decode, with the detail those scans hold and a
-// warning the host path tolerates: whichever it does, the device path now does the same, since
+// progressive one cut after its first scans can decode, with the detail those scans hold (the
+// host path raises no error for it): whichever it does, the device path now does the same, since
 // the file reaches the same decoder.
 CATCH_TEST_CASE("jpeg_gpu: a JPEG cut anywhere in its scans is incomplete; a baseline one truncated to libjpeg-turbo",
                 "[jpeg_gpu]") {
