@@ -327,7 +327,9 @@ bool jpeg_complete(const unsigned char* b, std::size_t n) {
     p += len;
     if (m == 0xDA) break;
   }
-  // In entropy-coded data 0xFF is followed by 0x00 or a marker, so the first FF D9 from here is EOI.
+  // In entropy-coded data 0xFF is followed by 0x00 or a marker, so an FF D9 from here is EOI: most
+  // files end with it, and only the others are searched.
+  if (p + 2 <= n && b[n - 2] == 0xFF && b[n - 1] == 0xD9) return true;
   for (; p + 1 < n; ++p) {
     const void* ff = std::memchr(b + p, 0xFF, n - 1 - p);
     if (!ff) return false;

@@ -162,7 +162,6 @@ std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_vie
   if (im.hardware) im.run(*im.hardware, on_hardware, files, out);
   account_.hardware_seconds += seconds_since(t);
   account_.hardware_files += static_cast<int64_t>(on_hardware.size());
-  account_.hybrid_files += static_cast<int64_t>(on_hybrid.size());
   return out;
 }
 

@@ -34,10 +34,11 @@ class JpegDecoder {
   /// The decoders in use: "hardware+hybrid" or "hybrid".
   std::string backends() const;
 
-  /// Files given to the hardware decoder and to the hybrid one so far, and the host's seconds in
-  /// each one's calls (the hybrid decoder's Huffman decoding runs there, on the calling thread).
+  /// Files given to the hardware decoder so far (the hybrid one took the others), and the host's
+  /// seconds in each one's calls (the hybrid decoder's Huffman decoding runs there, on the calling
+  /// thread).
   struct Account {
-    int64_t hardware_files = 0, hybrid_files = 0;
+    int64_t hardware_files = 0;
     double hardware_seconds = 0, hybrid_seconds = 0;
   };
   const Account& account() const { return account_; }
