@@ -25,15 +25,15 @@ run() {
   local t0=${EPOCHREALTIME:-}
   "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
   rc=$?
-  # TC_RUN_LOG: each command's seconds, script and line appended there (what makes the suite slow):
+  # TC_RUN_LOG: each command's seconds, script and line and exit code appended there (what makes the suite slow):
   # the first caller outside the shared *lib.sh files (py's caller, not py), and for Python `-c`
   # whether its code imports torch.
   if [ -n "${TC_RUN_LOG:-}" ]; then
     local i=1 what="${1##*/} ${*:2:1}"
     while [ $((i + 1)) -lt ${#BASH_SOURCE[@]} ] && [[ "${BASH_SOURCE[i]}" == *lib.sh ]]; do i=$((i + 1)); done
     [[ "$what" == *" -c" && "${3:-}" =~ import[^$'\n']*torch ]] && what+=" (torch)"
-    printf '%s %s:%s %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $t0}")" "${BASH_SOURCE[i]##*/}" \
-      "${BASH_LINENO[i - 1]}" "$what" >>"$TC_RUN_LOG"
+    printf '%s %s:%s rc=%s %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $t0}")" "${BASH_SOURCE[i]##*/}" \
+      "${BASH_LINENO[i - 1]}" "$rc" "$what" >>"$TC_RUN_LOG"
   fi
   out=$(cat "$WORK/.out")
   err=$(cat "$WORK/.err")
