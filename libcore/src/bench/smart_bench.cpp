@@ -496,50 +496,6 @@ Runs strategy_runs(Caching c) {
   return {};
 }
 
-// True when the items are images decoded by the source (an image folder, a manifest, tar shards).
-bool image_source(const BenchOptions& o) {
-  const auto kind = o.data.empty() ? io::source::Kind::shm : io::source::kind_of(o.data);
-  return kind == io::source::Kind::image_folder || kind == io::source::Kind::manifest || kind == io::source::Kind::tar;
-}
-
-// H,W of the deterministic stage's resize of array items; images take the whole spec in their
-// source instead. A spec an array cannot take (--resize S, --center-crop, --normalize,
-// --exif-transpose) is refused for arrays.
-std::vector<int64_t> array_resize(const BenchOptions& o) {
-  const io::image::Spec& spec = o.images.preprocess;
-  if (image_source(o)) return {};
-  const char* image_only = spec.resize_short > 0 ? "--resize"
-                           : spec.crop_h > 0     ? "--center-crop"
-                           : !spec.mean.empty()  ? "--normalize"
-                           : spec.exif_transpose ? "--exif-transpose"
-                                                 : nullptr;
-  if (image_only)
-    throw Error(
-        Exit::usage, image_only,
-        std::string(spec.resize_short > 0 ? "S (the shorter side) " : "") +
-            "applies to images (an image folder, a manifest or tar shards); uint8 arrays take --resize H,W only");
-  if (spec.resize_h > 0) return {spec.resize_h, spec.resize_w};
-  return {};
-}
-
-void validate(const BenchOptions& o) {
-  int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
-  if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
-  bool embed = std::find(o.strategies.begin(), o.strategies.end(), Caching::embed) != o.strategies.end();
-  if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
-    throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
-  if (o.batch_size <= 0 || o.epochs <= 0)
-    throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
-  if (!(o.cache_fraction > 0) || o.cache_fraction > 1)
-    throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
-  if (const auto hw = array_resize(o); !hw.empty()) {
-    // One resized sample in float32, times the batches the loaders keep in flight.
-    const uint64_t pixels = static_cast<uint64_t>(hw[0]) * static_cast<uint64_t>(hw[1]);
-    require_memory("--resize " + std::to_string(hw[0]) + "," + std::to_string(hw[1]), pixels,
-                   4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
-  }
-}
-
 std::unique_ptr<Source> open_source(const BenchOptions& o) {
   if (!o.data.empty()) {
     const std::string name = !o.dataset.empty() ? o.dataset
@@ -637,7 +593,7 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
 
 void run(const BenchOptions& o, const std::function<void(const EpochRecord&)>& record,
          const std::function<void(const std::string&)>& info) {
-  validate(o);
+  validate_options(o);
   model::configure_threads(o.threads);
   std::unique_ptr<Source> src = open_source(o);
   const int64_t n = o.items > 0 ? std::min(o.items, src->size()) : src->size();

@@ -69,6 +69,14 @@ struct EpochRecord {
   double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start
 };
 
+/// H,W of the deterministic stage's resize of array items (empty: none); images take the whole spec
+/// in their source instead. A spec an array cannot take (--resize S, --center-crop, --normalize,
+/// --exif-transpose) is refused for arrays: Error(usage).
+std::vector<int64_t> array_resize(const BenchOptions& opts);
+
+/// The checks of `opts` that need no data and no LibTorch: Error(usage) naming the option.
+void validate_options(const BenchOptions& opts);
+
 /// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
 /// progress messages. Throws traincache::Error.
 void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
