@@ -128,6 +128,22 @@ run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings cnn --steps 1 --out 
 expect_rc 69
 expect_err "gc-train: error: $no_module"
 expect_no_file "$WORK/head.pt"
+# smart-bench checks its options before LibTorch too: what its engine would refuse is refused here.
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy none,smart --replace-rate 0
+expect_rc 64
+expect_err "smart-bench: error: --replace-rate: must be in (0, 1]"
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy embed
+expect_rc 64
+expect_err "smart-bench: error: --strategy: embed needs --frozen-encoder and --cache"
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --files "$WORK" --strategy none
+expect_rc 64
+expect_err "smart-bench: error: --data: give exactly one of --data, --files and --shm"
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy none --normalize imagenet
+expect_rc 64
+expect_err_has "smart-bench: error: --normalize: applies to images"
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy none --epochs 1
+expect_rc 69
+expect_err "smart-bench: error: $no_module"
 unset TRAINCACHE_ENGINES_MODULE
 # LibTorch's OpenMP threads wait by sleeping (set as the module loads) unless the user chose
 # otherwise. libgomp reports its settings with OMP_DISPLAY_ENV; an unset policy also shows as

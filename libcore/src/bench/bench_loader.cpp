@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "traincache/base/error.h"
+#include "traincache/data_cache/smart_cache.h"
 
 namespace traincache::bench {
 
@@ -48,13 +49,15 @@ std::vector<int64_t> array_resize(const BenchOptions& o) {
 void validate_options(const BenchOptions& o) {
   int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
-  bool embed = std::find(o.strategies.begin(), o.strategies.end(), Caching::embed) != o.strategies.end();
+  auto chosen = [&o](Caching c) { return std::find(o.strategies.begin(), o.strategies.end(), c) != o.strategies.end(); };
+  const bool embed = chosen(Caching::embed);
   if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
     throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");
   if (o.batch_size <= 0 || o.epochs <= 0)
     throw Error(Exit::usage, "--batch-size", "batch size and epochs must be positive");
   if (!(o.cache_fraction > 0) || o.cache_fraction > 1)
     throw Error(Exit::usage, "--cache-fraction", "must be in (0, 1]");
+  if (chosen(Caching::smart)) data_cache::check_replace_rate(o.replace_rate);
   if (const auto hw = array_resize(o); !hw.empty()) {
     // One resized sample in float32, times the batches the loaders keep in flight.
     const uint64_t pixels = static_cast<uint64_t>(hw[0]) * static_cast<uint64_t>(hw[1]);
@@ -64,6 +67,7 @@ void validate_options(const BenchOptions& o) {
 }
 
 void run_in_module(const BenchOptions& opts, const RecordFn& record, const InfoFn& info) {
+  validate_options(opts);  // a refused command line loads no LibTorch
   call_engines<decltype(tc_bench_run)>("tc_bench_run", &opts, &record, &info);
 }
 

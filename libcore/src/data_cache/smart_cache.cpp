@@ -9,10 +9,14 @@
 
 namespace traincache::data_cache {
 
+void check_replace_rate(double replace_rate) {
+  if (!(replace_rate > 0) || replace_rate > 1) throw Error(Exit::usage, "--replace-rate", "must be in (0, 1]");
+}
+
 WindowPlan make_plan(int64_t dataset_len, int64_t cache_num, double replace_rate) {
   if (dataset_len <= 0) throw Error(Exit::usage, "dataset", "is empty");
   if (cache_num <= 0) throw Error(Exit::usage, "--cache-num", "must be positive");
-  if (!(replace_rate > 0) || replace_rate > 1) throw Error(Exit::usage, "--replace-rate", "must be in (0, 1]");
+  check_replace_rate(replace_rate);
   WindowPlan p;
   p.dataset_len = dataset_len;
   p.cache_num = std::min(cache_num, dataset_len);

@@ -51,6 +51,10 @@ struct WindowPlan {
 /// cache_num <= 0, replace_rate <= 0 or > 1, or an empty dataset -> Error(usage).
 WindowPlan make_plan(int64_t dataset_len, int64_t cache_num, double replace_rate);
 
+/// --replace-rate in (0, 1], or Error(usage) naming it (make_plan's own check, for callers that check
+/// their options before the data is open).
+void check_replace_rate(double replace_rate);
+
 /// Prepares items `items` (the values of WindowOptions::items) into `out`, item j at
 /// j * item_bytes. Runs on replacer threads; throws to report a failed read.
 using Prepare = std::function<void(const std::vector<int64_t>& items, void* out)>;
