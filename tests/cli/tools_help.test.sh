@@ -73,7 +73,7 @@ run "$TC_BIN/cache-inspect" -vv "$TC_DATA/truncated.h5"
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"
 # cache-inspect --verify runs in libtraincache_engines.so, which shares the tool's HDF5 layer (libtraincache_core.so).
-"$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
+"$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --labels labels --encoder cnn="$TC_DATA/cnn.pt" \
   --rows 0:16 --out "$WORK/v.h5" || _fail "cache-fill"
 run "$TC_BIN/cache-inspect" -vv --verify 2 --input "$TC_DATA/truncated.h5" "$WORK/v.h5"
 expect_rc 65
@@ -128,6 +128,16 @@ run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings cnn --steps 1 --out 
 expect_rc 69
 expect_err "gc-train: error: $no_module"
 expect_no_file "$WORK/head.pt"
+# gc-train reads a cache's description before LibTorch: a cache the run cannot use is refused there.
+run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings text --steps 1
+expect_rc 65
+expect_err "gc-train: error: $WORK/v.h5: no encoder named 'text' in the cache (have: cnn)"
+run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings cnn --eval-data "$TC_DATA/foreign.h5" --steps 1
+expect_rc 65
+expect_err "gc-train: error: $TC_DATA/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)"
+run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --query-embeddings cnn --passage-embeddings text --steps 1
+expect_rc 65
+expect_err "gc-train: error: $WORK/v.h5: no encoder named 'text' in the cache (have: cnn)"
 # smart-bench checks its options before LibTorch too: what its engine would refuse is refused here.
 run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy none,smart --replace-rate 0
 expect_rc 64

@@ -295,12 +295,9 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
                  std::string* fingerprint) {
   Data d;
   auto cinfo = io::cache::read_info(path, false);
-  if (!cinfo.complete) throw Error(Exit::data, path, "incomplete cache");
+  check_cached_info(o, cinfo, path, grouped);
   if (fingerprint) *fingerprint = cinfo.fingerprint;
   auto read_emb = [&](const std::string& name) {
-    if (std::none_of(cinfo.embeddings.begin(), cinfo.embeddings.end(), [&](const auto& e) { return e.name == name; }))
-      throw Error(Exit::data, path,
-                  "no encoder named '" + name + "' in the cache (have: " + io::cache::encoder_names(cinfo) + ")");
     auto dev_it = o.cache_devices.find(name);
     torch::Device dev = dev_it == o.cache_devices.end()
                             ? s.cache_device
@@ -321,7 +318,6 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     d.skipped.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
   }
   if (grouped) {
-    if (!cinfo.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
     d.query = side_of(read_emb(o.embeddings));
     auto labels = read_all(path, "/labels", 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
@@ -332,10 +328,6 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
     return d;
   }
   Rows q = read_emb(o.query_embeddings), p = read_emb(o.passage_embeddings);
-  if (q.sizes()[1] != p.sizes()[1])
-    throw Error(Exit::data, path,
-                "embedding widths differ between sides (" + std::to_string(q.sizes()[1]) + " vs " +
-                    std::to_string(p.sizes()[1]) + "); one head cannot serve both");
   d.query = side_of(std::move(q));
   d.passage = side_of(std::move(p));
   return d;

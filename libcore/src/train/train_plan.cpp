@@ -10,6 +10,7 @@
 #include "traincache/base/error.h"
 #include "traincache/base/json_text.h"
 #include "traincache/base/splitmix.h"
+#include "traincache/io/cache_file.h"
 
 namespace traincache {
 
@@ -335,6 +336,44 @@ void validate_cached_sides(const TrainOptions& o) {
                     "'): every query would find itself, and the metrics say nothing; with one encoder's "
                     "embeddings, train on rows grouped by label (--embeddings " +
                     o.query_embeddings + "), or cache each side with its own encoder");
+}
+
+namespace {
+
+// The width of an encoder's rows as the head sees them (each row flattened).
+int64_t flat_width(const io::cache::EmbeddingInfo& e) {
+  int64_t w = 1;
+  for (std::size_t i = 1; i < e.shape.size(); ++i) w *= e.shape[i];
+  return w;
+}
+
+}  // namespace
+
+void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, const std::string& path, bool grouped) {
+  if (!info.complete) throw Error(Exit::data, path, "incomplete cache");
+  auto named = [&](const std::string& name) -> const io::cache::EmbeddingInfo& {
+    for (const auto& e : info.embeddings)
+      if (e.name == name) return e;
+    throw Error(Exit::data, path,
+                "no encoder named '" + name + "' in the cache (have: " + io::cache::encoder_names(info) + ")");
+  };
+  if (grouped) {
+    if (!info.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
+    named(o.embeddings);
+    return;
+  }
+  const int64_t q = flat_width(named(o.query_embeddings)), p = flat_width(named(o.passage_embeddings));
+  if (q != p)
+    throw Error(Exit::data, path,
+                "embedding widths differ between sides (" + std::to_string(q) + " vs " + std::to_string(p) +
+                    "); one head cannot serve both");
+}
+
+void check_cached_files(const TrainOptions& o) {
+  if (o.cache.empty()) return;
+  const bool grouped = !o.embeddings.empty();
+  for (const std::string* path : {&o.cache, &o.eval_data})
+    if (!path->empty()) check_cached_info(o, io::cache::read_info(*path, false), *path, grouped);
 }
 
 namespace {

@@ -10,6 +10,10 @@
 
 #include "traincache/train/train.h"
 
+namespace traincache::io::cache {
+struct CacheInfo;
+}  // namespace traincache::io::cache
+
 namespace traincache::train {
 
 /// Rows of the training data split into training rows and held-out evaluation rows (--eval-rows,
@@ -102,6 +106,17 @@ void validate_raw_sides(const TrainOptions& o);
 
 /// Cached mode: --embeddings (grouped) or both --query-embeddings and --passage-embeddings.
 void validate_cached_sides(const TrainOptions& o);
+
+/// Cached mode: what `info` (the cache at `path`, --cache or --eval-data) must hold for the run:
+/// complete, labels when `grouped`, the named encoders, and aligned sides of one width.
+/// Error(data) naming `path` otherwise. load_cached checks the data with it; check_cached_files
+/// checks the files with it before LibTorch is loaded.
+void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, const std::string& path, bool grouped);
+
+/// Cached mode: --cache and a cached --eval-data read (their descriptions only) and checked with
+/// check_cached_info; missing, not HDF5 or not a cache as io::cache::read_info says. Nothing in raw
+/// mode. Needs no LibTorch: a refused cache costs no LibTorch start.
+void check_cached_files(const TrainOptions& o);
 
 /// --select-best names a metric the mode reports (metric_keys) for the objective `spec`.
 void validate_selection(const TrainOptions& o, const ObjectiveSpec& spec);
