@@ -92,11 +92,56 @@ killed_fill() {
   run "$TC_BIN/cache-fill" "$@" --out "$target"
 }
 
+# py_later WANT CODE: Python CODE (one that imports torch) run at finish in one process with the
+# script's other such checks, instead of now: importing torch costs 2-3 s a start. Its standard
+# output must be WANT (compared as expect_out does); one PASS or FAIL each, naming the caller's
+# line. CODE must read only files that stay as they are until the script ends (copy them if not).
+py_later() {
+  PY_LATER_N=$((${PY_LATER_N:-0} + 1))
+  local i=1
+  while [[ "${BASH_SOURCE[i]}" == *lib.sh ]]; do i=$((i + 1)); done  # same_params' caller, not same_params
+  mkdir -p "$WORK/.py_later"
+  printf '%s' "$2" >"$WORK/.py_later/$PY_LATER_N.py"
+  printf '%s' "$1" >"$WORK/.py_later/$PY_LATER_N.want"
+  printf '%s:%s' "${BASH_SOURCE[i]##*/}" "${BASH_LINENO[i - 1]}" >"$WORK/.py_later/$PY_LATER_N.where"
+}
+
+# check_py_later: the checks py_later recorded, in one Python process (called by finish).
+check_py_later() {
+  [ -n "${PY_LATER_N:-}" ] || return 0
+  run "$TC_PYTHON" -c "
+import contextlib, io, sys, traceback
+d, n = sys.argv[1], int(sys.argv[2])
+for i in range(1, n + 1):
+    got = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(got):
+            exec(compile(open('%s/%d.py' % (d, i)).read(), '%s/%d.py' % (d, i), 'exec'), {'__name__': 'check'})
+    except Exception:
+        print(traceback.format_exc(), file=got)
+    open('%s/%d.got' % (d, i), 'w').write(got.getvalue())
+" "$WORK/.py_later" "$PY_LATER_N"
+  local i got
+  for i in $(seq 1 "$PY_LATER_N"); do
+    if [ "$rc" -ne 0 ] || [ ! -e "$WORK/.py_later/$i.got" ]; then
+      _fail "the checks of py_later did not run ($(cat "$WORK/.py_later/$i.where"))"
+      continue
+    fi
+    got=$(cat "$WORK/.py_later/$i.got")
+    if [ "$got" = "$(cat "$WORK/.py_later/$i.want")" ]; then
+      _ok
+    else
+      FAILED=$((FAILED + 1))
+      printf 'FAIL (%s): expected stdout exactly: %s\n  got: %s\n' "$(cat "$WORK/.py_later/$i.where")" \
+        "$(cat "$WORK/.py_later/$i.want")" "${got:0:3000}" >&2
+    fi
+  done
+}
+
 # same_params A B [START [TOL]]: the TorchScript files' parameters agree within TOL relative
 # (max |a-b| / max |a|, default 1e-5), and moved away from START's by more than 1e-3 when given.
+# The files are copied now (a later step may overwrite them) and compared at finish (py_later).
 same_params() {
-  # The files are copied now (a later step may overwrite them) and compared at finish, all in one
-  # Python process: importing torch costs 2-3 s a start.
   local dir
   SAME_PARAMS_N=$((${SAME_PARAMS_N:-0} + 1))
   dir="$WORK/.same_params/$SAME_PARAMS_N"
@@ -105,42 +150,21 @@ same_params() {
     _fail "same_params: cannot read $1, $2 or ${3:-}"
     return
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$dir" "${3:+$dir/base.pt}" "${4:-1e-5}" \
-    "${BASH_SOURCE[1]##*/}:${BASH_LINENO[0]}" "$1 vs $2" >>"$WORK/.same_params/list"
-}
-
-# check_same_params: the comparisons same_params recorded; one PASS or FAIL line each (called by
-# finish).
-check_same_params() {
-  [ -s "$WORK/.same_params/list" ] || return 0
-  local verdict where what
-  run "$TC_PYTHON" -c "
-import sys, torch
-for line in open('$WORK/.same_params/list'):
-    d, base, tol, where, what = line.rstrip('\n').split('\t')
-    a = dict(torch.jit.load(d + '/a.pt').named_parameters()); b = dict(torch.jit.load(d + '/b.pt').named_parameters())
-    if sorted(a) != sorted(b):
-        print('names', where, what, sep='\t'); continue
+  py_later "ok" "
+import torch
+a = dict(torch.jit.load('$dir/a.pt').named_parameters()); b = dict(torch.jit.load('$dir/b.pt').named_parameters())
+if sorted(a) != sorted(b):
+    print('names differ: $1 vs $2')
+else:
     worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
+    base = '${3:+$dir/base.pt}'
     moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load(base).named_parameters()) if base else 1
-    print('ok' if worst <= float(tol) and moved > 1e-3 else 'differ by %g (moved %g)' % (worst, moved), where, what, sep='\t')
+    print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else '$1 vs $2 differ by %g (moved %g)' % (worst, moved))
 "
-  if [ "$rc" -ne 0 ] || [ "$(printf '%s\n' "$out" | wc -l)" -ne "$(wc -l <"$WORK/.same_params/list")" ]; then
-    _fail "same_params: the comparison did not run"
-    return
-  fi
-  while IFS=$'\t' read -r verdict where what; do
-    if [ "$verdict" = ok ]; then
-      _ok
-    else
-      FAILED=$((FAILED + 1))
-      printf 'FAIL (%s): same_params %s: %s\n' "$where" "$what" "$verdict" >&2
-    fi
-  done <<<"$out"
 }
 
 finish() {
-  check_same_params
+  check_py_later
   # TC_RUN_LOG: the script's seconds, and the CPU seconds of the commands it waited for.
   if [ -n "${TC_RUN_LOG:-}" ]; then
     times >"$WORK/.times"  # a builtin: in this shell, not a subshell that has no children
