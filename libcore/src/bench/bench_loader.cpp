@@ -1,10 +1,9 @@
 // The torch-free side of smart-bench's engine: the strategies' names, which the command line
 // needs, and the entry point into libtraincache_engines.so (bench_module.cpp), loaded on the first
 // call.
-#include "bench_module.h"
-
 #include <algorithm>
 
+#include "bench_module.h"
 #include "traincache/base/error.h"
 #include "traincache/data_cache/smart_cache.h"
 
@@ -49,7 +48,9 @@ std::vector<int64_t> array_resize(const BenchOptions& o) {
 void validate_options(const BenchOptions& o) {
   int sources = !o.data.empty() + !o.files.empty() + !o.shm.empty();
   if (sources != 1) throw Error(Exit::usage, "--data", "give exactly one of --data, --files and --shm");
-  auto chosen = [&o](Caching c) { return std::find(o.strategies.begin(), o.strategies.end(), c) != o.strategies.end(); };
+  auto chosen = [&o](Caching c) {
+    return std::find(o.strategies.begin(), o.strategies.end(), c) != o.strategies.end();
+  };
   const bool embed = chosen(Caching::embed);
   if (embed && (o.frozen_encoder.empty() || o.cache.empty()))
     throw Error(Exit::usage, "--strategy", "embed needs --frozen-encoder and --cache");

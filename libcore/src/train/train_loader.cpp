@@ -6,7 +6,7 @@
 namespace traincache::train {
 
 TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& cb) {
-  validate_options(opts);  // a refused command line loads no LibTorch,
+  validate_options(opts);    // a refused command line loads no LibTorch,
   check_cached_files(opts);  // nor a refused cache
   TrainResult result;
   call_engines<decltype(tc_train_run)>("tc_train_run", &opts, &cb, &result);
