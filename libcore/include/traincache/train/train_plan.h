@@ -115,7 +115,8 @@ void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, 
 
 /// Cached mode: --cache and a cached --eval-data read (their descriptions only) and checked with
 /// check_cached_info; missing, not HDF5 or not a cache as io::cache::read_info says. Nothing in raw
-/// mode. Needs no LibTorch: a refused cache costs no LibTorch start.
+/// mode. Needs no LibTorch: run_train_in_module calls it before loading LibTorch in a run of one
+/// process (the ranks of a data-parallel job meet first, so that one rank's failure reaches all).
 void check_cached_files(const TrainOptions& o);
 
 /// --select-best names a metric the mode reports (metric_keys) for the objective `spec`.
