@@ -92,10 +92,11 @@ killed_fill() {
   run "$TC_BIN/cache-fill" "$@" --out "$target"
 }
 
-# py_later WANT CODE: Python CODE (one that imports torch) run at finish in one process with the
-# script's other such checks, instead of now: importing torch costs 2-3 s a start. Its standard
-# output must be WANT (compared as expect_out does); one PASS or FAIL each, naming the caller's
-# line. CODE must read only files that stay as they are until the script ends (copy them if not).
+# py_later WANT CODE [re]: Python CODE (one that imports torch) run at finish in one process with
+# the script's other such checks, instead of now: importing torch costs 2-3 s a start. Its standard
+# output must be WANT (compared as expect_out does; with `re`, match the regular expression WANT as
+# expect_out_re does); one PASS or FAIL each, naming the caller's line. CODE must read only files
+# that stay as they are until the script ends (copy them if not).
 py_later() {
   PY_LATER_N=$((${PY_LATER_N:-0} + 1))
   local i=1
@@ -103,6 +104,7 @@ py_later() {
   mkdir -p "$WORK/.py_later"
   printf '%s' "$2" >"$WORK/.py_later/$PY_LATER_N.py"
   printf '%s' "$1" >"$WORK/.py_later/$PY_LATER_N.want"
+  printf '%s' "${3:-}" >"$WORK/.py_later/$PY_LATER_N.mode"
   printf '%s:%s' "${BASH_SOURCE[i]##*/}" "${BASH_LINENO[i - 1]}" >"$WORK/.py_later/$PY_LATER_N.where"
 }
 
@@ -121,19 +123,20 @@ for i in range(1, n + 1):
         print(traceback.format_exc(), file=got)
     open('%s/%d.got' % (d, i), 'w').write(got.getvalue())
 " "$WORK/.py_later" "$PY_LATER_N"
-  local i got
+  local i got want
   for i in $(seq 1 "$PY_LATER_N"); do
     if [ "$rc" -ne 0 ] || [ ! -e "$WORK/.py_later/$i.got" ]; then
       _fail "the checks of py_later did not run ($(cat "$WORK/.py_later/$i.where"))"
       continue
     fi
     got=$(cat "$WORK/.py_later/$i.got")
-    if [ "$got" = "$(cat "$WORK/.py_later/$i.want")" ]; then
+    want=$(cat "$WORK/.py_later/$i.want")
+    if { [ "$(cat "$WORK/.py_later/$i.mode")" = re ] && [[ "$got" =~ $want ]]; } || [ "$got" = "$want" ]; then
       _ok
     else
       FAILED=$((FAILED + 1))
-      printf 'FAIL (%s): expected stdout exactly: %s\n  got: %s\n' "$(cat "$WORK/.py_later/$i.where")" \
-        "$(cat "$WORK/.py_later/$i.want")" "${got:0:3000}" >&2
+      printf 'FAIL (%s): expected stdout %s: %s\n  got: %s\n' "$(cat "$WORK/.py_later/$i.where")" \
+        "$([ "$(cat "$WORK/.py_later/$i.mode")" = re ] && echo "to match" || echo exactly)" "$want" "${got:0:3000}" >&2
     fi
   done
 }
