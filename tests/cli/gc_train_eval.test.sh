@@ -12,8 +12,8 @@ D=$TC_DATA
 
 # numpy's metrics of the --out head on the dump's rows, against gc-train's eval_after and the dump.
 check() {  # check WANT [re] SUMMARY.json HEAD.pt DUMP.tsv MODE KS: at finish (py_later), on copies
-  local want=$1 mode=$2 dir="$WORK/check.$((${CHECK_N:=0} + 1))"
-  CHECK_N=$((CHECK_N + 1))
+  CHECK_N=$((${CHECK_N:-0} + 1))
+  local want=$1 mode=$2 dir="$WORK/check.$CHECK_N"
   shift 2
   mkdir "$dir" && cp "$1" "$dir/summary.json" && cp "$2" "$dir/head.pt" && cp "$3" "$dir/dump.tsv" ||
     _fail "check: cannot copy $1, $2 or $3"

@@ -123,20 +123,22 @@ for i in range(1, n + 1):
         print(traceback.format_exc(), file=got)
     open('%s/%d.got' % (d, i), 'w').write(got.getvalue())
 " "$WORK/.py_later" "$PY_LATER_N"
-  local i got want
+  local i got want mode where
   for i in $(seq 1 "$PY_LATER_N"); do
+    where=$(cat "$WORK/.py_later/$i.where")
     if [ "$rc" -ne 0 ] || [ ! -e "$WORK/.py_later/$i.got" ]; then
-      _fail "the checks of py_later did not run ($(cat "$WORK/.py_later/$i.where"))"
+      _fail "the checks of py_later did not run ($where)"
       continue
     fi
     got=$(cat "$WORK/.py_later/$i.got")
     want=$(cat "$WORK/.py_later/$i.want")
-    if { [ "$(cat "$WORK/.py_later/$i.mode")" = re ] && [[ "$got" =~ $want ]]; } || [ "$got" = "$want" ]; then
+    mode=$(cat "$WORK/.py_later/$i.mode")
+    if { [ "$mode" = re ] && [[ "$got" =~ $want ]]; } || [ "$got" = "$want" ]; then
       _ok
     else
       FAILED=$((FAILED + 1))
-      printf 'FAIL (%s): expected stdout %s: %s\n  got: %s\n' "$(cat "$WORK/.py_later/$i.where")" \
-        "$([ "$(cat "$WORK/.py_later/$i.mode")" = re ] && echo "to match" || echo exactly)" "$want" "${got:0:3000}" >&2
+      printf 'FAIL (%s): expected stdout %s: %s\n  got: %s\n' "$where" "$([ "$mode" = re ] && echo "to match" || echo exactly)" \
+        "$want" "${got:0:3000}" >&2
     fi
   done
 }
