@@ -91,10 +91,13 @@ struct JpegDecoder::Impl {
 
   cudaStream_t stream() const { return c10::cuda::getCurrentCUDAStream(device.index()).stream(); }
 
+  // Whether the hardware decoder takes `f`: its header is enough (what nvjpegDecodeBatchedSupported
+  // reads: the coding process, the subsampling, the size); a whole-stream parse would walk every byte
+  // of every file on the thread that feeds the GPU.
   bool hardware_takes(std::string_view f) const {
     int unsupported = 1;  // nvJPEG sets 0 when the decoder takes the file
     return hardware &&
-           nvjpegJpegStreamParse(hardware->handle, bytes(f), f.size(), 0, 0, parsed) == NVJPEG_STATUS_SUCCESS &&
+           nvjpegJpegStreamParseHeader(hardware->handle, bytes(f), f.size(), parsed) == NVJPEG_STATUS_SUCCESS &&
            nvjpegDecodeBatchedSupported(hardware->handle, parsed, &unsupported) == NVJPEG_STATUS_SUCCESS &&
            unsupported == 0;
   }
@@ -155,12 +158,14 @@ std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_vie
     out[i] = torch::empty({3, heights[0], widths[0]}, torch::TensorOptions(torch::kByte).device(im.device));
     (im.hardware_takes(files[i]) ? on_hardware : on_hybrid).push_back(i);
   }
+  // The hardware batch first: its engines then decode while this thread works through the hybrid
+  // lane's files (progressive ones among them), whose Huffman decoding runs here on the CPU.
   auto t = Clock::now();
-  im.run(*im.hybrid, on_hybrid, files, out);
-  account_.hybrid_seconds += seconds_since(t);
-  t = Clock::now();
   if (im.hardware) im.run(*im.hardware, on_hardware, files, out);
   account_.hardware_seconds += seconds_since(t);
+  t = Clock::now();
+  im.run(*im.hybrid, on_hybrid, files, out);
+  account_.hybrid_seconds += seconds_since(t);
   account_.hardware_files += static_cast<int64_t>(on_hardware.size());
   return out;
 }
