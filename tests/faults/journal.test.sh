@@ -4,8 +4,8 @@
 # of an uninterrupted run. Before the fix, a short raw file was padded with zeros and published.
 source "$(dirname "$0")/../cli/lib.sh"
 D=$TC_DATA
-FILL=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels --batch-size 64
-      --commit-rows 256 --threads 1 --workers 1)
+FILL=(--input "$D/big.h5" --rows 0:6000 --encoder cnn="$D/cnn.pt" --features images --labels labels
+      --batch-size 64 --commit-rows 256 --threads 1 --workers 1)
 
 run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/ref.h5" -q
 expect_rc 0
@@ -58,7 +58,7 @@ damaged "$WORK/a.h5" "cnn.raw holds 1000 bytes but $committed committed rows nee
 # committed_rows beyond the input's rows.
 make_partial "$WORK/b.h5"
 edit_journal "$WORK/b.h5.partial/journal.json" "j['committed_rows'] = 99999"
-damaged "$WORK/b.h5" "99999 rows committed but the run has only 12000"
+damaged "$WORK/b.h5" "99999 rows committed but the run has only 6000"
 
 # committed_rows off a batch boundary.
 make_partial "$WORK/c.h5"
