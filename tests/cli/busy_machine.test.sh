@@ -25,11 +25,11 @@ trap 'kill $HOG 2>/dev/null; rm -rf "$WORK"' EXIT
 NUM='[0-9]+\.[0-9]'
 
 # ---- cache-fill: the note after the bottleneck line, and the same figures in --json
-run taskset -c "$CPU" "$TC_BIN/cache-fill" --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:6000 \
+run taskset -c "$CPU" "$TC_BIN/cache-fill" --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:4500 \
   --out "$WORK/c.h5" --threads 2
 expect_rc 0
 expect_err_re $'\ncache-fill: bound by [^\n]*\ncache-fill: other processes competed for the cores: this run.s threads waited '"$NUM"' s for a core \('"$NUM"'x the '"$NUM"' s they ran\); others held about '"$NUM"' of its 1 core on average, so the rates above are shared; give the fill cores of its own \(taskset -c, a cgroup.s cpuset\) or run it when they finish$'
-run taskset -c "$CPU" "$TC_BIN/cache-fill" --json --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:6000 \
+run taskset -c "$CPU" "$TC_BIN/cache-fill" --json --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --rows 0:4500 \
   --out "$WORK/c2.h5" --threads 2
 expect_rc 0
 run "$TC_PYTHON" -c '
@@ -44,12 +44,12 @@ expect_rc 0
 
 # ---- gc-train: two threads on the one core; the note offers the cores the others left free
 run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
-  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 40 --seed 1 --threads 2
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 16 --seed 1 --threads 2
 expect_rc 0
 expect_err_re $'steps, loss [^\n]* s per epoch\ngc-train: other processes competed for the cores: this run.s threads waited [^\n]* on average, so the rates above are shared; try --threads 1 \(the cores they left free\) or give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
 # With one thread there are no fewer to offer.
 run taskset -c "$CPU" "$TC_BIN/gc-train" --data "$D/images.h5" --query images --labels labels \
-  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 40 --seed 1 --threads 1
+  --encoder "$D/cnn.pt" -b 40 -c 20 --steps 16 --seed 1 --threads 1
 expect_rc 0
 expect_err_re $'\ngc-train: other processes competed for the cores: [^\n]*; give the run cores of its own \(taskset -c, a cgroup.s cpuset\)$'
 finish
