@@ -96,7 +96,8 @@ killed_fill() {
 # the script's other such checks, instead of now: importing torch costs 2-3 s a start. Its standard
 # output must be WANT (compared as expect_out does; with `re`, match the regular expression WANT as
 # expect_out_re does); one PASS or FAIL each, naming the caller's line. CODE must read only files
-# that stay as they are until the script ends (copy them if not).
+# that stay as they are until the script ends (copy them if not); its jit_load(PATH) is
+# torch.jit.load once for each content among the script's checks (a module they only read).
 py_later() {
   PY_LATER_N=$((${PY_LATER_N:-0} + 1))
   local i=1
@@ -112,13 +113,21 @@ py_later() {
 check_py_later() {
   [ -n "${PY_LATER_N:-}" ] || return 0
   run "$TC_PYTHON" -c "
-import contextlib, io, sys, traceback
+import contextlib, hashlib, io, sys, traceback
 d, n = sys.argv[1], int(sys.argv[2])
+modules = {}
+def jit_load(path):  # torch.jit.load, once for each content (the checks only read what they load)
+    import torch
+    key = hashlib.sha256(open(path, 'rb').read()).hexdigest()
+    if key not in modules:
+        modules[key] = torch.jit.load(path)
+    return modules[key]
 for i in range(1, n + 1):
     got = io.StringIO()
     try:
         with contextlib.redirect_stdout(got):
-            exec(compile(open('%s/%d.py' % (d, i)).read(), '%s/%d.py' % (d, i), 'exec'), {'__name__': 'check'})
+            exec(compile(open('%s/%d.py' % (d, i)).read(), '%s/%d.py' % (d, i), 'exec'),
+                 {'__name__': 'check', 'jit_load': jit_load})
     except Exception:
         print(traceback.format_exc(), file=got)
     open('%s/%d.got' % (d, i), 'w').write(got.getvalue())
@@ -157,13 +166,13 @@ same_params() {
   fi
   py_later "ok" "
 import torch
-a = dict(torch.jit.load('$dir/a.pt').named_parameters()); b = dict(torch.jit.load('$dir/b.pt').named_parameters())
+a = dict(jit_load('$dir/a.pt').named_parameters()); b = dict(jit_load('$dir/b.pt').named_parameters())
 if sorted(a) != sorted(b):
     print('names differ: $1 vs $2')
 else:
     worst = max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a)
     base = '${3:+$dir/base.pt}'
-    moved = max(float((a[k] - t).abs().max()) for k, t in torch.jit.load(base).named_parameters()) if base else 1
+    moved = max(float((a[k] - t).abs().max()) for k, t in jit_load(base).named_parameters()) if base else 1
     print('ok' if worst <= ${4:-1e-5} and moved > 1e-3 else '$1 vs $2 differ by %g (moved %g)' % (worst, moved))
 "
 }
