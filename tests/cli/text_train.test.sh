@@ -66,26 +66,9 @@ expect_err "gc-train: error: --max-tokens: must be a number >= 0, got '-1' (see 
 
 # An integer buffer stays integer: a transformer exported from Hugging Face keeps its position ids in
 # an int64 buffer and embeds them; gc-train once converted every tensor of the module to the float
-# type (65 "expected ... Long, Int; but got CPUFloatType"). The wrapper adds nothing to the output
-# (its table is zero and frozen), so it trains as the plain encoder does, in float32 and float64.
-# (A file: TorchScript reads the class's source.)
-cat >"$WORK/positions.py" <<EOF
-import torch
-from torch import nn
-class WithPositions(nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-        self.zero = nn.Embedding(128, 1).requires_grad_(False)
-        nn.init.zeros_(self.zero.weight)
-        self.register_buffer('position_ids', torch.arange(128).unsqueeze(0))
-    def forward(self, input_ids, attention_mask):
-        positions = self.zero(self.position_ids[:, :input_ids.size(1)]).sum()
-        return self.inner(input_ids, attention_mask) + positions
-torch.jit.script(WithPositions(torch.jit.load('$ENC')).eval()).save('$WORK/positions.pt')
-EOF
-run "$TC_PYTHON" "$WORK/positions.py"
-expect_rc 0
+# type (65 "expected ... Long, Int; but got CPUFloatType"). The fixture text4k_positions.pt wraps
+# this encoder so (scripts/make-test-fixtures, WithPositions) and adds nothing to its output, so it
+# trains as the plain encoder does, in float32 and float64.
 for dtype in float32 float64; do
   plain=$loss_float32  # float32 is the default: the first run above
   if [ $dtype = float64 ]; then
@@ -93,7 +76,7 @@ for dtype in float32 float64; do
     expect_rc 0
     plain=$(loss_of "$out")
   fi
-  run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --dtype $dtype --encoder "$WORK/positions.pt" --json
+  run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --dtype $dtype --encoder "$TC_DATA/text4k_positions.pt" --json
   expect_rc 0
   expect_eq "$(loss_of "$out")" "$plain" "the loss with an int64 position buffer, $dtype"
 done
