@@ -52,18 +52,8 @@ expect_err_re "\(5000 encoded\)"
 # 65 "rejected the input" and the journal was deleted). The encoder asks for 256 TiB on any batch
 # that is not 32 rows (the last batch of 100 rows, after 96 are committed): more than a process's
 # address space, so the allocation fails even where the kernel overcommits memory (a machine that
-# granted 32 TiB killed the fill when the zeros were written).
-cat >"$WORK/oom_model.py" <<EOF  # a file: torch.jit.script reads the class's source
-import torch
-class Oom(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n = 0 if x.shape[0] == 32 else 1 << 46
-        return x.flatten(1)[:, :4] + torch.zeros([n + 1])[0]
-torch.jit.script(Oom()).save("$WORK/oom.pt")
-EOF
-run "$TC_PYTHON" "$WORK/oom_model.py"
-expect_rc 0
-OOM=(--input "$D/images.h5" --features vec --encoder oom="$WORK/oom.pt" --rows 0:100 --batch-size 32 --commit-rows 32
+# granted 32 TiB killed the fill when the zeros were written). oom.pt and wide.pt: scripts/make-test-fixtures.
+OOM=(--input "$D/images.h5" --features vec --encoder oom="$D/oom.pt" --rows 0:100 --batch-size 32 --commit-rows 32
      --threads 2 --out "$WORK/oom.h5")
 run "$TC_BIN/cache-fill" "${OOM[@]}"
 expect_rc 69
@@ -73,19 +63,7 @@ expect_out "96"
 # Out of memory outside the forward (here the copy of the last batch's output to float16 on the
 # host: the model returns a zero-stride view of 2^46 columns) is the same 69 with the journal kept
 # (issue 62, item 8: it was 70, the journal deleted). One classifier for every place.
-cat >"$WORK/wide_model.py" <<EOF
-import torch
-class Wide(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.flatten(1)[:, :4]
-        if x.shape[0] == 32:
-            return y
-        return y[:, :1].expand(x.shape[0], 1 << 46)
-torch.jit.script(Wide()).save("$WORK/wide.pt")
-EOF
-run "$TC_PYTHON" "$WORK/wide_model.py"
-expect_rc 0
-run "$TC_BIN/cache-fill" --input "$D/images.h5" --features vec --encoder wide="$WORK/wide.pt" --rows 0:100 \
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features vec --encoder wide="$D/wide.pt" --rows 0:100 \
   --batch-size 32 --commit-rows 32 --threads 2 --no-optimize --dtype float16 --out "$WORK/wide.h5"
 expect_rc 69
 expect_err_re "^cache-fill: error: out of memory: .* \(a smaller --batch-size needs less\); progress kept in $WORK/wide.h5.partial \(run again to resume\)$"
