@@ -17,8 +17,7 @@ trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
 D=$TC_DATA
 T=$TC_DATA/tokenizers
 
-run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
-expect_rc 0
+fixture_copy "$TC_DATA/tar-shards" "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make  # fixtures.tar
 IMG=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
 
 # ---- a new tar shard: its 10 samples encoded, the 30 cached copied -----------------------------

@@ -4,6 +4,5 @@ D=$TC_DATA
 REF=$TC_SOURCE/tests/cli/images_reference.py
 
 # Made once for the three scripts (fixtures.images); a script run by hand makes it itself.
-[ -d "$D/images-reference" ] || run "$TC_PYTHON" "$REF" make "$D/images-reference"
-cp -r "$D/images-reference/." "$WORK/" && _ok || _fail "cannot copy $D/images-reference"
+fixture_copy "$D/images-reference" "$TC_PYTHON" "$REF" make
 FILL=(--encoder "$WORK/flat.pt" --threads 2 -q)

@@ -204,6 +204,15 @@ hold_lock() {
   for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.02; done
 }
 
+# fixture_copy DIR CMD...: DIR's files copied under $WORK, DIR made first by `CMD... DIR` where it is
+# missing (a fixtures.* test makes it once for the suite; a script run by hand makes it itself).
+fixture_copy() {
+  local dir=$1
+  shift
+  [ -d "$dir" ] || run "$@" "$dir"
+  cp -r "$dir/." "$WORK/" && _ok || _fail "cannot copy $dir"
+}
+
 # wait_committed PARTIAL N: waits until the journal has committed at least N rows (the partial directory exists for 0).
 wait_committed() {
   local journal=$1/journal.json i c

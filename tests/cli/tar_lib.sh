@@ -5,7 +5,6 @@ trap 'rm -f /dev/shm/"$TRAINCACHE_SHM_PREFIX"*; rm -rf "$WORK"' EXIT
 D=$TC_DATA
 T=$TC_DATA/tokenizers
 
-run "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make "$WORK"
-expect_rc 0
+fixture_copy "$TC_DATA/tar-shards" "$TC_PYTHON" "$TC_SOURCE/tests/cli/tar_shards.py" make  # fixtures.tar
 FILL=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --center-crop 28 --batch-size 5 --threads 2 -q)
 SHARDS="$WORK/shards/{0000..0003}.tar"
