@@ -184,7 +184,7 @@ expect_no_file "$WORK/p"
 [ -z "$(ls -A "$WORK" | grep '^\.export\.')" ] && _ok || _fail "a temporary export folder was left behind"
 
 # SIGINT stops an export (it was ignored under a shell's '&'), and the unfinished folder goes with it.
-run "$TC_BIN/cache-fill" --input "$D/big.h5" --features images --encoder cnn="$D/cnn.pt" --threads 2 -q \
+run "$TC_BIN/cache-fill" --input "$D/big.h5" --rows 0:4000 --features images --encoder cnn="$D/cnn.pt" --threads 2 -q \
   --out "$WORK/big.h5"
 expect_rc 0
 "$TC_BIN/cache-inspect" --export npy "$WORK/bigx" --rows-per-file 1 "$WORK/big.h5" 2>"$WORK/int.err" &
