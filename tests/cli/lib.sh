@@ -209,7 +209,10 @@ hold_lock() {
 fixture_copy() {
   local dir=$1
   shift
-  [ -d "$dir" ] || run "$@" "$dir"
+  if [ ! -d "$dir" ]; then
+    run "$@" "$dir"
+    expect_rc 0
+  fi
   cp -r "$dir/." "$WORK/" && _ok || _fail "cannot copy $dir"
 }
 
