@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""WebDataset tar shards for tests/cli/inputs_tar_*.test.sh, written with Python's tarfile (nothing of
+"""WebDataset tar shards for tests/cli/inputs_tar_*.test.sh and cache_fill_update.test.sh (made once
+by the fixtures.tar test, copied by each script), written with Python's tarfile (nothing of
 traincache's), from image folders this script also writes:
 
   tar_shards.py make WORK    writes, under WORK:
