@@ -50,4 +50,36 @@ run "$TC_BIN/gc-train" "${ARGS[@]}" --steps 6 --checkpoint-dir "$WORK/old" --res
 expect_rc 65
 expect_err "gc-train: error: $WORK/old/checkpoint.pt: unreadable checkpoint (damaged, or written by an older gc-train)"
 
+# The digest is checked before LibTorch is loaded (train/checkpoint_file.h): with no engines module
+# to load, a file that is no archive and a flipped payload byte are still refused, each in one line,
+# while the intact checkpoint and a zip laid out otherwise (left to LibTorch's reader) get as far
+# as loading the module.
+export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
+no_module="gc-train: error: LibTorch: cannot load libtraincache_engines.so: $WORK/none.so: cannot open shared object file: No such file or directory"
+run "$TC_BIN/gc-train" "${ARGS[@]}" --steps 6 --checkpoint-dir "$WORK/old" --resume
+expect_rc 65
+expect_err "gc-train: error: $WORK/old/checkpoint.pt: unreadable checkpoint (damaged, or written by an older gc-train)"
+mkdir "$WORK/early" "$WORK/other"
+cp "$WORK/good.pt" "$WORK/early/checkpoint.pt"
+"$TC_PYTHON" -c "
+import sys, zipfile
+p = sys.argv[1]
+with zipfile.ZipFile(p) as z:  # a byte in the middle of the payload member
+    i = z.getinfo([n for n in z.namelist() if n.endswith('/data/0')][0])
+    off = i.header_offset + 30 + len(i.filename) + len(i.extra) + i.file_size // 2
+b = bytearray(open(p, 'rb').read()); b[off] ^= 1; open(p, 'wb').write(bytes(b))
+zipfile.ZipFile(sys.argv[2], 'w').writestr('archive/version', '3')" "$WORK/early/checkpoint.pt" "$WORK/other/checkpoint.pt"
+run "$TC_BIN/gc-train" "${ARGS[@]}" --steps 6 --checkpoint-dir "$WORK/early" --resume
+expect_rc 65
+expect_err "gc-train: error: $WORK/early/checkpoint.pt: checkpoint damaged: its contents do not match their digest"
+for d in ck other; do
+  run "$TC_BIN/gc-train" "${ARGS[@]}" --steps 6 --checkpoint-dir "$WORK/$d" --resume
+  expect_rc 69
+  expect_err "$no_module"
+done
+unset TRAINCACHE_ENGINES_MODULE
+run "$TC_BIN/gc-train" "${ARGS[@]}" --steps 6 --checkpoint-dir "$WORK/other" --resume
+expect_rc 65
+expect_err "gc-train: error: $WORK/other/checkpoint.pt: unreadable checkpoint (damaged, or written by an older gc-train)"
+
 finish

@@ -10,6 +10,7 @@
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/train/checkpoint_file.h"
 
 using nlohmann::json;
 
@@ -34,15 +35,14 @@ std::string checkpoint_payload(const std::string& path) {
     outer.read("payload", payload);
     outer.read("payload_xxh3", digest);
   } catch (const std::exception&) {
-    throw Error(Exit::data, path, "unreadable checkpoint (damaged, or written by an older gc-train)");
+    throw Error(Exit::data, path, kUnreadableCheckpoint);
   }
   if (!format.isString() || format.toStringRef() != kFormat || !digest.isString() ||
       payload.scalar_type() != torch::kUInt8 || payload.dim() != 1)
     throw Error(Exit::data, path, "unreadable checkpoint (not a " + std::string(kFormat) + " file)");
   payload = payload.contiguous();
   std::string bytes(static_cast<const char*>(payload.data_ptr()), static_cast<std::size_t>(payload.numel()));
-  if (payload_digest(bytes) != digest.toStringRef())
-    throw Error(Exit::data, path, "checkpoint damaged: its contents do not match their digest");
+  if (payload_digest(bytes) != digest.toStringRef()) throw Error(Exit::data, path, kDamagedCheckpoint);
   return bytes;
 }
 

@@ -7,6 +7,7 @@
 #include "traincache/base/json_text.h"
 #include "traincache/model/precision_torch.h"
 #include "traincache/train/checkpoint.h"
+#include "traincache/train/checkpoint_file.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -18,7 +19,7 @@ Checkpointer::Checkpointer(const TrainOptions& o, const Setup& s, train::RankGro
       s_(s),
       group_(group),
       config_(std::move(config)),
-      path_(o.checkpoint_dir.empty() ? "" : o.checkpoint_dir + "/checkpoint.pt") {
+      path_(o.checkpoint_dir.empty() ? "" : checkpoint_path(o.checkpoint_dir)) {
   if (path_.empty() || s.rank != 0) return;
   std::error_code ec;
   fs::create_directories(o.checkpoint_dir, ec);

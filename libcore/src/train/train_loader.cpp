@@ -9,7 +9,10 @@ namespace traincache::train {
 TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& cb) {
   validate_options(opts);  // a refused command line loads no LibTorch, nor a refused cache; the ranks
   // of a data-parallel job check their data after joining, so that one rank's failure reaches the others
-  if (!read_launch().distributed()) check_cached_files(opts);
+  if (!read_launch().distributed()) {
+    check_cached_files(opts);
+    check_resume_file(opts);
+  }
   TrainResult result;
   call_engines<decltype(tc_train_run)>("tc_train_run", &opts, &cb, &result);
   return result;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,6 +12,7 @@
 #include "traincache/base/json_text.h"
 #include "traincache/base/splitmix.h"
 #include "traincache/io/cache_file.h"
+#include "traincache/train/checkpoint_file.h"
 
 namespace traincache {
 
@@ -374,6 +376,13 @@ void check_cached_files(const TrainOptions& o) {
   const bool grouped = !o.embeddings.empty();
   for (const std::string* path : {&o.cache, &o.eval_data})
     if (!path->empty()) check_cached_info(o, io::cache::read_info(*path, false), *path, grouped);
+}
+
+void check_resume_file(const TrainOptions& o) {
+  if (!o.resume || o.checkpoint_dir.empty()) return;
+  const std::string path = checkpoint_path(o.checkpoint_dir);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) check_checkpoint_digest(path);
 }
 
 namespace {

@@ -119,6 +119,11 @@ void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, 
 /// process (the ranks of a data-parallel job meet first, so that one rank's failure reaches all).
 void check_cached_files(const TrainOptions& o);
 
+/// --resume: the checkpoint of --checkpoint-dir, when there is one, checked against its digest
+/// (check_checkpoint_digest, checkpoint_file.h). Needs no LibTorch: run_train_in_module calls it
+/// with check_cached_files; load_checkpoint checks the file again, and everything else in it.
+void check_resume_file(const TrainOptions& o);
+
 /// --select-best names a metric the mode reports (metric_keys) for the objective `spec`.
 void validate_selection(const TrainOptions& o, const ObjectiveSpec& spec);
 
