@@ -212,4 +212,111 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   return p;
 }
 
+// ---- stage: an update's plan ------------------------------------------------------------------
+
+// The rows of the cache to update that the new input's rows keep (by key when both have keys of the
+// same source), the rows the encode loop then reads, and the entry the new cache's history gets;
+// result.update says what changed. Without a cache to update, a full fill's entry and rows.
+void plan_update(FillRun& run) {
+  const std::optional<io::cache::CacheInfo>& old = run.existing.to_update;
+  const Inputs& in = run.in;
+  const RowPlan& plan = run.plan;
+  Provenance& prov = run.prov;
+  FillResult& result = run.result;
+  run.encode_plan = plan;
+  io::cache::HistoryEntry entry;
+  entry.run = old ? "update" : "fill";
+  entry.rows = plan.rows();
+  if (!old) {
+    entry.encoded = plan.rows();
+    prov.history.push_back(entry);
+    return;
+  }
+  RowIdentity now;
+  now.digests = prov.digests;
+  if (in.keys && old->keys_source == in.keys->col->info().name)
+    now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
+  run.update = std::make_unique<Update>(*old, std::move(now));
+  const Update* update = run.update.get();
+  const UpdatePlan& up = update->plan();
+  const auto encoded = static_cast<int64_t>(update->encoded().size());
+  FillResult::Update u;
+  u.by_key = up.by_key;
+  u.kept = up.kept;
+  u.changed = up.changed;
+  u.added = up.added;
+  u.removed = up.removed;
+  u.skipped_before = up.skipped_before;
+  u.copied = plan.rows() - encoded;
+  result.update = u;
+  result.rows_copied = u.copied;
+  entry.encoded = encoded;
+  entry.update =
+      io::cache::HistoryEntry::Update{u.copied, u.added, u.changed, u.removed, u.kept, up.by_key ? "key" : "position"};
+  prov.history = old->history;
+  prov.history.push_back(entry);
+  run.update_in = update->encoded_inputs(in, plan.begin);
+  run.encode_plan = RowPlan{0, run.update_in.rows, 0, run.update_in.rows, false};
+}
+
+// ---- stage: the journal ---------------------------------------------------------------------
+
+// The journal in the run's progress directory: adopted only when the directory is private to this
+// user and the journal validates against this run (the rows the encode loop reads: an update's
+// rows to encode, whose plan Update::identity names). With --force, a foreign, damaged or other
+// run's journal is discarded instead of refused; with --update, so is the progress of an update
+// whose input has changed again since (it cannot resume: it was encoding rows of another plan).
+Journal open_journal(const FillRun& p) {
+  const FillOptions& opts = p.opts;
+  const std::string update_of = p.update ? p.update->identity() : "";
+  auto start_over = [&] {
+    if (int e = files::remove_tree(p.partial))
+      throw Error(Exit::cant_create, p.partial, "cannot discard it: " + errno_text(e));
+    files::make_or_adopt_private_dir(p.partial);
+    return Journal(p.partial);
+  };
+  try {
+    files::make_or_adopt_private_dir(p.partial);
+  } catch (const Error&) {
+    if (!opts.force) throw;
+    return start_over();
+  }
+  Journal journal(p.partial);
+  try {
+    if (!journal.load()) return journal;
+  } catch (const Error& e) {
+    if (!opts.force || e.code() != Exit::data) throw;
+    return start_over();
+  }
+  const bool same = journal.fingerprint == p.fp.hash && journal.update_of == update_of;
+  if (!same && opts.update && (!journal.update_of.empty() || only_data_changed(journal.fingerprint_json, p.fp.text))) {
+    if (p.cb.warn)
+      p.cb.warn(p.partial + ": discarded the progress of an earlier update, whose input has changed since");
+    return start_over();
+  }
+  if (!same) {
+    const std::string changed = journal.fingerprint_json.empty() || journal.fingerprint == p.fp.hash
+                                    ? ""
+                                    : " (changed: " + fingerprint_diff(journal.fingerprint_json, p.fp.text) + ")";
+    if (!opts.force)
+      throw Error(Exit::cant_create, p.partial,
+                  "holds progress of a run with another fingerprint" + changed + "; use --force" +
+                      (opts.update ? " (without --update)" : "") + " to discard it");
+    return start_over();
+  }
+  try {
+    // A commit ends a unit the encode loop reads: batches, cut short where a tar file ends.
+    std::vector<int64_t> unit_ends;
+    const RowPlan& plan = p.encode_plan;
+    const Inputs& in = p.encoded_in();
+    for (const auto& [first, n] : unit_ranges(plan.begin, plan.end, in.unit, in.groups))
+      unit_ends.push_back(first + n - plan.begin);
+    journal.validate(p.encoder_names, unit_ends, dtype_size(opts.dtype));
+  } catch (const Error& e) {
+    if (!opts.force || e.code() != Exit::data) throw;
+    return start_over();
+  }
+  return journal;
+}
+
 }  // namespace traincache::fill

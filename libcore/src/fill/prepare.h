@@ -94,6 +94,14 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
 // encode loop and the publish.
 FillResult encode_fill(FillRun& run);
 
+// An update's plan (update.h): the rows of the cache to update that the input keeps, the rows the
+// encode loop then reads, and the new cache's history; without a cache to update, a full fill's.
+void plan_update(FillRun& run);
+
+// The journal of the rows the encode loop reads, in the run's progress directory: adopted, started,
+// or refused (see prepare.cpp).
+Journal open_journal(const FillRun& p);
+
 // The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
 nlohmann::json text_json(const FillOptions& opts, const Inputs& in);
 
