@@ -107,6 +107,7 @@ run "$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --enc
 expect_rc 69
 expect_err "cache-fill: error: $no_module"
 expect_no_file "$WORK/none.h5"
+expect_no_file "$WORK/none.h5.partial"  # its journal is opened before LibTorch: an empty one goes
 # A fill on the CPU opens its inputs before it loads LibTorch: a missing one is 66, as ever; a
 # fill on a CUDA device loads LibTorch first (a device the machine lacks is 69 before any input).
 run "$TC_BIN/cache-fill" -q --input "$WORK/missing.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \

@@ -98,4 +98,19 @@ expect_rc 0
 expect_err_has "resumed at $committed"
 expect_same "$WORK/h.h5" "$WORK/ref.h5"
 
+# The journal is checked before LibTorch is loaded (plan_encoding, fill/prepare.cpp): with no engines
+# module to load, a damaged one is still refused, and a sound one is adopted, its progress kept
+# when the module then cannot be loaded.
+export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
+make_partial "$WORK/m.h5"
+truncate -s 1000 "$WORK/m.h5.partial/cnn.raw"
+damaged "$WORK/m.h5" "cnn.raw holds 1000 bytes but $committed committed rows need $((committed * 128))"
+rm -r "$WORK/m.h5.partial"
+make_partial "$WORK/m.h5"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/m.h5"
+expect_rc 69
+expect_err "cache-fill: error: LibTorch: cannot load libtraincache_engines.so: $WORK/none.so: cannot open shared object file: No such file or directory"
+expect_same "$WORK/m.h5.partial/journal.json" "$WORK/base.h5.partial/journal.json"
+unset TRAINCACHE_ENGINES_MODULE
+
 finish

@@ -282,21 +282,8 @@ FillResult encode_fill(FillRun& p) {
   model::configure_threads(p.opts.threads);
   CpuContentionWatch watch;
   FillResult& result = p.result;
-  auto t_digest = Clock::now();
-  p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
-                       ? std::move(p.fp.row_digests)
-                       : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, p.opts.workers));
-  p.prov.digest_inputs = row_digest_inputs(p.in);
-  plan_update(p);
-  result.digest_seconds += seconds_since(t_digest);
-
-  p.journal = open_journal(p);
+  if (!p.journal) plan_encoding(p);
   Journal& journal = *p.journal;
-  journal.fingerprint = p.fp.hash;
-  journal.fingerprint_json = p.fp.text;
-  journal.update_of = p.update ? p.update->identity() : "";
-  if (p.update && journal.committed_rows == 0) journal.encoders = p.update->encoders();
-  result.resumed_from = journal.committed_rows;
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     if (!encode_rows(p)) {

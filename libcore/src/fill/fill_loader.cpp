@@ -12,10 +12,10 @@ bool VerifyReport::ok() const {
   return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
 }
 
-// A CPU fill opens and checks its inputs, takes the output's lock and tells whether the cache is
-// up to date before it loads LibTorch, which a refused input or an up-to-date cache then never
-// needs. A CUDA fill loads it first, as run_fill does, so that a device this machine lacks is 69
-// before any input is read.
+// A CPU fill opens and checks its inputs, takes the output's lock, tells whether the cache is up
+// to date, plans an update and opens its journal before it loads LibTorch, which a refused input,
+// journal or an up-to-date cache then never needs. A CUDA fill loads it first, as run_fill does, so that a device this
+// machine lacks is 69 before any input is read.
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
   FillResult result;
@@ -25,9 +25,15 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
   }
   FillRun run = prepare_fill(opts, cb);
   if (run.result.status == FillStatus::up_to_date) return run.result;
+  plan_encoding(run);  // a journal that cannot be resumed is refused here
   // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
   const auto t_load = Clock::now();
-  engines_symbol("tc_fill_encode");
+  try {
+    engines_symbol("tc_fill_encode");
+  } catch (...) {
+    discard_unstarted(run);
+    throw;
+  }
   run.t_start += Clock::now() - t_load;
   call_engines<decltype(tc_fill_encode)>("tc_fill_encode", &run, &result);
   return result;

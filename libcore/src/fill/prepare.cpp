@@ -319,4 +319,26 @@ Journal open_journal(const FillRun& p) {
   return journal;
 }
 
+void plan_encoding(FillRun& p) {
+  auto t_digest = Clock::now();
+  p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
+                       ? std::move(p.fp.row_digests)
+                       : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, p.opts.workers));
+  p.prov.digest_inputs = row_digest_inputs(p.in);
+  plan_update(p);
+  p.result.digest_seconds += seconds_since(t_digest);
+
+  p.journal = open_journal(p);
+  Journal& journal = *p.journal;
+  journal.fingerprint = p.fp.hash;
+  journal.fingerprint_json = p.fp.text;
+  journal.update_of = p.update ? p.update->identity() : "";
+  if (p.update && journal.committed_rows == 0) journal.encoders = p.update->encoders();
+  p.result.resumed_from = journal.committed_rows;
+}
+
+void discard_unstarted(const FillRun& p) {
+  if (p.journal && p.journal->committed_rows == 0) files::remove_tree(p.partial);
+}
+
 }  // namespace traincache::fill

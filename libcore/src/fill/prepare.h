@@ -1,9 +1,9 @@
-// cache-fill's engine, stage 2: everything a fill decides before it loads an encoder, without
+// cache-fill's engine, stages 2 and 3: everything a fill decides before it loads an encoder, without
 // LibTorch: the options that need none, the inputs (inputs.h), the rows, the output's lock, the
 // fingerprint and the cache already at the output (up to date, to update, or in the way), in one
-// FillRun. A fill whose cache is up to date ends here, and cache-fill then never loads LibTorch
-// (fill_loader.cpp); every other fill goes on in encode_fill (fill.cpp). docs/code-map.md
-// shows every stage and the way the data flows.
+// FillRun; then the update's plan and the journal. A fill whose cache is up to date ends after
+// stage 2, and cache-fill then never loads LibTorch (fill_loader.cpp); every other fill goes on in
+// encode_fill (fill.cpp). docs/code-map.md shows every stage and the way the data flows.
 #pragma once
 
 #include <functional>
@@ -51,8 +51,8 @@ struct Provenance {
 
 // One cache-fill run, the single argument of its stages after the options are checked and of the
 // module's entry (fill_module.h), as gc-train's stages take its RunContext. prepare_fill makes it
-// (stage 2: inputs, rows, lock, fingerprint, the cache at the output); encode_fill (stage 3, with
-// LibTorch) adds the update's plan and the journal, then encodes and publishes.
+// (stage 2: inputs, rows, lock, fingerprint, the cache at the output); plan_encoding (stage 3)
+// adds the update's plan and the journal; encode_fill (with LibTorch) encodes and publishes.
 struct FillRun {
   FillRun(const FillOptions& o, const FillCallbacks& c) : opts(o), cb(c) {}
 
@@ -68,7 +68,7 @@ struct FillRun {
   Fingerprint fp;
   Existing existing;
 
-  // Set by encode_fill (fill.cpp), in this order.
+  // Set by plan_encoding, in this order.
   Provenance prov;                 // each row's digest, the new cache's history
   std::unique_ptr<Update> update;  // --update of a cache at the output: the rows it keeps
   Inputs update_in;                // an update's rows to encode (Update::encoded_inputs)
@@ -90,8 +90,17 @@ struct FillRun {
 FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
                      const std::function<void()>& sure_to_encode = {});
 
-// The rest of run_fill (fill.cpp, with LibTorch): the update's plan, the journal, the encoders, the
-// encode loop and the publish.
+// Stage 3, still without LibTorch: each row's digest, the update's plan (plan_update) and the
+// journal of the rows to encode (open_journal), so that a journal that cannot be resumed is refused
+// before LibTorch is loaded. Error as run_fill.
+void plan_encoding(FillRun& run);
+
+// After plan_encoding, when the run stops before the encode loop (LibTorch could not be loaded):
+// removes the progress directory when it holds no committed rows, as a failed encode would.
+void discard_unstarted(const FillRun& run);
+
+// The rest of run_fill (fill.cpp, with LibTorch): plan_encoding when it has not run, the encoders,
+// the encode loop and the publish.
 FillResult encode_fill(FillRun& run);
 
 // An update's plan (update.h): the rows of the cache to update that the input keeps, the rows the
