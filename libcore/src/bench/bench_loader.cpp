@@ -2,6 +2,8 @@
 // needs, and the entry point into libtraincache_engines.so (bench_module.cpp), loaded on the first
 // call.
 #include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "bench_module.h"
 #include "traincache/base/error.h"
@@ -65,6 +67,43 @@ void validate_options(const BenchOptions& o) {
     require_memory("--resize " + std::to_string(hw[0]) + "," + std::to_string(hw[1]), pixels,
                    4 * static_cast<uint64_t>(std::max<int64_t>(1, o.batch_size)));
   }
+}
+
+FileMeta read_file_meta(const std::string& dir) {
+  const std::string path = dir + "/meta.json";
+  std::ifstream in(path);
+  if (!in) throw Error(Exit::no_input, path, "cannot open (see docs/smart-bench.md)");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  auto bad = [&] {
+    return Error(Exit::data, path, "expected {\"count\": N, \"dims\": [positive sizes], \"labels\": [N integers]}");
+  };
+  auto is_int_list = [](const nlohmann::json& v) {
+    return v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); });
+  };
+  if (!j.is_object() || !j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 0 ||
+      j["count"].get<int64_t>() > (int64_t{1} << 32) || !j.contains("dims") || !is_int_list(j["dims"]) ||
+      (j.contains("labels") && !is_int_list(j["labels"])))
+    throw bad();
+  FileMeta m;
+  m.count = j["count"].get<int64_t>();
+  m.dims = j["dims"].get<std::vector<int64_t>>();
+  int64_t item = 1;
+  for (auto d : m.dims)
+    if (d <= 0 || __builtin_mul_overflow(item, d, &item) || item > (int64_t{1} << 40)) throw bad();
+  m.labels = j.value("labels", std::vector<int64_t>(static_cast<std::size_t>(m.count), 0));
+  if (static_cast<int64_t>(m.labels.size()) != m.count) throw Error(Exit::data, path, "one label per item");
+  return m;
+}
+
+std::string data_column(const BenchOptions& o) {
+  if (!o.dataset.empty()) return o.dataset;
+  return io::source::kind_of(o.data) == io::source::Kind::hdf5 ? "images" : io::source::default_column(o.data);
+}
+
+void check_item_column(const io::source::Column& col, const std::string& path) {
+  const auto& ci = col.info();
+  if (ci.dtype != DType::u8 && !(ci.dtype == DType::f32 && col.preprocess()))
+    throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
 }
 
 void run_in_module(const BenchOptions& opts, const RecordFn& record, const InfoFn& info) {

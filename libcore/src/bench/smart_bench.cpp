@@ -9,9 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -62,9 +60,8 @@ class ColumnSource : public Source {
   ColumnSource(const std::string& path, const std::string& name, const std::string& labels_name,
                const io::source::FileOptions& files) {
     col_ = io::source::open_column(path, name, files, io::source::Role::images);
+    check_item_column(*col_, path);
     const auto& ci = col_->info();
-    if (ci.dtype != DType::u8 && !(ci.dtype == DType::f32 && col_->preprocess()))
-      throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
     labels.assign(static_cast<std::size_t>(ci.rows()), 0);
     if (!labels_name.empty()) {
       auto l = io::source::open_column(path, labels_name, files, io::source::Role::labels);
@@ -89,33 +86,15 @@ class ColumnSource : public Source {
   std::unique_ptr<io::source::Column> col_;
 };
 
-// A directory with meta.json ({"count": N, "dims": [...], "labels": [...]}) and one file
+// A directory with meta.json (read_file_meta) and one file
 // "<index>.bin" of raw uint8 values per item.
 class FileSource : public Source {
  public:
   FileSource(std::string dir, bool page_cache) : dir_(std::move(dir)), page_cache_(page_cache) {
-    std::ifstream in(dir_ + "/meta.json");
-    if (!in) throw Error(Exit::no_input, dir_ + "/meta.json", "cannot open (see docs/smart-bench.md)");
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    auto bad = [&] {
-      return Error(Exit::data, dir_ + "/meta.json",
-                   "expected {\"count\": N, \"dims\": [positive sizes], \"labels\": [N integers]}");
-    };
-    auto is_int_list = [](const nlohmann::json& v) {
-      return v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_number_integer(); });
-    };
-    if (!j.is_object() || !j.contains("count") || !j["count"].is_number_integer() || j["count"].get<int64_t>() < 0 ||
-        j["count"].get<int64_t>() > (int64_t{1} << 32) || !j.contains("dims") || !is_int_list(j["dims"]) ||
-        (j.contains("labels") && !is_int_list(j["labels"])))
-      throw bad();
-    count_ = j["count"].get<int64_t>();
-    dims_ = j["dims"].get<std::vector<int64_t>>();
-    int64_t item = 1;
-    for (auto d : dims_)
-      if (d <= 0 || __builtin_mul_overflow(item, d, &item) || item > (int64_t{1} << 40)) throw bad();
-    labels = j.value("labels", std::vector<int64_t>(static_cast<std::size_t>(count_), 0));
-    if (static_cast<int64_t>(labels.size()) != count_)
-      throw Error(Exit::data, dir_ + "/meta.json", "one label per item");
+    FileMeta meta = read_file_meta(dir_);
+    count_ = meta.count;
+    dims_ = std::move(meta.dims);
+    labels = std::move(meta.labels);
   }
   int64_t size() const override { return count_; }
   std::vector<int64_t> dims() const override { return dims_; }
@@ -498,12 +477,8 @@ Runs strategy_runs(Caching c) {
 
 std::unique_ptr<Source> open_source(const BenchOptions& o) {
   if (!o.data.empty()) {
-    const std::string name = !o.dataset.empty() ? o.dataset
-                             : io::source::kind_of(o.data) == io::source::Kind::hdf5
-                                 ? "images"
-                                 : io::source::default_column(o.data);
     const std::string labels = o.labels.empty() ? io::source::default_labels(o.data) : o.labels;
-    return std::make_unique<ColumnSource>(o.data, name, labels, o.images);
+    return std::make_unique<ColumnSource>(o.data, data_column(o), labels, o.images);
   }
   if (!o.files.empty()) return std::make_unique<FileSource>(o.files, o.page_cache);
   return std::make_unique<ShmSource>(o.shm, o.images.trust_slab_owner);

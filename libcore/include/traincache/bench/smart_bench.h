@@ -77,6 +77,20 @@ std::vector<int64_t> array_resize(const BenchOptions& opts);
 /// The checks of `opts` that need no data and no LibTorch: Error(usage) naming the option.
 void validate_options(const BenchOptions& opts);
 
+/// --files DIR: the items its meta.json describes ({"count": N, "dims": [...], "labels": [...]});
+/// labels all 0 when it names none. Error(no_input) without the file, Error(data) for another shape.
+struct FileMeta {
+  int64_t count = 0;
+  std::vector<int64_t> dims, labels;
+};
+FileMeta read_file_meta(const std::string& dir);
+
+/// --data's column of items: --dataset, else "images" in HDF5, else the source's default.
+std::string data_column(const BenchOptions& opts);
+
+/// Error(data) naming `path` unless `col` holds uint8 items or decoded images.
+void check_item_column(const io::source::Column& col, const std::string& path);
+
 /// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
 /// progress messages. Throws traincache::Error.
 void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
