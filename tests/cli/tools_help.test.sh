@@ -155,6 +155,19 @@ expect_err_has "smart-bench: error: --normalize: applies to images"
 run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --strategy none --epochs 1
 expect_rc 69
 expect_err "smart-bench: error: $no_module"
+# And its source, where that is cheap to tell (check_source): --files' meta.json, an HDF5 dataset.
+run "$TC_BIN/smart-bench" --data "$TC_DATA/images.h5" --dataset vec --strategy none --epochs 1
+expect_rc 65
+expect_err "smart-bench: error: $TC_DATA/images.h5: 'vec' must hold uint8 items or images"
+mkdir "$WORK/meta"
+echo '{"count": 3, "dims": [-4]}' >"$WORK/meta/meta.json"
+run "$TC_BIN/smart-bench" --files "$WORK/meta" --strategy none --epochs 1
+expect_rc 65
+expect_err "smart-bench: error: $WORK/meta/meta.json: expected {\"count\": N, \"dims\": [positive sizes], \"labels\": [N integers]}"
+echo '{"count": 3, "dims": [4]}' >"$WORK/meta/meta.json"
+run "$TC_BIN/smart-bench" --files "$WORK/meta" --strategy none --epochs 1
+expect_rc 69
+expect_err "smart-bench: error: $no_module"
 unset TRAINCACHE_ENGINES_MODULE
 # LibTorch's OpenMP threads wait by sleeping (set as the module loads) unless the user chose
 # otherwise. libgomp reports its settings with OMP_DISPLAY_ENV; an unset policy also shows as

@@ -106,8 +106,21 @@ void check_item_column(const io::source::Column& col, const std::string& path) {
     throw Error(Exit::data, path, "'" + ci.name + "' must hold uint8 items or images");
 }
 
+void check_source(const BenchOptions& o) {
+  if (!o.files.empty()) {
+    read_file_meta(o.files);
+    return;
+  }
+  if (o.data.empty()) return;
+  using io::source::Kind;
+  const Kind kind = io::source::kind_of(o.data);
+  if (kind != Kind::hdf5 && kind != Kind::npy && kind != Kind::npz) return;  // files listed once, by the run
+  check_item_column(*io::source::open_column(o.data, data_column(o), o.images, io::source::Role::images), o.data);
+}
+
 void run_in_module(const BenchOptions& opts, const RecordFn& record, const InfoFn& info) {
-  validate_options(opts);  // a refused command line loads no LibTorch
+  validate_options(opts);  // a refused command line loads no LibTorch, nor a source it cannot read
+  check_source(opts);
   call_engines<decltype(tc_bench_run)>("tc_bench_run", &opts, &record, &info);
 }
 

@@ -91,6 +91,11 @@ std::string data_column(const BenchOptions& opts);
 /// Error(data) naming `path` unless `col` holds uint8 items or decoded images.
 void check_item_column(const io::source::Column& col, const std::string& path);
 
+/// What can be told of the source without LibTorch, before it is loaded: --files' meta.json, and
+/// --data's column when it is an HDF5 dataset or a NumPy array (image folders, manifests and tar
+/// shards are listed once, by the run). The errors of the run's own reads.
+void check_source(const BenchOptions& opts);
+
 /// Runs every strategy for every epoch, calling `record` as each epoch finishes and `info` with
 /// progress messages. Throws traincache::Error.
 void run(const BenchOptions& opts, const std::function<void(const EpochRecord&)>& record,
