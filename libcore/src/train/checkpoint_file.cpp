@@ -75,7 +75,7 @@ std::optional<std::string> stored_digest(const std::string& record) {
   else if (at < record.size() && record[at] == 'r')
     at += 5;
   const std::string value = std::string("X\x20\0\0\0", 5);
-  if (record.compare(at, value.size(), value) != 0 || at + value.size() + 32 > record.size()) return std::nullopt;
+  if (at + value.size() + 32 > record.size() || record.compare(at, value.size(), value) != 0) return std::nullopt;
   std::string hex = record.substr(at + value.size(), 32);
   for (unsigned char c : hex)
     if (!std::isxdigit(c) || std::isupper(c)) return std::nullopt;
