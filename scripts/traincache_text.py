@@ -81,7 +81,8 @@ GPT2_SPLIT = re.compile(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\
 
 def learn_bpe(texts, merges_wanted):
     """Byte-level BPE: the 256 byte symbols, then `merges_wanted` merges of the most frequent
-    adjacent pair (ties: the smaller pair), counted over distinct words with their frequency."""
+    adjacent pair (ties: the smaller pair), counted over distinct words with their frequency.
+    Each run is a prefix of a longer one: the first N merges of a run to M > N are a run to N."""
     b2u = bytes_to_unicode()
     words = collections.Counter()
     for t in texts:
@@ -91,36 +92,41 @@ def learn_bpe(texts, merges_wanted):
     pairs = collections.Counter()
     where = collections.defaultdict(set)
     for w, s in seqs.items():
-        for a, b in zip(s, s[1:]):
-            pairs[(a, b)] += words[w]
-            where[(a, b)].add(w)
-    heap = [(-n, p) for p, n in pairs.items()]
+        for q in zip(s, s[1:]):
+            pairs[q] += words[w]
+            where[q].add(w)
+    # Flat (-count, a, b) entries: the order of (-count, (a, b)) without a tuple inside a tuple.
+    # An entry whose count is no longer the pair's is skipped when it comes up.
+    heap = [(-n, a, b) for (a, b), n in pairs.items()]
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     vocab = [b2u[b] for b in range(256)]
     merges = []
     while heap and len(merges) < merges_wanted:
-        n, p = heapq.heappop(heap)
+        n, a, b = pop(heap)
+        p = (a, b)
         if -n != pairs.get(p, 0) or n == 0:
             continue
         merges.append(p)
-        vocab.append(p[0] + p[1])
+        ab = a + b
+        vocab.append(ab)
         for w in sorted(where.pop(p, ())):  # sorted: the same merges whatever the set order
-            s = seqs[w]
-            for a, b in zip(s, s[1:]):
-                pairs[(a, b)] -= words[w]
-            out, i = [], 0
-            while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == p:
-                    out.append(p[0] + p[1])
+            s, k = seqs[w], words[w]
+            for q in zip(s, s[1:]):
+                pairs[q] -= k
+            out, i, last = [], 0, len(s) - 1
+            while i <= last:
+                if i < last and s[i] == a and s[i + 1] == b:
+                    out.append(ab)
                     i += 2
                 else:
                     out.append(s[i])
                     i += 1
             seqs[w] = out
-            for a, b in zip(out, out[1:]):
-                pairs[(a, b)] += words[w]
-                where[(a, b)].add(w)
-                heapq.heappush(heap, (-pairs[(a, b)], (a, b)))
+            for q in zip(out, out[1:]):
+                pairs[q] += k
+                where[q].add(w)
+                push(heap, (-pairs[q], q[0], q[1]))
         pairs.pop(p, None)
     return vocab, merges
 
@@ -166,10 +172,12 @@ def wordpiece_tokenizer(texts, lowercase, size, processing):
     return tokenizer_json(model, normalizer, {"type": "BertPreTokenizer"}, post, specials)
 
 
-def bpe_tokenizer(texts, merges_wanted, style):
+def bpe_tokenizer(texts, merges_wanted, style, learned=None):
     """A byte-level BPE tokenizer.json: "roberta" (<s> </s>, merges as "a b" strings) or "gpt2"
-    (NFC, a prefix space, no specials, merges as [a, b] pairs)."""
-    vocab_list, merges = learn_bpe(texts, merges_wanted)
+    (NFC, a prefix space, no specials, merges as [a, b] pairs). `learned`: what learn_bpe returned
+    for these texts and at least `merges_wanted` merges (its first ones are the same), or None."""
+    vocab_list, merges = learned or learn_bpe(texts, merges_wanted)
+    vocab_list, merges = vocab_list[: 256 + merges_wanted], merges[:merges_wanted]
     if style == "roberta":
         vocab_list = ["<s>", "<pad>", "</s>", "<unk>"] + vocab_list + ["<mask>"]
     else:
