@@ -42,6 +42,32 @@ with open('$WORK/blocks', 'w', encoding='utf-8') as f:
         f.write(kind + '\n' + body + '\0')
 "
 expect_rc 0
+# The page's exports run as `python3 NAME` would run them, in the page's order when the loop reaches
+# each one, but in one Python that imports torch once (five imports cost ~2 CPU s each): NAME run as
+# __main__ from the recipes' folder, its output on stderr, then its exit code on a line.
+coproc EXPORTS {
+  cd "$R" && exec "$TC_PYTHON" -u -c '
+import contextlib, runpy, sys, traceback
+for line in sys.stdin:
+    sys.argv = [line.strip()]
+    rc = 0
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        rc = 1
+    print(rc, flush=True)
+' 2>>"$WORK/exports.err"  # appended to: emptied before each export
+}
+export_in_python() {  # NAME -> rc and err as `run` sets them
+  : >"$WORK/exports.err"
+  printf '%s\n' "$1" >&"${EXPORTS[1]}"
+  read -r rc <&"${EXPORTS[0]}" || rc=127
+  err=$(tail -c 2000 "$WORK/exports.err")
+}
 blocks=0 ran=0
 while IFS= read -r -d '' block; do
   kind=${block%%$'\n'*} body=${block#*$'\n'}
@@ -52,13 +78,16 @@ while IFS= read -r -d '' block; do
     name=${BASH_REMATCH[1]}
     printf '%s' "$body" >"$R/$name"
     [[ $name == export_* ]] || continue
-    run bash -c "cd '$R' && '$TC_PYTHON' '$name'"
+    export_in_python "$name"
   else
     run bash -c "cd '$R' && PATH='$TC_BIN':\$PATH && set -e && $body"
   fi
   ran=$((ran + 1))
   [ "$rc" = 0 ] || _fail "block $blocks of docs/models.md (exit $rc): ${body:0:200}"
 done <"$WORK/blocks"
+exports_in=${EXPORTS[1]}
+exec {exports_in}>&-  # the Python's end of input: it exits
+wait "$EXPORTS_PID"
 # Five exports and five command blocks: a page whose blocks went unread would pass otherwise.
 [ "$ran" = 10 ] && _ok || _fail "ran $ran of the page's blocks, expected 10"
 
