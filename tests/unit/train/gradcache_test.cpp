@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -13,21 +14,40 @@ using namespace traincache;
 
 namespace {
 
-// A two-layer tanh MLP as a TorchScript module, with optional dropout, seeded.
+// A two-layer tanh MLP as a TorchScript module, with optional dropout, seeded. The modules of one
+// dropout rate are copies of one compiled module (the same TorchScript type: its method is compiled
+// and optimised once for the whole binary, not once a module), each given this call's parameters.
 torch::jit::Module mlp(uint64_t seed, double dropout, torch::Dtype dtype, int64_t in = 6, int64_t out = 4) {
   torch::manual_seed(seed);
-  torch::jit::Module m("Tower");
-  m.register_attribute("training", c10::BoolType::get(), true);
-  m.register_parameter("w1", torch::randn({8, in}, dtype) * 0.5, false);
-  m.register_parameter("b1", torch::randn({8}, dtype) * 0.1, false);
-  m.register_parameter("w2", torch::randn({out, 8}, dtype) * 0.5, false);
-  m.define(
-      "def forward(self, x):\n"
-      "  h = torch.tanh(torch.matmul(x, self.w1.t()) + self.b1)\n"
-      "  h = torch.dropout(h, " +
-      std::to_string(dropout) +
-      ", self.training)\n"
-      "  return torch.matmul(h, self.w2.t())\n");
+  const auto w1 = torch::randn({8, in}, dtype) * 0.5;
+  const auto b1 = torch::randn({8}, dtype) * 0.1;
+  const auto w2 = torch::randn({out, 8}, dtype) * 0.5;
+  static std::mutex mutex;
+  static std::map<double, torch::jit::Module> compiled;
+  torch::jit::Module m;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = compiled.find(dropout);
+    if (it == compiled.end()) {
+      torch::jit::Module c("Tower");
+      c.register_attribute("training", c10::BoolType::get(), true);
+      c.register_parameter("w1", w1, false);
+      c.register_parameter("b1", b1, false);
+      c.register_parameter("w2", w2, false);
+      c.define(
+          "def forward(self, x):\n"
+          "  h = torch.tanh(torch.matmul(x, self.w1.t()) + self.b1)\n"
+          "  h = torch.dropout(h, " +
+          std::to_string(dropout) +
+          ", self.training)\n"
+          "  return torch.matmul(h, self.w2.t())\n");
+      it = compiled.emplace(dropout, c).first;
+    }
+    m = it->second.deepcopy();
+  }
+  m.setattr("w1", w1.clone());
+  m.setattr("b1", b1.clone());
+  m.setattr("w2", w2.clone());
   for (auto p : m.parameters()) p.set_requires_grad(true);
   m.train();
   return m;
