@@ -150,13 +150,6 @@ torch::Tensor read_labels(const std::string& path, const std::string& ds, const 
   return model::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
 }
 
-void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
-  if (na != nb)
-    throw Error(
-        Exit::data, path,
-        "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
-}
-
 std::vector<int64_t> label_list(const torch::Tensor& labels) {
   auto l = labels.cpu().contiguous();
   return {l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel()};

@@ -19,6 +19,7 @@
 #include "traincache/io/source.h"
 #include "traincache/model/encode.h"
 #include "traincache/slab/shm_slab.h"
+#include "traincache/train/text_fields.h"
 #include "traincache/train/train_plan.h"
 
 namespace traincache::train {
@@ -195,8 +196,6 @@ std::vector<Side*> sides(Data& d);
 /// One integer label per row of dataset `ds` of `path`, as int64 on the CPU.
 torch::Tensor read_labels(const std::string& path, const std::string& ds, const io::source::FileOptions& files,
                           std::string& warning);
-/// Error(data) unless datasets `a` and `b` of `path` have as many rows.
-void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb);
 std::vector<int64_t> label_list(const torch::Tensor& labels);
 /// v[r] for every r of `rows`.
 std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& rows);

@@ -8,30 +8,6 @@ namespace traincache::train {
 
 namespace {
 
-// The texts of field `field` of `file` and how many each row holds (1, or k for lists).
-std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
-                                    bool lists, int64_t& per_row, int64_t& replaced) {
-  io::source::FileOptions files = o.files;
-  files.strict_utf8 = o.tokenize.strict_utf8;
-  auto col = io::source::open_column(file, field, files, io::source::Role::text);
-  const auto& ci = col->info();
-  if (ci.dtype != DType::string || ci.shape.size() > (lists ? 2u : 1u))
-    throw Error(Exit::data, file,
-                "text field '" + field + "' must hold " +
-                    (lists ? "a string or a list of strings per row" : "one string per row") +
-                    " (a manifest field or an HDF5 string dataset)");
-  per_row = ci.shape.size() == 2 ? ci.shape[1] : 1;
-  replaced += col->utf8_replaced();
-  auto texts = col->read_strings(0, ci.rows());
-  for (std::size_t i = 0; i < texts.size(); ++i)
-    if (texts[i].empty())
-      throw Error(Exit::data,
-                  file + ": field '" + field + "' row " + std::to_string(i / static_cast<std::size_t>(per_row)) +
-                      (per_row > 1 ? " item " + std::to_string(i % static_cast<std::size_t>(per_row)) : ""),
-                  "empty text");
-  return texts;
-}
-
 // --data-cache: a text side's token sequences (`texts`, then `negs`) in a sealed slab, tokenized
 // by one process of the node and shared by all; named after what the tokens are made from (the
 // file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
