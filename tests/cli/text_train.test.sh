@@ -266,9 +266,12 @@ expect_rc 65
 expect_err_has "checkpoint was written with other settings (changed: text)"
 
 # ---- bad input: one line each, documented exit codes
+# A manifest's text fields and the tokenizer are read before LibTorch is loaded: these refusals come
+# with no engines module to load (TRAINCACHE_ENGINES_MODULE naming nothing; it would be exit 69).
+NO_MODULE=$WORK/none.so
 bad() {  # bad JSONL-LINES -> runs gc-train on a manifest of those lines
   printf '%s\n' "$@" >"$WORK/bad.jsonl"
-  run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/bad.jsonl" --batch-size 2 --steps 1
+  TRAINCACHE_ENGINES_MODULE=$NO_MODULE run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/bad.jsonl" --batch-size 2 --steps 1
 }
 bad '{"word":"a","gloss":"b","negs":["c","d"]}' '{"word":"e","gloss":"f","negs":["g"]}'
 expect_rc 65
@@ -294,7 +297,8 @@ run "$TC_BIN/gc-train" "${TRAIN[@]:2:${#TRAIN[@]}-3}" --data "$WORK/latin1.jsonl
 expect_rc 0
 expect_out_has '"utf8_replaced":2'
 expect_err_has "gc-train: warning: 2 ill-formed UTF-8 sequences in the text fields replaced with U+FFFD (--strict-utf8 refuses them)"
-run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/latin1.jsonl" --batch-size 2 --steps 1 --strict-utf8
+TRAINCACHE_ENGINES_MODULE=$NO_MODULE run "$TC_BIN/gc-train" "${TRAIN[@]:2}" --data "$WORK/latin1.jsonl" \
+  --batch-size 2 --steps 1 --strict-utf8
 expect_rc 65
 expect_err "gc-train: error: $WORK/latin1.jsonl:1: invalid UTF-8 at byte 13 (without --strict-utf8 it is replaced with U+FFFD)"
 # A tokenizer larger than the encoder's embedding table (text.pt has 1000 rows).
@@ -307,7 +311,7 @@ expect_err "gc-train: error: --tokenizer: expected FILE, query=FILE or passage=F
 run "$TC_BIN/gc-train" --cache "$WORK/none.h5" --embeddings e --tokenizer "$T/bert-uncased.json"
 expect_rc 64
 expect_err "gc-train: error: --tokenizer: tokenizes raw text (--data); cached embeddings (--cache) need none"
-run "$TC_BIN/gc-train" "${TRAIN[@]}" --tokenizer "$WORK/pairs.csv"
+TRAINCACHE_ENGINES_MODULE=$NO_MODULE run "$TC_BIN/gc-train" "${TRAIN[@]}" --tokenizer "$WORK/pairs.csv"
 expect_rc 65
 expect_one_line_err
 # Without a tokenizer, a text field is read as image paths.

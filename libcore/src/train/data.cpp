@@ -238,7 +238,7 @@ std::string file_stamp(const std::string& path) {
 
 // Raw datasets of `file` (slabs for names "shm:NAME"), or text fields for a side with a tokenizer.
 // With `stream`, numeric datasets are only opened (run_train loads them or streams them).
-Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream) {
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream, TextAhead* ahead) {
   Data d;
   int cached = 0;
   auto load = [&](const std::string& ds) {
@@ -262,14 +262,22 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
     return side;
   };
   int64_t replaced = 0;
+  // A text side: what `ahead` read before LibTorch was loaded, or read now.
+  auto text = [&](std::optional<TextFields>* given, const std::vector<std::string>& fields,
+                  const std::vector<std::string>& negs, const std::string& tok) {
+    TextFields f = given && *given ? std::move(**given) : read_text_fields(o, file, fields, negs, tok);
+    if (given) given->reset();
+    replaced += f.utf8_replaced;
+    return load_text(o, s, file, fields, negs, std::move(f), cached++);
+  };
   if (const auto tok = side_tokenizer(o, true); !tok.empty())
-    d.query = load_text(o, s, file, o.query, {}, tok, "--query", replaced, cached++);
+    d.query = text(ahead ? &ahead->query : nullptr, o.query, {}, tok);
   else if (!(d.query = ragged_side(o, s, file, o.query, false)))
     d.query = tensors(o.query, {}, query);
   if (o.passage.empty())  // raw grouped mode: one side and its labels
     d.labels = read_labels(file, o.labels, o.files, d.labels_warning);
   else if (const auto tok = side_tokenizer(o, false); !tok.empty())
-    d.passage = load_text(o, s, file, o.passage, o.negatives, tok, "--passage", replaced, cached++);
+    d.passage = text(ahead ? &ahead->passage : nullptr, o.passage, o.negatives, tok);
   else if (!(d.passage = ragged_side(o, s, file, o.passage, !o.negatives.empty())))
     d.passage = tensors(o.passage, o.negatives, passage);
   d.utf8_replaced = replaced;

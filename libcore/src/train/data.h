@@ -204,8 +204,9 @@ std::string canonical(const std::string& path);
 /// Size and modification time of `path`, NUL-terminated (a data cache's name tells versions apart by them).
 std::string file_stamp(const std::string& path);
 
-/// Raw datasets of `file` (or text fields), opened for streaming with `stream` (text_side.cpp for text).
-Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream);
+/// Raw datasets of `file` (or text fields), opened for streaming with `stream` (text_side.cpp for
+/// text); the text sides that `ahead` holds are taken from it (moved out), not read again.
+Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bool stream, TextAhead* ahead = nullptr);
 /// Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
 Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
                  std::string* fingerprint);
@@ -220,11 +221,10 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d);
 void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d);
 
 // text_side.cpp
-/// A text side: fields[0] of `file` (and its hard negatives), tokenized.
+/// A text side: `f`, the texts of fields[0] of `file` (and of its hard negatives), tokenized.
 std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
                                     const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                                    const std::string& tok_path, const char* option, int64_t& replaced,
-                                    int cache_index);
+                                    TextFields f, int cache_index);
 /// A side whose one dataset is ragged token ids; null for other datasets.
 std::unique_ptr<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
                                       const std::vector<std::string>& fields, bool negatives);

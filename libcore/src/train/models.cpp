@@ -146,14 +146,14 @@ void use_text(const TrainOptions& o, const Data& d, Models& m) {
 }  // namespace
 
 // The training data and the modules that train on it.
-Models load_models(const TrainOptions& o, const Setup& s, Data& data) {
+Models load_models(const TrainOptions& o, const Setup& s, Data& data, TextAhead* ahead) {
   Models m;
   m.modules.reserve(2);
   std::vector<std::string> names;
   if (!s.cached) {
     m.grouped = !o.labels.empty();
-    data = load_raw(o, s, o.data, true);   // loaded or streamed by run_train
-    const bool tied = !o.encoder.empty();  // validate_raw_sides: or both separate ones
+    data = load_raw(o, s, o.data, true, ahead);  // loaded or streamed by run_train
+    const bool tied = !o.encoder.empty();        // validate_raw_sides: or both separate ones
     names = tied ? std::vector<std::string>{o.encoder} : std::vector<std::string>{o.query_encoder, o.passage_encoder};
     for (const auto& n : names) m.modules.push_back(model::load_module(n, s.device));
     m.mode = m.grouped ? "raw-grouped" : tied ? "raw-tied" : "raw-separate";

@@ -30,7 +30,7 @@ struct Models {
 };
 
 /// The training data (into `data`) and the modules that train on it.
-Models load_models(const TrainOptions& o, const Setup& s, Data& data);
+Models load_models(const TrainOptions& o, const Setup& s, Data& data, TextAhead* ahead);
 /// The distinct parameters of `mods`, each once.
 std::vector<torch::Tensor> unique_params(const std::vector<torch::jit::Module*>& mods);
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,

@@ -3,6 +3,8 @@
 
 #include "traincache/base/error.h"
 #include "traincache/io/source.h"
+#include "traincache/train/dist_launch.h"
+#include "traincache/train/train_plan.h"
 
 namespace traincache::train {
 
@@ -35,6 +37,31 @@ void same_rows(const std::string& path, const std::string& a, int64_t na, const 
     throw Error(
         Exit::data, path,
         "rows mismatch: '" + a + "' has " + std::to_string(na) + " rows but '" + b + "' has " + std::to_string(nb));
+}
+
+TextFields read_text_fields(const TrainOptions& o, const std::string& file, const std::vector<std::string>& fields,
+                            const std::vector<std::string>& negatives, const std::string& tok_path) {
+  TextFields t;
+  t.tokenizer = tok_path;
+  t.tok = text::load(tok_path);
+  int64_t one = 1;
+  t.texts = read_texts(o, file, fields[0], false, one, t.utf8_replaced);
+  if (!negatives.empty()) {
+    t.negatives = read_texts(o, file, negatives[0], true, t.per_row, t.utf8_replaced);
+    same_rows(file, fields[0], static_cast<int64_t>(t.texts.size()), negatives[0],
+              static_cast<int64_t>(t.negatives.size()) / t.per_row);
+  }
+  return t;
+}
+
+TextAhead read_text_ahead(const TrainOptions& o) {
+  TextAhead ahead;
+  if (o.data.empty() || read_launch().distributed()) return ahead;
+  if (const auto tok = side_tokenizer(o, true); !tok.empty())
+    ahead.query = read_text_fields(o, o.data, o.query, {}, tok);
+  if (const auto tok = side_tokenizer(o, false); !o.passage.empty() && !tok.empty())
+    ahead.passage = read_text_fields(o, o.data, o.passage, o.negatives, tok);
+  return ahead;
 }
 
 }  // namespace traincache::train

@@ -54,35 +54,30 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
 
 }  // namespace
 
-// A text side: fields[0] of `file` (and its hard negatives `negatives`), tokenized with `tok_path`
-// in this process, or through the node's shared slab with --data-cache (`cache_index`: its
-// --data-cache-keep number).
+// A text side: `f`, the texts of fields[0] of `file` (and of its hard negatives `negatives`),
+// tokenized in this process, or through the node's shared slab with --data-cache (`cache_index`:
+// its --data-cache-keep number).
 std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
                                     const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                                    const std::string& tok_path, const char* option, int64_t& replaced,
-                                    int cache_index) {
+                                    TextFields f, int cache_index) {
   auto side = std::make_unique<TextSide>();
   TextSide& t = *side;
-  t.tokenizer = tok_path;
-  t.tok = text::load(tok_path);
+  t.tokenizer = f.tokenizer;
+  t.tok = std::move(f.tok);
   t.device = s.device;
   if (o.tokenize.padding == text::Padding::max_length) t.length = text::effective_max_length(*t.tok, o.tokenize);
-  int64_t one = 1;
-  auto texts = read_texts(o, file, fields[0], false, one, replaced);
-  t.n_rows = static_cast<int64_t>(texts.size());
-  std::vector<std::string> neg;
-  if (!negatives.empty()) {
-    neg = read_texts(o, file, negatives[0], true, t.n_negatives, replaced);
-    same_rows(file, fields[0], t.n_rows, negatives[0], static_cast<int64_t>(neg.size()) / t.n_negatives);
-  }
+  t.n_rows = static_cast<int64_t>(f.texts.size());
+  t.n_negatives = f.per_row;
   if (o.data_cache.mode != data_cache::Mode::none) {
-    t.shared = shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, texts, neg, cache_index);
+    t.shared =
+        shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, f.texts, f.negatives, cache_index);
     t.seqs.pad_id = t.tok->pad_id();
     return side;
   }
-  t.seqs = text::tokenize_rows(*t.tok, texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
-  if (!neg.empty())
-    t.seqs.extend(text::tokenize_rows(*t.tok, neg, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
+  t.seqs = text::tokenize_rows(*t.tok, f.texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
+  if (!f.negatives.empty())
+    t.seqs.extend(
+        text::tokenize_rows(*t.tok, f.negatives, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
   return side;
 }
 

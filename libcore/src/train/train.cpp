@@ -44,7 +44,8 @@ void start_ranks(train::RankGroup& group, const TrainOptions& o, const Setup& s,
 }
 
 // Everything after connecting, on every rank; `group` is null for one process.
-void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const TrainCallbacks& cb, TrainResult& result) {
+void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const TrainCallbacks& cb, TrainResult& result,
+           TextAhead* ahead) {
   auto info = [&](const std::string& msg) {
     if (cb.info && s.rank == 0) cb.info(msg);
   };
@@ -52,7 +53,7 @@ void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const Train
   torch::manual_seed(o.seed);
 
   Data data;
-  Models m = load_models(o, s, data);
+  Models m = load_models(o, s, data, ahead);
   load_or_stream(o, data, info);
   describe_run(o, s, m, data, cb, result);
   train::LossConfig loss = loss_config(o, s.objective);
@@ -125,7 +126,7 @@ void train(TrainOptions& o, const Setup& s, train::RankGroup* group, const Train
 
 }  // namespace
 
-TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
+TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb, TextAhead* ahead) {
   auto t_start = Clock::now();
   TrainOptions o = given;
   const Setup s = resolve_setup(o);
@@ -137,7 +138,7 @@ TrainResult run_train(const TrainOptions& given, const TrainCallbacks& cb) {
   auto group = connect(o, s, result);
   CpuContentionWatch watch;
   try {
-    train(o, s, group.get(), cb, result);
+    train(o, s, group.get(), cb, result, ahead);
   } catch (const std::exception& e) {
     if (group) group->report_failure(e);  // the other ranks stop with this reason
     throw;

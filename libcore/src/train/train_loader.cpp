@@ -2,6 +2,7 @@
 // loaded on the first call.
 #include "train_module.h"
 #include "traincache/train/dist_launch.h"
+#include "traincache/train/text_fields.h"
 #include "traincache/train/train_plan.h"
 
 namespace traincache::train {
@@ -13,8 +14,9 @@ TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& 
     check_cached_files(opts);
     check_resume_file(opts);
   }
+  TextAhead ahead = read_text_ahead(opts);  // --data's texts, refused or read once
   TrainResult result;
-  call_engines<decltype(tc_train_run)>("tc_train_run", &opts, &cb, &result);
+  call_engines<decltype(tc_train_run)>("tc_train_run", &opts, &cb, &ahead, &result);
   return result;
 }
 

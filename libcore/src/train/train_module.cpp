@@ -7,8 +7,9 @@
 namespace traincache::train {
 
 extern "C" __attribute__((visibility("default"))) void tc_train_run(const TrainOptions* opts, const TrainCallbacks* cb,
-                                                                    TrainResult* result, ModuleFailure* failure) {
-  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = run_train(*opts, *cb); }); });
+                                                                    TextAhead* ahead, TrainResult* result,
+                                                                    ModuleFailure* failure) {
+  guarded(failure, [&] { model::out_of_memory_as_error([&] { *result = run_train(*opts, *cb, ahead); }); });
 }
 
 }  // namespace traincache::train

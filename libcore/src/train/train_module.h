@@ -8,8 +8,9 @@
 namespace traincache::train {
 
 extern "C" {
-/// run_train(*opts, *cb) into *result.
-void tc_train_run(const TrainOptions* opts, const TrainCallbacks* cb, TrainResult* result, ModuleFailure* failure);
+/// run_train(*opts, *cb, ahead) into *result.
+void tc_train_run(const TrainOptions* opts, const TrainCallbacks* cb, TextAhead* ahead, TrainResult* result,
+                  ModuleFailure* failure);
 }
 
 }  // namespace traincache::train

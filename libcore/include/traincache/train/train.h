@@ -189,8 +189,11 @@ struct TrainCallbacks {
   std::function<void(int64_t done, int64_t total)> eval_progress;  ///< rank 0 only
 };
 
-/// Runs training. Throws traincache::Error with its exit code on failure.
-TrainResult run_train(const TrainOptions& opts, const TrainCallbacks& cb = {});
+struct TextAhead;  // train/text_fields.h
+
+/// Runs training. Throws traincache::Error with its exit code on failure. The text sides that
+/// `ahead` holds (read before LibTorch was loaded) are taken from it, not read again.
+TrainResult run_train(const TrainOptions& opts, const TrainCallbacks& cb = {}, TextAhead* ahead = nullptr);
 
 /// run_train in libtraincache_engines.so (base/module.h), loaded on the first call: a program that
 /// calls this links no LibTorch and loads it only to train (gc-train). The same results and
