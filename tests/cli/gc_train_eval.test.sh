@@ -216,11 +216,12 @@ expect_err_re "gc-train: step 6: accuracy@1 [0-9.]+, .* \(90 queries\) \(best so
 gc-train: step 9: accuracy@1 [^(]*\(90 queries\)
 gc-train: step 12: "
 
-# ---- bad options: one line, exit 64, before any training
+# ---- bad options: one line, exit 64, before any training, and before LibTorch is loaded: with no
+# engines module to load (TRAINCACHE_ENGINES_MODULE naming nothing) they are refused the same way
 bad() {  # bad MESSAGE ARGS...
   local msg=$1
   shift
-  run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 "$@"
+  TRAINCACHE_ENGINES_MODULE=$WORK/none.so run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 "$@"
   expect_rc 64
   expect_err "gc-train: error: $msg"
 }
@@ -232,8 +233,8 @@ bad "--early-stop: needs --eval-every N (evaluations during training)" --eval-sp
   --early-stop 2
 bad "--select-best: 'mrr_at_10' is not a metric of this mode (precision_at_1, precision_at_5, precision_at_10, r_precision, map_at_r)" \
   --eval-split 0.2 --select-best mrr_at_10
-run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --steps 1 \
-  --eval-split 0.2 --stratify
+TRAINCACHE_ENGINES_MODULE=$WORK/none.so run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings a \
+  --passage-embeddings b --steps 1 --eval-split 0.2 --stratify
 expect_rc 64
 expect_err "gc-train: error: --stratify: needs labels: grouped mode (--cache with --embeddings)"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --eval-split 0.2 \

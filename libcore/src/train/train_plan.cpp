@@ -50,12 +50,18 @@ std::vector<int64_t> random_eval_rows(const TrainOptions& o, int64_t rows, const
 
 }  // namespace
 
+void check_split_options(const TrainOptions& o, bool labelled) {
+  if (o.eval_split > 0 && o.eval_end > 0)
+    throw Error(Exit::usage, "--eval-split", "give --eval-split or --eval-rows, not both");
+  if (o.stratify && o.eval_split <= 0) throw Error(Exit::usage, "--stratify", "applies to --eval-split");
+  if (o.stratify && !labelled)
+    throw Error(Exit::usage, "--stratify", "needs labels: grouped mode (--cache with --embeddings)");
+}
+
 RowSplit split_rows(const TrainOptions& o, int64_t rows, const std::vector<int64_t>* labels) {
+  check_split_options(o, labels && static_cast<int64_t>(labels->size()) == rows);
   RowSplit s;
   if (o.eval_split > 0) {
-    if (o.eval_end > 0) throw Error(Exit::usage, "--eval-split", "give --eval-split or --eval-rows, not both");
-    if (o.stratify && (!labels || static_cast<int64_t>(labels->size()) != rows))
-      throw Error(Exit::usage, "--stratify", "needs labels: grouped mode (--cache with --embeddings)");
     s.eval = random_eval_rows(o, rows, labels);
     std::size_t e = 0;
     for (int64_t i = 0; i < rows; ++i) {
@@ -71,7 +77,6 @@ RowSplit split_rows(const TrainOptions& o, int64_t rows, const std::vector<int64
       throw Error(Exit::usage, "--eval-split", "leaves no training rows (the data has " + std::to_string(rows) + ")");
     return s;
   }
-  if (o.stratify) throw Error(Exit::usage, "--stratify", "applies to --eval-split");
   s.eval_begin = o.eval_begin;
   s.eval_end = o.eval_end > 0 ? std::min(o.eval_end, rows) : 0;
   if (o.eval_end > 0 && (s.eval_begin >= s.eval_end || s.eval_begin >= rows))
@@ -323,6 +328,12 @@ void validate_options(const TrainOptions& o) {
   if (!(o.dist_timeout > 0)) throw Error(Exit::usage, "--dist-timeout", "must be positive");
   validate_data_cache(o);
   o.cache.empty() ? validate_raw_sides(o) : validate_cached_sides(o);
+}
+
+void check_plan(const TrainOptions& o) {
+  const bool labelled = o.cache.empty() ? !o.labels.empty() : !o.embeddings.empty();
+  validate_selection(o, resolve_objective(o, labelled));
+  check_split_options(o, labelled);
 }
 
 void validate_cached_sides(const TrainOptions& o) {

@@ -23,6 +23,11 @@ struct RowSplit {
   int64_t eval_begin = 0, eval_end = 0;  ///< the held-out range as used ([0, 0) when none)
 };
 
+/// The rules of --eval-split, --eval-rows and --stratify that need no data (`labelled`: the rows
+/// have labels, grouped mode): Error(usage) for both kinds of split, --stratify without
+/// --eval-split, and --stratify without labels. split_rows applies them first.
+void check_split_options(const TrainOptions& o, bool labelled);
+
 /// Splits `rows` rows by the options' --eval-rows, or --eval-split F: a seeded random fraction,
 /// per label when --stratify (`labels` holds one per row; each class of n >= 2 rows gives
 /// round(F*n) of them, at least 1 and at most n-1). Error(usage) for a range outside the data,
@@ -96,6 +101,11 @@ double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
 /// validate_cached_sides). Error(usage) otherwise. run_train() calls it first, before any data or
 /// model is loaded, so that every caller gets the same refusals.
 void validate_options(const TrainOptions& o);
+
+/// What else the options decide without data: the objective (resolve_objective), --select-best
+/// (validate_selection) and check_split_options, for the mode the options name. gc-train applies
+/// it before it loads LibTorch; run_train applies the same rules itself.
+void check_plan(const TrainOptions& o);
 
 /// The tokenizer file of a side (its own, else --tokenizer), or "" when the side is not text.
 std::string side_tokenizer(const TrainOptions& o, bool query);
