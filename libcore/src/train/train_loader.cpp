@@ -15,6 +15,7 @@ TrainResult run_train_in_module(const TrainOptions& opts, const TrainCallbacks& 
   check_plan(opts);
   if (!read_launch().distributed()) {
     check_cached_files(opts);
+    check_raw_columns(opts);
     check_resume_file(opts);
   }
   TextAhead ahead = read_text_ahead(opts);  // --data's texts, read once: the engine takes them

@@ -12,7 +12,9 @@
 #include "traincache/base/json_text.h"
 #include "traincache/base/splitmix.h"
 #include "traincache/io/cache_file.h"
+#include "traincache/io/source.h"
 #include "traincache/train/checkpoint_file.h"
+#include "traincache/train/text_fields.h"
 
 namespace traincache {
 
@@ -410,6 +412,27 @@ void validate_text_side(const TrainOptions& o, const std::vector<std::string>& f
 }
 
 }  // namespace
+
+void check_raw_columns(const TrainOptions& o) {
+  using io::source::Kind;
+  const Kind kind = o.data.empty() ? Kind::shm : io::source::kind_of(o.data);
+  if ((kind != Kind::hdf5 && kind != Kind::npz) || o.passage.empty() || !o.tokenizer.empty() ||
+      !o.query_tokenizer.empty() || !o.passage_tokenizer.empty() || o.data_cache.mode != data_cache::Mode::none)
+    return;
+  std::vector<std::string> all = o.query;
+  all.insert(all.end(), o.passage.begin(), o.passage.end());
+  all.insert(all.end(), o.negatives.begin(), o.negatives.end());
+  for (const auto& ds : all)
+    if (io::source::names_own_file(ds)) return;
+  std::vector<int64_t> rows;  // opened as load_raw opens them: the query's, the passages', the negatives'
+  for (const auto& ds : all) {
+    auto col = io::source::open_column(o.data, ds, o.files, io::source::Role::images);
+    io::source::require_numeric_input(col->info(), o.data);
+    rows.push_back(col->info().rows());
+  }
+  const std::size_t sides = o.query.size() + o.passage.size();  // the negatives' shapes: load_raw
+  for (std::size_t i = 0; i < sides; ++i) same_rows(o.data, o.query[0], rows[0], all[i], rows[i]);
+}
 
 std::string side_tokenizer(const TrainOptions& o, bool query) {
   const std::string& own = query ? o.query_tokenizer : o.passage_tokenizer;

@@ -107,6 +107,13 @@ void validate_options(const TrainOptions& o);
 /// it before it loads LibTorch; run_train applies the same rules itself.
 void check_plan(const TrainOptions& o);
 
+/// --data's tensor datasets of a pair run in an HDF5 or .npz file, whose rows its metadata tells:
+/// each opened as load_raw opens it (Error for a missing file or dataset, or strings), and the
+/// query's and passages' datasets of as many rows (same_rows). Nothing for other sources
+/// (manifests, tar shards, folders, slabs, .npy files: the engine opens those once), text sides
+/// (read_text_ahead), raw grouped runs and data caches: load_raw checks those.
+void check_raw_columns(const TrainOptions& o);
+
 /// The tokenizer file of a side (its own, else --tokenizer), or "" when the side is not text.
 std::string side_tokenizer(const TrainOptions& o, bool query);
 
