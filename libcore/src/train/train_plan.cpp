@@ -430,7 +430,8 @@ void check_raw_columns(const TrainOptions& o) {
     io::source::require_numeric_input(col->info(), o.data);
     rows.push_back(col->info().rows());
   }
-  const std::size_t sides = o.query.size() + o.passage.size();  // the negatives' shapes: load_raw
+  // The queries' and passages' rows; load_raw checks each negatives dataset's rows with its shape.
+  const std::size_t sides = o.query.size() + o.passage.size();
   for (std::size_t i = 0; i < sides; ++i) same_rows(o.data, o.query[0], rows[0], all[i], rows[i]);
 }
 
