@@ -30,7 +30,7 @@ Setup resolve_setup(const TrainOptions& o) {
   model::check_precision(o.precision, s.device.is_cuda(), "--precision");
   s.float_type = o.dtype == DType::f64 ? torch::kFloat64 : torch::kFloat32;
   s.cached = !o.cache.empty();
-  s.objective = resolve_objective(o, s.cached ? !o.embeddings.empty() : !o.labels.empty());
+  s.objective = resolve_objective(o, grouped_mode(o));
   validate_selection(o, s.objective);
   return s;
 }

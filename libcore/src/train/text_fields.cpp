@@ -8,6 +8,8 @@
 
 namespace traincache::train {
 
+namespace {
+
 // The texts of field `field` of `file` and how many each row holds (1, or k for lists).
 std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
                                     bool lists, int64_t& per_row, int64_t& replaced) {
@@ -31,6 +33,8 @@ std::vector<std::string> read_texts(const TrainOptions& o, const std::string& fi
                   "empty text");
   return texts;
 }
+
+}  // namespace
 
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb) {
   if (na != nb)

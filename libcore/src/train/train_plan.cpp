@@ -332,10 +332,11 @@ void validate_options(const TrainOptions& o) {
   o.cache.empty() ? validate_raw_sides(o) : validate_cached_sides(o);
 }
 
+bool grouped_mode(const TrainOptions& o) { return o.cache.empty() ? !o.labels.empty() : !o.embeddings.empty(); }
+
 void check_plan(const TrainOptions& o) {
-  const bool labelled = o.cache.empty() ? !o.labels.empty() : !o.embeddings.empty();
-  validate_selection(o, resolve_objective(o, labelled));
-  check_split_options(o, labelled);
+  validate_selection(o, resolve_objective(o, grouped_mode(o)));
+  check_split_options(o, grouped_mode(o));
 }
 
 void validate_cached_sides(const TrainOptions& o) {
@@ -467,7 +468,7 @@ void validate_raw_sides(const TrainOptions& o) {
 
 void validate_selection(const TrainOptions& o, const ObjectiveSpec& spec) {
   if (o.select_best.empty()) return;
-  const bool grouped = o.cache.empty() ? !o.labels.empty() : !o.embeddings.empty();
+  const bool grouped = grouped_mode(o);
   const auto keys = metric_keys(grouped, o.eval_k, spec.classifier);
   if (std::find(keys.begin(), keys.end(), o.select_best) != keys.end()) return;
   std::string list;

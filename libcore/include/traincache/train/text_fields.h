@@ -42,10 +42,6 @@ TextFields read_text_fields(const TrainOptions& o, const std::string& file, cons
 /// after they meet so that one rank's refusal reaches the others.
 TextAhead read_text_ahead(const TrainOptions& o);
 
-/// The texts of field `field` of `file` and how many each row holds (1, or k for lists).
-std::vector<std::string> read_texts(const TrainOptions& o, const std::string& file, const std::string& field,
-                                    bool lists, int64_t& per_row, int64_t& replaced);
-
 /// Error(data) unless datasets `a` and `b` of `path` have as many rows.
 void same_rows(const std::string& path, const std::string& a, int64_t na, const std::string& b, int64_t nb);
 

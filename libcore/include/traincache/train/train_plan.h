@@ -102,6 +102,10 @@ double scheduled_lr(const TrainOptions& o, int64_t step, int64_t total);
 /// model is loaded, so that every caller gets the same refusals.
 void validate_options(const TrainOptions& o);
 
+/// Whether the options name grouped mode: rows with labels (--data with --labels, or --cache with
+/// --embeddings) rather than pairs.
+bool grouped_mode(const TrainOptions& o);
+
 /// What else the options decide without data: the objective (resolve_objective), --select-best
 /// (validate_selection) and check_split_options, for the mode the options name. gc-train applies
 /// it before it loads LibTorch; run_train applies the same rules itself.
