@@ -169,16 +169,21 @@ run "$TC_BIN/smart-bench" --files "$WORK/meta" --strategy none --epochs 1
 expect_rc 69
 expect_err "smart-bench: error: $no_module"
 unset TRAINCACHE_ENGINES_MODULE
-# LibTorch's OpenMP threads wait by sleeping (set as the module loads) unless the user chose
-# otherwise. libgomp reports its settings with OMP_DISPLAY_ENV; an unset policy also shows as
-# 'PASSIVE' there, but spins 300000 times before sleeping, so the spin count is what tells.
-# The benchmark programs link LibTorch: they start themselves again with the policy set (a setenv
+# LibTorch's OpenMP threads spin 10,000 times and then sleep (set as the module loads) unless the
+# user chose: OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment, either one, is left as it is.
+# libgomp reports its settings with OMP_DISPLAY_ENV; an unset policy also shows as 'PASSIVE' there,
+# but spins 300000 times before sleeping, so the spin count is what tells.
+# The benchmark programs link LibTorch: they start themselves again with the settings (a setenv
 # from their .preinit_array never reached libgomp: the spin count stayed 300000).
 for tool in cache-fill gc-train fill-bench jpeg-bench; do
   [ -x "$TC_BIN/$tool" ] || continue  # the benchmarks are built unless TRAINCACHE_BUILD_BENCH=OFF
-  run env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
-  expect_err_has "GOMP_SPINCOUNT = '0'"
-  run env OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  run env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  expect_err_has "GOMP_SPINCOUNT = '10000'"
+  run env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
   expect_err_has "OMP_WAIT_POLICY = 'ACTIVE'"
+  run env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  expect_err_has "GOMP_SPINCOUNT = '0'"
+  run env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=300000 OMP_DISPLAY_ENV=verbose "$TC_BIN/$tool" --version
+  expect_err_has "GOMP_SPINCOUNT = '300000'"
 done
 finish

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/base/openmp_wait.h"
 #include "traincache_build_info.h"
 
 namespace traincache {
@@ -64,20 +65,31 @@ void* module_symbol(void* handle, const char* name, const std::string& file, con
 
 namespace {
 
-// libgomp, which comes with LibTorch, reads OMP_WAIT_POLICY once, as it loads: its idle threads
-// sleep instead of spinning, unless the user chose otherwise (cli/openmp_wait.cpp says why). Set
-// only while the module loads, so that children see the environment the tool was given.
-void* open_engines() {
-  const bool ours = !std::getenv("OMP_WAIT_POLICY") && ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0;
-  void* h = nullptr;
-  try {
-    h = open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");
-  } catch (...) {
-    if (ours) ::unsetenv("OMP_WAIT_POLICY");
-    throw;
+// libgomp, which comes with LibTorch, reads its waiting settings once, as it loads: unless the user
+// chose (either variable set), its idle threads spin briefly and then sleep (base/openmp_wait.h).
+// Set only while the module loads, so that children see the environment the tool was given.
+class OpenmpWaitWhileLoading {
+ public:
+  OpenmpWaitWhileLoading() : ours_(!std::getenv(kOmpPolicyVariable) && !std::getenv(kOmpSpinVariable)) {
+    if (!ours_) return;
+    ::setenv(kOmpPolicyVariable, kOmpPolicy, 0);
+    ::setenv(kOmpSpinVariable, kOmpSpinCount, 0);
   }
-  if (ours) ::unsetenv("OMP_WAIT_POLICY");
-  return h;
+  ~OpenmpWaitWhileLoading() {
+    if (!ours_) return;
+    ::unsetenv(kOmpPolicyVariable);
+    ::unsetenv(kOmpSpinVariable);
+  }
+  OpenmpWaitWhileLoading(const OpenmpWaitWhileLoading&) = delete;
+  OpenmpWaitWhileLoading& operator=(const OpenmpWaitWhileLoading&) = delete;
+
+ private:
+  bool ours_;
+};
+
+void* open_engines() {
+  const OpenmpWaitWhileLoading wait;
+  return open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");
 }
 
 }  // namespace
