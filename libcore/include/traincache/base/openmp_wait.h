@@ -2,9 +2,9 @@
 // settings once, as it starts, from the environment: the tools set them while they load LibTorch
 // (base/module.cpp), the benchmark programs by starting themselves again (cli/openmp_wait.cpp).
 //
-// An idle thread spins 10,000 times (about 0.1 ms) and then sleeps. Sleeping at once cost 15-20%
-// on a quiet Intel Xeon (each parallel region's threads woken from the kernel); libgomp's own
-// 300,000 spins cost 2-4x beside other busy processes (the spinning threads hold the cores the
+// An idle thread spins 10,000 times (about 0.1 ms) and then sleeps. Sleeping at once cost 11-18%
+// on a quiet Intel Xeon (each parallel region's threads woken through the kernel); libgomp's own
+// 300,000 spins cost 2-5x beside other busy processes (the spinning threads hold the cores the
 // working ones need). Measured with bench/omp-wait: docs/performance.md, "Busy machines".
 #pragma once
 
