@@ -19,9 +19,15 @@ import sys; sys.exit(0 if sum(map(int, open("/proc/self/schedstat").read().split
   exit 77
 fi
 CPU=$("$TC_PYTHON" -c 'import os; print(min(os.sched_getaffinity(0)))')
-taskset -c "$CPU" "$TC_PYTHON" -c 'while True: pass' &
+# The busy process says when it spins; the runs start after that (a Python that took half a second
+# to start on a loaded machine once left a 1-second fill almost alone, and it said nothing).
+taskset -c "$CPU" "$TC_PYTHON" -c 'import sys
+open(sys.argv[1], "w").close()
+while True: pass' "$WORK/hog.ready" &
 HOG=$!
 trap 'kill $HOG 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 600); do [ -e "$WORK/hog.ready" ] && break; sleep 0.05; done
+expect_file "$WORK/hog.ready"
 NUM='[0-9]+\.[0-9]'
 
 # ---- cache-fill: the note after the bottleneck line, and the same figures in --json
