@@ -6,7 +6,6 @@
 source "$(dirname "$0")/lib.sh"
 T=$TC_DATA/tokenizers
 ENC=$TC_DATA/text4k.pt
-py() { run "$TC_PYTHON" -c "$1"; }
 
 py "
 import json, sys
