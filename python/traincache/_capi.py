@@ -27,25 +27,32 @@ class TraincacheError(RuntimeError):
         self.code = code
 
 
-def candidates():
-    """Where the library is looked for, in order (paths that may not exist)."""
+def candidates(system=True):
+    """Where the library is looked for, in order (paths that may not exist); with system=False,
+    without asking the dynamic linker's places (ctypes.util.find_library runs ldconfig and gcc)."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
     if os.environ.get("TRAINCACHE_LIBRARY"):
         out.append(os.environ["TRAINCACHE_LIBRARY"])
     out.append(os.path.join(here, LIBRARY))
     out.append(os.path.join(os.path.dirname(os.path.dirname(here)), "build", "lib", LIBRARY))
-    found = ctypes.util.find_library("traincache_c")
+    found = ctypes.util.find_library("traincache_c") if system else None
     if found:
         out.append(found)
     return out
 
 
 def library_path() -> str:
-    """The path of the library that will be (or was) loaded; TraincacheError(69) when none is found."""
-    paths = candidates()
+    """The path of the library that will be (or was) loaded; TraincacheError(69) when none is found.
+    The dynamic linker's places are asked only when none of the others holds it: every process
+    that imports the package (each DataLoader worker, each rank) would otherwise start ldconfig and
+    gcc."""
     if os.environ.get("TRAINCACHE_LIBRARY"):
-        return paths[0]  # an explicit choice is never second-guessed
+        return os.environ["TRAINCACHE_LIBRARY"]  # an explicit choice is never second-guessed
+    for p in candidates(system=False):
+        if os.path.isfile(p):
+            return p
+    paths = candidates()
     for p in paths:
         if os.path.isfile(p) or not os.path.isabs(p):
             return p

@@ -70,6 +70,11 @@ def main():
     eq(lines[1:], ["[1, -2, 3] ('mlp',)"], "and works from any directory")
     rc, out, err = python("import traincache; print(traincache.version())", exe=vpy)
     eq(out.strip(), _capi.version(), "the bundled library is the one this build made")
+    # Found beside the package, the library is loaded without asking the dynamic linker's places
+    # (ctypes.util.find_library starts ldconfig and gcc, in every process that imports the package).
+    rc, out, err = python("import ctypes.util\ndef asked(name):\n    raise SystemExit('find_library asked for ' + name)\n"
+                          "ctypes.util.find_library = asked\nimport traincache\nprint(traincache.version())", exe=vpy)
+    eq((rc, out.strip()), (0, _capi.version()), f"a bundled library: find_library not asked ({err.strip()})")
 
     # A library that cannot be found or loaded, or another ABI version.
     rc, out, err = python("import traincache\ntry:\n    traincache.Slab.attach('x')\nexcept traincache.TraincacheError as e:"
