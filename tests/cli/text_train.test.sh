@@ -38,7 +38,7 @@ expect_rc 0
 
 TRAIN=(--data "$WORK/pairs.jsonl" --query word --passage gloss --negatives negs --encoder "$ENC"
        --tokenizer "$T/bert-uncased.json" --max-length 48 --batch-size 32 --optimizer sgd --lr 0.5
-       --temperature 0.5 --steps 3 --seed 3 --threads 2 -q)
+       --temperature 0.5 --steps 2 --seed 3 --threads 2 -q)
 
 # ---- exactness: chunks of 5 (each trimmed to its own longest text) against the full batch
 loss_of() { grep -o '"loss":[-0-9.e]*' <<<"$1" | head -1 | cut -d: -f2; }
@@ -242,7 +242,7 @@ with h5py.File('$WORK/$side.h5', 'w') as f:
   expect_rc 0
 done
 SLABS=(--query shm:word --passage shm:gloss --encoder "$ENC" --batch-size 32 --optimizer sgd --lr 0.5
-       --temperature 0.5 --steps 3 --seed 3 --threads 2 -q --chunk-size 5)
+       --temperature 0.5 --steps 2 --seed 3 --threads 2 -q --chunk-size 5)
 run "$TC_BIN/gc-train" "${SLABS[@]}" -o "$WORK/slab.pt"
 expect_rc 0
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --negatives "" --chunk-size 5 -o "$WORK/noneg.pt"
@@ -256,7 +256,7 @@ expect_rc 65
 expect_err_re "^gc-train: error: query encoder: shm:word holds token id [0-9]+, beyond its embedding table tok of 1000 rows$"
 
 # ---- checkpoints: resume continues; another tokenisation is refused
-run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --steps 2 --checkpoint-dir "$WORK/ck"
+run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --steps 1 --checkpoint-dir "$WORK/ck"
 expect_rc 0
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --checkpoint-dir "$WORK/ck" --resume -o "$WORK/resumed.pt"
 expect_rc 0
