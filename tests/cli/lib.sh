@@ -70,6 +70,7 @@ py() {
   mkdir -p "$WORK/.py"
   printf '%s' "$1" >"$WORK/.py/code"
   printf '%s\0%s\0%s\0' "$PWD" "$WORK/.out" "$WORK/.err" >"$WORK/.py/where"
+  : >"$WORK/.out" >"$WORK/.err"  # nothing of the command before, whatever becomes of this one
   env -0 >"$WORK/.py/env"
   echo "$WORK/.py" >&"$_PY_REQUESTS"
   if ! read -r rc <&"$_PY_REPLIES"; then

@@ -69,11 +69,11 @@ def main():
     folder = serve(sys.argv[1], sys.argv[2])
     code = open(os.path.join(folder, "code")).read()
     cwd, out, err = open(os.path.join(folder, "where")).read().split("\0")[:3]
-    same = take_environment(os.path.join(folder, "env"))
-    os.chdir(cwd)
     os.close(0)
     redirect(1, out)
-    redirect(2, err)
+    redirect(2, err)  # first: what fails below is reported where the caller reads it
+    same = take_environment(os.path.join(folder, "env"))
+    os.chdir(cwd)
     if not same:
         os.execv(sys.executable, [sys.executable, "-c", code])
     import types
