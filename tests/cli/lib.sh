@@ -25,7 +25,11 @@ run() {
   local t0=${EPOCHREALTIME:-}
   "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
   rc=$?
-  _run_log "$t0" "$@"
+  _ran "$t0" "$@"
+}
+# _ran T0 CMD...: after a command (run's or py's): logged, and its output in $out and $err.
+_ran() {
+  _run_log "$@"
   out=$(cat "$WORK/.out")
   err=$(cat "$WORK/.err")
 }
@@ -67,7 +71,6 @@ expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)
 py() {
   local t0=${EPOCHREALTIME:-}
   [ -n "${_PY_REQUESTS:-}" ] || _py_start
-  mkdir -p "$WORK/.py"
   printf '%s' "$1" >"$WORK/.py/code"
   printf '%s\0%s\0%s\0' "$PWD" "$WORK/.out" "$WORK/.err" >"$WORK/.py/where"
   : >"$WORK/.out" >"$WORK/.err"  # nothing of the command before, whatever becomes of this one
@@ -77,14 +80,13 @@ py() {
     rc=125
     echo "py: the Python server ended" >"$WORK/.err"
   fi
-  _run_log "$t0" "$TC_PYTHON" -c "$1"
-  out=$(cat "$WORK/.out")
-  err=$(cat "$WORK/.err")
+  _ran "$t0" "$TC_PYTHON" -c "$1"
 }
 # The server reads requests from one FIFO and answers on another; it ends when this shell (and
 # whatever it started since, which inherits the descriptor) has closed the first. It is started
 # from a subshell, so that it is no job of this shell's: a script's `wait` does not wait for it.
 _py_start() {
+  mkdir -p "$WORK/.py"
   mkfifo "$WORK/.py-requests" "$WORK/.py-replies"
   ("$TC_PYTHON" "$TC_SOURCE/tests/cli/py_server.py" "$WORK/.py-requests" "$WORK/.py-replies" \
     </dev/null >/dev/null 2>"$WORK/.py-server.err" &)
