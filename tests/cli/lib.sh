@@ -20,12 +20,66 @@ torchrun_unusable() { "$TC_PYTHON" "$TC_SOURCE/tests/torchrun-usable" 2>&1; }
 # (tests/cli/tokenizer_reference.py).
 hf_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/tokenizer_reference.py" "$@"; }
 
-# run CMD...: runs it with stdin closed, capturing $rc, $out and $err.
+# run CMD...: runs it with stdin closed, capturing $rc, $out and $err. cache-fill, gc-train,
+# smart-bench and cache-inspect, alone or behind env or timeout, run as children of one process a
+# script that has loaded LibTorch already (_served), unless TC_TOOL_SERVER=0.
 run() {
   local t0=${EPOCHREALTIME:-}
-  "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
+  local _SERVED=0
+  if _served "$@"; then
+    _SERVED=1
+    "${@:1:_AT-1}" "$_TOOL_CLIENT" "$_TOOL_SOCKET" "${@:_AT}" <&- >"$WORK/.out" 2>"$WORK/.err"
+  else
+    "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
+  fi
   rc=$?
   _ran "$t0" "$@"
+}
+# _served CMD...: whether CMD runs a tool that the tool server runs (tests/cli/tool_server.cpp: a
+# fork of a process with LibTorch loaded instead of loading it, ~0.5 CPU seconds a start); _AT is
+# then its place in CMD (1, or after env's or timeout's own arguments). The server, started at the
+# script's first, runs it as the tool runs as a process of its own (arguments, environment,
+# directory, descriptors, umask, limits, signals, exit code or signal); tests/cli/tool_server.test.sh
+# compares the two. A command whose environment changes what libraries read as they load (OMP_*,
+# LD_*, TRAINCACHE_*, ...) the client execs itself. Commands in the background (`&`) or in $(...)
+# start the tools directly.
+_served() {
+  [ "${TC_TOOL_SERVER:-1}" != 0 ] || return 1
+  _AT=1
+  if [ "$1" = env ] || [ "$1" = timeout ]; then
+    _AT=2
+    while [ "$_AT" -le $# ]; do  # the wrapper's options, and env's NAME=VALUE
+      case "${!_AT}" in
+        -u | -C | -s | -k) _AT=$((_AT + 2)) ;;
+        -*) _AT=$((_AT + 1)) ;;
+        *=*) [ "$1" = env ] || break; _AT=$((_AT + 1)) ;;
+        *) break ;;
+      esac
+    done
+    [ "$1" = env ] || _AT=$((_AT + 1))  # timeout's duration
+  fi
+  case "${!_AT:-}" in
+    "$TC_BIN"/cache-fill | "$TC_BIN"/gc-train | "$TC_BIN"/smart-bench | "$TC_BIN"/cache-inspect) ;;
+    *) return 1 ;;
+  esac
+  [ -n "${_TOOL_SOCKET:-}" ] || _tools_start
+}
+# The server says "ready" on a FIFO that this shell keeps open, and ends when every reader has
+# closed it (this shell and what it started since). Started from a subshell, as py's server is.
+_tools_start() {
+  local server=${TC_BIN%/bin}/tests/tool-server line=""
+  _TOOL_CLIENT=${TC_BIN%/bin}/tests/tool-client
+  local at=$WORK/.tools.$BASHPID  # a subshell's server ends with it; the script then starts its own
+  if [ -x "$server" ] && [ -x "$_TOOL_CLIENT" ] && mkfifo "$at"; then
+    ("$server" "$at.sock" </dev/null >"$at" 2>"$at.err" &)
+    exec {_TOOLS_READY}<"$at"
+    read -r -u "$_TOOLS_READY" line
+  fi
+  if [ "$line" != ready ]; then
+    TC_TOOL_SERVER=0
+    return 1
+  fi
+  _TOOL_SOCKET=$at.sock
 }
 # _ran T0 CMD...: after a command (run's or py's): logged, and its output in $out and $err.
 _ran() {
@@ -41,6 +95,7 @@ _run_log() {
   local t0=$1 i=1 what="${2##*/} ${*:3:1}"
   while [ $((i + 1)) -lt ${#BASH_SOURCE[@]} ] && [[ "${BASH_SOURCE[i]}" == *lib.sh ]]; do i=$((i + 1)); done
   [[ "$what" == *" -c" && "${4:-}" =~ import[^$'\n']*torch ]] && what+=" (torch)"
+  [ "${_SERVED:-}" = 1 ] && what+=" (served)"
   printf '%s %s:%s rc=%s %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $t0}")" "${BASH_SOURCE[i]##*/}" \
     "${BASH_LINENO[i - 1]}" "$rc" "$what" >>"$TC_RUN_LOG"
 }
