@@ -99,23 +99,12 @@ bool send_request(int sock, int argc, char** argv) {
   return sent;
 }
 
-bool read_int(int sock, std::int32_t& v) {
-  char* p = reinterpret_cast<char*>(&v);
-  for (std::size_t done = 0; done < sizeof v;) {
-    const ssize_t n = ::read(sock, p + done, sizeof v - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
+bool read_int(int sock, std::int32_t& v) { return tool_wire::read_exactly(sock, &v, sizeof v); }
 
 // The server's connection, or -1 (no server: the tool runs as a process of its own).
 int connect_to(const char* path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (std::strlen(path) >= sizeof addr.sun_path) return -1;
-  std::strcpy(addr.sun_path, path);
+  sockaddr_un addr;
+  if (!tool_wire::unix_address(path, addr)) return -1;
   const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sock >= 0 && ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return sock;
   if (sock >= 0) ::close(sock);

@@ -107,16 +107,6 @@ std::vector<std::string> current_environment() {
   return env;
 }
 
-bool read_all(int fd, char* p, std::size_t n) {
-  for (std::size_t done = 0; done < n;) {
-    const ssize_t got = ::read(fd, p + done, n - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    done += static_cast<std::size_t>(got);
-  }
-  return true;
-}
-
 // The header and its descriptors (kept in r.fds whatever comes of the rest).
 bool read_header(int sock, tool_wire::Header& h, Request& r) {
   char control[CMSG_SPACE(sizeof(int) * 4)];
@@ -146,7 +136,7 @@ bool read_request(int sock, Request& r) {
   tool_wire::Header h{};
   if (!read_header(sock, h, r)) return false;
   std::string bytes(h.bytes, '\0');
-  if (!read_all(sock, bytes.data(), bytes.size())) return false;
+  if (!tool_wire::read_exactly(sock, bytes.data(), bytes.size())) return false;
   std::vector<std::string> s;
   for (std::size_t at = 0, end; at < bytes.size(); at = end + 1) {
     if ((end = bytes.find('\0', at)) == std::string::npos) return false;
@@ -326,10 +316,8 @@ int serve(int listener, const std::vector<int>& keep, const std::map<std::string
 }
 
 int listen_on(const char* path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (std::strlen(path) >= sizeof addr.sun_path) return -1;
-  std::strcpy(addr.sun_path, path);
+  sockaddr_un addr;
+  if (!tool_wire::unix_address(path, addr)) return -1;
   const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0 || ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(s, 64) != 0) return -1;
   return s;

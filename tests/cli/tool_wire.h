@@ -10,7 +10,12 @@
 // int32) when it has ended.
 #pragma once
 
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 
 namespace tool_wire {
 
@@ -18,5 +23,25 @@ struct Header {
   std::uint32_t bytes;    // the strings that follow
   std::uint32_t std_fds;  // bit N: descriptor N (0-2) was open and is attached
 };
+
+/// ADDR for the socket at PATH; false when PATH is too long for one.
+inline bool unix_address(const char* path, sockaddr_un& addr) {
+  addr = sockaddr_un{};
+  addr.sun_family = AF_UNIX;
+  if (std::strlen(path) >= sizeof addr.sun_path) return false;
+  std::strcpy(addr.sun_path, path);
+  return true;
+}
+
+/// Reads N bytes from FD into P (again after a signal); false at an error or the end first.
+inline bool read_exactly(int fd, void* p, std::size_t n) {
+  for (std::size_t done = 0; done < n;) {
+    const ssize_t got = ::read(fd, static_cast<char*>(p) + done, n - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<std::size_t>(got);
+  }
+  return true;
+}
 
 }  // namespace tool_wire
