@@ -131,6 +131,23 @@ bool read_header(int sock, tool_wire::Header& h, Request& r) {
   return n == static_cast<ssize_t>(sizeof h) && r.fds.size() == attached && h.bytes < (64u << 20);
 }
 
+// The request's strings S (tool_wire.h) into R; false (or std::stoul's exceptions) when malformed.
+bool parse_request(const std::vector<std::string>& s, Request& r) {
+  if (s.size() < 6) return false;
+  for (const Tool& t : kTools)
+    if (s[0] == t.name) r.tool = &t;
+  r.umask = static_cast<mode_t>(std::stoul(s[1]));
+  r.ignored = std::stoull(s[2]);
+  r.blocked = std::stoull(s[3]);
+  std::istringstream limits(s[4]);
+  for (rlimit l{}; limits >> l.rlim_cur >> l.rlim_max;) r.limits.push_back(l);
+  const std::size_t argc = std::stoul(s[5]);
+  if (argc == 0 || argc > s.size() - 6) return false;
+  r.argv.assign(s.begin() + 6, s.begin() + 6 + static_cast<std::ptrdiff_t>(argc));
+  r.env.assign(s.begin() + 6 + static_cast<std::ptrdiff_t>(argc), s.end());
+  return true;
+}
+
 // One request from SOCK (tool_wire.h); false when it is malformed.
 bool read_request(int sock, Request& r) {
   tool_wire::Header h{};
@@ -142,19 +159,11 @@ bool read_request(int sock, Request& r) {
     if ((end = bytes.find('\0', at)) == std::string::npos) return false;
     s.push_back(bytes.substr(at, end - at));
   }
-  if (s.size() < 6) return false;
-  for (const Tool& t : kTools)
-    if (s[0] == t.name) r.tool = &t;
-  r.umask = static_cast<mode_t>(std::stoul(s[1]));
-  r.ignored = std::stoull(s[2]);
-  r.blocked = std::stoull(s[3]);
-  std::istringstream limits(s[4]);
-  for (rlimit l{}; limits >> l.rlim_cur >> l.rlim_max;) r.limits.push_back(l);
-  const std::size_t argc = std::stoul(s[5]);
-  if (argc == 0 || s.size() < 6 + argc) return false;
-  r.argv.assign(s.begin() + 6, s.begin() + 6 + static_cast<std::ptrdiff_t>(argc));
-  r.env.assign(s.begin() + 6 + static_cast<std::ptrdiff_t>(argc), s.end());
-  return true;
+  try {
+    return parse_request(s, r);
+  } catch (const std::exception&) {  // a number that is none
+    return false;
+  }
 }
 
 // Closes every descriptor from 3 up but those in KEEP (sorted).
