@@ -7,6 +7,7 @@ A ```text block right after a block is that block's exact standard output. ```co
 Usage: docs_examples.py [DOC]   (default: docs/python.md)"""
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -40,6 +41,22 @@ def rank_logs(here):
     return out
 
 
+def run_block(cmd, here, env, limit=240):
+    """(exit code, stdout, stderr) of CMD in its own session; after LIMIT seconds the code says so,
+    with what the session still ran (torchrun, its ranks, their workers), and all of it is killed."""
+    with subprocess.Popen(cmd, cwd=here, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=limit)
+            return p.returncode, out, err
+        except subprocess.TimeoutExpired:
+            ps = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,time,args", "-s", str(p.pid)],
+                                capture_output=True, text=True).stdout
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            return f"none: still running after {limit} s:\n{ps}", out, err
+
+
 def main():
     doc = sys.argv[1] if len(sys.argv) > 1 else os.path.join(SOURCE, "docs", "python.md")
     here = os.path.join(WORK, "docs")
@@ -70,15 +87,13 @@ def main():
             skipped += 1
             continue
         cmd = ["bash", "-euo", "pipefail", "-c", body] if lang == "sh" else [sys.executable, "-c", body]
-        p = subprocess.run(cmd, cwd=here, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                           timeout=240)
+        code, out, err = run_block(cmd, here, env)
         ran += 1
         first = body.strip().splitlines()[0]
-        if not ok(p.returncode == 0, f"block {n} ({lang}: {first}) exits 0, got {p.returncode}: {p.stderr[-3000:]}"
-                  + rank_logs(here)):
+        if not ok(code == 0, f"block {n} ({lang}: {first}) exits 0, got {code}: {err[-3000:]}" + rank_logs(here)):
             break
         if want is not None:
-            eq(p.stdout, want, f"block {n} ({lang}: {first}): its output as the page shows it")
+            eq(out, want, f"block {n} ({lang}: {first}): its output as the page shows it")
     ok(ran >= 8 - skipped, f"the page's blocks ran ({ran}, {skipped} torchrun blocks skipped)")
     finish()
 
