@@ -105,7 +105,14 @@ bool read_int(int sock, std::int32_t& v) { return tool_wire::read_exactly(sock, 
 int connect_to(const char* path) {
   sockaddr_un addr;
   if (!tool_wire::unix_address(path, addr)) return -1;
-  const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Above the standard descriptors: one the caller closed (`run` closes stdin) is sent as closed,
+  // not as this connection, which the tool would then hold open after its client was killed.
+  int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock >= 0 && sock < 3) {
+    const int above = ::fcntl(sock, F_DUPFD_CLOEXEC, 3);
+    ::close(sock);
+    sock = above;
+  }
   if (sock >= 0 && ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return sock;
   if (sock >= 0) ::close(sock);
   return -1;

@@ -73,14 +73,25 @@ expect_rc 0
 expect_eq "$(tail -n 1 "${_TOOL_SOCKET%.sock}.err")" \
   "tool-server: $F: run by the client: OMP_NUM_THREADS differs" "the server's log"
 
+# traincache's own: the engines' module is found as a tool loads (run directly); a slab prefix is
+# read when a slab is named (served: the child sees the request's, not the server's, "traincache-").
+TRAINCACHE_ENGINES_MODULE=$WORK/none.so run "$F" --version
+expect_rc 69  # ... so --version's LibTorch line cannot be had
+expect_eq "$(tail -n 1 "${_TOOL_SOCKET%.sock}.err")" \
+  "tool-server: $F: run by the client: TRAINCACHE_ENGINES_MODULE differs" "the server's log"
+TRAINCACHE_SHM_PREFIX=.bad served "$TC_BIN/gc-train" --query shm:a --passage shm:b --encoder "$D/text4k.pt" --steps 1
+expect_rc 64
+expect_err "gc-train: error: TRAINCACHE_SHM_PREFIX: invalid prefix '.bad' (use 1-64 of A-Z a-z 0-9 . _ -, not starting with '.')"
+
 # Signals: a tool killed ends its client with the same signal; one the client gets is passed on
 # (SIGINT: cache-fill stops at the next batch, exit 130, as when it is started directly); a client
-# killed outright takes its tool with it.
+# killed outright takes its tool with it. Standard input closed, as `run` closes it: the tool's is
+# closed too (not the client's connection, which would outlive a killed client).
 long_fill() {
   local log=${_TOOL_SOCKET%.sock}.err n
   n=$(wc -l <"$log")
   "$_TOOL_CLIENT" "$_TOOL_SOCKET" "$F" --input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images \
-    --out "$WORK/$1.h5" -b 1 --commit-rows 16 --quiet 2>"$WORK/$1.err" &
+    --out "$WORK/$1.h5" -b 1 --commit-rows 16 --quiet 2>"$WORK/$1.err" <&- &
   client=$!
   tool=""
   for _ in $(seq 300); do
@@ -91,6 +102,8 @@ long_fill() {
   [ -n "$tool" ] && _ok || _fail "no pid in the server's log: $(tail -n 2 "$log")"
 }
 long_fill killed
+# (the tool may have opened a file of its own as descriptor 0 since, as it does when started directly)
+[[ "$(readlink /proc/"$tool"/fd/0)" == socket:* ]] && _fail "the served tool's stdin is a socket" || _ok
 kill -KILL "$tool"
 wait "$client"
 expect_eq "$?" 137 "the client's exit when its tool was killed"
