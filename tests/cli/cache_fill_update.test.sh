@@ -193,7 +193,7 @@ expect_rc 64
 expect_err_has "cache-fill: error: --update: cannot be combined with --shard"
 # A cache merged from shards is refused: an update keeps the rows of a one-process cache.
 for i in 0 1; do
-  "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --rows 0:1000 --shard $i/2
+  tool "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --rows 0:1000 --shard $i/2
 done
 run "$TC_BIN/cache-fill" merge --out "$WORK/sh.h5" "$WORK"/sh.h5.shard-*
 expect_rc 0

@@ -4,7 +4,7 @@ source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
 C="$WORK/c.h5"
 cp "$D/cnn.pt" "$WORK/enc.pt"
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$WORK/enc.pt" --features images \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$WORK/enc.pt" --features images \
   --labels labels --key skeys --out "$C" || _fail "cache-fill failed"
 
 run "$TC_BIN/cache-inspect" "$C"
@@ -133,7 +133,7 @@ expect_rc 64
 expect_err "cache-inspect: error: --encoder: the cache has no encoder named 'nope' (have: cnn)"
 
 # ---- --export npy DIR: .npy files of --rows-per-file rows per encoder, keys and labels as JSON Lines
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder other="$D/cnn_other.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder other="$D/cnn_other.pt" \
   --features images --labels labels --dtype float16 --rows 10:300 --out "$WORK/two.h5" || _fail "cache-fill failed"
 run "$TC_BIN/cache-inspect" "$WORK/two.h5" --export npy "$WORK/export" --rows-per-file 128
 expect_rc 0

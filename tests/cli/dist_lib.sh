@@ -21,17 +21,19 @@ if ! have_gloo; then
 fi
 
 # start_ranks W NAME ARGS...: starts W ranks of gc-train ARGS in the background, each bounded by
-# `timeout` (PIDS[r] is rank r's timeout process, gc-train its child); rank r's stdout and stderr
-# go to $WORK/NAME.out.r and .err.r. wait_ranks W NAME: waits for them, exit codes to NAME.rc.r.
-# launch W NAME ARGS...: both.
+# `timeout` (PIDS[r] is rank r's timeout process; its child is the tool client, which passes its
+# signals on and takes its rank along when killed, or with RANKS_DIRECT=1 gc-train itself: a rank
+# to stop with SIGSTOP); rank r's stdout and stderr go to $WORK/NAME.out.r and .err.r.
+# wait_ranks W NAME: waits for them, exit codes to NAME.rc.r. launch W NAME ARGS...: both.
 start_ranks() {
   local w=$1 name=$2 port r
   shift 2
   port=$(free_port)
   PIDS=()
+  TOOL_ARGV=(timeout 120 "$TC_BIN/gc-train" --dist-timeout 60 "$@")
+  [ "${RANKS_DIRECT:-0}" = 1 ] || tool_argv "${TOOL_ARGV[@]}"
   for ((r = 0; r < w; r++)); do
-    RANK=$r WORLD_SIZE=$w MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" --dist-timeout 60 "$@" \
-      >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
+    RANK=$r WORLD_SIZE=$w MASTER_PORT=$port "${TOOL_ARGV[@]}" >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
     PIDS+=($!)
   done
 }
@@ -71,7 +73,7 @@ expect_ranks_ok() {
 # cached_job: fills $WORK/c.h5 (images.h5 through cnn.pt, with labels) and sets CACHED, the options
 # of a small supervised-contrastive run on it.
 cached_job() {
-  "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+  tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
     --out "$WORK/c.h5" || _fail "cache-fill"
   CACHED=(--cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 8 --steps 6
           --optimizer sgd --lr 0.5 --seed 2 --threads 1)

@@ -2,9 +2,9 @@
 # gc-train on cached embeddings: grouped (labels) and aligned (two encoders) pairings, built-in head.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder mlp="$D/mlp.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder mlp="$D/mlp.pt" \
   --features cnn=images --features mlp=vec --labels labels --out "$WORK/c.h5" || _fail "cache-fill"
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder t="$D/tuple.pt" --encoder d="$D/dict.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder t="$D/tuple.pt" --encoder d="$D/dict.pt" \
   --features vec --output t=0 --output d=emb --out "$WORK/pairs.h5" || _fail "cache-fill pairs"
 
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
@@ -33,7 +33,7 @@ expect_rc 0
 expect_out_re '"steps":2,"total_steps":2,'
 
 # --eval-data: a separate cache with the same encoder (here: rows 250.. of the same images).
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --rows 250: --out "$WORK/eval.h5" || _fail "cache-fill eval"
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --batch-size 64 --chunk-size 16 \
   --epochs 1 --eval-data "$WORK/eval.h5" --json

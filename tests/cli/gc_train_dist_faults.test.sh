@@ -111,7 +111,7 @@ expect_eq "$(cat "$WORK/late.rc.1")" 69 "rank 1 exit"
 expect_eq "$(cat "$WORK/late.err.1")" "gc-train: error: rank 1 of 2: rank 0 failed: ${late0#gc-train: error: }"
 
 # A hung rank (stopped, sockets open): the others give up after --dist-timeout.
-start_ranks 2 hang "${CACHED[@]}" --steps 1000000 --lr 0.01 --dist-timeout 5 --metrics "$WORK/hang.jsonl"
+RANKS_DIRECT=1 start_ranks 2 hang "${CACHED[@]}" --steps 1000000 --lr 0.01 --dist-timeout 5 --metrics "$WORK/hang.jsonl"
 wait_lines "$WORK/hang.jsonl" 20
 hung=$(pgrep -P "${PIDS[1]}")
 kill -STOP "$hung"

@@ -4,10 +4,10 @@
 # embeddings, --eval-bootstrap intervals and the per-query --eval-dump.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --out "$WORK/c.h5" || _fail "cache-fill"
 # Pairs: the same image through two differently initialised CNNs, a retrieval task of middling ease.
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder a="$D/cnn.pt" --encoder b="$D/cnn_other.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder a="$D/cnn.pt" --encoder b="$D/cnn_other.pt" \
   --features images --out "$WORK/pairs.h5" || _fail "cache-fill pairs"
 
 # numpy's metrics of the --out head on the dump's rows, against gc-train's eval_after and the dump.

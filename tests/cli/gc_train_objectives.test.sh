@@ -4,7 +4,7 @@
 # top-k accuracy against numpy, raw grouped mode (--labels), resume, and the option errors.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --out "$WORK/c.h5" || _fail "cache-fill"
 C=(--cache "$WORK/c.h5" --embeddings cnn --head linear:8)
 
@@ -129,7 +129,7 @@ expect_err_re "after training: +precision@1 [0-9.]+, precision@3 [0-9.]+, R-prec
 
 # The classifier learns: over 30 epochs it fits the 300 rows' labels (random vectors through the
 # MLP fixture: distinct features, arbitrary labels), from 1.63 to about 0.9.
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder mlp="$D/mlp.pt" --features vec --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder mlp="$D/mlp.pt" --features vec --labels labels \
   --out "$WORK/v.h5" || _fail "cache-fill vec"
 run "$TC_BIN/gc-train" -q --cache "$WORK/v.h5" --embeddings mlp --head mlp:64,32 --loss softmax --epochs 30 -b 50 \
   --lr 0.03 --metrics "$WORK/learn.jsonl" --json

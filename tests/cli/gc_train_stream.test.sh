@@ -39,7 +39,7 @@ IMG=(--data "$WORK/png/m.csv" --channels gray --center-crop 28 --encoder "$D/cnn
 same_run manifest "${IMG[@]}" --query a --passage b --negatives neg
 same_run grouped "${IMG[@]}" --query a --labels label --loss softmax --eval-rows 40:
 # Cached embeddings, aligned and grouped (a classifier and its evaluation).
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder other="$D/cnn_other.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --encoder other="$D/cnn_other.pt" \
   --features images --labels labels --out "$WORK/c.h5" || _fail "cache-fill"
 same_run aligned --cache "$WORK/c.h5" --query-embeddings cnn --passage-embeddings other --head mlp:32,16 -b 50 \
   --steps 6 --eval-split 0.2

@@ -35,14 +35,31 @@ run() {
   rc=$?
   _ran "$t0" "$@"
 }
+# tool CMD...: runs CMD with the shell's own descriptors (a set-up step whose output goes where the
+# script says), through the tool server where `run` would (tool_argv).
+tool() {
+  tool_argv "$@"
+  "${TOOL_ARGV[@]}"
+}
+# tool_argv CMD...: sets TOOL_ARGV to CMD with the tool client in front of the tool where `run`
+# would serve it, else to CMD: for a simple command of the caller's own, such as one in the
+# background whose $! must be the process that runs (timeout, or the client that passes its
+# signals on and whose death takes its tool along). The server is started only from the script's
+# own shell: one started in a subshell would end with it.
+tool_argv() {
+  TOOL_ARGV=("$@")
+  if { [ "$BASHPID" = "$$" ] || [ -n "${_TOOL_SOCKET:-}" ]; } && _served "$@"; then
+    TOOL_ARGV=("${@:1:_AT-1}" "$_TOOL_CLIENT" "$_TOOL_SOCKET" "${@:_AT}")
+  fi
+}
 # _served CMD...: whether CMD runs a tool that the tool server runs (tests/cli/tool_server.cpp: a
 # fork of a process with LibTorch loaded instead of loading it, ~0.5 CPU seconds a start); _AT is
 # then its place in CMD (1, or after env's or timeout's own arguments). The server, started at the
 # script's first, runs it as the tool runs as a process of its own (arguments, environment,
 # directory, descriptors, umask, limits, signals, exit code or signal); tests/cli/tool_server.test.sh
 # compares the two. A command whose environment changes what libraries read as they load (OMP_*,
-# LD_*, TRAINCACHE_*, ...) the client execs itself. Commands in the background (`&`) or in $(...)
-# start the tools directly.
+# LD_*, TRAINCACHE_ENGINES_MODULE, ...) the client execs itself. Commands in the background (`&`)
+# or in $(...) start the tools directly unless started through `tool` or tool_argv.
 _served() {
   [ "${TC_TOOL_SERVER:-1}" != 0 ] || return 1
   _AT=1
@@ -270,6 +287,8 @@ finish() {
     times >"$WORK/.times"  # a builtin: in this shell, not a subshell that has no children
     printf 'SCRIPT %s wall %s cpu %s\n' "${0##*/}" "$SECONDS" \
       "$(tail -1 "$WORK/.times" | awk '{gsub(/[ms]/, " "); print $1 * 60 + $2 + $3 * 60 + $4}')" >>"$TC_RUN_LOG"
+    # and each command the tool server left to its client, with why (tool_server.cpp)
+    cat "$WORK"/.tools.*.err 2>/dev/null | sed -n "s/^tool-server: \(.*run by the client.*\)/UNSERVED ${0##*/} \1/p" >>"$TC_RUN_LOG"
   fi
   echo "${0##*/}: $PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

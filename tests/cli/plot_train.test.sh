@@ -4,12 +4,12 @@
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
 PLOT=${TC_SOURCE:?}/scripts/plot-train
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder mlp="$D/mlp.pt" --features vec --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder mlp="$D/mlp.pt" --features vec --labels labels \
   --out "$WORK/v.h5" || _fail "cache-fill"
 T=(--cache "$WORK/v.h5" --embeddings mlp --head mlp:32,16 --epochs 4 -b 50 --eval-split 0.3 --stratify
   --eval-every 3 --eval-k 1,5)
-"$TC_BIN/gc-train" -q "${T[@]}" --metrics "$WORK/a.jsonl" --eval-bootstrap 100 || _fail "gc-train a"
-"$TC_BIN/gc-train" -q "${T[@]}" --loss softmax --metrics "$WORK/b.jsonl" || _fail "gc-train b"
+tool "$TC_BIN/gc-train" -q "${T[@]}" --metrics "$WORK/a.jsonl" --eval-bootstrap 100 || _fail "gc-train a"
+tool "$TC_BIN/gc-train" -q "${T[@]}" --loss softmax --metrics "$WORK/b.jsonl" || _fail "gc-train b"
 
 # Two runs: 16 steps and 7 evaluations (0, 3, 6, 9, 12, 15, 16) each; intervals only where run a had them.
 run "$PLOT" "$WORK/a.jsonl" "$WORK/b.jsonl" -o "$WORK/curves.png" --label supcon --label softmax

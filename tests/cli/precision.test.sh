@@ -27,7 +27,7 @@ print('ok' if 1e-6 < worst < 0.02 and abs(la - lb) < 0.02 * abs(la) and abs(pa -
 "
 # Cached mode too, with gradient caching and a classifier; resumable like float32.
 C=(--cache "$WORK/c.h5" --embeddings cnn --head mlp:32,16 --loss softmax -b 50 --steps 6 --precision bf16)
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --out "$WORK/c.h5" || _fail "cache-fill"
 run "$TC_BIN/gc-train" -q "${C[@]}" --out "$WORK/straight.pt"
 expect_rc 0

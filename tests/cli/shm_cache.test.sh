@@ -129,7 +129,7 @@ expect_rc 0
 "$S" fill full --from "$D/images.h5" --dataset images -q
 run "$TC_BIN/cache-fill" --input shm:full --encoder cnn="$D/cnn.pt" --out "$WORK/from-shm.h5" -q
 expect_rc 0
-"$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder cnn="$D/cnn.pt" --out "$WORK/from-h5.h5" -q
+tool "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder cnn="$D/cnn.pt" --out "$WORK/from-h5.h5" -q
 py "
 import h5py, numpy as np
 a = h5py.File('$WORK/from-shm.h5', 'r'); b = h5py.File('$WORK/from-h5.h5', 'r')
@@ -146,9 +146,9 @@ expect_err "cache-fill: error: absent: no such slab in /dev/shm"
 
 # gc-train --cache-shm: two trainings at once share one copy of the embeddings, and train exactly
 # as from the cache file alone.
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels --out "$WORK/c.h5"
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels --out "$WORK/c.h5"
 for i in 1 2; do
-  "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head linear:8 -b 50 -c 10 --epochs 2 \
+  tool "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head linear:8 -b 50 -c 10 --epochs 2 \
     --cache-shm shared --out "$WORK/shm$i.pt" -q &
 done
 wait
@@ -161,7 +161,7 @@ print(all(torch.equal(m[0][k], m[i][k]) for k in m[0] for i in (1, 2)))
 "
 run "$S" stat shared-cnn --json
 expect_out_has '"filled_fraction":1.0'
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn_other.pt" --features images --labels labels --out "$WORK/c2.h5"
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn_other.pt" --features images --labels labels --out "$WORK/c2.h5"
 run "$TC_BIN/gc-train" --cache "$WORK/c2.h5" --embeddings cnn -b 50 --steps 1 --cache-shm shared
 expect_rc 65
 expect_err "gc-train: error: shared-cnn: slab holds other embeddings than $WORK/c2.h5 (remove it: shm-cache rm shared-cnn)"

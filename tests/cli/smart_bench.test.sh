@@ -100,7 +100,7 @@ expect_rc 0
 expect_err ""
 
 # embed: the frozen encoder every step against its embeddings read from a cache-fill cache.
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --out "$WORK/c.h5"
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --out "$WORK/c.h5"
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --labels labels --strategy embed --frozen-encoder "$D/cnn.pt" \
   --cache "$WORK/c.h5" --epochs 1 -b 50 --json
 expect_rc 0

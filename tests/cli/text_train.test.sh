@@ -139,9 +139,10 @@ two_ranks() {
     return
   fi
   port=$("$TC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  tool_argv timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --threads 1 --dist-timeout 60 "$@" \
+    -o "$WORK/$name.pt"
   for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 MASTER_PORT=$port timeout 120 "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 \
-      --threads 1 --dist-timeout 60 "$@" -o "$WORK/$name.pt" >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
+    RANK=$r WORLD_SIZE=2 MASTER_PORT=$port "${TOOL_ARGV[@]}" >"$WORK/$name.out.$r" 2>"$WORK/$name.err.$r" <&- &
     pids[r]=$!
   done
   wait "${pids[0]}"
@@ -183,7 +184,7 @@ run "$TC_BIN/shm-cache" stat tok-1 --json
 expect_out_has '"sealed":true'
 # Two processes started together tokenize each side once between them.
 for i in 1 2; do
-  "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --json -o "$WORK/two$i.pt" > "$WORK/two$i.json" &
+  tool "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --data-cache full --json -o "$WORK/two$i.pt" > "$WORK/two$i.json" &
   pids[i]=$!
 done
 wait "${pids[1]}" && wait "${pids[2]}"

@@ -73,7 +73,7 @@ run "$TC_BIN/cache-inspect" -vv "$TC_DATA/truncated.h5"
 expect_rc 65
 expect_err_has "HDF5-DIAG: Error detected in HDF5"
 # cache-inspect --verify runs in libtraincache_engines.so, which shares the tool's HDF5 layer (libtraincache_core.so).
-"$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --labels labels --encoder cnn="$TC_DATA/cnn.pt" \
+tool "$TC_BIN/cache-fill" -q --input "$TC_DATA/images.h5" --features images --labels labels --encoder cnn="$TC_DATA/cnn.pt" \
   --rows 0:16 --out "$WORK/v.h5" || _fail "cache-fill"
 run "$TC_BIN/cache-inspect" -vv --verify 2 --input "$TC_DATA/truncated.h5" "$WORK/v.h5"
 expect_rc 65

@@ -265,7 +265,7 @@ expect_err "smart-bench: error: --center-crop: applies to images (an image folde
 
 # ---- 7. --select-best when the evaluation rows hold no queries (one row per label) ----------------
 # The untrained step-0 model was kept as --out and -inf saved as null broke --resume (70).
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --out "$WORK/c.h5" || _fail "cache-fill"
 PLAIN=(--cache "$WORK/c.h5" --embeddings cnn --head linear:8 --batch-size 32 --eval-rows 0:5 --seed 3)
 SEL=("${PLAIN[@]}" --eval-every 1 --select-best map_at_r)
