@@ -9,7 +9,8 @@
 # as written.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
-export PATH="$TC_BIN:$PATH"
+tools_path  # the tools as a user names them, served (lib.sh)
+export PATH="$TOOLS_PATH:$PATH"
 
 # The files the examples name.
 mkdir -p "$WORK/files/caches" "$WORK/text"

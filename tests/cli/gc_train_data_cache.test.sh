@@ -23,7 +23,7 @@ print('none' if c is None else '%d %d %d %d' % (c['hits'], c['misses'], c['store
 trained() {
   local name=$1
   shift
-  "${TRAIN[@]}" "$@" --out "$WORK/$name.pt" > "$WORK/$name.json" 2> "$WORK/$name.err"
+  tool "${TRAIN[@]}" "$@" --out "$WORK/$name.pt" > "$WORK/$name.json" 2> "$WORK/$name.err"
   rc=$?
   expect_rc 0
 }
@@ -78,9 +78,9 @@ expect_rc 0
 
 # Two processes at once share one slab: each trains exactly as alone, and between them every
 # row was stored once.
-"${TRAIN[@]}" --data-cache full --data-cache-keep shared --out "$WORK/p1.pt" > "$WORK/p1.json" 2>&1 &
+tool "${TRAIN[@]}" --data-cache full --data-cache-keep shared --out "$WORK/p1.pt" > "$WORK/p1.json" 2>&1 &
 P1=$!
-"${TRAIN[@]}" --data-cache full --data-cache-keep shared --out "$WORK/p2.pt" > "$WORK/p2.json" 2>&1
+tool "${TRAIN[@]}" --data-cache full --data-cache-keep shared --out "$WORK/p2.pt" > "$WORK/p2.json" 2>&1
 rc2=$?
 wait $P1
 rc1=$?

@@ -18,7 +18,7 @@ TRAIN=("$TC_BIN/gc-train" -q --json --data "$D/images.h5" --query images --label
 trained() {
   local name=$1
   shift
-  "${TRAIN[@]}" "$@" --out "$WORK/$name.pt" --batch-log "$WORK/$name.log" > "$WORK/$name.json" 2> "$WORK/$name.err"
+  tool "${TRAIN[@]}" "$@" --out "$WORK/$name.pt" --batch-log "$WORK/$name.log" > "$WORK/$name.json" 2> "$WORK/$name.err"
   rc=$?
   expect_rc 0
 }

@@ -52,6 +52,21 @@ tool_argv() {
     TOOL_ARGV=("${@:1:_AT-1}" "$_TOOL_CLIENT" "$_TOOL_SOCKET" "${@:_AT}")
   fi
 }
+# tools_path: sets TOOLS_PATH, the folders to put first on PATH for commands that name the tools as
+# a user does (the docs' examples): there cache-fill, gc-train, smart-bench and cache-inspect are
+# scripts that hand their arguments to the tool server (as `run` would), then $TC_BIN; $TC_BIN
+# alone where the server is off. Called from the script's own shell (not in $(...)).
+tools_path() {
+  local dir=$WORK/.tools-bin t
+  TOOLS_PATH=$TC_BIN
+  _served "$TC_BIN/cache-fill" || return 0
+  mkdir -p "$dir"
+  for t in cache-fill gc-train smart-bench cache-inspect; do
+    printf '#!/bin/sh\nexec "%s" "%s" "%s" "$@"\n' "$_TOOL_CLIENT" "$_TOOL_SOCKET" "$TC_BIN/$t" >"$dir/$t"
+    chmod +x "$dir/$t"
+  done
+  TOOLS_PATH=$dir:$TC_BIN
+}
 # _served CMD...: whether CMD runs a tool that the tool server runs (tests/cli/tool_server.cpp: a
 # fork of a process with LibTorch loaded instead of loading it, ~0.5 CPU seconds a start); _AT is
 # then its place in CMD (1, or after env's or timeout's own arguments). The server, started at the

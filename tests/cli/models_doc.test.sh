@@ -7,6 +7,7 @@
 # run in Python on the tokenizer's ids), and the trained towers written.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
+tools_path  # the tools as the page names them, served (lib.sh)
 R=$WORK/recipes
 mkdir -p "$R"
 cp "$D/tokenizers/bert-uncased.json" "$R/tokenizer.json"
@@ -80,7 +81,7 @@ while IFS= read -r -d '' block; do
     [[ $name == export_* ]] || continue
     export_in_python "$name"
   else
-    run bash -c "cd '$R' && PATH='$TC_BIN':\$PATH && set -e && $body"
+    run bash -c "cd '$R' && PATH='$TOOLS_PATH':\$PATH && set -e && $body"
   fi
   ran=$((ran + 1))
   [ "$rc" = 0 ] || _fail "block $blocks of docs/models.md (exit $rc): ${body:0:200}"
