@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -106,6 +107,11 @@ RankGroup::RankGroup(const Launch& launch, Backend backend, std::chrono::millise
       size_(launch.world_size),
       backend_(backend),
       comm_device_(backend == Backend::nccl ? device : torch::Device(torch::kCPU)) {
+  // Gloo writes to its peers with writev(), which cannot ask for MSG_NOSIGNAL: a write to a rank
+  // that has just died would end this one with SIGPIPE, without a word (exit 141), instead of the
+  // failed collective's error (69, "another rank exited"). Ignored, the write fails with EPIPE.
+  // (Python ignores SIGPIPE from its start, so torch.distributed's Python users never meet it.)
+  ::signal(SIGPIPE, SIG_IGN);
   quiet_c10d_log();
   impl_->timeout = timeout;
   wait("connecting", [&] {
