@@ -25,13 +25,9 @@ hf_ids() { "$TC_PYTHON" "$TC_SOURCE/tests/cli/tokenizer_reference.py" "$@"; }
 # script that has loaded LibTorch already (_served), unless TC_TOOL_SERVER=0.
 run() {
   local t0=${EPOCHREALTIME:-}
-  local _SERVED=0
-  if _served "$@"; then
-    _SERVED=1
-    "${@:1:_AT-1}" "$_TOOL_CLIENT" "$_TOOL_SOCKET" "${@:_AT}" <&- >"$WORK/.out" 2>"$WORK/.err"
-  else
-    "$@" <&- >"$WORK/.out" 2>"$WORK/.err"
-  fi
+  tool_argv "$@"
+  local _SERVED=$TOOL_SERVED
+  "${TOOL_ARGV[@]}" <&- >"$WORK/.out" 2>"$WORK/.err"
   rc=$?
   _ran "$t0" "$@"
 }
@@ -41,15 +37,18 @@ tool() {
   tool_argv "$@"
   "${TOOL_ARGV[@]}"
 }
-# tool_argv CMD...: sets TOOL_ARGV to CMD with the tool client in front of the tool where `run`
-# would serve it, else to CMD: for a simple command of the caller's own, such as one in the
-# background whose $! must be the process that runs (timeout, or the client that passes its
-# signals on and whose death takes its tool along). The server is started only from the script's
-# own shell: one started in a subshell would end with it.
+# tool_argv CMD...: sets TOOL_ARGV to CMD with the tool client in front of the tool where it is
+# served (_served; TOOL_SERVED=1), else to CMD (TOOL_SERVED=0): what `run` and `tool` run, and for
+# a simple command of the caller's own, such as one in the background whose $! must be the process
+# that runs (timeout, or the client that passes its signals on and whose death takes its tool
+# along). The server is started only from the script's own shell: one started in a subshell would
+# end with it.
 tool_argv() {
   TOOL_ARGV=("$@")
+  TOOL_SERVED=0
   if { [ "$BASHPID" = "$$" ] || [ -n "${_TOOL_SOCKET:-}" ]; } && _served "$@"; then
     TOOL_ARGV=("${@:1:_AT-1}" "$_TOOL_CLIENT" "$_TOOL_SOCKET" "${@:_AT}")
+    TOOL_SERVED=1
   fi
 }
 # tools_path: sets TOOLS_PATH, the folders to put first on PATH for commands that name the tools as
