@@ -23,7 +23,7 @@ fi
 # start_ranks W NAME ARGS...: starts W ranks of gc-train ARGS in the background, each bounded by
 # `timeout` (PIDS[r] is rank r's timeout process; its child is the tool client, which passes its
 # signals on and takes its rank along when killed, or with RANKS_DIRECT=1 gc-train itself: a rank
-# to stop with SIGSTOP); rank r's stdout and stderr go to $WORK/NAME.out.r and .err.r.
+# to stop with SIGSTOP or to kill); rank r's stdout and stderr go to $WORK/NAME.out.r and .err.r.
 # wait_ranks W NAME: waits for them, exit codes to NAME.rc.r. launch W NAME ARGS...: both.
 start_ranks() {
   local w=$1 name=$2 port r
