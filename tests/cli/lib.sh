@@ -153,26 +153,59 @@ expect_eq() { [ "$1" = "$2" ] && _ok || _fail "expected '$2', got '$1'${3:+ ($3)
 
 # py CODE: runs CODE as `run python3 -c CODE` would (torch, h5py and numpy at hand), in a child of
 # one Python a script that has imported h5py and numpy already (tests/cli/py_server.py): a fork
-# instead of an interpreter start and those imports, 0.2-0.3 CPU seconds a check.
+# instead of an interpreter start and those imports, 0.2-0.3 CPU seconds a check. CODE that imports
+# torch goes to the suite's shared server instead where ctest started one (TC_PY_SHARED: a fork
+# instead of importing torch, 1.3-2.5 CPU seconds), unless TC_PY_SERVER=0.
 py() {
-  local t0=${EPOCHREALTIME:-}
-  [ -n "${_PY_REQUESTS:-}" ] || _py_start
+  local t0=${EPOCHREALTIME:-} _SERVED=""
+  mkdir -p "$WORK/.py"
   printf '%s' "$1" >"$WORK/.py/code"
   printf '%s\0%s\0%s\0' "$PWD" "$WORK/.out" "$WORK/.err" >"$WORK/.py/where"
   : >"$WORK/.out" >"$WORK/.err"  # nothing of the command before, whatever becomes of this one
   env -0 >"$WORK/.py/env"
-  echo "$WORK/.py" >&"$_PY_REQUESTS"
-  if ! read -r rc <&"$_PY_REPLIES"; then
-    rc=125
-    echo "py: the Python server ended" >"$WORK/.err"
+  if [[ "$1" =~ import[^$'\n']*torch ]] && _py_shared; then
+    _SERVED=1
+  else
+    [ -n "${_PY_REQUESTS:-}" ] || _py_start
+    echo "$WORK/.py" >&"$_PY_REQUESTS"
+    if ! read -r rc <&"$_PY_REPLIES"; then
+      rc=125
+      echo "py: the Python server ended" >"$WORK/.err"
+    fi
   fi
   _ran "$t0" "$TC_PYTHON" -c "$1"
+}
+# _py_alive PID: PID runs (not a zombie that its new parent has yet to reap: kill -0 finds those).
+_py_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) && [[ "$stat" != *") Z "* ]]
+}
+# _py_shared: the request in $WORK/.py sent to the shared server in $TC_PY_SHARED, and $rc its
+# check's exit code; false (nothing sent) when there is none, or it is another Python's. The reply
+# FIFO is held open for reading and writing: the server's open never waits, and a server that
+# ended (checked each second) is seen.
+_py_shared() {
+  local server="" python="" fd
+  [ -n "${TC_PY_SHARED:-}" ] && [ "${TC_PY_SERVER:-1}" != 0 ] && [ -p "$TC_PY_SHARED/requests" ] || return 1
+  read -r server python <"$TC_PY_SHARED/pid" 2>/dev/null || return 1
+  [ "$python" = "$TC_PYTHON" ] && _py_alive "$server" || return 1
+  [ -p "$WORK/.py/reply" ] || mkfifo "$WORK/.py/reply" || return 1
+  exec {_PY_REPLY}<>"$WORK/.py/reply" {fd}<>"$TC_PY_SHARED/requests"
+  echo "$WORK/.py" >&"$fd"
+  exec {fd}>&-
+  until read -r -t 1 rc <&"$_PY_REPLY"; do
+    if ! _py_alive "$server"; then
+      rc=125
+      echo "py: the shared Python server ended" >"$WORK/.err"
+      break
+    fi
+  done
+  exec {_PY_REPLY}>&-
 }
 # The server reads requests from one FIFO and answers on another; it ends when this shell (and
 # whatever it started since, which inherits the descriptor) has closed the first. It is started
 # from a subshell, so that it is no job of this shell's: a script's `wait` does not wait for it.
 _py_start() {
-  mkdir -p "$WORK/.py"
   mkfifo "$WORK/.py-requests" "$WORK/.py-replies"
   ("$TC_PYTHON" "$TC_SOURCE/tests/cli/py_server.py" "$WORK/.py-requests" "$WORK/.py-replies" \
     </dev/null >/dev/null 2>"$WORK/.py-server.err" &)
@@ -229,9 +262,9 @@ py_later() {
 # check_py_later: the checks py_later recorded, in one Python process (called by finish).
 check_py_later() {
   [ -n "${PY_LATER_N:-}" ] || return 0
-  run "$TC_PYTHON" -c "
+  py "
 import contextlib, hashlib, io, sys, traceback
-d, n = sys.argv[1], int(sys.argv[2])
+d, n = '$WORK/.py_later', $PY_LATER_N
 modules = {}
 def jit_load(path):  # torch.jit.load, once for each content (the checks only read what they load)
     import torch
@@ -248,7 +281,7 @@ for i in range(1, n + 1):
     except Exception:
         print(traceback.format_exc(), file=got)
     open('%s/%d.got' % (d, i), 'w').write(got.getvalue())
-" "$WORK/.py_later" "$PY_LATER_N"
+"
   local i got want mode where
   for i in $(seq 1 "$PY_LATER_N"); do
     where=$(cat "$WORK/.py_later/$i.where")

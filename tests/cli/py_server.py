@@ -13,10 +13,31 @@ Protocol: the caller writes one line to REQUESTS, the folder holding code, env (
 and err paths; the server answers with the exit code on one line of REPLIES (128 + N for signal N).
 It ends when REQUESTS is closed by every writer.
 
+A second kind serves every script of a ctest run (fixtures.py_shared): started with --shared
+FOLDER, it has imported torch too (1.3-2.5 CPU seconds a start, ~20 scripts), goes on its own
+(setsid, its own descriptors to /dev/null and FOLDER/log) and reads requests from FOLDER/requests,
+a FIFO any script may write a line to; for each it forks a child that forks the check, waits for
+it and writes the exit code to the request folder's `reply` FIFO (which the caller holds open).
+FOLDER/pid names it once it reads (`PID PYTHON`). It ends on SIGTERM (the fixture's cleanup), or
+after an hour without a request, or once FOLDER/pid no longer names it (an interrupted run, a
+removed build). Where the caller's environment sets otherwise than the server's a variable that the
+interpreter, OpenMP, BLAS or torch read as they load (LOAD_TIME), the check runs `python3 -c CODE`
+itself, as above.
+
 Usage: py_server.py REQUESTS REPLIES
+       py_server.py --shared FOLDER      (made where missing; returns once the server reads)
+       py_server.py --stop FOLDER        (ends the shared server FOLDER/pid names)
 """
 import os
+import select
+import signal
 import sys
+import time
+
+# Prefixes of the variables read once, as the interpreter starts or a library loads.
+LOAD_TIME = (b"PYTHON", b"OMP_", b"GOMP_", b"KMP_", b"OPENBLAS_", b"GOTO", b"MKL_", b"DNNL_", b"ONEDNN_",
+             b"TORCH", b"PYTORCH_", b"CUDA", b"NVIDIA_", b"NCCL_", b"LD_", b"GLIBC_TUNABLES", b"MALLOC_")
+IDLE_SECONDS = 3600
 
 try:  # the checks' usual imports, made once; a Python without them still serves
     import h5py  # noqa: F401
@@ -45,15 +66,15 @@ def serve(requests_path, replies_path):
 
 
 def take_environment(env_file):
-    """The caller's environment as os.environ; False when a PYTHON* variable differs from ours."""
+    """The caller's environment as os.environ; False when a LOAD_TIME variable differs from ours."""
     env = {}
     with open(env_file, "rb") as f:
         for item in f.read().split(b"\0"):
             if b"=" in item:
                 k, v = item.split(b"=", 1)
                 env[k] = v
-    python = {k for k in set(env) | set(os.environb) if k.startswith(b"PYTHON")}
-    same = all(env.get(k) == os.environb.get(k) for k in python)
+    read = {k for k in set(env) | set(os.environb) if k.startswith(LOAD_TIME)}
+    same = all(env.get(k) == os.environb.get(k) for k in read)
     os.environb.clear()
     os.environb.update(env)
     return same
@@ -65,8 +86,106 @@ def redirect(fd, path):
     os.close(f)
 
 
+def start_shared(folder):
+    """Starts the shared server on its own and returns once FOLDER/pid names it (exit 0), or 1."""
+    os.makedirs(folder, exist_ok=True)
+    stop_shared(folder)  # one left by an interrupted run
+    pid_file = os.path.join(folder, "pid")
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            log = os.open(os.path.join(folder, "log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            for fd, to in ((0, null), (1, null), (2, log)):
+                os.dup2(to, fd)
+            return  # the server
+        os._exit(0)
+    os.wait()
+    for _ in range(600):
+        if os.path.exists(pid_file):
+            os._exit(0)
+        time.sleep(0.05)
+    print("py_server.py: the shared server did not start (%s/log)" % folder, file=sys.stderr)
+    os._exit(1)
+
+
+def stop_shared(folder):
+    """Ends the shared server FOLDER/pid names, if it runs: SIGTERM, and the file removed (which
+    ends it within a minute where the signal cannot reach it)."""
+    pid_file = os.path.join(folder, "pid")
+    try:
+        pid, python = open(pid_file).read().split(" ", 1)
+        os.unlink(pid_file)
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            if b"py_server.py" in f.read():
+                os.kill(int(pid), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+
+
+def serve_shared(folder):
+    """The shared server's loop; returns the request's folder in a check's process, never here."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+    requests_path, pid_file = os.path.join(folder, "requests"), os.path.join(folder, "pid")
+    if os.path.exists(requests_path):
+        os.unlink(requests_path)
+    os.mkfifo(requests_path, 0o600)
+    requests = os.open(requests_path, os.O_RDWR)  # never at its end, however many writers come and go
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children that wait for the checks reap themselves
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    me = "%d %s\n" % (os.getpid(), sys.executable)
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(me)
+    os.rename(pid_file + ".tmp", pid_file)
+    pending, last = b"", time.monotonic()
+    while True:
+        if not select.select([requests], [], [], 60)[0]:
+            try:
+                mine = open(pid_file).read() == me
+            except OSError:
+                mine = False
+            if not mine or time.monotonic() - last > IDLE_SECONDS:
+                os._exit(0)
+            continue
+        pending += os.read(requests, 65536)
+        last = time.monotonic()
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if os.fork() == 0:
+                os.close(requests)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                return wait_for_check(os.fsdecode(line))
+
+
+def wait_for_check(folder):
+    """In the child of the shared server: forks the check (returns FOLDER there), waits for it and
+    writes its exit code to FOLDER/reply, which its caller holds open (nobody reads: nothing sent)."""
+    pid = os.fork()
+    if pid == 0:
+        return folder
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        reply = os.open(os.path.join(folder, "reply"), os.O_WRONLY | os.O_NONBLOCK)
+        os.write(reply, b"%d\n" % (code if code >= 0 else 128 - code))
+    except OSError:
+        pass
+    os._exit(0)
+
+
 def main():
-    folder = serve(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "--stop":
+        stop_shared(sys.argv[2])
+        return
+    if sys.argv[1] == "--shared":
+        start_shared(sys.argv[2])
+        folder = serve_shared(sys.argv[2])
+    else:
+        folder = serve(sys.argv[1], sys.argv[2])
     code = open(os.path.join(folder, "code")).read()
     cwd, out, err = open(os.path.join(folder, "where")).read().split("\0")[:3]
     os.close(0)

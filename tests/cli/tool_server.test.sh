@@ -119,4 +119,48 @@ wait "$client" 2>/dev/null
 for _ in $(seq 50); do kill -0 "$tool" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$tool" 2>/dev/null && _fail "the tool of a killed client still runs" || _ok
 
+# ---- The suite's shared Python (py_server.py --shared; lib.sh's py sends it the checks whose code
+# says `import ... torch`): a check it runs sees what `python3 -c` started here sees; one whose
+# environment sets otherwise a variable read as Python starts (PYTHONHASHSEED) or a library loads
+# runs itself; a server that ended leaves the script's own to answer. A server of this script's own,
+# so that killing it ends no other script's (and one where TC_PY_SERVER=0 keeps the suite's off).
+# The checks name torch only in a comment: they go where a check importing it goes, without paying
+# for the import on the direct side.
+export TC_PY_SHARED=$WORK/shared TC_PY_SERVER=1
+run "$TC_PYTHON" "$TC_SOURCE/tests/cli/py_server.py" --shared "$TC_PY_SHARED"
+expect_rc 0
+read -r shared _ <"$TC_PY_SHARED/pid"
+CHECK="import os, sys  # as a check that imports torch
+print(os.getcwd(), sys.argv, sys.path[0], os.environ.get('TC_SEEN'), sys.stdin, 'torch' in sys.modules)
+print('to stderr', file=sys.stderr)
+sys.exit(3)"
+mkdir -p "$WORK/here"
+cd "$WORK/here" || exit 1
+TC_SEEN=yes py "$CHECK"
+expect_rc 3
+expect_out "$WORK/here ['-c']  yes None True"  # torch: imported already
+expect_err "to stderr"
+TC_SEEN=yes run "$TC_PYTHON" -c "$CHECK"
+expect_rc 3
+expect_out "$WORK/here ['-c']  yes None False"
+expect_err "to stderr"
+# Served: the check is a child of the server's child (a fork, not a Python started).
+SERVED="import os  # as a check that imports torch
+print(open('/proc/%d/stat' % os.getppid()).read().split()[3] == '$shared')"
+py "$SERVED"
+expect_out True
+CHECK="import os  # as a check that imports torch
+print(hash('tc'))"
+PYTHONHASHSEED=7 run "$TC_PYTHON" -c "$CHECK"
+direct=$out
+PYTHONHASHSEED=7 py "$CHECK"
+expect_eq "$out" "$direct" "a check's hash under PYTHONHASHSEED=7"
+cd - >/dev/null || exit 1
+# The server killed: the script's own Python answers.
+kill -KILL "$shared"
+for _ in $(seq 100); do _py_alive "$shared" || break; sleep 0.05; done
+py "$SERVED"
+expect_rc 0
+expect_out False
+
 finish
