@@ -59,10 +59,14 @@ def serve(requests_path, replies_path):
             requests.close()
             replies.close()
             return line.rstrip("\n")
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        replies.write("%d\n" % (code if code >= 0 else 128 - code))
+        replies.write(exit_line(pid))
         replies.flush()
+
+
+def exit_line(pid):
+    """The reply for child PID once it has ended: its exit code, 128 + N for signal N."""
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "%d\n" % (code if code >= 0 else 128 - code)
 
 
 def take_environment(env_file):
@@ -87,7 +91,8 @@ def redirect(fd, path):
 
 
 def start_shared(folder):
-    """Starts the shared server on its own and returns once FOLDER/pid names it (exit 0), or 1."""
+    """Starts the shared server on its own; returns in the server only. This process exits 0 once
+    FOLDER/pid names the server, 1 when it never does."""
     os.makedirs(folder, exist_ok=True)
     stop_shared(folder)  # one left by an interrupted run
     pid_file = os.path.join(folder, "pid")
@@ -114,7 +119,7 @@ def stop_shared(folder):
     ends it within a minute where the signal cannot reach it)."""
     pid_file = os.path.join(folder, "pid")
     try:
-        pid, python = open(pid_file).read().split(" ", 1)
+        pid = open(pid_file).read().split(" ", 1)[0]
         os.unlink(pid_file)
         with open("/proc/%s/cmdline" % pid, "rb") as f:
             if b"py_server.py" in f.read():
@@ -167,11 +172,10 @@ def wait_for_check(folder):
     pid = os.fork()
     if pid == 0:
         return folder
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
+    line = exit_line(pid)
     try:
         reply = os.open(os.path.join(folder, "reply"), os.O_WRONLY | os.O_NONBLOCK)
-        os.write(reply, b"%d\n" % (code if code >= 0 else 128 - code))
+        os.write(reply, line.encode())
     except OSError:
         pass
     os._exit(0)
