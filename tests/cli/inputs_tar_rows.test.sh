@@ -43,7 +43,7 @@ run "$TC_BIN/cache-inspect" "$WORK/tar.h5"
 expect_out_has "input        $SHARDS (tar) [png], images scaled to [0,1]"
 expect_out_has "keys         string from '__key__'"
 # A relative pattern is recorded made absolute: --verify reads the shards again from anywhere.
-(cd "$WORK" && "$TC_BIN/cache-fill" --input 'shards/{0000..0003}.tar' --features png --labels cls --out rel.h5 "${FILL[@]}")
+(cd "$WORK" && tool "$TC_BIN/cache-fill" --input 'shards/{0000..0003}.tar' --features png --labels cls --out rel.h5 "${FILL[@]}")
 run "$TC_BIN/cache-inspect" "$WORK/rel.h5"
 expect_out_has "input        $WORK/shards/{0000..0003}.tar (tar) [png]"
 run "$TC_BIN/cache-inspect" --verify 5 "$WORK/rel.h5"

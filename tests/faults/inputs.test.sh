@@ -8,7 +8,7 @@ FILL=(--input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --label
 INSPECT="$TC_BIN/cache-inspect"
 
 # ---- cache-fill merge onto one of its own shards: refused, the shard untouched
-for i in 0 1; do "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/s.h5" --shard $i/2 || _fail "shard $i"; done
+for i in 0 1; do tool "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/s.h5" --shard $i/2 || _fail "shard $i"; done
 S0="$WORK/s.h5.shard-0-of-2" S1="$WORK/s.h5.shard-1-of-2"
 cp "$S0" "$WORK/s0.bak"
 run "$TC_BIN/cache-fill" merge --out "$S0" "$S0" "$S1"
@@ -48,7 +48,7 @@ expect_rc 1
 expect_out "$WORK/m.h5	$WORK/m.h5: virtual source $S1 is missing (no such file or directory)"
 run "$TC_BIN/gc-train" --cache "$WORK/m.h5" --embeddings cnn -b 50 --steps 1
 expect_rc 65
-"$TC_BIN/cache-fill" --input "$D/images.h5" --encoder cnn="$D/cnn_other.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" --input "$D/images.h5" --encoder cnn="$D/cnn_other.pt" --features images --labels labels \
   --out "$WORK/o.h5" --shard 1/2 -q
 cp "$WORK/o.h5.shard-1-of-2" "$S1"
 run "$INSPECT" --check "$WORK/m.h5"
@@ -111,7 +111,7 @@ expect_rc 66
 expect_err "cache-inspect: error: $WORK/fifo: not a regular file"
 
 # ---- --verify: a NaN re-encoding never matches
-"$TC_BIN/cache-fill" --input "$D/images.h5" --encoder lg="$D/nan.pt" --features vec_pos --out "$WORK/lg.h5" -q \
+tool "$TC_BIN/cache-fill" --input "$D/images.h5" --encoder lg="$D/nan.pt" --features vec_pos --out "$WORK/lg.h5" -q \
   || _fail "fill lg"
 "$TC_PYTHON" - "$D/images.h5" "$WORK/neg.h5" <<'PY'
 import h5py, sys
@@ -161,7 +161,7 @@ with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2], 'w') as g:
     g['labels2'] = np.stack([f['labels'][:], f['labels'][:]], 1)
     g['empty'] = np.zeros((0, 1, 28, 28), np.uint8)
 PY
-"$TC_BIN/cache-fill" --input "$WORK/lab2.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels2 \
+tool "$TC_BIN/cache-fill" --input "$WORK/lab2.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels2 \
   --out "$WORK/l2.h5" -q || _fail "fill l2"
 bad 65 "gc-train: error: $WORK/l2.h5: /labels must hold one value per row, not rows of shape [2]" \
   "$G" --cache "$WORK/l2.h5" --embeddings cnn -b 50 --steps 1
@@ -180,7 +180,7 @@ bad 65 "gc-train: error: $WORK/negs.h5: negatives 'negs5' must be shaped [rows, 
   "$G" --data "$WORK/negs.h5" --query q --passage p --negatives negs5 --encoder "$D/tower.pt" --batch-size 32 --steps 1
 
 # ---- --resume compares paths as the file system resolves them ("pairs.h5" is "$D/pairs.h5")
-( cd "$D" && "$G" --data pairs.h5 --query q --passage p --encoder tower.pt --batch-size 32 --steps 2 \
+( cd "$D" && tool "$G" --data pairs.h5 --query q --passage p --encoder tower.pt --batch-size 32 --steps 2 \
     --checkpoint-dir "$WORK/ck" -q ) || _fail "first run"
 run "$G" "${RAW[@]}" --steps 4 --checkpoint-dir "$WORK/ck" --resume
 expect_rc 0

@@ -91,7 +91,7 @@ expect_no_file "$(obj smart-bench-stochastic-$pid)"
 expect_file "$(obj v)"  # not temporary: kept
 
 # ---- gc-train --cache-shm: a poisoned row, another owner, a dead writer
-"$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
+tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --labels labels \
   --out "$WORK/c.h5" || _fail "cache-fill"
 TRAIN=(--cache "$WORK/c.h5" --embeddings cnn -b 50 --steps 1 --cache-shm sh -q)
 run "$TC_BIN/gc-train" "${TRAIN[@]}"

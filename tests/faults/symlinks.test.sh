@@ -71,7 +71,7 @@ fi
 
 # cache-fill merge: a link at the old temporary name is not followed.
 for i in 0 1; do
-  "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/s.h5" --shard $i/2 -q || _fail "shard $i"
+  tool "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/s.h5" --shard $i/2 -q || _fail "shard $i"
 done
 ln -s "$victim" "$WORK/m.h5.tmp"
 run "$TC_BIN/cache-fill" merge --out "$WORK/m.h5" "$WORK/s.h5.shard-0-of-2" "$WORK/s.h5.shard-1-of-2" -q
