@@ -183,9 +183,11 @@ _py_alive() {
 # _py_shared: the request in $WORK/.py sent to the shared server in $TC_PY_SHARED, and $rc its
 # check's exit code; false (nothing sent) when there is none, or it is another Python's. The reply
 # FIFO is held open for reading and writing: the server's open never waits, and a server that
-# ended (checked each second) is seen.
+# ended (checked each second) is seen. A read that runs out of time keeps what it had read of the
+# line (bash reads a FIFO a byte at a time, and a loaded machine can leave this shell unscheduled
+# past the second between the two bytes of "0\n"): the rest comes with the next read.
 _py_shared() {
-  local server="" python="" fd
+  local server="" python="" fd part="" line=""
   [ -n "${TC_PY_SHARED:-}" ] && [ "${TC_PY_SERVER:-1}" != 0 ] && [ -p "$TC_PY_SHARED/requests" ] || return 1
   read -r server python <"$TC_PY_SHARED/pid" 2>/dev/null || return 1
   [ "$python" = "$TC_PYTHON" ] && _py_alive "$server" || return 1
@@ -193,13 +195,15 @@ _py_shared() {
   exec {_PY_REPLY}<>"$WORK/.py/reply" {fd}<>"$TC_PY_SHARED/requests"
   echo "$WORK/.py" >&"$fd"
   exec {fd}>&-
-  until read -r -t 1 rc <&"$_PY_REPLY"; do
+  until read -r -t 1 part <&"$_PY_REPLY"; do
+    line+=$part
     if ! _py_alive "$server"; then
-      rc=125
+      line=125 part=""
       echo "py: the shared Python server ended" >"$WORK/.err"
       break
     fi
   done
+  rc=$line$part
   exec {_PY_REPLY}>&-
 }
 # The server reads requests from one FIFO and answers on another; it ends when this shell (and

@@ -162,5 +162,22 @@ for _ in $(seq 100); do _py_alive "$shared" || break; sleep 0.05; done
 py "$SERVED"
 expect_rc 0
 expect_out False
+# A reply line that comes in two parts, the second after one of py's one-second waits has run out
+# (a loaded machine can leave the script unscheduled that long between two bytes): its exit code
+# is the whole line, 42, not the part read last. A stand-in server answers the one request.
+mkdir "$WORK/split"
+mkfifo "$WORK/split/requests"
+(
+  exec 8<>"$WORK/split/requests"
+  read -r request <&8
+  printf 4 >"$request/reply"
+  sleep 1.5
+  printf '2\n' >"$request/reply"
+) &
+split=$!
+echo "$split $TC_PYTHON" >"$WORK/split/pid"
+TC_PY_SHARED=$WORK/split py "import sys  # as a check that imports torch"
+expect_rc 42
+wait "$split"
 
 finish
