@@ -204,22 +204,47 @@ class SharedCache:
         self._finalizer = None
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _as_tensor(part):
-    """A part of an item as the tensor a slab stores (at least one dimension), and how to give it
-    back: a tensor or array as it is (a 0-d one, such as torch.tensor(label), stored as one element
-    and given back 0-d), a Python int or float as an int64 or float64 element given back as the
-    same number."""
+    """A part of an item as the tensor a slab stores (at least one dimension), and its kind: how to
+    give it back, and what every other item's part must match. A tensor or array comes back as it
+    is (a 0-d one, such as torch.tensor(label), stored as one element and given back 0-d); a numpy
+    scalar (np.int8(5)) as a scalar of its own dtype; a Python int or float as an int64 or float64
+    element given back as the same number (ValueError for an int past int64)."""
     if isinstance(part, torch.Tensor):
-        return (part.reshape(1), "0-d tensor") if part.dim() == 0 else (part, None)
+        return (part.reshape(1), ("0-d tensor", part.dtype)) if part.dim() == 0 else (part, ("tensor", part.dtype))
     if isinstance(part, np.ndarray):
-        return torch.from_numpy(part.reshape(1) if part.ndim == 0 else part), ("0-d array" if part.ndim == 0 else
-                                                                                np.ndarray)
-    if isinstance(part, numbers.Integral) and not isinstance(part, bool):
-        return torch.tensor([int(part)], dtype=torch.int64), type(part)
-    if isinstance(part, numbers.Real) and not isinstance(part, bool):
-        return torch.tensor([float(part)], dtype=torch.float64), type(part)
-    raise TypeError(f"traincache.cached: an item part of type {type(part).__name__} cannot be cached "
+        if part.ndim == 0:
+            return torch.from_numpy(part.reshape(1)), ("0-d array", part.dtype)
+        return torch.from_numpy(part), ("array", part.dtype)
+    if isinstance(part, np.generic) and part.dtype.name in _SCALAR_DTYPES:
+        return torch.from_numpy(np.array([part])), ("scalar", part.dtype)
+    if isinstance(part, numbers.Integral) and not isinstance(part, (bool, np.generic)):
+        if not _INT64[0] <= int(part) <= _INT64[1]:
+            raise ValueError(f"traincache.cached: the int {int(part)} is outside int64's range, which the cache "
+                             "stores ints in")
+        return torch.tensor([int(part)], dtype=torch.int64), ("number", type(part))
+    if isinstance(part, numbers.Real) and not isinstance(part, (bool, np.generic)):
+        return torch.tensor([float(part)], dtype=torch.float64), ("number", type(part))
+    what = f"numpy {part.dtype.name} scalar" if isinstance(part, np.generic) else type(part).__name__
+    raise TypeError(f"traincache.cached: an item part of type {what} cannot be cached "
                     "(tensors, arrays and numbers can)")
+
+
+# The numpy scalar types a part may be: those a slab stores that torch has too.
+_SCALAR_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+
+
+def _kind_name(kind) -> str:
+    """A part's kind as a message names it: "an int8 tensor", "a numpy float16 scalar", "a Python int"."""
+    form, dtype = kind
+    if form == "number":
+        return f"a Python {dtype.__name__}"
+    name = str(dtype).replace("torch.", "")
+    return {"tensor": f"a {name} tensor", "0-d tensor": f"a 0-d {name} tensor", "array": f"a {name} array",
+            "0-d array": f"a 0-d {name} array", "scalar": f"a numpy {name} scalar"}[form]
 
 
 class CachedDataset(torch.utils.data.Dataset):
@@ -242,26 +267,47 @@ class CachedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _back(self, x, kind):
-        if kind is None:
+    @staticmethod
+    def _back(x, kind):
+        form, dtype = kind
+        if form == "tensor":
             return x
-        if kind == "0-d tensor":
+        if form == "0-d tensor":
             return x.reshape(())
-        if kind == "0-d array":
+        if form == "array":
+            return x.numpy()
+        if form == "0-d array":
             return x.numpy().reshape(())
-        return x.numpy() if kind is np.ndarray else kind(x.item())
+        if form == "scalar":
+            return x.numpy()[0]
+        return dtype(x.item())
+
+    def _stored(self, index, parts):
+        """The tensors to cache of item `index`'s parts: ValueError when their number or any part's
+        type or dtype is not item 0's (a slab holds item 0's dtype, and each part comes back as
+        item 0's kind: an np.int64(300) after an np.int8 item 0 would come back as 44)."""
+        if len(parts) != len(self.caches):  # zip would drop the extra parts, or leave some out
+            raise ValueError(f"traincache.cached: item {index} has {len(parts)} parts, item 0 had "
+                             f"{len(self.caches)}: every item must have the same parts")
+        stored = []
+        for k, (part, want) in enumerate(zip(parts, self._kinds)):
+            t, kind = _as_tensor(part)
+            if kind != want:
+                where = "item" if self._single else f"part {k} of item"
+                raise ValueError(f"traincache.cached: {where} {index} is {_kind_name(kind)}, item 0's was "
+                                 f"{_kind_name(want)}: every item must have item 0's types and dtypes (convert "
+                                 "them in the Dataset)")
+            stored.append(t)
+        return stored
 
     def __getitem__(self, index):
         got = [c.get(index) for c in self.caches]
         if any(x is None for x in got):
             item = self.dataset[index]
-            parts = [item] if self._single else list(item)
-            if len(parts) != len(self.caches):  # zip would drop the extra parts, or leave some out
-                raise ValueError(f"traincache.cached: item {index} has {len(parts)} parts, item 0 had "
-                                 f"{len(self.caches)}: every item must have the same parts")
-            for c, x, part in zip(self.caches, got, parts):
+            stored = self._stored(index, [item] if self._single else list(item))
+            for c, x, t in zip(self.caches, got, stored):
                 if x is None:
-                    c.put(index, _as_tensor(part)[0])
+                    c.put(index, t)
             return item
         out = [self._back(x, kind) for x, kind in zip(got, self._kinds)]
         return out[0] if self._single else self._tuple(out)

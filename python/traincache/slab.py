@@ -51,6 +51,15 @@ def _to_numpy(value, name):
     return np.asarray(value)
 
 
+def _exact(ints, floats) -> bool:
+    """Whether `floats` holds every value of integer array `ints` exactly (compared as Python numbers
+    where a float past the integer type's range would wrap when cast back)."""
+    limit = float(np.iinfo(ints.dtype).max)
+    if np.any(np.abs(floats) >= limit):
+        return all(int(f) == int(i) for f, i in zip(floats.ravel().tolist(), ints.ravel().tolist()))
+    return bool(np.array_equal(floats.astype(ints.dtype), ints))
+
+
 def parse_size(size) -> int:
     """Bytes of `size`: an int, or "2GiB", "512MiB", "1.5G", "1000000" as the tools read sizes."""
     if isinstance(size, int):
@@ -408,7 +417,12 @@ class Slab:
                 raise TypeError(f"{self.name}: cannot store {a.dtype} values in a {self.dtype} slab")
         if self.shape is not None and a.shape != self.shape:
             raise ValueError(f"{self.name}: item shape {list(a.shape)} is not the slab's {list(self.shape)}")
-        return np.ascontiguousarray(a, dtype=self.dtype)
+        out = np.ascontiguousarray(a, dtype=self.dtype)
+        # numpy calls int64 -> float64 safe, but it rounds 2**53 + 1: integers become floats only exactly.
+        if a.size and a.dtype.kind in "iu" and self.dtype.kind == "f" and not _exact(a, out):
+            raise TypeError(f"{self.name}: {a.dtype} values that {self.dtype} cannot hold exactly (integers are "
+                            "stored in a float slab only when no value is rounded)")
+        return out
 
 
 def remove_slab(name: str) -> None:

@@ -256,6 +256,64 @@ for value, kind in ((np.array([2 ** 40 + 1], np.int64), TypeError), (np.array([1
 eq((exact.put(1, np.array([0.1])), float(exact.get(1)[0])), (True, float(np.float32(0.1))), "float64 rounds to float32")
 exact.close()
 
+# Every part comes back as item 0's kind and dtype, so a part of another kind or dtype is refused
+# when it is loaded (issue 84, item 1: np.int64(300) after an np.int8 item 0 came back as 44 on every
+# later epoch, 1e6 after np.float16 as inf, -1 after np.uint8 as 255, a float64 tensor as float32),
+# and nothing of it is stored. Numpy scalars come back as scalars of their own dtype, exactly.
+class Parts(torch.utils.data.Dataset):
+    def __init__(self, *items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+refused = [
+    ((np.int8(5), np.int64(300)), "a numpy int64 scalar, item 0's was a numpy int8 scalar"),
+    ((np.float16(1), 1e6), "a Python float, item 0's was a numpy float16 scalar"),
+    ((np.uint8(1), -1), "a Python int, item 0's was a numpy uint8 scalar"),
+    ((torch.zeros(2), torch.zeros(2, dtype=torch.float64)), "a float64 tensor, item 0's was a float32 tensor"),
+    ((torch.tensor(1.5), 3), "a Python int, item 0's was a 0-d float32 tensor"),
+    ((np.zeros(2, np.float32), np.zeros(2)), "a float64 array, item 0's was a float32 array"),
+    ((2, 2.5), "a Python float, item 0's was a Python int"),
+]
+for n, ((first, later), what) in enumerate(refused):
+    mixed = traincache.cached(Parts((torch.ones(1), first), (torch.ones(1), later)), f"mixed{n}")
+    raises(lambda: mixed[1], ValueError, f"traincache.cached: part 1 of item 1 is {what}: every item must have "
+           "item 0's types and dtypes (convert them in the Dataset)")
+    eq([c.counts().get("filled", 0) for c in mixed.caches], [0, 0], f"nothing of the refused item is stored ({what})")
+    mixed.close()
+alone = traincache.cached(Parts(np.int8(5), np.int16(5)), "alone")
+raises(lambda: alone[1], ValueError, "traincache.cached: item 1 is a numpy int16 scalar, item 0's was a numpy int8 "
+       "scalar: every item must have item 0's types and dtypes (convert them in the Dataset)")
+alone.close()
+scalars = traincache.cached(Parts(np.int8(5), np.int8(-7)), "scalars")
+items = [[scalars[i] for i in range(2)] for _ in range(2)]  # the second time from the slab
+eq([(type(x), x) for x in items[1]], [(np.int8, np.int8(5)), (np.int8, np.int8(-7))],
+   "numpy scalars come back as scalars of their dtype, exactly")
+scalars.close()
+halves = traincache.cached(Parts(np.float16(0.1), np.float16(65504)), "halves")
+got = [[halves[i] for i in range(2)] for _ in range(2)][1]
+eq([(type(x), x.tobytes()) for x in got], [(np.float16, np.float16(0.1).tobytes()), (np.float16, np.float16(65504).tobytes())],
+   "float16 scalars come back to the bit")
+halves.close()
+raises(lambda: traincache.cached(Parts(2 ** 70), "huge"), ValueError,
+       f"traincache.cached: the int {2 ** 70} is outside int64's range, which the cache stores ints in")
+big = traincache.cached(Parts(1, -(2 ** 63) - 1), "big")
+raises(lambda: big[1], ValueError,
+       f"traincache.cached: the int {-(2 ** 63) - 1} is outside int64's range, which the cache stores ints in")
+big.close()
+# numpy calls int64 -> float64 a safe cast, but it rounds 2**53 + 1 (issue 84, item 9).
+wide = traincache.SharedCache("wide", 2, (1,), "float64")
+raises(lambda: wide.put(0, np.array([2 ** 53 + 1], np.int64)), TypeError, "wide: int64 values that float64 cannot "
+       "hold exactly (integers are stored in a float slab only when no value is rounded)")
+eq((wide.put(1, np.array([2 ** 53], np.int64)), float(wide.get(1)[0])), (True, float(2 ** 53)),
+   "an integer float64 holds exactly is stored")
+wide.close()
+
 view = cache.get(5, copy=False)
 cache.close()
 eq(view.tolist(), [0.0, 1.0, 2.0, 3.0], "a view stays readable after close()")
