@@ -95,7 +95,7 @@ cp "$WORK/zk.h5" "$WORK/zk-before.h5"
 cp "$WORK/old.npz" "$WORK/in.npz"
 run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/zk.h5" "${NPZ[@]}" --update
 expect_rc 65
-expect_err "cache-fill: error: $WORK/zk.h5: /keys holds 100 rows for the cache's 290: the cache is damaged; use --force to fill it again"
+expect_err "cache-fill: error: $WORK/zk.h5: the cache is damaged (/keys has 100 rows, expected 290); use --force instead of --update to fill it again"
 expect_same "$WORK/zk.h5" "$WORK/zk-before.h5"
 
 # ---- an output another run holds: 75, the cache untouched ----------------------------------------

@@ -61,7 +61,7 @@ run "$TC_BIN/cache-inspect" --check "$C" "$WORK/incomplete.h5" "$WORK/nan.h5" "$
 expect_rc 1
 expect_out "$WORK/incomplete.h5	incomplete (complete attribute is not 1)
 $WORK/nan.h5	/embeddings/cnn holds 1 NaN and 0 Inf values
-$WORK/short.h5	/embeddings/cnn has 300 rows, expected 301; /labels has 300 rows, expected 301; /keys has 300 rows, expected 301; /row_digests has 300 rows, expected 301
+$WORK/short.h5	/embeddings/cnn has 300 rows, expected 301; /labels has 300 rows, expected 301; /keys has 300 rows, expected 301; /row_digests has 300 rows, expected 301; holds 301 rows, the fingerprint's input has 300
 $D/foreign.h5	$D/foreign.h5: not a traincache cache (no format=\"traincache\" attribute)
 $WORK/missing.h5	$WORK/missing.h5: no such file or directory"
 run "$TC_BIN/cache-inspect" --check --json "$C" "$WORK/nan.h5"

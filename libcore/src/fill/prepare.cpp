@@ -102,7 +102,23 @@ Fingerprint compute_fingerprint(const FillRun& run) {
   return f;
 }
 
-// Error(cant_create) when another file is in the way, or a cache that this run may not replace.
+// Error(data) naming what is wrong when the cache at `out` fails cache-inspect --check (its
+// structure, what its fingerprint promises, finite values): a cache is called up to date, and an
+// update copies rows from it, only when --check accepts it.
+void refuse_damaged(const std::string& out, const FillOptions& opts) {
+  const io::cache::CheckReport report = io::cache::check(out);
+  if (report.ok()) return;
+  std::string first = report.problems.front();
+  if (first.rfind(out + ": ", 0) == 0) first.erase(0, out.size() + 2);
+  const auto more = report.problems.size() - 1;
+  throw Error(Exit::data, out,
+              "the cache is damaged (" + first +
+                  (more ? "; " + std::to_string(more) + " more: cache-inspect --check lists them" : "") +
+                  "); use --force" + (opts.update ? " instead of --update" : "") + " to fill it again");
+}
+
+// Error(cant_create) when another file is in the way, or a cache that this run may not replace;
+// Error(data) when the cache is this run's, or one to update, but damaged.
 Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
   struct stat st;
   if (stat(out.c_str(), &st) != 0 || opts.force) return {};
@@ -112,7 +128,10 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
   } catch (const Error&) {
     throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
   }
-  if (old->complete && old->fingerprint == fp.hash) return {old, std::nullopt};
+  if (old->fingerprint == fp.hash) {
+    refuse_damaged(out, opts);
+    return {old, std::nullopt};
+  }
   const std::string changed =
       "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
   if (opts.update && old->kind == io::cache::CacheKind::merged)
@@ -143,6 +162,7 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
     throw Error(Exit::cant_create, out,
                 "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "
                 "tell which rows changed; use --force to encode every row");
+  refuse_damaged(out, opts);
   return {std::nullopt, old};
 }
 
@@ -291,7 +311,10 @@ Journal open_journal(const FillRun& p) {
   const bool same = journal.fingerprint == p.fp.hash && journal.update_of == update_of;
   if (!same && opts.update && (!journal.update_of.empty() || only_data_changed(journal.fingerprint_json, p.fp.text))) {
     if (p.cb.warn)
-      p.cb.warn(p.partial + ": discarded the progress of an earlier update, whose input has changed since");
+      p.cb.warn(p.partial + ": discarded the progress of " +
+                (journal.update_of.empty() ? "an interrupted fill of other input data"
+                                           : "an earlier update, whose input or cache has changed since") +
+                " (" + std::to_string(journal.committed_rows) + " rows)");
     return start_over();
   }
   if (!same) {
@@ -319,7 +342,33 @@ Journal open_journal(const FillRun& p) {
   return journal;
 }
 
+namespace {
+
+// --update where the progress directory holds an interrupted fill of exactly this input (a --force
+// fill stopped before it published): that fill resumes instead, so that its committed rows are
+// kept, and publishes what it would have. Anything else there is left to open_journal.
+void resume_fill_over_update(FillRun& p) {
+  struct stat st;
+  if (!p.existing.to_update || lstat(p.partial.c_str(), &st) != 0) return;
+  Journal journal(p.partial);
+  try {
+    files::make_or_adopt_private_dir(p.partial);
+    if (!journal.load()) return;
+  } catch (const Error&) {
+    return;
+  }
+  if (journal.fingerprint != p.fp.hash || !journal.update_of.empty() || journal.committed_rows <= 0) return;
+  if (p.cb.warn)
+    p.cb.warn(p.partial + ": resuming an interrupted fill of this input (" + std::to_string(journal.committed_rows) +
+              " of " + std::to_string(p.plan.rows()) + " rows encoded) instead of updating " + p.out +
+              ": it replaces the cache with every row encoded again");
+  p.existing.to_update.reset();
+}
+
+}  // namespace
+
 void plan_encoding(FillRun& p) {
+  resume_fill_over_update(p);
   auto t_digest = Clock::now();
   p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
                        ? std::move(p.fp.row_digests)

@@ -461,6 +461,47 @@ int64_t dataset_rows(const std::string& path, const std::string& name) {
   return h5::describe(d.get(), name).rows();
 }
 
+// What a fill's (or a shard's) fingerprint promises its datasets hold, against what they hold: one
+// dataset per encoder it names, of the dtype it names, labels and keys where it has them, and its
+// input rows. A fingerprint of another shape (a merged cache's, or an older one) promises nothing here.
+void promise_problems(std::vector<std::string>& p, const CacheInfo& info) {
+  const json fp = json::parse(info.fingerprint_json, nullptr, false);
+  if (!fp.is_object() || !fp.contains("encoders") || !fp["encoders"].is_object() || !fp.contains("input") ||
+      !fp["input"].is_object())
+    return;
+  std::set<std::string> named, held;
+  for (const auto& [name, e] : fp["encoders"].items()) named.insert(name);
+  for (const auto& e : info.embeddings) held.insert(e.name);
+  for (const auto& name : named)
+    if (!held.empty() && !held.count(name))
+      p.push_back("/embeddings/" + name + " is missing: the fingerprint names encoder " + name);
+  for (const auto& name : held)
+    if (!named.count(name)) p.push_back("/embeddings/" + name + " is not an encoder the fingerprint names");
+  const auto& options = fp.value("options", json::object());
+  if (options.is_object() && options.contains("dtype") && options["dtype"].is_string())
+    for (const auto& e : info.embeddings)
+      if ((e.dtype == DType::f32 || e.dtype == DType::f16) &&
+          dtype_name(e.dtype) != options["dtype"].get<std::string>())
+        p.push_back("/embeddings/" + e.name + " holds " + dtype_name(e.dtype) + ", the fingerprint says " +
+                    options["dtype"].get<std::string>());
+  const json& input = fp["input"];
+  for (const auto& [what, has] : {std::pair<const char*, bool>{"labels", info.labels.has_value()},
+                                  std::pair<const char*, bool>{"keys", info.keys_dtype.has_value()}}) {
+    if (!input.contains(what)) continue;
+    const bool promised = !input[what].is_null();
+    if (promised != has)
+      p.push_back(std::string("/") + what +
+                  (promised ? " is missing: the fingerprint has " + std::string(what)
+                            : " is there, but the fingerprint has no " + std::string(what)));
+  }
+  const json& rows = input.value("rows", json());
+  if (rows.is_array() && rows.size() == 2 && rows[0].is_number_integer() && rows[1].is_number_integer()) {
+    const int64_t want = rows[1].get<int64_t>() - rows[0].get<int64_t>();
+    if (info.rows >= 0 && info.rows != want)
+      p.push_back("holds " + std::to_string(info.rows) + " rows, the fingerprint's input has " + std::to_string(want));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path) {
@@ -477,6 +518,7 @@ std::vector<std::string> structure_problems(const CacheInfo& info, const std::st
   if (info.labels) check_rows(p, "/labels", info.labels->rows, info.rows);
   if (info.keys_dtype) check_rows(p, "/keys", dataset_rows(path, "/keys"), info.rows);
   if (info.row_digests) check_rows(p, "/row_digests", dataset_rows(path, "/row_digests"), info.rows);
+  promise_problems(p, info);
   try {
     read_skipped(path);
   } catch (const Error& e) {
