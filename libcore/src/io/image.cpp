@@ -261,6 +261,228 @@ void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, 
   }
 }
 
+// The windowed passes accumulate in int32: the weights are non-negative and sum to about
+// 1 << kResampleBits, so 255 times their sum (plus the rounding half) fits an int32 exactly, the
+// same value PIL's int accumulator gives. They compute with GCC's and Clang's vector extensions,
+// which compile to the target's SIMD instructions (SSE2 on any x86-64) without the intrinsics of
+// one instruction set.
+typedef uint8_t Bytes4 __attribute__((vector_size(4)));
+typedef int32_t Ints4 __attribute__((vector_size(16)));
+typedef uint8_t Bytes16 __attribute__((vector_size(16)));
+typedef int32_t Ints16 __attribute__((vector_size(64)));
+
+constexpr int32_t kHalf = int32_t{1} << (kResampleBits - 1);
+
+// The horizontal pass of one row's output columns [from, to), one sample at a time: each column's
+// K taps from start[x] (C channels a pixel), weights taps[x * K ...].
+template <int C, int K>
+void horizontal_samples(const uint8_t* line, const int* start, const int32_t* taps, int from, int to, uint8_t* o) {
+  for (int x = from; x < to; ++x) {
+    const uint8_t* src = line + static_cast<std::ptrdiff_t>(start[x]) * C;
+    const int32_t* wt = taps + static_cast<std::ptrdiff_t>(x) * K;
+    int32_t acc[C];
+    for (int ch = 0; ch < C; ++ch) acc[ch] = kHalf;
+    for (int i = 0; i < K; ++i)
+      for (int ch = 0; ch < C; ++ch) acc[ch] += int32_t{src[i * C + ch]} * wt[i];
+    for (int ch = 0; ch < C; ++ch) o[x * C + ch] = static_cast<uint8_t>(std::clamp(acc[ch] >> kResampleBits, 0, 255));
+  }
+}
+
+// The same for C = 3 or 4, a pixel's channels as one vector of four lanes: the fourth lane of an
+// RGB pixel is the next pixel's first sample, summed and dropped, so each tap reads one byte past
+// its pixel (the caller keeps the columns where that byte is past the image to horizontal_samples).
+template <int C, int K>
+void horizontal_pixels(const uint8_t* line, const int* start, const int32_t* taps, int to, uint8_t* o) {
+  for (int x = 0; x < to; ++x) {
+    const uint8_t* src = line + static_cast<std::ptrdiff_t>(start[x]) * C;
+    const int32_t* wt = taps + static_cast<std::ptrdiff_t>(x) * K;
+    Ints4 acc = Ints4{} + kHalf;
+    for (int i = 0; i < K; ++i) {
+      Bytes4 b;
+      std::memcpy(&b, src + i * C, sizeof b);
+      acc += __builtin_convertvector(b, Ints4) * wt[i];
+    }
+    acc >>= kResampleBits;
+    acc = acc < 0 ? 0 : acc;
+    acc = acc > 255 ? 255 : acc;
+    for (int ch = 0; ch < C; ++ch) o[x * C + ch] = static_cast<uint8_t>(acc[ch]);
+  }
+}
+
+// The horizontal pass over `rows` rows of `w` samples of C channels, for n output columns (taps
+// padded to K: start and weights as padded_taps gives them), into rows of n samples. `in` ends
+// where the image does when `image_end` (its last row may not be read past).
+template <int C, int K>
+void horizontal_window(const uint8_t* in, int rows, int w, const int* start, const int32_t* taps, int n, uint8_t* out,
+                       bool image_end) {
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * C;
+    uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * C;
+    if constexpr (C == 1) {
+      horizontal_samples<C, K>(line, start, taps, 0, n, o);
+    } else {
+      int safe = n;  // RGB taps read a byte past their pixel: not past the image's last one
+      if (C == 3 && image_end && r == rows - 1)
+        while (safe > 0 && start[safe - 1] + K >= w) --safe;
+      horizontal_pixels<C, K>(line, start, taps, safe, o);
+      horizontal_samples<C, K>(line, start, taps, safe, n, o);
+    }
+  }
+}
+
+// Kernel k's columns [left, left + n) with their taps padded to `taps` each, moved left where the
+// row would end first: (start, weights). False when a row is shorter than `taps`.
+bool padded_taps(const Kernel& k, int w, int left, int n, int taps, std::vector<int>& start,
+                 std::vector<int32_t>& weights) {
+  if (w < taps) return false;
+  start.resize(static_cast<std::size_t>(n));
+  weights.assign(static_cast<std::size_t>(n) * taps, 0);
+  for (int x = 0; x < n; ++x) {
+    const int col = left + x, first = k.first[col];
+    const int s0 = std::min(first, w - taps);
+    start[x] = s0;
+    for (int i = 0; i < k.count[col]; ++i)
+      weights[static_cast<std::size_t>(x) * taps + (first - s0) + i] =
+          k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
+  }
+  return true;
+}
+
+template <int C>
+bool horizontal_window(const uint8_t* in, int rows, int w, int taps, const int* start, const int32_t* weights, int n,
+                       uint8_t* out, bool image_end) {
+  switch (taps) {
+    case 2:
+      horizontal_window<C, 2>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 3:
+      horizontal_window<C, 3>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 4:
+      horizontal_window<C, 4>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 5:
+      horizontal_window<C, 5>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 6:
+      horizontal_window<C, 6>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 7:
+      horizontal_window<C, 7>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 8:
+      horizontal_window<C, 8>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 9:
+      horizontal_window<C, 9>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 10:
+      horizontal_window<C, 10>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 11:
+      horizontal_window<C, 11>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    case 12:
+      horizontal_window<C, 12>(in, rows, w, start, weights, n, out, image_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The horizontal pass of the window: unrolled for up to 12 taps (downscaling by up to about 5),
+// else resample_pass over the window's columns.
+void horizontal_window(const uint8_t* in, int rows, int w, int c, const Kernel& k, int left, int n, uint8_t* out,
+                       bool image_end, std::vector<int>& start, std::vector<int32_t>& weights) {
+  const int taps = std::max(2, *std::max_element(k.count.begin() + left, k.count.begin() + left + n));
+  if (padded_taps(k, w, left, n, taps, start, weights)) {
+    const int* s = start.data();
+    const int32_t* wt = weights.data();
+    const bool done = c == 1   ? horizontal_window<1>(in, rows, w, taps, s, wt, n, out, image_end)
+                      : c == 3 ? horizontal_window<3>(in, rows, w, taps, s, wt, n, out, image_end)
+                               : horizontal_window<4>(in, rows, w, taps, s, wt, n, out, image_end);
+    if (done) return;
+  }
+  Kernel sub;
+  sub.ksize = k.ksize;
+  sub.first.assign(k.first.begin() + left, k.first.begin() + left + n);
+  sub.count.assign(k.count.begin() + left, k.count.begin() + left + n);
+  sub.fixed.assign(k.fixed.begin() + static_cast<std::ptrdiff_t>(left) * k.ksize,
+                   k.fixed.begin() + static_cast<std::ptrdiff_t>(left + n) * k.ksize);
+  resample_pass(in, out, sub, rows, c, static_cast<std::ptrdiff_t>(w) * c, c, static_cast<std::ptrdiff_t>(n) * c, c);
+}
+
+// The vertical pass for output rows [top, top + n) of kernel `k`, row by row: each output row is
+// the weighted sum of whole input rows (`in` holds input rows from `row0`, `len` samples each), so
+// every load is contiguous, sixteen samples at a time.
+void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+  for (int y = 0; y < n; ++y) {
+    const int o = top + y;
+    const int32_t* wt = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
+    const uint8_t* rows = in + static_cast<std::ptrdiff_t>(k.first[o] - row0) * len;
+    uint8_t* dst = out + static_cast<std::ptrdiff_t>(y) * len;
+    int x = 0;
+    for (; x + 16 <= len; x += 16) {
+      Ints16 acc = Ints16{} + kHalf;
+      for (int i = 0; i < k.count[o]; ++i) {
+        Bytes16 b;
+        std::memcpy(&b, rows + static_cast<std::ptrdiff_t>(i) * len + x, sizeof b);
+        acc += __builtin_convertvector(b, Ints16) * wt[i];
+      }
+      acc >>= kResampleBits;
+      acc = acc < 0 ? 0 : acc;
+      acc = acc > 255 ? 255 : acc;
+      const Bytes16 v = __builtin_convertvector(acc, Bytes16);
+      std::memcpy(dst + x, &v, sizeof v);
+    }
+    for (; x < len; ++x) {
+      int32_t acc = kHalf;
+      for (int i = 0; i < k.count[o]; ++i) acc += int32_t{rows[static_cast<std::ptrdiff_t>(i) * len + x]} * wt[i];
+      dst[x] = static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255));
+    }
+  }
+}
+
+// What one reader thread reuses from image to image: no allocation per image once warm.
+struct WindowBuffers {
+  std::vector<uint8_t> rows, window;
+  std::vector<int32_t> weights;
+  std::vector<int> start;
+};
+
+// `img` resized to rh x rw (PIL's antialiased bilinear, horizontal pass first, 8-bit between the
+// passes) and cropped to the window [top, top + oh) x [left, left + ow), which lies inside: only
+// the window's samples are computed, from only the input rows and columns its taps reach, to the
+// same bits as resize_bilinear followed by the crop. Returns the window, oh x ow x c.
+const std::vector<uint8_t>& resize_window(const Image& img, int rh, int rw, int top, int left, int oh, int ow,
+                                          WindowBuffers& buf) {
+  const int h = img.height, w = img.width, c = img.channels;
+  // The input rows the window's output rows reach.
+  Kernel ky;
+  int row0 = top, row1 = top + oh;
+  if (rh != h) {
+    ky = bilinear_kernel(h, rh);
+    row0 = ky.first[top];
+    row1 = row0;
+    for (int o = top; o < top + oh; ++o) row1 = std::max(row1, ky.first[o] + ky.count[o]);
+  }
+  const int len = ow * c;
+  buf.rows.resize(static_cast<std::size_t>(row1 - row0) * len);
+  const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0) * w * c;
+  if (rw != w) {
+    horizontal_window(first_row, row1 - row0, w, c, bilinear_kernel(w, rw), left, ow, buf.rows.data(), row1 == h,
+                      buf.start, buf.weights);
+  } else {
+    for (int r = 0; r < row1 - row0; ++r)
+      std::memcpy(buf.rows.data() + static_cast<std::ptrdiff_t>(r) * len,
+                  first_row + (static_cast<std::ptrdiff_t>(r) * w + left) * c, static_cast<std::size_t>(len));
+  }
+  if (rh == h) return buf.rows;
+  buf.window.resize(static_cast<std::size_t>(oh) * len);
+  vertical_window(buf.rows.data(), row0, len, ky, top, oh, buf.window.data());
+  return buf.window;
+}
+
 }  // namespace
 
 const Choices<Channels>& channels_choices() {
@@ -545,6 +767,21 @@ template <class Put>
 void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   int h = img.height, w = img.width;
   const int c = img.channels;
+  {
+    // The usual case, a crop inside the resized image: only the crop's samples are resampled.
+    const auto [rh, rw] = resized_size(spec, h, w);
+    const int oh = spec.crop_h ? spec.crop_h : rh, ow = spec.crop_w ? spec.crop_w : rw;
+    const auto [top, left] = crop_offsets(spec, rh, rw);
+    if (oh <= rh && ow <= rw && (c == 1 || c == 3 || c == 4)) {
+      thread_local WindowBuffers buf;
+      const std::vector<uint8_t>& win = resize_window(img, rh, rw, top, left, oh, ow, buf);
+      std::size_t i = 0;
+      for (int ch = 0; ch < c; ++ch)
+        for (std::size_t p = static_cast<std::size_t>(ch); p < static_cast<std::size_t>(oh) * ow * c; p += c, ++i)
+          put(ch, i, win[p]);
+      return;
+    }
+  }
   const std::vector<uint8_t>* px = &img.samples;
   std::vector<uint8_t> resized;
   auto [rh, rw] = resized_size(spec, h, w);

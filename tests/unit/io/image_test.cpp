@@ -63,6 +63,46 @@ CATCH_TEST_CASE("PIL's antialiased bilinear resampling", "[image]") {
   CATCH_CHECK(resize_bilinear({0, 200}, 1, 2, 1, 1, 4) == std::vector<uint8_t>{0, 50, 150, 200});
 }
 
+CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then the crop", "[image]") {
+  // Photos of mixed sizes and shapes (both orientations, odd sizes, smaller and larger than the
+  // output), grey, RGB and RGBA, under the specs people use: the reader resamples only the window
+  // the crop keeps, and every sample must equal resize_bilinear's of the whole image, cropped.
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  const std::vector<std::pair<int, int>> sizes{{375, 500}, {500, 375}, {333, 501}, {720, 1280}, {49, 67},
+                                               {256, 256}, {224, 300}, {1, 9},     {257, 255}};
+  const std::vector<std::pair<const char*, const char*>> specs{{"256", "224"},   {"64", "56"},        {"256", nullptr},
+                                                               {nullptr, "200"}, {"120,80", "64,33"}, {"300", "300"},
+                                                               {"8", "8"}};
+  for (const auto& [h, w] : sizes)
+    for (int c : {1, 3, 4}) {
+      Image img;
+      img.height = h;
+      img.width = w;
+      img.channels = c;
+      img.samples.resize(static_cast<std::size_t>(h) * w * c);
+      for (auto& v : img.samples) v = static_cast<uint8_t>(next() >> 24);
+      for (const auto& [resize, crop] : specs) {
+        const Spec spec = spec_of(resize, crop);
+        const auto shape = output_shape(spec, h, w);
+        const auto [rh, rw] = resized_size(spec, h, w);
+        if (shape[1] > rh || shape[2] > rw) continue;  // a padding crop: the whole-image path
+        const std::vector<uint8_t> whole = resize_bilinear(img.samples, h, w, c, rh, rw);
+        const auto [top, left] = crop_offsets(spec, rh, rw);
+        std::vector<uint8_t> want;
+        for (int ch = 0; ch < c; ++ch)
+          for (int y = 0; y < shape[1]; ++y)
+            for (int x = 0; x < shape[2]; ++x)
+              want.push_back(whole[(static_cast<std::size_t>(y + top) * rw + x + left) * c + ch]);
+        std::vector<uint8_t> got(want.size());
+        preprocess_pixels(img, spec, got.data());
+        CATCH_INFO(h << "x" << w << "x" << c << " resize " << (resize ? resize : "-") << " crop "
+                     << (crop ? crop : "-"));
+        CATCH_CHECK(got == want);
+      }
+    }
+}
+
 CATCH_TEST_CASE("center crop offsets round half to even; larger crops pad with zeros", "[image]") {
   Image img;
   img.height = 1;
