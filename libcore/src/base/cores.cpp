@@ -3,7 +3,11 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -40,7 +44,54 @@ std::optional<unsigned> quota_cores() {
   return cores_of_cpu_max(quota + " " + period);
 }
 
+// The value of variable `name` in `env` (or this process's environment when null), or null.
+const char* env_value(const char* const* env, const char* name) {
+  if (!env) return std::getenv(name);
+  const std::size_t n = std::strlen(name);
+  for (; *env; ++env)
+    if (std::strncmp(*env, name, n) == 0 && (*env)[n] == '=') return *env + n + 1;
+  return nullptr;
+}
+
+// A positive integer at the start of `text` (after blanks; OMP_NUM_THREADS's first value of a
+// list "4,2"), or 0.
+unsigned leading_count(const char* text) {
+  if (!text) return 0;
+  while (std::isspace(static_cast<unsigned char>(*text))) ++text;
+  if (!std::isdigit(static_cast<unsigned char>(*text))) return 0;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  while (std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (*end != '\0' && *end != ',') return 0;
+  return v == 0 || v > UINT_MAX ? 0 : static_cast<unsigned>(v);
+}
+
+bool is_true(const char* text) {
+  if (!text) return false;
+  std::string v;
+  for (; *text; ++text)
+    if (!std::isspace(static_cast<unsigned char>(*text)))
+      v += static_cast<char>(std::tolower(static_cast<unsigned char>(*text)));
+  return v == "true";
+}
+
 }  // namespace
+
+unsigned openmp_thread_limit(const char* const* env) {
+  unsigned limit = leading_count(env_value(env, "OMP_THREAD_LIMIT"));
+  const char* levels = env_value(env, "OMP_MAX_ACTIVE_LEVELS");
+  if (levels && std::strspn(levels, " 0") == std::strlen(levels) && std::strchr(levels, '0')) limit = 1;
+  if (is_true(env_value(env, "OMP_DYNAMIC"))) limit = 1;
+  return limit;
+}
+
+int intra_op_threads(int threads) {
+  unsigned n = threads > 0 ? static_cast<unsigned>(threads) : usable_cores();
+  if (threads <= 0)
+    if (const unsigned asked = leading_count(std::getenv("OMP_NUM_THREADS"))) n = std::min(n, asked);
+  if (const unsigned limit = openmp_thread_limit()) n = std::min(n, limit);
+  return static_cast<int>(std::max(1u, std::min(n, static_cast<unsigned>(INT_MAX))));
+}
 
 std::optional<unsigned> cores_of_cpu_max(const std::string& value) {
   std::istringstream in(value);

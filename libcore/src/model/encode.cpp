@@ -260,7 +260,7 @@ DeviceWarmup::~DeviceWarmup() {
 }
 
 void configure_threads(int threads) {
-  int n = threads > 0 ? threads : static_cast<int>(usable_cores());
+  const int n = intra_op_threads(threads);
   if (at::get_num_threads() != n) at::set_num_threads(n);
 }
 

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <thread>
+#include <vector>
 
 #include "catch.h"
 
@@ -34,4 +35,23 @@ CATCH_TEST_CASE("cores: the affinity mask limits them", "[cores]") {
   CATCH_REQUIRE(sched_setaffinity(0, sizeof was, &was) == 0);
   CATCH_CHECK(pinned == 1u);
   CATCH_CHECK(usable_cores() == all);
+}
+
+CATCH_TEST_CASE("cores: the OpenMP variables that limit a team", "[cores]") {
+  auto limit = [](std::vector<const char*> vars) {
+    vars.push_back(nullptr);
+    return openmp_thread_limit(vars.data());
+  };
+  CATCH_CHECK(limit({}) == 0);
+  CATCH_CHECK(limit({"PATH=/bin", "OMP_NUM_THREADS=4"}) == 0);  // a default, not a limit
+  CATCH_CHECK(limit({"OMP_THREAD_LIMIT=1"}) == 1);
+  CATCH_CHECK(limit({"OMP_THREAD_LIMIT= 3 "}) == 3);
+  CATCH_CHECK(limit({"OMP_THREAD_LIMIT=0"}) == 0);  // not a positive number: ignored, as runtimes do
+  CATCH_CHECK(limit({"OMP_THREAD_LIMIT=two"}) == 0);
+  CATCH_CHECK(limit({"OMP_MAX_ACTIVE_LEVELS=0"}) == 1);
+  CATCH_CHECK(limit({"OMP_MAX_ACTIVE_LEVELS=1", "OMP_THREAD_LIMIT=5"}) == 5);
+  CATCH_CHECK(limit({"OMP_DYNAMIC=true"}) == 1);
+  CATCH_CHECK(limit({"OMP_DYNAMIC=TRUE", "OMP_THREAD_LIMIT=8"}) == 1);
+  CATCH_CHECK(limit({"OMP_DYNAMIC=false", "OMP_THREAD_LIMIT=8"}) == 8);
+  CATCH_CHECK(limit({"XOMP_THREAD_LIMIT=1", "OMP_THREAD_LIMITS=1"}) == 0);  // only the variable itself
 }

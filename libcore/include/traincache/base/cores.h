@@ -13,6 +13,18 @@ namespace traincache {
 /// 2 cores of 64 would start 64 threads on them.
 unsigned usable_cores();
 
+/// The most threads one OpenMP team may have in this process, as the OpenMP variables of `env`
+/// ("NAME=VALUE" strings; null: this process's environment) say: OMP_THREAD_LIMIT=N caps it at N,
+/// OMP_MAX_ACTIVE_LEVELS=0 and OMP_DYNAMIC=true at 1 (no parallel region runs with more than one
+/// thread, or the runtime may give a team fewer threads than asked, which OpenBLAS and LibTorch
+/// then wait for without end); 0 when nothing limits it. Values that do not parse limit nothing,
+/// as OpenMP runtimes ignore them.
+unsigned openmp_thread_limit(const char* const* env = nullptr);
+
+/// The intra-op threads a tool uses: `threads` when > 0, else one per usable core, or
+/// OMP_NUM_THREADS (its first value) when set; capped by openmp_thread_limit(); at least 1.
+int intra_op_threads(int threads);
+
 /// The cores a cgroup v2 `cpu.max` value ("QUOTA PERIOD", or "max PERIOD" for no limit) allows,
 /// rounded up; nothing for no limit or a value that does not parse.
 std::optional<unsigned> cores_of_cpu_max(const std::string& value);

@@ -38,7 +38,9 @@ class DeviceWarmup {
   std::thread thread_;
 };
 
-/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per usable core. (Debian's
+/// Sets LibTorch's intra-op threads: `threads` > 0 as given, 0 = one per usable core or
+/// OMP_NUM_THREADS; never more than the OpenMP variables allow a team (intra_op_threads, which
+/// OMP_THREAD_LIMIT=1 or OMP_DYNAMIC=true asked past made OpenBLAS wait for ever). (Debian's
 /// OpenMP LibTorch otherwise starts with a single thread in C++ programs.)
 void configure_threads(int threads);
 
