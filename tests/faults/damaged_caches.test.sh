@@ -65,6 +65,23 @@ nolabels|del f['labels']|/labels is missing: the fingerprint has labels
 half|replace('embeddings/cnn', f['embeddings/cnn'][()].astype(np.float16))|/embeddings/cnn holds float16, the fingerprint says float32
 EOF
 
+# ---- gc-train refuses a damaged cache before it reads a row (item 8: 70 deep in training, or 0
+# when a short run never drew the rows past the end) -----------------------------------------------
+while IFS='|' read -r name code problem; do
+  damage "g$name" "$code"
+  for objective in "--loss supcon" "--loss softmax"; do
+    run "$TC_BIN/gc-train" --cache "$WORK/g$name.h5" --embeddings cnn $objective --head linear:8 --batch-size 32 --chunk-size 8 \
+      --steps 2 --out "$WORK/g$name.pt" -q
+    expect_rc 65
+    expect_err "gc-train: error: $WORK/g$name.h5: damaged: $problem (cache-inspect --check lists what is wrong)"
+    expect_no_file "$WORK/g$name.pt"
+  done
+done <<'EOF'
+labels|replace('labels', f['labels'][:280])|/labels has 280 rows, expected 300
+rows|f.attrs['rows'] = 310|/embeddings/cnn has 300 rows, expected 310
+embeddings|replace('embeddings/cnn', f['embeddings/cnn'][:299])|/embeddings/cnn has 299 rows, expected 300
+EOF
+
 # ---- --update copies rows only from a cache --check accepts -------------------------------------
 for name in int nan short; do
   cp "$WORK/$name-before.h5" "$WORK/$name.h5"

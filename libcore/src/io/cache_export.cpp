@@ -196,8 +196,7 @@ ExportResult export_npy(const ExportOptions& o) {
   const CacheInfo info = read_info(o.cache, false);
   if (!info.complete) throw Error(Exit::data, o.cache, "incomplete cache: nothing to export");
   // What --check refuses, --export refuses: one validator (its NaN check aside, which export warns of).
-  if (const auto problems = structure_problems(info, o.cache); !problems.empty())
-    throw Error(Exit::data, o.cache, "damaged: " + problems.front() + " (cache-inspect --check lists what is wrong)");
+  require_sound_structure(info, o.cache);
   const std::string dir = without_trailing_slashes(o.dir);
   struct stat st;
   if (::lstat(dir.c_str(), &st) == 0) throw Error(Exit::cant_create, o.dir, "exists (remove it first)");

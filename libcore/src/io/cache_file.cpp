@@ -527,6 +527,11 @@ std::vector<std::string> structure_problems(const CacheInfo& info, const std::st
   return p;
 }
 
+void require_sound_structure(const CacheInfo& info, const std::string& path) {
+  if (const auto problems = structure_problems(info, path); !problems.empty())
+    throw Error(Exit::data, path, "damaged: " + problems.front() + " (cache-inspect --check lists what is wrong)");
+}
+
 CheckReport check(const std::string& path) {
   CheckReport rep;
   rep.path = path;

@@ -367,6 +367,9 @@ int64_t flat_width(const io::cache::EmbeddingInfo& e) {
 
 void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, const std::string& path, bool grouped) {
   if (!info.complete) throw Error(Exit::data, path, "incomplete cache");
+  // A short /labels or a rows attribute past the datasets failed deep in training ("index out of
+  // range in self", 70), or never, when a short run drew no such row: refused before any is read.
+  io::cache::require_sound_structure(info, path);
   auto named = [&](const std::string& name) -> const io::cache::EmbeddingInfo& {
     for (const auto& e : info.embeddings)
       if (e.name == name) return e;

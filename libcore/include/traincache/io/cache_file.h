@@ -152,6 +152,11 @@ struct CheckReport {
 /// sound; values (NaN) are not looked at.
 std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path);
 
+/// Error(data, path, "damaged: <the first of structure_problems> (cache-inspect --check lists what
+/// is wrong)") when there are any: how every reader that needs the whole cache (--export, gc-train)
+/// refuses a damaged one before it reads a row.
+void require_sound_structure(const CacheInfo& info, const std::string& path);
+
 /// The --check contract: structure_problems, then finite values. Never throws for a bad file:
 /// unreadable, missing or foreign files are reported as problems.
 CheckReport check(const std::string& path);
