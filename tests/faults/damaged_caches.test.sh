@@ -82,6 +82,35 @@ rows|f.attrs['rows'] = 310|/embeddings/cnn has 300 rows, expected 310
 embeddings|replace('embeddings/cnn', f['embeddings/cnn'][:299])|/embeddings/cnn has 299 rows, expected 300
 EOF
 
+# ---- --check reads /skipped and /keys as cache-fill writes them (item 14), and --verify refuses
+# what --check refuses in structure (item 13: 64 "row out of range", or 1 "MISMATCH" for integer
+# embeddings) ---------------------------------------------------------------------------------------
+SKIP="f.create_dataset('skipped/rows', data=np.array([3, 7], np.int64))
+f.create_dataset('skipped/reasons', data=['a', 'b'], dtype=h5py.string_dtype('utf-8'))"
+damage skipped "$SKIP"
+run "$TC_BIN/cache-inspect" --check "$WORK/skipped.h5"
+expect_rc 0
+while IFS='|' read -r name code problem; do
+  damage "$name" "$code"
+  run "$TC_BIN/cache-inspect" --check "$WORK/$name.h5"
+  expect_rc 1
+  expect_out "$WORK/$name.h5	$problem"
+done <<EOF
+ascii|$(printf '%s' "$SKIP" | sed "s/h5py.string_dtype('utf-8')/h5py.string_dtype('ascii')/" | tr '\n' ';')|/skipped/reasons is not a list of UTF-8 strings
+past|$(printf '%s' "$SKIP" | sed 's/\[3, 7\]/[3, 300]/' | tr '\n' ';')|/skipped/rows holds 300, not a row of the cache after 3
+negative|$(printf '%s' "$SKIP" | sed 's/\[3, 7\]/[-1, 7]/' | tr '\n' ';')|/skipped/rows holds -1, not a row of the cache after the start
+unsorted|$(printf '%s' "$SKIP" | sed 's/\[3, 7\]/[7, 3]/' | tr '\n' ';')|/skipped/rows holds 3, not a row of the cache after 7
+float|$(printf '%s' "$SKIP" | sed 's/np.int64/np.float64/' | tr '\n' ';')|/skipped/rows is not a list of integers (1-D)
+twod|$(printf '%s' "$SKIP" | sed 's/np.array(\[3, 7\], np.int64)/np.array([[3], [7]], np.int64)/' | tr '\n' ';')|/skipped/rows is not a list of integers (1-D)
+keys2d|replace('keys', np.stack([f['keys'][()], f['keys'][()]], 1))|/keys is not one key per row (1-D)
+EOF
+for name in int past; do
+  cp "$WORK/$name-before.h5" "$WORK/$name.h5"
+  run "$TC_BIN/cache-inspect" --verify 4 "$WORK/$name.h5"
+  expect_rc 65
+  expect_err_re "^cache-inspect: error: $WORK/$name.h5: damaged: .* \(cache-inspect --check lists what is wrong\)$"
+done
+
 # ---- --update copies rows only from a cache --check accepts -------------------------------------
 for name in int nan short; do
   cp "$WORK/$name-before.h5" "$WORK/$name.h5"

@@ -179,6 +179,9 @@ VerifyReport run_verify(const VerifyOptions& opts) {
   if (!info.complete) throw Error(Exit::data, opts.cache, "incomplete cache; nothing to verify");
   if (info.embeddings.empty())
     throw Error(Exit::data, opts.cache, "no embeddings under /embeddings; nothing to verify");
+  // What --check refuses in structure (integer or float64 embeddings, short datasets, /skipped rows
+  // out of range) --verify refuses too, before it encodes a row.
+  io::cache::require_sound_structure(info, opts.cache);
   for (const auto& [name, path] : opts.encoders)
     if (std::none_of(info.embeddings.begin(), info.embeddings.end(), [&](const auto& e) { return e.name == name; }))
       throw Error(Exit::usage, "--encoder",

@@ -502,6 +502,40 @@ void promise_problems(std::vector<std::string>& p, const CacheInfo& info) {
   }
 }
 
+// /keys of one key per row, and /skipped as cache-fill writes it: rows a 1-D list of integers, each
+// a row of the cache, ascending, and reasons as many UTF-8 strings (--export refuses others).
+void skipped_problems(std::vector<std::string>& p, const std::string& path, int64_t rows) {
+  h5::Id f = h5::open_file(path);
+  if (h5::exists(f.get(), "/keys")) {
+    h5::Id d = h5::open_dataset(f.get(), path, "/keys");
+    if (h5::describe(d.get(), "/keys").shape.size() != 1) p.push_back("/keys is not one key per row (1-D)");
+  }
+  if (!h5::exists(f.get(), "/skipped/rows")) return;
+  h5::Id rd = h5::open_dataset(f.get(), path, "/skipped/rows");
+  const h5::DatasetInfo ri = h5::describe(rd.get(), "/skipped/rows");
+  if (ri.shape.size() != 1 || !is_integer(ri.dtype)) {
+    p.push_back("/skipped/rows is not a list of integers (1-D)");
+    return;
+  }
+  h5::Id sd = h5::open_dataset(f.get(), path, "/skipped/reasons");
+  h5::Id type(H5Dget_type(sd.get()));
+  if (!type || H5Tget_class(type.get()) != H5T_STRING || H5Tget_cset(type.get()) != H5T_CSET_UTF8 ||
+      h5::describe(sd.get(), "/skipped/reasons").shape.size() != 1) {
+    p.push_back("/skipped/reasons is not a list of UTF-8 strings");
+    return;
+  }
+  const std::vector<std::pair<int64_t, std::string>> skipped = read_skipped(path);
+  int64_t previous = -1;
+  for (const auto& [row, why] : skipped) {
+    if (row < 0 || row >= rows || row <= previous) {
+      p.push_back("/skipped/rows holds " + std::to_string(row) + ", not a row of the cache after " +
+                  (previous < 0 ? std::string("the start") : std::to_string(previous)));
+      return;
+    }
+    previous = row;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path) {
@@ -520,7 +554,7 @@ std::vector<std::string> structure_problems(const CacheInfo& info, const std::st
   if (info.row_digests) check_rows(p, "/row_digests", dataset_rows(path, "/row_digests"), info.rows);
   promise_problems(p, info);
   try {
-    read_skipped(path);
+    skipped_problems(p, path, info.rows);
   } catch (const Error& e) {
     p.push_back(e.what());
   }
