@@ -34,4 +34,23 @@ expect_rc 0
 expect_file "$WORK/head.pt"
 run env OMP_DYNAMIC=true $T "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 -q
 expect_rc 0
+
+# GOMP_CPU_AFFINITY naming CPUs the process may not run on (item 17): libgomp could not start its
+# threads there and ended the tool with 1 (the code --verify uses for "stale") or a crash, leaving
+# the output's lock and journal: now 69 before LibTorch loads, with nothing left behind.
+msg_re="GOMP_CPU_AFFINITY: names CPU 1000, which this process may not run on \(its CPUs: [0-9 ]+\); LibTorch's OpenMP threads could not start there: name CPUs of those, or unset it$"
+run env GOMP_CPU_AFFINITY=1000-1002 $T "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/aff.h5"
+expect_rc 69
+expect_err_re "^cache-fill: error: $msg_re"
+expect_no_file "$WORK/aff.h5"
+expect_no_file "$WORK/aff.h5.partial"
+expect_no_file "$WORK/aff.h5.lock"
+run env GOMP_CPU_AFFINITY=1000-1002 $T "$TC_BIN/cache-inspect" --verify 2 "$WORK/ref.h5"
+expect_rc 69
+expect_err_re "^cache-inspect: error: $msg_re"
+run env GOMP_CPU_AFFINITY=1000 $T "$TC_BIN/gc-train" --cache "$WORK/ref.h5" --embeddings cnn --head linear:8 \
+  --batch-size 64 --chunk-size 16 --steps 3 --out "$WORK/aff.pt" -q
+expect_rc 69
+expect_err_re "^gc-train: error: $msg_re"
+expect_no_file "$WORK/aff.pt"
 finish

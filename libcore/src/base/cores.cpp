@@ -11,6 +11,9 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
+
+#include "traincache/base/error.h"
 
 namespace traincache {
 
@@ -83,6 +86,52 @@ unsigned openmp_thread_limit(const char* const* env) {
   if (levels && std::strspn(levels, " 0") == std::strlen(levels) && std::strchr(levels, '0')) limit = 1;
   if (is_true(env_value(env, "OMP_DYNAMIC"))) limit = 1;
   return limit;
+}
+
+namespace {
+
+// The CPUs of a GOMP_CPU_AFFINITY list ("0 3 1-2 4-15:2", commas allowed), or nothing when it does
+// not parse.
+std::optional<std::vector<long>> affinity_cpus(const std::string& text) {
+  std::vector<long> cpus;
+  std::string spaced = text;
+  std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  std::istringstream in(spaced);
+  std::string item;
+  while (in >> item) {
+    long first = 0, last = 0, stride = 1;
+    char dash = 0, colon = 0;
+    std::istringstream one(item);
+    if (!(one >> first) || first < 0) return std::nullopt;
+    last = first;
+    if (one >> dash) {
+      if (dash != '-' || !(one >> last) || last < first) return std::nullopt;
+      if (one >> colon && (colon != ':' || !(one >> stride) || stride < 1)) return std::nullopt;
+    }
+    if (one >> colon) return std::nullopt;  // anything after the item
+    for (long c = first; c <= last && cpus.size() < 4096; c += stride) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+}  // namespace
+
+void check_openmp_affinity(const char* const* env) {
+  const char* value = env_value(env, "GOMP_CPU_AFFINITY");
+  if (!value) return;
+  const auto cpus = affinity_cpus(value);
+  if (!cpus) return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  std::string mine;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) mine += (mine.empty() ? "" : " ") + std::to_string(c);
+  for (long c : *cpus)
+    if (c >= CPU_SETSIZE || !CPU_ISSET(static_cast<int>(c), &mask))
+      throw Error(Exit::unavailable, "GOMP_CPU_AFFINITY",
+                  "names CPU " + std::to_string(c) + ", which this process may not run on (its CPUs: " + mine +
+                      "); LibTorch's OpenMP threads could not start there: name CPUs of those, or unset it");
 }
 
 int intra_op_threads(int threads) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/openmp_wait.h"
 #include "traincache_build_info.h"
@@ -88,6 +89,7 @@ class OpenmpWaitWhileLoading {
 };
 
 void* open_engines() {
+  check_openmp_affinity();  // a list libgomp cannot bind to ends the process once LibTorch runs
   const OpenmpWaitWhileLoading wait;
   return open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");
 }

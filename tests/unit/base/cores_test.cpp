@@ -2,10 +2,12 @@
 
 #include <sched.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "catch.h"
+#include "traincache/base/error.h"
 
 using namespace traincache;
 
@@ -54,4 +56,27 @@ CATCH_TEST_CASE("cores: the OpenMP variables that limit a team", "[cores]") {
   CATCH_CHECK(limit({"OMP_DYNAMIC=TRUE", "OMP_THREAD_LIMIT=8"}) == 1);
   CATCH_CHECK(limit({"OMP_DYNAMIC=false", "OMP_THREAD_LIMIT=8"}) == 8);
   CATCH_CHECK(limit({"XOMP_THREAD_LIMIT=1", "OMP_THREAD_LIMITS=1"}) == 0);  // only the variable itself
+}
+
+CATCH_TEST_CASE("cores: GOMP_CPU_AFFINITY naming a CPU this process may not use is refused", "[cores]") {
+  cpu_set_t mask;
+  CATCH_REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  int mine = 0;
+  while (!CPU_ISSET(mine, &mask)) ++mine;
+  const std::string ok = "GOMP_CPU_AFFINITY=" + std::to_string(mine);
+  const std::vector<std::string> fine{ok, "GOMP_CPU_AFFINITY=junk", "GOMP_CPU_AFFINITY=1-x", "OTHER=1000"};
+  for (const auto& var : fine) {
+    const char* env[] = {var.c_str(), nullptr};
+    CATCH_CHECK_NOTHROW(check_openmp_affinity(env));
+  }
+  for (const char* var : {"GOMP_CPU_AFFINITY=1000-1002", "GOMP_CPU_AFFINITY=5000", "GOMP_CPU_AFFINITY=0,1000-1004:2"}) {
+    const char* env[] = {var, nullptr};
+    try {
+      check_openmp_affinity(env);
+      CATCH_FAIL("no error for " << var);
+    } catch (const Error& e) {
+      CATCH_CHECK(e.code() == Exit::unavailable);
+      CATCH_CHECK(std::string(e.what()).rfind("GOMP_CPU_AFFINITY: names CPU ", 0) == 0);
+    }
+  }
 }

@@ -25,6 +25,13 @@ unsigned openmp_thread_limit(const char* const* env = nullptr);
 /// OMP_NUM_THREADS (its first value) when set; capped by openmp_thread_limit(); at least 1.
 int intra_op_threads(int threads);
 
+/// Error(unavailable, "GOMP_CPU_AFFINITY", ...) when that variable of `env` (null: this process's
+/// environment) names a CPU outside this process's affinity mask: libgomp binds its threads to the
+/// CPUs listed and, failing to start one there, ends the process (exit 1, or a crash) after a tool
+/// has taken its output's lock. Called before LibTorch is loaded. A value that does not parse is
+/// left to libgomp, which ignores it.
+void check_openmp_affinity(const char* const* env = nullptr);
+
 /// The cores a cgroup v2 `cpu.max` value ("QUOTA PERIOD", or "max PERIOD" for no limit) allows,
 /// rounded up; nothing for no limit or a value that does not parse.
 std::optional<unsigned> cores_of_cpu_max(const std::string& value);
