@@ -125,6 +125,14 @@ expect_err "smart-bench: error: --data: give exactly one of --data, --files and 
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy smart --replace-rate 0
 expect_rc 64
 expect_err "smart-bench: error: --replace-rate: must be in (0, 1]"
+# Values that were accepted and ran (issue 84, messages): a negative count, time or allowance.
+for bad in "--replace-workers|-2|must be an integer from 1 to 64" "--model-ms|-5|must be a number >= 0" \
+           "--max-regression|-1|must be a number >= 0"; do
+  IFS='|' read -r flag value why <<<"$bad"
+  run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 "$flag" "$value"
+  expect_rc 64
+  expect_err "smart-bench: error: $flag: $why, got '$value' (see --help)"
+done
 run "$TC_BIN/smart-bench" --files "$WORK/nothing" --strategy none
 expect_rc 66
 expect_err "smart-bench: error: $WORK/nothing/meta.json: cannot open (see docs/smart-bench.md)"

@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   cli::add_file_options(app, b.images, "Images (cache-fill's preprocessing; arrays: --resize H,W only)", true);
   app.add_option("--model", b.model, "TorchScript model trained with SGD each step")->group("Cost");
   app.add_option("--model-ms", b.model_ms, "Synthetic compute per batch when there is no --model")
+      ->check(cli::positive_number(true))
       ->capture_default_str()
       ->group("Cost");
   app.add_option("--strategy", o.strategies, "Comma-separated: " + bench::caching_choices().list(", "))
@@ -204,7 +205,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-num", b.cache_num, "smart: window size N (0: half the items)")->capture_default_str();
   app.add_option("--replace-rate", b.replace_rate, "smart: replace rate r (R = ceil(N r) per epoch)")
       ->capture_default_str();
-  app.add_option("--replace-workers", b.replace_workers, "smart: replacer threads")->capture_default_str();
+  app.add_option("--replace-workers", b.replace_workers, "smart: replacer threads")
+      ->check(cli::integer_range(1, 64))
+      ->capture_default_str();
   app.add_option("-b,--batch-size", b.batch_size, "Samples per step")
       ->check(cli::positive_integer())
       ->capture_default_str();
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
   app.add_flag("--csv", o.csv, "CSV with a header line");
   app.add_option("--baseline", o.baseline, "A previous --json result: exit 1 on a throughput regression");
   app.add_option("--max-regression", o.max_regression, "Allowed relative drop of samples/s per strategy")
+      ->check(cli::positive_number(true))
       ->capture_default_str();
   app.footer(
       "EXAMPLES\n"
