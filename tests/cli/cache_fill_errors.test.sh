@@ -91,4 +91,14 @@ expect_rc 65
 expect_err "cache-fill: error: encoder 'dropout': not deterministic: two runs on the first batch differ (dropout or randomness left on?)"
 expect_no_file "$O"
 expect_no_file "$O.partial"
+
+# Counts that are not counts (issue 84, messages): a 309-digit range for -5, and a value past int64
+# taken as INT64_MAX in silence.
+for bad in "--length-window|-5|must be an integer >= 0" "--length-window|1.5|must be an integer >= 0" \
+           "--max-tokens|99999999999999999999|must be an integer from 0 to 9223372036854775807"; do
+  IFS='|' read -r flag value why <<<"$bad"
+  run "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder cnn="$D/cnn.pt" --out "$O" "$flag" "$value"
+  expect_rc 64
+  expect_err "cache-fill: error: $flag: $why, got '$value' (see --help)"
+done
 finish

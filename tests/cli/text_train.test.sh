@@ -62,7 +62,7 @@ expect_rc 0
 same_params "$WORK/capped.pt" "$WORK/full.pt" "$ENC" 1e-4
 run "$TC_BIN/gc-train" "${TRAIN[@]}" --chunk-size 5 --max-tokens -1
 expect_rc 64
-expect_err "gc-train: error: --max-tokens: must be a number >= 0, got '-1' (see --help)"
+expect_err "gc-train: error: --max-tokens: must be an integer >= 0, got '-1' (see --help)"
 
 # An integer buffer stays integer: a transformer exported from Hugging Face keeps its position ids in
 # an int64 buffer and embeds them; gc-train once converted every tensor of the module to the float

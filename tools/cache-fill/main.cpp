@@ -334,14 +334,14 @@ void add_text_options(CLI::App& app, Options& o) {
   app.add_option("--length-window", o.fill.length_window,
                  "Sort the texts of each window of ROWS rows by length and encode them in batches of similar "
                  "length (default: 16 batches; 0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::integer_range(0, INT64_MAX))
       ->group(text_group);
   app.add_option(
          "--max-tokens", o.fill.max_tokens,
          "A length window's batches hold at most N token slots: rows times the longest row's tokens (default: " +
              std::to_string(text::kDefaultMaxTokensCpu) + " on a CPU, " + std::to_string(text::kDefaultMaxTokensCuda) +
              " on CUDA; 0: --batch-size rows each)")
-      ->check(cli::positive_number(true))
+      ->check(cli::integer_range(0, INT64_MAX))
       ->group(text_group);
 }
 

@@ -338,7 +338,7 @@ void add_batch_options(CLI::App& app, Options& o) {
                  "shortest first; 0: --chunk-size rows only (default " +
                      std::to_string(text::kDefaultMaxTokensCpu) + " on a CPU, " +
                      std::to_string(text::kDefaultMaxTokensCuda) + " on CUDA)")
-      ->check(cli::positive_number(true))
+      ->check(cli::integer_range(0, INT64_MAX))
       ->group(g_loss);
   app.add_option("--loss-chunk", t.loss_chunk,
                  "Anchor rows per loss chunk (default: the query chunk; CUDA: 2^25 logits)")

@@ -294,9 +294,13 @@ CLI::Validator integer_range(int64_t lo, int64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {
         auto v = parse_int(s);
+        // Past int64's range an integer is still one: the message then names the bound it passed.
+        const bool too_long =
+            !v && !s.empty() && s.find_first_not_of("0123456789", s[0] == '-' ? 1 : 0) == std::string::npos;
         if (!v || *v < lo || *v > hi)
-          return (hi == INT64_MAX ? "must be an integer >= " + std::to_string(lo)
-                                  : "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi)) +
+          return (hi == INT64_MAX && !too_long
+                      ? "must be an integer >= " + std::to_string(lo)
+                      : "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi)) +
                  ", got '" + s + "'";
         return "";
       },
