@@ -10,7 +10,7 @@ import json
 import os
 import threading
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 LIBRARY = "libtraincache_c.so"
 
 _lock = threading.Lock()
@@ -67,6 +67,7 @@ _PROTOTYPES = {
     "tc_last_error": (ctypes.c_char_p, []),
     "tc_free": (None, [_p]),
     "tc_cache_describe": (_int, [ctypes.c_char_p, _int, ctypes.POINTER(_p)]),
+    "tc_cache_check_structure": (_int, [ctypes.c_char_p]),
     "tc_slab_create": (_int, [ctypes.c_char_p, ctypes.POINTER(_p)]),
     "tc_slab_attach": (_int, [ctypes.c_char_p, _int, ctypes.POINTER(_p)]),
     "tc_slab_close": (None, [_p]),

@@ -36,6 +36,9 @@ class CacheDataset(torch.utils.data.Dataset):
         names = [e["name"] for e in desc["embeddings"]]
         if not names:
             raise TraincacheError(65, f"{self.path}: no embeddings")
+        # What --check refuses in structure (short datasets, integer or float64 embeddings, 2-D keys)
+        # is refused here, before a worker reads a row: 65, as gc-train and --export refuse it.
+        _capi.check(_capi.lib().tc_cache_check_structure(os.fsencode(self.path)))
         if embeddings is None:
             chosen = names
         else:

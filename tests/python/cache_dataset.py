@@ -169,6 +169,25 @@ def main():
         f.attrs["complete"], f.attrs["format_version"] = 1, 2
     raises(lambda: CacheDataset(altered), TraincacheError,
            f"{altered}: format version 2 is newer than this tool reads (1)", 65)
+    # A cache damaged in its structure is refused at once, as --check, --export and gc-train refuse it
+    # (issue 84, item 9: numpy's IndexError or TypeError came from a worker, integer and float64
+    # embeddings were served).
+    def replaced(f, name, change):
+        data = change(f[name][()])
+        del f[name]
+        f[name] = data
+
+    for name, change, problem in (
+            ("labels", lambda x: x[:250], "/labels has 250 rows, expected 300"),
+            ("embeddings/cnn", lambda x: x.astype(np.int32), "/embeddings/cnn holds int32, not float32 or float16"),
+            ("embeddings/cnn", lambda x: x.astype(np.float64), "/embeddings/cnn holds float64, not float32 or float16"),
+            ("keys", lambda x: np.stack([x, x], 1), "/keys is not one key per row (1-D)")):
+        with open(labelled, "rb") as src, open(altered, "wb") as dst:
+            dst.write(src.read())
+        with h5py.File(altered, "r+") as f:
+            replaced(f, name, change)
+        raises(lambda: CacheDataset(altered), TraincacheError,
+               f"{altered}: damaged: {problem} (cache-inspect --check lists what is wrong)", 65)
     raises(lambda: CacheDataset(int_keys, labels=True), ValueError,
            f"{int_keys}: the cache has no labels (cache-fill ran without --labels); use labels=False")
     raises(lambda: CacheDataset(two, embeddings=["a", "c"]), ValueError, f"{two}: no embeddings named c (the cache has a, b)")

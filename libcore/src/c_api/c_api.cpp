@@ -166,6 +166,14 @@ int tc_cache_describe(const char* path, int stats, char** json) {
   });
 }
 
+int tc_cache_check_structure(const char* path) {
+  return guarded([&] {
+    const std::string p = path ? path : "";
+    io::cache::require_sound_structure(io::cache::read_info(p, false), p);
+    return 0;
+  });
+}
+
 int tc_slab_create(const char* options_json, tc_slab** out) {
   return guarded([&] {
     *out = new tc_slab{slab::Slab::create(create_options(options_json))};

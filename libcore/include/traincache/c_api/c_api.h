@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 /** Incremented when a function changes meaning or signature; callers check it at load. */
-#define TC_ABI_VERSION 3
+#define TC_ABI_VERSION 4
 
 /** TC_ABI_VERSION of the loaded library. */
 TC_API int tc_abi_version(void);
@@ -43,6 +43,12 @@ TC_API void tc_free(char* s);
 /** The JSON object `cache-inspect --json [--stats] PATH` prints for the file (its "files"[0]),
  * in *json. 0, or -65 (not a cache, corrupt, newer format), -66 (missing). */
 TC_API int tc_cache_describe(const char* path, int stats, char** json);
+
+/** 0 when the file's structure is sound as `cache-inspect --check` checks it (every dataset of the
+ * cache's rows, float32 or float16 embeddings, what its fingerprint promises, /skipped and /keys as
+ * cache-fill writes them); else -65 with "PATH: damaged: <the first problem> (cache-inspect --check
+ * lists what is wrong)" (-66 missing). Embedding values (NaN) are not read. */
+TC_API int tc_cache_check_structure(const char* path);
 
 /** A mapped slab (one attachment: its own descriptor and mapping). */
 typedef struct tc_slab tc_slab;
