@@ -59,6 +59,17 @@ expect_err "gc-train: error: $WORK/pairs.h5: grouped mode needs labels in the ca
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings nope
 expect_rc 65
 expect_err "gc-train: error: $WORK/c.h5: no encoder named 'nope' in the cache (have: cnn, mlp)"
+# Options that were taken in silence (issue 84, messages): a seed past uint64 saturated (two such
+# seeds were one), --max-tokens capped nothing on cached embeddings, an empty --eval-rows was
+# reported as --rows.
+for bad in "--seed|99999999999999999999999|--seed: must be an integer from 0 to 18446744073709551615, got '99999999999999999999999' (see --help)" \
+           "--max-tokens|100|--max-tokens: caps the chunks of text sides (--data); cached embeddings (--cache) have none" \
+           "--eval-rows|0:0|--eval-rows: empty range '0:0'"; do
+  IFS='|' read -r flag value message <<<"$bad"
+  run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head linear:4 --batch-size 32 --steps 1 "$flag" "$value"
+  expect_rc 64
+  expect_err "gc-train: error: $message"
+done
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --head conv:3
 expect_rc 64
 expect_err "gc-train: error: --head: expected mlp:H1,...,Hn, linear:D or a TorchScript file, got 'conv:3'"

@@ -1,8 +1,10 @@
 // gc-train: gradient-cached contrastive training on cached embeddings or raw inputs.
 // See docs/gc-train.md.
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "traincache/base/interrupt.h"
 #include "traincache/cli/cli.h"
@@ -151,7 +153,7 @@ void resolve_options(Options& o) {
     t.query_chunk = *qc;
     t.passage_chunk = *pc;
   }
-  if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows);
+  if (!o.eval_rows.empty()) std::tie(t.eval_begin, t.eval_end) = cli::parse_row_range(o.eval_rows, "--eval-rows");
   if (t.eval_end < 0 && !o.eval_rows.empty()) t.eval_end = INT64_MAX;
   if (!o.eval_k.empty()) t.eval_k = train::parse_ks(o.eval_k);
   t.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
@@ -348,6 +350,16 @@ void add_batch_options(CLI::App& app, Options& o) {
   app.add_flag("--no-drop-last", o.no_drop_last, "Keep the last partial batch of an epoch")->group(g_loss);
   app.add_flag("--no-shuffle", o.no_shuffle, "Batches are rows [bB, (b+1)B) in order")->group(g_loss);
   app.add_option("--seed", t.seed, "Seed of initialisation, shuffling and dropout")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // CLI11 saturates a number past uint64 at its largest value: two such seeds were one.
+            errno = 0;
+            char* end = nullptr;
+            std::strtoull(v.c_str(), &end, 10);
+            const bool ok = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos && errno != ERANGE;
+            return ok ? "" : "must be an integer from 0 to 18446744073709551615, got '" + v + "'";
+          },
+          "UINT64"))
       ->capture_default_str()
       ->group(g_loss);
   app.add_option("--steps", t.steps, "Steps to train (overrides --epochs)")

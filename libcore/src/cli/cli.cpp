@@ -242,18 +242,18 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
   return status;
 }
 
-std::pair<int64_t, int64_t> parse_row_range(const std::string& spec) {
+std::pair<int64_t, int64_t> parse_row_range(const std::string& spec, const std::string& option) {
   auto colon = spec.find(':');
-  if (colon == std::string::npos) throw Error(Exit::usage, "--rows", "expected A:B, got '" + spec + "'");
+  if (colon == std::string::npos) throw Error(Exit::usage, option, "expected A:B, got '" + spec + "'");
   auto num = [&](const std::string& s, int64_t dflt) -> int64_t {
     if (s.empty()) return dflt;
     auto v = parse_int(s);
-    if (!v || *v < 0) throw Error(Exit::usage, "--rows", "not a row number: '" + s + "'");
+    if (!v || *v < 0) throw Error(Exit::usage, option, "not a row number: '" + s + "'");
     return *v;
   };
   int64_t a = num(spec.substr(0, colon), 0);
   int64_t b = num(spec.substr(colon + 1), -1);
-  if (b >= 0 && b <= a) throw Error(Exit::usage, "--rows", "empty range '" + spec + "'");
+  if (b >= 0 && b <= a) throw Error(Exit::usage, option, "empty range '" + spec + "'");
   return {a, b};
 }
 

@@ -310,6 +310,9 @@ void validate_options(const TrainOptions& o) {
   const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();
   if (text && !o.cache.empty())
     throw Error(Exit::usage, "--tokenizer", "tokenizes raw text (--data); cached embeddings (--cache) need none");
+  if (o.max_tokens >= 0 && !o.cache.empty())  // accepted and ignored, it read as if it capped something
+    throw Error(Exit::usage, "--max-tokens",
+                "caps the chunks of text sides (--data); cached embeddings (--cache) have none");
   if (o.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
   if (o.eval_split < 0 || o.eval_split >= 1)
     throw Error(Exit::usage, "--eval-split", "must be a fraction of the rows, above 0 and below 1");

@@ -83,7 +83,7 @@ void add_contention(report::Record& rec, const CpuContention& c, const std::stri
 void print_warning(const std::string& tool, const std::string& msg);
 
 /// Parses "A:B" (either side may be empty: ":B", "A:") into [A, B); B = -1 means "to the end".
-std::pair<int64_t, int64_t> parse_row_range(const std::string& spec);
+std::pair<int64_t, int64_t> parse_row_range(const std::string& spec, const std::string& option = "--rows");
 
 /// Splits "NAME=VALUE" into {NAME, VALUE}; without '=' returns {nullopt, spec}.
 std::pair<std::optional<std::string>, std::string> split_assignment(const std::string& spec);
