@@ -80,6 +80,26 @@ echo '{"max_seq_length": "long"}' > "$WORK/st/sentence_bert_config.json"
 run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st-bad.h5"
 expect_rc 65
 expect_err "cache-fill: error: $WORK/st/sentence_bert_config.json: max_seq_length \"long\" is not a length (a whole number of tokens)"
+# Lengths past any encoder's position table are refused before a batch is made (issue 84, item 6:
+# 256 rows of 2,000,000 tokens took 22 GB and the kernel's OOM killer); a whole number written as a
+# float is a length (64.0 was refused).
+echo '{"max_seq_length": 1000000000}' > "$WORK/st/sentence_bert_config.json"
+run timeout 60 "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st-bad.h5"
+expect_rc 65
+expect_err "cache-fill: error: $WORK/st/sentence_bert_config.json: max_seq_length 1000000000 is more than the 65536 tokens a text may have (longer than any encoder's position table); give --max-length"
+run timeout 60 "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st-bad.h5" --padding max-length --max-length 2000000
+expect_rc 64
+expect_err "cache-fill: error: --max-length: 2000000 is more than the 65536 tokens a text may have (longer than any encoder's position table)"
+expect_no_file "$WORK/st-bad.h5"
+# An explicit --max-length stands in for a malformed file's length: it is not read then.
+echo '{"max_seq_length": "long"}' > "$WORK/st/sentence_bert_config.json"
+run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st48-again.h5" --max-length 48
+expect_rc 0
+expect_same "$WORK/st48-again.h5" "$WORK/st48.h5"
+echo '{"max_seq_length": 16.0}' > "$WORK/st/sentence_bert_config.json"
+run "$TC_BIN/cache-fill" "${ST[@]}" --out "$WORK/st-float.h5"
+expect_rc 0
+expect_same "$WORK/st-float.h5" "$WORK/st.h5"
 
 # cache-inspect names the text input and its tokenizer; --verify re-tokenizes and re-encodes rows.
 run "$TC_BIN/cache-inspect" "$WORK/b.h5"
@@ -197,7 +217,7 @@ expect_rc 64
 expect_err "cache-fill: error: --max-tokens: caps the batches of texts sorted by length (--length-window), and this fill sorts none"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-tokens -5 --out "$WORK/b_bad.h5"
 expect_rc 64
-expect_err "cache-fill: error: --max-tokens: must be a number >= 0, got '-5' (see --help)"
+expect_err "cache-fill: error: --max-tokens: must be an integer >= 0, got '-5' (see --help)"
 # The padding share in the bottleneck line, with what lowers it when it is large: every text padded
 # to 48 tokens.
 run "$TC_BIN/cache-fill" --input "$WORK/pairs.jsonl" --text gloss --encoder "$ENC" --threads 2 -b 64 --tokenizer "$T/bert-uncased.json" --max-length 48 --padding max-length \

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
@@ -114,9 +115,18 @@ int64_t folder_max_length(const std::string& tokenizer) {
   if (j.is_discarded() || !j.is_object()) throw Error(Exit::data, config, "not a JSON object");
   if (!j.contains("max_seq_length") || j["max_seq_length"].is_null()) return 0;
   const auto& m = j["max_seq_length"];
-  if (!m.is_number_integer() || m.get<int64_t>() < 1)
+  // A whole number written as a float (64.0, as some exporters write it) is a length too.
+  const bool whole =
+      m.is_number_integer() || (m.is_number_float() && std::isfinite(m.get<double>()) &&
+                                std::floor(m.get<double>()) == m.get<double>() && std::fabs(m.get<double>()) < 9e15);
+  const int64_t n = !whole ? 0 : m.is_number_integer() ? m.get<int64_t>() : static_cast<int64_t>(m.get<double>());
+  if (n < 1)
     throw Error(Exit::data, config, "max_seq_length " + m.dump() + " is not a length (a whole number of tokens)");
-  return m.get<int64_t>();
+  if (n > kMaxTextTokens)
+    throw Error(Exit::data, config,
+                "max_seq_length " + m.dump() + " is more than the " + std::to_string(kMaxTextTokens) +
+                    " tokens a text may have (longer than any encoder's position table); give --max-length");
+  return n;
 }
 
 }  // namespace
@@ -131,7 +141,12 @@ std::unique_ptr<Tokenizer> load(const std::string& path) {
     throw Error(Exit::usage, path, "is a directory; name its tokenizer.json (or the SentencePiece .model file)");
   const std::string bytes = read_tokenizer_file(path);
   auto tok = ends_with(path, ".model") ? spm::load(path, bytes) : hf::load(path, bytes);
-  tok->set_model_max_length(folder_max_length(path));
+  try {
+    tok->set_model_max_length(folder_max_length(path));
+  } catch (const Error& e) {
+    if (e.code() != Exit::data) throw;
+    tok->set_model_max_error(e.what());  // refused only when no --max-length stands in for it
+  }
   return tok;
 }
 
@@ -145,8 +160,16 @@ int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts) 
     throw Error(Exit::usage, "--max-length",
                 std::to_string(opts.max_length) + " cannot hold the " + std::to_string(tok.special_tokens()) +
                     " special tokens the tokenizer adds to every text");
+  const std::string most = "more than the " + std::to_string(kMaxTextTokens) +
+                           " tokens a text may have (longer than any encoder's position table)";
+  if (opts.max_length > kMaxTextTokens)
+    throw Error(Exit::usage, "--max-length", std::to_string(opts.max_length) + " is " + most);
   if (opts.max_length > 0) return opts.max_length;
+  if (!tok.model_max_error().empty()) throw Error(Exit::data, "", tok.model_max_error());
   if (tok.model_max_length() > 0) return std::max(tok.model_max_length(), tok.special_tokens());
+  if (tok.file_max_length() > kMaxTextTokens)
+    throw Error(Exit::data, "the tokenizer's truncation.max_length",
+                std::to_string(tok.file_max_length()) + " is " + most + "; give --max-length");
   return tok.file_max_length() > 0 ? tok.file_max_length() : 512;
 }
 

@@ -42,6 +42,11 @@ class Tokenizer {
   /// texts at), or 0. load() reads it.
   int64_t model_max_length() const { return model_max_; }
   void set_model_max_length(int64_t n) { model_max_ = n; }
+  /// Why the model folder's limit could not be read (a malformed sentence_bert_config.json), or
+  /// "": effective_max_length refuses it (Error(data)) only when no --max-length
+  /// stands in for it.
+  const std::string& model_max_error() const { return model_max_error_; }
+  void set_model_max_error(const std::string& why) { model_max_error_ = why; }
   /// A one-line description: "wordpiece, 30522 tokens, BertNormalizer(lowercase), ...".
   virtual std::string describe() const = 0;
 
@@ -52,6 +57,7 @@ class Tokenizer {
 
  private:
   int64_t model_max_ = 0;
+  std::string model_max_error_;
 };
 
 /// Loads a tokenizer: a file ending in .model is a SentencePiece model, anything else a Hugging
@@ -75,8 +81,14 @@ struct TokenizeOptions {
   std::string vocab_table;
 };
 
+/// The most tokens a text may have (--max-length, a model folder's max_seq_length, a tokenizer's
+/// truncation): 65,536, past the position table of every encoder model there is; a length of
+/// 2,000,000 made batches of 256 such rows before anything refused it, and the kernel ended the run.
+inline constexpr int64_t kMaxTextTokens = 65536;
+
 /// The max_length used: `opts.max_length`, else the model folder's (sentence-transformers'
-/// max_seq_length), else the tokenizer file's, else 512.
+/// max_seq_length), else the tokenizer file's, else 512. More than kMaxTextTokens: Error(usage)
+/// for --max-length, Error(data) for the tokenizer file's.
 int64_t effective_max_length(const Tokenizer& tok, const TokenizeOptions& opts);
 
 /// Padded token batches, row-major [rows, length], int64.
