@@ -96,4 +96,9 @@ for name in ('k.jsonl', 'kb.jsonl'):
 "
 expect_out "k.jsonl True
 kb.jsonl True"
+# Resumed at the last step, nothing is trained: said so, not "0 samples/s" (issue 84, messages).
+run "$TC_BIN/gc-train" "${KT[@]/-q/-v}" --steps $total --resume
+expect_rc 0
+expect_err_has "gc-train: cached-grouped: nothing left to do: the checkpoint is at step $total, the last"
+[[ "$err" != *"samples/s"* ]] && _ok || _fail "a resume with nothing to train reports no rate"
 finish

@@ -231,11 +231,15 @@ int run(Options& o) {
     std::fprintf(stderr, "%s: %s\n", kTool, rec.format("interrupted at step {steps}{resume_hint}").c_str());
     return cli::code(Exit::interrupted);
   }
-  cli::print_result(kTool, o.common, rec,
-                    {r.eval_after.present ? "after training:  {eval_after}" : "",
-                     "{mode}: {steps} steps, loss {loss:%.6g}, {seconds:%.2f} s, {samples_per_second:%.0f} samples/s, "
-                     "{seconds_per_epoch:%.2f} s per epoch",
-                     r.contention.competed() ? "{contention}" : ""});
+  // A resume at the last step trains nothing: no rate to report ("0 samples/s" read as a stall).
+  const bool nothing_left = r.start_step > 0 && r.start_step >= r.steps_done;
+  cli::print_result(
+      kTool, o.common, rec,
+      {r.eval_after.present ? "after training:  {eval_after}" : "",
+       nothing_left ? "{mode}: nothing left to do: the checkpoint is at step {steps}, the last"
+                    : "{mode}: {steps} steps, loss {loss:%.6g}, {seconds:%.2f} s, {samples_per_second:%.0f} "
+                      "samples/s, {seconds_per_epoch:%.2f} s per epoch",
+       r.contention.competed() ? "{contention}" : ""});
   return 0;
 }
 
