@@ -172,7 +172,8 @@ class ImageColumn : public Column {
 
   void pixels_of(const EncodedImage& e, int64_t row, uint8_t* out) const override {
     check_range(row, 1);
-    const image::Image img = decoded(e.bytes, static_cast<std::size_t>(row));
+    thread_local image::Image img;
+    decode(e.bytes, static_cast<std::size_t>(row), img);
     StageTimer resize(Stage::resize);
     image::preprocess_pixels(img, spec_, out);
   }
@@ -228,23 +229,22 @@ class ImageColumn : public Column {
   template <class Use>
   void for_each_image(int64_t start, int64_t count, Use use) const {
     check_range(start, count);
+    thread_local image::Image img;  // its buffer reused from image to image
     for (int64_t r = start; r < start + count; ++r) {
-      const image::Image img = decoded(read_checked(static_cast<std::size_t>(r)), static_cast<std::size_t>(r));
+      decode(read_checked(static_cast<std::size_t>(r)), static_cast<std::size_t>(r), img);
       StageTimer resize(Stage::resize);  // resize, crop and normalise (cache-fill's bottleneck report)
       use(img);
     }
   }
 
-  // Image i's bytes decoded, its size checked against the column's row shape.
-  image::Image decoded(const std::string& bytes, std::size_t i) const {
-    image::Image img;
+  // Image i's bytes decoded into img (only the part the spec reads, where that is less), its size
+  // checked against the column's row shape.
+  void decode(const std::string& bytes, std::size_t i, image::Image& img) const {
     {
       StageTimer decode(Stage::decode);
-      img = image::decode(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_.channels,
-                          spec_.exif_transpose, shown_[i]);
+      image::decode_for(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_, shown_[i], img);
     }
     check_shape(img.height, img.width, i);
-    return img;
   }
 
   void check_shape(int h, int w, std::size_t i) const {

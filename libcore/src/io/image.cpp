@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
+#include "jpeg_part.h"
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
 
@@ -134,7 +136,8 @@ Image convert(Image in, Channels to) {
   out.width = in.width;
   out.height = in.height;
   out.channels = want;
-  const std::size_t n = static_cast<std::size_t>(in.width) * in.height;
+  out.part = in.part;
+  const std::size_t n = in.samples.size() / static_cast<std::size_t>(in.channels);
   out.samples.resize(n * want);
   const uint8_t* s = in.samples.data();
   uint8_t* d = out.samples.data();
@@ -264,148 +267,176 @@ void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, 
 // The windowed passes accumulate in int32: the weights are non-negative and sum to about
 // 1 << kResampleBits, so 255 times their sum (plus the rounding half) fits an int32 exactly, the
 // same value PIL's int accumulator gives. They compute with GCC's and Clang's vector extensions,
-// which compile to the target's SIMD instructions (SSE2 on any x86-64) without the intrinsics of
-// one instruction set.
-typedef uint8_t Bytes4 __attribute__((vector_size(4)));
-typedef int32_t Ints4 __attribute__((vector_size(16)));
+// which compile to the target's SIMD instructions without the intrinsics of one instruction set;
+// on x86-64 the compiler builds each pass for AVX-512, AVX2 and the baseline (SSE2) and picks one
+// when the library loads (target_clones: the build for one CPU runs on any).
 typedef uint8_t Bytes16 __attribute__((vector_size(16)));
+typedef uint16_t Shorts16 __attribute__((vector_size(32)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define TC_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef TC_SIMD_CLONES
+#define TC_SIMD_CLONES
+#endif
+// What the clones call is inlined into each, so that it is built for the clone's instructions.
+#define TC_SIMD_INLINE inline __attribute__((always_inline))
 
 constexpr int32_t kHalf = int32_t{1} << (kResampleBits - 1);
 
-// The horizontal pass of one row's output columns [from, to), one sample at a time: each column's
-// K taps from start[x] (C channels a pixel), weights taps[x * K ...].
-template <int C, int K>
-void horizontal_samples(const uint8_t* line, const int* start, const int32_t* taps, int from, int to, uint8_t* o) {
-  for (int x = from; x < to; ++x) {
-    const uint8_t* src = line + static_cast<std::ptrdiff_t>(start[x]) * C;
-    const int32_t* wt = taps + static_cast<std::ptrdiff_t>(x) * K;
-    int32_t acc[C];
-    for (int ch = 0; ch < C; ++ch) acc[ch] = kHalf;
-    for (int i = 0; i < K; ++i)
-      for (int ch = 0; ch < C; ++ch) acc[ch] += int32_t{src[i * C + ch]} * wt[i];
-    for (int ch = 0; ch < C; ++ch) o[x * C + ch] = static_cast<uint8_t>(std::clamp(acc[ch] >> kResampleBits, 0, 255));
-  }
+// 8-bit samples to 32-bit lanes and back (in range), through 16 bits: GCC 12 converts 8 <-> 32 bits
+// lane by lane, and each half of the way with SIMD instructions.
+// acc += the 16 samples at p times w.
+TC_SIMD_INLINE void add_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
+  Bytes16 b;
+  std::memcpy(&b, p, sizeof b);
+  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
+}
+// The 16 lanes of acc (0..255) stored as bytes at p.
+TC_SIMD_INLINE void store_bytes(const Ints16& acc, uint8_t* p) {
+  const Bytes16 v = __builtin_convertvector(__builtin_convertvector(acc, Shorts16), Bytes16);
+  std::memcpy(p, &v, sizeof v);
 }
 
-// The same for C = 3 or 4, a pixel's channels as one vector of four lanes: the fourth lane of an
-// RGB pixel is the next pixel's first sample, summed and dropped, so each tap reads one byte past
-// its pixel (the caller keeps the columns where that byte is past the image to horizontal_samples).
-template <int C, int K>
-void horizontal_pixels(const uint8_t* line, const int* start, const int32_t* taps, int to, uint8_t* o) {
-  for (int x = 0; x < to; ++x) {
-    const uint8_t* src = line + static_cast<std::ptrdiff_t>(start[x]) * C;
-    const int32_t* wt = taps + static_cast<std::ptrdiff_t>(x) * K;
-    Ints4 acc = Ints4{} + kHalf;
-    for (int i = 0; i < K; ++i) {
-      Bytes4 b;
-      std::memcpy(&b, src + i * C, sizeof b);
-      acc += __builtin_convertvector(b, Ints4) * wt[i];
-    }
-    acc >>= kResampleBits;
-    acc = acc < 0 ? 0 : acc;
-    acc = acc > 255 ? 255 : acc;
-    for (int ch = 0; ch < C; ++ch) o[x * C + ch] = static_cast<uint8_t>(acc[ch]);
-  }
-}
+TC_SIMD_INLINE uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255)); }
 
-// The horizontal pass over `rows` rows of `w` samples of C channels, for n output columns (taps
-// padded to K: start and weights as padded_taps gives them), into rows of n samples. `in` ends
-// where the image does when `image_end` (its last row may not be read past).
-template <int C, int K>
-void horizontal_window(const uint8_t* in, int rows, int w, const int* start, const int32_t* taps, int n, uint8_t* out,
-                       bool image_end) {
-  for (int r = 0; r < rows; ++r) {
-    const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * C;
-    uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * C;
-    if constexpr (C == 1) {
-      horizontal_samples<C, K>(line, start, taps, 0, n, o);
-    } else {
-      int safe = n;  // RGB taps read a byte past their pixel: not past the image's last one
-      if (C == 3 && image_end && r == rows - 1)
-        while (safe > 0 && start[safe - 1] + K >= w) --safe;
-      horizontal_pixels<C, K>(line, start, taps, safe, o);
-      horizontal_samples<C, K>(line, start, taps, safe, n, o);
-    }
-  }
-}
+// How the horizontal pass reads a row: each output column's taps in `chunks` loads of 16 bytes,
+// `step` bytes apart (15 for RGB: five pixels a load, the sixteenth byte weighted 0; 16 for grey),
+// from byte offset[x]; weights[x * chunks + g] is chunk g's sixteen weights.
+struct HorizontalTaps {
+  int chunks = 0, step = 0;
+  std::vector<int> offset;
+  std::vector<Ints16> weights;
+};
 
-// Kernel k's columns [left, left + n) with their taps padded to `taps` each, moved left where the
-// row would end first: (start, weights). False when a row is shorter than `taps`.
-bool padded_taps(const Kernel& k, int w, int left, int n, int taps, std::vector<int>& start,
-                 std::vector<int32_t>& weights) {
-  if (w < taps) return false;
-  start.resize(static_cast<std::size_t>(n));
-  weights.assign(static_cast<std::size_t>(n) * taps, 0);
+// Kernel k's output columns [left, left + n) laid out for rows of w pixels of c (1 or 3)
+// channels, whose first is the image's column `origin`: each column's first tap moved left where the
+// chunks would run past the row's end (its weights moved with it). False when that does not fit (a
+// row shorter than the chunks, or more than 3 chunks of taps: downscaling by more than about 7).
+bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n, HorizontalTaps& t) {
+  const int per_chunk = c == 3 ? 5 : 16;
+  const int taps = *std::max_element(k.count.begin() + left, k.count.begin() + left + n);
+  t.chunks = (taps + per_chunk - 1) / per_chunk;
+  t.step = per_chunk * c;
+  const int span = t.chunks * per_chunk;  // pixels the chunks cover
+  if (t.chunks > 3 || w < span) return false;
+  t.offset.resize(static_cast<std::size_t>(n));
+  t.weights.assign(static_cast<std::size_t>(n) * t.chunks, Ints16{});
   for (int x = 0; x < n; ++x) {
-    const int col = left + x, first = k.first[col];
-    const int s0 = std::min(first, w - taps);
-    start[x] = s0;
-    for (int i = 0; i < k.count[col]; ++i)
-      weights[static_cast<std::size_t>(x) * taps + (first - s0) + i] =
-          k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
+    const int col = left + x, first = k.first[col] - origin;
+    const int s0 = std::min(first, w - span);
+    t.offset[x] = s0 * c;
+    for (int i = 0; i < k.count[col]; ++i) {
+      const int tap = first - s0 + i;
+      Ints16& v = t.weights[static_cast<std::size_t>(x) * t.chunks + tap / per_chunk];
+      for (int ch = 0; ch < c; ++ch)
+        v[(tap % per_chunk) * c + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
+    }
   }
   return true;
 }
 
-template <int C>
-bool horizontal_window(const uint8_t* in, int rows, int w, int taps, const int* start, const int32_t* weights, int n,
-                       uint8_t* out, bool image_end) {
-  switch (taps) {
-    case 2:
-      horizontal_window<C, 2>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 3:
-      horizontal_window<C, 3>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 4:
-      horizontal_window<C, 4>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 5:
-      horizontal_window<C, 5>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 6:
-      horizontal_window<C, 6>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 7:
-      horizontal_window<C, 7>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 8:
-      horizontal_window<C, 8>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 9:
-      horizontal_window<C, 9>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 10:
-      horizontal_window<C, 10>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 11:
-      horizontal_window<C, 11>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    case 12:
-      horizontal_window<C, 12>(in, rows, w, start, weights, n, out, image_end);
-      return true;
-    default:
-      return false;
+// The sum of lanes {ch, ch + 3, ..., ch + 12} for ch = 0, 1, 2: an RGB chunk's channels.
+TC_SIMD_INLINE void channel_sums3(Ints16& a) {
+  const Ints16 b = a + __builtin_shufflevector(a, a, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15, 15, 15);
+  const Ints16 d = b + __builtin_shufflevector(b, b, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15, 15, 15, 15, 15, 15);
+  a = d + __builtin_shufflevector(a, a, 12, 13, 14, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15);
+}
+
+// The sum of all sixteen lanes, in lane 0.
+TC_SIMD_INLINE void lane_sum(Ints16& a) {
+  a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  a += __builtin_shufflevector(a, a, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  a += __builtin_shufflevector(a, a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+}
+
+// Output columns [0, to) of one row: G chunks of taps each.
+template <int C, int G>
+TC_SIMD_INLINE void horizontal_chunks(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
+  const Ints16* wv = t.weights.data();
+  for (int x = 0; x < to; ++x, wv += G) {
+    const uint8_t* src = line + t.offset[x];
+    Ints16 acc = Ints16{};
+    for (int g = 0; g < G; ++g) {
+      add_product(acc, src + g * t.step, wv[g]);
+    }
+    if constexpr (C == 3) {
+      channel_sums3(acc);
+      for (int ch = 0; ch < 3; ++ch) o[x * 3 + ch] = clip8(acc[ch] + kHalf);
+    } else {
+      lane_sum(acc);
+      o[x] = clip8(acc[0] + kHalf);
+    }
   }
 }
 
-// The horizontal pass of the window: unrolled for up to 12 taps (downscaling by up to about 5),
-// else resample_pass over the window's columns.
-void horizontal_window(const uint8_t* in, int rows, int w, int c, const Kernel& k, int left, int n, uint8_t* out,
-                       bool image_end, std::vector<int>& start, std::vector<int32_t>& weights) {
-  const int taps = std::max(2, *std::max_element(k.count.begin() + left, k.count.begin() + left + n));
-  if (padded_taps(k, w, left, n, taps, start, weights)) {
-    const int* s = start.data();
-    const int32_t* wt = weights.data();
-    const bool done = c == 1   ? horizontal_window<1>(in, rows, w, taps, s, wt, n, out, image_end)
-                      : c == 3 ? horizontal_window<3>(in, rows, w, taps, s, wt, n, out, image_end)
-                               : horizontal_window<4>(in, rows, w, taps, s, wt, n, out, image_end);
-    if (done) return;
+// The same one column at a time without reading past the chunks' taps (the last row's last
+// columns, whose sixteenth byte would lie past the image).
+TC_SIMD_INLINE void horizontal_exact(const uint8_t* line, const HorizontalTaps& t, int c, int from, int to,
+                                     uint8_t* o) {
+  const int per_chunk = t.step / c;
+  for (int x = from; x < to; ++x) {
+    const uint8_t* src = line + t.offset[x];
+    for (int ch = 0; ch < c; ++ch) {
+      int32_t acc = kHalf;
+      for (int i = 0; i < t.chunks * per_chunk; ++i)
+        acc += int32_t{src[i * c + ch]} *
+               t.weights[static_cast<std::size_t>(x) * t.chunks + i / per_chunk][(i % per_chunk) * c + ch];
+      o[x * c + ch] = clip8(acc);
+    }
   }
+}
+
+template <int C, int G>
+TC_SIMD_INLINE void horizontal_rows(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
+                                    bool image_end) {
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * C;
+    uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * C;
+    int safe = n;  // a chunk reads its 16 bytes: not past the image's last one
+    if (image_end && r == rows - 1)
+      while (safe > 0 && t.offset[safe - 1] + (G - 1) * t.step + 16 > w * C) --safe;
+    horizontal_chunks<C, G>(line, t, safe, o);
+    horizontal_exact(line, t, C, safe, n, o);
+  }
+}
+
+// The horizontal pass over `rows` rows of `w` pixels of c (1 or 3) channels, for the n output
+// columns `t` lays out, into rows of n pixels. `in` ends where the image does when `image_end`.
+TC_SIMD_CLONES void horizontal_pass(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n,
+                                    uint8_t* out, bool image_end) {
+  const int key = c * 10 + t.chunks;
+  switch (key) {
+    case 31:
+      return horizontal_rows<3, 1>(in, rows, w, t, n, out, image_end);
+    case 32:
+      return horizontal_rows<3, 2>(in, rows, w, t, n, out, image_end);
+    case 33:
+      return horizontal_rows<3, 3>(in, rows, w, t, n, out, image_end);
+    case 11:
+      return horizontal_rows<1, 1>(in, rows, w, t, n, out, image_end);
+    case 12:
+      return horizontal_rows<1, 2>(in, rows, w, t, n, out, image_end);
+    default:
+      return horizontal_rows<1, 3>(in, rows, w, t, n, out, image_end);
+  }
+}
+
+// The horizontal pass of the window: output columns [left, left + n) of kernel k from rows of w
+// pixels beginning at the image's column `origin`, chunked where horizontal_taps lays them out, else
+// resample_pass over the window's columns.
+void horizontal_window(const uint8_t* in, int rows, int w, int origin, int c, const Kernel& k, int left, int n,
+                       uint8_t* out, bool image_end, HorizontalTaps& taps) {
+  if ((c == 1 || c == 3) && horizontal_taps(k, w, c, origin, left, n, taps))
+    return horizontal_pass(in, rows, w, c, taps, n, out, image_end);
   Kernel sub;
   sub.ksize = k.ksize;
   sub.first.assign(k.first.begin() + left, k.first.begin() + left + n);
+  for (int& f : sub.first) f -= origin;
   sub.count.assign(k.count.begin() + left, k.count.begin() + left + n);
   sub.fixed.assign(k.fixed.begin() + static_cast<std::ptrdiff_t>(left) * k.ksize,
                    k.fixed.begin() + static_cast<std::ptrdiff_t>(left + n) * k.ksize);
@@ -415,7 +446,8 @@ void horizontal_window(const uint8_t* in, int rows, int w, int c, const Kernel& 
 // The vertical pass for output rows [top, top + n) of kernel `k`, row by row: each output row is
 // the weighted sum of whole input rows (`in` holds input rows from `row0`, `len` samples each), so
 // every load is contiguous, sixteen samples at a time.
-void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+TC_SIMD_CLONES void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n,
+                                    uint8_t* out) {
   for (int y = 0; y < n; ++y) {
     const int o = top + y;
     const int32_t* wt = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
@@ -424,21 +456,17 @@ void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int 
     int x = 0;
     for (; x + 16 <= len; x += 16) {
       Ints16 acc = Ints16{} + kHalf;
-      for (int i = 0; i < k.count[o]; ++i) {
-        Bytes16 b;
-        std::memcpy(&b, rows + static_cast<std::ptrdiff_t>(i) * len + x, sizeof b);
-        acc += __builtin_convertvector(b, Ints16) * wt[i];
-      }
+      for (int i = 0; i < k.count[o]; ++i)
+        add_product(acc, rows + static_cast<std::ptrdiff_t>(i) * len + x, Ints16{} + wt[i]);
       acc >>= kResampleBits;
       acc = acc < 0 ? 0 : acc;
       acc = acc > 255 ? 255 : acc;
-      const Bytes16 v = __builtin_convertvector(acc, Bytes16);
-      std::memcpy(dst + x, &v, sizeof v);
+      store_bytes(acc, dst + x);
     }
     for (; x < len; ++x) {
       int32_t acc = kHalf;
       for (int i = 0; i < k.count[o]; ++i) acc += int32_t{rows[static_cast<std::ptrdiff_t>(i) * len + x]} * wt[i];
-      dst[x] = static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255));
+      dst[x] = clip8(acc);
     }
   }
 }
@@ -446,40 +474,57 @@ void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int 
 // What one reader thread reuses from image to image: no allocation per image once warm.
 struct WindowBuffers {
   std::vector<uint8_t> rows, window;
-  std::vector<int32_t> weights;
-  std::vector<int> start;
+  HorizontalTaps taps;
 };
 
-// `img` resized to rh x rw (PIL's antialiased bilinear, horizontal pass first, 8-bit between the
-// passes) and cropped to the window [top, top + oh) x [left, left + ow), which lies inside: only
-// the window's samples are computed, from only the input rows and columns its taps reach, to the
-// same bits as resize_bilinear followed by the crop. Returns the window, oh x ow x c.
-const std::vector<uint8_t>& resize_window(const Image& img, int rh, int rw, int top, int left, int oh, int ow,
-                                          WindowBuffers& buf) {
+// Torchvision's Resize then CenterCrop of an h x w image as `spec` asks, where the crop lies inside
+// the resized image: the resized size and the crop's window in it.
+struct Window {
+  int rh = 0, rw = 0, top = 0, left = 0, oh = 0, ow = 0;
+};
+
+bool crop_window(const Spec& spec, int h, int w, Window& win) {
+  std::tie(win.rh, win.rw) = resized_size(spec, h, w);
+  win.oh = spec.crop_h ? spec.crop_h : win.rh;
+  win.ow = spec.crop_w ? spec.crop_w : win.rw;
+  std::tie(win.top, win.left) = crop_offsets(spec, win.rh, win.rw);
+  return win.oh <= win.rh && win.ow <= win.rw;
+}
+
+// The input rows [first, end) the output rows [top, top + n) of kernel k reach (all of [top, top + n)
+// when there is no kernel: that axis is not resized).
+std::pair<int, int> reached(const Kernel* k, int top, int n) {
+  if (!k) return {top, top + n};
+  int end = k->first[top];
+  for (int o = top; o < top + n; ++o) end = std::max(end, k->first[o] + k->count[o]);
+  return {k->first[top], end};
+}
+
+// `img` (whole, or the part that holds what the window reads) resized to win.rh x win.rw (PIL's
+// antialiased bilinear, horizontal pass first, 8-bit between the passes) and cropped to the window:
+// only the window's samples are computed, from only the input rows and columns its taps reach, to
+// the same bits as resize_bilinear followed by the crop. Returns the window, oh x ow x c.
+const std::vector<uint8_t>& resize_window(const Image& img, const Window& win, WindowBuffers& buf) {
   const int h = img.height, w = img.width, c = img.channels;
-  // The input rows the window's output rows reach.
+  const Image::Part part = img.whole() ? Image::Part{0, 0, h, w} : img.part;
   Kernel ky;
-  int row0 = top, row1 = top + oh;
-  if (rh != h) {
-    ky = bilinear_kernel(h, rh);
-    row0 = ky.first[top];
-    row1 = row0;
-    for (int o = top; o < top + oh; ++o) row1 = std::max(row1, ky.first[o] + ky.count[o]);
-  }
-  const int len = ow * c;
+  if (win.rh != h) ky = bilinear_kernel(h, win.rh);
+  const auto [row0, row1] = reached(win.rh != h ? &ky : nullptr, win.top, win.oh);
+  const int len = win.ow * c;
   buf.rows.resize(static_cast<std::size_t>(row1 - row0) * len);
-  const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0) * w * c;
-  if (rw != w) {
-    horizontal_window(first_row, row1 - row0, w, c, bilinear_kernel(w, rw), left, ow, buf.rows.data(), row1 == h,
-                      buf.start, buf.weights);
+  const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0 - part.top) * part.cols * c;
+  if (win.rw != w) {
+    horizontal_window(first_row, row1 - row0, part.cols, part.left, c, bilinear_kernel(w, win.rw), win.left, win.ow,
+                      buf.rows.data(), row1 == part.top + part.rows, buf.taps);
   } else {
     for (int r = 0; r < row1 - row0; ++r)
       std::memcpy(buf.rows.data() + static_cast<std::ptrdiff_t>(r) * len,
-                  first_row + (static_cast<std::ptrdiff_t>(r) * w + left) * c, static_cast<std::size_t>(len));
+                  first_row + (static_cast<std::ptrdiff_t>(r) * part.cols + win.left - part.left) * c,
+                  static_cast<std::size_t>(len));
   }
-  if (rh == h) return buf.rows;
-  buf.window.resize(static_cast<std::size_t>(oh) * len);
-  vertical_window(buf.rows.data(), row0, len, ky, top, oh, buf.window.data());
+  if (win.rh == h) return buf.rows;
+  buf.window.resize(static_cast<std::size_t>(win.oh) * len);
+  vertical_window(buf.rows.data(), row0, len, ky, win.top, win.oh, buf.window.data());
   return buf.window;
 }
 
@@ -507,6 +552,24 @@ Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bo
     if (o != 1) img = apply_orientation(img, o);
   }
   return convert(std::move(img), channels);
+}
+
+void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, const std::string& what, Image& img) {
+  const bool jpeg = size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
+  if (jpeg && jpeg_parts_built() && !(spec.exif_transpose && exif_orientation(bytes, size) != 1)) {
+    const auto [h, w] = probe_size(bytes, size, false, what);
+    if (Window win; crop_window(spec, h, w, win)) {
+      Kernel ky, kx;
+      if (win.rh != h) ky = bilinear_kernel(h, win.rh);
+      if (win.rw != w) kx = bilinear_kernel(w, win.rw);
+      const auto [row0, row1] = reached(win.rh != h ? &ky : nullptr, win.top, win.oh);
+      const auto [col0, col1] = reached(win.rw != w ? &kx : nullptr, win.left, win.ow);
+      decode_jpeg_part(bytes, size, row0, col0, row1 - row0, col1 - col0, what, img);
+      img = convert(std::move(img), spec.channels);
+      return;
+    }
+  }
+  img = decode(bytes, size, spec.channels, spec.exif_transpose, what);
 }
 
 std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
@@ -767,21 +830,17 @@ template <class Put>
 void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   int h = img.height, w = img.width;
   const int c = img.channels;
-  {
-    // The usual case, a crop inside the resized image: only the crop's samples are resampled.
-    const auto [rh, rw] = resized_size(spec, h, w);
-    const int oh = spec.crop_h ? spec.crop_h : rh, ow = spec.crop_w ? spec.crop_w : rw;
-    const auto [top, left] = crop_offsets(spec, rh, rw);
-    if (oh <= rh && ow <= rw && (c == 1 || c == 3 || c == 4)) {
-      thread_local WindowBuffers buf;
-      const std::vector<uint8_t>& win = resize_window(img, rh, rw, top, left, oh, ow, buf);
-      std::size_t i = 0;
-      for (int ch = 0; ch < c; ++ch)
-        for (std::size_t p = static_cast<std::size_t>(ch); p < static_cast<std::size_t>(oh) * ow * c; p += c, ++i)
-          put(ch, i, win[p]);
-      return;
-    }
+  // The usual case, a crop inside the resized image: only the crop's samples are resampled.
+  if (Window win; crop_window(spec, h, w, win) && (c == 1 || c == 3 || c == 4)) {
+    thread_local WindowBuffers buf;
+    const std::vector<uint8_t>& out = resize_window(img, win, buf);
+    const std::size_t n = static_cast<std::size_t>(win.oh) * win.ow * c;
+    std::size_t i = 0;
+    for (int ch = 0; ch < c; ++ch)
+      for (std::size_t p = static_cast<std::size_t>(ch); p < n; p += c, ++i) put(ch, i, out[p]);
+    return;
   }
+  if (!img.whole()) throw Error(Exit::internal, "resize", "part of an image outside a crop window");
   const std::vector<uint8_t>* px = &img.samples;
   std::vector<uint8_t> resized;
   auto [rh, rw] = resized_size(spec, h, w);

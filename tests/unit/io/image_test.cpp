@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../model/jpeg_writer.h"
 #include "catch.h"
 #include "test_util.h"
 #include "traincache/base/content_hash.h"
@@ -405,4 +406,37 @@ CATCH_TEST_CASE("an image file rewritten after its digest was taken is refused w
   CATCH_CHECK(test::code_of([&] { tolerant->read_encoded(4); }) == Exit::data);
   CATCH_CHECK(test::code_of([&] { tolerant->read_encoded(5); }) == Exit::no_input);
   std::filesystem::remove_all(dir);
+}
+
+CATCH_TEST_CASE("a JPEG decoded for a crop gives the samples of the whole decode", "[image]") {
+  // decode_for decodes only the rows and columns the crop's taps reach (with margins: libjpeg's
+  // chroma upsampling differs at the edges of a cropped decode and after a skip); what the crop
+  // then holds must be the whole decode's, in every subsampling, baseline and progressive.
+  const std::vector<std::pair<int, int>> sizes{{375, 500}, {500, 375}, {333, 501}, {720, 1280}, {37, 61}};
+  const std::vector<std::pair<const char*, const char*>> specs{
+      {"256", "224"}, {"64", "56"}, {nullptr, "200"}, {"120,80", "64,33"}, {"300", "300"}};
+  int parts = 0;
+  for (const auto& [h, w] : sizes)
+    for (int subsamp : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440, TJSAMP_411, TJSAMP_GRAY})
+      for (bool progressive : {false, true}) {
+        const std::string jpeg = test::make_jpeg(h, w, subsamp, progressive, 85);
+        const auto* b = reinterpret_cast<const unsigned char*>(jpeg.data());
+        for (const auto& [resize, crop] : specs)
+          for (Channels ch : {Channels::rgb, Channels::gray}) {
+            Spec spec = spec_of(resize, crop);
+            spec.channels = ch;
+            const auto shape = output_shape(spec, h, w);
+            std::vector<uint8_t> want(static_cast<std::size_t>(shape[0] * shape[1] * shape[2])), got(want.size());
+            preprocess_pixels(decode(b, jpeg.size(), ch, false, "x.jpg"), spec, want.data());
+            Image img;
+            decode_for(b, jpeg.size(), spec, "x.jpg", img);
+            preprocess_pixels(img, spec, got.data());
+            parts += !img.whole() && img.part.rows * img.part.cols < h * w;
+            CATCH_INFO(h << "x" << w << " subsampling " << subsamp << (progressive ? " progressive" : "") << " resize "
+                         << (resize ? resize : "-") << " crop " << (crop ? crop : "-"));
+            CATCH_CHECK(got == want);
+          }
+      }
+  // Where this build can (the Debian packages install libjpeg-dev), the photos' crops were parts.
+  if (jpeg_parts_built()) CATCH_CHECK(parts > 400);
 }

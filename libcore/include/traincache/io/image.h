@@ -23,6 +23,13 @@ const Choices<Channels>& channels_choices();
 struct Image {
   int height = 0, width = 0, channels = 0;
   std::vector<uint8_t> samples;
+  /// The pixels `samples` holds: rows [top, top + rows) and columns [left, left + cols) of the
+  /// image, `rows` 0 when it holds all of it. Only decode_for() decodes part of an image, and only
+  /// preprocess() and preprocess_pixels() take such a part.
+  struct Part {
+    int top = 0, left = 0, rows = 0, cols = 0;
+  } part;
+  bool whole() const { return part.rows == 0; }
 };
 
 /// Decodes the JPEG or PNG in bytes[0, size) into `channels`. Alpha is dropped, palettes and
@@ -31,6 +38,18 @@ struct Image {
 /// Errors: Error(data, what, why) for an unsupported format or a corrupt or truncated file.
 Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
              const std::string& what);
+
+struct Spec;
+
+/// decode() for what `spec` reads of the image: where its resize and center crop read only part of
+/// a JPEG (photos under --resize S --center-crop C), only the rows and columns the crop's filter
+/// taps reach are decoded (every row still entropy-decoded: a truncated or corrupt file fails as in
+/// decode()), with the samples a whole decode gives there. `img` is overwritten, its buffer reused.
+void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, const std::string& what, Image& img);
+
+/// Whether this build decodes only part of a JPEG in decode_for() (libjpeg's headers were there
+/// when it was built: Debian's libjpeg-dev); else decode_for() decodes whole images.
+bool jpeg_parts_built();
 
 /// {height, width} of the JPEG or PNG in bytes as decode() would return it, from its header
 /// (and its EXIF orientation with `exif_transpose`). Errors as decode().

@@ -1,0 +1,167 @@
+// Part of a JPEG decoded through libjpeg's API. libjpeg reports errors by calling error_exit, which
+// must not return: it longjmps back into the function that called setjmp, so those functions hold
+// no C++ objects with destructors (the buffers are made before, by the caller).
+#include "jpeg_part.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "traincache/base/error.h"
+
+#ifdef TRAINCACHE_HAVE_LIBJPEG
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h uses FILE
+// clang-format off
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
+#endif
+
+namespace traincache::io::image {
+
+#ifndef TRAINCACHE_HAVE_LIBJPEG
+
+bool jpeg_parts_built() { return false; }
+
+bool decode_jpeg_part(const unsigned char*, std::size_t, int, int, int, int, const std::string&, Image&) {
+  return false;
+}
+
+#else
+
+namespace {
+
+// libjpeg's error manager, with where to jump on an error, its message, and whether a warning said
+// the data ended early (libjpeg goes on with grey; decode() refuses such a file as truncated).
+struct Failure {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+extern "C" void on_error(j_common_ptr c) {
+  auto* f = reinterpret_cast<Failure*>(c->err);
+  (*c->err->format_message)(c, f->message);
+  std::longjmp(f->jump, 1);
+}
+
+extern "C" void on_message(j_common_ptr c, int level) {
+  auto* f = reinterpret_cast<Failure*>(c->err);
+  if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF && !f->truncated) {
+    f->truncated = true;
+    (*c->err->format_message)(c, f->message);
+  }
+}
+
+// One decompressor per thread, reused from image to image (jpeg_abort_decompress between them).
+struct Decoder {
+  jpeg_decompress_struct cinfo{};
+  Failure fail{};
+  Decoder() {
+    cinfo.err = jpeg_std_error(&fail.mgr);
+    fail.mgr.error_exit = on_error;
+    fail.mgr.emit_message = on_message;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~Decoder() { jpeg_destroy_decompress(&cinfo); }
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+};
+
+// The region to decode, in the image's pixels, and what the decoder made of it.
+struct Plan {
+  int x0, x1, y0, y1;      // wanted: columns [x0, x1), rows [y0, y1) (y0 a row group's first)
+  int left, cols;          // decoded: columns [left, left + cols)
+  uint8_t* const* row_ptrs;  // the y1 - y0 rows of the caller's buffer
+};
+
+bool read_header(Decoder& d, const unsigned char* bytes, std::size_t size) {
+  if (setjmp(d.fail.jump)) return false;
+  d.fail.truncated = false;
+  jpeg_abort_decompress(&d.cinfo);  // after an error between the calls here, if any
+  jpeg_mem_src(&d.cinfo, bytes, static_cast<unsigned long>(size));
+  jpeg_read_header(&d.cinfo, TRUE);
+  return true;
+}
+
+// Starts the decode of plan's columns (libjpeg widens them to its iMCU boundaries: plan's left and
+// cols say which it decodes) from row y0 on.
+bool start_rows(Decoder& d, Plan& p) {
+  jpeg_decompress_struct& c = d.cinfo;
+  if (setjmp(d.fail.jump)) return false;
+  c.out_color_space = c.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&c);
+  JDIMENSION x = static_cast<JDIMENSION>(p.x0), width = static_cast<JDIMENSION>(p.x1 - p.x0);
+  if (width < c.output_width) jpeg_crop_scanline(&c, &x, &width);
+  p.left = static_cast<int>(x);
+  p.cols = static_cast<int>(c.output_width);
+  if (p.y0 > 0) jpeg_skip_scanlines(&c, static_cast<JDIMENSION>(p.y0));
+  return true;
+}
+
+// Decodes rows [y0, y1) into row_ptrs and entropy-decodes the rest, as a whole decode would, to meet
+// the errors it would meet.
+bool read_rows(Decoder& d, const Plan& p) {
+  jpeg_decompress_struct& c = d.cinfo;
+  if (setjmp(d.fail.jump)) return false;
+  while (c.output_scanline < static_cast<JDIMENSION>(p.y1)) {
+    const JDIMENSION at = c.output_scanline;
+    jpeg_read_scanlines(&c, const_cast<JSAMPARRAY>(p.row_ptrs + (at - p.y0)), static_cast<JDIMENSION>(p.y1) - at);
+  }
+  if (c.output_scanline < c.output_height) jpeg_skip_scanlines(&c, c.output_height - c.output_scanline);
+  jpeg_finish_decompress(&c);
+  return true;
+}
+
+[[noreturn]] void fail(Decoder& d, const std::string& what) {
+  const std::string why = d.fail.message;
+  jpeg_abort_decompress(&d.cinfo);
+  throw Error(Exit::data, what, "corrupt JPEG: " + why);
+}
+
+}  // namespace
+
+bool jpeg_parts_built() { return true; }
+
+bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, int top, int left, int rows, int cols,
+                      const std::string& what, Image& img) {
+  thread_local Decoder d;
+  if (!read_header(d, bytes, size)) fail(d, what);
+  jpeg_decompress_struct& c = d.cinfo;
+  if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) {
+    jpeg_abort_decompress(&c);
+    throw Error(Exit::data, what, "CMYK JPEG images are not supported; convert them to RGB");
+  }
+  const int w = static_cast<int>(c.image_width), h = static_cast<int>(c.image_height);
+  // A margin of 16 columns each side keeps the wanted ones away from the crop's edges (where the
+  // chroma upsampling has no neighbour), and the rows start a row group early, on its boundary.
+  const int group = c.max_v_samp_factor * DCTSIZE;
+  Plan p{};
+  p.x0 = std::max(0, left - 16);
+  p.x1 = std::min(w, left + cols + 16);
+  p.y0 = std::max(0, top - group) / group * group;
+  p.y1 = std::min(h, top + rows);
+  if (!start_rows(d, p)) fail(d, what);
+  const int channels = c.output_components;
+  const std::size_t line = static_cast<std::size_t>(p.cols) * channels;
+  img.samples.resize(static_cast<std::size_t>(p.y1 - p.y0) * line);
+  std::vector<uint8_t*> row_ptrs(static_cast<std::size_t>(p.y1 - p.y0));
+  for (std::size_t r = 0; r < row_ptrs.size(); ++r) row_ptrs[r] = img.samples.data() + r * line;
+  p.row_ptrs = row_ptrs.data();
+  if (!read_rows(d, p)) fail(d, what);
+  if (d.fail.truncated) {
+    const std::string why = d.fail.message;
+    throw Error(Exit::data, what, "truncated JPEG (" + why + ")");
+  }
+  img.height = h;
+  img.width = w;
+  img.channels = channels;
+  img.part = {p.y0, p.left, p.y1 - p.y0, p.cols};
+  return true;
+}
+
+#endif
+
+}  // namespace traincache::io::image
