@@ -304,25 +304,28 @@ TC_SIMD_INLINE void store_bytes(const Ints16& acc, uint8_t* p) {
 TC_SIMD_INLINE uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255)); }
 
 // How the horizontal pass reads a row: each output column's taps in `chunks` loads of 16 bytes,
-// `step` bytes apart (15 for RGB: five pixels a load, the sixteenth byte weighted 0; 16 for grey),
-// from byte offset[x]; weights[x * chunks + g] is chunk g's sixteen weights.
+// `step` bytes apart, from byte offset[x]; weights[x * chunks + g] is chunk g's sixteen weights. An
+// RGB chunk is four pixels (12 bytes), spread to four lanes each (the fourth weighted 0); a grey
+// chunk is sixteen samples.
 struct HorizontalTaps {
   int chunks = 0, step = 0;
   std::vector<int> offset;
   std::vector<Ints16> weights;
 };
 
+constexpr int kMaxChunks = 8;  // RGB: 32 taps, downscaling by up to about 15 (4000 x 3000 to 256)
+
 // Kernel k's output columns [left, left + n) laid out for rows of w pixels of c (1 or 3)
 // channels, whose first is the image's column `origin`: each column's first tap moved left where the
 // chunks would run past the row's end (its weights moved with it). False when that does not fit (a
-// row shorter than the chunks, or more than 3 chunks of taps: downscaling by more than about 7).
+// row shorter than the chunks, or more than kMaxChunks chunks of taps).
 bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n, HorizontalTaps& t) {
-  const int per_chunk = c == 3 ? 5 : 16;
+  const int per_chunk = c == 3 ? 4 : 16, lanes = c == 3 ? 4 : 1;
   const int taps = *std::max_element(k.count.begin() + left, k.count.begin() + left + n);
   t.chunks = (taps + per_chunk - 1) / per_chunk;
   t.step = per_chunk * c;
   const int span = t.chunks * per_chunk;  // pixels the chunks cover
-  if (t.chunks > 3 || w < span) return false;
+  if (t.chunks > kMaxChunks || w < span) return false;
   t.offset.resize(static_cast<std::size_t>(n));
   t.weights.assign(static_cast<std::size_t>(n) * t.chunks, Ints16{});
   for (int x = 0; x < n; ++x) {
@@ -333,59 +336,86 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
       const int tap = first - s0 + i;
       Ints16& v = t.weights[static_cast<std::size_t>(x) * t.chunks + tap / per_chunk];
       for (int ch = 0; ch < c; ++ch)
-        v[(tap % per_chunk) * c + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
+        v[(tap % per_chunk) * lanes + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
     }
   }
   return true;
 }
 
-// The sum of lanes {ch, ch + 3, ..., ch + 12} for ch = 0, 1, 2: an RGB chunk's channels.
-TC_SIMD_INLINE void channel_sums3(Ints16& a) {
-  const Ints16 b = a + __builtin_shufflevector(a, a, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15, 15, 15);
-  const Ints16 d = b + __builtin_shufflevector(b, b, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15, 15, 15, 15, 15, 15);
-  a = d + __builtin_shufflevector(a, a, 12, 13, 14, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15);
+// acc += an RGB chunk at p (four pixels, the 16 bytes' last four unused) spread to four lanes a
+// pixel, times w.
+TC_SIMD_INLINE void add_rgb_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
+  Bytes16 b;
+  std::memcpy(&b, p, sizeof b);
+  b = __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11);
+  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
 }
 
-// The sum of all sixteen lanes, in lane 0.
-TC_SIMD_INLINE void lane_sum(Ints16& a) {
-  a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-  a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
-  a += __builtin_shufflevector(a, a, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  a += __builtin_shufflevector(a, a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+// One output column's accumulator of G RGB chunks.
+template <int G>
+TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int x, Ints16& acc) {
+  const uint8_t* src = line + t.offset[x];
+  const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * G];
+  acc = Ints16{};
+  for (int g = 0; g < G; ++g) add_rgb_product(acc, src + g * t.step, wv[g]);
 }
 
-// Output columns [0, to) of one row: G chunks of taps each.
-template <int C, int G>
-TC_SIMD_INLINE void horizontal_chunks(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
-  const Ints16* wv = t.weights.data();
-  for (int x = 0; x < to; ++x, wv += G) {
-    const uint8_t* src = line + t.offset[x];
-    Ints16 acc = Ints16{};
-    for (int g = 0; g < G; ++g) {
-      add_product(acc, src + g * t.step, wv[g]);
-    }
-    if constexpr (C == 3) {
-      channel_sums3(acc);
-      for (int ch = 0; ch < 3; ++ch) o[x * 3 + ch] = clip8(acc[ch] + kHalf);
-    } else {
-      lane_sum(acc);
-      o[x] = clip8(acc[0] + kHalf);
-    }
+// Output columns [0, to) of one RGB row, four at a time: the four accumulators' pixels summed
+// together (lanes 4p + ch: column p's channel ch), rounded, clipped and stored as 12 bytes.
+template <int G>
+TC_SIMD_INLINE int horizontal_rgb(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
+  int x = 0;
+  for (; x + 4 <= to; x += 4) {
+    Ints16 a, b, c, d;
+    rgb_column<G>(line, t, x, a);
+    rgb_column<G>(line, t, x + 1, b);
+    rgb_column<G>(line, t, x + 2, c);
+    rgb_column<G>(line, t, x + 3, d);
+    const Ints16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+                      __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const Ints16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+                      __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    Ints16 sum = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+                 __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    sum = (sum + kHalf) >> kResampleBits;
+    sum = sum < 0 ? 0 : sum;
+    sum = sum > 255 ? 255 : sum;
+    Bytes16 v = __builtin_convertvector(__builtin_convertvector(sum, Shorts16), Bytes16);
+    v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
+    std::memcpy(o + x * 3, &v, 12);
   }
+  return x;
 }
 
-// The same one column at a time without reading past the chunks' taps (the last row's last
-// columns, whose sixteenth byte would lie past the image).
+// Output columns [0, to) of one grey row: sixteen taps a chunk, summed across the lanes.
+template <int G>
+TC_SIMD_INLINE int horizontal_grey(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
+  for (int x = 0; x < to; ++x) {
+    const uint8_t* src = line + t.offset[x];
+    const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * G];
+    Ints16 a = Ints16{};
+    for (int g = 0; g < G; ++g) add_product(a, src + g * t.step, wv[g]);
+    a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+    a += __builtin_shufflevector(a, a, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    a += __builtin_shufflevector(a, a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+    o[x] = clip8(a[0] + kHalf);
+  }
+  return to;
+}
+
+// Output columns [from, to) one sample at a time, reading only the chunks' taps (no byte past
+// them: the last row's last columns, and an RGB row's last few).
 TC_SIMD_INLINE void horizontal_exact(const uint8_t* line, const HorizontalTaps& t, int c, int from, int to,
                                      uint8_t* o) {
-  const int per_chunk = t.step / c;
+  const int per_chunk = c == 3 ? 4 : 16, lanes = c == 3 ? 4 : 1;
   for (int x = from; x < to; ++x) {
     const uint8_t* src = line + t.offset[x];
+    const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks];
     for (int ch = 0; ch < c; ++ch) {
       int32_t acc = kHalf;
       for (int i = 0; i < t.chunks * per_chunk; ++i)
-        acc += int32_t{src[i * c + ch]} *
-               t.weights[static_cast<std::size_t>(x) * t.chunks + i / per_chunk][(i % per_chunk) * c + ch];
+        acc += int32_t{src[i * c + ch]} * wv[i / per_chunk][(i % per_chunk) * lanes + ch];
       o[x * c + ch] = clip8(acc);
     }
   }
@@ -400,30 +430,26 @@ TC_SIMD_INLINE void horizontal_rows(const uint8_t* in, int rows, int w, const Ho
     int safe = n;  // a chunk reads its 16 bytes: not past the image's last one
     if (image_end && r == rows - 1)
       while (safe > 0 && t.offset[safe - 1] + (G - 1) * t.step + 16 > w * C) --safe;
-    horizontal_chunks<C, G>(line, t, safe, o);
-    horizontal_exact(line, t, C, safe, n, o);
+    const int done = C == 3 ? horizontal_rgb<G>(line, t, safe, o) : horizontal_grey<G>(line, t, safe, o);
+    horizontal_exact(line, t, C, done, n, o);
   }
+}
+
+template <int C, int G = 1>
+TC_SIMD_INLINE void horizontal_chunks(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
+                                      bool image_end) {
+  if constexpr (G < kMaxChunks) {
+    if (t.chunks > G) return horizontal_chunks<C, G + 1>(in, rows, w, t, n, out, image_end);
+  }
+  horizontal_rows<C, G>(in, rows, w, t, n, out, image_end);
 }
 
 // The horizontal pass over `rows` rows of `w` pixels of c (1 or 3) channels, for the n output
 // columns `t` lays out, into rows of n pixels. `in` ends where the image does when `image_end`.
 TC_SIMD_CLONES void horizontal_pass(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n,
                                     uint8_t* out, bool image_end) {
-  const int key = c * 10 + t.chunks;
-  switch (key) {
-    case 31:
-      return horizontal_rows<3, 1>(in, rows, w, t, n, out, image_end);
-    case 32:
-      return horizontal_rows<3, 2>(in, rows, w, t, n, out, image_end);
-    case 33:
-      return horizontal_rows<3, 3>(in, rows, w, t, n, out, image_end);
-    case 11:
-      return horizontal_rows<1, 1>(in, rows, w, t, n, out, image_end);
-    case 12:
-      return horizontal_rows<1, 2>(in, rows, w, t, n, out, image_end);
-    default:
-      return horizontal_rows<1, 3>(in, rows, w, t, n, out, image_end);
-  }
+  if (c == 3) return horizontal_chunks<3>(in, rows, w, t, n, out, image_end);
+  horizontal_chunks<1>(in, rows, w, t, n, out, image_end);
 }
 
 // The horizontal pass of the window: output columns [left, left + n) of kernel k from rows of w
@@ -874,10 +900,14 @@ void preprocess(const Image& img, const Spec& spec, float* out) {
     mean[ch] = static_cast<float>(spec.mean[mi]);
     sd[ch] = static_cast<float>(spec.std[mi]);
   }
-  resize_and_crop(img, spec, [&](int ch, std::size_t i, uint8_t sample) {
-    const float v = static_cast<float>(sample) / 255.f;  // ToTensor
-    out[i] = norm ? (v - mean[ch]) / sd[ch] : v;
-  });
+  // Each channel's 256 values, computed as ToTensor and Normalize compute them, looked up.
+  float value[4][256];
+  for (int ch = 0; ch < img.channels && ch < 4; ++ch)
+    for (int sample = 0; sample < 256; ++sample) {
+      const float v = static_cast<float>(sample) / 255.f;  // ToTensor
+      value[ch][sample] = norm ? (v - mean[ch]) / sd[ch] : v;
+    }
+  resize_and_crop(img, spec, [&](int ch, std::size_t i, uint8_t sample) { out[i] = value[ch][sample]; });
 }
 
 void preprocess_pixels(const Image& img, const Spec& spec, uint8_t* out) {

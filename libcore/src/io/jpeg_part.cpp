@@ -72,8 +72,8 @@ struct Decoder {
 
 // The region to decode, in the image's pixels, and what the decoder made of it.
 struct Plan {
-  int x0, x1, y0, y1;      // wanted: columns [x0, x1), rows [y0, y1) (y0 a row group's first)
-  int left, cols;          // decoded: columns [left, left + cols)
+  int x0, x1, y0, y1;        // wanted: columns [x0, x1), rows [y0, y1) (y0 a row group's first)
+  int left, cols;            // decoded: columns [left, left + cols)
   uint8_t* const* row_ptrs;  // the y1 - y0 rows of the caller's buffer
 };
 
