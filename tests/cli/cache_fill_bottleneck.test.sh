@@ -49,6 +49,20 @@ run "$TC_BIN/cache-fill" "${IMG[@]}" --workers 2 --out "$WORK/decode2.h5"
 expect_rc 0
 expect_err_re $'^cache-fill: [^\n]*decode2.h5: 40 rows \\(40 encoded\\) in [^\n]*\ncache-fill: bound by decode: 2 readers [0-9,]+ rows/s; forward alone [0-9,]+ rows/s; 0\\.[0-9]{2} of the model.s speed(\ncache-fill: other processes competed [^\n]*)?$'
 
+# --workers auto, the default: a reader per usable core (up to 4) where images are decoded on the
+# host, one for other inputs (the fixed-costs run below); the closing line says how many.
+run taskset -c 0 "$TC_BIN/cache-fill" "${IMG[@]}" --out "$WORK/auto1.h5" --json
+expect_rc 0
+echo "$out" >"$WORK/auto1.json"
+if [ "$(nproc)" -ge 2 ]; then
+  run taskset -c 0,1 "$TC_BIN/cache-fill" "${IMG[@]}" --out "$WORK/auto2.h5"
+  expect_rc 0
+  expect_err_re $'\ncache-fill: bound by [a-z]+: 2 readers '
+fi
+run "$TC_BIN/cache-fill" "${IMG[@]}" --workers 0 --out "$WORK/zero.h5"
+expect_rc 64
+expect_err "cache-fill: error: --workers: must be auto or an integer from 1 to 64, got '0' (see --help)"
+
 # ---- bound by forward: 1,536 rows of 768 floats through 24 matmuls, one intra-op thread
 run "$TC_BIN/cache-fill" --input "$WORK/rows.h5" --features x --encoder "$WORK/heavy.pt" --threads 1 --workers 1 \
   --out "$WORK/forward.h5" --json
@@ -106,6 +120,8 @@ assert s['resize']['busy_seconds'] > 0, s
 assert s['decode']['busy_share'] > 0.4 and b['model_fraction'] < 0.2, b
 assert s['tokenize']['busy_seconds'] == 0, s
 
+assert load('auto1')['bottleneck']['group_threads'] == 1, load('auto1')['bottleneck']
+
 b, s = report('forward')
 assert (b['bound'], b['group']) == ('forward', 'encode'), b
 assert s['forward']['busy_share'] > 0.6 and b['model_fraction'] > 0.4, b
@@ -113,6 +129,7 @@ assert s['decode']['busy_seconds'] == 0 and s['resize']['busy_seconds'] == 0, s
 
 b, s = report('fixed')
 assert b['bound'] == 'fixed costs' and b['fixed_seconds'] > b['loop_seconds'], b
+assert s['read']['threads'] == 1, s  # HDF5 rows under --workers auto: one reader
 assert b['verdict'].startswith('bound by fixed costs: '), b
 
 assert load('uptodate')['status'] == 'up_to_date' and load('uptodate')['bottleneck'] is None

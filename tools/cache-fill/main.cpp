@@ -391,9 +391,12 @@ int main(int argc, char** argv) {
   app.add_option("-b,--batch-size", o.fill.batch_size, "Rows per encoder call")
       ->check(cli::positive_integer())
       ->capture_default_str();
-  app.add_option("--workers", o.fill.workers, "Reader/converter threads prefetching batches")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  app.add_option("--workers", o.fill.workers,
+                 "Reader/converter threads prefetching batches (auto: up to 4 for images decoded on the host, "
+                 "as the cores allow; else 1)")
+      ->transform(cli::auto_or_integer(64))
+      ->type_name("auto|N")
+      ->default_str("auto");
   cli::add_choice(app, "--dtype", o.fill.dtype, fill::storage_dtype_choices(), "Storage dtype");
   app.add_option("--rows", o.rows, "Encode only input rows A:B (half-open)");
   app.add_option("--input-scale", o.input_scale, "Scale applied to uint8 inputs (number or A/B)")

@@ -307,6 +307,21 @@ CLI::Validator integer_range(int64_t lo, int64_t hi) {
       "INT[" + std::to_string(lo) + "-" + std::to_string(hi) + "]");
 }
 
+CLI::Validator auto_or_integer(int64_t hi) {
+  return CLI::Validator(
+      [hi](std::string& s) -> std::string {
+        if (s == "auto") {
+          s = "0";
+          return "";
+        }
+        auto v = parse_int(s);
+        if (!v || *v < 1 || *v > hi)
+          return "must be auto or an integer from 1 to " + std::to_string(hi) + ", got '" + s + "'";
+        return "";
+      },
+      "");
+}
+
 CLI::Validator positive_number(bool zero_ok) {
   return CLI::Validator(
       [zero_ok](std::string& s) -> std::string {

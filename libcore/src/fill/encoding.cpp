@@ -126,7 +126,7 @@ class Prefetcher {
   Prefetcher(const Inputs& in, const std::vector<std::unique_ptr<model::Encoder>>& encoders, const FillOptions& opts,
              std::vector<std::pair<int64_t, int64_t>> units, StageSink* busy)
       : units_(std::move(units)),
-        pf_(static_cast<int64_t>(units_.size()), opts.workers, 2 * std::max(1, opts.workers),
+        pf_(static_cast<int64_t>(units_.size()), in.readers, 2 * in.readers,
             [&in, &opts, busy, pin = encoders.front()->device().is_cuda(), this](int64_t k) {
               Batch b;
               std::tie(b.start, b.count) = units_[static_cast<std::size_t>(k)];

@@ -218,7 +218,7 @@ void close_timings(FillRun& run, CpuContentionWatch& watch) {
   r.seconds = seconds_since(run.t_start);
   FillTimings t;
   t.busy = r.stage_seconds;
-  t.readers = std::max(1, opts.workers);
+  t.readers = run.in.readers;
   t.convert_thread = r.convert_thread;
   t.rows = r.rows_encoded;
   t.seconds = r.seconds;

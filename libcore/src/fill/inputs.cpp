@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
@@ -236,6 +237,13 @@ bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in) {
       any = true;
     }
   return any;
+}
+
+int reader_threads(const FillOptions& opts, const Inputs& in) {
+  if (opts.workers > 0) return opts.workers;
+  for (const auto& [name, d] : in.features)
+    if (d.col->preprocess() && !d.decode_on_device) return static_cast<int>(std::clamp(usable_cores(), 1u, 4u));
+  return 1;
 }
 
 // A column for the fingerprint: shape and dtype, and its own file when it is not --input's.

@@ -55,6 +55,7 @@ struct Inputs {
   int64_t max_tokens = 0;          // a length window's batches: token slots at most (0: --batch-size rows)
   std::vector<int64_t> groups;     // tar shards: the first row of each file (io::source::Column::row_groups)
   std::vector<std::string> notes;  // what the user should be told about the inputs (warnings)
+  int readers = 1;                 // reader threads: --workers, or what auto chose (reader_threads)
   // An update's encoded rows (Update::encoded_inputs): the input row each row read here is, for
   // messages and skipped rows. Empty: the rows are the input's own.
   std::vector<int64_t> input_rows;
@@ -106,5 +107,10 @@ Inputs open_inputs(const FillOptions& opts);
 /// with nvJPEG, when they are converted there); device without the conversion there -> Error(usage),
 /// on a CUDA device without nvJPEG -> Error(unavailable).
 bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in);
+
+// The reader threads for `in` (after plan_conversion): --workers, else (auto) as many as the usable
+// cores up to 4 where images are decoded on the host (the reader bounds a photo fill on all but
+// the costliest encoders, and each reader keeps two batches in flight), else 1.
+int reader_threads(const FillOptions& opts, const Inputs& in);
 
 }  // namespace traincache::fill

@@ -193,6 +193,7 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   model::check_precision(opts.precision, p.cuda, "--precision");
   p.in = open_inputs(opts);
   const bool device_convert = plan_conversion(opts, p.cuda, p.in);
+  p.in.readers = reader_threads(opts, p.in);
   p.plan = plan_rows(opts, p.in.rows, p.in.groups);
   p.out = p.plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
@@ -372,7 +373,7 @@ void plan_encoding(FillRun& p) {
   auto t_digest = Clock::now();
   p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
                        ? std::move(p.fp.row_digests)
-                       : row_digests(p.in, p.plan.begin, p.plan.end, std::max(1, p.opts.workers));
+                       : row_digests(p.in, p.plan.begin, p.plan.end, p.in.readers);
   p.prov.digest_inputs = row_digest_inputs(p.in);
   plan_update(p);
   p.result.digest_seconds += seconds_since(t_digest);

@@ -105,6 +105,9 @@ inline constexpr int64_t kMaxThreads = 256;
 /// A CLI11 check for integers in [lo, hi] ("must be an integer from 0 to 256").
 CLI::Validator integer_range(int64_t lo, int64_t hi);
 
+/// A CLI11 check and transform for "auto" (made 0) or an integer in [1, hi].
+CLI::Validator auto_or_integer(int64_t hi);
+
 /// A CLI11 check for numbers > 0 (or >= 0 with `zero_ok`), with a readable message.
 CLI::Validator positive_number(bool zero_ok = false);
 

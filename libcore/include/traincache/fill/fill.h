@@ -67,7 +67,7 @@ struct FillOptions {
   /// longest row's tokens; a single row may hold more). -1: kDefaultMaxTokensCpu or
   /// kDefaultMaxTokensCuda, by --device; 0: no cap.
   int64_t max_tokens = -1;
-  int workers = 1;  ///< reader/converter threads
+  int workers = 0;  ///< reader/converter threads; 0: auto (reader_threads in fill/inputs.h)
   int threads = 0;  ///< intra-op threads (0 = LibTorch default)
   std::string device = "cpu";
   DType dtype = DType::f32;  ///< storage type: one of storage_dtype_choices()
