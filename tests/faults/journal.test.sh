@@ -60,6 +60,19 @@ make_partial "$WORK/b.h5"
 edit_journal "$WORK/b.h5.partial/journal.json" "j['committed_rows'] = 99999"
 damaged "$WORK/b.h5" "99999 rows committed but the run has only 6000"
 
+# Under --update, which refuses --force, the remedy named is one that works with it: removing the
+# progress directory; --update then fills from the start and publishes the same bytes.
+make_partial "$WORK/u.h5"
+edit_journal "$WORK/u.h5.partial/journal.json" "j['committed_rows'] = 99999"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/u.h5" --update
+expect_rc 65
+expect_err "cache-fill: error: $WORK/u.h5.partial/journal.json: journal damaged: 99999 rows committed but the run has only 6000; rm -r $WORK/u.h5.partial discards it (--update then starts this update over)"
+expect_no_file "$WORK/u.h5"
+rm -r "$WORK/u.h5.partial"
+run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/u.h5" --update -q
+expect_rc 0
+expect_same "$WORK/u.h5" "$WORK/ref.h5"
+
 # committed_rows off a batch boundary.
 make_partial "$WORK/c.h5"
 edit_journal "$WORK/c.h5.partial/journal.json" "j['committed_rows'] = 100"

@@ -18,7 +18,7 @@ using nlohmann::json;
 namespace traincache::fill {
 
 void journal_damaged(const std::string& file, const std::string& why) {
-  throw Error(Exit::data, file, "journal damaged: " + why + "; --force discards it");
+  throw Error(Exit::data, file, "journal damaged: " + why + "; " + kJournalRemedy);
 }
 
 int64_t row_bytes_of(const std::vector<int64_t>& row_shape, std::size_t element_bytes) {

@@ -282,6 +282,18 @@ void plan_update(FillRun& run) {
 
 // ---- stage: the journal ---------------------------------------------------------------------
 
+// A damaged journal under --update: its message names the remedy that works with --update (which
+// refuses --force), removing the progress directory; the cache at --out is not touched by it.
+[[noreturn]] void refuse_damaged_journal(const FillRun& p, const Error& e) {
+  std::string why = e.what();
+  const std::string force = std::string("; ") + kJournalRemedy;
+  if (!p.opts.update || e.code() != Exit::data || why.size() < force.size() ||
+      why.compare(why.size() - force.size(), force.size(), force) != 0)
+    throw e;
+  why.resize(why.size() - force.size());
+  throw Error(Exit::data, "", why + "; rm -r " + p.partial + " discards it (--update then starts this update over)");
+}
+
 // The journal in the run's progress directory: adopted only when the directory is private to this
 // user and the journal validates against this run (the rows the encode loop reads: an update's
 // rows to encode, whose plan Update::identity names). With --force, a foreign, damaged or other
@@ -306,7 +318,7 @@ Journal open_journal(const FillRun& p) {
   try {
     if (!journal.load()) return journal;
   } catch (const Error& e) {
-    if (!opts.force || e.code() != Exit::data) throw;
+    if (!opts.force || e.code() != Exit::data) refuse_damaged_journal(p, e);
     return start_over();
   }
   const bool same = journal.fingerprint == p.fp.hash && journal.update_of == update_of;
@@ -337,7 +349,7 @@ Journal open_journal(const FillRun& p) {
       unit_ends.push_back(first + n - plan.begin);
     journal.validate(p.encoder_names, unit_ends, dtype_size(opts.dtype));
   } catch (const Error& e) {
-    if (!opts.force || e.code() != Exit::data) throw;
+    if (!opts.force || e.code() != Exit::data) refuse_damaged_journal(p, e);
     return start_over();
   }
   return journal;

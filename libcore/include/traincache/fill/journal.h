@@ -79,6 +79,8 @@ class Journal {
 
 /// The "journal damaged" error for `file`.
 [[noreturn]] void journal_damaged(const std::string& file, const std::string& why);
+/// The remedy journal_damaged's message ends with (a run under --update names another).
+inline constexpr const char* kJournalRemedy = "--force discards it";
 
 /// Bytes of one row of `row_shape` with elements of `element_bytes`; Error(data) on overflow.
 int64_t row_bytes_of(const std::vector<int64_t>& row_shape, std::size_t element_bytes);
