@@ -54,7 +54,27 @@ expect_err "cache-fill: error: $WORK/hollow/b: class folder holds no image files
 printf 'file,class\nmixed/png_rgb/000.png,a\nmixed/png_rgb/nope.png,b\n' > "$WORK/miss.csv"
 bad_fill --input "$WORK/miss.csv" --features file --labels class
 expect_rc 66
-expect_err "cache-fill: error: $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
+expect_err "cache-fill: error: $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory (--on-error skip stores a zero row for it and goes on)"
+# Files the header probe rejects (no --resize H,W or --center-crop: every header is read at open to
+# find the common size) are named with the same hint as files rejected while encoding: junk named
+# .png, a FIFO, a dangling link; with --on-error skip each becomes a zero row.
+mkdir -p "$WORK/probe/a"
+for f in $(ls "$WORK/png/c0" | head -2); do cp "$WORK/png/c0/$f" "$WORK/probe/a/"; done
+probe_case() {  # probe_case CODE FILE WHY
+  bad_fill --input "$WORK/probe"
+  expect_rc "$1"
+  expect_err "cache-fill: error: $WORK/probe/a/$2: $3 (--on-error skip stores a zero row for it and goes on)"
+  run "$TC_BIN/cache-fill" --out "$WORK/probe.h5" "${FILL[@]}" --input "$WORK/probe" --on-error skip --force
+  expect_rc 0
+  expect_eq "$("$TC_PYTHON" -c "import h5py; print(h5py.File('$WORK/probe.h5')['skipped/rows'][:].tolist())")" "[2]"
+  rm "$WORK/probe/a/$2"
+}
+echo junk > "$WORK/probe/a/x.png"
+probe_case 65 x.png "unsupported image format (not an image); only JPEG and PNG are supported"
+mkfifo "$WORK/probe/a/x.png"
+probe_case 66 x.png "not a regular file (a FIFO)"
+ln -s "$WORK/nowhere.png" "$WORK/probe/a/x.png"
+probe_case 66 x.png "no such file or directory"
 bad_fill --input "$WORK/m.csv" --features file --labels clas --resize 8,8
 expect_rc 64
 expect_err "cache-fill: error: $WORK/m.csv: no field 'clas' (fields: file, class, id); did you mean 'class'?"

@@ -106,7 +106,7 @@ auto naming_skip(const Inputs& in, const FillOptions& opts, Fn&& read) {
   } catch (const Error& e) {
     if (opts.on_error == OnError::skip || !in.preprocess() || (e.code() != Exit::data && e.code() != Exit::no_input))
       throw;
-    throw Error(e.code(), "", std::string(e.what()) + " (--on-error skip stores a zero row for it and goes on)");
+    throw Error(e.code(), "", std::string(e.what()) + kSkipHint);
   }
 }
 

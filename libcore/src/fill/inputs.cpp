@@ -196,7 +196,11 @@ std::string keys_name(const FillOptions& opts) {
 Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
   in.from_slab = io::source::kind_of(opts.input) == io::source::Kind::shm;
-  open_columns(opts, in);
+  try {
+    open_columns(opts, in);
+  } catch (const io::source::UnreadableFile& e) {  // met probing the images' sizes
+    throw Error(e.code(), "", std::string(e.what()) + kSkipHint);
+  }
   const io::source::ColumnInfo& first =
       in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
   in.rows = first.rows();

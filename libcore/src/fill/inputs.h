@@ -108,6 +108,9 @@ Inputs open_inputs(const FillOptions& opts);
 /// on a CUDA device without nvJPEG -> Error(unavailable).
 bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in);
 
+// What an image file that cannot be read or decoded is told without --on-error skip.
+inline constexpr const char* kSkipHint = " (--on-error skip stores a zero row for it and goes on)";
+
 // The reader threads for `in` (after plan_conversion): --workers, else (auto) as many as the usable
 // cores up to 4 where images are decoded on the host (the reader bounds a photo fill on all but
 // the costliest encoders, and each reader keeps two batches in flight), else 1.

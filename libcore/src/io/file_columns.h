@@ -320,6 +320,16 @@ class ImageColumn : public Column {
     for (int64_t k = 0; k < blocks; ++k) consume(k, ahead.next());
   }
 
+  // A file's probe error, an unreadable or undecodable file as UnreadableFile.
+  [[noreturn]] static void rethrow_unreadable(const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      if (e.code() != Exit::data && e.code() != Exit::no_input) throw;
+      throw UnreadableFile(e.code(), "", e.what());
+    }
+  }
+
   // The output shape every image shares; Error(data) naming the first two that differ. The files
   // are probed on several threads, a block each, and met in the folder's order: the same error as
   // one thread would meet first.
@@ -352,7 +362,7 @@ class ImageColumn : public Column {
       stop_if_interrupted("reading the images' sizes (nothing was written)");
       for (std::size_t j = 0; j < probes.size(); ++j) {
         const std::size_t i = static_cast<std::size_t>(k * kBlock) + j;
-        if (probes[j].error) std::rethrow_exception(probes[j].error);
+        if (probes[j].error) rethrow_unreadable(probes[j].error);
         const auto& shape = probes[j].shape;
         if (shape.empty()) continue;
         if (first.empty()) first = shape, first_i = i;

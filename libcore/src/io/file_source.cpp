@@ -419,7 +419,7 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
       full.push_back(fs::path(values[i]).is_absolute() ? values[i] : (base / values[i]).string());
       struct stat st;
       if (::stat(full.back().c_str(), &st) != 0 && !files.tolerate_unreadable)
-        throw Error(Exit::no_input, where, errno_text(errno));
+        throw UnreadableFile(Exit::no_input, where, errno_text(errno));
       shown.push_back(where);
     }
     return std::make_unique<ImageColumn>(Kind::manifest, path, name, std::move(full), std::move(shown), values,

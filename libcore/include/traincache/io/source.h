@@ -16,6 +16,7 @@
 #include "traincache/base/choices.h"
 #include "traincache/base/content_hash.h"
 #include "traincache/base/dtype.h"
+#include "traincache/base/error.h"
 #include "traincache/io/image.h"
 
 namespace traincache {
@@ -74,6 +75,14 @@ struct FileOptions {
 bool names_own_file(const std::string& name);
 
 /// A column's rows as stored.
+/// An image file that cannot be read or decoded, met while its column is opened (the sizes are
+/// probed from the headers): Error(data or no_input) naming the file. Columns opened to tolerate
+/// unreadable files (cache-fill --on-error skip) never throw it.
+class UnreadableFile : public Error {
+ public:
+  using Error::Error;
+};
+
 struct ColumnInfo {
   std::string name;            ///< the dataset, member or file, as the user named it
   std::vector<int64_t> shape;  ///< [rows, ...]; [rows] for a ragged column
