@@ -81,7 +81,12 @@ expect_err "cache-fill: error: $WORK/m.csv: no field 'clas' (fields: file, class
 printf '{"file": "mixed/png_rgb/000.png"}\n{"file": \n' > "$WORK/broken.jsonl"
 bad_fill --input "$WORK/broken.jsonl" --features file
 expect_rc 65
-expect_err "cache-fill: error: $WORK/broken.jsonl:2: invalid JSON"
+expect_err "cache-fill: error: $WORK/broken.jsonl:2: invalid JSON at byte 10: unexpected end of input; expected '[', '{', or a literal"
+# A lone surrogate escape (what Python's json.dumps writes for such a string) is named as such.
+printf '{"file": "mixed/png_rgb/000.png"}\n{"file": "a\\ud800.png"}\n' > "$WORK/surrogate.jsonl"
+bad_fill --input "$WORK/surrogate.jsonl" --features file
+expect_rc 65
+expect_err "cache-fill: error: $WORK/surrogate.jsonl:2: invalid JSON at byte 18: invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"
 printf 'file,class\nmixed/png_rgb/000.png,a,extra\n' > "$WORK/wide.csv"
 bad_fill --input "$WORK/wide.csv" --features file
 expect_rc 65

@@ -47,16 +47,16 @@ print(len(keys), sorted(skipped.items()), same, zero, s['labels'][:].tolist())
 expect_out "15 [('c0/03.png', 'unsupported image format (not an image); only JPEG and PNG are supported'), ('c1/loop.png', 'too many levels of symbolic links'), ('c1/x.png', 'not a regular file (a FIFO)')] True True [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]"
 
 # Without --on-error skip: the FIFO and the link loop are refused at once with the read side's
-# code (66, was 74 for the loop and a hang for the FIFO), naming the file.
+# code (66, was 74 for the loop and a hang for the FIFO), naming the file and --on-error skip.
 rm "$WORK/bad/c0/03.png"
 cp "$WORK/ok/c0/02.png" "$WORK/bad/c0/03.png"
 run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/bad" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/x.h5"
 expect_rc 66
-expect_err "cache-fill: error: $WORK/bad/c1/loop.png: too many levels of symbolic links"
+expect_err "cache-fill: error: $WORK/bad/c1/loop.png: too many levels of symbolic links (--on-error skip stores a zero row for it and goes on)"
 rm "$WORK/bad/c1/loop.png"
 run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/bad" --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/x.h5"
 expect_rc 66
-expect_err "cache-fill: error: $WORK/bad/c1/x.png: not a regular file (a FIFO)"
+expect_err "cache-fill: error: $WORK/bad/c1/x.png: not a regular file (a FIFO) (--on-error skip stores a zero row for it and goes on)"
 expect_no_file "$WORK/x.h5"
 
 # The same from a manifest: a FIFO, a missing file and a link loop.
@@ -66,7 +66,7 @@ printf 'file,label\nbad/c0/00.png,a\nbad/c1/x.png,b\nbad/nope.png,a\nbad/loop.pn
 run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/fifo.csv" --features file --labels label \
   --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/m.h5"
 expect_rc 66
-expect_err "cache-fill: error: $WORK/fifo.csv:3: bad/c1/x.png: not a regular file (a FIFO)"
+expect_err "cache-fill: error: $WORK/fifo.csv:3: bad/c1/x.png: not a regular file (a FIFO) (--on-error skip stores a zero row for it and goes on)"
 run timeout 60 "$TC_BIN/cache-fill" --input "$WORK/m.csv" --features file --labels label \
   --encoder cnn="$D/cnn.pt" "${FILL[@]}" --out "$WORK/m.h5" --on-error skip
 expect_rc 0

@@ -199,6 +199,23 @@ int64_t unmark(std::string& s, const std::string& marker) {
   return n;
 }
 
+// Why a JSON Lines line does not parse, as nlohmann's parser says, without its exception prefix and
+// the text it had read: " at byte 11: invalid string: surrogate U+D800..U+DBFF must be followed by
+// U+DC00..U+DFFF".
+std::string json_reason(const std::string& line) {
+  try {
+    const nlohmann::json parsed = nlohmann::json::parse(line);
+    (void)parsed;
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string why = e.what();
+    if (auto dash = why.find(" - "); dash != std::string::npos) why = why.substr(dash + 3);
+    if (auto read = why.find("; last read:"); read != std::string::npos) why.resize(read);
+    return " at byte " + std::to_string(e.byte) + ": " + why;
+  } catch (const nlohmann::json::exception&) {
+  }
+  return "";
+}
+
 Table parse_jsonl(const std::string& path, const std::string& text, bool strict_utf8) {
   Table t;
   std::map<std::string, std::size_t> index;
@@ -220,7 +237,7 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
       traincache::text::repair_utf8(s, marker);
       j = parse_json_input(s, path + ":" + std::to_string(line));
     }
-    if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON");
+    if (j.is_discarded()) throw Error(Exit::data, path + ":" + std::to_string(line), "invalid JSON" + json_reason(s));
     if (!j.is_object()) throw Error(Exit::data, path + ":" + std::to_string(line), "not a JSON object");
     std::vector<std::optional<std::string>> row(t.fields.size());
     for (auto& [key, v] : j.items()) {
