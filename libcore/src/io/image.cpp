@@ -7,6 +7,7 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -246,6 +247,28 @@ Kernel bilinear_kernel(int in, int out) {
   return k;
 }
 
+// bilinear_kernel(in, out) of one thread's last few sizes: decode_for asks for a photo's kernels
+// and the resize again, and collections repeat their sizes. A reference stays valid for the next
+// seven calls of the thread.
+const Kernel& cached_kernel(int in, int out) {
+  struct Entry {
+    int in = 0, out = 0;
+    Kernel k;
+  };
+  thread_local std::array<Entry, 8> cache;
+  thread_local std::size_t next = 0;
+  for (const Entry& e : cache)
+    if (e.in == in && e.out == out) return e.k;
+  Entry& e = cache[next++ % cache.size()];
+  e.in = in;
+  e.out = out;
+  e.k = bilinear_kernel(in, out);
+  return e.k;
+}
+
+// The kernel of an axis resized from `in` to `out`; null when it is not resized.
+const Kernel* axis_kernel(int in, int out) { return in == out ? nullptr : &cached_kernel(in, out); }
+
 // One resampling pass along an axis: `lines` lines (`in_line` samples apart) of samples `in_step`
 // apart, each `c` channels, into lines of k.first.size() samples, in PIL's fixed point.
 void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, int c, std::ptrdiff_t in_line,
@@ -287,18 +310,25 @@ typedef int32_t Ints16 __attribute__((vector_size(64)));
 
 constexpr int32_t kHalf = int32_t{1} << (kResampleBits - 1);
 
-// 8-bit samples to 32-bit lanes and back (in range), through 16 bits: GCC 12 converts 8 <-> 32 bits
-// lane by lane, and each half of the way with SIMD instructions.
+// 8-bit samples go to 32-bit lanes and back through 16 bits: GCC 12 converts 8 <-> 32 bits lane by
+// lane, and each half of the way with SIMD instructions.
+
+// acc += the 16 samples b times w.
+TC_SIMD_INLINE void add_widened(Ints16& acc, Bytes16 b, const Ints16& w) {
+  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
+}
 // acc += the 16 samples at p times w.
 TC_SIMD_INLINE void add_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
   Bytes16 b;
   std::memcpy(&b, p, sizeof b);
-  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
+  add_widened(acc, b, w);
 }
-// The 16 lanes of acc (0..255) stored as bytes at p.
-TC_SIMD_INLINE void store_bytes(const Ints16& acc, uint8_t* p) {
-  const Bytes16 v = __builtin_convertvector(__builtin_convertvector(acc, Shorts16), Bytes16);
-  std::memcpy(p, &v, sizeof v);
+// Sums with the rounding half added, as 16 bytes: shifted to 8 bits and clipped, as PIL's clip8.
+TC_SIMD_INLINE Bytes16 clip_bytes(const Ints16& sum) {
+  Ints16 acc = sum >> kResampleBits;
+  acc = acc < 0 ? 0 : acc;
+  acc = acc > 255 ? 255 : acc;
+  return __builtin_convertvector(__builtin_convertvector(acc, Shorts16), Bytes16);
 }
 
 TC_SIMD_INLINE uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255)); }
@@ -347,8 +377,7 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
 TC_SIMD_INLINE void add_rgb_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
   Bytes16 b;
   std::memcpy(&b, p, sizeof b);
-  b = __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11);
-  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
+  add_widened(acc, __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11), w);
 }
 
 // One output column's accumulator of G RGB chunks.
@@ -377,10 +406,8 @@ TC_SIMD_INLINE int horizontal_rgb(const uint8_t* line, const HorizontalTaps& t, 
                       __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
     Ints16 sum = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
                  __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    sum = (sum + kHalf) >> kResampleBits;
-    sum = sum < 0 ? 0 : sum;
-    sum = sum > 255 ? 255 : sum;
-    Bytes16 v = __builtin_convertvector(__builtin_convertvector(sum, Shorts16), Bytes16);
+    sum += kHalf;
+    Bytes16 v = clip_bytes(sum);
     v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
     std::memcpy(o + x * 3, &v, 12);
   }
@@ -484,10 +511,8 @@ TC_SIMD_CLONES void vertical_window(const uint8_t* in, int row0, int len, const 
       Ints16 acc = Ints16{} + kHalf;
       for (int i = 0; i < k.count[o]; ++i)
         add_product(acc, rows + static_cast<std::ptrdiff_t>(i) * len + x, Ints16{} + wt[i]);
-      acc >>= kResampleBits;
-      acc = acc < 0 ? 0 : acc;
-      acc = acc > 255 ? 255 : acc;
-      store_bytes(acc, dst + x);
+      const Bytes16 v = clip_bytes(acc);
+      std::memcpy(dst + x, &v, sizeof v);
     }
     for (; x < len; ++x) {
       int32_t acc = kHalf;
@@ -533,24 +558,24 @@ std::pair<int, int> reached(const Kernel* k, int top, int n) {
 const std::vector<uint8_t>& resize_window(const Image& img, const Window& win, WindowBuffers& buf) {
   const int h = img.height, w = img.width, c = img.channels;
   const Image::Part part = img.whole() ? Image::Part{0, 0, h, w} : img.part;
-  Kernel ky;
-  if (win.rh != h) ky = bilinear_kernel(h, win.rh);
-  const auto [row0, row1] = reached(win.rh != h ? &ky : nullptr, win.top, win.oh);
+  const Kernel* ky = axis_kernel(h, win.rh);
+  const Kernel* kx = axis_kernel(w, win.rw);
+  const auto [row0, row1] = reached(ky, win.top, win.oh);
   const int len = win.ow * c;
   buf.rows.resize(static_cast<std::size_t>(row1 - row0) * len);
   const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0 - part.top) * part.cols * c;
-  if (win.rw != w) {
-    horizontal_window(first_row, row1 - row0, part.cols, part.left, c, bilinear_kernel(w, win.rw), win.left, win.ow,
-                      buf.rows.data(), row1 == part.top + part.rows, buf.taps);
+  if (kx) {
+    horizontal_window(first_row, row1 - row0, part.cols, part.left, c, *kx, win.left, win.ow, buf.rows.data(),
+                      row1 == part.top + part.rows, buf.taps);
   } else {
     for (int r = 0; r < row1 - row0; ++r)
       std::memcpy(buf.rows.data() + static_cast<std::ptrdiff_t>(r) * len,
                   first_row + (static_cast<std::ptrdiff_t>(r) * part.cols + win.left - part.left) * c,
                   static_cast<std::size_t>(len));
   }
-  if (win.rh == h) return buf.rows;
+  if (!ky) return buf.rows;
   buf.window.resize(static_cast<std::size_t>(win.oh) * len);
-  vertical_window(buf.rows.data(), row0, len, ky, win.top, win.oh, buf.window.data());
+  vertical_window(buf.rows.data(), row0, len, *ky, win.top, win.oh, buf.window.data());
   return buf.window;
 }
 
@@ -585,11 +610,8 @@ void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, 
   if (jpeg && jpeg_parts_built() && !(spec.exif_transpose && exif_orientation(bytes, size) != 1)) {
     const auto [h, w] = probe_size(bytes, size, false, what);
     if (Window win; crop_window(spec, h, w, win)) {
-      Kernel ky, kx;
-      if (win.rh != h) ky = bilinear_kernel(h, win.rh);
-      if (win.rw != w) kx = bilinear_kernel(w, win.rw);
-      const auto [row0, row1] = reached(win.rh != h ? &ky : nullptr, win.top, win.oh);
-      const auto [col0, col1] = reached(win.rw != w ? &kx : nullptr, win.left, win.ow);
+      const auto [row0, row1] = reached(axis_kernel(h, win.rh), win.top, win.oh);
+      const auto [col0, col1] = reached(axis_kernel(w, win.rw), win.left, win.ow);
       decode_jpeg_part(bytes, size, row0, col0, row1 - row0, col1 - col0, what, img);
       img = convert(std::move(img), spec.channels);
       return;
