@@ -248,26 +248,25 @@ Kernel bilinear_kernel(int in, int out) {
 }
 
 // bilinear_kernel(in, out) of one thread's last few sizes: decode_for asks for a photo's kernels
-// and the resize again, and collections repeat their sizes. A reference stays valid for the next
-// seven calls of the thread.
-const Kernel& cached_kernel(int in, int out) {
+// and the resize again, and collections repeat their sizes. Shared, so that a kernel in use stays
+// whole when a later call replaces its entry (a photo's two axes: the first one's kernel can be the
+// entry the second one's replaces).
+std::shared_ptr<const Kernel> cached_kernel(int in, int out) {
   struct Entry {
     int in = 0, out = 0;
-    Kernel k;
+    std::shared_ptr<const Kernel> k;
   };
   thread_local std::array<Entry, 8> cache;
   thread_local std::size_t next = 0;
   for (const Entry& e : cache)
-    if (e.in == in && e.out == out) return e.k;
+    if (e.k && e.in == in && e.out == out) return e.k;
   Entry& e = cache[next++ % cache.size()];
-  e.in = in;
-  e.out = out;
-  e.k = bilinear_kernel(in, out);
+  e = Entry{in, out, std::make_shared<const Kernel>(bilinear_kernel(in, out))};
   return e.k;
 }
 
 // The kernel of an axis resized from `in` to `out`; null when it is not resized.
-const Kernel* axis_kernel(int in, int out) { return in == out ? nullptr : &cached_kernel(in, out); }
+std::shared_ptr<const Kernel> axis_kernel(int in, int out) { return in == out ? nullptr : cached_kernel(in, out); }
 
 // One resampling pass along an axis: `lines` lines (`in_line` samples apart) of samples `in_step`
 // apart, each `c` channels, into lines of k.first.size() samples, in PIL's fixed point.
@@ -558,9 +557,9 @@ std::pair<int, int> reached(const Kernel* k, int top, int n) {
 const std::vector<uint8_t>& resize_window(const Image& img, const Window& win, WindowBuffers& buf) {
   const int h = img.height, w = img.width, c = img.channels;
   const Image::Part part = img.whole() ? Image::Part{0, 0, h, w} : img.part;
-  const Kernel* ky = axis_kernel(h, win.rh);
-  const Kernel* kx = axis_kernel(w, win.rw);
-  const auto [row0, row1] = reached(ky, win.top, win.oh);
+  const auto ky = axis_kernel(h, win.rh);
+  const auto kx = axis_kernel(w, win.rw);
+  const auto [row0, row1] = reached(ky.get(), win.top, win.oh);
   const int len = win.ow * c;
   buf.rows.resize(static_cast<std::size_t>(row1 - row0) * len);
   const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0 - part.top) * part.cols * c;
@@ -610,8 +609,8 @@ void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, 
   if (jpeg && jpeg_parts_built() && !(spec.exif_transpose && exif_orientation(bytes, size) != 1)) {
     const auto [h, w] = probe_size(bytes, size, false, what);
     if (Window win; crop_window(spec, h, w, win)) {
-      const auto [row0, row1] = reached(axis_kernel(h, win.rh), win.top, win.oh);
-      const auto [col0, col1] = reached(axis_kernel(w, win.rw), win.left, win.ow);
+      const auto [row0, row1] = reached(axis_kernel(h, win.rh).get(), win.top, win.oh);
+      const auto [col0, col1] = reached(axis_kernel(w, win.rw).get(), win.left, win.ow);
       decode_jpeg_part(bytes, size, row0, col0, row1 - row0, col1 - col0, what, img);
       img = convert(std::move(img), spec.channels);
       return;

@@ -104,6 +104,41 @@ CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then
     }
 }
 
+CATCH_TEST_CASE("photos of many sizes in any order give each photo's own resize", "[image]") {
+  // A reader thread meets sizes in any order, more of them than it keeps kernels for: each photo
+  // must still be resampled with its own kernels (a kernel kept for one axis was once replaced by
+  // the other axis's while still in use, when the photo before had more than a few other sizes).
+  uint32_t state = 777;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  std::vector<Image> photos;
+  for (int i = 0; i < 14; ++i) {
+    Image img;
+    img.height = 40 + 7 * (i % 3);  // heights shared, widths not: one axis's kernel kept, the other's new
+    img.width = 150 - 5 * i;
+    img.channels = 3;
+    img.samples.resize(static_cast<std::size_t>(img.height) * img.width * 3);
+    for (auto& v : img.samples) v = static_cast<uint8_t>(next() >> 24);
+    photos.push_back(std::move(img));
+  }
+  const Spec spec = spec_of("36", "32");
+  for (int pick = 0; pick < 400; ++pick) {
+    const Image& img = photos[(next() >> 16) % photos.size()];
+    const auto [rh, rw] = resized_size(spec, img.height, img.width);
+    const std::vector<uint8_t> whole = resize_bilinear(img.samples, img.height, img.width, 3, rh, rw);
+    const auto [top, left] = crop_offsets(spec, rh, rw);
+    std::vector<uint8_t> want;
+    for (int ch = 0; ch < 3; ++ch)
+      for (int y = 0; y < 32; ++y)
+        for (int x = 0; x < 32; ++x)
+          want.push_back(whole[(static_cast<std::size_t>(y + top) * rw + x + left) * 3 + ch]);
+    std::vector<uint8_t> got(want.size());
+    preprocess_pixels(img, spec, got.data());
+    CATCH_INFO("pick " << pick << ": " << img.height << "x" << img.width);
+    const bool same = got == want;
+    CATCH_REQUIRE(same);
+  }
+}
+
 CATCH_TEST_CASE("center crop offsets round half to even; larger crops pad with zeros", "[image]") {
   Image img;
   img.height = 1;
