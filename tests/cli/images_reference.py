@@ -9,7 +9,9 @@
   images_reference.py compare DIR CACHE CONFIG [DIR CACHE CONFIG ...]
                                        compares the cache's rows with torchvision's transforms on
                                        PIL images for CONFIG (see CONFIGS); prints one line of figures
-                                       for each, starting with CONFIG
+                                       for each, starting with CONFIG (draft: JPEGs decoded
+                                       reduced by PIL's Image.draft(), asked for the size
+                                       Resize(DRAFT_RESIZE) makes of the file, then resized to it)
 """
 import json
 import os
@@ -31,7 +33,26 @@ CONFIGS = {
     "rgb": ([T.Resize(40), T.CenterCrop(36), T.ToTensor(), T.Normalize(*IMAGENET)], "RGB", False, IMAGENET),
     "gray": ([T.Resize((30, 45)), T.ToTensor(), T.Normalize([0.5], [0.25])], "L", False, ([0.5], [0.25])),
     "pad": ([T.Resize(48), T.CenterCrop(64), T.ToTensor()], "RGB", True, ([0.0], [1.0])),
+    "draft": ([T.CenterCrop(12), T.ToTensor()], "RGB", False, ([0.0], [1.0])),  # after draft_resize
 }
+DRAFT_RESIZE = 14
+
+
+def resized_size(width, height, short):
+    """torchvision's Resize(short) of a width x height image: (new width, new height)."""
+    if width <= height:
+        return short, int(short * height / width)
+    return int(short * width / height), short
+
+
+def draft_resize(img):
+    """What cache-fill --resize DRAFT_RESIZE --jpeg-draft does before the crop, the PIL way: a JPEG
+    decoded reduced by draft() for the size the resize makes of the file, then resized there."""
+    size = resized_size(*img.size, DRAFT_RESIZE)
+    if img.format == "JPEG":
+        img.draft(img.mode, size)
+    img.load()
+    return img.convert("RGB").resize(size, Image.BILINEAR)
 
 
 def png16(path, rgb):
@@ -113,6 +134,8 @@ def compare(folder, cache, config):
     def load(path):
         with open(path, "rb") as f:
             img = Image.open(f)
+            if config == "draft":
+                return draft_resize(img)
             img.load()
         if exif:
             img = ImageOps.exif_transpose(img)

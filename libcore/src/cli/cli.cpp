@@ -359,6 +359,10 @@ void add_file_options(CLI::App& app, io::source::FileOptions& files, const std::
       ->group(group);
   app.add_flag("--exif-transpose", spec.exif_transpose, "Images: apply the EXIF orientation tag (off, as in PIL)")
       ->group(group);
+  app.add_flag("--jpeg-draft", spec.jpeg_draft,
+               "Images: decode large JPEGs at 1/2, 1/4 or 1/8 size where --resize still shrinks them (PIL's "
+               "draft; faster, not exact: off)")
+      ->group(group);
   if (!labels) return;
   add_choice(app, "--label-order", files.label_order, io::source::label_order_choices(),
              "Manifests: string labels numbered in sorted or first-seen order")

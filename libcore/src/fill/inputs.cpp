@@ -229,10 +229,14 @@ bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in) {
   if (opts.decode == Decode::device && !on_device && in.preprocess())
     throw Error(Exit::usage, "--decode device",
                 "needs the images converted on the device too (--convert device; auto does so on CUDA only)");
+  const bool draft = in.preprocess() && in.preprocess()->jpeg_draft;
+  if (opts.decode == Decode::device && draft)
+    throw Error(Exit::usage, "--decode device", "decodes JPEGs whole: --jpeg-draft's reduced decode is the host's");
   if (opts.decode == Decode::device && cuda && in.preprocess() && !model::nvjpeg_built())
     throw Error(Exit::unavailable, "--decode device",
                 "this build has no nvJPEG to decode on CUDA devices (docs/gpu.md, \"Building\")");
-  const bool decode = opts.decode == Decode::device || (opts.decode == Decode::auto_ && cuda && model::nvjpeg_built());
+  const bool decode =
+      opts.decode == Decode::device || (opts.decode == Decode::auto_ && cuda && model::nvjpeg_built() && !draft);
   bool any = false;
   for (auto& [name, d] : in.features)
     if (on_device && (d.col->preprocess() || d.info().dtype == DType::u8)) {

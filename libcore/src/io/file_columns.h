@@ -244,7 +244,8 @@ class ImageColumn : public Column {
       StageTimer decode(Stage::decode);
       image::decode_for(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), spec_, shown_[i], img);
     }
-    check_shape(img.height, img.width, i);
+    const auto [h, w] = img.file_size();
+    check_shape(h, w, i);
   }
 
   void check_shape(int h, int w, std::size_t i) const {

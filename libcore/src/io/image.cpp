@@ -138,6 +138,8 @@ Image convert(Image in, Channels to) {
   out.height = in.height;
   out.channels = want;
   out.part = in.part;
+  out.file_height = in.file_height;
+  out.file_width = in.file_width;
   const std::size_t n = in.samples.size() / static_cast<std::size_t>(in.channels);
   out.samples.resize(n * want);
   const uint8_t* s = in.samples.data();
@@ -604,14 +606,46 @@ Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bo
   return convert(std::move(img), channels);
 }
 
+namespace {
+
+// The region decode_for() decodes of an h x w JPEG, at the reduction it decodes it at: the rows and
+// columns the resize and crop's taps reach, or the whole image when the crop is not inside it.
+// False when that is the whole image at full size (a plain decode).
+bool jpeg_region(const Spec& spec, int h, int w, Region& r) {
+  r.reduce = draft_reduction(spec, h, w);
+  const auto [dh, dw] = reduced_size(h, w, r.reduce);
+  if (Window win; crop_window(spec, h, w, win)) {
+    const auto [row0, row1] = reached(axis_kernel(dh, win.rh).get(), win.top, win.oh);
+    const auto [col0, col1] = reached(axis_kernel(dw, win.rw).get(), win.left, win.ow);
+    r.top = row0;
+    r.left = col0;
+    r.rows = row1 - row0;
+    r.cols = col1 - col0;
+    return true;
+  }
+  r.top = r.left = 0;
+  r.rows = dh;
+  r.cols = dw;
+  return r.reduce > 1;
+}
+
+}  // namespace
+
+int draft_reduction(const Spec& spec, int h, int w) {
+  if (!spec.jpeg_draft) return 1;
+  const auto [rh, rw] = resized_size(spec, h, w);
+  const int room = std::min(w / std::max(rw, 1), h / std::max(rh, 1));
+  for (int reduce : {8, 4, 2})
+    if (room >= reduce) return reduce;
+  return 1;
+}
+
 void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, const std::string& what, Image& img) {
   const bool jpeg = size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
   if (jpeg && jpeg_parts_built() && !(spec.exif_transpose && exif_orientation(bytes, size) != 1)) {
     const auto [h, w] = probe_size(bytes, size, false, what);
-    if (Window win; crop_window(spec, h, w, win)) {
-      const auto [row0, row1] = reached(axis_kernel(h, win.rh).get(), win.top, win.oh);
-      const auto [col0, col1] = reached(axis_kernel(w, win.rw).get(), win.left, win.ow);
-      decode_jpeg_part(bytes, size, row0, col0, row1 - row0, col1 - col0, what, img);
+    if (Region r; jpeg_region(spec, h, w, r)) {
+      decode_jpeg_part(bytes, size, r, what, img);
       img = convert(std::move(img), spec.channels);
       return;
     }
@@ -735,13 +769,17 @@ Image apply_orientation(const Image& img, int o) {
 
 std::vector<std::pair<std::string, std::string>> Spec::describe() const {
   auto size = [](int h, int w) { return std::to_string(h) + "," + std::to_string(w); };
-  return {{"resize", resize_short ? std::to_string(resize_short)
-                     : resize_h   ? size(resize_h, resize_w)
-                                  : "none"},
-          {"center_crop", crop_h ? size(crop_h, crop_w) : "none"},
-          {"channels", channels_choices().name(channels)},
-          {"normalize", mean.empty() ? "none" : join_numbers(mean) + ":" + join_numbers(std)},
-          {"exif_transpose", exif_transpose ? "yes" : "no"}};
+  std::vector<std::pair<std::string, std::string>> d{
+      {"resize", resize_short ? std::to_string(resize_short)
+                 : resize_h   ? size(resize_h, resize_w)
+                              : "none"},
+      {"center_crop", crop_h ? size(crop_h, crop_w) : "none"},
+      {"channels", channels_choices().name(channels)},
+      {"normalize", mean.empty() ? "none" : join_numbers(mean) + ":" + join_numbers(std)},
+      {"exif_transpose", exif_transpose ? "yes" : "no"}};
+  // Only where it is set: the exact preprocessing's description (and caches' fingerprints) as before.
+  if (jpeg_draft) d.emplace_back("jpeg_draft", "yes");
+  return d;
 }
 
 void parse_resize(const std::string& text, Spec& spec) {
@@ -788,6 +826,8 @@ Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described
         parse_normalize(v, s);
       else if (k == "exif_transpose")
         s.exif_transpose = v == "yes";
+      else if (k == "jpeg_draft")
+        s.jpeg_draft = v == "yes";
       else
         throw Error(Exit::data, k, "unknown preprocessing step (written by a newer version?)");
     }
@@ -798,6 +838,11 @@ Spec spec_from(const std::vector<std::pair<std::string, std::string>>& described
 }
 
 void validate(const Spec& spec) {
+  if (spec.jpeg_draft && !spec.resize_short && !spec.resize_h)
+    throw Error(Exit::usage, "--jpeg-draft", "decodes JPEGs reduced for a resize: give --resize too");
+  if (spec.jpeg_draft && !jpeg_parts_built())
+    throw Error(Exit::unavailable, "--jpeg-draft",
+                "this build decodes JPEGs whole only (it was built without libjpeg's headers: libjpeg-dev)");
   const std::size_t n = spec.mean.size();
   if (n > 1 && static_cast<int>(n) != spec.out_channels())
     throw Error(Exit::usage, "--normalize",
@@ -877,8 +922,9 @@ template <class Put>
 void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   int h = img.height, w = img.width;
   const int c = img.channels;
+  const auto [file_h, file_w] = img.file_size();  // the resize's size comes from the file's
   // The usual case, a crop inside the resized image: only the crop's samples are resampled.
-  if (Window win; crop_window(spec, h, w, win) && (c == 1 || c == 3 || c == 4)) {
+  if (Window win; crop_window(spec, file_h, file_w, win) && (c == 1 || c == 3 || c == 4)) {
     thread_local WindowBuffers buf;
     const std::vector<uint8_t>& out = resize_window(img, win, buf);
     const std::size_t n = static_cast<std::size_t>(win.oh) * win.ow * c;
@@ -890,7 +936,7 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   if (!img.whole()) throw Error(Exit::internal, "resize", "part of an image outside a crop window");
   const std::vector<uint8_t>* px = &img.samples;
   std::vector<uint8_t> resized;
-  auto [rh, rw] = resized_size(spec, h, w);
+  auto [rh, rw] = resized_size(spec, file_h, file_w);
   if (rh != h || rw != w) {
     resized = resize_bilinear(img.samples, h, w, c, rh, rw);
     px = &resized;

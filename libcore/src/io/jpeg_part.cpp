@@ -20,13 +20,15 @@
 
 namespace traincache::io::image {
 
+std::pair<int, int> reduced_size(int h, int w, int reduce) {
+  return {(h + reduce - 1) / reduce, (w + reduce - 1) / reduce};
+}
+
 #ifndef TRAINCACHE_HAVE_LIBJPEG
 
 bool jpeg_parts_built() { return false; }
 
-bool decode_jpeg_part(const unsigned char*, std::size_t, int, int, int, int, const std::string&, Image&) {
-  return false;
-}
+bool decode_jpeg_part(const unsigned char*, std::size_t, const Region&, const std::string&, Image&) { return false; }
 
 #else
 
@@ -86,6 +88,24 @@ bool read_header(Decoder& d, const unsigned char* bytes, std::size_t size) {
   return true;
 }
 
+// The decoder set to give the image at 1/reduce of its size (libjpeg's DCT scaling).
+bool scale_output(Decoder& d, int reduce) {
+  if (setjmp(d.fail.jump)) return false;
+  d.cinfo.scale_num = 1;
+  d.cinfo.scale_denom = static_cast<unsigned>(reduce);
+  jpeg_calc_output_dimensions(&d.cinfo);
+  return true;
+}
+
+// Output rows per row group (iMCU row): what jpeg_skip_scanlines skips whole.
+int group_rows(const jpeg_decompress_struct& c) {
+#if JPEG_LIB_VERSION >= 70
+  return c.max_v_samp_factor * c.min_DCT_v_scaled_size;
+#else
+  return c.max_v_samp_factor * c.min_DCT_scaled_size;
+#endif
+}
+
 // Starts the decode of plan's columns (libjpeg widens them to its iMCU boundaries: plan's left and
 // cols say which it decodes) from row y0 on.
 bool start_rows(Decoder& d, Plan& p) {
@@ -125,8 +145,8 @@ bool read_rows(Decoder& d, const Plan& p) {
 
 bool jpeg_parts_built() { return true; }
 
-bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, int top, int left, int rows, int cols,
-                      const std::string& what, Image& img) {
+bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region& r, const std::string& what,
+                      Image& img) {
   thread_local Decoder d;
   if (!read_header(d, bytes, size)) fail(d, what);
   jpeg_decompress_struct& c = d.cinfo;
@@ -134,21 +154,22 @@ bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, int top, int
     jpeg_abort_decompress(&c);
     throw Error(Exit::data, what, "CMYK JPEG images are not supported; convert them to RGB");
   }
-  const int w = static_cast<int>(c.image_width), h = static_cast<int>(c.image_height);
+  if (!scale_output(d, r.reduce)) fail(d, what);
+  const int w = static_cast<int>(c.output_width), h = static_cast<int>(c.output_height);
   // A margin of 16 columns each side keeps the wanted ones away from the crop's edges (where the
   // chroma upsampling has no neighbour), and the rows start a row group early, on its boundary.
-  const int group = c.max_v_samp_factor * DCTSIZE;
+  const int group = group_rows(c);
   Plan p{};
-  p.x0 = std::max(0, left - 16);
-  p.x1 = std::min(w, left + cols + 16);
-  p.y0 = std::max(0, top - group) / group * group;
-  p.y1 = std::min(h, top + rows);
+  p.x0 = std::max(0, r.left - 16);
+  p.x1 = std::min(w, r.left + r.cols + 16);
+  p.y0 = std::max(0, r.top - group) / group * group;
+  p.y1 = std::min(h, r.top + r.rows);
   if (!start_rows(d, p)) fail(d, what);
   const int channels = c.output_components;
   const std::size_t line = static_cast<std::size_t>(p.cols) * channels;
   img.samples.resize(static_cast<std::size_t>(p.y1 - p.y0) * line);
   std::vector<uint8_t*> row_ptrs(static_cast<std::size_t>(p.y1 - p.y0));
-  for (std::size_t r = 0; r < row_ptrs.size(); ++r) row_ptrs[r] = img.samples.data() + r * line;
+  for (std::size_t i = 0; i < row_ptrs.size(); ++i) row_ptrs[i] = img.samples.data() + i * line;
   p.row_ptrs = row_ptrs.data();
   if (!read_rows(d, p)) fail(d, what);
   if (d.fail.truncated) {
@@ -158,7 +179,10 @@ bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, int top, int
   img.height = h;
   img.width = w;
   img.channels = channels;
-  img.part = {p.y0, p.left, p.y1 - p.y0, p.cols};
+  const bool whole = p.y0 == 0 && p.y1 == h && p.cols == w;
+  img.part = whole ? Image::Part{} : Image::Part{p.y0, p.left, p.y1 - p.y0, p.cols};
+  img.file_height = r.reduce > 1 ? static_cast<int>(c.image_height) : 0;
+  img.file_width = r.reduce > 1 ? static_cast<int>(c.image_width) : 0;
   return true;
 }
 

@@ -477,3 +477,100 @@ CATCH_TEST_CASE("a JPEG decoded for a crop gives the samples of the whole decode
   CATCH_CHECK(jpeg_parts_built() == (TRAINCACHE_EXPECT_JPEG_PARTS != 0));
   if (jpeg_parts_built()) CATCH_CHECK(parts > 400);
 }
+
+namespace {
+
+// The whole JPEG decoded at 1/reduce of its size by TurboJPEG (its own decode, not the library's),
+// as RGB.
+Image turbo_decode_reduced(const std::string& jpeg, int reduce) {
+  tjhandle tj = tjInitDecompress();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  const auto* b = reinterpret_cast<const unsigned char*>(jpeg.data());
+  tjDecompressHeader3(tj, b, static_cast<unsigned long>(jpeg.size()), &w, &h, &subsamp, &colorspace);
+  Image img;
+  img.height = (h + reduce - 1) / reduce;
+  img.width = (w + reduce - 1) / reduce;
+  img.channels = 3;
+  img.samples.resize(static_cast<std::size_t>(img.height) * img.width * 3);
+  const int rc = tjDecompress2(tj, b, static_cast<unsigned long>(jpeg.size()), img.samples.data(), img.width, 0,
+                               img.height, TJPF_RGB, 0);
+  tjDestroy(tj);
+  if (rc != 0) img.samples.clear();
+  return img;
+}
+
+// `spec`'s center crop of an image already resized to rh x rw (zeros where it pads), C, H, W order.
+std::vector<uint8_t> crop_of(const std::vector<uint8_t>& px, int rh, int rw, int c, const Spec& spec) {
+  const int oh = spec.crop_h ? spec.crop_h : rh, ow = spec.crop_w ? spec.crop_w : rw;
+  const auto [top, left] = crop_offsets(spec, rh, rw);
+  std::vector<uint8_t> out;
+  for (int ch = 0; ch < c; ++ch)
+    for (int y = top; y < top + oh; ++y)
+      for (int x = left; x < left + ow; ++x)
+        out.push_back(y < 0 || y >= rh || x < 0 || x >= rw ? 0 : px[(static_cast<std::size_t>(y) * rw + x) * c + ch]);
+  return out;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("--jpeg-draft's reductions follow PIL's draft() asked for the resized size", "[image]") {
+  Spec spec = spec_of("256", "224");
+  CATCH_CHECK(draft_reduction(spec, 3000, 4000) == 1);  // not asked for
+  spec.jpeg_draft = true;
+  CATCH_CHECK(draft_reduction(spec, 3000, 4000) == 8);  // 4000 // 341 = 11, 3000 // 256 = 11
+  CATCH_CHECK(draft_reduction(spec, 720, 1280) == 2);   // 1280 // 455 = 2, 720 // 256 = 2
+  CATCH_CHECK(draft_reduction(spec, 1023, 1023) == 2);  // 3.99 -> 2, never below the resized size
+  CATCH_CHECK(draft_reduction(spec, 1024, 1024) == 4);
+  CATCH_CHECK(draft_reduction(spec, 375, 500) == 1);
+  CATCH_CHECK(draft_reduction(spec, 200, 300) == 1);  // an upscale
+  Spec fixed = spec_of("100,50");
+  fixed.jpeg_draft = true;
+  CATCH_CHECK(draft_reduction(fixed, 800, 100) == 2);  // 100 // 50 = 2, 800 // 100 = 8: the smaller
+  Spec crop_only = spec_of(nullptr, "64");
+  crop_only.jpeg_draft = true;
+  CATCH_CHECK(draft_reduction(crop_only, 3000, 4000) == 1);
+  // Not part of the exact preprocessing's description: caches made without it keep their fingerprint.
+  CATCH_CHECK(spec_of("256", "224").describe().size() == 5);
+  CATCH_CHECK(spec.describe().back() == std::pair<std::string, std::string>{"jpeg_draft", "yes"});
+  CATCH_CHECK(spec_from(spec.describe()).jpeg_draft);
+}
+
+CATCH_TEST_CASE("a JPEG decoded reduced (--jpeg-draft) gives the whole reduced decode, resized and cropped",
+                "[image]") {
+  // decode_for decodes a reduced JPEG's part the crop reads: its samples must be those of
+  // TurboJPEG's whole decode at that scale, resized from there to what the file's own size gives.
+  if (!jpeg_parts_built()) return;  // validate() refuses --jpeg-draft there (tested by the CLI)
+  const std::vector<std::pair<int, int>> sizes{{375, 500}, {720, 1280}, {333, 501}, {1001, 667}};
+  const std::vector<std::pair<const char*, const char*>> specs{{"64", "56"}, {"120,80", "64,33"}, {"100", nullptr},
+                                                               {"30", "40"}, {"160", "150"},      {"256", "224"}};
+  std::vector<int> seen(9, 0);
+  for (const auto& [h, w] : sizes)
+    for (int subsamp : {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_GRAY})
+      for (bool progressive : {false, true}) {
+        const std::string jpeg = test::make_jpeg(h, w, subsamp, progressive, 85);
+        for (const auto& [resize, crop] : specs) {
+          Spec spec = spec_of(resize, crop);
+          spec.jpeg_draft = true;
+          const int reduce = draft_reduction(spec, h, w);
+          const Image whole = turbo_decode_reduced(jpeg, reduce);
+          const auto [rh, rw] = resized_size(spec, h, w);
+          const std::vector<uint8_t> want =
+              crop_of(resize_bilinear(whole.samples, whole.height, whole.width, 3, rh, rw), rh, rw, 3, spec);
+          Image img;
+          decode_for(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size(), spec, "x.jpg", img);
+          std::vector<uint8_t> got(want.size());
+          preprocess_pixels(img, spec, got.data());
+          CATCH_INFO(h << "x" << w << " subsampling " << subsamp << (progressive ? " progressive" : "") << " resize "
+                       << resize << " crop " << (crop ? crop : "-") << " reduced " << reduce);
+          CATCH_CHECK(img.height == whole.height);
+          CATCH_CHECK(img.file_size() == std::pair{h, w});
+          const bool same = got == want;
+          CATCH_CHECK(same);
+          ++seen[static_cast<std::size_t>(reduce)];
+        }
+      }
+  CATCH_CHECK(seen[1] > 0);
+  CATCH_CHECK(seen[2] > 0);
+  CATCH_CHECK(seen[4] > 0);
+  CATCH_CHECK(seen[8] > 0);
+}

@@ -30,6 +30,14 @@ struct Image {
     int top = 0, left = 0, rows = 0, cols = 0;
   } part;
   bool whole() const { return part.rows == 0; }
+  /// The file's size where decode_for() decoded the image reduced (Spec::jpeg_draft: height and
+  /// width are then 1/2, 1/4 or 1/8 of it, rounded up); 0 when height and width are the file's.
+  /// The resize goes to the size the file's own size gives.
+  int file_height = 0, file_width = 0;
+  /// {height, width} of the file: what the resize and the output shape are computed from.
+  std::pair<int, int> file_size() const {
+    return file_height ? std::pair{file_height, file_width} : std::pair{height, width};
+  }
 };
 
 /// Decodes the JPEG or PNG in bytes[0, size) into `channels`. Alpha is dropped, palettes and
@@ -44,12 +52,19 @@ struct Spec;
 /// decode() for what `spec` reads of the image: where its resize and center crop read only part of
 /// a JPEG (photos under --resize S --center-crop C), only the rows and columns the crop's filter
 /// taps reach are decoded (every row still entropy-decoded: a truncated or corrupt file fails as in
-/// decode()), with the samples a whole decode gives there. `img` is overwritten, its buffer reused.
+/// decode()), with the samples a whole decode gives there. With spec.jpeg_draft a JPEG is decoded
+/// at 1/draft_reduction() of its size. `img` is overwritten, its buffer reused.
 void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, const std::string& what, Image& img);
 
 /// Whether this build decodes only part of a JPEG in decode_for() (libjpeg's headers were there
-/// when it was built: Debian's libjpeg-dev); else decode_for() decodes whole images.
+/// when it was built: Debian's libjpeg-dev); else decode_for() decodes whole images, and a spec
+/// with jpeg_draft is refused (validate()).
 bool jpeg_parts_built();
+/// The reduction (8, 4, 2, or 1 for none) spec.jpeg_draft decodes an h x w JPEG at: the largest
+/// that leaves both sides at least the size the resize makes of them (PIL's draft() asked for that
+/// size: min(w // new_w, h // new_h) rounded down to a power of two, at most 8). 1 without
+/// jpeg_draft or without a resize that shrinks the image.
+int draft_reduction(const Spec& spec, int h, int w);
 
 /// {height, width} of the JPEG or PNG in bytes as decode() would return it, from its header
 /// (and its EXIF orientation with `exif_transpose`). Errors as decode().
@@ -77,6 +92,10 @@ struct Spec {
   Channels channels = Channels::rgb;
   std::vector<double> mean, std;  ///< --normalize; empty = none
   bool exif_transpose = false;
+  /// --jpeg-draft: JPEGs decoded at 1/2, 1/4 or 1/8 of their size where the resize still shrinks
+  /// them (draft_reduction()), as PIL's Image.draft() does; not exact, so described (and
+  /// fingerprinted) apart from the exact preprocessing.
+  bool jpeg_draft = false;
 
   int out_channels() const { return channels == Channels::gray ? 1 : 3; }
   /// The output size is known without decoding (resize H,W or a center crop).
