@@ -64,7 +64,7 @@ Error jpeg_error(tjhandle tj, const std::string& what, const std::string& prefix
 
 // A JPEG as 1 (grey) or 3 (RGB) channels. libjpeg-turbo's defaults are PIL's: accurate integer
 // IDCT and fancy upsampling. Warnings are accepted (PIL ignores them) except a premature end.
-Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::string& what) {
+void decode_jpeg(const unsigned char* bytes, std::size_t size, const std::string& what, Image& img) {
   tjhandle tj = jpeg_handle();
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, bytes, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0)
@@ -72,12 +72,11 @@ Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::strin
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
     throw Error(Exit::data, what, "CMYK JPEG images are not supported; convert them to RGB");
   check_pixels(w, h, what);
-  Image img;
   img.width = w;
   img.height = h;
   img.channels = colorspace == TJCS_GRAY ? 1 : 3;
-  std::vector<unsigned char> px(static_cast<std::size_t>(w) * h * img.channels);
-  if (tjDecompress2(tj, bytes, static_cast<unsigned long>(size), px.data(), w, 0, h,
+  img.samples.resize(static_cast<std::size_t>(w) * h * img.channels);
+  if (tjDecompress2(tj, bytes, static_cast<unsigned long>(size), img.samples.data(), w, 0, h,
                     img.channels == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
     const std::string msg = tjGetErrorStr2(tj);
     const bool truncated = msg.find("Premature end") != std::string::npos;
@@ -85,8 +84,6 @@ Image decode_jpeg(const unsigned char* bytes, std::size_t size, const std::strin
     jpeg_handle_state().reset();
     if (fatal) throw Error(Exit::data, what, truncated ? "truncated JPEG (" + msg + ")" : "corrupt JPEG: " + msg);
   }
-  img.samples.assign(px.begin(), px.end());
-  return img;
 }
 
 struct SpngCtx {
@@ -96,10 +93,17 @@ struct SpngCtx {
   }
 };
 
-// A PNG of any colour type and bit depth as RGBA8: 16-bit samples keep their high byte, as PIL
-// opens 16-bit RGB(A) PNGs. Transparency and gamma are not applied, as PIL's convert("RGB") does
-// not apply them.
-Image decode_png(const unsigned char* bytes, std::size_t size, const std::string& what) {
+// The format libspng gives a PNG in: 8-bit RGB and grey as they are (most photos), everything else
+// as RGBA8 (16-bit samples keep their high byte, as PIL opens 16-bit RGB(A) PNGs; palettes and low
+// bit depths expanded). Transparency and gamma are not applied, as PIL's convert("RGB") does not
+// apply them. Sets the channels that format has.
+spng_format png_format(const spng_ihdr& ihdr, int& channels) {
+  if (ihdr.bit_depth == 8 && ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR) return channels = 3, SPNG_FMT_RGB8;
+  if (ihdr.bit_depth == 8 && ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE) return channels = 1, SPNG_FMT_G8;
+  return channels = 4, SPNG_FMT_RGBA8;
+}
+
+void decode_png(const unsigned char* bytes, std::size_t size, const std::string& what, Image& img) {
   SpngCtx c;
   if (!c.ctx) throw Error(Exit::internal, "libspng", "cannot create a decoder");
   auto fail = [&](int rc) {
@@ -112,16 +116,13 @@ Image decode_png(const unsigned char* bytes, std::size_t size, const std::string
   spng_ihdr ihdr{};
   if (int rc = spng_get_ihdr(c.ctx, &ihdr)) throw fail(rc);
   check_pixels(ihdr.width, ihdr.height, what);
+  const spng_format fmt = png_format(ihdr, img.channels);
   std::size_t out_size = 0;
-  if (int rc = spng_decoded_image_size(c.ctx, SPNG_FMT_RGBA8, &out_size)) throw fail(rc);
-  std::vector<unsigned char> px(out_size);
-  if (int rc = spng_decode_image(c.ctx, px.data(), out_size, SPNG_FMT_RGBA8, 0)) throw fail(rc);
-  Image img;
+  if (int rc = spng_decoded_image_size(c.ctx, fmt, &out_size)) throw fail(rc);
+  img.samples.resize(out_size);
+  if (int rc = spng_decode_image(c.ctx, img.samples.data(), out_size, fmt, 0)) throw fail(rc);
   img.width = static_cast<int>(ihdr.width);
   img.height = static_cast<int>(ihdr.height);
-  img.channels = 4;
-  img.samples.assign(px.begin(), px.end());
-  return img;
 }
 
 // PIL's luma weights (ITU-R 601-2) in 16-bit fixed point, as its convert("L") rounds them.
@@ -133,6 +134,21 @@ inline uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
 Image convert(Image in, Channels to) {
   const int want = to == Channels::gray ? 1 : 3;
   if (in.channels == want) return in;
+  if (in.channels > want) {  // RGB(A) to fewer channels, in place: each pixel written at or before its read
+    const std::size_t n = in.samples.size() / static_cast<std::size_t>(in.channels);
+    uint8_t* px = in.samples.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const uint8_t* s = px + i * in.channels;
+      uint8_t* d = px + i * want;
+      if (want == 3)
+        d[0] = s[0], d[1] = s[1], d[2] = s[2];
+      else
+        d[0] = luma(s[0], s[1], s[2]);
+    }
+    in.samples.resize(n * want);
+    in.channels = want;
+    return in;
+  }
   Image out;
   out.width = in.width;
   out.height = in.height;
@@ -144,15 +160,7 @@ Image convert(Image in, Channels to) {
   out.samples.resize(n * want);
   const uint8_t* s = in.samples.data();
   uint8_t* d = out.samples.data();
-  for (std::size_t i = 0; i < n; ++i, s += in.channels, d += want) {
-    if (in.channels == 1) {
-      d[0] = d[1] = d[2] = s[0];
-    } else if (want == 3) {
-      d[0] = s[0], d[1] = s[1], d[2] = s[2];
-    } else {
-      d[0] = luma(s[0], s[1], s[2]);
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i, s += in.channels, d += want) d[0] = d[1] = d[2] = s[0];  // grey to RGB
   return out;
 }
 
@@ -587,13 +595,17 @@ const Choices<Channels>& channels_choices() {
   return c;
 }
 
-Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
-             const std::string& what) {
-  Image img;
+namespace {
+
+// decode() into `img`, its buffer reused.
+void decode_into(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
+                 const std::string& what, Image& img) {
+  img.part = {};
+  img.file_height = img.file_width = 0;
   if (size >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF)
-    img = decode_jpeg(bytes, size, what);
+    decode_jpeg(bytes, size, what, img);
   else if (size >= 8 && std::memcmp(bytes, "\x89PNG\r\n\x1a\n", 8) == 0)
-    img = decode_png(bytes, size, what);
+    decode_png(bytes, size, what, img);
   else if (size == 0)
     throw Error(Exit::data, what, "empty file, not a JPEG or PNG image");
   else
@@ -603,7 +615,16 @@ Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bo
     int o = exif_orientation(bytes, size);
     if (o != 1) img = apply_orientation(img, o);
   }
-  return convert(std::move(img), channels);
+  img = convert(std::move(img), channels);
+}
+
+}  // namespace
+
+Image decode(const unsigned char* bytes, std::size_t size, Channels channels, bool exif_transpose,
+             const std::string& what) {
+  Image img;
+  decode_into(bytes, size, channels, exif_transpose, what, img);
+  return img;
 }
 
 namespace {
@@ -650,7 +671,7 @@ void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, 
       return;
     }
   }
-  img = decode(bytes, size, spec.channels, spec.exif_transpose, what);
+  decode_into(bytes, size, spec.channels, spec.exif_transpose, what, img);
 }
 
 std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
