@@ -259,6 +259,30 @@ run "$TC_BIN/cache-fill" --input "$WORK/miss.csv" --features file --labels class
 expect_rc 0
 py "import h5py; f = h5py.File('$WORK/miss.h5'); print(f['skipped/rows'][:].tolist(), f['skipped/reasons'][0].decode())"
 expect_out "[1] $WORK/miss.csv:3: mixed/png_rgb/nope.png: no such file or directory"
+# --verify opens the manifest as the fill did (its missing file's row was skipped, never sampled):
+# it re-encodes the two rows that were read (it ended with 66 naming the missing file).
+run "$TC_BIN/cache-inspect" --verify 3 "$WORK/miss.h5"
+expect_rc 0
+expect_out "$WORK/miss.h5	flat	ok: 2 rows match (max abs diff 0, tolerance 1e-05 + 0.0001*|x|)"
+# And a tar shard as the fill read it: sample s2 without its cls member left out, s4's junk image
+# skipped; the rows re-encoded are the fill's rows (a sample too many would shift them).
+py "
+import io, tarfile
+with tarfile.open('$WORK/gap.tar', 'w') as t:
+    for i in range(6):
+        for ext, data in (('png', open('$WORK/mixed/png_rgb/00%d.png' % i, 'rb').read()), ('cls', b'%d' % (i % 2))):
+            if (i, ext) != (2, 'cls'):
+                m = tarfile.TarInfo('s%d.%s' % (i, ext))
+                data = b'junk' if (i, ext) == (4, 'png') else data
+                m.size = len(data)
+                t.addfile(m, io.BytesIO(data))
+print('ok')"
+run "$TC_BIN/cache-fill" --input "$WORK/gap.tar" --features png --labels cls --out "$WORK/gap.h5" "${FILL[@]}" \
+  --resize 8,8 --on-error skip -q
+expect_rc 0
+run "$TC_BIN/cache-inspect" --verify 5 "$WORK/gap.h5"
+expect_rc 0
+expect_out "$WORK/gap.h5	flat	ok: 4 rows match (max abs diff 0, tolerance 1e-05 + 0.0001*|x|)"
 # A file whose bytes change while the run reads it (/proc/self/stat: the process's own counters,
 # other bytes at each read): the input's digest reads each file once, and the row's read finds
 # other bytes. Refused, nothing written; under --on-error skip its row is skipped with that

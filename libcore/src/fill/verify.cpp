@@ -18,6 +18,33 @@ namespace traincache::fill {
 
 namespace {
 
+// The fill's options as its fingerprint records them ({} for a cache without).
+nlohmann::json fill_options(const io::cache::CacheInfo& info) {
+  const auto fp = nlohmann::json::parse(info.fingerprint_json, nullptr, false);
+  return fp.is_object() && fp.contains("options") && fp["options"].is_object() ? fp["options"]
+                                                                               : nlohmann::json::object();
+}
+
+// The input opened as the fill opened it: its preprocessing and, after --on-error skip, unreadable
+// files tolerated (their rows are skipped rows, which are never sampled) and tar samples lacking a
+// field the fill read left out as the fill left them out (the rows stay the fill's).
+io::source::FileOptions fill_files(const io::cache::CacheInfo& info) {
+  io::source::FileOptions files;
+  files.preprocess = io::image::spec_from(info.preprocess);
+  files.tolerate_unreadable = fill_options(info).value("on_error", "") == "skip";
+  if (!files.tolerate_unreadable || info.input_kind != io::source::kind_name(io::source::Kind::tar)) return files;
+  auto add = [&files](const std::string& field) {
+    if (!field.empty() && std::count(files.sample_fields.begin(), files.sample_fields.end(), field) == 0)
+      files.sample_fields.push_back(field);
+  };
+  for (const auto& e : info.embeddings)
+    for (const auto& f : e.features) add(f);
+  for (const auto& t : info.text) add(t.field);
+  if (info.labels) add(info.labels->source);
+  if (info.keys_source) add(*info.keys_source);
+  return files;
+}
+
 // The rows `rows` of text input `key`, tokenized as the cache records: ids, mask, type ids.
 std::vector<torch::Tensor> text_args(const io::cache::CacheInfo& info, const std::string& key, const std::string& input,
                                      const std::vector<int64_t>& rows) {
@@ -30,7 +57,7 @@ std::vector<torch::Tensor> text_args(const io::cache::CacheInfo& info, const std
   text::TokenizeOptions opts;
   opts.max_length = it->max_length;
   opts.strict_utf8 = it->strict_utf8;
-  io::source::FileOptions files;
+  io::source::FileOptions files = fill_files(info);
   files.strict_utf8 = it->strict_utf8;
   auto col = io::source::open_column(input, it->field, files, io::source::Role::text);
   if (col->info().rows() < info.row_start + info.rows)
@@ -73,10 +100,7 @@ std::string verify_input(const VerifyOptions& opts, const io::cache::CacheInfo& 
 }
 
 // Whether the cache's JPEG files were decoded by nvJPEG (cache-fill --decode device on CUDA).
-bool decoded_by_nvjpeg(const io::cache::CacheInfo& info) {
-  const auto fp = nlohmann::json::parse(info.fingerprint_json, nullptr, false);
-  return fp.is_object() && fp.contains("options") && fp["options"].value("decode", "") == "nvjpeg";
-}
+bool decoded_by_nvjpeg(const io::cache::CacheInfo& info) { return fill_options(info).value("decode", "") == "nvjpeg"; }
 
 // Rows `rows` of an image column decoded as cache-fill --decode device decodes them on `device`,
 // then converted there (fill/device_decode.h, fill/encoding.h).
@@ -102,8 +126,7 @@ std::vector<torch::Tensor> feature_args(const io::cache::CacheInfo& info, const 
                                         const std::string& input, const std::vector<int64_t>& rows,
                                         torch::Device device) {
   std::vector<torch::Tensor> args;
-  io::source::FileOptions files;
-  files.preprocess = io::image::spec_from(info.preprocess);
+  const io::source::FileOptions files = fill_files(info);
   const bool nvjpeg = decoded_by_nvjpeg(info);
   for (const auto& f : e.features) {
     auto col = io::source::open_column(input, f, files, io::source::Role::images);
