@@ -154,6 +154,31 @@ run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --eval-sp
 expect_rc 0
 [[ "$err" != *"warning"* ]] && _ok || _fail "a stratified split warned: $err"
 
+# ---- NaN in a cache (cache-fill never stores it; a damaged or foreign file): an evaluation row's is
+# refused, not ranked; a training row's loss names the row (issue 84, item 15) -------------------
+cp "$WORK/c.h5" "$WORK/nan.h5"
+py "
+import h5py, numpy as np
+with h5py.File('$WORK/nan.h5', 'r+') as f:
+    f['embeddings/cnn'][3, 0] = np.nan
+    f['embeddings/cnn'][250, 7] = np.inf
+print('ok')"
+run "$TC_BIN/gc-train" --cache "$WORK/nan.h5" --embeddings cnn --steps 1 --eval-rows 0:100
+expect_rc 65
+expect_err "gc-train: error: evaluation row 3: its query representation is not finite (1 evaluation row(s) are): its input holds NaN or infinity (cache-fill never stores such rows: a damaged or foreign file?)"
+run "$TC_BIN/gc-train" --cache "$WORK/nan.h5" --embeddings cnn --steps 1 --batch-size 200 --eval-rows 100:200
+expect_rc 65
+expect_err_has "gc-train: error: step 0: loss is NaN; the inputs of data row(s) 3, 250 (2 in the batch) hold NaN or infinity (cache-fill never stores such rows: a damaged or foreign file?)"
+# A row alone in its batch trains nothing with supcon (or triplet, or infonce without hard negatives).
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --batch-size 1
+expect_rc 64
+expect_err "gc-train: error: --batch-size: 1: supcon contrasts the rows of a batch, and a row alone trains nothing; use 2 or more"
+run "$TC_BIN/gc-train" --cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --steps 1 --batch-size 1
+expect_rc 64
+expect_err "gc-train: error: --batch-size: 1: infonce contrasts the rows of a batch (or a row's hard negatives, --negatives), and a row alone trains nothing; use 2 or more"
+run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings cnn --steps 1 --batch-size 1 --loss softmax -q
+expect_rc 0
+
 # ---- during training: --eval-every, --select-best, --early-stop, and a resume that keeps the record.
 # With this seed and rate, mrr_at_10 at steps 0, 3, 6, 9, 12 peaks at step 6.
 SEL=(--cache "$WORK/pairs.h5" --query-embeddings a --passage-embeddings b --head linear:16 --batch-size 32

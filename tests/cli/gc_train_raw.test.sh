@@ -115,7 +115,7 @@ expect_fail 65 "gc-train: error: $WORK/ck/checkpoint.pt: checkpoint was written 
 run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 32 \
   --similarity dot --temperature 1 --optimizer sgd --lr 1e9 --steps 20 --checkpoint-dir "$WORK/nan" --checkpoint-every 1
 expect_rc 65
-expect_err_re "^gc-train: error: step [0-9]+: loss is NaN; the last good checkpoint is kept in $WORK/nan/checkpoint.pt$"
+expect_err_re "^gc-train: error: step [0-9]+: loss is NaN; no input of the batch holds NaN or infinity: training diverged \(lower --lr, or --clip-norm\); the last good checkpoint is kept in $WORK/nan/checkpoint.pt$"
 # A chunk larger than the batch is allowed: one chunk.
 run "$TC_BIN/gc-train" --data "$D/pairs.h5" --query q --passage p --encoder "$D/tower.pt" --batch-size 16 \
   --chunk-size 64 --steps 2 -q

@@ -58,6 +58,27 @@ torch::Tensor encode_eval(const train::Tower& tower, const std::vector<torch::Te
   return torch::cat(reps);
 }
 
+// Evaluation representations that are not finite are refused: NaN ranks anywhere, and the metrics
+// would move without a word. Names the first such row (a data row) and whether its inputs hold
+// NaN or infinity (a damaged or foreign cache, as cache-fill never stores such rows) or the model
+// made it so.
+void require_finite(const torch::Tensor& reps, const std::vector<int64_t>& rows,
+                    const std::vector<torch::Tensor>& inputs, const char* side) {
+  const auto bad = (~torch::isfinite(reps).all(1)).nonzero().reshape({-1}).to(torch::kCPU);
+  if (bad.numel() == 0) return;
+  const int64_t first = bad[0].item<int64_t>();
+  bool input_bad = false;
+  for (const auto& x : inputs)
+    if (x.is_floating_point() && x.size(0) == reps.size(0))
+      input_bad = input_bad || !torch::isfinite(x[first]).all().item<bool>();
+  throw Error(Exit::data, "evaluation row " + std::to_string(rows[static_cast<std::size_t>(first)]),
+              std::string("its ") + side + " representation is not finite (" + std::to_string(bad.numel()) +
+                  " evaluation row(s) are): " +
+                  (input_bad ? "its input holds NaN or infinity (cache-fill never stores such rows: a damaged or "
+                               "foreign file?)"
+                             : "the model made it so (training diverged? lower --lr, or --clip-norm)"));
+}
+
 }  // namespace
 
 // Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
@@ -73,11 +94,16 @@ train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train:
                : x;
   };
   const int64_t n = idx.size(0), total = grouped ? n : 2 * n;
-  auto reps = encode_eval(q_tower, d.query->inputs(idx), chunk, progress, 0, total);
-  auto q = norm(reps).to(torch::kFloat64);
   const auto rows = row_list(idx);
+  const auto q_in = d.query->inputs(idx);
+  auto reps = encode_eval(q_tower, q_in, chunk, progress, 0, total);
+  require_finite(reps, rows, q_in, "query");
+  auto q = norm(reps).to(torch::kFloat64);
   if (!grouped) {
-    auto p = norm(encode_eval(p_tower, d.passage->inputs(idx), chunk, progress, n, total)).to(torch::kFloat64);
+    const auto p_in = d.passage->inputs(idx);
+    auto p_reps = encode_eval(p_tower, p_in, chunk, progress, n, total);
+    require_finite(p_reps, rows, p_in, "passage");
+    auto p = norm(p_reps).to(torch::kFloat64);
     return train::retrieval_table(q, p, rows, ks);
   }
   auto table = train::labelled_table(q, d.labels.index_select(0, idx.to(d.labels.device())), rows, ks);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <set>
 
 #include "checkpointer.h"
 #include "data.h"
@@ -166,6 +168,28 @@ void by_length(train::SideBatch& side, int64_t max_tokens) {
                                             : text::kDefaultMaxTokensCpu;
 }
 
+// Why a step's loss is not finite, as far as its inputs tell: the data rows of `own` (this
+// process's share of the batch) whose inputs hold NaN or infinity (a side with hard negatives has
+// each row followed by its negatives), else that none does and training diverged.
+std::string non_finite_inputs(const torch::Tensor& own, const std::vector<torch::Tensor>& query,
+                              const std::vector<torch::Tensor>& passage) {
+  const std::vector<int64_t> rows = row_list(own);
+  std::set<int64_t> bad;
+  for (const auto* side : {&query, &passage})
+    for (const auto& x : *side) {
+      if (!x.is_floating_point() || rows.empty() || x.size(0) < static_cast<int64_t>(rows.size())) continue;
+      const int64_t per = x.size(0) / static_cast<int64_t>(rows.size());
+      const auto at = (~torch::isfinite(x.reshape({x.size(0), -1})).all(1)).nonzero().reshape({-1}).to(torch::kCPU);
+      for (int64_t i = 0; i < at.numel(); ++i) bad.insert(rows[static_cast<std::size_t>(at[i].item<int64_t>() / per)]);
+    }
+  if (bad.empty()) return "no input of the batch holds NaN or infinity: training diverged (lower --lr, or --clip-norm)";
+  std::string list;
+  for (auto it = bad.begin(); it != bad.end() && std::distance(bad.begin(), it) < 5; ++it)
+    list += (list.empty() ? "" : ", ") + std::to_string(*it);
+  return "the inputs of data row(s) " + list + (bad.size() > 5 ? ", ..." : "") + " (" + std::to_string(bad.size()) +
+         " in the batch) hold NaN or infinity (cache-fill never stores such rows: a damaged or foreign file?)";
+}
+
 }  // namespace
 
 torch::Tensor Trainer::own_rows(const torch::Tensor& idx) const {
@@ -220,7 +244,8 @@ double Trainer::step(int64_t s, const torch::Tensor& idx, BatchInputs in, double
   }
   if (!std::isfinite(l))
     throw Error(Exit::data, "step " + std::to_string(s),
-                "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") +
+                "loss is " + std::string(std::isnan(l) ? "NaN" : "infinite") + "; " +
+                    non_finite_inputs(own_rows(idx), qb.inputs, pb.inputs) +
                     (ckpt.enabled() ? "; the last good checkpoint is kept in " + ckpt.path() : ""));
   const double scale = scaler_.scale();
   if (!scaler_.update(scaler_.unscale(m_.params))) {  // the same decision on every rank: summed gradients

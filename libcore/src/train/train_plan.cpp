@@ -167,6 +167,13 @@ ObjectiveSpec resolve_objective(const TrainOptions& o, bool labelled) {
   if (!labelled && s.kind != Objective::infonce)
     throw Error(Exit::usage, "--loss",
                 name + " trains on labelled rows (--cache with --embeddings, or raw --query with --labels)");
+  // A row alone in its batch has nothing to be told from: the loss is 0 whatever the weights.
+  if (o.batch_size == 1 && (s.kind == Objective::supcon || s.kind == Objective::triplet ||
+                            (s.kind == Objective::infonce && o.negatives.empty())))
+    throw Error(Exit::usage, "--batch-size",
+                "1: " + name + " contrasts the rows of a batch" +
+                    (s.kind == Objective::infonce ? " (or a row's hard negatives, --negatives)" : "") +
+                    ", and a row alone trains nothing; use 2 or more");
   s.symmetric = o.symmetric;
   if (o.symmetric && s.kind != Objective::infonce) throw Error(Exit::usage, "--symmetric", "applies to infonce only");
   const bool margin_loss = s.kind == Objective::arcface || s.kind == Objective::cosface;
