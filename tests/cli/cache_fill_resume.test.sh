@@ -28,13 +28,54 @@ wait "$pid"
 rc=$?
 err=$(cat "$WORK/int.err")
 expect_rc 130
-expect_err_re "^cache-fill: interrupted after [0-9]+ rows; progress kept in $WORK/int.h5.partial \(run the same command again to resume\)$"
+# The signal is answered at once with what happens now, then the run says what it kept.
+expect_err_re "^cache-fill: interrupted: stopping after this batch, what is encoded kept \(run the same command again to resume\); interrupt again to stop at once
+cache-fill: interrupted after [0-9]+ rows; progress kept in $WORK/int.h5.partial \(run the same command again to resume\)$"
 expect_file "$WORK/int.h5.partial/journal.json"
 expect_no_file "$WORK/int.h5"
 run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/int.h5"
 expect_rc 0
 expect_err_re "resumed at [0-9]+"
 expect_same "$WORK/int.h5" "$WORK/ref.h5"
+# A second signal stops at once, by that signal, and leaves neither the lock nor a temporary file;
+# what was committed before is resumed to the same bytes (issue 84, item 16).
+"$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/int2.h5" 2>"$WORK/int2.err" &
+pid=$!
+wait_committed "$WORK/int2.h5.partial" 1024
+kill -INT "$pid"
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+expect_rc 130  # the shell's 128 + SIGINT: ended by the signal
+expect_no_file "$WORK/int2.h5.lock"
+left=$(find "$WORK" -name '*.tmp' -o -name 'int2.h5.lock')
+expect_eq "$left" ""
+run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/int2.h5"
+expect_rc 0
+expect_same "$WORK/int2.h5" "$WORK/ref.h5"
+# A run killed while it published leaves a cache-sized temporary file beside the cache: the next run
+# to hold the cache's lock removes it (only a holder of the lock writes such files) and says so.
+head -c 100000 /dev/zero > "$WORK/.int2.h5.k1LLedWh1leP.tmp"
+run "$TC_BIN/cache-fill" "${ARGS[@]}" --out "$WORK/int2.h5"
+expect_rc 0
+expect_err_has "cache-fill: warning: $WORK/int2.h5: removed 1 temporary file(s) beside it that a killed run had left"
+expect_no_file "$WORK/.int2.h5.k1LLedWh1leP.tmp"
+# A signal during the last batch (here the only one) stops before the publish, as the notice says,
+# instead of publishing and exiting 0; running again publishes what was encoded.
+ONE=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --batch-size 50000 --threads 1 --workers 1)
+"$TC_BIN/cache-fill" "${ONE[@]}" --out "$WORK/last.h5" 2>"$WORK/last.err" &
+pid=$!
+wait_committed "$WORK/last.h5.partial" 0
+sleep 1.5  # the model loads in ~0.1 s; the one batch's forward then takes ~4 s
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+err=$(cat "$WORK/last.err")
+expect_rc 130
+expect_err_re "cache-fill: interrupted after 12000 rows; progress kept in $WORK/last.h5.partial"
+expect_no_file "$WORK/last.h5"
+run "$TC_BIN/cache-fill" "${ONE[@]}" --out "$WORK/last.h5"
+expect_rc 0
 
 # Progress of another run is never mixed in: a different fingerprint is refused, naming what changed
 # (issue 29, item 18: it named nothing).

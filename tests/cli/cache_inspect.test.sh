@@ -196,9 +196,30 @@ done
 kill -INT "$pid"
 wait "$pid"
 expect_eq "$?" 130 "an interrupted export's exit status"
-expect_eq "$(cat "$WORK/int.err")" "cache-inspect: error: interrupted while exporting (the unfinished export removed)"
+expect_eq "$(cat "$WORK/int.err")" "cache-inspect: interrupted: stopping; the unfinished export is removed
+cache-inspect: error: interrupted while exporting (the unfinished export removed)"
 expect_no_file "$WORK/bigx"
 [ -z "$(ls -A "$WORK" | grep '^\.bigx\.')" ] && _ok || _fail "an interrupted export left its temporary folder"
+# A killed export (SIGKILL: nothing can remove its folder) is removed by the next export to the
+# same folder, which says so; one still being written (locked) is left alone (issue 84, item 16).
+"$TC_BIN/cache-inspect" --export npy "$WORK/bigx" --rows-per-file 1 "$WORK/big.h5" 2>/dev/null &
+pid=$!
+for _ in $(seq 1 500); do
+  [ "$(find "$WORK" -maxdepth 3 -path "$WORK/.bigx.*" -name '*.npy' 2>/dev/null | head -50 | wc -l)" -ge 50 ] && break
+  sleep 0.01
+done
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+expect_eq "$(ls -A "$WORK" | grep -c '^\.bigx\.')" 1 "a killed export's folder"
+mkdir "$WORK/.bigx.AAAAAAAAAAAA.tmp"  # another exporter's, locked while it writes
+exec 9<"$WORK/.bigx.AAAAAAAAAAAA.tmp"
+flock -x 9
+run "$TC_BIN/cache-inspect" --export npy "$WORK/bigx" "$WORK/big.h5"
+expect_rc 0
+expect_err_has "cache-inspect: warning: $WORK/bigx: removed 1 unfinished export(s) to it that a killed run had left"
+expect_eq "$(ls -A "$WORK" | grep '^\.bigx\.')" ".bigx.AAAAAAAAAAAA.tmp" "what the export left beside it"
+exec 9<&-
+rm -r "$WORK/.bigx.AAAAAAAAAAAA.tmp" "$WORK/bigx"
 
 # The documented form with a trailing slash (the temporary folder went inside DEST: 73), and options
 # after the cache file (--export swallowed it: 64 "files is required") (issue 43, item 9).

@@ -164,6 +164,7 @@ kill -TERM "$(pgrep -P $pid)"
 wait $pid
 expect_eq "$?" 130 "rank 0 exit on SIGTERM while waiting for rank 1"
 expect_eq "$((SECONDS - start <= 20))" 1 "stopped within 20 s of SIGTERM, not at the timeout (took $((SECONDS - start)) s)"
-expect_eq "$(cat "$WORK/term.err")" "gc-train: error: rank 0 of 2: interrupted while waiting for the other ranks"
+expect_eq "$(cat "$WORK/term.err")" "gc-train: interrupted: stopping after this step (a checkpoint is saved with --checkpoint-dir); interrupt again to stop at once
+gc-train: error: rank 0 of 2: interrupted while waiting for the other ranks"
 
 finish

@@ -78,7 +78,8 @@ wait "$pid"
 rc=$?
 err=$(cat "$WORK/int.err")
 expect_rc 130
-expect_err_re "^gc-train: interrupted at step [0-9]+; checkpoint $WORK/int/checkpoint.pt \(rerun with --resume\)$"
+expect_err_re "^gc-train: interrupted: stopping after this step \(a checkpoint is saved with --checkpoint-dir\); interrupt again to stop at once
+gc-train: interrupted at step [0-9]+; checkpoint $WORK/int/checkpoint.pt \(rerun with --resume\)$"
 expect_file "$WORK/int/checkpoint.pt"
 
 # Bad input.

@@ -112,7 +112,8 @@ kill -INT "$client"
 wait "$client"
 rc=$? err=$(cat "$WORK/interrupted.err")
 expect_rc 130
-expect_err_re "^cache-fill: interrupted after [0-9]+ rows; progress kept in $WORK/interrupted.h5.partial \(run the same command again to resume\)$"
+expect_err_re "^cache-fill: interrupted: stopping after this batch, what is encoded kept \(run the same command again to resume\); interrupt again to stop at once
+cache-fill: interrupted after [0-9]+ rows; progress kept in $WORK/interrupted.h5.partial \(run the same command again to resume\)$"
 long_fill orphaned
 kill -KILL "$client"
 wait "$client" 2>/dev/null

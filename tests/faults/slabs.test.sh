@@ -72,7 +72,8 @@ for sig in INT TERM; do
   kill -$sig $pid
   wait $pid
   expect_eq "$?" 130 "smart-bench exit after SIG$sig"
-  expect_eq "$(cat "$WORK/sb.err")" "smart-bench: error: interrupted"
+  expect_eq "$(cat "$WORK/sb.err")" "smart-bench: interrupted: stopping after this batch; interrupt again to stop at once
+smart-bench: error: interrupted"
   expect_no_file "$(obj smart-bench-stochastic-$pid)"
 done
 "$TC_BIN/smart-bench" "${BENCH[@]}" >/dev/null 2>&1 &

@@ -261,7 +261,9 @@ int run(Options& o) {
   o.fill.device = train::local_device(o.common.device, launch);
   o.fill.input_scale = cli::parse_fraction(o.input_scale, "--input-scale");
   if (!o.rows.empty()) std::tie(o.fill.row_begin, o.fill.row_end) = cli::parse_row_range(o.rows);
-  install_interrupt_handlers();
+  install_interrupt_handlers(std::string(kTool) +
+                             ": interrupted: stopping after this batch, what is encoded kept (run the same command "
+                             "again to resume); interrupt again to stop at once");
 
   fill::FillCallbacks cb;
   std::unique_ptr<Progress> progress;

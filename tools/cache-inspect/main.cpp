@@ -104,7 +104,8 @@ report::Record check_record(const std::string& path, const io::cache::CheckRepor
 
 // --export npy DIR: one cache's rows as .npy files and JSON Lines; a summary line (--json: a document).
 int export_files(const Options& o) {
-  install_interrupt_handlers();                       // SIGINT/SIGTERM: stop, the unfinished export removed (130)
+  // SIGINT/SIGTERM: stop, the unfinished export removed (130)
+  install_interrupt_handlers(std::string(kTool) + ": interrupted: stopping; the unfinished export is removed");
   if (o.export_to.size() == 1 && o.files.size() > 1)  // an option came between the format and the folder
     throw Error(Exit::usage, "--export",
                 "expected a format and a folder, got '" + o.export_to[0] +
@@ -128,6 +129,9 @@ int export_files(const Options& o) {
   e.rows_per_file = o.rows_per_file;
   e.normalize = o.normalize;
   const auto r = io::cache::export_npy(e);
+  if (r.stale_removed > 0 && !o.common.quiet)
+    cli::print_warning(kTool, e.dir + ": removed " + std::to_string(r.stale_removed) +
+                                  " unfinished export(s) to it that a killed run had left");
   if (r.nonfinite_rows > 0 && !o.common.quiet)
     cli::print_warning(kTool, e.cache + ": exported rows holding NaN or Inf: " + std::to_string(r.nonfinite_rows) +
                                   " (copied as they are; cache-inspect --check fails this cache)");

@@ -219,7 +219,12 @@ train::TrainCallbacks callbacks(const Options& o, std::unique_ptr<Progress>& bar
 
 int run(Options& o) {
   resolve_options(o);
-  install_interrupt_handlers();
+  const char* rank = std::getenv("RANK");  // under torchrun every rank gets the signal: one notice
+  install_interrupt_handlers(rank && std::string(rank) != "0"
+                                 ? ""
+                                 : std::string(kTool) +
+                                       ": interrupted: stopping after this step (a checkpoint is saved with "
+                                       "--checkpoint-dir); interrupt again to stop at once");
   std::unique_ptr<Progress> bar, eval_bar;
   auto r = train::run_train_in_module(o.t, callbacks(o, bar, eval_bar));
   if (bar) bar->finish();

@@ -233,7 +233,9 @@ int main(int argc, char** argv) {
       "See docs/smart-bench.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {
     if (o.common.json + o.jsonl + o.csv > 1) throw Error(Exit::usage, "--json", "choose one of --json, --jsonl, --csv");
-    install_interrupt_handlers();  // the loop stops at the next batch; the stochastic slab is removed
+    // The loop stops at the next batch; the stochastic slab is removed.
+    install_interrupt_handlers(std::string(kTool) +
+                               ": interrupted: stopping after this batch; interrupt again to stop at once");
     return run(o);
   });
 }

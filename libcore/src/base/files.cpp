@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -72,10 +74,13 @@ std::string unpredictable_name(const std::string& dest) {
   return prefix + "." + base_name(dest) + "." + random_suffix() + ".tmp";
 }
 
-TempPath::TempPath(std::string dest) : dest_(std::move(dest)), path_(unpredictable_name(dest_)) {}
+TempPath::TempPath(std::string dest) : dest_(std::move(dest)), path_(unpredictable_name(dest_)), hard_stop_(path_) {}
 
 TempPath::TempPath(TempPath&& o) noexcept
-    : dest_(std::move(o.dest_)), path_(std::move(o.path_)), published_(o.published_) {
+    : dest_(std::move(o.dest_)),
+      path_(std::move(o.path_)),
+      published_(o.published_),
+      hard_stop_(std::move(o.hard_stop_)) {
   o.published_ = true;
 }
 
@@ -83,7 +88,10 @@ TempPath::~TempPath() {
   if (!published_) ::unlink(path_.c_str());
 }
 
-void TempPath::rename_candidate() { path_ = unpredictable_name(dest_); }
+void TempPath::rename_candidate() {
+  path_ = unpredictable_name(dest_);
+  hard_stop_.hold(path_);
+}
 
 void TempPath::publish() {
   int fd = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -96,6 +104,7 @@ void TempPath::publish() {
   if (std::rename(path_.c_str(), dest_.c_str()) != 0)
     throw Error(Exit::cant_create, dest_, "cannot rename into place: " + errno_text(errno));
   published_ = true;
+  hard_stop_.release();
   sync_dir_of(dest_);
 }
 
@@ -176,6 +185,13 @@ OutputLock::OutputLock(const std::string& target, const std::string& what) : pat
     struct stat mine, now;
     if (::fstat(fd_, &mine) == 0 && ::lstat(path_.c_str(), &now) == 0 && mine.st_dev == now.st_dev &&
         mine.st_ino == now.st_ino) {
+      hard_stop_.hold(path_);
+      // Temporary files of the target left by a killed holder: no one else may write them now.
+      struct stat tmp;
+      for (const std::string& left : temp_names_of(target))
+        if (::lstat(left.c_str(), &tmp) == 0 && S_ISREG(tmp.st_mode) && tmp.st_uid == ::geteuid() &&
+            ::unlink(left.c_str()) == 0)
+          ++stale_removed_;
       // Write first, then cut: a reader never sees an empty file once a pid has been written.
       std::string pid = std::to_string(getpid()) + "\n";
       if (::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size()) &&
@@ -343,5 +359,24 @@ int remove_at(int dir, const char* name) {
 }  // namespace
 
 int remove_tree(const std::string& path) { return remove_at(AT_FDCWD, path.c_str()); }
+
+std::vector<std::string> temp_names_of(const std::string& dest) {
+  std::vector<std::string> out;
+  const std::string dir = dir_name(dest), prefix = "." + base_name(dest) + ".";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    // prefix, 12 letters or digits (random_suffix()), ".tmp"
+    if (name.size() != prefix.size() + 12 + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - 4, 4, ".tmp") != 0)
+      continue;
+    const std::string mid = name.substr(prefix.size(), 12);
+    if (std::all_of(mid.begin(), mid.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
+      out.push_back(dir == "." && dest.find('/') == std::string::npos ? name : dir + "/" + name);
+  }
+  ::closedir(d);
+  return out;
+}
 
 }  // namespace traincache::files

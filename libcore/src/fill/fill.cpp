@@ -286,7 +286,9 @@ FillResult encode_fill(FillRun& p) {
   Journal& journal = *p.journal;
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
-    if (!encode_rows(p)) {
+    // Interrupted after the last batch (or while it was stored): stopped before the publish too,
+    // as the first signal's notice says; running again publishes.
+    if (!encode_rows(p) || interrupt_requested()) {
       result.status = FillStatus::interrupted;
       result.partial_path = p.partial;
       result.rows = journal.committed_rows;

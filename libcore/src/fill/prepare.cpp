@@ -198,6 +198,8 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   p.out = p.plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
   p.lock = std::make_unique<files::OutputLock>(p.out, "cache-fill");
+  if (const int left = p.lock->stale_removed(); left > 0 && cb.warn)
+    cb.warn(p.out + ": removed " + std::to_string(left) + " temporary file(s) beside it that a killed run had left");
   struct stat st;
   if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,21 +32,33 @@ namespace {
 using Json = nlohmann::ordered_json;  // metadata lines: row, key, label, in this order
 
 // A private folder beside `dest` under an unpredictable name, removed with what it holds unless
-// publish() renamed it to `dest` (which must not exist then either).
+// publish() renamed it to `dest` (which must not exist then either). It is locked (flock) while
+// this object lives, so that a later export can tell one a killed export left (removed_stale())
+// from one being written.
 class TempDir {
  public:
   explicit TempDir(std::string dest) : dest_(std::move(dest)) {
+    removed_ = remove_stale(dest_);
     for (int tries = 0;; ++tries) {
       path_ = files::unpredictable_name(dest_);
-      if (::mkdir(path_.c_str(), 0700) == 0) return;
+      if (::mkdir(path_.c_str(), 0700) == 0) break;
       if (errno != EEXIST || tries > 100) throw Error(Exit::cant_create, dest_, "cannot create: " + errno_text(errno));
+    }
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      files::remove_tree(path_);
+      throw Error(Exit::cant_create, dest_, "cannot lock the folder being written: " + errno_text(err));
     }
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   ~TempDir() {
     if (!published_) files::remove_tree(path_);
+    if (fd_ >= 0) ::close(fd_);
   }
+  // Unfinished exports to `dest` whose exporter is gone (killed: their folder's lock is free).
+  int removed_stale() const { return removed_; }
   const std::string& path() const { return path_; }
   // A folder inside (0777 less the umask: only the private folder around it keeps others out).
   void make_dir(const std::string& name) const {
@@ -68,7 +81,22 @@ class TempDir {
   }
 
  private:
+  static int remove_stale(const std::string& dest) {
+    int removed = 0;
+    for (const std::string& left : files::temp_names_of(dest)) {
+      struct stat st;
+      if (::lstat(left.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+      const int fd = ::open(left.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && files::remove_tree(left) == 0) ++removed;
+      ::close(fd);
+    }
+    return removed;
+  }
+
   std::string dest_, path_;
+  int fd_ = -1;
+  int removed_ = 0;
   bool published_ = false;
 };
 
@@ -215,6 +243,7 @@ ExportResult export_npy(const ExportOptions& o) {
   std::set<int64_t> skipped;
   for (const auto& [row, why] : read_skipped(o.cache)) skipped.insert(row);
   TempDir tmp(dir);
+  r.stale_removed = tmp.removed_stale();
   for (const auto& name : r.encoders) tmp.make_dir(name);
   tmp.make_dir("metadata");
   const int64_t files = (info.rows + o.rows_per_file - 1) / o.rows_per_file;

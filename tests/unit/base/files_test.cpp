@@ -1,6 +1,8 @@
 #include "traincache/base/files.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "catch.h"
+#include "traincache/base/interrupt.h"
 
 using namespace traincache;
 
@@ -61,4 +64,43 @@ CATCH_TEST_CASE("remove_tree: removes a tree, and links as links, never what the
   }
   CATCH_CHECK(files::remove_tree(root) == 0);
   CATCH_CHECK_FALSE(exists(root));
+}
+
+CATCH_TEST_CASE("a second signal removes the temporary and lock files it finds, then ends the process", "[files]") {
+  char dir_template[] = "/tmp/tc-hardstop.XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  const std::string out = dir + "/out.h5";
+  int ready[2];
+  CATCH_REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // a run holding the lock and writing a temporary file, and one it published
+    install_interrupt_handlers("test: interrupted\n");
+    files::OutputLock lock(out, "test");
+    files::TempFile tmp(out);
+    tmp.write_all("x", 1);
+    files::TempFile done(dir + "/done.h5");
+    done.commit();
+    const std::string path = tmp.path();
+    const ssize_t n = ::write(ready[1], path.c_str(), path.size());
+    (void)n;
+    ::raise(SIGINT);  // the first: only the flag (and the notice)
+    if (!interrupt_requested()) ::_exit(3);
+    ::raise(SIGINT);  // the second: the files removed, the process ended by the signal
+    ::_exit(4);
+  }
+  ::close(ready[1]);
+  char buf[4096] = "";
+  const ssize_t n = ::read(ready[0], buf, sizeof buf - 1);
+  ::close(ready[0]);
+  int status = 0;
+  CATCH_REQUIRE(::waitpid(child, &status, 0) == child);
+  CATCH_CHECK(WIFSIGNALED(status));
+  CATCH_CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGINT));
+  CATCH_REQUIRE(n > 0);
+  struct stat st;
+  CATCH_CHECK(::stat(buf, &st) != 0);                         // the temporary file
+  CATCH_CHECK(::stat((out + ".lock").c_str(), &st) != 0);     // the lock file
+  CATCH_CHECK(::stat((dir + "/done.h5").c_str(), &st) == 0);  // a file renamed into place stays
+  ::unlink((dir + "/done.h5").c_str());
+  ::rmdir(dir.c_str());
 }

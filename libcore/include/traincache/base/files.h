@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
+
+#include "traincache/base/interrupt.h"
 
 namespace traincache::files {
 
@@ -16,6 +19,10 @@ namespace traincache::files {
 /// the first failure. POSIX calls only: torch-linked tools must not call std::filesystem, whose
 /// copies pip's libtorch.so exports (docs/gpu.md).
 int remove_tree(const std::string& path);
+
+/// The entries beside `dest` named as unpredictable_name(dest) names them (".NAME.<12 letters or
+/// digits>.tmp"), as paths: what runs that were killed may have left.
+std::vector<std::string> temp_names_of(const std::string& dest);
 
 /// A temporary name in `dest`'s directory that nobody can predict: "<dir>/.<base>.<random>.tmp".
 /// Nothing is created; callers create it exclusively (O_EXCL, or H5F_ACC_EXCL) and retry on EEXIST.
@@ -40,7 +47,10 @@ class TempPath {
   /// Picks another unpredictable name (after the previous one turned out to exist).
   void rename_candidate();
   /// Stops owning the path: it is not removed on destruction (it was never created by us).
-  void forget() { published_ = true; }
+  void forget() {
+    published_ = true;
+    hard_stop_.release();
+  }
   /// Makes the file durable (fsync, without following a link), gives it the permissions a new
   /// file gets (0666 less the umask) and renames it to dest(); Error(io/cant_create) on failure.
   void publish();
@@ -48,6 +58,7 @@ class TempPath {
  private:
   std::string dest_, path_;
   bool published_ = false;
+  HardStopFile hard_stop_;  // removed if a second signal ends the process
 };
 
 /// A temporary file opened by this process (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) beside `dest`,
@@ -86,10 +97,16 @@ class OutputLock {
 
   /// The lock file's path.
   const std::string& path() const { return path_; }
+  /// Temporary files of the target (unpredictable_name()'s, beside it) that a run killed before
+  /// it could remove them had left, removed once the lock was taken: only a holder of the lock
+  /// writes them, so none can be in use.
+  int stale_removed() const { return stale_removed_; }
 
  private:
   std::string path_;
   int fd_ = -1;
+  int stale_removed_ = 0;
+  HardStopFile hard_stop_;  // removed if a second signal ends the process
 };
 
 /// Opens a log that is written through line by line (gc-train's --metrics, --batch-log): created

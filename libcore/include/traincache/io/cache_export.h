@@ -21,6 +21,7 @@ struct ExportResult {
   int64_t files = 0;                  ///< .npy files per encoder (and metadata files)
   std::vector<std::string> encoders;  ///< one folder each
   int64_t nonfinite_rows = 0;         ///< rows holding NaN or Inf, summed over the encoders (copied as they are)
+  int64_t stale_removed = 0;          ///< unfinished exports to `dir` that killed runs had left, removed
 };
 
 /// Writes `o.dir` (complete, or not at all: it is built under an unpredictable name beside it and
