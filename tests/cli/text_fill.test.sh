@@ -207,6 +207,29 @@ print(h5py.File('$WORK/b.h5').attrs['max_tokens'], h5py.File('$WORK/b_tok256.h5'
 expect_out "b_tok256 True
 b_tok0 True
 1024 256"
+# An update's length windows are cut by --max-tokens as a fill's are (its view of the rows to
+# encode had no cap: batches of -b rows whatever their length) (issue 84, item 12): the 100 rows an
+# update adds take the token slots the rule gives for them, as the fill's --json reports.
+head -n 200 "$WORK/pairs.jsonl" > "$WORK/grow.jsonl"
+run "$TC_BIN/cache-fill" "${FILL[@]:2}" --input "$WORK/grow.jsonl" --tokenizer "$T/bert-uncased.json" --max-length 48 \
+  --max-tokens 256 --out "$WORK/grow.h5"
+expect_rc 0
+cp "$WORK/pairs.jsonl" "$WORK/grow.jsonl"
+run "$TC_BIN/cache-fill" "${FILL[@]:2}" --input "$WORK/grow.jsonl" --tokenizer "$T/bert-uncased.json" --max-length 48 \
+  --max-tokens 256 --out "$WORK/grow.h5" --update --json
+expect_rc 0
+expect_eq "$(printf '%s' "$out" | "$TC_PYTHON" -c 'import json, sys; d = json.load(sys.stdin); print(d["rows_encoded"], d["tokens"], d["token_slots"])')" \
+  "$("$TC_PYTHON" -c "
+import json
+lengths = sorted(min(len(json.loads(l)), 48) for l in list(open('$WORK/hf.txt'))[200:])
+slots, rows, longest = 0, 0, 0
+for n in lengths + [None]:
+    if n is None or rows == 64 or (rows and (rows + 1) * n > 256):
+        slots += rows * longest
+        rows = 0
+    if n is not None:
+        rows, longest = rows + 1, n
+print(len(lengths), sum(lengths), slots)")" "the update's rows, tokens and token slots under --max-tokens 256"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --max-tokens 512 \
   --out "$WORK/b_tok256.h5"
 expect_rc 73

@@ -112,6 +112,8 @@ Inputs Update::encoded_inputs(const Inputs& in, int64_t begin) const {
   view.per_encoder = in.per_encoder;
   view.per_encoder_text = in.per_encoder_text;
   view.unit = in.unit;
+  view.max_tokens = in.max_tokens;  // a length window's batches capped as the fill's (it was 0: rows only)
+  view.readers = in.readers;
   view.rows = static_cast<int64_t>(rows.size());
   for (const auto& [name, d] : in.features) {
     Input v = d;
