@@ -11,12 +11,14 @@ process with SIGBUS. `put` claims the slot with a compare-and-swap, copies the
 item and publishes it in one library call; a failure in between gives the slot back, and a
 process killed there leaves it WRITING until `repair` (or `shm-cache repair`) returns it to empty.
 """
+import contextlib
 import ctypes
 import json
 import mmap
 import operator
 import os
 import platform
+import re
 import sys
 
 import numpy as np
@@ -76,6 +78,24 @@ def parse_size(size) -> int:
     if value < 0:
         raise ValueError(f"'{size}': not a size (examples: 512MiB, 2GiB, 1000000)")
     return int(round(value * mult))
+
+
+# The library names the shm-cache flag an option came from; a Python caller gave these arguments.
+_ARGUMENTS = {"--dims": "shape", "--limit": "limit", "--slots": "slots", "--len": "length", "--dtype": "dtype"}
+
+
+@contextlib.contextmanager
+def _as_arguments():
+    """Re-raises the library's TraincacheError with create()'s argument names for shm-cache's flags."""
+    try:
+        yield
+    except TraincacheError as e:
+        message = str(e)
+        for flag, argument in _ARGUMENTS.items():
+            message = re.sub(re.escape(flag) + r"\b", argument, message)
+        if message == str(e):
+            raise
+        raise TraincacheError(e.code, message) from None
 
 
 def _create_options(name, length, shape, dtype, slots, limit, variable, selection, seed, mode, content_id,
@@ -185,7 +205,8 @@ class Slab:
         opts = _create_options(name, length, shape, dtype, slots, limit, variable, selection, seed, mode, content_id,
                                temporary)
         handle = ctypes.c_void_p()
-        _capi.check(_capi.lib().tc_slab_create(json.dumps(opts).encode(), ctypes.byref(handle)))
+        with _as_arguments():
+            _capi.check(_capi.lib().tc_slab_create(json.dumps(opts).encode(), ctypes.byref(handle)))
         return cls(handle.value, True)
 
     @classmethod
@@ -200,8 +221,9 @@ class Slab:
         opts = _create_options(name, length, shape, dtype, slots, limit, False, selection, seed, mode, content_id,
                                temporary)
         handle, created = ctypes.c_void_p(), ctypes.c_int()
-        _capi.check(_capi.lib().tc_slab_open_shared(json.dumps(opts).encode(), 1 if trust_owner else 0,
-                                                    ctypes.byref(handle), ctypes.byref(created)))
+        with _as_arguments():
+            _capi.check(_capi.lib().tc_slab_open_shared(json.dumps(opts).encode(), 1 if trust_owner else 0,
+                                                        ctypes.byref(handle), ctypes.byref(created)))
         return cls(handle.value, True), bool(created.value)
 
     def close(self) -> None:

@@ -193,6 +193,9 @@ raises(lambda: Slab.create("c", 4, variable=True), ValueError,
 raises(lambda: Slab.create("c", 4, (2,), slots=2, limit=64), ValueError, "c: give slots or limit, not both")
 raises(lambda: Slab.create("c", 4, (2,), limit="lots"), ValueError, "'lots': not a size (examples: 512MiB, 2GiB, 1000000)")
 eq(Slab.create("c", 10, (4,), "float32", limit="64B").slots, 4, "limit in bytes: 64 B hold 4 items of 16 B")
+# The library's refusals name create()'s arguments, not shm-cache's flags (--dims, --limit).
+raises(lambda: Slab.create("c0", 4, (2, 0)), TraincacheError, "shape: item dimensions must be positive and fit 64 bits", 64)
+raises(lambda: Slab.create("c1", 10, (4,), "float32", limit=8), TraincacheError, "limit: the budget holds no item of 16 B", 64)
 raises(lambda: py.get(-1), IndexError, "py: index -1 is negative")
 py.close()
 raises(lambda: py.get(0), ValueError, "slab 'py' is closed")
