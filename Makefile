@@ -30,9 +30,13 @@ test: build
 # The same suite on Debian 13 (LibTorch 2.6, HDF5 1.14, CLI11 2.4, Catch2 3), in a root that
 # scripts/debian13 makes with debootstrap once and reuses; built in build-debian13. The packages go
 # in first: a new root (debootstrap's minbase) has no make; apt's downloaded .debs are not kept.
+# Every tool runs as a process of its own here (TC_TOOL_SERVER=0): the other legs serve them from
+# one process that loaded LibTorch already, and this one checks the tools' own start, OpenMP
+# set-up, exit path and process identity on every path the suite takes.
 test-debian13:
 	scripts/debian13 sh -c 'scripts/install-deps.sh && apt-get clean'
-	scripts/debian13 make test BUILD_DIR=build-debian13 JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) CTEST_ARGS='$(CTEST_ARGS)'
+	scripts/debian13 env TC_TOOL_SERVER=0 make test BUILD_DIR=build-debian13 JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) \
+	  CTEST_ARGS='$(CTEST_ARGS)'
 
 # The same suite against pip's PyTorch (the LibTorch most users have): a virtual environment with
 # PyPI's current torch and the tests' packages (scripts/pip-env; downloaded once, reused after),

@@ -6,8 +6,9 @@
 # thread, and the fill's own threads outnumber one busy process: beside one, on an Intel Xeon, a
 # fill of these rows waited 0.32-0.44 s for others with LibTorch 2.6 and 0.45-0.63 s with pip's
 # 2.15, around the note's 0.5 s; beside three, 1.1-1.2 s and 1.5 s.
-# That nothing is said on a quiet machine is tested in core_test ([contention]): here the suite's
-# other scripts share the cores.
+# That nothing is said on a quiet machine is tested in core_test ([contention]: "the process's own
+# threads outnumbering its cores is not contention" and "a little waiting is not worth a note"),
+# where the figures are given: here the suite's other scripts share the cores.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
 if ! command -v taskset >/dev/null; then

@@ -117,14 +117,15 @@ assert abs(b['group_rows_per_second'] - 40 / readers) < 1e-6 * b['group_rows_per
 # is a timing, which belongs in make bench, not here.
 assert s['decode']['busy_seconds'] == max(s[n]['busy_seconds'] for n in ('read', 'decode', 'resize')), s
 assert s['resize']['busy_seconds'] > 0, s
-assert s['decode']['busy_share'] > 0.4 and b['model_fraction'] < 0.2, b
+# The verdict's rule, not a timing: the stage named has the largest share of the loop.
+assert s['decode']['busy_share'] == max(x['busy_share'] for x in s.values()), s
 assert s['tokenize']['busy_seconds'] == 0, s
 
 assert load('auto1')['bottleneck']['group_threads'] == 1, load('auto1')['bottleneck']
 
 b, s = report('forward')
 assert (b['bound'], b['group']) == ('forward', 'encode'), b
-assert s['forward']['busy_share'] > 0.6 and b['model_fraction'] > 0.4, b
+assert s['forward']['busy_share'] == max(x['busy_share'] for x in s.values()), s
 assert s['decode']['busy_seconds'] == 0 and s['resize']['busy_seconds'] == 0, s
 
 b, s = report('fixed')

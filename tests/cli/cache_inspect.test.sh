@@ -189,10 +189,13 @@ run "$TC_BIN/cache-fill" --input "$D/big.h5" --rows 0:4000 --features images --e
 expect_rc 0
 "$TC_BIN/cache-inspect" --export npy "$WORK/bigx" --rows-per-file 1 "$WORK/big.h5" 2>"$WORK/int.err" &
 pid=$!
-for _ in $(seq 1 500); do
-  [ "$(find "$WORK" -maxdepth 3 -path "$WORK/.bigx.*" -name '*.npy' 2>/dev/null | head -50 | wc -l)" -ge 50 ] && break
+exported=0
+for _ in $(seq 1 3000); do  # up to 30 s on a busy machine; the check below says if it never got there
+  exported=$(find "$WORK" -maxdepth 3 -path "$WORK/.bigx.*" -name '*.npy' 2>/dev/null | head -50 | wc -l)
+  [ "$exported" -ge 50 ] && break
   sleep 0.01
 done
+expect_eq "$exported" 50 "files the export had written when it was interrupted"
 kill -INT "$pid"
 wait "$pid"
 expect_eq "$?" 130 "an interrupted export's exit status"
@@ -204,7 +207,7 @@ expect_no_file "$WORK/bigx"
 # same folder, which says so; one still being written (locked) is left alone (issue 84, item 16).
 "$TC_BIN/cache-inspect" --export npy "$WORK/bigx" --rows-per-file 1 "$WORK/big.h5" 2>/dev/null &
 pid=$!
-for _ in $(seq 1 500); do
+for _ in $(seq 1 3000); do
   [ "$(find "$WORK" -maxdepth 3 -path "$WORK/.bigx.*" -name '*.npy' 2>/dev/null | head -50 | wc -l)" -ge 50 ] && break
   sleep 0.01
 done

@@ -116,7 +116,8 @@ trained solo6 --data-cache smart:120,0.25 --epochs 6 --seed 3
 TRAINCACHE_TEST_REPLACER_DELAY_MS=600000 "${TRAIN[@]}" --data-cache smart:120,0.25 --epochs 6 --seed 3 \
   --out "$WORK/a.pt" --metrics "$WORK/a.jsonl" > /dev/null 2> "$WORK/a.err" &
 A=$!
-for _ in $(seq 300); do [ -s "$WORK/a.jsonl" ] && break; sleep 0.05; done
+for _ in $(seq 600); do [ -s "$WORK/a.jsonl" ] && break; sleep 0.05; done
+[ -s "$WORK/a.jsonl" ] && _ok || _fail "A took no step in 30 s: what follows would not test a run in progress"
 kill -STOP $A
 slab=$(slabs_left)
 expect_eq "$(printf '%s\n' "$slab" | wc -l)" "1" "one window slab"
@@ -126,6 +127,7 @@ TRAINCACHE_TEST_REPLACER_DELAY_MS=600000 "${TRAIN[@]}" --data-cache smart:120,0.
   --metrics "$WORK/b.jsonl" > /dev/null 2> "$WORK/b.err" &
 B=$!
 for _ in $(seq 300); do [ -s "$WORK/b.jsonl" ] && break; sleep 0.1; done
+[ -s "$WORK/b.jsonl" ] && _ok || _fail "B took no step in 30 s: the interrupt would not come while its replacer works"
 kill -INT $B
 for _ in $(seq 1200); do
   state=$(ps -o stat= -p $B) && [[ $state != Z* ]] || break  # gone, or exited and not yet waited for

@@ -19,6 +19,20 @@ expect_no_file "$WORK/held.h5.partial"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 
+# A second run while the first is surely running (it has committed rows and holds the lock): 75,
+# and the first publishes the single run's bytes. (The trials below start both at once, and may
+# not overlap: this one always does.)
+"$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/over.h5" 2>"$WORK/a.err" &
+a=$!
+wait_committed "$WORK/over.h5.partial" 256
+run "$TC_BIN/cache-fill" "${FILL[@]}" --out "$WORK/over.h5"
+if kill -0 "$a" 2>/dev/null; then _ok; else _fail "the first run ended before the second started"; fi
+expect_rc 75
+expect_err_re "^cache-fill: error: $WORK/over.h5: in use by another cache-fill run \(pid $a\); try again when it has finished$"
+wait "$a"
+expect_eq "$?" 0 "the first run's exit"
+expect_same "$WORK/over.h5" "$WORK/ref.h5"
+
 # Two real runs at once, four times: each either publishes or exits 75 (never both fail, never a
 # torn cache), and the published file equals the single run's bytes.
 for trial in 1 2 3 4; do
