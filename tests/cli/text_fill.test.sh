@@ -230,6 +230,13 @@ for n in lengths + [None]:
     if n is not None:
         rows, longest = rows + 1, n
 print(len(lengths), sum(lengths), slots)")" "the update's rows, tokens and token slots under --max-tokens 256"
+# An error in a row the update encodes names the input's row, as a fill's does (it named the row's
+# place among the rows to encode: "row 0" for row 300).
+printf '{"word": "x", "gloss": ""}\n' >> "$WORK/grow.jsonl"
+run "$TC_BIN/cache-fill" "${FILL[@]:2}" --input "$WORK/grow.jsonl" --tokenizer "$T/bert-uncased.json" --max-length 48 \
+  --max-tokens 256 --out "$WORK/grow.h5" --update
+expect_rc 65
+expect_err "cache-fill: error: $WORK/grow.jsonl: field 'gloss' row 300: empty text"
 run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 --max-tokens 512 \
   --out "$WORK/b_tok256.h5"
 expect_rc 73

@@ -29,10 +29,13 @@ torch::Dtype read_dtype(const Input& in) {
 }
 
 std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
-                                     const text::TokenizeOptions& opts, int64_t& cut) {
+                                     const text::TokenizeOptions& opts, int64_t& cut, const Inputs& in) {
   if (t.tok) {
-    text::TokenBatch b = text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
-                                              t.col->path() + ": field '" + t.field + "'", start);
+    std::vector<int64_t> rows;  // an update's rows are gathered: errors name the input's row
+    for (int64_t r = start; !in.input_rows.empty() && r < start + count; ++r) rows.push_back(in.input_row(r));
+    text::TokenBatch b =
+        text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
+                             t.col->path() + ": field '" + t.field + "'", start, rows.empty() ? nullptr : &rows);
     cut += b.truncated;
     return model::token_tensors(b);
   }
@@ -140,7 +143,7 @@ class Prefetcher {
                   b.inputs[name] = read_batch(d, b, opts.input_scale, skip, pin);
               for (auto& [key, t] : in.texts) {
                 StageTimer tokenize(Stage::tokenize);
-                b.text[key] = read_text(t, b.start, b.count, opts.tokenize, b.texts_cut);
+                b.text[key] = read_text(t, b.start, b.count, opts.tokenize, b.texts_cut, in);
               }
               return b;
             }) {}

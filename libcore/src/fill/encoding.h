@@ -27,9 +27,10 @@ namespace traincache::fill {
 torch::Tensor read_rows(const Input& in, int64_t start, int64_t count, double scale, bool pin);
 // The dtype read_rows gives `in`'s rows.
 torch::Dtype read_dtype(const Input& in);
-// input_ids, attention_mask and token_type_ids of rows [start, start + count), int64 [count, L].
+// input_ids, attention_mask and token_type_ids of rows [start, start + count) of `in`, int64
+// [count, L]; the texts cut at the maximum length added to `cut`. Errors name `in`'s input rows.
 std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t count,
-                                     const text::TokenizeOptions& opts);
+                                     const text::TokenizeOptions& opts, int64_t& cut, const Inputs& in);
 
 // Rows as read_rows gave them, made what the encoders take: a column converted on the device is
 // copied to `device` and converted there exactly as the host would (images: / 255, then - mean,

@@ -269,13 +269,15 @@ TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int
 }
 
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what, int64_t first_row) {
+                          const std::string& what, int64_t first_row, const std::vector<int64_t>* row_numbers) {
   TokenRows rows;
   rows.pad_id = tok.pad_id();
   const int64_t max_length = effective_max_length(tok, opts);
   for (std::size_t i = 0; i < texts.size(); ++i) {
-    if (texts[i].empty())
-      throw Error(Exit::data, what + " row " + std::to_string(first_row + static_cast<int64_t>(i)), "empty text");
+    if (texts[i].empty()) {
+      const int64_t row = row_numbers ? row_numbers->at(i) : first_row + static_cast<int64_t>(i);
+      throw Error(Exit::data, what + " row " + std::to_string(row), "empty text");
+    }
     rows.append(tok.encode(texts[i], max_length));
   }
   std::vector<int64_t> all(texts.size());

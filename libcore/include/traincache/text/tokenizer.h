@@ -98,10 +98,11 @@ struct TokenBatch {
   std::vector<int64_t> input_ids, attention_mask, token_type_ids;
 };
 
-/// Tokenizes and pads `texts` (each valid UTF-8), rows first_row... of `what`. An empty text ->
+/// Tokenizes and pads `texts` (each valid UTF-8), rows first_row... of `what` (or, when `rows` is
+/// given, rows (*rows)[i]: texts gathered from anywhere in it). An empty text ->
 /// Error(data, "<what> row N", "empty text").
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what, int64_t first_row = 0);
+                          const std::string& what, int64_t first_row = 0, const std::vector<int64_t>* rows = nullptr);
 
 /// Many texts' tokens, end to end: sequence i is [offsets[i], offsets[i+1]) of ids and type_ids.
 /// Kept unpadded so that each batch (or chunk) is padded only to its own longest sequence.
