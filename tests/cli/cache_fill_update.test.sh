@@ -101,6 +101,16 @@ expect_rc 0
 expect_eq "$(update_json matched_by added changed removed kept)" "100 position 100 0 0 200"
 full_fill x --input "$WORK/t300.jsonl" "${TXT[@]}"
 same_rows "$WORK/x.h5" "$WORK/x-full.h5" "$WORK/x-one.h5"
+# A line inserted at the top pushes every row down one place: each is found by its content in the
+# cache row above and copied (moved), and only the new line (row 0, changed by position) is encoded:
+# all 301 were.
+{ printf '{"text": "a new first line"}\n'; cat "$WORK/t300.jsonl"; } > "$WORK/texts.jsonl"
+run "$TC_BIN/cache-fill" --input "$WORK/texts.jsonl" --out "$WORK/x.h5" "${TXT[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed kept moved rows_copied)" "1 position 0 1 0 0 300 300"
+cp "$WORK/texts.jsonl" "$WORK/t301.jsonl"
+full_fill x301 --input "$WORK/t301.jsonl" "${TXT[@]}"
+same_rows "$WORK/x.h5" "$WORK/x301-full.h5" "$WORK/x301-one.h5"
 
 # ---- a CSV manifest of images by key: lines reordered, one removed, one added -------------------
 py "

@@ -122,6 +122,7 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                        {"removed", u.removed},
                        {"kept", u.kept},
                        {"skipped_before", u.skipped_before},
+                       {"moved", u.moved},
                        {"rows_copied", u.copied},
                        {"seconds_saved", u.seconds_saved},
                        {"max_abs_diff_allowed",
@@ -129,8 +130,9 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
   const std::string again = u.skipped_before ? ", " + std::to_string(u.skipped_before) + " skipped before" : "";
+  const std::string moved = u.moved ? ", moved " + std::to_string(u.moved) : "";
   rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
-                              ", changed " + std::to_string(u.changed) + again + ", removed " +
+                              ", changed " + std::to_string(u.changed) + again + moved + ", removed " +
                               std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved);
 }
 

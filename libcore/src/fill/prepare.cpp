@@ -270,6 +270,7 @@ void plan_update(FillRun& run) {
   u.added = up.added;
   u.removed = up.removed;
   u.skipped_before = up.skipped_before;
+  u.moved = up.moved;
   u.copied = plan.rows() - encoded;
   result.update = u;
   result.rows_copied = u.copied;

@@ -1,6 +1,7 @@
 #include "traincache/fill/update_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -27,23 +28,45 @@ void check_sizes(const RowIdentity& side) {
     throw Error(Exit::internal, "update", "keys and row digests differ in number");
 }
 
+// Each cache row that was not skipped, by its digest; kAmbiguous for a digest two such rows share.
+std::map<Digest128, int64_t> index_digests(const RowIdentity& old, const std::vector<bool>& skipped) {
+  std::map<Digest128, int64_t> at;
+  for (std::size_t i = 0; i < old.digests.size(); ++i) {
+    if (skipped[i]) continue;
+    auto [it, added] = at.emplace(old.digests[i], static_cast<int64_t>(i));
+    if (!added) it->second = kAmbiguous;
+  }
+  return at;
+}
+
 // Fills plan.source and the tallies but `removed`: find(i) is the cache row new row i has, -1 when
-// it has none, kAmbiguous when its key is not unique.
+// it has none, kAmbiguous when its key is not unique. A row found with another digest, or not
+// found, keeps the one cache row of its digest if there is one (moved).
 template <class Find>
 void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now, Find find,
            UpdatePlan& plan) {
   std::vector<bool> skipped(old.digests.size(), false);
   for (int64_t r : old_skipped)
     if (r >= 0 && r < static_cast<int64_t>(skipped.size())) skipped[static_cast<std::size_t>(r)] = true;
+  const auto by_digest = index_digests(old, skipped);
   for (std::size_t i = 0; i < now.digests.size(); ++i) {
     const int64_t o = find(i);
+    const bool same = o >= 0 && old.digests[static_cast<std::size_t>(o)] == now.digests[i];
+    if (o != kAmbiguous && !same) {
+      const auto moved = by_digest.find(now.digests[i]);
+      if (moved != by_digest.end() && moved->second != kAmbiguous) {
+        ++plan.moved;
+        plan.source.push_back(moved->second);
+        continue;
+      }
+    }
     int64_t keep = -1;
     if (o == kAmbiguous) {
       ++plan.ambiguous;
       ++plan.changed;
     } else if (o < 0) {
       ++plan.added;
-    } else if (old.digests[static_cast<std::size_t>(o)] == now.digests[i]) {
+    } else if (same) {
       ++plan.kept;
       if (!skipped[static_cast<std::size_t>(o)])
         keep = o;

@@ -50,6 +50,28 @@ CATCH_TEST_CASE("update plan: without keys on either side, rows match by positio
   CATCH_CHECK(shrunk.kept == 1);
 }
 
+CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row of its content (moved)", "[fill]") {
+  // By key: b renamed x (its content, digest 2, unchanged) is copied, not encoded again.
+  auto renamed = fill::match_rows(rows({"a", "b", "c"}, {1, 2, 3}), {}, rows({"a", "x", "c"}, {1, 2, 3}));
+  CATCH_CHECK(renamed.source == std::vector<int64_t>{0, 1, 2});
+  CATCH_CHECK(renamed.kept == 2);
+  CATCH_CHECK(renamed.moved == 1);
+  CATCH_CHECK(renamed.added == 0);
+  CATCH_CHECK(renamed.removed == 1);
+  // By position: a row inserted at 1 moves the rows after it; only the new one is encoded.
+  auto shifted = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1, 9, 2, 3}));
+  CATCH_CHECK(shifted.source == std::vector<int64_t>{0, -1, 1, 2});
+  CATCH_CHECK(shifted.kept == 1);
+  CATCH_CHECK(shifted.changed == 1);
+  CATCH_CHECK(shifted.moved == 2);
+  CATCH_CHECK(shifted.added == 0);
+  // A content two cache rows share, or one the cache skipped, moves nowhere: encoded again.
+  auto twice = fill::match_rows(rows({"a", "b", "c"}, {5, 5, 6}), {2}, rows({"x", "y"}, {5, 6}));
+  CATCH_CHECK(twice.source == std::vector<int64_t>{-1, -1});
+  CATCH_CHECK(twice.moved == 0);
+  CATCH_CHECK(twice.added == 2);
+}
+
 CATCH_TEST_CASE("update plan: a skipped row is kept by the data but encoded again", "[fill]") {
   auto plan = fill::match_rows(rows({"a", "b"}, {1, 2}), {1}, rows({"a", "b"}, {1, 2}));
   CATCH_CHECK(plan.kept == 2);

@@ -30,10 +30,15 @@ struct UpdatePlan {
   int64_t ambiguous = 0;
   /// Kept rows the cache had skipped (--on-error skip): read and encoded again.
   int64_t skipped_before = 0;
+  /// Rows that match no cache row by key (or, by position, not the one in their place) whose
+  /// content (row digest) one cache row had, and no other: that row is copied (a renamed file, a
+  /// row moved by an insertion above it). Counted here, not as added or changed.
+  int64_t moved = 0;
 };
 
 /// Matches `now` (the new input's rows) with `old` (the cache's rows, `old_skipped` the cache rows
-/// it skipped). With keys on both sides a row is found by key, otherwise by position. A kept row
+/// it skipped). With keys on both sides a row is found by key, otherwise by position; a row found
+/// so with another digest, or not found, is then found by its digest (moved). A kept row
 /// keeps its cache row unless that row was skipped (encoded again: it fails or reads as before);
 /// a key that occurs more than once on either side matches nothing. Error(internal) when a side's
 /// keys and digests differ in number.
