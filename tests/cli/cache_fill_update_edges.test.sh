@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # cache-fill --update at its edges (issue 45): rows that --on-error skip left out (an unreadable
 # image fixed, another broken) come out as a full fill's, /skipped included; .npz members matched
-# by key with rows removed, moved, changed and added; an output another run holds exits 75 and
-# leaves the cache as it was.
+# by key with rows removed, moved, changed and added; an encoder whose output depends on its batch
+# (seen by a probe spread over the first batch and a text window's lengths) warns, and its cache's
+# update is refused, while a small batch noise is allowed 4 times over; an output another run holds
+# exits 75 and leaves the cache as it was.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/update_lib.sh"
 trap 'rm -rf "$WORK"' EXIT
@@ -97,6 +99,96 @@ run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/zk.h5" "${NPZ[@]}" 
 expect_rc 65
 expect_err "cache-fill: error: $WORK/zk.h5: the cache is damaged (/keys has 100 rows, expected 290); use --force instead of --update to fill it again"
 expect_same "$WORK/zk.h5" "$WORK/zk-before.h5"
+
+# ---- encoders whose output depends on the batch (issue 84, items 10 and 11) ----------------------
+# shift adds 0.5 to every row from the batch's ninth on, nudge 1e-4: rows 0-7 of a batch are what
+# the row gives alone, so a probe of the first 8 rows measured no noise for either. padmean pools
+# over the padded length: the first texts of a length window (the shortest) share one length, so
+# only a probe spread over the window's lengths sees it.
+cat >"$WORK/batchdep.py" <<EOF
+import json, numpy as np, torch
+class Shift(torch.nn.Module):
+    def __init__(self, d: float):
+        super().__init__()
+        self.d = d
+    def forward(self, x):
+        x = x.float()
+        return x + self.d * (torch.arange(x.size(0)).unsqueeze(1) >= 8).to(x.dtype)
+torch.jit.script(Shift(0.5)).save('$WORK/shift.pt')
+torch.jit.script(Shift(1e-4)).save('$WORK/nudge.pt')
+class PadMean(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = torch.nn.Embedding(30522, 8)
+    def forward(self, ids, mask):
+        return self.e(ids * mask).sum(1) / ids.size(1)
+torch.manual_seed(0)
+torch.jit.script(PadMean()).save('$WORK/padmean.pt')
+rng = np.random.default_rng(0)
+x = rng.random((100, 4), dtype=np.float32) + 0.5
+np.save('$WORK/x.npy', x)
+np.save('$WORK/y.npy', np.concatenate([x[:50], rng.random((7, 4), dtype=np.float32) + 0.5, x[50:]]))
+with open('$WORK/t.jsonl', 'w') as f:
+    for i in range(40):
+        f.write(json.dumps({'t': 'the cat sat'}) + '\n')
+    for i in range(24):
+        f.write(json.dumps({'t': ' '.join(['word'] * (3 + i))}) + '\n')
+EOF
+"$TC_PYTHON" "$WORK/batchdep.py" || _fail "writing the batch-dependent encoders"
+# noise CACHE ENCODER: the batch noise it records, and whether it is over 1% of the values.
+noise() {
+  py "import h5py; a = h5py.File('$1', 'r')['embeddings/$2'].attrs; print(a['batch_max_abs_diff'], a['batch_max_rel_diff'] > 0.01)"
+}
+DEPENDS="a row's output depends on the rows batched with it \(alone and in the first batch it differs by up to 0\.5, 2[0-9.]+% of the batch's largest value: batch statistics, or pooling over the padding\?\)"
+DEP=(--input "$WORK/in.npy" -b 32 --threads 2)
+cp "$WORK/x.npy" "$WORK/in.npy"
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/shift.pt" --out "$WORK/shift.h5"
+expect_rc 0
+expect_err_re "^cache-fill: warning: encoder 'shift': $DEPENDS: cache-fill --update will refuse this cache"$'\n'
+noise "$WORK/shift.h5" shift
+expect_out_re "^0\.500000[0-9]* True$"
+# Its update is refused (73, naming --force), the cache untouched; so is that of a cache from before
+# the share was recorded (judged by the largest value among its first rows).
+cp "$WORK/y.npy" "$WORK/in.npy"
+cp "$WORK/shift.h5" "$WORK/shift-before.h5"
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/shift.pt" --out "$WORK/shift.h5" --update
+expect_rc 73
+expect_err_re "^cache-fill: error: $WORK/shift\.h5: encoder 'shift': $DEPENDS, so an update's rows would not be a full fill's; use --force to encode every row$"
+expect_same "$WORK/shift.h5" "$WORK/shift-before.h5"
+py "
+import h5py
+with h5py.File('$WORK/shift.h5', 'a') as f:
+    del f['embeddings/shift'].attrs['batch_max_rel_diff']"
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/shift.pt" --out "$WORK/shift.h5" --update
+expect_rc 73
+expect_err_re "^cache-fill: error: $WORK/shift\.h5: encoder 'shift': $DEPENDS, so an update"
+# nudge's noise (1e-4 on values of 0.5-1.5) is no share to speak of: no warning, and an update
+# that allows 4 times it, which same_rows holds it to: its rows sat at other places in their
+# batches than a full fill's, so they differ by 1e-4 (with the noise of rows 0-7, 0, it failed).
+cp "$WORK/x.npy" "$WORK/in.npy"
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/nudge.pt" --out "$WORK/nudge.h5"
+expect_rc 0
+expect_err_re "^cache-fill: $WORK/nudge\.h5: 100 rows \(100 encoded\) in "
+noise "$WORK/nudge.h5" nudge
+expect_out_re "^0\.0001000[0-9]* False$"
+cp "$WORK/y.npy" "$WORK/in.npy"
+cp "$WORK/nudge.h5" "$WORK/nudge2.h5"
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/nudge.pt" --out "$WORK/nudge2.h5" --update
+expect_rc 0
+expect_err_re "^cache-fill: $WORK/nudge2\.h5: 107 rows \(7 encoded, 100 copied; added 0, changed 7, moved 50, removed 0, kept 50[^;]*; within 0\.0004 of a full fill\) in "
+run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/nudge.pt" --out "$WORK/nudge.h5" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by moved)" "7 position 50"
+full_fill nudge "${DEP[@]}" --encoder "$WORK/nudge.pt" -q
+same_rows "$WORK/nudge.h5" "$WORK/nudge-full.h5" "$WORK/nudge-one.h5"
+# A length window of texts: the probe reaches its long texts, which padmean gives other values in
+# their batches than alone.
+run "$TC_BIN/cache-fill" --input "$WORK/t.jsonl" --text t --tokenizer "$TC_DATA/tokenizers/bert-uncased.json" \
+  --encoder "$WORK/padmean.pt" --out "$WORK/padmean.h5" -b 8 --threads 2
+expect_rc 0
+expect_err_re "^cache-fill: warning: encoder 'padmean': a row's output depends on the rows batched with it "
+noise "$WORK/padmean.h5" padmean
+expect_out_re "^[0-9.]+ True$"
 
 # ---- an output another run holds: 75, the cache untouched ----------------------------------------
 cp "$WORK/z.h5" "$WORK/z-before.h5"

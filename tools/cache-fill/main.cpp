@@ -107,6 +107,18 @@ void resolve_encoders(Options& o) {
   }
 }
 
+// A measured figure, or null where it was not (negative).
+report::Json measured(double value) { return value >= 0 ? report::Json(value) : report::Json(nullptr); }
+
+// How far the updated rows may be from a full fill's, for the closing line ("" when not measured).
+std::string allowance(double allowed) {
+  if (allowed < 0) return "";
+  if (allowed == 0) return "; a full fill's bits";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; within %.3g of a full fill", allowed);
+  return buf;
+}
+
 // --update: what changed since the cache was made ("update": null for a fill without one).
 void add_update(report::Record& rec, const fill::FillResult& r) {
   if (!r.update) {
@@ -115,25 +127,24 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
     return;
   }
   const auto& u = *r.update;
-  rec.add("update",
-          report::Json{{"matched_by", u.by_key ? "key" : "position"},
-                       {"added", u.added},
-                       {"changed", u.changed},
-                       {"removed", u.removed},
-                       {"kept", u.kept},
-                       {"skipped_before", u.skipped_before},
-                       {"moved", u.moved},
-                       {"rows_copied", u.copied},
-                       {"seconds_saved", u.seconds_saved},
-                       {"max_abs_diff_allowed",
-                        u.max_abs_diff_allowed >= 0 ? report::Json(u.max_abs_diff_allowed) : report::Json(nullptr)}});
+  rec.add("update", report::Json{{"matched_by", u.by_key ? "key" : "position"},
+                                 {"added", u.added},
+                                 {"changed", u.changed},
+                                 {"removed", u.removed},
+                                 {"kept", u.kept},
+                                 {"skipped_before", u.skipped_before},
+                                 {"moved", u.moved},
+                                 {"rows_copied", u.copied},
+                                 {"seconds_saved", u.seconds_saved},
+                                 {"max_abs_diff_allowed", measured(u.max_abs_diff_allowed)}});
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
   const std::string again = u.skipped_before ? ", " + std::to_string(u.skipped_before) + " skipped before" : "";
   const std::string moved = u.moved ? ", moved " + std::to_string(u.moved) : "";
   rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
                               ", changed " + std::to_string(u.changed) + again + moved + ", removed " +
-                              std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved);
+                              std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved +
+                              allowance(u.max_abs_diff_allowed));
 }
 
 // What to try when other processes held the cores. Fewer intra-op threads is not offered: beside two
@@ -221,6 +232,8 @@ report::Record fill_record(const fill::FillResult& r) {
                         {"shape", e.shape},
                         {"inference", e.inference},
                         {"optimize_max_abs_diff", e.optimize_max_abs_diff},
+                        {"batch_max_abs_diff", measured(e.batch_max_abs_diff)},
+                        {"batch_max_rel_diff", measured(e.batch_max_rel_diff)},
                         {"math_mode", e.math_mode}});
     text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
   }
@@ -434,7 +447,8 @@ int main(int argc, char** argv) {
       "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
       "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA or LibTorch's module\n"
       "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
-      "  73 output in the way or not creatable; 74 I/O error; 75 another run holds the output, or\n"
+      "  73 output in the way or not creatable, or a cache --update cannot update; 74 I/O error;\n"
+      "  75 another run holds the output, or\n"
       "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
       "See docs/cache-fill.md.");
   return cli::run_tool(kTool, app, argc, argv, [&] {

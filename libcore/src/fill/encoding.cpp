@@ -441,9 +441,9 @@ std::vector<torch::Tensor> Encoding::forward_unit(std::size_t i, const std::vect
       result_.token_slots += (b - a) * part[t.first].size(1);
     }
     outs.push_back(forward_batch(i, part, b - a, first && a == 0));
-    if (first && a == 0 && !resumed_) measure_batch_noise(*encoders_[i], args, text_args, rows, outs[0]);
     a = b;
   }
+  if (first && !resumed_) measure_batch_noise(*encoders_[i], args, text_args, batches, outs);
   return outs;
 }
 
@@ -574,26 +574,38 @@ void Encoding::encode(std::size_t i, const Batch& batch, bool first, SerialWorke
 }
 
 void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
-                                   const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
-                                   const torch::Tensor& batch_out) {
-  if (rows.size(0) < 2) return;                        // a batch of one row: nothing to compare
+                                   const std::vector<TextArgs>& text_args, const UnitBatches& batches,
+                                   const std::vector<torch::Tensor>& outs) {
+  const int64_t count = batches.ends.back();
+  if (count < 2) return;                               // a batch of one row: nothing to compare
   JournalEncoder& je = journal_.encoders[enc.name()];  // before any commit is submitted (see journal_)
   if (je.batch_max_abs_diff >= 0) return;              // measured once: the updated cache's first fill did
   auto t_check = Clock::now();
-  double most = 0;
+  const int64_t probes = std::min(kBatchNoiseRows, count);
+  double most = 0, largest = 0;
   try {
-    for (int64_t j = 0; j < std::min<int64_t>(kBatchNoiseRows, rows.size(0)); ++j) {
-      torch::Tensor alone = enc.forward(rows_of(args, text_args, rows.slice(0, j, j + 1)));
-      alone = alone.to(torch::kCPU, batch_out.scalar_type());
-      c10::InferenceMode guard;
-      const torch::Tensor in_batch = batch_out.slice(0, j, j + 1).to(torch::kFloat64);
-      most = std::max(most, (alone.to(torch::kFloat64) - in_batch).abs().max().item<double>());
+    c10::InferenceMode guard;
+    for (const auto& out : outs) largest = std::max(largest, out.abs().max().to(torch::kFloat64).item<double>());
+    std::size_t unit = 0;
+    for (int64_t j = 0; j < probes; ++j) {
+      const int64_t at = j * (count - 1) / (probes - 1);  // spread: the first and the last included
+      while (at >= batches.ends[unit]) ++unit;
+      const int64_t in_unit = at - (unit == 0 ? 0 : batches.ends[unit - 1]);
+      const int64_t row = batches.order.defined() ? batches.order[at].item<int64_t>() : at;
+      const torch::Tensor in_batch = outs[unit].slice(0, in_unit, in_unit + 1);
+      torch::Tensor alone = enc.forward(rows_of(args, text_args, torch::tensor({row}, torch::kLong)));
+      alone = alone.to(torch::kCPU, in_batch.scalar_type()).to(torch::kFloat64);
+      most = std::max(most, (alone - in_batch.to(torch::kFloat64)).abs().max().item<double>());
     }
     je.batch_max_abs_diff = most;
+    je.batch_max_rel_diff = largest > 0 ? most / largest : 0;
   } catch (const std::exception&) {
     // An encoder that cannot take one row (or the memory for it): the noise stays unmeasured, and
     // the batch's own rows are what is stored.
   }
+  if (je.batch_max_rel_diff > kBatchDependentShare && cb_.warn)
+    cb_.warn(batch_dependence(enc.name(), most, je.batch_max_rel_diff) +
+             ": cache-fill --update will refuse this cache");
   const double seconds = seconds_since(t_check);
   result_.model_setup_seconds += seconds;
   first_checks_seconds_ += seconds;

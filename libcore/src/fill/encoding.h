@@ -169,12 +169,13 @@ class Encoding {
   void encode(std::size_t i, const Batch& batch, bool first, SerialWorker& store);
 
   // The encoder's batch noise, once (not on a resume, nor in an update of a cache that recorded
-  // it): up to kBatchNoiseRows rows of the first batch (`rows` of the unit's `args`) encoded alone,
-  // against the same rows of `batch_out` (the batch's output as stored); the largest difference
-  // into the journal's batch_max_abs_diff.
+  // it): up to kBatchNoiseRows rows of the first unit (`args`, encoded as `batches` into `outs`),
+  // spread over it in the order it was encoded, each encoded alone against its row of `outs`; the
+  // largest difference into the journal's batch_max_abs_diff, and relative to the largest value
+  // of `outs` into batch_max_rel_diff (above kBatchDependentShare: a warning).
   void measure_batch_noise(model::Encoder& enc, const std::vector<torch::Tensor>& args,
-                           const std::vector<TextArgs>& text_args, const torch::Tensor& rows,
-                           const torch::Tensor& batch_out);
+                           const std::vector<TextArgs>& text_args, const UnitBatches& batches,
+                           const std::vector<torch::Tensor>& outs);
 
   // Encoder i's output for input rows [start, start + count): finite, appended (the store thread).
   void store_rows(std::size_t i, const torch::Tensor& out, int64_t start, int64_t count);

@@ -122,6 +122,7 @@ io::cache::EmbeddingSource embedding_source(const FillRun& run, std::size_t i) {
                {"math_mode", model::math_mode(device)},
                {"precision_max_rel_diff", je.precision_max_rel_diff}};
   if (je.batch_max_abs_diff >= 0) src.attrs.push_back({"batch_max_abs_diff", je.batch_max_abs_diff});
+  if (je.batch_max_rel_diff >= 0) src.attrs.push_back({"batch_max_rel_diff", je.batch_max_rel_diff});
   if (run.update) {
     src.kept_rows = run.update->plan().source;
     src.kept = run.update->embeddings(e.name);
@@ -158,8 +159,8 @@ void publish(FillRun& p) {
     const JournalEncoder& je = recorded(journal, opts.encoders[i].name);
     std::vector<int64_t> shape{p.plan.rows()};
     shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
-    result.encoders.push_back(
-        {opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff, model::math_mode(device)});
+    result.encoders.push_back({opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff,
+                               model::math_mode(device), je.batch_max_abs_diff, je.batch_max_rel_diff});
   }
   io::cache::assemble(spec);
 }
@@ -247,13 +248,12 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& op
 
 namespace {
 
-// The largest difference from a full fill that an update's rows are allowed: twice the encoders'
-// batch noise as recorded (a row differs from itself alone by the noise at most, and an update's row
-// and a full fill's each sit in a batch of their own); negative when no encoder's was measured.
+// The largest difference from a full fill that an update's rows are allowed: kUpdateNoiseFactor
+// times the encoders' batch noise as recorded; negative when no encoder's was measured.
 double allowed_difference(const Journal& journal) {
   double most = -1;
   for (const auto& [name, je] : journal.encoders) most = std::max(most, je.batch_max_abs_diff);
-  return most < 0 ? most : 2 * most;
+  return most < 0 ? most : kUpdateNoiseFactor * most;
 }
 
 // The encode loop over the run's encode_plan into its journal; false when interrupted. The encoders

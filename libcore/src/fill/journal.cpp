@@ -65,6 +65,11 @@ JournalEncoder parse_encoder(const std::string& file, const std::string& name, c
       journal_damaged(file, "batch_max_abs_diff of '" + name + "' is not a number");
     e.batch_max_abs_diff = j.at("batch_max_abs_diff").get<double>();
   }
+  if (j.contains("batch_max_rel_diff")) {  // absent: not measured, or a journal from before it was
+    if (!j.at("batch_max_rel_diff").is_number())
+      journal_damaged(file, "batch_max_rel_diff of '" + name + "' is not a number");
+    e.batch_max_rel_diff = j.at("batch_max_rel_diff").get<double>();
+  }
   if (j.contains("chunks")) {
     if (!j.at("chunks").is_array()) journal_damaged(file, "chunks of '" + name + "' is not a list");
     int64_t last = 0;
@@ -191,6 +196,7 @@ void Journal::save() const {
     json je{{"inference", e.inference}, {"optimize_max_abs_diff", e.optimize_max_abs_diff}};
     if (e.precision_max_rel_diff != 0) je["precision_max_rel_diff"] = e.precision_max_rel_diff;
     if (e.batch_max_abs_diff >= 0) je["batch_max_abs_diff"] = e.batch_max_abs_diff;
+    if (e.batch_max_rel_diff >= 0) je["batch_max_rel_diff"] = e.batch_max_rel_diff;
     if (e.has_shape) je["row_shape"] = e.row_shape;
     if (!e.chunks.empty()) je["chunks"] = e.chunks;
     enc[name] = je;

@@ -163,6 +163,7 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
                 "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "
                 "tell which rows changed; use --force to encode every row");
   refuse_damaged(out, opts);
+  refuse_batch_dependent(*old);
   return {std::nullopt, old};
 }
 
@@ -229,7 +230,8 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
     files::remove_tree(p.partial);  // left over from a run killed after its rename
     result.status = FillStatus::up_to_date;
     for (const auto& e : old->embeddings)
-      result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode});
+      result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode,
+                                 e.batch_max_abs_diff, e.batch_max_rel_diff});
     result.seconds = seconds_since(p.t_start);
   }
   return p;

@@ -1,10 +1,14 @@
 #include "update.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <exception>
 #include <future>
+#include <numeric>
 
 #include "traincache/base/error.h"
+#include "traincache/fill/fill.h"
 
 using nlohmann::json;
 
@@ -64,6 +68,35 @@ std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int
   return out;
 }
 
+std::string batch_dependence(const std::string& encoder, double abs_diff, double rel_diff) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "encoder '%s': a row's output depends on the rows batched with it (alone and in the first batch "
+                "it differs by up to %.3g, %.3g%% of the batch's largest value: batch statistics, or pooling over "
+                "the padding?)",
+                encoder.c_str(), abs_diff, 100 * rel_diff);
+  return buf;
+}
+
+void refuse_batch_dependent(const io::cache::CacheInfo& old) {
+  constexpr int64_t kScaleRows = 256;
+  for (const auto& e : old.embeddings) {
+    double rel = e.batch_max_rel_diff;
+    if (rel < 0 && e.batch_max_abs_diff > 0) {  // recorded before the share was: of the first rows' values
+      std::vector<int64_t> rows(static_cast<std::size_t>(std::min(kScaleRows, old.rows)));
+      std::iota(rows.begin(), rows.end(), 0);
+      double largest = 0;
+      for (const float v : io::cache::read_embedding_rows(old.path, e.name, rows))
+        largest = std::max(largest, std::fabs(static_cast<double>(v)));
+      rel = largest > 0 ? e.batch_max_abs_diff / largest : 1;
+    }
+    if (rel > kBatchDependentShare)
+      throw Error(Exit::cant_create, old.path,
+                  batch_dependence(e.name, e.batch_max_abs_diff, rel) +
+                      ", so an update's rows would not be a full fill's; use --force to encode every row");
+  }
+}
+
 Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
   RowIdentity was;
   was.digests = io::cache::read_row_digests(old.path);
@@ -94,6 +127,7 @@ std::map<std::string, JournalEncoder> Update::encoders() const {
     je.optimize_max_abs_diff = e.optimize_max_abs_diff;
     je.precision_max_rel_diff = e.precision_max_rel_diff;
     je.batch_max_abs_diff = e.batch_max_abs_diff;
+    je.batch_max_rel_diff = e.batch_max_rel_diff;
   }
   return out;
 }

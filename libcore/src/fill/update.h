@@ -28,6 +28,15 @@ nlohmann::json row_digest_inputs(const Inputs& in);
 /// their values' bytes.
 std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b);
 
+/// What an encoder's batch noise above kBatchDependentShare says, for a warning or a refusal:
+/// "encoder 'NAME': a row's output depends on the rows batched with it (...)".
+std::string batch_dependence(const std::string& encoder, double abs_diff, double rel_diff);
+
+/// Error(cant_create) naming --force when an encoder of the cache `old` measured a batch noise above
+/// kBatchDependentShare of its values (for a cache from before that share was recorded: of the
+/// largest value among its first rows): an update's rows would not be what a full fill gives.
+void refuse_batch_dependent(const io::cache::CacheInfo& old);
+
 /// An update of the cache at `path` to a new input: which of its rows each new row keeps, which
 /// rows are encoded, and the cache's embeddings the kept rows are copied from when it is published.
 class Update {

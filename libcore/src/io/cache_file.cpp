@@ -259,6 +259,7 @@ EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::Dataset
   e.optimize_max_abs_diff = h5::read_attr_double(d, "optimize_max_abs_diff").value_or(0);
   e.precision_max_rel_diff = h5::read_attr_double(d, "precision_max_rel_diff").value_or(0);
   e.batch_max_abs_diff = h5::read_attr_double(d, "batch_max_abs_diff").value_or(-1);
+  e.batch_max_rel_diff = h5::read_attr_double(d, "batch_max_rel_diff").value_or(-1);
   return e;
 }
 

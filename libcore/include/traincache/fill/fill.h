@@ -159,6 +159,9 @@ struct FillResult {
     std::string inference;       ///< "optimized" or "plain"
     double optimize_max_abs_diff = 0;
     std::string math_mode;  ///< "tf32" or "ieee"
+    /// The batch noise recorded for the cache (JournalEncoder): absolute, and relative to the
+    /// first batch's largest value; negative when never measured.
+    double batch_max_abs_diff = -1, batch_max_rel_diff = -1;
   };
   std::vector<Encoder> encoders;
   /// --update of an existing cache: what changed in the data since it was made (by key, or by
@@ -171,8 +174,9 @@ struct FillResult {
     int64_t copied = 0;          ///< rows of the new cache copied from the cache: every kept row it had encoded
     /// The encode time the copied rows saved, from this run's encode rate (0 when it encoded nothing).
     double seconds_saved = 0;
-    /// How far any row of the new cache may be from a full fill's: the encoders' batch noise as
-    /// measured (0: bit for bit); negative when it was never measured (a cache from before).
+    /// How far any row of the new cache may be from a full fill's: kUpdateNoiseFactor times the
+    /// largest of the encoders' batch noise as measured (0: bit for bit; each encoder's rows within
+    /// that factor times its Encoder::batch_max_abs_diff); negative when never measured.
     double max_abs_diff_allowed = -1;
   };
   std::optional<Update> update;
@@ -190,8 +194,18 @@ inline constexpr double kOptimizeTolerance = 1e-4;
 inline constexpr int64_t kOptimizeCheckRows = 16;
 /// Rows of the first batch encoded alone to measure the encoder's batch noise (how far a row's
 /// output moves with the other rows of its batch): what an update's rows may differ by from a full
-/// fill's.
-inline constexpr int64_t kBatchNoiseRows = 8;
+/// fill's. They are spread over the batch in the order it was encoded (first and last included),
+/// so over the lengths of a length window's texts too.
+inline constexpr int64_t kBatchNoiseRows = 16;
+/// An update's rows may differ from a full fill's by this many times the recorded batch noise: twice,
+/// since a row in the update's batch and the same row in the full fill's can each be that far from
+/// the row alone, and twice again, since the probe saw kBatchNoiseRows rows and another row's last
+/// bits can move further (on the test CNN the noise over every row was 1.7 times the probe's).
+inline constexpr double kUpdateNoiseFactor = 4;
+/// A batch noise above this share of the largest value in the first batch's output is no rounding
+/// (bf16 rounds at 0.4%): the encoder's output depends on the other rows of its batch (batch
+/// statistics, pooling over the padded length). A fill warns; --update refuses such a cache.
+inline constexpr double kBatchDependentShare = 0.01;
 
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();

@@ -29,6 +29,10 @@ struct JournalEncoder {
   /// (the encoder's batch noise; 0: a row's bits do not depend on its batch); negative when not
   /// measured (a first batch of one row).
   double batch_max_abs_diff = -1;
+  /// The same relative to the largest magnitude in the first batch's output: a sizable share
+  /// (kBatchDependentShare) marks an encoder whose output depends on its batch; negative when not
+  /// measured.
+  double batch_max_rel_diff = -1;
   /// The committed raw bytes in the pieces each commit added: (end row, XXH3-128 hex of the bytes
   /// of rows [previous end, end)). A resume checks every piece against the raw file.
   std::vector<std::pair<int64_t, std::string>> chunks;

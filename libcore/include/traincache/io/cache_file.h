@@ -39,6 +39,8 @@ struct EmbeddingInfo {
   /// A row encoded alone against inside the first batch: the encoder's batch noise, which bounds how
   /// far an updated cache's rows may be from a full fill's (negative: not recorded).
   double batch_max_abs_diff = -1;
+  /// The same relative to the largest magnitude of the first batch's output (negative: not recorded).
+  double batch_max_rel_diff = -1;
   std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
 };
 
