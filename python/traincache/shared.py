@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import _capi
-from .slab import FILLED, Slab, TraincacheError
+from .slab import FILLED, Slab, TraincacheError, _integer, _item_shape
 
 # torch.from_numpy warns that a read-only array gives a tensor over memory it cannot write: that is
 # the point here (a write through a cached item would change it for every process), and the warning
@@ -75,8 +75,12 @@ class SharedCache:
     def __init__(self, name: str, length: int, shape, dtype="float32", *, slots=None, limit=None,
                  selection: str = "first", seed: int = 0, content_id: str = "", keep: bool = False,
                  mode: int = 0o600, trust_owner: bool = False):
-        self._spec = dict(name=name, length=int(length), shape=tuple(int(d) for d in shape),
-                          dtype=np.dtype(dtype).name, slots=slots, limit=limit, selection=selection, seed=seed,
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            raise TypeError(f"{name}: dtype {dtype!r} is not a numpy dtype") from None
+        self._spec = dict(name=name, length=_integer(name, "the dataset length", length),
+                          shape=tuple(_item_shape(name, shape)), dtype=dtype, slots=slots, limit=limit, selection=selection, seed=seed,
                           content_id=_content_id(content_id), keep=keep, mode=mode, trust_owner=trust_owner)
         if slots is None and limit is None:
             self._spec["slots"] = int(length)
@@ -207,12 +211,13 @@ class SharedCache:
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _as_tensor(part):
+def _as_tensor(part, where: str):
     """A part of an item as the tensor a slab stores (at least one dimension), and its kind: how to
     give it back, and what every other item's part must match. A tensor or array comes back as it
     is (a 0-d one, such as torch.tensor(label), stored as one element and given back 0-d); a numpy
     scalar (np.int8(5)) as a scalar of its own dtype; a Python int or float as an int64 or float64
-    element given back as the same number (ValueError for an int past int64)."""
+    element given back as the same number (ValueError for an int past int64). Errors name the part
+    as `where` does ("part 1 of item 0")."""
     if isinstance(part, torch.Tensor):
         return (part.reshape(1), ("0-d tensor", part.dtype)) if part.dim() == 0 else (part, ("tensor", part.dtype))
     if isinstance(part, np.ndarray):
@@ -223,18 +228,38 @@ def _as_tensor(part):
         return torch.from_numpy(np.array([part])), ("scalar", part.dtype)
     if isinstance(part, numbers.Integral) and not isinstance(part, (bool, np.generic)):
         if not _INT64[0] <= int(part) <= _INT64[1]:
-            raise ValueError(f"traincache.cached: the int {int(part)} is outside int64's range, which the cache "
-                             "stores ints in")
+            raise ValueError(f"traincache.cached: {where} is the int {int(part)}, outside int64's range, which "
+                             "the cache stores ints in")
         return torch.tensor([int(part)], dtype=torch.int64), ("number", type(part))
     if isinstance(part, numbers.Real) and not isinstance(part, (bool, np.generic)):
         return torch.tensor([float(part)], dtype=torch.float64), ("number", type(part))
     what = f"numpy {part.dtype.name} scalar" if isinstance(part, np.generic) else type(part).__name__
-    raise TypeError(f"traincache.cached: an item part of type {what} cannot be cached "
-                    "(tensors, arrays and numbers can)")
+    raise TypeError(f"traincache.cached: {where} is a {what}, which cannot be cached (tensors, arrays and "
+                    "numbers can)")
 
 
 # The numpy scalar types a part may be: those a slab stores that torch has too.
 _SCALAR_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+# The tensor dtypes a slab stores.
+_SLAB_DTYPES = tuple(getattr(torch, n) for n in _SCALAR_DTYPES)
+
+
+def _checked_part(part, where: str):
+    """_as_tensor(part), with a part no slab can hold refused naming `where` ("part 1 of item 0"):
+    a dtype slabs do not store (complex, bool, bfloat16), or no values at all."""
+    t, kind = _as_tensor(part, where)
+    if t.dtype not in _SLAB_DTYPES:
+        raise TypeError(f"traincache.cached: {where} is {_kind_name(kind)}, which a slab cannot hold (its "
+                        f"dtypes: {', '.join(_SCALAR_DTYPES)}); convert it in the Dataset")
+    if t.numel() == 0:
+        raise ValueError(f"traincache.cached: {where} is {_kind_name(kind)} of shape {list(t.shape)}: it holds "
+                         "no values, which a slab cannot cache")
+    return t, kind
+
+
+def _where(k: int, index: int, single: bool) -> str:
+    """How a message names part k of item `index`: "item 3" (one part) or "part 1 of item 3"."""
+    return f"item {index}" if single else f"part {k} of item {index}"
 
 
 def _kind_name(kind) -> str:
@@ -252,13 +277,19 @@ class CachedDataset(torch.utils.data.Dataset):
     for every DataLoader worker and rank of the machine. Made by cached()."""
 
     def __init__(self, dataset, name: str, **options):
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"traincache.cached: {name}: the dataset must be map-style (len(dataset) and "
+                            f"dataset[i]), not a {type(dataset).__name__}")
+        if len(dataset) == 0:
+            raise ValueError(f"traincache.cached: {name}: the dataset is empty (its items' shapes and dtypes "
+                             "come from dataset[0])")
         self.dataset = dataset
         first = dataset[0]
         self._single = not isinstance(first, (tuple, list))
         parts = [first] if self._single else list(first)
         self._kinds, self.caches = [], []
         for k, part in enumerate(parts):
-            t, kind = _as_tensor(part)
+            t, kind = _checked_part(part, _where(k, 0, self._single))
             self._kinds.append(kind)
             self.caches.append(SharedCache(name if self._single else f"{name}.{k}", len(dataset), tuple(t.shape),
                                            str(t.dtype).replace("torch.", ""), **options))
@@ -290,13 +321,17 @@ class CachedDataset(torch.utils.data.Dataset):
             raise ValueError(f"traincache.cached: item {index} has {len(parts)} parts, item 0 had "
                              f"{len(self.caches)}: every item must have the same parts")
         stored = []
-        for k, (part, want) in enumerate(zip(parts, self._kinds)):
-            t, kind = _as_tensor(part)
+        for k, (part, want, cache) in enumerate(zip(parts, self._kinds, self.caches)):
+            where = _where(k, index, self._single)
+            t, kind = _as_tensor(part, where)
             if kind != want:
-                where = "item" if self._single else f"part {k} of item"
-                raise ValueError(f"traincache.cached: {where} {index} is {_kind_name(kind)}, item 0's was "
+                raise ValueError(f"traincache.cached: {where} is {_kind_name(kind)}, item 0's was "
                                  f"{_kind_name(want)}: every item must have item 0's types and dtypes (convert "
                                  "them in the Dataset)")
+            if tuple(t.shape) != cache._spec["shape"]:
+                raise ValueError(f"traincache.cached: {where} has shape {list(t.shape)}, item 0's had "
+                                 f"{list(cache._spec['shape'])}: every item must have item 0's shapes (resize or pad them "
+                                 "in the Dataset)")
             stored.append(t)
         return stored
 

@@ -98,11 +98,33 @@ def _as_arguments():
         raise TraincacheError(e.code, message) from None
 
 
+def _integer(name, what, value) -> int:
+    """`value` as an int: a Python or numpy integer (not a bool, a float or a string, which int()
+    would turn into one without a word), else a TypeError naming the slab and the argument."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise TypeError(f"{name}: {what} must be an integer, not {type(value).__name__} ({value!r})")
+
+
+def _item_shape(name, shape) -> list:
+    """The item shape as a list of positive ints (one int is a shape of one dimension)."""
+    dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    if not 1 <= len(dims) <= 8:
+        raise ValueError(f"{name}: an item shape needs 1 to 8 dimensions, not {dims}")
+    out = [_integer(name, "each dimension of the item shape", d) for d in dims]
+    if min(out) <= 0:
+        raise ValueError(f"{name}: item shape {out}: every dimension must be positive")
+    return out
+
+
 def _create_options(name, length, shape, dtype, slots, limit, variable, selection, seed, mode, content_id,
                     temporary) -> dict:
     """The JSON options of tc_slab_create / tc_slab_open_shared, the arguments checked."""
-    dtype = np.dtype(dtype).name
-    if int(length) <= 0:
+    try:
+        dtype = np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"{name}: dtype {dtype!r} is not a numpy dtype") from None
+    if _integer(name, "the dataset length", length) <= 0:
         raise ValueError(f"{name}: the dataset length must be positive")
     if slots is not None and limit is not None:
         raise ValueError(f"{name}: give slots or limit, not both")
@@ -110,17 +132,16 @@ def _create_options(name, length, shape, dtype, slots, limit, variable, selectio
         raise ValueError(f"{name}: a variable layout takes no shape and needs limit (its arena's bytes)")
     if not variable and shape is None:
         raise ValueError(f"{name}: a fixed layout needs the item shape (or variable=True)")
-    if not variable and not 1 <= len(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)) <= 8:
-        raise ValueError(f"{name}: an item shape needs 1 to 8 dimensions, not {list(shape)}")
     if slots is None and limit is None:
         slots = length  # every item cacheable
     opts = {"name": name, "length": int(length), "layout": "variable" if variable else "fixed",
-            "dtype": dtype, "selection": selection, "seed": int(seed), "mode": int(mode),
-            "content_id": content_id, "temporary": bool(temporary), "tool": "python"}
+            "dtype": dtype, "selection": selection, "seed": _integer(name, "seed", seed),
+            "mode": _integer(name, "mode", mode), "content_id": content_id, "temporary": bool(temporary),
+            "tool": "python"}
     if shape is not None:
-        opts["dims"] = [int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+        opts["dims"] = _item_shape(name, shape)
     if slots is not None:
-        opts["slots"] = int(slots)
+        opts["slots"] = _integer(name, "slots", slots)
     if limit is not None:
         opts["limit_bytes"] = parse_size(limit)
     return opts

@@ -301,11 +301,33 @@ eq([(type(x), x.tobytes()) for x in got], [(np.float16, np.float16(0.1).tobytes(
    "float16 scalars come back to the bit")
 halves.close()
 raises(lambda: traincache.cached(Parts(2 ** 70), "huge"), ValueError,
-       f"traincache.cached: the int {2 ** 70} is outside int64's range, which the cache stores ints in")
+       f"traincache.cached: item 0 is the int {2 ** 70}, outside int64's range, which the cache stores ints in")
 big = traincache.cached(Parts(1, -(2 ** 63) - 1), "big")
 raises(lambda: big[1], ValueError,
-       f"traincache.cached: the int {-(2 ** 63) - 1} is outside int64's range, which the cache stores ints in")
+       f"traincache.cached: item 1 is the int {-(2 ** 63) - 1}, outside int64's range, which the cache stores ints "
+       "in")
 big.close()
+# What no slab can hold, or no Dataset cached() can read, is refused naming the item and part (it
+# was torch's or numpy's own words: "'list_iterator' object is not subscriptable", "complex64:
+# unknown dtype", "shape: item dimensions must be positive", the internal slab's name for a shape).
+raises(lambda: traincache.cached(iter([1]), "it"), TypeError,
+       "traincache.cached: it: the dataset must be map-style (len(dataset) and dataset[i]), not a list_iterator")
+raises(lambda: traincache.cached(Parts(), "none"), ValueError,
+       "traincache.cached: none: the dataset is empty (its items' shapes and dtypes come from dataset[0])")
+raises(lambda: traincache.cached(Parts((torch.ones(1), torch.zeros(2, dtype=torch.complex64))), "cx"), TypeError,
+       "traincache.cached: part 1 of item 0 is a complex64 tensor, which a slab cannot hold (its dtypes: uint8, "
+       "int8, int16, int32, int64, float16, float32, float64); convert it in the Dataset")
+raises(lambda: traincache.cached(Parts(np.zeros((2, 0))), "empty"), ValueError,
+       "traincache.cached: item 0 is a float64 array of shape [2, 0]: it holds no values, which a slab cannot cache")
+raises(lambda: traincache.cached(Parts(({"a": 1},)), "d"), TypeError,
+       "traincache.cached: part 0 of item 0 is a dict, which cannot be cached (tensors, arrays and numbers can)")
+shapes = traincache.cached(Parts((torch.zeros(3), 1), (torch.zeros(4), 2)), "shapes")
+raises(lambda: shapes[1], ValueError, "traincache.cached: part 0 of item 1 has shape [4], item 0's had [3]: every item "
+       "must have item 0's shapes (resize or pad them in the Dataset)")
+eq([c.counts().get("filled", 0) for c in shapes.caches], [0, 0], "nothing of an item of another shape is stored")
+shapes.close()
+raises(lambda: traincache.SharedCache("c0", 4, ("4",)), TypeError,
+       "c0: each dimension of the item shape must be an integer, not str ('4')")
 # numpy calls int64 -> float64 a safe cast, but it rounds 2**53 + 1 (issue 84, item 9).
 wide = traincache.SharedCache("wide", 2, (1,), "float64")
 raises(lambda: wide.put(0, np.array([2 ** 53 + 1], np.int64)), TypeError, "wide: int64 values that float64 cannot "

@@ -194,7 +194,16 @@ raises(lambda: Slab.create("c", 4, (2,), slots=2, limit=64), ValueError, "c: giv
 raises(lambda: Slab.create("c", 4, (2,), limit="lots"), ValueError, "'lots': not a size (examples: 512MiB, 2GiB, 1000000)")
 eq(Slab.create("c", 10, (4,), "float32", limit="64B").slots, 4, "limit in bytes: 64 B hold 4 items of 16 B")
 # The library's refusals name create()'s arguments, not shm-cache's flags (--dims, --limit).
-raises(lambda: Slab.create("c0", 4, (2, 0)), TraincacheError, "shape: item dimensions must be positive and fit 64 bits", 64)
+raises(lambda: Slab.create("c0", 4, (2, 0)), ValueError, "c0: item shape [2, 0]: every dimension must be positive")
+# Arguments of the wrong type are refused naming the slab and the argument, not by int()'s or numpy's
+# own words; int() made 4.5 a dimension of 4 and "ten" "invalid literal for int() with base 10"; a
+# negative dimension was "limit: the slab size does not fit 64 bits" (issue 84, messages).
+raises(lambda: Slab.create("c0", 4, (-4,)), ValueError, "c0: item shape [-4]: every dimension must be positive")
+raises(lambda: Slab.create("c0", 4, (4.5,)), TypeError,
+       "c0: each dimension of the item shape must be an integer, not float (4.5)")
+raises(lambda: Slab.create("c0", "ten", (4,)), TypeError, "c0: the dataset length must be an integer, not str ('ten')")
+raises(lambda: Slab.create("c0", 4, (4,), "nonsense"), TypeError, "c0: dtype 'nonsense' is not a numpy dtype")
+raises(lambda: Slab.create("c0", 4, (4,), slots=2.5), TypeError, "c0: slots must be an integer, not float (2.5)")
 raises(lambda: Slab.create("c1", 10, (4,), "float32", limit=8), TraincacheError, "limit: the budget holds no item of 16 B", 64)
 raises(lambda: py.get(-1), IndexError, "py: index -1 is negative")
 py.close()
