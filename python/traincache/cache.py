@@ -29,6 +29,9 @@ class CacheDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, path, embeddings=None, labels=None, keys: bool = False):
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"traincache.CacheDataset: the path must be a str or os.PathLike, not "
+                            f"{type(path).__name__}")
         self.path = os.fspath(path)
         desc = _capi.describe_cache(self.path)  # TraincacheError 66 (missing), 65 (not a sound cache)
         if not desc["complete"]:
@@ -42,7 +45,10 @@ class CacheDataset(torch.utils.data.Dataset):
         if embeddings is None:
             chosen = names
         else:
-            chosen = [embeddings] if isinstance(embeddings, str) else list(embeddings)
+            chosen = [embeddings] if isinstance(embeddings, str) else embeddings
+            if not isinstance(chosen, (list, tuple)) or not all(isinstance(n, str) for n in chosen):
+                raise TypeError(f"{self.path}: embeddings must be a name or a list of names, not {embeddings!r}")
+            chosen = list(chosen)
             unknown = [n for n in chosen if n not in names]
             if unknown or not chosen:
                 raise ValueError(f"{self.path}: no embeddings named {', '.join(unknown) or '(none given)'} "
@@ -80,6 +86,8 @@ class CacheDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices):
         """The items of `indices` (a list), read with one request per dataset."""
         raw = np.asarray(indices)
+        if raw.ndim != 1:  # a nested list read as rows of rows, one item of each
+            raise TypeError(f"{self.path}: row indices must be a flat list of integers, not of shape {list(raw.shape)}")
         if raw.size and raw.dtype.kind not in "iu":
             raise TypeError(f"{self.path}: row indices must be integers, not {raw.dtype}")
         idx = raw.astype(np.int64)

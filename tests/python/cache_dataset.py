@@ -136,6 +136,14 @@ def main():
     raises(lambda: ds[1.5], TypeError, f"{labelled}: row indices must be integers, not float")
     raises(lambda: ds.__getitems__([0, 1.5]), TypeError, f"{labelled}: row indices must be integers, not float64")
     eq(ds[np.int64(3)][0].tolist(), ds[3][0].tolist(), "a numpy integer index is an index")
+    # A nested list was read as rows of rows (one item of two rows each); arguments of the wrong type
+    # got Python's own words ("'int' object is not iterable") (issue 84, messages).
+    raises(lambda: ds.__getitems__([[1, 2]]), TypeError,
+           f"{labelled}: row indices must be a flat list of integers, not of shape [1, 2]")
+    raises(lambda: CacheDataset(labelled, embeddings=5), TypeError,
+           f"{labelled}: embeddings must be a name or a list of names, not 5")
+    raises(lambda: CacheDataset(None), TypeError,
+           "traincache.CacheDataset: the path must be a str or os.PathLike, not NoneType")
 
     # --- info() is cache-inspect --json --------------------------------------------------------------
     for path in (labelled, int_keys, two):
