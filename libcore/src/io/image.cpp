@@ -15,8 +15,10 @@
 #include <tuple>
 
 #include "jpeg_part.h"
+#include "simd_clones.h"
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
+#include "traincache/io/png_direct.h"
 
 namespace traincache::io::image {
 
@@ -104,6 +106,7 @@ spng_format png_format(const spng_ihdr& ihdr, int& channels) {
 }
 
 void decode_png(const unsigned char* bytes, std::size_t size, const std::string& what, Image& img) {
+  if (png_direct::decode(bytes, size, kMaxPixels, img.samples, img.width, img.height, img.channels)) return;
   SpngCtx c;
   if (!c.ctx) throw Error(Exit::internal, "libspng", "cannot create a decoder");
   auto fail = [&](int rc) {
@@ -298,24 +301,11 @@ void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, 
 
 // The windowed passes accumulate in int32: the weights are non-negative and sum to about
 // 1 << kResampleBits, so 255 times their sum (plus the rounding half) fits an int32 exactly, the
-// same value PIL's int accumulator gives. They compute with GCC's and Clang's vector extensions,
-// which compile to the target's SIMD instructions without the intrinsics of one instruction set;
-// on x86-64 the compiler builds each pass for AVX-512, AVX2 and the baseline (SSE2) and picks one
-// when the library loads (target_clones: the build for one CPU runs on any).
+// same value PIL's int accumulator gives. They compute with vector extensions, each pass built for
+// AVX-512, AVX2 and the baseline (simd_clones.h).
 typedef uint8_t Bytes16 __attribute__((vector_size(16)));
 typedef uint16_t Shorts16 __attribute__((vector_size(32)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
-
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define TC_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#ifndef TC_SIMD_CLONES
-#define TC_SIMD_CLONES
-#endif
-// What the clones call is inlined into each, so that it is built for the clone's instructions.
-#define TC_SIMD_INLINE inline __attribute__((always_inline))
 
 constexpr int32_t kHalf = int32_t{1} << (kResampleBits - 1);
 
