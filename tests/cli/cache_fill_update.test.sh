@@ -41,17 +41,29 @@ expect_err_re "t\.h5: up to date"
 
 # ---- an image folder: a file added, one rewritten, one removed, rows moved ---------------------
 cp -r "$WORK/folder" "$WORK/f2"
-run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}"
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --changes "$WORK/f.changes"
 expect_rc 0
+# A new cache's --changes: every row added and encoded, by its key.
+py "
+import json
+c = [json.loads(l) for l in open('$WORK/f.changes')]
+print(len(c), {(x['change'], x['encoded'], x['old_row']) for x in c}, [x['row'] for x in c] == list(range(40)), c[0]['key'])"
+expect_out "40 {('added', True, None)} True cat/$(ls "$WORK/f2/cat" | head -1)"
 first_cat=$(ls "$WORK/f2/cat" | head -1)
 last_dog=$(ls "$WORK/f2/dog" | tail -1)
 rm "$WORK/f2/cat/$first_cat"                        # removed: every later row moves up one
 cp "$WORK/f2/dog/$last_dog" "$WORK/f2/cat/0-new.png"  # added, first of its class
 cp "$WORK/folder/cat/$first_cat" "$WORK/f2/dog/$last_dog"  # rewritten with another image's bytes
-run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --json
+run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --json --changes "$WORK/f.changes"
 expect_rc 0
 # Encoded: the new first cat and the rewritten dog, in one batch of their own; every other row copied.
 expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "2 key 1 1 1 38 38"
+# --changes (issue 85, goal 4) names them by key and row, the removed cat by its old row, as the
+# JSON's update.changes does.
+expect_eq "$(cat "$WORK/f.changes")" '{"change":"added","row":0,"old_row":null,"key":"cat/0-new.png","encoded":true}
+{"change":"changed","row":39,"old_row":39,"key":"dog/'"$last_dog"'","encoded":true}
+{"change":"removed","row":null,"old_row":0,"key":"cat/'"$first_cat"'","encoded":false}'
+expect_eq "$("$TC_PYTHON" -c "import json, sys; print(len(json.loads(sys.argv[1])['update']['changes']))" "$out")" 3
 full_fill f --input "$WORK/f2" "${IMG[@]}"
 same_rows "$WORK/f.h5" "$WORK/f-full.h5" "$WORK/f-one.h5"
 run "$TC_BIN/cache-inspect" --json "$WORK/f.h5"
@@ -80,6 +92,13 @@ expect_rc 0
 # Row 130 and the 200 new rows: encoded in batches of their own; rows 960..999 are copied, though a
 # full fill's batch holds them beside the first new rows.
 expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "201 position 200 1 0 999 999"
+# By position: rows without keys, row 130 changed in place, rows 1000-1199 added.
+py "
+import json
+c = json.loads(open('$WORK/.update.json').read())['update']['changes']
+print(c[0], len(c), {x['change'] for x in c[1:]}, [x['row'] for x in c[1:]] == list(range(1000, 1200)),
+      {x['key'] for x in c})"
+expect_out "{'change': 'changed', 'row': 130, 'old_row': 130, 'key': None, 'encoded': True} 201 {'added'} True {None}"
 full_fill h --input "$WORK/grown.h5" "${H[@]}"
 same_rows "$WORK/h.h5" "$WORK/h-full.h5" "$WORK/h-one.h5"
 

@@ -63,8 +63,26 @@ run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z.h5" "${NPZ[@]}"
 expect_rc 0
 cp "$WORK/new.npz" "$WORK/in.npz"
 cp "$WORK/z.h5" "$WORK/z-old.h5"
-run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z.h5" "${NPZ[@]}" --update --json
+run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z.h5" "${NPZ[@]}" --update --json --changes "$WORK/z.changes"
 expect_rc 0
+update_out=$out
+# --changes: one line a row the update did not keep, integer keys as JSON numbers, the encoded
+# ones exactly the rows it encoded; then up to date, an empty file.
+py "
+import collections, json
+lines = [json.loads(l) for l in open('$WORK/z.changes')]
+print(sorted(collections.Counter(l['change'] for l in lines).items()), sum(l['encoded'] for l in lines),
+      all(type(l['key']) is int for l in lines))"
+expect_out "[('added', 100), ('changed', 1), ('removed', 10)] 101 True"
+cp "$WORK/z.h5" "$WORK/z-now.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z-now.h5" "${NPZ[@]}" --update --changes "$WORK/z.changes"
+expect_rc 0
+expect_eq "$(wc -c <"$WORK/z.changes")" 0 "an up-to-date cache's --changes"
+# A --changes file in a folder that is not there: refused before any work (73).
+run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z-now.h5" "${NPZ[@]}" --update --changes "$WORK/no/z.changes"
+expect_rc 73
+expect_err "cache-fill: error: $WORK/no/z.changes: cannot be written: No such file or directory"
+out=$update_out
 expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "101 key 100 1 10 189 189" \
   "the .npz file's tally"
 full_fill z --input "$WORK/new.npz" "${NPZ[@]}"

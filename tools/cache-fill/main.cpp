@@ -1,9 +1,14 @@
 // cache-fill: run frozen TorchScript encoders once over an HDF5 dataset and store the embeddings,
 // labels and keys in a fingerprinted, resumable cache file. See docs/cache-fill.md.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "traincache/base/cores.h"
+#include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/cli/cli.h"
@@ -24,7 +29,7 @@ struct Options {
   cli::CommonOptions common;
   fill::FillOptions fill;
   std::vector<std::string> encoders, features, outputs, text, tokenizers;
-  std::string rows, input_scale = "1/255", shard;
+  std::string rows, input_scale = "1/255", shard, changes;
   bool no_optimize = false, merge_after = false;
   double merge_timeout = 3600;
   fill::MergeOptions merge;
@@ -119,6 +124,26 @@ std::string allowance(double allowed) {
   return buf;
 }
 
+// One row of FillResult::changes as --json and --changes write it.
+report::Json change_json(const fill::FillResult::RowChange& c) {
+  report::Json key = nullptr;
+  if (!c.key.empty()) key = c.key;
+  if (c.numeric_key) key = c.key[0] == '-' ? report::Json(std::stoll(c.key)) : report::Json(std::stoull(c.key));
+  return report::Json{{"change", c.change},
+                      {"row", c.row >= 0 ? report::Json(c.row) : report::Json(nullptr)},
+                      {"old_row", c.old_row >= 0 ? report::Json(c.old_row) : report::Json(nullptr)},
+                      {"key", key},
+                      {"encoded", c.encoded}};
+}
+
+// --changes FILE: the run's changes as JSON Lines, written whole or not at all (empty when the
+// cache was up to date).
+void write_changes(const std::string& path, const fill::FillResult& r) {
+  std::string text;
+  for (const auto& c : r.changes) text += change_json(c).dump() + "\n";
+  files::write_file_atomically(path, text);
+}
+
 // --update: what changed since the cache was made ("update": null for a fill without one).
 void add_update(report::Record& rec, const fill::FillResult& r) {
   if (!r.update) {
@@ -127,6 +152,8 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
     return;
   }
   const auto& u = *r.update;
+  report::Json changes = report::Json::array();
+  for (const auto& c : r.changes) changes.push_back(change_json(c));
   rec.add("update", report::Json{{"matched_by", u.by_key ? "key" : "position"},
                                  {"added", u.added},
                                  {"changed", u.changed},
@@ -136,7 +163,8 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                                  {"moved", u.moved},
                                  {"rows_copied", u.copied},
                                  {"seconds_saved", u.seconds_saved},
-                                 {"max_abs_diff_allowed", measured(u.max_abs_diff_allowed)}});
+                                 {"max_abs_diff_allowed", measured(u.max_abs_diff_allowed)},
+                                 {"changes", changes}});
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
   const std::string again = u.skipped_before ? ", " + std::to_string(u.skipped_before) + " skipped before" : "";
@@ -270,6 +298,10 @@ int run(Options& o) {
     throw Error(Exit::usage, "--merge", "needs --shard I/N (or RANK/WORLD_SIZE)");
   resolve_encoders(o);
   o.fill.optimize = !o.no_optimize;
+  o.fill.list_changes = !o.changes.empty();
+  // --changes is written after the cache: a folder it cannot be written in is refused before any work.
+  if (o.fill.list_changes && access(files::dir_name(o.changes).c_str(), W_OK | X_OK) != 0)
+    throw Error(Exit::cant_create, o.changes, std::string("cannot be written: ") + std::strerror(errno));
   // Under torchrun: one GPU per process (--device cuda is cuda:LOCAL_RANK) and a share of the cores.
   const train::Launch launch = train::read_launch();
   o.fill.threads = train::local_threads(o.common.threads, launch, static_cast<int>(usable_cores()));
@@ -299,6 +331,7 @@ int run(Options& o) {
     std::fprintf(stderr, "%s: %s\n", kTool, rec.format(kInterruptedText).c_str());
     return cli::code(Exit::interrupted);
   }
+  if (!o.changes.empty()) write_changes(o.changes, r);
   if (r.status == fill::FillStatus::up_to_date)
     cli::print_result(kTool, o.common, rec, {kUpToDateText});
   else
@@ -425,6 +458,10 @@ int main(int argc, char** argv) {
   app.add_flag("--update", o.fill.update,
                "When only the input's data (or its labels, keys, batch size) changed, copy the cache's "
                "unchanged rows and encode only the new and changed ones");
+  app.add_option("--changes", o.changes,
+                 "Write the rows the run added, changed, moved, re-read or removed to FILE, as JSON Lines "
+                 "(with their keys; empty when up to date)")
+      ->type_name("FILE");
   add_model_options(app, o);
   add_text_options(app, o);
   cli::add_file_options(app, o.fill.files, "Images and manifests");

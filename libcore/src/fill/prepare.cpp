@@ -239,6 +239,20 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
 
 // ---- stage: an update's plan ------------------------------------------------------------------
 
+// A fill of a new cache under --changes: every row added (and encoded), with its key if it has one.
+void list_every_row(const Inputs& in, const RowPlan& plan, std::vector<FillResult::RowChange>& out) {
+  const std::vector<std::string> keys =
+      in.keys ? key_bytes(*in.keys->col, plan.begin, plan.end) : std::vector<std::string>();
+  for (int64_t r = 0; r < plan.rows(); ++r) {
+    FillResult::RowChange c;
+    c.change = "added";
+    c.row = r;
+    c.encoded = true;
+    if (!keys.empty()) c.key = key_text(keys[static_cast<std::size_t>(r)], in.keys->col->info().dtype, c.numeric_key);
+    out.push_back(std::move(c));
+  }
+}
+
 // The rows of the cache to update that the new input's rows keep (by key when both have keys of the
 // same source), the rows the encode loop then reads, and the entry the new cache's history gets;
 // result.update says what changed. Without a cache to update, a full fill's entry and rows.
@@ -255,6 +269,7 @@ void plan_update(FillRun& run) {
   if (!old) {
     entry.encoded = plan.rows();
     prov.history.push_back(entry);
+    if (run.opts.list_changes) list_every_row(in, plan, result.changes);
     return;
   }
   RowIdentity now;
@@ -263,6 +278,7 @@ void plan_update(FillRun& run) {
     now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
   run.update = std::make_unique<Update>(*old, std::move(now));
   const Update* update = run.update.get();
+  result.changes = update->changes(in.keys ? in.keys->col->info().dtype : DType::other);
   const UpdatePlan& up = update->plan();
   const auto encoded = static_cast<int64_t>(update->encoded().size());
   FillResult::Update u;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <future>
 #include <numeric>
@@ -113,6 +114,10 @@ Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
   std::vector<int64_t> skipped;
   for (const auto& [row, why] : io::cache::read_skipped(old.path)) skipped.push_back(row);
   plan_ = match_rows(was, skipped, now);
+  if (plan_.by_key) {
+    old_keys_ = std::move(was.keys);
+    new_keys_ = std::move(now.keys);
+  }
   encoded_ = encode_rows(plan_);
   for (const auto& e : old.embeddings) embeddings_[e.name] = io::source::open_column(old.path, "embeddings/" + e.name);
 }
@@ -128,6 +133,62 @@ std::map<std::string, JournalEncoder> Update::encoders() const {
     je.precision_max_rel_diff = e.precision_max_rel_diff;
     je.batch_max_abs_diff = e.batch_max_abs_diff;
     je.batch_max_rel_diff = e.batch_max_rel_diff;
+  }
+  return out;
+}
+
+std::string key_text(const std::string& bytes, DType dtype, bool& numeric) {
+  numeric = true;
+  auto as = [&](auto v) {
+    std::memcpy(&v, bytes.data(), std::min(sizeof v, bytes.size()));
+    return std::to_string(v);
+  };
+  switch (dtype) {
+    case DType::i8:
+      return as(int8_t{0});
+    case DType::u8:
+      return as(uint8_t{0});
+    case DType::i16:
+      return as(int16_t{0});
+    case DType::u16:
+      return as(uint16_t{0});
+    case DType::i32:
+      return as(int32_t{0});
+    case DType::u32:
+      return as(uint32_t{0});
+    case DType::i64:
+      return as(int64_t{0});
+    case DType::u64:
+      return as(uint64_t{0});
+    default:
+      numeric = false;
+      return bytes;
+  }
+}
+
+std::vector<FillResult::RowChange> Update::changes(DType key_dtype) const {
+  std::vector<FillResult::RowChange> out;
+  auto key = [&](FillResult::RowChange& c, const std::vector<std::string>& keys, int64_t row) {
+    if (row >= 0 && row < static_cast<int64_t>(keys.size()))
+      c.key = key_text(keys[static_cast<std::size_t>(row)], key_dtype, c.numeric_key);
+  };
+  for (std::size_t i = 0; i < plan_.fate.size(); ++i) {
+    const RowFate fate = plan_.fate[i];
+    if (fate == RowFate::kept) continue;
+    FillResult::RowChange c;
+    c.change = fate_name(fate);
+    c.row = static_cast<int64_t>(i);
+    c.old_row = fate == RowFate::moved ? plan_.source[i] : plan_.found[i];
+    c.encoded = plan_.source[i] < 0;
+    key(c, new_keys_, c.row);
+    out.push_back(std::move(c));
+  }
+  for (const int64_t r : plan_.removed_rows) {
+    FillResult::RowChange c;
+    c.change = "removed";
+    c.old_row = r;
+    key(c, old_keys_, r);
+    out.push_back(std::move(c));
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "inputs.h"
 #include "traincache/base/content_hash.h"
+#include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/fill/journal.h"
 #include "traincache/fill/update_plan.h"
@@ -27,6 +28,8 @@ nlohmann::json row_digest_inputs(const Inputs& in);
 /// Rows [a, b) of a key column as the bytes that identify them: strings as they are, numbers as
 /// their values' bytes.
 std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b);
+/// A key of key_bytes() as text: a string as it is, an integer in decimal (`numeric` set).
+std::string key_text(const std::string& bytes, DType dtype, bool& numeric);
 
 /// What an encoder's batch noise above kBatchDependentShare says, for a warning or a refusal:
 /// "encoder 'NAME': a row's output depends on the rows batched with it (...)".
@@ -66,8 +69,12 @@ class Update {
   /// run's first row): the encode loop reads them as an input of its own, in full batches.
   Inputs encoded_inputs(const Inputs& in, int64_t begin) const;
 
+  /// FillResult::changes of this update, keys shown as `key_dtype` values (the key columns').
+  std::vector<FillResult::RowChange> changes(DType key_dtype) const;
+
  private:
   io::cache::CacheInfo old_;
+  std::vector<std::string> old_keys_, new_keys_;  // as matched (empty: by position)
   UpdatePlan plan_;
   std::vector<int64_t> encoded_;
   std::map<std::string, std::shared_ptr<const io::source::Column>> embeddings_;

@@ -52,29 +52,36 @@ void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, cons
   for (std::size_t i = 0; i < now.digests.size(); ++i) {
     const int64_t o = find(i);
     const bool same = o >= 0 && old.digests[static_cast<std::size_t>(o)] == now.digests[i];
+    plan.found.push_back(o < 0 ? -1 : o);
     if (o != kAmbiguous && !same) {
       const auto moved = by_digest.find(now.digests[i]);
       if (moved != by_digest.end() && moved->second != kAmbiguous) {
         ++plan.moved;
         plan.source.push_back(moved->second);
+        plan.fate.push_back(RowFate::moved);
         continue;
       }
     }
     int64_t keep = -1;
+    RowFate fate = RowFate::changed;
     if (o == kAmbiguous) {
       ++plan.ambiguous;
       ++plan.changed;
+      fate = RowFate::ambiguous;
     } else if (o < 0) {
       ++plan.added;
+      fate = RowFate::added;
     } else if (same) {
       ++plan.kept;
-      if (!skipped[static_cast<std::size_t>(o)])
+      fate = skipped[static_cast<std::size_t>(o)] ? RowFate::skipped_before : RowFate::kept;
+      if (fate == RowFate::kept)
         keep = o;
       else
         ++plan.skipped_before;
     } else {
       ++plan.changed;
     }
+    plan.fate.push_back(fate);
     plan.source.push_back(keep);
   }
 }
@@ -92,6 +99,7 @@ UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_sk
         old, old_skipped, now, [&](std::size_t i) { return static_cast<int64_t>(i) < old_rows ? int64_t(i) : -1; },
         plan);
     plan.removed = std::max<int64_t>(0, old_rows - now_rows);
+    for (int64_t r = now_rows; r < old_rows; ++r) plan.removed_rows.push_back(r);
     return plan;
   }
   const auto old_at = index_keys(old.keys), now_at = index_keys(now.keys);
@@ -101,8 +109,15 @@ UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_sk
     return now_at.at(now.keys[i]) == kAmbiguous ? kAmbiguous : o->second;
   };
   tally(old, old_skipped, now, find, plan);
-  for (const auto& key : old.keys) plan.removed += now_at.count(key) ? 0 : 1;
+  for (std::size_t r = 0; r < old.keys.size(); ++r)
+    if (!now_at.count(old.keys[r])) plan.removed_rows.push_back(static_cast<int64_t>(r));
+  plan.removed = static_cast<int64_t>(plan.removed_rows.size());
   return plan;
+}
+
+const char* fate_name(RowFate fate) {
+  static const char* names[] = {"kept", "changed", "added", "ambiguous", "skipped_before", "moved"};
+  return names[static_cast<int>(fate)];
 }
 
 std::vector<int64_t> encode_rows(const UpdatePlan& plan) {

@@ -145,8 +145,8 @@ struct Buffers {
 
 bool available() { return true; }
 
-bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples,
-            int& width, int& height, int& channels) {
+bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples, int& width,
+            int& height, int& channels) {
   thread_local Buffers b;
   Header h;
   if (!b.inflate.d || !read_chunks(bytes, size, h, b.z)) return false;
@@ -154,8 +154,8 @@ bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, st
   const std::size_t stride = std::size_t{h.width} * h.channels, rows = h.height;
   b.raw.resize((stride + 1) * rows + 4);  // 4: paeth3 reads a byte past each row
   std::size_t in = 0, out = 0;
-  if (libdeflate_zlib_decompress_ex(b.inflate.d, b.z.data(), b.z.size(), b.raw.data(), b.raw.size() - 4, &in,
-                                    &out) != LIBDEFLATE_SUCCESS ||
+  if (libdeflate_zlib_decompress_ex(b.inflate.d, b.z.data(), b.z.size(), b.raw.data(), b.raw.size() - 4, &in, &out) !=
+          LIBDEFLATE_SUCCESS ||
       in != b.z.size() || out != b.raw.size() - 4)
     return false;
   b.zero.assign(stride + 4, 0);

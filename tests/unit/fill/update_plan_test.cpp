@@ -35,6 +35,11 @@ CATCH_TEST_CASE("update plan: by key, rows added, changed, removed and moved at 
   CATCH_CHECK(plan.added == 1);
   CATCH_CHECK(plan.removed == 1);
   CATCH_CHECK(plan.ambiguous == 0);
+  // Each row's fate and the cache row its key found, which --changes lists; d's row is removed.
+  using F = fill::RowFate;
+  CATCH_CHECK(plan.fate == std::vector<F>{F::kept, F::changed, F::added, F::kept});
+  CATCH_CHECK(plan.found == std::vector<int64_t>{2, 0, -1, 1});
+  CATCH_CHECK(plan.removed_rows == std::vector<int64_t>{3});
 }
 
 CATCH_TEST_CASE("update plan: without keys on either side, rows match by position", "[fill]") {
@@ -45,9 +50,13 @@ CATCH_TEST_CASE("update plan: without keys on either side, rows match by positio
   CATCH_CHECK(plan.changed == 1);
   CATCH_CHECK(plan.added == 1);
   CATCH_CHECK(plan.removed == 0);
+  using F = fill::RowFate;
+  CATCH_CHECK(plan.fate == std::vector<F>{F::kept, F::changed, F::kept, F::added});
+  CATCH_CHECK(plan.found == std::vector<int64_t>{0, 1, 2, -1});
   auto shrunk = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1}));
   CATCH_CHECK(shrunk.removed == 2);
   CATCH_CHECK(shrunk.kept == 1);
+  CATCH_CHECK(shrunk.removed_rows == std::vector<int64_t>{1, 2});
 }
 
 CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row of its content (moved)", "[fill]") {
@@ -58,6 +67,8 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
   CATCH_CHECK(renamed.moved == 1);
   CATCH_CHECK(renamed.added == 0);
   CATCH_CHECK(renamed.removed == 1);
+  CATCH_CHECK(renamed.fate[1] == fill::RowFate::moved);
+  CATCH_CHECK(renamed.removed_rows == std::vector<int64_t>{1});
   // By position: a row inserted at 1 moves the rows after it; only the new one is encoded.
   auto shifted = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1, 9, 2, 3}));
   CATCH_CHECK(shifted.source == std::vector<int64_t>{0, -1, 1, 2});

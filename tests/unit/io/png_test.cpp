@@ -1,8 +1,6 @@
 // PNG photos decoded without libspng (io/png_direct.cpp) against libspng's own decode, sample for
 // sample: every filter PNG defines, grey and RGB, odd sizes, IDAT split into many chunks; and the
 // files that path must leave to libspng (other kinds, damaged ones).
-#include "traincache/io/png_direct.h"
-
 #include <spng.h>
 #include <zlib.h>
 
@@ -16,6 +14,7 @@
 #include "catch.h"
 #include "traincache/base/error.h"
 #include "traincache/io/image.h"
+#include "traincache/io/png_direct.h"
 
 using namespace traincache;
 using namespace traincache::io;
@@ -32,8 +31,9 @@ std::vector<uint8_t> photo(int h, int w, int channels) {
     for (int x = 0; x < w; ++x)
       for (int k = 0; k < channels; ++k) {
         seed = seed * 1664525u + 1013904223u;
-        const int v = x % 32 >= 24 ? static_cast<int>(seed >> 24)  // a band of noise: Paeth's ties
-                                   : x * (2 + k) + y * (3 - k) + ((x / 16 + y / 16) % 2) * 70 + static_cast<int>(seed >> 29);
+        const int v = x % 32 >= 24
+                          ? static_cast<int>(seed >> 24)  // a band of noise: Paeth's ties
+                          : x * (2 + k) + y * (3 - k) + ((x / 16 + y / 16) % 2) * 70 + static_cast<int>(seed >> 29);
         px[(static_cast<std::size_t>(y) * w + x) * channels + k] = static_cast<uint8_t>(v);
       }
   return px;
@@ -45,8 +45,8 @@ std::string encode(const std::vector<uint8_t>& px, int h, int w, uint8_t color, 
   spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
   spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
   spng_set_option(ctx, SPNG_FILTER_CHOICE, filters);
-  spng_ihdr ihdr{static_cast<uint32_t>(w), static_cast<uint32_t>(h), static_cast<uint8_t>(depth), color, 0, 0,
-                 interlace};
+  spng_ihdr ihdr{
+      static_cast<uint32_t>(w), static_cast<uint32_t>(h), static_cast<uint8_t>(depth), color, 0, 0, interlace};
   spng_set_ihdr(ctx, &ihdr);
   if (color == SPNG_COLOR_TYPE_INDEXED) {
     spng_plte plte{};
@@ -148,9 +148,8 @@ CATCH_TEST_CASE("a PNG photo decodes to libspng's samples, through libdeflate wh
             CATCH_CHECK((gh == h && gw == w && gc == channels));
             CATCH_CHECK(got == want);
           }
-          const image::Image img = image::decode(bytes(file), file.size(),
-                                                 channels == 3 ? image::Channels::rgb : image::Channels::gray,
-                                                 false, "x.png");
+          const image::Image img = image::decode(
+              bytes(file), file.size(), channels == 3 ? image::Channels::rgb : image::Channels::gray, false, "x.png");
           CATCH_CHECK(img.samples == want);
         }
       }
@@ -172,11 +171,15 @@ CATCH_TEST_CASE("PNGs of other kinds, or damaged, are left to libspng", "[image]
       {"16-bit", encode(photo(20, 60, 3), 20, 30, SPNG_COLOR_TYPE_TRUECOLOR, 16, SPNG_FILTER_CHOICE_ALL)},
       {"palette", encode(photo(20, 30, 1), 20, 30, SPNG_COLOR_TYPE_INDEXED, 8, SPNG_FILTER_CHOICE_ALL)},
       {"RGBA", encode(photo(20, 30, 4), 20, 30, SPNG_COLOR_TYPE_TRUECOLOR_ALPHA, 8, SPNG_FILTER_CHOICE_ALL)},
-      {"tRNS", with([](auto& cs) { cs.insert(cs.begin() + 1, {"tRNS", std::string(6, '\0')}); })},
+      {"tRNS", with([](auto& cs) {
+         cs.insert(cs.begin() + 1, {"tRNS", std::string(6, '\0')});
+       })},
       {"a chunk's CRC wrong", flipped(good, good.size() - 20)},
       {"no IEND", good.substr(0, good.size() - 12)},
       {"bytes after IEND", good + "junk"},
-      {"an unknown critical chunk", with([](auto& cs) { cs.insert(cs.begin() + 1, {"ABCD", "x"}); })},
+      {"an unknown critical chunk", with([](auto& cs) {
+         cs.insert(cs.begin() + 1, {"ABCD", "x"});
+       })},
       {"a row filter of 5", with([&](auto& cs) {
          std::vector<uint8_t> raw(20 * 91, 5);
          uLongf n = compressBound(raw.size());
@@ -195,15 +198,16 @@ CATCH_TEST_CASE("PNGs of other kinds, or damaged, are left to libspng", "[image]
   }
   // What libspng makes of them is what decode() gives: the palette's colours, a refusal naming the
   // damage, the image of a file whose image data is whole.
-  const image::Image pal = image::decode(bytes(files[1].second), files[1].second.size(), image::Channels::rgb,
-                                         false, "p.png");
+  const image::Image pal =
+      image::decode(bytes(files[1].second), files[1].second.size(), image::Channels::rgb, false, "p.png");
   const uint8_t index = photo(20, 30, 1)[0];
   CATCH_CHECK((pal.channels == 3 && pal.samples[0] == index && pal.samples[1] == 255 - index && pal.samples[2] == 7));
-  CATCH_CHECK_THROWS_WITH(image::decode(bytes(files[8].second), files[8].second.size(), image::Channels::rgb,
-                                        false, "f.png"),
-                          Catch::Matchers::StartsWith("f.png: corrupt PNG ("));
-  CATCH_CHECK(image::decode(bytes(files[5].second), files[5].second.size(), image::Channels::rgb, false, "t.png")
-                  .samples == px);  // libspng needs no IEND once the image data is whole
+  CATCH_CHECK_THROWS_WITH(
+      image::decode(bytes(files[8].second), files[8].second.size(), image::Channels::rgb, false, "f.png"),
+      Catch::Matchers::StartsWith("f.png: corrupt PNG ("));
+  CATCH_CHECK(
+      image::decode(bytes(files[5].second), files[5].second.size(), image::Channels::rgb, false, "t.png").samples ==
+      px);  // libspng needs no IEND once the image data is whole
   // Larger than the caller's limit: false, for the caller's own check to name it.
   std::vector<uint8_t> got;
   int w = 0, h = 0, c = 0;

@@ -84,6 +84,9 @@ struct FillOptions {
   /// --update: when only the input's data changed since the cache at `out` was made, keep the rows
   /// it holds (same key, same input digest) and encode the rest (docs/cache-fill.md).
   bool update = false;
+  /// --changes: list the rows of a fill of a new cache too (FillResult::changes; an update's are
+  /// always listed).
+  bool list_changes = false;
   bool check_determinism = false;
   int64_t commit_rows = 16384;  ///< rows between durable progress commits
   int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)
@@ -180,6 +183,19 @@ struct FillResult {
     double max_abs_diff_allowed = -1;
   };
   std::optional<Update> update;
+  /// A row an update did not keep as it was, or a row the cache no longer has.
+  struct RowChange {
+    std::string change;    ///< a fate_name() but "kept" (update_plan.h), or "removed"
+    int64_t row = -1;      ///< its row in the new cache (-1: removed)
+    int64_t old_row = -1;  ///< the cache row its key (or place) found, or it was copied from (-1: none)
+    std::string key;       ///< its key as text ("" when rows are matched by position)
+    bool numeric_key = false;
+    bool encoded = false;  ///< encoded by this run (not copied)
+  };
+  /// An update's changes: the new cache's rows it encoded or moved, in row order, then the cache's
+  /// rows it removed; with list_changes, a fill of a new cache lists every row as added. Empty
+  /// when up to date.
+  std::vector<RowChange> changes;
 };
 
 /// Callbacks: progress(done, total) from the calling thread; warn(message) for fallbacks.

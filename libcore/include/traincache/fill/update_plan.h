@@ -19,6 +19,19 @@ struct RowIdentity {
   std::vector<Digest128> digests;
 };
 
+/// What an update found for a row of the new input.
+enum class RowFate : uint8_t {
+  kept,            ///< same key (or place) and digest: copied
+  changed,         ///< same key (or place), another digest: encoded
+  added,           ///< a key (or place) the cache lacks: encoded
+  ambiguous,       ///< a key that is not unique in the cache or the input: encoded
+  skipped_before,  ///< kept, but the cache had skipped it (--on-error skip): encoded
+  moved,           ///< found by its digest in another cache row: copied from there
+};
+/// The fate's name in --json and --changes: "kept", "changed", "added", "ambiguous",
+/// "skipped_before", "moved".
+const char* fate_name(RowFate fate);
+
 /// What an update does with each row of the new input, and what changed since the cache was made.
 struct UpdatePlan {
   bool by_key = false;          ///< rows matched by key (otherwise by position)
@@ -34,6 +47,12 @@ struct UpdatePlan {
   /// content (row digest) one cache row had, and no other: that row is copied (a renamed file, a
   /// row moved by an insertion above it). Counted here, not as added or changed.
   int64_t moved = 0;
+  std::vector<RowFate> fate;  ///< per new row
+  /// Per new row: the cache row its key (or place) found, -1 for none or an ambiguous key.
+  std::vector<int64_t> found;
+  /// The cache rows no new row has: by key, those whose key the input lacks; by position, those
+  /// past the input's end. Ascending.
+  std::vector<int64_t> removed_rows;
 };
 
 /// Matches `now` (the new input's rows) with `old` (the cache's rows, `old_skipped` the cache rows

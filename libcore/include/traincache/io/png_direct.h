@@ -18,9 +18,9 @@ bool available();
 /// The image of a PNG of the kind above, well formed (every chunk's CRC right, the zlib stream
 /// whole and exactly the image's size, every row's filter known): its samples (height rows of
 /// width x channels bytes) into `samples`, its size and channels (1 or 3) set; false for any other
-/// file (`samples` may have been written to, nothing else set). `max_pixels` bounds width x height (a larger image: false,
-/// so that the caller's own check names it).
-bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples,
-            int& width, int& height, int& channels);
+/// file (`samples` may have been written to, nothing else set). `max_pixels` bounds width x height (a larger image:
+/// false, so that the caller's own check names it).
+bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples, int& width,
+            int& height, int& channels);
 
 }  // namespace traincache::io::png_direct
