@@ -214,9 +214,29 @@ run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cl
   --encoder cnn="$D/cnn_other.pt" "${IMG[@]:2}" --update
 expect_rc 73
 expect_err_re "t\.h5: exists with another fingerprint \(changed: encoders/cnn/sha256\): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to encode every row$"
-run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --force
-expect_rc 64
-expect_err "cache-fill: error: --update: cannot be combined with --force (which encodes every row again)"
+# --update --force (issue 85, goal 2): what --update refuses is filled again, said at the start and
+# in --json; an up-to-date cache is left as it is, its time too; a data change is an update.
+cp -p "$WORK/t.h5" "$WORK/t-before.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]:0:12}" \
+  --update --force
+expect_rc 0
+expect_err_re "t\.h5: up to date"
+expect_eq "$(stat -c %Y "$WORK/t.h5")" "$(stat -c %Y "$WORK/t-before.h5")" "an up-to-date cache's time"
+expect_same "$WORK/t.h5" "$WORK/t-before.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" \
+  --encoder cnn="$D/cnn_other.pt" "${IMG[@]:2:10}" --update --force --json
+expect_rc 0
+expect_err "cache-fill: warning: $WORK/t.h5: every row is encoded again: exists with another fingerprint (changed: encoders/cnn/sha256) (--update --force)"
+expect_eq "$("$TC_PYTHON" -c "import json, sys; r = json.loads(sys.argv[1]); print(r['rows_encoded'], r['update'], r['refilled'])" "$out")" \
+  "40 None exists with another fingerprint (changed: encoders/cnn/sha256)"
+run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t-other.h5" \
+  --encoder cnn="$D/cnn_other.pt" "${IMG[@]:2}"
+expect_rc 0
+py "
+import h5py, numpy as np
+a, b = (h5py.File('$WORK/' + n, 'r') for n in ('t.h5', 't-other.h5'))
+print(np.array_equal(a['embeddings/cnn'][()], b['embeddings/cnn'][()]), np.array_equal(a['keys'][()], b['keys'][()]))"
+expect_out "True True"
 run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --shard 0/2
 expect_rc 64
 expect_err_has "cache-fill: error: --update: cannot be combined with --shard"

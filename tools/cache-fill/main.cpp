@@ -252,7 +252,9 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("max_tokens", r.max_tokens)
       .add("tokens", r.tokens)
       .add("token_slots", r.token_slots)
-      .add("fingerprint", r.fingerprint);
+      .add("fingerprint", r.fingerprint)
+      .add("refilled", r.refilled.empty() ? report::Json(nullptr) : report::Json(r.refilled));
+  rec.note("refill_note", r.refilled.empty() ? "" : ", filled again: " + r.refilled);
   report::Json encoders = report::Json::array();
   std::string text;
   for (const auto& e : r.encoders) {
@@ -279,7 +281,8 @@ report::Record fill_record(const fill::FillResult& r) {
 }
 
 constexpr const char* kDoneText =
-    "{out}: {rows} rows ({rows_encoded} encoded{update_note}{resumed}{skipped_note}{cut_note}) in {seconds:%.2f} s, "
+    "{out}: {rows} rows ({rows_encoded} encoded{update_note}{refill_note}{resumed}{skipped_note}{cut_note}) in "
+    "{seconds:%.2f} s, "
     "{rows_per_second:%.0f} "
     "rows/s; "
     "{encoders}";
@@ -457,7 +460,8 @@ int main(int argc, char** argv) {
   app.add_flag("--force", o.fill.force, "Overwrite a cache or partial progress with another fingerprint");
   app.add_flag("--update", o.fill.update,
                "When only the input's data (or its labels, keys, batch size) changed, copy the cache's "
-               "unchanged rows and encode only the new and changed ones");
+               "unchanged rows and encode only the new and changed ones; with --force, fill again a cache "
+               "it cannot update (another encoder, preprocessing or options; damaged)");
   app.add_option("--changes", o.changes,
                  "Write the rows the run added, changed, moved, re-read or removed to FILE, as JSON Lines "
                  "(with their keys; empty when up to date)")

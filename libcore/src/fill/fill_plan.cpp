@@ -56,8 +56,6 @@ void validate_options(const FillOptions& opts) {
   if (opts.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
   if (!(opts.precision_tolerance > 0 && opts.precision_tolerance < 1))
     throw Error(Exit::usage, "--precision-tolerance", "must be a fraction above 0 and below 1");
-  if (opts.update && opts.force)
-    throw Error(Exit::usage, "--update", "cannot be combined with --force (which encodes every row again)");
   if (opts.update && opts.shard_count > 0)
     throw Error(Exit::usage, "--update",
                 "cannot be combined with --shard: update the input's cache in one process (its new and changed "

@@ -119,9 +119,7 @@ void refuse_damaged(const std::string& out, const FillOptions& opts) {
 
 // Error(cant_create) when another file is in the way, or a cache that this run may not replace;
 // Error(data) when the cache is this run's, or one to update, but damaged.
-Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
-  struct stat st;
-  if (stat(out.c_str(), &st) != 0 || opts.force) return {};
+Existing checked_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
   std::optional<io::cache::CacheInfo> old;
   try {
     old = io::cache::read_info(out, false);
@@ -165,6 +163,26 @@ Existing existing_cache(const std::string& out, const Fingerprint& fp, const Fil
   refuse_damaged(out, opts);
   refuse_batch_dependent(*old);
   return {std::nullopt, old};
+}
+
+// The cache at `out` as this run finds it: up to date, one to update, or none (a fill). With
+// --update --force a cache the update would refuse (73: options, encoders or preprocessing
+// changed, not a cache, not updatable; 65: damaged) is filled again, Existing::refill saying why.
+Existing existing_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
+  struct stat st;
+  if (stat(out.c_str(), &st) != 0 || (opts.force && !opts.update)) return {};
+  try {
+    return checked_cache(out, fp, opts);
+  } catch (const Error& e) {
+    if (!opts.force || (e.code() != Exit::cant_create && e.code() != Exit::data)) throw;
+    std::string why = e.what();
+    if (why.rfind(out + ": ", 0) == 0) why.erase(0, out.size() + 2);
+    for (const char* remedy : {"; use --force", ": --update keeps rows only when"})
+      if (auto at = why.find(remedy); at != std::string::npos) why.resize(at);
+    Existing refill;
+    refill.refill = why;
+    return refill;
+  }
 }
 
 // What the inputs say their user should be told, each once (tar samples left out are said by every
@@ -226,6 +244,9 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
 
   p.partial = partial_path(p.out);
   p.existing = existing_cache(p.out, p.fp, opts);
+  result.refilled = p.existing.refill;
+  if (!result.refilled.empty() && p.cb.warn)
+    p.cb.warn(p.out + ": every row is encoded again: " + result.refilled + " (--update --force)");
   if (const auto& old = p.existing.up_to_date) {
     files::remove_tree(p.partial);  // left over from a run killed after its rename
     result.status = FillStatus::up_to_date;
@@ -303,8 +324,8 @@ void plan_update(FillRun& run) {
 
 // ---- stage: the journal ---------------------------------------------------------------------
 
-// A damaged journal under --update: its message names the remedy that works with --update (which
-// refuses --force), removing the progress directory; the cache at --out is not touched by it.
+// A damaged journal under --update: its message names the remedy that keeps the command as it is,
+// removing the progress directory (or --update --force); the cache at --out is not touched by it.
 [[noreturn]] void refuse_damaged_journal(const FillRun& p, const Error& e) {
   std::string why = e.what();
   const std::string force = std::string("; ") + kJournalRemedy;

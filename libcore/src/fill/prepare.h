@@ -38,6 +38,7 @@ struct Fingerprint {
 // the input's data changed); neither when there is none (or --force).
 struct Existing {
   std::optional<io::cache::CacheInfo> up_to_date, to_update;
+  std::string refill;  ///< --update --force: why the cache there is filled again instead ("": it is not)
 };
 
 // What a cache records of its rows' provenance: each row's input digest, and its history (the

@@ -82,7 +82,9 @@ struct FillOptions {
   double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
   bool force = false;                     ///< overwrite a cache or partial with another fingerprint
   /// --update: when only the input's data changed since the cache at `out` was made, keep the rows
-  /// it holds (same key, same input digest) and encode the rest (docs/cache-fill.md).
+  /// it holds (same key, same input digest) and encode the rest (docs/cache-fill.md). With force,
+  /// a cache it cannot update (another fingerprint, damaged, not updatable) is filled again instead
+  /// of refused; an up-to-date one is left as it is.
   bool update = false;
   /// --changes: list the rows of a fill of a new cache too (FillResult::changes; an update's are
   /// always listed).
@@ -183,6 +185,9 @@ struct FillResult {
     double max_abs_diff_allowed = -1;
   };
   std::optional<Update> update;
+  /// --update --force: why the cache at `out` could not be updated and every row was encoded
+  /// again ("exists with another fingerprint (changed: options/resize)"); "" otherwise.
+  std::string refilled;
   /// A row an update did not keep as it was, or a row the cache no longer has.
   struct RowChange {
     std::string change;    ///< a fate_name() but "kept" (update_plan.h), or "removed"
