@@ -2,6 +2,7 @@
 (docs/cache-format.md). The file is checked once by the library cache-inspect uses (the same checks
 and messages), then read with h5py, opened lazily in each process that reads it.
 """
+import copy
 import os
 
 import h5py
@@ -21,6 +22,9 @@ class CacheDataset(torch.utils.data.Dataset):
     keys:       True adds the row's key: its stored key (str for string keys, int for integer keys)
                 or, for caches made without --key, the input row number (row_start + i), as
                 cache-inspect shows it.
+    rows:       None for every row, or the cache rows this Dataset holds, in its order (a list,
+                range or integer array): item i is cache row rows[i], and a batch of them is still
+                one read per dataset. subset() and random_split() make such views.
 
     Embeddings and labels come as tensors of the stored dtype (float32 or float16 embeddings),
     keys as str or int, so the default collate_fn batches them. `fields` names the tuple's parts.
@@ -28,7 +32,7 @@ class CacheDataset(torch.utils.data.Dataset):
     batch of indices is read in one request (`__getitems__`).
     """
 
-    def __init__(self, path, embeddings=None, labels=None, keys: bool = False):
+    def __init__(self, path, embeddings=None, labels=None, keys: bool = False, rows=None):
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise TypeError(f"traincache.CacheDataset: the path must be a str or os.PathLike, not "
                             f"{type(path).__name__}")
@@ -57,7 +61,9 @@ class CacheDataset(torch.utils.data.Dataset):
         if labels and not has_labels:
             raise ValueError(f"{self.path}: the cache has no labels (cache-fill ran without --labels); "
                              "use labels=False")
-        self.rows, self.row_start = desc["rows"], desc["row_start"]
+        self.cache_rows, self.row_start = desc["rows"], desc["row_start"]
+        self._rows = None if rows is None else self._checked_rows(rows)
+        self.rows = self.cache_rows if self._rows is None else len(self._rows)
         self._has_key_dataset = desc["keys"] is not None
         self._key_is_string = self._has_key_dataset and desc["keys"]["dtype"] == "string"
         self.embeddings = chosen
@@ -69,6 +75,41 @@ class CacheDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return self.rows
+
+    def _checked_rows(self, rows):
+        """`rows` as an int64 array of cache rows: TypeError for anything but integers, IndexError
+        for a row outside the cache."""
+        raw = np.asarray(rows)
+        if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):
+            raise TypeError(f"{self.path}: rows must be a flat list of integers, not {raw.dtype} of shape "
+                            f"{list(raw.shape)}")
+        idx = raw.astype(np.int64)
+        bad = idx[(idx < 0) | (idx >= self.cache_rows)]
+        if bad.size:
+            raise IndexError(f"{self.path}: row {bad[0]} out of range for {self.cache_rows} rows")
+        return idx
+
+    def subset(self, indices) -> "CacheDataset":
+        """A view of items `indices` of this Dataset (as torch's Subset), reading a batch in one
+        request per dataset on any torch (torch 1.13's Subset reads each row on its own)."""
+        view = copy.copy(self)
+        positions = np.asarray(indices)
+        if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+            raise TypeError(f"{self.path}: indices must be a flat list of integers")
+        positions = positions.astype(np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.rows):
+            bad = positions[(positions < 0) | (positions >= self.rows)][0]
+            raise IndexError(f"{self.path}: row {bad} out of range for {self.rows} rows")
+        view._rows = positions if self._rows is None else self._rows[positions]
+        view.rows = len(view._rows)
+        view._file, view._pid = None, None
+        return view
+
+    def random_split(self, lengths, generator=None) -> list:
+        """torch.utils.data.random_split(self, lengths, generator) as CacheDataset views: the same
+        rows in each part for the same generator, each part read a batch at a time."""
+        parts = torch.utils.data.random_split(range(self.rows), lengths, generator=generator)
+        return [self.subset(list(p.indices)) for p in parts]
 
     def info(self, stats: bool = False) -> dict:
         """What `cache-inspect --json [--stats] PATH` prints for this file (its "files"[0] object)."""
@@ -94,6 +135,8 @@ class CacheDataset(torch.utils.data.Dataset):
         if idx.size and (idx.min() < 0 or idx.max() >= self.rows):
             bad = idx[(idx < 0) | (idx >= self.rows)][0]
             raise IndexError(f"{self.path}: row {bad} out of range for {self.rows} rows")
+        if self._rows is not None:
+            idx = self._rows[idx]
         f = self._handle()
         columns = [self._read(f[f"embeddings/{n}"], idx) for n in self.embeddings]
         if self.labels:

@@ -145,6 +145,32 @@ def main():
     raises(lambda: CacheDataset(None), TypeError,
            "traincache.CacheDataset: the path must be a str or os.PathLike, not NoneType")
 
+    # --- views: rows=, subset(), random_split() (issue 85, goal 7) -------------------------------------
+    # torch 1.13's Subset (and so random_split) reads each row on its own: a view reads a DataLoader
+    # batch with one request per dataset on any torch, holding the rows torch's own split would.
+    full = CacheDataset(labelled, keys=True)
+    view = CacheDataset(labelled, keys=True, rows=range(290, 300))
+    eq([(len(view), view[i][2]) for i in (0, 9)], [(10, "img-0290"), (10, "img-0299")], "rows=: item i is cache row rows[i]")
+    ok(all(torch.equal(view[i][0], full[290 + i][0]) for i in range(10)), "rows=: the rows' embeddings")
+    eq([x[2] for x in view.subset([9, 0, 9])], ["img-0299", "img-0290", "img-0299"], "a view of a view, repeats kept")
+    raises(lambda: CacheDataset(labelled, rows=[0, 300]), IndexError, f"{labelled}: row 300 out of range for 300 rows")
+    raises(lambda: CacheDataset(labelled, rows=[0.5]), TypeError,
+           f"{labelled}: rows must be a flat list of integers, not float64 of shape [1]")
+    raises(lambda: view.subset([10]), IndexError, f"{labelled}: row 10 out of range for 10 rows")
+    parts = full.random_split([0.8, 0.2], generator=torch.Generator().manual_seed(3))
+    theirs = torch.utils.data.random_split(full, [240, 60], generator=torch.Generator().manual_seed(3))
+    eq([[x[2] for x in p] for p in parts], [[full[i][2] for i in p.indices] for p in theirs],
+       "random_split: the rows torch's random_split gives for the same generator")
+    reads = []
+    plain_read = CacheDataset._read
+    CacheDataset._read = staticmethod(lambda dset, idx: reads.append(len(idx)) or plain_read(dset, idx))
+    try:
+        batches = [b for b in DataLoader(parts[0], batch_size=64)]
+    finally:
+        CacheDataset._read = staticmethod(plain_read)
+    eq((len(batches), reads), (4, [64] * 9 + [48] * 3),
+       "a view's batch: one read of its rows per dataset (embeddings, labels, keys)")
+
     # --- info() is cache-inspect --json --------------------------------------------------------------
     for path in (labelled, int_keys, two):
         eq(CacheDataset(path).info(), tool_json("cache-inspect", "--json", path)["files"][0],
