@@ -66,6 +66,21 @@ print(ours.shape, bool(cos.min() >= 0.99999), bool(np.abs(np.linalg.norm(ours, a
 "
 expect_out "(300, 384) True True"
 
+# scripts/export-encoder (issue 85, goal 6): the same model in one command, checked there against
+# SentenceTransformer.encode; cache-fill with it gives the recipe's export's cache.
+run "$TC_PYTHON" "$TC_SOURCE/scripts/export-encoder" sentence-transformers "$M" "$WORK/st.pt"
+expect_rc 0
+expect_err_re "export-encoder: wrote $WORK/st\.pt \(traced, eager attention, mean pooling, normalised\); 4 texts, cosine with SentenceTransformer\.encode at least (0\.99999|1\.0)"
+run "$TC_BIN/cache-fill" --input "$WORK/s.jsonl" --text text --tokenizer "$M/tokenizer.json" --max-length 256 \
+  --encoder minilm="$WORK/st.pt" --labels label --out "$WORK/st.h5" -b 32 -q
+expect_rc 0
+py "
+import h5py, numpy as np
+a, b = (h5py.File('$WORK/' + n)['embeddings/minilm'][:] for n in ('c.h5', 'st.h5'))
+print(a.shape == b.shape, float(np.abs(a - b).max()) < 1e-5)
+"
+expect_out "True True"
+
 # A head trained on the cache: the loss falls.
 run "$TC_BIN/gc-train" --cache "$WORK/c.h5" --embeddings minilm --head mlp:128,64 --batch-size 60 --chunk-size 20 \
   --steps 30 --lr 0.01 --metrics "$WORK/m.jsonl" --out "$WORK/head.pt" --json
