@@ -98,6 +98,24 @@ expect_err_re "smart-bench: regression: full: [0-9.]+ -> [0-9.]+ samples/s \(-[0
 run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" -q
 expect_rc 0
 expect_err ""
+# A baseline made with other settings is refused before the run (65) naming them, unless
+# --compare-anyway (issue 85, goal 1: a 128/500 baseline against a 32/100 run read "+207%"):
+# another item count, another preprocessing, another model file (by its SHA-256).
+run "${SB[@]}" --strategy full --items 100 --baseline "$WORK/slow.json"
+expect_rc 65
+expect_err "smart-bench: error: $WORK/slow.json: made with other settings (items: 0 -> 100); make a new baseline with these, or compare anyway with --compare-anyway"
+run "${SB[@]}" --strategy full --items 100 --baseline "$WORK/slow.json" --compare-anyway -q
+expect_rc 0
+py "
+import json
+d = json.load(open('$WORK/slow.json'))
+d['config']['model_sha256'] = 'ab' * 32
+d['config']['preprocess']['resize'] = '128'
+json.dump(d, open('$WORK/other.json', 'w'))
+"
+run "${SB[@]}" --strategy full --baseline "$WORK/other.json"
+expect_rc 65
+expect_err "smart-bench: error: $WORK/other.json: made with other settings (preprocess/resize: \"128\" -> \"none\", model_sha256: \"$(printf 'ab%.0s' {1..32})\" -> null); make a new baseline with these, or compare anyway with --compare-anyway"
 
 # embed: the frozen encoder every step against its embeddings read from a cache-fill cache.
 tool "$TC_BIN/cache-fill" -q --input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images --out "$WORK/c.h5"

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "traincache/base/interrupt.h"
+#include "traincache/base/sha256.h"
 #include "traincache/base/version.h"
 #include "traincache/bench/bench_gate.h"
 #include "traincache/bench/smart_bench.h"
@@ -79,9 +80,49 @@ struct Options {
   cli::CommonOptions common;
   bench::BenchOptions b;
   std::string strategies = "none,full,stochastic,smart", baseline;
-  bool jsonl = false, csv = false;
+  bool jsonl = false, csv = false, compare_anyway = false;
   double max_regression = 0.10;
 };
+
+// What the run measures with, as --json's "config" records it and --baseline compares it: the
+// source, the loop, the step (the model file by its SHA-256) and the images' preprocessing.
+json bench_config(const Options& o) {
+  const auto& b = o.b;
+  auto sha = [](const std::string& path) { return path.empty() ? json(nullptr) : json(sha256_file(path)); };
+  json preprocess = json::object();
+  for (const auto& [k, v] : b.images.preprocess.describe()) preprocess[k] = v;
+  return {{"source", !b.data.empty()    ? b.data
+                     : !b.files.empty() ? b.files
+                                        : "shm:" + b.shm},
+          {"items", b.items},
+          {"batch_size", b.batch_size},
+          {"epochs", b.epochs},
+          {"workers", b.workers},
+          {"threads", b.threads},
+          {"read_latency_us", b.read_latency_us},
+          {"deterministic_cost_us", b.deterministic_cost_us},
+          {"preprocess", preprocess},
+          {"model", b.model.empty() ? json(nullptr) : json(b.model)},
+          {"model_sha256", sha(b.model)},
+          {"frozen_encoder_sha256", sha(b.frozen_encoder)},
+          {"model_ms", b.model_ms},
+          {"cache_fraction", b.cache_fraction},
+          {"cache_num", b.cache_num},
+          {"replace_rate", b.replace_rate},
+          {"seed", b.seed}};
+}
+
+// Error(data) naming what differs when the baseline was made with other settings (unless
+// --compare-anyway): its throughput says nothing about this run's.
+void refuse_other_baseline(const Options& o, const json& config) {
+  const auto diffs = bench::config_differences(bench::read_baseline_config(o.baseline), config);
+  if (diffs.empty() || o.compare_anyway) return;
+  std::string list;
+  for (const auto& d : diffs) list += (list.empty() ? "" : ", ") + d;
+  throw Error(Exit::data, o.baseline,
+              "made with other settings (" + list +
+                  "); make a new baseline with these, or compare anyway with --compare-anyway");
+}
 
 int run(Options& o) {
   o.b.strategies.clear();
@@ -93,8 +134,12 @@ int run(Options& o) {
     o.b.strategies.push_back(*c);
   }
   o.b.threads = o.common.threads;
+  const json config = bench_config(o);
   json baseline;
-  if (!o.baseline.empty()) baseline = bench::read_baseline(o.baseline);
+  if (!o.baseline.empty()) {
+    baseline = bench::read_baseline(o.baseline);
+    refuse_other_baseline(o, config);
+  }
 
   json records = json::array();
   bool header_done = false;
@@ -119,27 +164,9 @@ int run(Options& o) {
   bench::run_in_module(o.b, on_record, info);
 
   if (o.common.json) {
-    json doc{{"schema", "smart-bench/1"},
-             {"version", version_banner(kTool)},
-             {"blas", active_blas()},
-             {"config",
-              {{"source", !o.b.data.empty()    ? o.b.data
-                          : !o.b.files.empty() ? o.b.files
-                                               : "shm:" + o.b.shm},
-               {"items", o.b.items},
-               {"batch_size", o.b.batch_size},
-               {"epochs", o.b.epochs},
-               {"workers", o.b.workers},
-               {"read_latency_us", o.b.read_latency_us},
-               {"deterministic_cost_us", o.b.deterministic_cost_us},
-               {"model", o.b.model.empty() ? json(nullptr) : json(o.b.model)},
-               {"model_ms", o.b.model_ms},
-               {"cache_fraction", o.b.cache_fraction},
-               {"cache_num", o.b.cache_num},
-               {"replace_rate", o.b.replace_rate},
-               {"seed", o.b.seed}}},
-             {"records", records},
-             {"samples_per_second", bench::throughput(records)}};
+    json doc{{"schema", "smart-bench/1"}, {"version", version_banner(kTool)},
+             {"blas", active_blas()},     {"config", config},
+             {"records", records},        {"samples_per_second", bench::throughput(records)}};
     report::print_json(doc);
   }
 
@@ -217,6 +244,8 @@ int main(int argc, char** argv) {
   app.add_flag("--jsonl", o.jsonl, "One JSON record per line, as each epoch finishes");
   app.add_flag("--csv", o.csv, "CSV with a header line");
   app.add_option("--baseline", o.baseline, "A previous --json result: exit 1 on a throughput regression");
+  app.add_flag("--compare-anyway", o.compare_anyway,
+               "Compare with a --baseline made with other settings (refused otherwise, naming them)");
   app.add_option("--max-regression", o.max_regression, "Allowed relative drop of samples/s per strategy")
       ->check(cli::positive_number(true))
       ->capture_default_str();

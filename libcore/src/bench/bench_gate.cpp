@@ -35,6 +35,27 @@ std::vector<Comparison> compare(const report::Json& baseline_records, const repo
   return out;
 }
 
+report::Json read_baseline_config(const std::string& path) {
+  auto doc = report::Json::parse(files::read_input(path), nullptr, false);
+  if (doc.is_object() && doc.contains("config") && doc["config"].is_object()) return doc["config"];
+  return nullptr;
+}
+
+std::vector<std::string> config_differences(const report::Json& was, const report::Json& now) {
+  std::vector<std::string> out;
+  if (!was.is_object()) return out;
+  for (const auto& [key, value] : now.items()) {
+    const auto it = was.find(key);
+    if (it == was.end() || *it == value) continue;
+    if (it->is_object() && value.is_object()) {
+      for (const auto& d : config_differences(*it, value)) out.push_back(key + "/" + d);
+      continue;
+    }
+    out.push_back(key + ": " + it->dump() + " -> " + value.dump());
+  }
+  return out;
+}
+
 report::Json read_baseline(const std::string& path) {
   auto doc = report::Json::parse(files::read_input(path), nullptr, false);  // a FIFO is refused, not waited on
   auto well_formed = [](const report::Json& r) {

@@ -39,6 +39,17 @@ CATCH_TEST_CASE("bench gate: a drop beyond the limit regresses, within it does n
   CATCH_CHECK(c[1].change == Approx(-0.08));
 }
 
+CATCH_TEST_CASE("bench gate: settings that differ from the baseline's are named, nested ones by path", "[gate]") {
+  const report::Json was = report::Json::parse(R"({"items": 500, "preprocess": {"resize": "128", "channels": "rgb"},
+                                                  "old_only": 1})");
+  const report::Json now = report::Json::parse(R"({"items": 100, "preprocess": {"resize": "32", "channels": "rgb"},
+                                                  "model_sha256": "ab"})");
+  CATCH_CHECK(bench::config_differences(was, now) ==
+              std::vector<std::string>{"items: 500 -> 100", "preprocess/resize: \"128\" -> \"32\""});
+  CATCH_CHECK(bench::config_differences(now, now).empty());
+  CATCH_CHECK(bench::config_differences(nullptr, now).empty());  // a baseline without a config
+}
+
 CATCH_TEST_CASE("bench gate: a baseline that is not a smart-bench document is bad data", "[gate]") {
   std::string path = "/tmp/tc-gate-" + std::to_string(::getpid()) + ".json";
   for (const char* text : {"[1,2]", "{\"records\": 3}", "{\"records\": [{\"strategy\": 1, \"epoch\": 1}]}",

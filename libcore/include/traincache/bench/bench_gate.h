@@ -30,4 +30,11 @@ std::vector<Comparison> compare(const report::Json& baseline_records, const repo
 /// else than a document whose records carry strategy, epoch and samples_per_second -> Error(data).
 report::Json read_baseline(const std::string& path);
 
+/// The settings of a smart-bench --json document at `path` (its "config"; null when it has none).
+report::Json read_baseline_config(const std::string& path);
+
+/// What differs between a baseline's settings and this run's, one "key: was -> now" each, for the
+/// keys both record (a baseline from before a key was recorded is not refused for it).
+std::vector<std::string> config_differences(const report::Json& was, const report::Json& now);
+
 }  // namespace traincache::bench
