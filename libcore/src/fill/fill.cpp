@@ -147,7 +147,7 @@ void publish(FillRun& p) {
   if (in.keys) spec.keys = in.keys->col;
   spec.skipped = journal.skipped;
   if (update)  // the journal counts the rows it encoded: each is a row of the new input
-    for (auto& [row, why] : spec.skipped) row = update->encoded().at(static_cast<std::size_t>(row));
+    for (auto& [row, why] : spec.skipped) row = update->rows_to_encode().at(static_cast<std::size_t>(row));
   result.skipped = static_cast<int64_t>(spec.skipped.size());
   const torch::Device device = model::parse_device(opts.device);
   spec.root_attrs = root_attrs(p, device);

@@ -301,7 +301,7 @@ void plan_update(FillRun& run) {
   const Update* update = run.update.get();
   result.changes = update->changes(in.keys ? in.keys->col->info().dtype : DType::other);
   const UpdatePlan& up = update->plan();
-  const auto encoded = static_cast<int64_t>(update->encoded().size());
+  const auto encoded = static_cast<int64_t>(update->rows_to_encode().size());
   FillResult::Update u;
   u.by_key = up.by_key;
   u.kept = up.kept;

@@ -118,7 +118,7 @@ Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
     old_keys_ = std::move(was.keys);
     new_keys_ = std::move(now.keys);
   }
-  encoded_ = encode_rows(plan_);
+  rows_to_encode_ = fill::rows_to_encode(plan_);
   for (const auto& e : old.embeddings) embeddings_[e.name] = io::source::open_column(old.path, "embeddings/" + e.name);
 }
 
@@ -201,7 +201,7 @@ std::string Update::identity() const {
 
 Inputs Update::encoded_inputs(const Inputs& in, int64_t begin) const {
   std::vector<int64_t> rows;
-  for (int64_t r : encoded_) rows.push_back(begin + r);
+  for (int64_t r : rows_to_encode_) rows.push_back(begin + r);
   Inputs view;
   view.from_slab = in.from_slab;
   view.per_encoder = in.per_encoder;

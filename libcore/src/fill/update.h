@@ -51,7 +51,7 @@ class Update {
   const UpdatePlan& plan() const { return plan_; }
   const io::cache::CacheInfo& old() const { return old_; }
   /// The rows of the new input (from the run's first) that are encoded, ascending.
-  const std::vector<int64_t>& encoded() const { return encoded_; }
+  const std::vector<int64_t>& rows_to_encode() const { return rows_to_encode_; }
 
   /// What the cache's rows were encoded with, as a journal records it (row shape, inference, the
   /// first batch's differences, the batch noise): the encoders' decisions the update's rows follow,
@@ -65,7 +65,7 @@ class Update {
   /// digest of the plan (which cache row each new row keeps), so that only the same update resumes.
   std::string identity() const;
 
-  /// The inputs of `in` that are encoded, as views of only the rows encoded() (from `begin`, the
+  /// The inputs of `in` that are encoded, as views of only the rows rows_to_encode() (from `begin`, the
   /// run's first row): the encode loop reads them as an input of its own, in full batches.
   Inputs encoded_inputs(const Inputs& in, int64_t begin) const;
 
@@ -76,7 +76,7 @@ class Update {
   io::cache::CacheInfo old_;
   std::vector<std::string> old_keys_, new_keys_;  // as matched (empty: by position)
   UpdatePlan plan_;
-  std::vector<int64_t> encoded_;
+  std::vector<int64_t> rows_to_encode_;
   std::map<std::string, std::shared_ptr<const io::source::Column>> embeddings_;
 };
 

@@ -120,7 +120,7 @@ const char* fate_name(RowFate fate) {
   return names[static_cast<int>(fate)];
 }
 
-std::vector<int64_t> encode_rows(const UpdatePlan& plan) {
+std::vector<int64_t> rows_to_encode(const UpdatePlan& plan) {
   std::vector<int64_t> rows;
   for (std::size_t i = 0; i < plan.source.size(); ++i)
     if (plan.source[i] < 0) rows.push_back(static_cast<int64_t>(i));

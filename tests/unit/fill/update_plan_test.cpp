@@ -103,13 +103,13 @@ CATCH_TEST_CASE("update plan: a key that is not unique matches nothing", "[fill]
 CATCH_TEST_CASE("update plan: every row that keeps no cache row is encoded, and only those", "[fill]") {
   fill::UpdatePlan plan;
   plan.source = {0, 1, 2, -1, 4, -1, -1, 7};
-  CATCH_CHECK(fill::encode_rows(plan) == std::vector<int64_t>{3, 5, 6});
+  CATCH_CHECK(fill::rows_to_encode(plan) == std::vector<int64_t>{3, 5, 6});
   plan.source = {3, 2, 1};
-  CATCH_CHECK(fill::encode_rows(plan).empty());
+  CATCH_CHECK(fill::rows_to_encode(plan).empty());
   // A row the cache skipped is encoded again, and counted as such.
   auto skipped = fill::match_rows(rows({"a", "b", "c"}, {1, 2, 3}), {0, 2}, rows({"c", "b", "a"}, {3, 2, 1}));
   CATCH_CHECK(skipped.skipped_before == 2);
-  CATCH_CHECK(fill::encode_rows(skipped) == std::vector<int64_t>{0, 2});
+  CATCH_CHECK(fill::rows_to_encode(skipped) == std::vector<int64_t>{0, 2});
 }
 
 CATCH_TEST_CASE("update plan: data, labels, keys and batching are what an update absorbs", "[fill]") {

@@ -65,7 +65,7 @@ UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_sk
 
 /// The rows of the new input (from 0) that an update encodes, ascending: every row that keeps no
 /// cache row (added, changed, ambiguous, or skipped by the cache). The others are copied.
-std::vector<int64_t> encode_rows(const UpdatePlan& plan);
+std::vector<int64_t> rows_to_encode(const UpdatePlan& plan);
 
 /// True when two fingerprint documents differ only in what an update absorbs without encoding the
 /// cache's rows again: the input's data (its rows, content digest and the row counts of its
