@@ -77,7 +77,7 @@ expect_out_re '^\{"strategy":"none","epoch":1,"samples":120,'
 
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy none --epochs 1 -b 50 --model-ms 0 --csv
 expect_rc 0
-expect_out_re '^strategy,epoch,samples,wall_seconds,samples_per_second,step_ms_mean,step_ms_p50,step_ms_p95,data_wait_seconds,model_idle_fraction,hit_rate,bytes_cached,peak_rss_bytes,boundary_blocked_seconds
+expect_out_re '^strategy,epoch,samples,wall_seconds,samples_per_second,step_ms_mean,step_ms_p50,step_ms_p95,data_wait_seconds,model_idle_fraction,hit_rate,bytes_cached,peak_rss_bytes,boundary_blocked_seconds,cpu_seconds,samples_per_cpu_second
 none,1,300,'
 
 run "$TC_BIN/smart-bench" --data "$D/images.h5" --strategy full --epochs 2 -b 50 --model-ms 0
@@ -98,6 +98,19 @@ expect_err_re "smart-bench: regression: full: [0-9.]+ -> [0-9.]+ samples/s \(-[0
 run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" -q
 expect_rc 0
 expect_err ""
+# What the gate compared: samples per CPU-second exactly when other processes held the cores in
+# this run (its contention, in --json) and the baseline records it; samples/s otherwise.
+run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" --json -q
+expect_rc 0
+echo "$out" >"$WORK/gate.json"
+py "
+import json
+d = json.load(open('$WORK/gate.json'))
+c = d['contention']
+busy = c is not None and c['competed']
+print(d['gate_measure'] == ('samples_per_cpu_second' if busy else 'samples_per_second'),
+      all(r['cpu_seconds'] > 0 and r['samples_per_cpu_second'] > 0 for r in d['records']))"
+expect_out "True True"
 # A baseline made with other settings is refused before the run (65) naming them, unless
 # --compare-anyway (issue 85, goal 1: a 128/500 baseline against a 32/100 run read "+207%"):
 # another item count, another preprocessing, another model file (by its SHA-256).

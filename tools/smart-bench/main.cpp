@@ -2,6 +2,7 @@
 // See docs/smart-bench.md.
 #include <cstdio>
 
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/base/sha256.h"
 #include "traincache/base/version.h"
@@ -41,6 +42,8 @@ const std::vector<Field>& fields() {
       {{"peak_rss_bytes", "RSS MiB", 8}, [](const R& r) { return report::Json(r.peak_rss_bytes); }},
       {{"boundary_blocked_seconds", "blocked s", 9},
        [](const R& r) { return report::Json(r.boundary_blocked_seconds); }},
+      {{"cpu_seconds", "cpu s", 8}, [](const R& r) { return report::Json(r.cpu_seconds); }},
+      {{"samples_per_cpu_second", "per cpu s", 10}, [](const R& r) { return report::Json(r.samples_per_cpu_second); }},
   };
   return f;
 }
@@ -124,6 +127,24 @@ void refuse_other_baseline(const Options& o, const json& config) {
                   "); make a new baseline with these, or compare anyway with --compare-anyway");
 }
 
+// What the gate compares: samples/s, or samples per CPU-second where other processes held the
+// cores during this run (they slow the wall clock, not the work a sample costs) and the baseline
+// recorded it.
+std::string gate_measure(const CpuContention& c, const json& baseline) {
+  const bool cpu_known = baseline.is_array() && !baseline.empty() && baseline[0].contains("samples_per_cpu_second");
+  return c.measured && c.competed() && cpu_known ? "samples_per_cpu_second" : "samples_per_second";
+}
+
+json contention_json(const CpuContention& c) {
+  if (!c.measured) return nullptr;
+  return {{"cores", c.cores},
+          {"seconds", c.seconds},
+          {"running_seconds", c.running_seconds},
+          {"waiting_seconds", c.waiting_seconds},
+          {"others_cores", c.others_cores},
+          {"competed", c.competed()}};
+}
+
 int run(Options& o) {
   o.b.strategies.clear();
   for (const auto& name : cli::split(o.strategies, ',')) {
@@ -161,24 +182,38 @@ int run(Options& o) {
   auto info = [&](const std::string& m) {
     if (o.common.verbose) std::fprintf(stderr, "%s: %s\n", kTool, m.c_str());
   };
+  CpuContentionWatch watch;
   bench::run_in_module(o.b, on_record, info);
+  const CpuContention contention = watch.stop();
+  const std::string measure = gate_measure(contention, baseline);
 
   if (o.common.json) {
-    json doc{{"schema", "smart-bench/1"}, {"version", version_banner(kTool)},
-             {"blas", active_blas()},     {"config", config},
-             {"records", records},        {"samples_per_second", bench::throughput(records)}};
+    json doc{{"schema", "smart-bench/1"},
+             {"version", version_banner(kTool)},
+             {"blas", active_blas()},
+             {"config", config},
+             {"contention", contention_json(contention)},
+             {"gate_measure", measure},
+             {"records", records},
+             {"samples_per_second", bench::throughput(records)}};
     report::print_json(doc);
   }
 
   int status = 0;
   if (!baseline.is_null()) {
-    for (const auto& c : bench::compare(baseline, records, o.max_regression)) {
+    const char* unit = measure == "samples_per_second" ? "samples/s" : "samples per CPU-second";
+    if (measure != "samples_per_second" && !o.common.quiet)
+      std::fprintf(stderr,
+                   "%s: other processes held %.1f of the %u cores on average: compared samples per CPU-second, "
+                   "which they change little, not samples/s\n",
+                   kTool, contention.others_cores, contention.cores);
+    for (const auto& c : bench::compare(baseline, records, o.max_regression, measure)) {
       if (c.regressed) {
-        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f samples/s (%+.1f%%, limit -%.1f%%)\n", kTool,
-                     c.strategy.c_str(), c.before, c.after, 100 * c.change, 100 * o.max_regression);
+        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f %s (%+.1f%%, limit -%.1f%%)\n", kTool,
+                     c.strategy.c_str(), c.before, c.after, unit, 100 * c.change, 100 * o.max_regression);
         status = 1;
       } else if (!o.common.quiet) {
-        std::fprintf(stderr, "%s: %s: %.1f -> %.1f samples/s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before, c.after,
+        std::fprintf(stderr, "%s: %s: %.1f -> %.1f %s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before, c.after, unit,
                      100 * c.change);
       }
     }

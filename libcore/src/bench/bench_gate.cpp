@@ -8,11 +8,12 @@
 
 namespace traincache::bench {
 
-std::map<std::string, double> throughput(const report::Json& records) {
+std::map<std::string, double> throughput(const report::Json& records, const std::string& measure) {
   std::map<std::string, std::pair<double, int>> later, first;
   for (const auto& r : records) {
+    if (!r.contains(measure) || !r.at(measure).is_number()) continue;
     auto& a = r.at("epoch").get<int64_t>() > 1 ? later[r.at("strategy")] : first[r.at("strategy")];
-    a.first += r.at("samples_per_second").get<double>();
+    a.first += r.at(measure).get<double>();
     a.second += 1;
   }
   std::map<std::string, double> out;
@@ -22,10 +23,10 @@ std::map<std::string, double> throughput(const report::Json& records) {
 }
 
 std::vector<Comparison> compare(const report::Json& baseline_records, const report::Json& records,
-                                double max_regression) {
-  auto before = throughput(baseline_records);
+                                double max_regression, const std::string& measure) {
+  auto before = throughput(baseline_records, measure);
   std::vector<Comparison> out;
-  for (const auto& [s, rate] : throughput(records)) {
+  for (const auto& [s, rate] : throughput(records, measure)) {
     auto it = before.find(s);
     if (it == before.end() || it->second <= 0) continue;
     Comparison c{s, it->second, rate, rate / it->second - 1, false};

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -30,12 +32,21 @@ namespace traincache::bench {
 
 namespace {
 
-// Burns CPU for `us` microseconds: emulated preprocessing or model compute.
+// This thread's CPU time in microseconds.
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return 1e6 * static_cast<double>(ts.tv_sec) + 1e-3 * static_cast<double>(ts.tv_nsec);
+}
+
+// Burns `us` microseconds of this thread's CPU time: emulated preprocessing or model compute, a
+// fixed amount of work as real compute is (on a busy machine it takes longer, as a forward would;
+// timed by the wall clock it would do less work there instead).
 void spin_us(double us) {
   if (us <= 0) return;
-  auto end = Clock::now() + std::chrono::duration<double, std::micro>(us);
+  const double end = thread_cpu_us() + us;
   volatile uint64_t x = 0;
-  while (Clock::now() < end) x = x + 1;
+  while (thread_cpu_us() < end) x = x + 1;
 }
 
 // ---- sources: raw uint8 (or other) items by index ------------------------------------------
@@ -511,6 +522,14 @@ class EpochLoader {
   OrderedPrefetcher<torch::Tensor> pf_;
 };
 
+// This process's CPU time so far (user and system, every thread).
+double process_cpu_seconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 // One epoch of one strategy, timed: the step waits for the loaders, then trains on the batch.
 EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& strat, Pipeline& pipe,
                       const Source& src, Step& step, int64_t e, int64_t classes) {
@@ -519,6 +538,7 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
   r.strategy = name;
   r.epoch = e + 1;
   auto t_epoch = Clock::now();
+  const double cpu_start = process_cpu_seconds();
   r.boundary_blocked_seconds = strat.begin_epoch(e);
   auto items = strat.epoch_items(e);
   const int64_t m = static_cast<int64_t>(items.size());
@@ -553,6 +573,8 @@ EpochRecord run_epoch(const BenchOptions& o, const std::string& name, Strategy& 
   r.samples = m;
   r.wall_seconds = seconds_since(t_epoch);
   r.samples_per_second = m / r.wall_seconds;
+  r.cpu_seconds = process_cpu_seconds() - cpu_start;
+  r.samples_per_cpu_second = r.cpu_seconds > 0 ? m / r.cpu_seconds : 0;
   r.step_ms_mean = step_ms.empty() ? 0 : std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / step_ms.size();
   r.step_ms_p50 = percentile(step_ms, 0.5);
   r.step_ms_p95 = percentile(step_ms, 0.95);

@@ -26,6 +26,21 @@ CATCH_TEST_CASE("bench gate: throughput averages the epochs after the first, or 
   CATCH_CHECK(t.at("none") == 40.0);
 }
 
+CATCH_TEST_CASE("bench gate: the gate compares samples per CPU-second where asked, skipping records without it",
+                "[gate]") {
+  Json before = Json::array({rec("full", 2, 100), rec("none", 2, 50)});
+  before[0]["samples_per_cpu_second"] = 40.0;  // "none": a baseline from before the field
+  Json now = Json::array({rec("full", 2, 50), rec("none", 2, 10)});
+  now[0]["samples_per_cpu_second"] = 38.0;
+  now[1]["samples_per_cpu_second"] = 5.0;
+  auto c = bench::compare(before, now, 0.10, "samples_per_cpu_second");
+  CATCH_REQUIRE(c.size() == 1);
+  CATCH_CHECK(c[0].strategy == "full");
+  CATCH_CHECK_FALSE(c[0].regressed);  // -5% per CPU-second, where samples/s halved
+  CATCH_CHECK(c[0].change == Approx(-0.05));
+  CATCH_CHECK(bench::compare(before, now, 0.10)[0].regressed);
+}
+
 CATCH_TEST_CASE("bench gate: a drop beyond the limit regresses, within it does not", "[gate]") {
   Json before = Json::array({rec("full", 2, 100), rec("none", 2, 50), rec("smart", 2, 0)});
   Json now = Json::array({rec("full", 2, 89), rec("none", 2, 46), rec("smart", 2, 10), rec("embed", 2, 5)});

@@ -10,9 +10,11 @@
 
 namespace traincache::bench {
 
-/// Mean samples_per_second per strategy over the epochs after the first (over all epochs when a
-/// strategy ran one), from records of smart-bench's fields.
-std::map<std::string, double> throughput(const report::Json& records);
+/// Mean `measure` (samples_per_second, or samples_per_cpu_second) per strategy over the epochs
+/// after the first (over all epochs when a strategy ran one), from records of smart-bench's fields;
+/// strategies whose records lack it are left out.
+std::map<std::string, double> throughput(const report::Json& records,
+                                         const std::string& measure = "samples_per_second");
 
 /// One strategy's throughput in the baseline and now.
 struct Comparison {
@@ -24,7 +26,7 @@ struct Comparison {
 
 /// Compares every strategy that both runs measured (with a positive baseline), in name order.
 std::vector<Comparison> compare(const report::Json& baseline_records, const report::Json& records,
-                                double max_regression);
+                                double max_regression, const std::string& measure = "samples_per_second");
 
 /// The records of a smart-bench --json document at `path`. Missing -> Error(no_input); anything
 /// else than a document whose records carry strategy, epoch and samples_per_second -> Error(data).

@@ -67,6 +67,9 @@ struct EpochRecord {
   uint64_t bytes_cached = 0;
   uint64_t peak_rss_bytes = 0;
   double boundary_blocked_seconds = 0;  ///< smart: waiting for the replacer at the epoch start
+  /// The process's CPU time in the epoch (every thread: the step, the loaders, the replacer), and
+  /// samples per CPU-second: what other processes on the cores change little, unlike the wall rate.
+  double cpu_seconds = 0, samples_per_cpu_second = 0;
 };
 
 /// H,W of the deterministic stage's resize of array items (empty: none); images take the whole spec
