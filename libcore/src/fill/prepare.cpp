@@ -128,7 +128,7 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
   }
   if (old->fingerprint == fp.hash) {
     refuse_damaged(out, opts);
-    return {old, std::nullopt};
+    return {old, std::nullopt, ""};
   }
   const std::string changed =
       "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
@@ -162,7 +162,7 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
                 "tell which rows changed; use --force to encode every row");
   refuse_damaged(out, opts);
   refuse_batch_dependent(*old);
-  return {std::nullopt, old};
+  return {std::nullopt, old, ""};
 }
 
 // The cache at `out` as this run finds it: up to date, one to update, or none (a fill). With
