@@ -128,7 +128,7 @@ std::string allowance(double allowed) {
 report::Json change_json(const fill::FillResult::RowChange& c) {
   report::Json key = nullptr;
   if (!c.key.empty()) key = c.key;
-  if (c.numeric_key) key = c.key[0] == '-' ? report::Json(std::stoll(c.key)) : report::Json(std::stoull(c.key));
+  if (c.numeric_key) key = std::stoll(c.key);
   return report::Json{{"change", c.change},
                       {"row", c.row >= 0 ? report::Json(c.row) : report::Json(nullptr)},
                       {"old_row", c.old_row >= 0 ? report::Json(c.old_row) : report::Json(nullptr)},

@@ -155,7 +155,8 @@ int run(Options& o) {
     o.b.strategies.push_back(*c);
   }
   o.b.threads = o.common.threads;
-  const json config = bench_config(o);
+  // The model files' digests only where the config is used: --json, or a baseline to compare.
+  const json config = o.common.json || !o.baseline.empty() ? bench_config(o) : json();
   json baseline;
   if (!o.baseline.empty()) {
     baseline = bench::read_baseline(o.baseline);

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <future>
 #include <numeric>
 
+#include "traincache/base/dtype.h"
 #include "traincache/base/error.h"
 #include "traincache/fill/fill.h"
 
@@ -138,32 +138,11 @@ std::map<std::string, JournalEncoder> Update::encoders() const {
 }
 
 std::string key_text(const std::string& bytes, DType dtype, bool& numeric) {
-  numeric = true;
-  auto as = [&](auto v) {
-    std::memcpy(&v, bytes.data(), std::min(sizeof v, bytes.size()));
-    return std::to_string(v);
-  };
-  switch (dtype) {
-    case DType::i8:
-      return as(int8_t{0});
-    case DType::u8:
-      return as(uint8_t{0});
-    case DType::i16:
-      return as(int16_t{0});
-    case DType::u16:
-      return as(uint16_t{0});
-    case DType::i32:
-      return as(int32_t{0});
-    case DType::u32:
-      return as(uint32_t{0});
-    case DType::i64:
-      return as(int64_t{0});
-    case DType::u64:
-      return as(uint64_t{0});
-    default:
-      numeric = false;
-      return bytes;
-  }
+  numeric = is_integer(dtype) && bytes.size() >= dtype_size(dtype);
+  if (!numeric) return bytes;
+  int64_t value = 0;
+  to_int64(dtype, bytes.data(), &value, 1);
+  return std::to_string(value);
 }
 
 std::vector<FillResult::RowChange> Update::changes(DType key_dtype) const {

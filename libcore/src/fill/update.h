@@ -28,7 +28,8 @@ nlohmann::json row_digest_inputs(const Inputs& in);
 /// Rows [a, b) of a key column as the bytes that identify them: strings as they are, numbers as
 /// their values' bytes.
 std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int64_t b);
-/// A key of key_bytes() as text: a string as it is, an integer in decimal (`numeric` set).
+/// A key of key_bytes() as text: a string as it is, an integer in decimal (`numeric` set; uint64
+/// above 2^63 wraps, as to_int64 does).
 std::string key_text(const std::string& bytes, DType dtype, bool& numeric);
 
 /// What an encoder's batch noise above kBatchDependentShare says, for a warning or a refusal:
