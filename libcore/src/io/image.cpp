@@ -301,131 +301,226 @@ void resample_pass(const uint8_t* in, uint8_t* out, const Kernel& k, int lines, 
 
 // The windowed passes accumulate in int32: the weights are non-negative and sum to about
 // 1 << kResampleBits, so 255 times their sum (plus the rounding half) fits an int32 exactly, the
-// same value PIL's int accumulator gives. They compute with vector extensions, each pass built for
-// AVX-512, AVX2 and the baseline (simd_clones.h).
-typedef uint8_t Bytes16 __attribute__((vector_size(16)));
-typedef uint16_t Shorts16 __attribute__((vector_size(32)));
-typedef int32_t Ints16 __attribute__((vector_size(64)));
+// same value PIL's int accumulator gives. They compute with vector extensions in vectors of L int32
+// lanes, L being what the CPU's registers hold (simd_lanes(): 16 with AVX-512, 8 with AVX2, 4
+// otherwise), each pass built once for each L with that instruction set (simd_clones.h).
+template <int L>
+struct Lanes {
+  typedef uint8_t Bytes __attribute__((vector_size(L)));
+  typedef uint16_t Shorts __attribute__((vector_size(2 * L)));
+  typedef int32_t Ints __attribute__((vector_size(4 * L)));
+};
+template <int L>
+using Ints = typename Lanes<L>::Ints;
+template <int L>
+using Bytes = typename Lanes<L>::Bytes;
 
 constexpr int32_t kHalf = int32_t{1} << (kResampleBits - 1);
+
+template <int L>
+TC_SIMD_INLINE Bytes<L> load_bytes(const uint8_t* p) {
+  Bytes<L> b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
+// Wide vectors are passed by reference, not returned: GCC warns that a 32- or 64-byte vector's
+// return differs between instruction sets (-Wpsabi), and the warning is an error in two legs.
+template <int L>
+TC_SIMD_INLINE void load_ints(Ints<L>& v, const int32_t* p) {
+  std::memcpy(&v, p, sizeof v);
+}
 
 // 8-bit samples go to 32-bit lanes and back through 16 bits: GCC 12 converts 8 <-> 32 bits lane by
 // lane, and each half of the way with SIMD instructions.
 
-// acc += the 16 samples b times w.
-TC_SIMD_INLINE void add_widened(Ints16& acc, Bytes16 b, const Ints16& w) {
-  acc += __builtin_convertvector(__builtin_convertvector(b, Shorts16), Ints16) * w;
+// acc += the L samples b times w.
+template <int L>
+TC_SIMD_INLINE void add_widened(Ints<L>& acc, Bytes<L> b, const Ints<L>& w) {
+  acc += __builtin_convertvector(__builtin_convertvector(b, typename Lanes<L>::Shorts), Ints<L>) * w;
 }
-// acc += the 16 samples at p times w.
-TC_SIMD_INLINE void add_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
-  Bytes16 b;
-  std::memcpy(&b, p, sizeof b);
-  add_widened(acc, b, w);
+// acc += the L samples b times the L weights at w.
+template <int L>
+TC_SIMD_INLINE void add_weighted(Ints<L>& acc, Bytes<L> b, const int32_t* w) {
+  Ints<L> wv;
+  load_ints<L>(wv, w);
+  add_widened<L>(acc, b, wv);
 }
-// Sums with the rounding half added, as 16 bytes: shifted to 8 bits and clipped, as PIL's clip8.
-TC_SIMD_INLINE Bytes16 clip_bytes(const Ints16& sum) {
-  Ints16 acc = sum >> kResampleBits;
+// Eight bytes at p, each to an int32 lane (samples) or an RGB chunk's two pixels spread to four
+// lanes each (rgb), for 8 lanes (AVX2): the bytes broadcast to both halves and picked with zeros
+// inside each half, three instructions where converting through 16 bits takes eight.
+typedef uint64_t Quads __attribute__((vector_size(32)));
+typedef uint8_t Bytes32 __attribute__((vector_size(32)));
+TC_SIMD_INLINE void broadcast8(const uint8_t* p, Bytes32& b) {
+  uint64_t q;
+  std::memcpy(&q, p, sizeof q);
+  const Quads quads = Quads{} + q;
+  std::memcpy(&b, &quads, sizeof b);
+}
+TC_SIMD_INLINE void widen8_samples(const uint8_t* p, Ints<8>& v) {
+  const Bytes32 z = {};
+  Bytes32 b;
+  broadcast8(p, b);
+  b = __builtin_shufflevector(b, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32, 20, 48, 48, 48, 21, 48,
+                              48, 48, 22, 48, 48, 48, 23, 48, 48, 48);
+  std::memcpy(&v, &b, sizeof v);
+}
+TC_SIMD_INLINE void widen8_rgb(const uint8_t* p, Ints<8>& v) {
+  const Bytes32 z = {};
+  Bytes32 b;
+  broadcast8(p, b);
+  b = __builtin_shufflevector(b, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 2, 32, 32, 32, 19, 48, 48, 48, 20, 48,
+                              48, 48, 21, 48, 48, 48, 21, 48, 48, 48);
+  std::memcpy(&v, &b, sizeof v);
+}
+// Sums with the rounding half added, as L bytes: shifted to 8 bits and clipped, as PIL's clip8.
+template <int L>
+TC_SIMD_INLINE Bytes<L> clip_bytes(const Ints<L>& sum) {
+  Ints<L> acc = sum >> kResampleBits;
   acc = acc < 0 ? 0 : acc;
   acc = acc > 255 ? 255 : acc;
-  return __builtin_convertvector(__builtin_convertvector(acc, Shorts16), Bytes16);
+  return __builtin_convertvector(__builtin_convertvector(acc, typename Lanes<L>::Shorts), Bytes<L>);
 }
 
 TC_SIMD_INLINE uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255)); }
 
-// How the horizontal pass reads a row: each output column's taps in `chunks` loads of 16 bytes,
-// `step` bytes apart, from byte offset[x]; weights[x * chunks + g] is chunk g's sixteen weights. An
-// RGB chunk is four pixels (12 bytes), spread to four lanes each (the fourth weighted 0); a grey
-// chunk is sixteen samples.
+// How the horizontal pass reads a row, for vectors of `lanes` lanes: each output column's taps in
+// `chunks` loads of `lanes` bytes, `step` bytes apart, from byte offset[x]; the `lanes` weights of
+// column x's chunk g begin at weights[(x * chunks + g) * lanes]. An RGB chunk is lanes / 4 pixels
+// (the load's last lanes / 4 bytes unused), spread to four lanes each (the fourth weighted 0); a
+// grey chunk is `lanes` samples.
 struct HorizontalTaps {
-  int chunks = 0, step = 0;
+  int lanes = 0, chunks = 0, step = 0;
   std::vector<int> offset;
-  std::vector<Ints16> weights;
+  std::vector<int32_t> weights;
 };
 
-constexpr int kMaxChunks = 8;  // RGB: 32 taps, downscaling by up to about 15 (4000 x 3000 to 256)
+// Chunks of taps a column may have, with 16 lanes (RGB: 32 taps, downscaling by up to about 15,
+// 4000 x 3000 to 256); as many taps with fewer lanes.
+constexpr int kMaxChunks16 = 8;
 
-// Kernel k's output columns [left, left + n) laid out for rows of w pixels of c (1 or 3)
-// channels, whose first is the image's column `origin`: each column's first tap moved left where the
-// chunks would run past the row's end (its weights moved with it). False when that does not fit (a
-// row shorter than the chunks, or more than kMaxChunks chunks of taps).
-bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n, HorizontalTaps& t) {
-  const int per_chunk = c == 3 ? 4 : 16, lanes = c == 3 ? 4 : 1;
+// Kernel k's output columns [left, left + n) laid out for rows of w pixels of c (1 or 3) channels,
+// whose first is the image's column `origin`, for vectors of `lanes` lanes: each column's first tap
+// moved left where the chunks would run past the row's end (its weights moved with it). False when
+// that does not fit (a row shorter than the chunks, or more taps than kMaxChunks16 allows).
+bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n, int lanes, HorizontalTaps& t) {
+  const int per_chunk = c == 3 ? lanes / 4 : lanes, spread = c == 3 ? 4 : 1;
   const int taps = *std::max_element(k.count.begin() + left, k.count.begin() + left + n);
+  t.lanes = lanes;
   t.chunks = (taps + per_chunk - 1) / per_chunk;
   t.step = per_chunk * c;
   const int span = t.chunks * per_chunk;  // pixels the chunks cover
-  if (t.chunks > kMaxChunks || w < span) return false;
+  if (t.chunks > kMaxChunks16 * 16 / lanes || w < span) return false;
   t.offset.resize(static_cast<std::size_t>(n));
-  t.weights.assign(static_cast<std::size_t>(n) * t.chunks, Ints16{});
+  t.weights.assign(static_cast<std::size_t>(n) * t.chunks * lanes, 0);
   for (int x = 0; x < n; ++x) {
     const int col = left + x, first = k.first[col] - origin;
     const int s0 = std::min(first, w - span);
     t.offset[x] = s0 * c;
     for (int i = 0; i < k.count[col]; ++i) {
       const int tap = first - s0 + i;
-      Ints16& v = t.weights[static_cast<std::size_t>(x) * t.chunks + tap / per_chunk];
+      int32_t* v = &t.weights[(static_cast<std::size_t>(x) * t.chunks + tap / per_chunk) * lanes];
       for (int ch = 0; ch < c; ++ch)
-        v[(tap % per_chunk) * lanes + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
+        v[(tap % per_chunk) * spread + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
     }
   }
   return true;
 }
 
-// acc += an RGB chunk at p (four pixels, the 16 bytes' last four unused) spread to four lanes a
-// pixel, times w.
-TC_SIMD_INLINE void add_rgb_product(Ints16& acc, const uint8_t* p, const Ints16& w) {
-  Bytes16 b;
-  std::memcpy(&b, p, sizeof b);
-  add_widened(acc, __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11), w);
+// An RGB chunk's L / 4 pixels spread to four lanes a pixel (the fourth repeats the third).
+template <int L>
+TC_SIMD_INLINE Bytes<L> spread_rgb(Bytes<L> b) {
+  if constexpr (L == 16) {
+    return __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11);
+  } else if constexpr (L == 8) {
+    return __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5);
+  } else {
+    static_assert(L == 4, "RGB chunks of 1, 2 or 4 pixels");
+    return __builtin_shufflevector(b, b, 0, 1, 2, 2);
+  }
 }
 
-// One output column's accumulator of G RGB chunks.
-template <int G>
-TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int x, Ints16& acc) {
+// One output column's accumulator of its RGB chunks: G of them, or t.chunks where G is 0.
+template <int L, int G>
+TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int x, Ints<L>& acc) {
   const uint8_t* src = line + t.offset[x];
-  const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * G];
-  acc = Ints16{};
-  for (int g = 0; g < G; ++g) add_rgb_product(acc, src + g * t.step, wv[g]);
+  const int32_t* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks * L];
+  const int chunks = G ? G : t.chunks;
+  acc = Ints<L>{};
+  for (int g = 0; g < chunks; ++g) {
+    if constexpr (L == 8) {
+      Ints<L> v, w;
+      widen8_rgb(src + g * t.step, v);
+      load_ints<L>(w, wv + g * L);
+      acc += v * w;
+    } else {
+      add_weighted<L>(acc, spread_rgb<L>(load_bytes<L>(src + g * t.step)), wv + g * L);
+    }
+  }
 }
 
-// Output columns [0, to) of one RGB row, four at a time: the four accumulators' pixels summed
-// together (lanes 4p + ch: column p's channel ch), rounded, clipped and stored as 12 bytes.
-template <int G>
-TC_SIMD_INLINE int horizontal_rgb(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
-  int x = 0;
-  for (; x + 4 <= to; x += 4) {
-    Ints16 a, b, c, d;
-    rgb_column<G>(line, t, x, a);
-    rgb_column<G>(line, t, x + 1, b);
-    rgb_column<G>(line, t, x + 2, c);
-    rgb_column<G>(line, t, x + 3, d);
-    const Ints16 ab = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-                      __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    const Ints16 cd = __builtin_shufflevector(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-                      __builtin_shufflevector(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    Ints16 sum = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-                 __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    sum += kHalf;
-    Bytes16 v = clip_bytes(sum);
+// L / 4 columns' accumulators (a[p]: lanes 4q + ch, chunk pixel q's channel ch) folded into one
+// vector whose lanes 4p + ch are column p's channel ch: each column's pixels summed.
+template <int L>
+TC_SIMD_INLINE void fold_columns(const Ints<L>* a, Ints<L>& sum) {
+  if constexpr (L == 16) {
+    const Ints<L> ab =
+        __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(a[0], a[1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const Ints<L> cd =
+        __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+        __builtin_shufflevector(a[2], a[3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    sum = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+          __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  } else if constexpr (L == 8) {
+    sum = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+          __builtin_shufflevector(a[0], a[1], 4, 5, 6, 7, 12, 13, 14, 15);
+  } else {
+    sum = a[0];
+  }
+}
+
+// L / 4 columns' bytes (lanes 4p + ch) stored as 3 bytes a column.
+template <int L>
+TC_SIMD_INLINE void store_rgb(Bytes<L> v, uint8_t* o, bool whole) {
+  if constexpr (L == 16) {
     v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
-    std::memcpy(o + x * 3, &v, 12);
+  } else if constexpr (L == 8) {
+    v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 7, 7);
+  }
+  if (whole) {
+    std::memcpy(o, &v, L);  // one store; the next columns' store replaces the bytes past these
+  } else {
+    std::memcpy(o, &v, L / 4 * 3);
+  }
+}
+
+// Output columns [0, to) of one RGB row, L / 4 at a time: their accumulators folded together,
+// rounded, clipped and stored.
+template <int L, int G>
+TC_SIMD_INLINE int horizontal_rgb(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
+  constexpr int kColumns = L / 4;
+  int x = 0;
+  for (; x + kColumns <= to; x += kColumns) {
+    Ints<L> a[kColumns], sum;
+    for (int p = 0; p < kColumns; ++p) rgb_column<L, G>(line, t, x + p, a[p]);
+    fold_columns<L>(a, sum);
+    store_rgb<L>(clip_bytes<L>(sum + kHalf), o + x * 3, x + 2 * kColumns <= to);
   }
   return x;
 }
 
-// Output columns [0, to) of one grey row: sixteen taps a chunk, summed across the lanes.
-template <int G>
+// Output columns [0, to) of one grey row: L taps a chunk, summed across the lanes.
+template <int L, int G>
 TC_SIMD_INLINE int horizontal_grey(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
+  const int chunks = G ? G : t.chunks;
   for (int x = 0; x < to; ++x) {
     const uint8_t* src = line + t.offset[x];
-    const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * G];
-    Ints16 a = Ints16{};
-    for (int g = 0; g < G; ++g) add_product(a, src + g * t.step, wv[g]);
-    a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
-    a += __builtin_shufflevector(a, a, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    a += __builtin_shufflevector(a, a, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
-    o[x] = clip8(a[0] + kHalf);
+    const int32_t* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks * L];
+    Ints<L> a = Ints<L>{};
+    for (int g = 0; g < chunks; ++g) add_weighted<L>(a, load_bytes<L>(src + g * t.step), wv + g * L);
+    int32_t sum = kHalf;
+    for (int i = 0; i < L; ++i) sum += a[i];
+    o[x] = clip8(sum);
   }
   return to;
 }
@@ -434,48 +529,71 @@ TC_SIMD_INLINE int horizontal_grey(const uint8_t* line, const HorizontalTaps& t,
 // them: the last row's last columns, and an RGB row's last few).
 TC_SIMD_INLINE void horizontal_exact(const uint8_t* line, const HorizontalTaps& t, int c, int from, int to,
                                      uint8_t* o) {
-  const int per_chunk = c == 3 ? 4 : 16, lanes = c == 3 ? 4 : 1;
+  const int per_chunk = c == 3 ? t.lanes / 4 : t.lanes, spread = c == 3 ? 4 : 1;
   for (int x = from; x < to; ++x) {
     const uint8_t* src = line + t.offset[x];
-    const Ints16* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks];
+    const int32_t* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks * t.lanes];
     for (int ch = 0; ch < c; ++ch) {
       int32_t acc = kHalf;
       for (int i = 0; i < t.chunks * per_chunk; ++i)
-        acc += int32_t{src[i * c + ch]} * wv[i / per_chunk][(i % per_chunk) * lanes + ch];
+        acc += int32_t{src[i * c + ch]} * wv[(i / per_chunk) * t.lanes + (i % per_chunk) * spread + ch];
       o[x * c + ch] = clip8(acc);
     }
   }
 }
 
-template <int C, int G>
+template <int L, int C, int G>
 TC_SIMD_INLINE void horizontal_rows(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
                                     bool image_end) {
   for (int r = 0; r < rows; ++r) {
     const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * C;
     uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * C;
-    int safe = n;  // a chunk reads its 16 bytes: not past the image's last one
+    int safe = n;  // a chunk reads its L bytes: not past the image's last one
     if (image_end && r == rows - 1)
-      while (safe > 0 && t.offset[safe - 1] + (G - 1) * t.step + 16 > w * C) --safe;
-    const int done = C == 3 ? horizontal_rgb<G>(line, t, safe, o) : horizontal_grey<G>(line, t, safe, o);
+      while (safe > 0 && t.offset[safe - 1] + (t.chunks - 1) * t.step + L > w * C) --safe;
+    int done = 0;
+    if constexpr (C == 3) {
+      done = horizontal_rgb<L, G>(line, t, safe, o);
+    } else {
+      done = horizontal_grey<L, G>(line, t, safe, o);
+    }
     horizontal_exact(line, t, C, done, n, o);
   }
 }
 
-template <int C, int G = 1>
+// Columns of up to 8 chunks have their loop unrolled (G, the chunks); longer ones loop (G 0).
+template <int L, int C, int G = 1>
 TC_SIMD_INLINE void horizontal_chunks(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
                                       bool image_end) {
-  if constexpr (G < kMaxChunks) {
-    if (t.chunks > G) return horizontal_chunks<C, G + 1>(in, rows, w, t, n, out, image_end);
+  if constexpr (G < 8) {
+    if (t.chunks > G) return horizontal_chunks<L, C, G + 1>(in, rows, w, t, n, out, image_end);
+    horizontal_rows<L, C, G>(in, rows, w, t, n, out, image_end);
+  } else {
+    if (t.chunks > G) return horizontal_rows<L, C, 0>(in, rows, w, t, n, out, image_end);
+    horizontal_rows<L, C, G>(in, rows, w, t, n, out, image_end);
   }
-  horizontal_rows<C, G>(in, rows, w, t, n, out, image_end);
 }
 
 // The horizontal pass over `rows` rows of `w` pixels of c (1 or 3) channels, for the n output
 // columns `t` lays out, into rows of n pixels. `in` ends where the image does when `image_end`.
-TC_SIMD_CLONES void horizontal_pass(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n,
-                                    uint8_t* out, bool image_end) {
-  if (c == 3) return horizontal_chunks<3>(in, rows, w, t, n, out, image_end);
-  horizontal_chunks<1>(in, rows, w, t, n, out, image_end);
+template <int L>
+TC_SIMD_INLINE void horizontal_lanes(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n,
+                                     uint8_t* out, bool image_end) {
+  if (c == 3) return horizontal_chunks<L, 3>(in, rows, w, t, n, out, image_end);
+  horizontal_chunks<L, 1>(in, rows, w, t, n, out, image_end);
+}
+
+TC_SIMD_16 void horizontal_16(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
+                              bool image_end) {
+  horizontal_lanes<16>(in, rows, w, c, t, n, out, image_end);
+}
+TC_SIMD_8 void horizontal_8(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
+                            bool image_end) {
+  horizontal_lanes<8>(in, rows, w, c, t, n, out, image_end);
+}
+void horizontal_4(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
+                  bool image_end) {
+  horizontal_lanes<4>(in, rows, w, c, t, n, out, image_end);
 }
 
 // The horizontal pass of the window: output columns [left, left + n) of kernel k from rows of w
@@ -483,8 +601,12 @@ TC_SIMD_CLONES void horizontal_pass(const uint8_t* in, int rows, int w, int c, c
 // resample_pass over the window's columns.
 void horizontal_window(const uint8_t* in, int rows, int w, int origin, int c, const Kernel& k, int left, int n,
                        uint8_t* out, bool image_end, HorizontalTaps& taps) {
-  if ((c == 1 || c == 3) && horizontal_taps(k, w, c, origin, left, n, taps))
-    return horizontal_pass(in, rows, w, c, taps, n, out, image_end);
+  const int lanes = simd_lanes();
+  if ((c == 1 || c == 3) && horizontal_taps(k, w, c, origin, left, n, lanes, taps)) {
+    if (lanes == 16) return horizontal_16(in, rows, w, c, taps, n, out, image_end);
+    if (lanes == 8) return horizontal_8(in, rows, w, c, taps, n, out, image_end);
+    return horizontal_4(in, rows, w, c, taps, n, out, image_end);
+  }
   Kernel sub;
   sub.ksize = k.ksize;
   sub.first.assign(k.first.begin() + left, k.first.begin() + left + n);
@@ -497,20 +619,29 @@ void horizontal_window(const uint8_t* in, int rows, int w, int origin, int c, co
 
 // The vertical pass for output rows [top, top + n) of kernel `k`, row by row: each output row is
 // the weighted sum of whole input rows (`in` holds input rows from `row0`, `len` samples each), so
-// every load is contiguous, sixteen samples at a time.
-TC_SIMD_CLONES void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n,
-                                    uint8_t* out) {
+// every load is contiguous, L samples at a time.
+template <int L>
+TC_SIMD_INLINE void vertical_lanes(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n,
+                                   uint8_t* out) {
   for (int y = 0; y < n; ++y) {
     const int o = top + y;
     const int32_t* wt = &k.fixed[static_cast<std::size_t>(o) * k.ksize];
     const uint8_t* rows = in + static_cast<std::ptrdiff_t>(k.first[o] - row0) * len;
     uint8_t* dst = out + static_cast<std::ptrdiff_t>(y) * len;
     int x = 0;
-    for (; x + 16 <= len; x += 16) {
-      Ints16 acc = Ints16{} + kHalf;
-      for (int i = 0; i < k.count[o]; ++i)
-        add_product(acc, rows + static_cast<std::ptrdiff_t>(i) * len + x, Ints16{} + wt[i]);
-      const Bytes16 v = clip_bytes(acc);
+    for (; x + L <= len; x += L) {
+      Ints<L> acc = Ints<L>{} + kHalf;
+      for (int i = 0; i < k.count[o]; ++i) {
+        const uint8_t* p = rows + static_cast<std::ptrdiff_t>(i) * len + x;
+        if constexpr (L == 8) {
+          Ints<L> v;
+          widen8_samples(p, v);
+          acc += v * wt[i];
+        } else {
+          add_widened<L>(acc, load_bytes<L>(p), Ints<L>{} + wt[i]);
+        }
+      }
+      const Bytes<L> v = clip_bytes<L>(acc);
       std::memcpy(dst + x, &v, sizeof v);
     }
     for (; x < len; ++x) {
@@ -519,6 +650,23 @@ TC_SIMD_CLONES void vertical_window(const uint8_t* in, int row0, int len, const 
       dst[x] = clip8(acc);
     }
   }
+}
+
+TC_SIMD_16 void vertical_16(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+  vertical_lanes<16>(in, row0, len, k, top, n, out);
+}
+TC_SIMD_8 void vertical_8(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+  vertical_lanes<8>(in, row0, len, k, top, n, out);
+}
+void vertical_4(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+  vertical_lanes<4>(in, row0, len, k, top, n, out);
+}
+
+void vertical_window(const uint8_t* in, int row0, int len, const Kernel& k, int top, int n, uint8_t* out) {
+  const int lanes = simd_lanes();
+  if (lanes == 16) return vertical_16(in, row0, len, k, top, n, out);
+  if (lanes == 8) return vertical_8(in, row0, len, k, top, n, out);
+  vertical_4(in, row0, len, k, top, n, out);
 }
 
 // What one reader thread reuses from image to image: no allocation per image once warm.
