@@ -89,18 +89,19 @@ py "
 import json
 d = json.load(open('$WORK/run.json'))
 for name, k in (('fast', 1000.0), ('slow', 0.001)):
-    e = dict(d); e['records'] = [dict(r, samples_per_second=r['samples_per_second'] * k) for r in d['records']]
+    e = dict(d); e['records'] = [dict(r, samples_per_second=r['samples_per_second'] * k,
+                                      samples_per_cpu_second=r['samples_per_cpu_second'] * k) for r in d['records']]
     json.dump(e, open('$WORK/%s.json' % name, 'w'))
 "
 run "${SB[@]}" --strategy none,full --baseline "$WORK/fast.json"
 expect_rc 1
-expect_err_re "smart-bench: regression: full: [0-9.]+ -> [0-9.]+ samples/s \(-[0-9.]+%, limit -10.0%\)"
+expect_err_re "smart-bench: regression: full: [0-9.]+ -> [0-9.]+ samples(/s| per CPU-second) \(-[0-9.]+%, limit -10.0%; epochs vary by [0-9.]+% now, [0-9.]+% in the baseline\)"
 run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" -q
 expect_rc 0
 expect_err ""
 # What the gate compared: samples per CPU-second exactly when other processes held the cores in
 # this run (its contention, in --json) and the baseline records it; samples/s otherwise.
-run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" --json -q
+run "${SB[@]}" --strategy none,full --baseline "$WORK/slow.json" --json -q --epochs 4 --compare-anyway
 expect_rc 0
 echo "$out" >"$WORK/gate.json"
 py "
@@ -109,8 +110,25 @@ d = json.load(open('$WORK/gate.json'))
 c = d['contention']
 busy = c is not None and c['competed']
 print(d['gate_measure'] == ('samples_per_cpu_second' if busy else 'samples_per_second'),
-      all(r['cpu_seconds'] > 0 and r['samples_per_cpu_second'] > 0 for r in d['records']))"
-expect_out "True True"
+      all(r['cpu_seconds'] > 0 and r['samples_per_cpu_second'] > 0 for r in d['records']))
+# The gate's figures: each strategy's median over epochs 2.. (the records say what it is), now and in
+# the baseline (the records times 0.001), their noise, the change.
+m = d['gate_measure']
+def med(v):
+    v = sorted(v); n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+b = json.load(open('$WORK/slow.json'))['records']
+for g in d['gate']:
+    now = [r[m] for r in d['records'] if r['strategy'] == g['strategy'] and r['epoch'] > 1]
+    was = [r[m] for r in b if r['strategy'] == g['strategy'] and r['epoch'] > 1]
+    dev = med([abs(x - med(now)) for x in now]) / med(now)
+    t = d['throughput'][m][g['strategy']]
+    print(g['strategy'], abs(g['after'] / med(now) - 1) < 1e-9, abs(g['before'] / med(was) - 1) < 1e-9,
+          abs(g['noise_after'] - dev) < 1e-9, abs(t['median'] / med(now) - 1) < 1e-9, t['epochs'] == len(now),
+          abs(g['change'] - (g['after'] / g['before'] - 1)) < 1e-9, g['regressed'], g['max_regression'])"
+expect_out "True True
+full True True True True True True False 0.1
+none True True True True True True False 0.1"
 # A baseline made with other settings is refused before the run (65) naming them, unless
 # --compare-anyway (issue 85, goal 1: a 128/500 baseline against a 32/100 run read "+207%"):
 # another item count, another preprocessing, another model file (by its SHA-256).

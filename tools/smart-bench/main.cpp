@@ -1,5 +1,6 @@
 // smart-bench: measure what each caching strategy buys on a workload, and gate CI on it.
 // See docs/smart-bench.md.
+#include <algorithm>
 #include <cstdio>
 
 #include "traincache/base/cpu_contention.h"
@@ -145,6 +146,57 @@ json contention_json(const CpuContention& c) {
           {"competed", c.competed()}};
 }
 
+// Per measure (samples/s, samples per CPU-second) and strategy: the median over the epochs after the
+// first, the epochs' noise and how many they were.
+json throughput_json(const json& records) {
+  json out = json::object();
+  for (const char* measure : {"samples_per_second", "samples_per_cpu_second"})
+    for (const auto& [s, t] : bench::throughput_of(records, measure))
+      out[measure][s] = {{"median", t.median}, {"noise", t.noise}, {"epochs", t.epochs}};
+  return out;
+}
+
+json gate_json(const std::vector<bench::Comparison>& comparisons, double max_regression) {
+  json out = json::array();
+  for (const auto& c : comparisons)
+    out.push_back({{"strategy", c.strategy},
+                   {"before", c.before},
+                   {"after", c.after},
+                   {"change", c.change},
+                   {"noise_before", c.noise_before},
+                   {"noise_after", c.noise_after},
+                   {"max_regression", max_regression},
+                   {"regressed", c.regressed}});
+  return out;
+}
+
+// The gate's lines on stderr (a regression always, the rest unless -q); 1 when a strategy regressed.
+// Epochs that vary by more than the limit are said: one run cannot tell such a regression from noise.
+int report_gate(const std::vector<bench::Comparison>& comparisons, const Options& o, const std::string& measure) {
+  const char* unit = measure == "samples_per_second" ? "samples/s" : "samples per CPU-second";
+  int status = 0;
+  for (const auto& c : comparisons) {
+    const double noise = std::max(c.noise_before, c.noise_after);
+    char spread[96];
+    std::snprintf(spread, sizeof spread, "; epochs vary by %.1f%% now, %.1f%% in the baseline", 100 * c.noise_after,
+                  100 * c.noise_before);
+    if (c.regressed) {
+      std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f %s (%+.1f%%, limit -%.1f%%%s)\n", kTool,
+                   c.strategy.c_str(), c.before, c.after, unit, 100 * c.change, 100 * o.max_regression, spread);
+      status = 1;
+    } else if (!o.common.quiet) {
+      std::fprintf(stderr, "%s: %s: %.1f -> %.1f %s (%+.1f%%%s)\n", kTool, c.strategy.c_str(), c.before, c.after, unit,
+                   100 * c.change, spread);
+    }
+    if (noise > o.max_regression / 2 && !o.common.quiet)
+      std::fprintf(stderr,
+                   "%s: warning: %s: its epochs vary by %.1f%%, over half the limit of %.1f%%: a change of that size "
+                   "cannot be told from noise (more --epochs, or a quieter machine)\n",
+                   kTool, c.strategy.c_str(), 100 * noise, 100 * o.max_regression);
+  }
+  return status;
+}
+
 int run(Options& o) {
   o.b.strategies.clear();
   for (const auto& name : cli::split(o.strategies, ',')) {
@@ -188,6 +240,8 @@ int run(Options& o) {
   const CpuContention contention = watch.stop();
   const std::string measure = gate_measure(contention, baseline);
 
+  const auto comparisons = baseline.is_null() ? std::vector<bench::Comparison>{}
+                                              : bench::compare(baseline, records, o.max_regression, measure);
   if (o.common.json) {
     json doc{{"schema", "smart-bench/1"},
              {"version", version_banner(kTool)},
@@ -196,30 +250,18 @@ int run(Options& o) {
              {"contention", contention_json(contention)},
              {"gate_measure", measure},
              {"records", records},
-             {"samples_per_second", bench::throughput(records)}};
+             {"samples_per_second", bench::throughput(records)},
+             {"throughput", throughput_json(records)}};
+    if (!baseline.is_null()) doc["gate"] = gate_json(comparisons, o.max_regression);
     report::print_json(doc);
   }
-
-  int status = 0;
-  if (!baseline.is_null()) {
-    const char* unit = measure == "samples_per_second" ? "samples/s" : "samples per CPU-second";
-    if (measure != "samples_per_second" && !o.common.quiet)
-      std::fprintf(stderr,
-                   "%s: other processes held %.1f of the %u cores on average: compared samples per CPU-second, "
-                   "which they change little, not samples/s\n",
-                   kTool, contention.others_cores, contention.cores);
-    for (const auto& c : bench::compare(baseline, records, o.max_regression, measure)) {
-      if (c.regressed) {
-        std::fprintf(stderr, "%s: regression: %s: %.1f -> %.1f %s (%+.1f%%, limit -%.1f%%)\n", kTool,
-                     c.strategy.c_str(), c.before, c.after, unit, 100 * c.change, 100 * o.max_regression);
-        status = 1;
-      } else if (!o.common.quiet) {
-        std::fprintf(stderr, "%s: %s: %.1f -> %.1f %s (%+.1f%%)\n", kTool, c.strategy.c_str(), c.before, c.after, unit,
-                     100 * c.change);
-      }
-    }
-  }
-  return status;
+  if (baseline.is_null()) return 0;
+  if (measure != "samples_per_second" && !o.common.quiet)
+    std::fprintf(stderr,
+                 "%s: other processes held %.1f of the %u cores on average: compared samples per CPU-second, "
+                 "which they change little, not samples/s\n",
+                 kTool, contention.others_cores, contention.cores);
+  return report_gate(comparisons, o, measure);
 }
 
 }  // namespace

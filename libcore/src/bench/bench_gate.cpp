@@ -1,6 +1,8 @@
 #include "traincache/bench/bench_gate.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <fstream>
 
 #include "traincache/base/error.h"
@@ -8,28 +10,52 @@
 
 namespace traincache::bench {
 
-std::map<std::string, double> throughput(const report::Json& records, const std::string& measure) {
-  std::map<std::string, std::pair<double, int>> later, first;
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::map<std::string, Throughput> throughput_of(const report::Json& records, const std::string& measure) {
+  std::map<std::string, std::vector<double>> later, first;
   for (const auto& r : records) {
     if (!r.contains(measure) || !r.at(measure).is_number()) continue;
     auto& a = r.at("epoch").get<int64_t>() > 1 ? later[r.at("strategy")] : first[r.at("strategy")];
-    a.first += r.at(measure).get<double>();
-    a.second += 1;
+    a.push_back(r.at(measure).get<double>());
   }
+  for (auto& [s, rates] : later) first[s] = rates;
+  std::map<std::string, Throughput> out;
+  for (const auto& [s, rates] : first) {
+    Throughput t;
+    t.median = median_of(rates);
+    t.epochs = static_cast<int>(rates.size());
+    std::vector<double> deviation;
+    for (double r : rates) deviation.push_back(std::fabs(r - t.median));
+    t.noise = t.median > 0 ? median_of(deviation) / t.median : 0;
+    out[s] = t;
+  }
+  return out;
+}
+
+std::map<std::string, double> throughput(const report::Json& records, const std::string& measure) {
   std::map<std::string, double> out;
-  for (auto& [s, a] : first) out[s] = a.first / a.second;
-  for (auto& [s, a] : later) out[s] = a.first / a.second;
+  for (const auto& [s, t] : throughput_of(records, measure)) out[s] = t.median;
   return out;
 }
 
 std::vector<Comparison> compare(const report::Json& baseline_records, const report::Json& records,
                                 double max_regression, const std::string& measure) {
-  auto before = throughput(baseline_records, measure);
+  const auto before = throughput_of(baseline_records, measure);
   std::vector<Comparison> out;
-  for (const auto& [s, rate] : throughput(records, measure)) {
+  for (const auto& [s, now] : throughput_of(records, measure)) {
     auto it = before.find(s);
-    if (it == before.end() || it->second <= 0) continue;
-    Comparison c{s, it->second, rate, rate / it->second - 1, false};
+    if (it == before.end() || it->second.median <= 0) continue;
+    Comparison c{s,    it->second.median, now.median, it->second.noise, now.noise, now.median / it->second.median - 1,
+                 false};
     c.regressed = c.change < -max_regression;
     out.push_back(c);
   }

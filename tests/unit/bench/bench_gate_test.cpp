@@ -19,11 +19,24 @@ Json rec(const char* strategy, int epoch, double rate) {
 
 }  // namespace
 
-CATCH_TEST_CASE("bench gate: throughput averages the epochs after the first, or the only one", "[gate]") {
+CATCH_TEST_CASE("bench gate: throughput is the median of the epochs after the first, or the only one", "[gate]") {
   Json r = Json::array({rec("full", 1, 10), rec("full", 2, 100), rec("full", 3, 200), rec("none", 1, 40)});
   auto t = bench::throughput(r);
   CATCH_CHECK(t.at("full") == 150.0);
   CATCH_CHECK(t.at("none") == 40.0);
+  // One epoch that a busy machine slowed moves neither the median nor the noise; a spread does.
+  r = Json::array({rec("full", 1, 1), rec("full", 2, 100), rec("full", 3, 10), rec("full", 4, 100), rec("full", 5, 101),
+                   rec("smart", 2, 90), rec("smart", 3, 110), rec("smart", 4, 100)});
+  auto s = bench::throughput_of(r);
+  CATCH_CHECK(s.at("full").median == 100.0);
+  CATCH_CHECK(s.at("full").epochs == 4);
+  CATCH_CHECK(s.at("full").noise == Approx(0.005));  // deviations 0, 90, 0, 1: median 0.5
+  CATCH_CHECK(s.at("smart").median == 100.0);
+  CATCH_CHECK(s.at("smart").noise == Approx(0.10));
+  auto c = bench::compare(r, r, 0.10);
+  CATCH_REQUIRE(c.size() == 2);
+  CATCH_CHECK(c[1].noise_before == Approx(0.10));
+  CATCH_CHECK(c[1].noise_after == Approx(0.10));
 }
 
 CATCH_TEST_CASE("bench gate: the gate compares samples per CPU-second where asked, skipping records without it",

@@ -10,18 +10,30 @@
 
 namespace traincache::bench {
 
-/// Mean `measure` (samples_per_second, or samples_per_cpu_second) per strategy over the epochs
-/// after the first (over all epochs when a strategy ran one), from records of smart-bench's fields;
-/// strategies whose records lack it are left out.
+/// One strategy's `measure` over its epochs after the first (over all epochs when it ran one): the
+/// median, robust to one epoch that other processes or the page cache slowed or sped up, and the
+/// noise, the epochs' median absolute deviation from it relative to it (0 with one epoch).
+struct Throughput {
+  double median = 0, noise = 0;
+  int epochs = 0;
+};
+
+/// Throughput per strategy of `measure` (samples_per_second, or samples_per_cpu_second), from
+/// records of smart-bench's fields; strategies whose records lack it are left out.
+std::map<std::string, Throughput> throughput_of(const report::Json& records,
+                                                const std::string& measure = "samples_per_second");
+
+/// The medians of throughput_of().
 std::map<std::string, double> throughput(const report::Json& records,
                                          const std::string& measure = "samples_per_second");
 
 /// One strategy's throughput in the baseline and now.
 struct Comparison {
   std::string strategy;
-  double before = 0, after = 0;
-  double change = 0;       ///< after / before - 1
-  bool regressed = false;  ///< change < -max_regression
+  double before = 0, after = 0;              ///< medians
+  double noise_before = 0, noise_after = 0;  ///< Throughput::noise
+  double change = 0;                         ///< after / before - 1
+  bool regressed = false;                    ///< change < -max_regression
 };
 
 /// Compares every strategy that both runs measured (with a positive baseline), in name order.
