@@ -129,6 +129,25 @@ for g in d['gate']:
 expect_out "True True
 full True True True True True True False 0.1
 none True True True True True True False 0.1"
+# Several baselines are pooled: each strategy's median over all their epochs 2.., so one fast run
+# among three does not fail the gate and two do; each file is checked (the second one named).
+run "${SB[@]}" --strategy none,full --baseline "$WORK/fast.json" "$WORK/slow.json" "$WORK/slow.json" -q
+expect_rc 0
+run "${SB[@]}" --strategy none,full --baseline "$WORK/fast.json" "$WORK/fast.json" "$WORK/slow.json" -q --json
+expect_rc 1
+echo "$out" >"$WORK/gate3.json"
+py "
+import json
+d = json.load(open('$WORK/gate3.json'))
+print(len(d['baselines']), sorted(g['strategy'] for g in d['gate'] if g['regressed']))"
+expect_out "3 ['full', 'none']"
+py "
+import json
+d = json.load(open('$WORK/slow.json')); d['config']['items'] = 7
+json.dump(d, open('$WORK/other-items.json', 'w'))"
+run "${SB[@]}" --strategy full --baseline "$WORK/slow.json" "$WORK/other-items.json"
+expect_rc 65
+expect_err "smart-bench: error: $WORK/other-items.json: made with other settings (items: 7 -> 0); make a new baseline with these, or compare anyway with --compare-anyway"
 # A baseline made with other settings is refused before the run (65) naming them, unless
 # --compare-anyway (issue 85, goal 1: a 128/500 baseline against a 32/100 run read "+207%"):
 # another item count, another preprocessing, another model file (by its SHA-256).

@@ -2,6 +2,7 @@
 // See docs/smart-bench.md.
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "traincache/base/cpu_contention.h"
 #include "traincache/base/interrupt.h"
@@ -83,7 +84,8 @@ report::Record epoch_record(const bench::EpochRecord& r) {
 struct Options {
   cli::CommonOptions common;
   bench::BenchOptions b;
-  std::string strategies = "none,full,stochastic,smart", baseline;
+  std::string strategies = "none,full,stochastic,smart";
+  std::vector<std::string> baselines;
   bool jsonl = false, csv = false, compare_anyway = false;
   double max_regression = 0.10;
 };
@@ -116,16 +118,29 @@ json bench_config(const Options& o) {
           {"seed", b.seed}};
 }
 
-// Error(data) naming what differs when the baseline was made with other settings (unless
+// Error(data) naming what differs when baseline `path` was made with other settings (unless
 // --compare-anyway): its throughput says nothing about this run's.
-void refuse_other_baseline(const Options& o, const json& config) {
-  const auto diffs = bench::config_differences(bench::read_baseline_config(o.baseline), config);
+void refuse_other_baseline(const Options& o, const std::string& path, const json& config) {
+  const auto diffs = bench::config_differences(bench::read_baseline_config(path), config);
   if (diffs.empty() || o.compare_anyway) return;
   std::string list;
   for (const auto& d : diffs) list += (list.empty() ? "" : ", ") + d;
-  throw Error(Exit::data, o.baseline,
+  throw Error(Exit::data, path,
               "made with other settings (" + list +
                   "); make a new baseline with these, or compare anyway with --compare-anyway");
+}
+
+// The records of every --baseline file, pooled (null without one): each strategy's median is then
+// taken over all their epochs, so that one run that came out fast or slow moves it less.
+json read_baselines(const Options& o, const json& config) {
+  json pooled;
+  for (const auto& path : o.baselines) {
+    const json records = bench::read_baseline(path);
+    refuse_other_baseline(o, path, config);
+    if (pooled.is_null()) pooled = json::array();
+    for (const auto& r : records) pooled.push_back(r);
+  }
+  return pooled;
 }
 
 // What the gate compares: samples/s, or samples per CPU-second where other processes held the
@@ -208,12 +223,8 @@ int run(Options& o) {
   }
   o.b.threads = o.common.threads;
   // The model files' digests only where the config is used: --json, or a baseline to compare.
-  const json config = o.common.json || !o.baseline.empty() ? bench_config(o) : json();
-  json baseline;
-  if (!o.baseline.empty()) {
-    baseline = bench::read_baseline(o.baseline);
-    refuse_other_baseline(o, config);
-  }
+  const json config = o.common.json || !o.baselines.empty() ? bench_config(o) : json();
+  const json baseline = read_baselines(o, config);
 
   json records = json::array();
   bool header_done = false;
@@ -252,7 +263,10 @@ int run(Options& o) {
              {"records", records},
              {"samples_per_second", bench::throughput(records)},
              {"throughput", throughput_json(records)}};
-    if (!baseline.is_null()) doc["gate"] = gate_json(comparisons, o.max_regression);
+    if (!baseline.is_null()) {
+      doc["baselines"] = o.baselines;
+      doc["gate"] = gate_json(comparisons, o.max_regression);
+    }
     report::print_json(doc);
   }
   if (baseline.is_null()) return 0;
@@ -321,7 +335,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", b.seed, "Seed of shuffling and random transforms")->capture_default_str();
   app.add_flag("--jsonl", o.jsonl, "One JSON record per line, as each epoch finishes");
   app.add_flag("--csv", o.csv, "CSV with a header line");
-  app.add_option("--baseline", o.baseline, "A previous --json result: exit 1 on a throughput regression");
+  app.add_option("--baseline", o.baselines,
+                 "Previous --json results (one or more, pooled): exit 1 on a throughput regression");
   app.add_flag("--compare-anyway", o.compare_anyway,
                "Compare with a --baseline made with other settings (refused otherwise, naming them)");
   app.add_option("--max-regression", o.max_regression, "Allowed relative drop of samples/s per strategy")
