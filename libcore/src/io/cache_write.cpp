@@ -1,8 +1,6 @@
 // Writing caches: what cache-fill and merge assemble (the columns, the embeddings from their
 // spill files, skipped rows and row digests), and the reading of those last two; the reading and
 // checking of caches is cache_file.cpp's.
-#include "traincache/io/cache_file.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +19,7 @@
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/json_text.h"
+#include "traincache/io/cache_file.h"
 #include "traincache/io/h5.h"
 
 namespace traincache::io::cache {
