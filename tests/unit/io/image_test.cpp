@@ -64,7 +64,7 @@ CATCH_TEST_CASE("PIL's antialiased bilinear resampling", "[image]") {
   CATCH_CHECK(resize_bilinear({0, 200}, 1, 2, 1, 1, 4) == std::vector<uint8_t>{0, 50, 150, 200});
 }
 
-CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then the crop", "[image]") {
+CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then the crop", "[image][simd]") {
   // Photos of mixed sizes and shapes (both orientations, odd sizes, smaller and larger than the
   // output), grey, RGB and RGBA, under the specs people use: the reader resamples only the window
   // the crop keeps, and every sample must equal resize_bilinear's of the whole image, cropped.
@@ -104,7 +104,7 @@ CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then
     }
 }
 
-CATCH_TEST_CASE("photos of many sizes in any order give each photo's own resize", "[image]") {
+CATCH_TEST_CASE("photos of many sizes in any order give each photo's own resize", "[image][simd]") {
   // A reader thread meets sizes in any order, more of them than it keeps kernels for: each photo
   // must still be resampled with its own kernels (a kernel kept for one axis was once replaced by
   // the other axis's while still in use, when the photo before had more than a few other sizes).

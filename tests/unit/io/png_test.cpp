@@ -128,7 +128,8 @@ const auto* bytes(const std::string& s) { return reinterpret_cast<const unsigned
 
 }  // namespace
 
-CATCH_TEST_CASE("a PNG photo decodes to libspng's samples, through libdeflate where the build has it", "[image]") {
+CATCH_TEST_CASE("a PNG photo decodes to libspng's samples, through libdeflate where the build has it",
+                "[image][simd]") {
   CATCH_CHECK(png_direct::available() == static_cast<bool>(TRAINCACHE_EXPECT_PNG_DIRECT));
   const std::vector<std::pair<int, int>> sizes{{375, 500}, {37, 61}, {1, 1}, {64, 7}, {5, 300}};
   for (const auto& [h, w] : sizes)
