@@ -122,17 +122,9 @@ TC_SIMD_INLINE void load_ints(Ints<L>& v, const int32_t* p) {
 // 8-bit samples go to 32-bit lanes and back through 16 bits: GCC 12 converts 8 <-> 32 bits lane by
 // lane, and each half of the way with SIMD instructions.
 
-// acc += the L samples b times w.
 template <int L>
-TC_SIMD_INLINE void add_widened(Ints<L>& acc, Bytes<L> b, const Ints<L>& w) {
-  acc += __builtin_convertvector(__builtin_convertvector(b, typename Lanes<L>::Shorts), Ints<L>) * w;
-}
-// acc += the L samples b times the L weights at w.
-template <int L>
-TC_SIMD_INLINE void add_weighted(Ints<L>& acc, Bytes<L> b, const int32_t* w) {
-  Ints<L> wv;
-  load_ints<L>(wv, w);
-  add_widened<L>(acc, b, wv);
+TC_SIMD_INLINE void widen(Bytes<L> b, Ints<L>& v) {
+  v = __builtin_convertvector(__builtin_convertvector(b, typename Lanes<L>::Shorts), Ints<L>);
 }
 // Eight bytes at p, each to an int32 lane (samples) or an RGB chunk's two pixels spread to four
 // lanes each (rgb), for 8 lanes (AVX2): the bytes broadcast to both halves and picked with zeros
@@ -217,6 +209,26 @@ TC_SIMD_INLINE Bytes<L> spread_rgb(Bytes<L> b) {
   }
 }
 
+// The L samples at p, each to an int32 lane.
+template <int L>
+TC_SIMD_INLINE void widen_samples(const uint8_t* p, Ints<L>& v) {
+  if constexpr (L == 8) {
+    widen8_samples(p, v);
+  } else {
+    widen<L>(load_bytes<L>(p), v);
+  }
+}
+
+// The RGB chunk at p, its L / 4 pixels spread to four int32 lanes each.
+template <int L>
+TC_SIMD_INLINE void widen_rgb(const uint8_t* p, Ints<L>& v) {
+  if constexpr (L == 8) {
+    widen8_rgb(p, v);
+  } else {
+    widen<L>(spread_rgb<L>(load_bytes<L>(p)), v);
+  }
+}
+
 // One output column's accumulator of its RGB chunks: G of them, or t.chunks where G is 0.
 template <int L, int G>
 TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int x, Ints<L>& acc) {
@@ -225,14 +237,10 @@ TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int
   const int chunks = G ? G : t.chunks;
   acc = Ints<L>{};
   for (int g = 0; g < chunks; ++g) {
-    if constexpr (L == 8) {
-      Ints<L> v, w;
-      widen8_rgb(src + g * t.step, v);
-      load_ints<L>(w, wv + g * L);
-      acc += v * w;
-    } else {
-      add_weighted<L>(acc, spread_rgb<L>(load_bytes<L>(src + g * t.step)), wv + g * L);
-    }
+    Ints<L> v, w;
+    widen_rgb<L>(src + g * t.step, v);
+    load_ints<L>(w, wv + g * L);
+    acc += v * w;
   }
 }
 
@@ -295,7 +303,12 @@ TC_SIMD_INLINE int horizontal_grey(const uint8_t* line, const HorizontalTaps& t,
     const uint8_t* src = line + t.offset[x];
     const int32_t* wv = &t.weights[static_cast<std::size_t>(x) * t.chunks * L];
     Ints<L> a = Ints<L>{};
-    for (int g = 0; g < chunks; ++g) add_weighted<L>(a, load_bytes<L>(src + g * t.step), wv + g * L);
+    for (int g = 0; g < chunks; ++g) {
+      Ints<L> v, w;
+      widen_samples<L>(src + g * t.step, v);
+      load_ints<L>(w, wv + g * L);
+      a += v * w;
+    }
     int32_t sum = kHalf;
     for (int i = 0; i < L; ++i) sum += a[i];
     o[x] = clip8(sum);
@@ -415,13 +428,9 @@ TC_SIMD_INLINE void vertical_lanes(const uint8_t* in, int row0, int len, const K
       Ints<L> acc = Ints<L>{} + kHalf;
       for (int i = 0; i < k.count[o]; ++i) {
         const uint8_t* p = rows + static_cast<std::ptrdiff_t>(i) * len + x;
-        if constexpr (L == 8) {
-          Ints<L> v;
-          widen8_samples(p, v);
-          acc += v * wt[i];
-        } else {
-          add_widened<L>(acc, load_bytes<L>(p), Ints<L>{} + wt[i]);
-        }
+        Ints<L> v;
+        widen_samples<L>(p, v);
+        acc += v * wt[i];
       }
       const Bytes<L> v = clip_bytes<L>(acc);
       std::memcpy(dst + x, &v, sizeof v);
