@@ -281,11 +281,16 @@ int open_regular(const std::string& path, bool follow) {
 }
 
 // The rest of `fd`'s bytes; closes it. Error(io) naming `path` on a read error.
+// Read straight into the string, sized from fstat (a file that grows meanwhile is read to its end).
 std::string read_all_and_close(int fd, const std::string& path) {
+  struct stat st {};
   std::string out;
-  char buf[1 << 16];
+  out.resize(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 ? static_cast<std::size_t>(st.st_size) + 1
+                                                                            : std::size_t{1} << 16);
+  std::size_t have = 0;
   while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (have == out.size()) out.resize(out.size() * 2);
+    ssize_t n = ::read(fd, &out[have], out.size() - have);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int err = errno;
@@ -293,9 +298,10 @@ std::string read_all_and_close(int fd, const std::string& path) {
       throw Error(Exit::io, path, errno_text(err));
     }
     if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
+    have += static_cast<std::size_t>(n);
   }
   ::close(fd);
+  out.resize(have);
   return out;
 }
 

@@ -223,7 +223,7 @@ int half_rounded_even(int x) {
 
 // What one reader thread reuses from image to image: no allocation per image once warm.
 struct WindowBuffers {
-  std::vector<uint8_t> rows, window;
+  ByteBuffer rows, window;
   HorizontalTaps taps;
 };
 
@@ -254,7 +254,7 @@ std::pair<int, int> reached(const Kernel* k, int top, int n) {
 // antialiased bilinear, horizontal pass first, 8-bit between the passes) and cropped to the window:
 // only the window's samples are computed, from only the input rows and columns its taps reach, to
 // the same bits as resize_bilinear followed by the crop. Returns the window, oh x ow x c.
-const std::vector<uint8_t>& resize_window(const Image& img, const Window& win, WindowBuffers& buf) {
+const ByteBuffer& resize_window(const Image& img, const Window& win, WindowBuffers& buf) {
   const int h = img.height, w = img.width, c = img.channels;
   const Image::Part part = img.whole() ? Image::Part{0, 0, h, w} : img.part;
   const auto ky = axis_kernel(h, win.rh);
@@ -605,8 +605,8 @@ std::pair<int, int> crop_offsets(const Spec& spec, int h, int w) {
   return {oh > h ? -((oh - h) / 2) : half_rounded_even(h - oh), ow > w ? -((ow - w) / 2) : half_rounded_even(w - ow)};
 }
 
-std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow) {
-  std::vector<uint8_t> cur = in;
+std::vector<uint8_t> resize_bilinear(const uint8_t* in, int h, int w, int c, int oh, int ow) {
+  std::vector<uint8_t> cur(in, in + static_cast<std::size_t>(h) * w * c);
   if (ow != w) {  // horizontal first, as PIL does
     Kernel k = bilinear_kernel(w, ow);
     std::vector<uint8_t> next(static_cast<std::size_t>(h) * ow * c);
@@ -637,7 +637,7 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   // The usual case, a crop inside the resized image: only the crop's samples are resampled.
   if (Window win; crop_window(spec, file_h, file_w, win) && (c == 1 || c == 3 || c == 4)) {
     thread_local WindowBuffers buf;
-    const std::vector<uint8_t>& out = resize_window(img, win, buf);
+    const ByteBuffer& out = resize_window(img, win, buf);
     const std::size_t n = static_cast<std::size_t>(win.oh) * win.ow * c;
     std::size_t i = 0;
     for (int ch = 0; ch < c; ++ch)
@@ -645,12 +645,12 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
     return;
   }
   if (!img.whole()) throw Error(Exit::internal, "resize", "part of an image outside a crop window");
-  const std::vector<uint8_t>* px = &img.samples;
+  const uint8_t* px = img.samples.data();
   std::vector<uint8_t> resized;
   auto [rh, rw] = resized_size(spec, file_h, file_w);
   if (rh != h || rw != w) {
-    resized = resize_bilinear(img.samples, h, w, c, rh, rw);
-    px = &resized;
+    resized = resize_bilinear(img.samples.data(), h, w, c, rh, rw);
+    px = resized.data();
     h = rh;
     w = rw;
   }
@@ -663,7 +663,7 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
       for (int x = 0; x < ow; ++x, ++i) {
         const int sx = x + left;
         const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
-        put(ch, i, inside ? (*px)[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0);
+        put(ch, i, inside ? px[(static_cast<std::size_t>(sy) * w + sx) * c + ch] : 0);
       }
     }
 }

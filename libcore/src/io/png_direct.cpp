@@ -145,7 +145,7 @@ struct Buffers {
 
 bool available() { return true; }
 
-bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples, int& width,
+bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, ByteBuffer& samples, int& width,
             int& height, int& channels) {
   thread_local Buffers b;
   Header h;
@@ -179,7 +179,7 @@ namespace traincache::io::png_direct {
 
 bool available() { return false; }
 
-bool decode(const unsigned char*, std::size_t, int64_t, std::vector<uint8_t>&, int&, int&, int&) { return false; }
+bool decode(const unsigned char*, std::size_t, int64_t, ByteBuffer&, int&, int&, int&) { return false; }
 
 }  // namespace traincache::io::png_direct
 

@@ -88,7 +88,7 @@ CATCH_TEST_CASE("resizing only the crop gives the bits of the whole resize, then
         const auto shape = output_shape(spec, h, w);
         const auto [rh, rw] = resized_size(spec, h, w);
         if (shape[1] > rh || shape[2] > rw) continue;  // a padding crop: the whole-image path
-        const std::vector<uint8_t> whole = resize_bilinear(img.samples, h, w, c, rh, rw);
+        const std::vector<uint8_t> whole = resize_bilinear(img.samples.data(), h, w, c, rh, rw);
         const auto [top, left] = crop_offsets(spec, rh, rw);
         std::vector<uint8_t> want;
         for (int ch = 0; ch < c; ++ch)
@@ -124,7 +124,7 @@ CATCH_TEST_CASE("photos of many sizes in any order give each photo's own resize"
   for (int pick = 0; pick < 400; ++pick) {
     const Image& img = photos[(next() >> 16) % photos.size()];
     const auto [rh, rw] = resized_size(spec, img.height, img.width);
-    const std::vector<uint8_t> whole = resize_bilinear(img.samples, img.height, img.width, 3, rh, rw);
+    const std::vector<uint8_t> whole = resize_bilinear(img.samples.data(), img.height, img.width, 3, rh, rw);
     const auto [top, left] = crop_offsets(spec, rh, rw);
     std::vector<uint8_t> want;
     for (int ch = 0; ch < 3; ++ch)
@@ -555,7 +555,7 @@ CATCH_TEST_CASE("a JPEG decoded reduced (--jpeg-draft) gives the whole reduced d
           const Image whole = turbo_decode_reduced(jpeg, reduce);
           const auto [rh, rw] = resized_size(spec, h, w);
           const std::vector<uint8_t> want =
-              crop_of(resize_bilinear(whole.samples, whole.height, whole.width, 3, rh, rw), rh, rw, 3, spec);
+              crop_of(resize_bilinear(whole.samples.data(), whole.height, whole.width, 3, rh, rw), rh, rw, 3, spec);
           Image img;
           decode_for(reinterpret_cast<const unsigned char*>(jpeg.data()), jpeg.size(), spec, "x.jpg", img);
           std::vector<uint8_t> got(want.size());

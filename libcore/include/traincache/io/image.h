@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "traincache/base/choices.h"
+#include "traincache/base/default_init.h"
 
 namespace traincache::io::image {
 
@@ -22,7 +23,7 @@ const Choices<Channels>& channels_choices();
 /// high byte, as PIL reads them (docs/inputs.md).
 struct Image {
   int height = 0, width = 0, channels = 0;
-  std::vector<uint8_t> samples;
+  ByteBuffer samples;  // resize() does not zero it: the decoder writes every byte
   /// The pixels `samples` holds: rows [top, top + rows) and columns [left, left + cols) of the
   /// image, `rows` 0 when it holds all of it. Only decode_for() decodes part of an image, and only
   /// preprocess() and preprocess_pixels() take such a part.
@@ -149,6 +150,9 @@ std::vector<int32_t> bilinear_weights(int in, int out);
 /// Resamples an interleaved h x w x c 8-bit image to oh x ow with PIL's antialiased bilinear
 /// filter (the support widens with the scale factor), in PIL's fixed point: every pass rounds and
 /// clips to 8 bits, so the result is PIL's to the bit.
-std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow);
+std::vector<uint8_t> resize_bilinear(const uint8_t* in, int h, int w, int c, int oh, int ow);
+inline std::vector<uint8_t> resize_bilinear(const std::vector<uint8_t>& in, int h, int w, int c, int oh, int ow) {
+  return resize_bilinear(in.data(), h, w, c, oh, ow);
+}
 
 }  // namespace traincache::io::image

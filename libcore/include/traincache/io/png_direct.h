@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "traincache/base/default_init.h"
+
 namespace traincache::io::png_direct {
 
 /// Whether this build has the path (libdeflate found at build time).
@@ -20,7 +22,7 @@ bool available();
 /// width x channels bytes) into `samples`, its size and channels (1 or 3) set; false for any other
 /// file (`samples` may have been written to, nothing else set). `max_pixels` bounds width x height (a larger image:
 /// false, so that the caller's own check names it).
-bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, std::vector<uint8_t>& samples, int& width,
+bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, ByteBuffer& samples, int& width,
             int& height, int& channels);
 
 }  // namespace traincache::io::png_direct
