@@ -627,6 +627,19 @@ std::vector<uint8_t> resize_bilinear(const uint8_t* in, int h, int w, int c, int
 
 namespace {
 
+// Interleaved pixels of C channels handed to put(channel, index, sample) in C, H, W order, a pixel
+// at a time (one pass over the bytes, C output streams; a pass a channel took twice as long).
+template <int C, class Put>
+void put_planes(const uint8_t* px, std::size_t pixels, Put put) {
+  static_assert(C >= 1 && C <= 4, "1 to 4 channels");
+  for (std::size_t p = 0; p < pixels; ++p, px += C) {  // the channels unrolled: GCC -O2 does not
+    put(0, p, px[0]);
+    if constexpr (C > 1) put(1, pixels + p, px[1]);
+    if constexpr (C > 2) put(2, 2 * pixels + p, px[2]);
+    if constexpr (C > 3) put(3, 3 * pixels + p, px[3]);
+  }
+}
+
 // Resize and center crop of `img` as `spec` asks, each output sample (C, H, W order) handed to
 // put(channel, index, value): the 8-bit sample, or nullopt where the crop pads.
 template <class Put>
@@ -638,11 +651,10 @@ void resize_and_crop(const Image& img, const Spec& spec, Put put) {
   if (Window win; crop_window(spec, file_h, file_w, win) && (c == 1 || c == 3 || c == 4)) {
     thread_local WindowBuffers buf;
     const ByteBuffer& out = resize_window(img, win, buf);
-    const std::size_t n = static_cast<std::size_t>(win.oh) * win.ow * c;
-    std::size_t i = 0;
-    for (int ch = 0; ch < c; ++ch)
-      for (std::size_t p = static_cast<std::size_t>(ch); p < n; p += c, ++i) put(ch, i, out[p]);
-    return;
+    const std::size_t pixels = static_cast<std::size_t>(win.oh) * win.ow;
+    if (c == 3) return put_planes<3>(out.data(), pixels, put);
+    if (c == 1) return put_planes<1>(out.data(), pixels, put);
+    return put_planes<4>(out.data(), pixels, put);
   }
   if (!img.whole()) throw Error(Exit::internal, "resize", "part of an image outside a crop window");
   const uint8_t* px = img.samples.data();
