@@ -8,6 +8,9 @@
 #include <cstring>
 
 #include "simd_clones.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include "traincache/io/image.h"
 
 namespace traincache::io::image {
@@ -164,6 +167,29 @@ TC_SIMD_INLINE Bytes<L> clip_bytes(const Ints<L>& sum) {
 
 TC_SIMD_INLINE uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kResampleBits, 0, 255)); }
 
+// The pmaddwd layout of 8-lane RGB taps (t.weights: chunks of two pixels, four lanes a pixel): per
+// column and pair of chunks (four pixels), 16 int16 of the weights' high parts (w >> 11) and 16 of
+// their low 11 bits, each half of 8 pairing two pixels: [w0 w1 w0 w1 w0 w1 0 0 | w2 w3 w2 w3 ...],
+// for samples laid out [R0 R1 G0 G1 B0 B1 0 0 | R2 R3 ...]. sum(s * w) = (sum(s * hi) << 11) +
+// sum(s * lo) exactly: a weight is at most 1 << 22, so its high part fits 16 bits, and each
+// product and pair sum fits 32.
+void pair_weights(HorizontalTaps& t, int n) {
+  t.pair_weights.assign(static_cast<std::size_t>(n) * t.pairs * 32, 0);
+  for (int x = 0; x < n; ++x)
+    for (int g = 0; g < t.pairs; ++g) {
+      const int32_t* v = &t.weights[(static_cast<std::size_t>(x) * t.chunks + 2 * g) * 8];  // two chunks
+      int16_t* hl = &t.pair_weights[(static_cast<std::size_t>(x) * t.pairs + g) * 32];
+      for (int half = 0; half < 2; ++half)         // pixels 0, 1 and 2, 3 of the pair
+        for (int p = 0; p < 2; ++p) {              // the pixel within its chunk
+          const int32_t wt = v[half * 8 + p * 4];  // its R lane (G and B hold the same weight)
+          for (int ch = 0; ch < 3; ++ch) {
+            hl[half * 8 + ch * 2 + p] = static_cast<int16_t>(wt >> 11);
+            hl[16 + half * 8 + ch * 2 + p] = static_cast<int16_t>(wt & 0x7FF);
+          }
+        }
+    }
+}
+
 // Chunks of taps a column may have, with 16 lanes (RGB: 32 taps, downscaling by up to about 15,
 // 4000 x 3000 to 256); as many taps with fewer lanes.
 constexpr int kMaxChunks16 = 8;
@@ -177,6 +203,13 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
   const int taps = *std::max_element(k.count.begin() + left, k.count.begin() + left + n);
   t.lanes = lanes;
   t.chunks = (taps + per_chunk - 1) / per_chunk;
+  t.pairs = 0;
+#if defined(__x86_64__)
+  if (lanes == 8 && c == 3) {  // pairs of two-pixel chunks: the pmaddwd layout (pair_weights below)
+    t.pairs = (taps + 3) / 4;
+    t.chunks = 2 * t.pairs;
+  }
+#endif
   t.step = per_chunk * c;
   const int span = t.chunks * per_chunk;  // pixels the chunks cover
   if (t.chunks > kMaxChunks16 * 16 / lanes || w < span) return false;
@@ -193,6 +226,7 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
         v[(tap % per_chunk) * spread + ch] = k.fixed[static_cast<std::size_t>(col) * k.ksize + i];
     }
   }
+  if (t.pairs) pair_weights(t, n);
   return true;
 }
 
@@ -416,12 +450,80 @@ TC_SIMD_INLINE void horizontal_lanes(const uint8_t* in, int rows, int w, int c, 
   horizontal_chunks<L, 1>(in, rows, w, t, n, out, image_end);
 }
 
+#if defined(__x86_64__)
+// 8-lane RGB rows with pmaddwd (AVX2): a column's taps four pixels at a time, one 16-byte load
+// spread to 16-bit lanes that pair two pixels' samples (pair_weights' layout) and multiplied by the
+// weights' high and low halves, each product pair summed by the instruction. Two pmaddwd cover the
+// four pixels two int32 multiplies covered in two chunks, with half the loads and spreads. The sums
+// come out as the chunked path's (two pixels of four lanes), for store_rgb4. Intrinsics: pmaddwd has
+// no vector-extension form, and they need this function's own target (not the template chain's).
+template <int P>  // the pairs, unrolled; 0: t.pairs, looped
+TC_SIMD_8 TC_SIMD_INLINE void pair_column(const uint8_t* src, const int16_t* wv, int pairs, Ints<8>& sum) {
+  const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
+                                          6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+  for (int g = 0; g < (P ? P : pairs); ++g) {
+    const __m256i px = _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 12 * g))), spread);
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wv + 32 * g))));
+    lo = _mm256_add_epi32(
+        lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wv + 32 * g + 16))));
+  }
+  const __m256i all = _mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo);
+  std::memcpy(&sum, &all, sizeof sum);
+}
+
+template <int P>
+TC_SIMD_8 void pair_rows(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
+                         bool image_end) {
+  const std::size_t per_column = static_cast<std::size_t>(t.pairs) * 32;
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * 3;
+    uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * 3;
+    int safe = n;  // a pair's load reads 16 bytes: not past the image's last one
+    if (image_end && r == rows - 1)
+      while (safe > 0 && t.offset[safe - 1] + (t.pairs - 1) * 12 + 16 > w * 3) --safe;
+    const int* offset = t.offset.data();
+    const int16_t* wv = t.pair_weights.data();
+    int x = 0;
+    for (; x + 4 <= safe; x += 4) {
+      Ints<8> a0, a1, a2, a3;
+      pair_column<P>(line + offset[x], wv + x * per_column, t.pairs, a0);
+      pair_column<P>(line + offset[x + 1], wv + (x + 1) * per_column, t.pairs, a1);
+      pair_column<P>(line + offset[x + 2], wv + (x + 2) * per_column, t.pairs, a2);
+      pair_column<P>(line + offset[x + 3], wv + (x + 3) * per_column, t.pairs, a3);
+      store_rgb4(a0, a1, a2, a3, o + x * 3, x + 8 <= n);
+    }
+    horizontal_exact(line, t, 3, x, n, o);
+  }
+}
+
+TC_SIMD_8 void horizontal_rgb_pairs(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
+                                    bool image_end) {
+  switch (t.pairs) {
+    case 1:
+      return pair_rows<1>(in, rows, w, t, n, out, image_end);
+    case 2:
+      return pair_rows<2>(in, rows, w, t, n, out, image_end);
+    case 3:
+      return pair_rows<3>(in, rows, w, t, n, out, image_end);
+    case 4:
+      return pair_rows<4>(in, rows, w, t, n, out, image_end);
+    default:
+      return pair_rows<0>(in, rows, w, t, n, out, image_end);
+  }
+}
+#endif
+
 TC_SIMD_16 void horizontal_16(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
                               bool image_end) {
   horizontal_lanes<16>(in, rows, w, c, t, n, out, image_end);
 }
 TC_SIMD_8 void horizontal_8(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
                             bool image_end) {
+#if defined(__x86_64__)
+  if (t.pairs) return horizontal_rgb_pairs(in, rows, w, t, n, out, image_end);
+#endif
   horizontal_lanes<8>(in, rows, w, c, t, n, out, image_end);
 }
 void horizontal_4(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,

@@ -38,6 +38,10 @@ struct HorizontalTaps {
   int lanes = 0, chunks = 0, step = 0;
   std::vector<int> offset;
   std::vector<int32_t> weights;
+  // RGB with 8 lanes on x86-64: the same taps in chunks of four pixels (pairs), each weight split
+  // into 16-bit halves for pmaddwd (resample.cpp, horizontal_rgb_pairs); `pairs` 0 otherwise.
+  int pairs = 0;
+  std::vector<int16_t> pair_weights;
 };
 
 // The horizontal pass of the window: output columns [left, left + n) of kernel k from rows of w
