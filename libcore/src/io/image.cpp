@@ -628,7 +628,7 @@ std::vector<uint8_t> resize_bilinear(const uint8_t* in, int h, int w, int c, int
 namespace {
 
 // Interleaved pixels of C channels handed to put(channel, index, sample) in C, H, W order, a pixel
-// at a time (one pass over the bytes, C output streams; a pass a channel took twice as long).
+// at a time (one pass over the bytes, C output streams; a pass a channel ran twice the instructions).
 template <int C, class Put>
 void put_planes(const uint8_t* px, std::size_t pixels, Put put) {
   static_assert(C >= 1 && C <= 4, "1 to 4 channels");
