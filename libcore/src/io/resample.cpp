@@ -129,9 +129,9 @@ template <int L>
 TC_SIMD_INLINE void widen(Bytes<L> b, Ints<L>& v) {
   v = __builtin_convertvector(__builtin_convertvector(b, typename Lanes<L>::Shorts), Ints<L>);
 }
-// Eight bytes at p, each to an int32 lane (samples) or an RGB chunk's two pixels spread to four
-// lanes each (rgb), for 8 lanes (AVX2): the bytes broadcast to both halves and picked with zeros
-// inside each half, three instructions where converting through 16 bits takes eight.
+// Eight bytes at p, each to an int32 lane, for 8 lanes (AVX2): the bytes broadcast to both halves
+// and picked with zeros inside each half, three instructions where converting through 16 bits
+// takes eight.
 typedef uint64_t Quads __attribute__((vector_size(32)));
 typedef uint8_t Bytes32 __attribute__((vector_size(32)));
 TC_SIMD_INLINE void broadcast8(const uint8_t* p, Bytes32& b) {
@@ -146,14 +146,6 @@ TC_SIMD_INLINE void widen8_samples(const uint8_t* p, Ints<8>& v) {
   broadcast8(p, b);
   b = __builtin_shufflevector(b, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 3, 32, 32, 32, 20, 48, 48, 48, 21, 48,
                               48, 48, 22, 48, 48, 48, 23, 48, 48, 48);
-  std::memcpy(&v, &b, sizeof v);
-}
-TC_SIMD_INLINE void widen8_rgb(const uint8_t* p, Ints<8>& v) {
-  const Bytes32 z = {};
-  Bytes32 b;
-  broadcast8(p, b);
-  b = __builtin_shufflevector(b, z, 0, 32, 32, 32, 1, 32, 32, 32, 2, 32, 32, 32, 2, 32, 32, 32, 19, 48, 48, 48, 20, 48,
-                              48, 48, 21, 48, 48, 48, 21, 48, 48, 48);
   std::memcpy(&v, &b, sizeof v);
 }
 // Sums with the rounding half added, as L bytes: shifted to 8 bits and clipped, as PIL's clip8.
@@ -256,11 +248,7 @@ TC_SIMD_INLINE void widen_samples(const uint8_t* p, Ints<L>& v) {
 // The RGB chunk at p, its L / 4 pixels spread to four int32 lanes each.
 template <int L>
 TC_SIMD_INLINE void widen_rgb(const uint8_t* p, Ints<L>& v) {
-  if constexpr (L == 8) {
-    widen8_rgb(p, v);
-  } else {
-    widen<L>(spread_rgb<L>(load_bytes<L>(p)), v);
-  }
+  widen<L>(spread_rgb<L>(load_bytes<L>(p)), v);
 }
 
 // One output column's accumulator of its RGB chunks: G of them, or t.chunks where G is 0.
@@ -346,22 +334,12 @@ TC_SIMD_INLINE void store_rgb4(const Ints<8>& a0, const Ints<8>& a1, const Ints<
   }
 }
 
-// Output columns [0, to) of one RGB row, L / 4 at a time (four with 8 lanes): their accumulators
-// folded together, rounded, clipped and stored.
+// Output columns [0, to) of one RGB row, L / 4 at a time: their accumulators folded together,
+// rounded, clipped and stored. (8-lane RGB on x86-64 goes through pair_rows instead.)
 template <int L, int G>
 TC_SIMD_INLINE int horizontal_rgb(const uint8_t* line, const HorizontalTaps& t, int to, uint8_t* o) {
   constexpr int kColumns = L / 4;
   int x = 0;
-  if constexpr (L == 8) {
-    for (; x + 4 <= to; x += 4) {
-      Ints<8> a0, a1, a2, a3;
-      rgb_column<L, G>(line, t, x, a0);
-      rgb_column<L, G>(line, t, x + 1, a1);
-      rgb_column<L, G>(line, t, x + 2, a2);
-      rgb_column<L, G>(line, t, x + 3, a3);
-      store_rgb4(a0, a1, a2, a3, o + x * 3, x + 8 <= to);
-    }
-  }
   for (; x + kColumns <= to; x += kColumns) {
     Ints<L> a[kColumns], sum;
     for (int p = 0; p < kColumns; ++p) rgb_column<L, G>(line, t, x + p, a[p]);
@@ -522,9 +500,11 @@ TC_SIMD_16 void horizontal_16(const uint8_t* in, int rows, int w, int c, const H
 TC_SIMD_8 void horizontal_8(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
                             bool image_end) {
 #if defined(__x86_64__)
-  if (t.pairs) return horizontal_rgb_pairs(in, rows, w, t, n, out, image_end);
-#endif
+  if (c == 3) return horizontal_rgb_pairs(in, rows, w, t, n, out, image_end);  // horizontal_taps laid out pairs
+  horizontal_chunks<8, 1>(in, rows, w, t, n, out, image_end);
+#else
   horizontal_lanes<8>(in, rows, w, c, t, n, out, image_end);
+#endif
 }
 void horizontal_4(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
                   bool image_end) {
