@@ -302,12 +302,13 @@ TC_SIMD_INLINE void store_rgb(Bytes<L> v, uint8_t* o, bool whole) {
   }
 }
 
-// Four RGB columns' accumulators of 8 lanes (a chunk's two pixels, four lanes each) stored as 12
-// bytes: columns 0 and 2 folded into one vector and 1 and 3 into another, so that one rounding and
-// clipping serves two columns; then each value is a byte, the second vector's moved to the second
-// byte of its lane, and one in-lane byte shuffle lays out columns 0, 1 in the low half and 2, 3 in
-// the high half, stored as 6 bytes each. (GCC's conversion of int32 lanes to bytes takes twice the
-// instructions.) `whole`: 2 bytes past the 12 may be written (the next columns' store replaces them).
+// Four RGB columns' sums of 8 lanes (pair_column's: two partial sums of the column, four lanes
+// each, R, G, B and a spare) stored as 12 bytes: columns 0 and 2 folded into one vector and 1 and
+// 3 into another, so that one rounding and clipping serves two columns; then each value is a byte,
+// the second vector's moved to the second byte of its lane, and one in-lane byte shuffle lays out
+// columns 0, 1 in the low half and 2, 3 in the high half, stored as 6 bytes each. (GCC's conversion
+// of int32 lanes to bytes takes twice the instructions.) `whole`: 2 bytes past the 12 may be
+// written (the next columns' store replaces them).
 TC_SIMD_INLINE void store_rgb4(const Ints<8>& a0, const Ints<8>& a1, const Ints<8>& a2, const Ints<8>& a3, uint8_t* o,
                                bool whole) {
   Ints<8> c02 = __builtin_shufflevector(a0, a2, 0, 1, 2, 3, 8, 9, 10, 11) +
@@ -432,9 +433,10 @@ TC_SIMD_INLINE void horizontal_lanes(const uint8_t* in, int rows, int w, int c, 
 // 8-lane RGB rows with pmaddwd (AVX2): a column's taps four pixels at a time, one 16-byte load
 // spread to 16-bit lanes that pair two pixels' samples (pair_weights' layout) and multiplied by the
 // weights' high and low halves, each product pair summed by the instruction. Two pmaddwd cover the
-// four pixels two int32 multiplies covered in two chunks, with half the loads and spreads. The sums
-// come out as the chunked path's (two pixels of four lanes), for store_rgb4. Intrinsics: pmaddwd has
-// no vector-extension form, and they need this function's own target (not the template chain's).
+// four pixels two int32 multiplies covered in two chunks, with half the loads and spreads. The sum
+// comes out as two partial sums of four lanes (pixels 0, 1 and 2, 3), for store_rgb4. Intrinsics:
+// pmaddwd has no vector-extension form, and they need this function's own target (not the
+// template chain's).
 template <int P>  // the pairs, unrolled; 0: t.pairs, looped
 TC_SIMD_8 TC_SIMD_INLINE void pair_column(const uint8_t* src, const int16_t* wv, int pairs, Ints<8>& sum) {
   const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,  //
