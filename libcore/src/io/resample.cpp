@@ -388,15 +388,21 @@ TC_SIMD_INLINE void horizontal_exact(const uint8_t* line, const HorizontalTaps& 
   }
 }
 
+// The first of the n columns whose loads, `reach` bytes from the column's first byte, run past a
+// row of `end` bytes (n when none does): the columns before it are safe to load on the image's last row.
+TC_SIMD_INLINE int columns_inside(const HorizontalTaps& t, int n, int reach, int end) {
+  while (n > 0 && t.offset[n - 1] + reach > end) --n;
+  return n;
+}
+
 template <int L, int C, int G>
 TC_SIMD_INLINE void horizontal_rows(const uint8_t* in, int rows, int w, const HorizontalTaps& t, int n, uint8_t* out,
                                     bool image_end) {
   for (int r = 0; r < rows; ++r) {
     const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * C;
     uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * C;
-    int safe = n;  // a chunk reads its L bytes: not past the image's last one
-    if (image_end && r == rows - 1)
-      while (safe > 0 && t.offset[safe - 1] + (t.chunks - 1) * t.step + L > w * C) --safe;
+    // a chunk reads its L bytes: not past the image's last one
+    const int safe = image_end && r == rows - 1 ? columns_inside(t, n, (t.chunks - 1) * t.step + L, w * C) : n;
     int done = 0;
     if constexpr (C == 3) {
       done = horizontal_rgb<L, G>(line, t, safe, o);
@@ -460,9 +466,8 @@ TC_SIMD_8 void pair_rows(const uint8_t* in, int rows, int w, const HorizontalTap
   for (int r = 0; r < rows; ++r) {
     const uint8_t* line = in + static_cast<std::ptrdiff_t>(r) * w * 3;
     uint8_t* o = out + static_cast<std::ptrdiff_t>(r) * n * 3;
-    int safe = n;  // a pair's load reads 16 bytes: not past the image's last one
-    if (image_end && r == rows - 1)
-      while (safe > 0 && t.offset[safe - 1] + (t.pairs - 1) * 12 + 16 > w * 3) --safe;
+    // a pair's load reads 16 bytes: not past the image's last one
+    const int safe = image_end && r == rows - 1 ? columns_inside(t, n, (t.pairs - 1) * 12 + 16, w * 3) : n;
     const int* offset = t.offset.data();
     const int16_t* wv = t.pair_weights.data();
     int x = 0;
