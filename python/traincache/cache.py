@@ -17,8 +17,10 @@ class CacheDataset(torch.utils.data.Dataset):
     in this order: each embedding named in `embeddings`, then the label, then the key.
 
     embeddings: a name, a list of names, or None for every encoder of the cache (file order).
-    labels:     None (default) includes the label when the cache has labels; True requires them;
-                False leaves them out.
+    labels:     None (default) includes the label when the cache has labels (its first label
+                column, /labels); True requires them; False leaves them out; a name picks that label
+                column (cache-fill --labels NAME=SOURCE,...; ValueError naming the cache's columns
+                when it has none of that name).
     keys:       True adds the row's key: its stored key (str for string keys, int for integer keys)
                 or, for caches made without --key, the input row number (row_start + i), as
                 cache-inspect shows it.
@@ -61,6 +63,15 @@ class CacheDataset(torch.utils.data.Dataset):
         if labels and not has_labels:
             raise ValueError(f"{self.path}: the cache has no labels (cache-fill ran without --labels); "
                              "use labels=False")
+        self._label_dataset = "labels"
+        if isinstance(labels, str):
+            columns = {c["name"]: c["dataset"] for c in desc["label_columns"]}
+            if labels not in columns:
+                raise ValueError(f"{self.path}: no label column named {labels!r} "
+                                 f"(the cache has {', '.join(columns) or 'none'})")
+            self._label_dataset = columns[labels].lstrip("/")
+        elif labels is not None and not isinstance(labels, bool):
+            raise TypeError(f"{self.path}: labels must be None, a bool or a label column's name, not {labels!r}")
         self.cache_rows, self.row_start = desc["rows"], desc["row_start"]
         self._rows = None if rows is None else self._checked_rows(rows)
         self.rows = self.cache_rows if self._rows is None else len(self._rows)
@@ -140,7 +151,7 @@ class CacheDataset(torch.utils.data.Dataset):
         f = self._handle()
         columns = [self._read(f[f"embeddings/{n}"], idx) for n in self.embeddings]
         if self.labels:
-            columns.append(self._read(f["labels"], idx))
+            columns.append(self._read(f[self._label_dataset], idx))
         parts = [[torch.from_numpy(np.asarray(c[j])) for j in range(len(idx))] for c in columns]
         if self.keys:
             parts.append(self._keys(f, idx))

@@ -1,4 +1,5 @@
-"""CacheDataset over every kind of cache cache-fill writes (with and without labels, string,
+"""CacheDataset over every kind of cache cache-fill writes (with and without labels, several label
+columns picked by name, string,
 integer and no keys, one and two encoders, float16, one made by --update), compared with the h5py recipe of
 docs/cache-format.md run on the same file;
 a DataLoader with 2 workers (fork and spawn) yields exactly those rows; info() is cache-inspect's
@@ -67,7 +68,31 @@ def updated_reads_like_a_full_fill():
        "an updated cache: every item's label and key equal the full fill's")
 
 
+def label_columns_by_name():
+    """A cache with several label columns (cache-fill --labels labels,NAME=TABLE:FIELD): labels=NAME
+    gives that column, joined on the keys (the table's rows in another order, one key it does not
+    use); the default is the first; an unknown name is refused naming the cache's columns."""
+    with h5py.File(images, "r") as src:
+        y, k = src["labels"][()], [s.decode() for s in src["skeys"][()]]
+    table = os.path.join(WORK, "parity.csv")
+    words = {k[i]: ("odd" if y[i] % 2 else "even") for i in range(len(k))}
+    with open(table, "w") as f:
+        f.write("key,parity\nnot-a-key,prime\n" + "".join(f"{key},{words[key]}\n" for key in reversed(k)))
+    path = cache_fill("columns.h5", "--input", images, "--encoder", f"cnn={DATA}/cnn.pt", "--features", "images",
+                      "--key", "skeys", "--labels", f"labels,p={table}:parity", "--rows", "0:64")
+    names = ["even", "odd", "prime"]  # a manifest's string labels, numbered in sorted order
+    want = [names.index(words[key]) for key in k[:64]]
+    eq([int(item[1]) for item in CacheDataset(path, labels="p")], want, "labels='p': the joined column")
+    eq([int(item[1]) for item in CacheDataset(path)], [int(v) for v in y[:64]], "the default: the first column")
+    eq([int(item[1]) for item in CacheDataset(path, labels="p").subset(range(3, 7))], want[3:7], "a subset keeps it")
+    raises(lambda: CacheDataset(path, labels="parity"), ValueError,
+           f"{path}: no label column named 'parity' (the cache has labels, p)")
+    raises(lambda: CacheDataset(path, labels=3), TypeError,
+           f"{path}: labels must be None, a bool or a label column's name, not 3")
+
+
 def main():
+    label_columns_by_name()
     labelled = cache_fill("labelled.h5", "--input", images, "--encoder", f"cnn={DATA}/cnn.pt", "--features", "images",
                           "--labels", "labels", "--key", "skeys")
     int_keys = cache_fill("intkeys.h5", "--input", images, "--encoder", f"mlp={DATA}/mlp.pt", "--features", "vec",

@@ -33,6 +33,7 @@ struct Options {
   std::vector<std::string> export_to;  // FORMAT DIR
   int64_t rows_per_file = 1000000;
   bool normalize = false;
+  std::string labels;  // --export's label column
 };
 
 // Each result's fields are declared once (the summary's and the statistics' in describe.h): --json
@@ -128,6 +129,7 @@ int export_files(const Options& o) {
   e.dir = o.export_to[1];
   e.rows_per_file = o.rows_per_file;
   e.normalize = o.normalize;
+  e.labels = o.labels;
   const auto r = io::cache::export_npy(e);
   if (r.stale_removed > 0 && !o.common.quiet)
     cli::print_warning(kTool, e.dir + ": removed " + std::to_string(r.stale_removed) +
@@ -286,6 +288,9 @@ int main(int argc, char** argv) {
   app.add_flag("--normalize", o.normalize,
                "With --export: scale each vector to unit L2 norm (along the last axis) and write float32, "
                "for inner-product search")
+      ->needs(exp);
+  app.add_option("--labels", o.labels,
+                 "With --export: the label column written as each row's label, by name (default: the first)")
       ->needs(exp);
   app.add_option("--head", o.head, "Print the first N rows")->check(cli::positive_integer())->excludes(check);
   app.add_option("--seed", o.seed, "Seed of the --verify row sample")->capture_default_str();

@@ -265,7 +265,8 @@ void add_input_options(CLI::App& app, Options& o) {
                  "strings or JSON lists of k strings")
       ->group(g_raw);
   app.add_option("--labels", t.labels,
-                 "Label dataset or manifest field: train the --query side grouped by label (no --passage)")
+                 "Label dataset or manifest field: train the --query side grouped by label (no --passage); "
+                 "with --cache, the cache's label column of that name (default: its first)")
       ->group(g_raw);
   app.add_option("--encoder", t.encoder, "TorchScript encoder for both sides (tied)")->group(g_raw);
   app.add_option("--query-encoder", t.query_encoder, "TorchScript query encoder (separate)")->group(g_raw);

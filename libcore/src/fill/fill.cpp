@@ -143,7 +143,8 @@ void publish(FillRun& p) {
   spec.out_path = p.out;
   spec.rows = p.plan.rows();
   spec.row_start = p.plan.begin;
-  if (in.labels) spec.labels = in.labels->col;
+  for (const auto& l : in.labels)  // source: the column's own name, or a key table's TABLE:FIELD
+    spec.labels.push_back({l.spec.name, l.spec.table.empty() ? l.in.info().name : l.spec.source, l.in.col});
   if (in.keys) spec.keys = in.keys->col;
   spec.skipped = journal.skipped;
   if (update)  // the journal counts the rows it encoded: each is a row of the new input

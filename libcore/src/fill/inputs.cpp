@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <tuple>
 
 #include "traincache/base/cores.h"
@@ -73,7 +74,9 @@ std::vector<std::string> named_fields(const FillOptions& opts) {
     add(e.features);
     add(e.text);
   }
-  add({labels_name(opts), keys_name(opts)});
+  for (const auto& l : label_specs(opts))
+    if (l.table.empty()) add({l.source});
+  add({keys_name(opts)});
   return out;
 }
 
@@ -92,6 +95,60 @@ std::string tar_defaults(const FillOptions& opts, Inputs& in, io::source::FileOp
   if (std::find(files.sample_fields.begin(), files.sample_fields.end(), fields.images[0]) == files.sample_fields.end())
     files.sample_fields.push_back(fields.images[0]);
   return fields.images[0];
+}
+
+// The column that decides the input's rows: its first feature column, else its first text field.
+const io::source::Column& first_column(const Inputs& in) {
+  return in.features.empty() ? *in.texts.begin()->second.col : *in.features.begin()->second.col;
+}
+
+// Column `name` of the input (or a file of its own) for labels or keys, of a dtype the cache stores.
+Input stored_column(const FillOptions& opts, const std::string& name, const io::source::FileOptions& files,
+                    io::source::Role role) {
+  Input d{io::source::open_column(opts.input, name, files, role)};
+  if (d.info().dtype == DType::other)
+    throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
+  return d;
+}
+
+// A key table's only field besides `key` (--labels TABLE without :FIELD).
+std::string only_field(const LabelSpec& l) {
+  if (io::source::kind_of(l.table) != io::source::Kind::manifest)
+    throw Error(Exit::usage, "--labels", l.table + ": name the member to read (" + l.table + ":MEMBER)");
+  std::vector<std::string> fields;
+  for (const auto& f : io::source::manifest_fields(l.table))
+    if (f != "key") fields.push_back(f);
+  if (fields.size() != 1)
+    throw Error(Exit::usage, "--labels",
+                l.table + ": name the field to read (" + l.table + ":FIELD; it has " + name_list(fields) + ")");
+  return fields[0];
+}
+
+// The keys (--key, or the input's), then every label column: the input's own in its row order, a
+// key table's joined on the keys (or on the row numbers without keys).
+void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions& files, Inputs& in) {
+  if (const std::string name = keys_name(opts); !name.empty()) {
+    in.keys = stored_column(opts, name, files, io::source::Role::value);
+    const auto& ki = in.keys->info();
+    if (ki.shape.size() != 1 || !(is_integer(ki.dtype) || ki.dtype == DType::string))
+      throw Error(Exit::data, opts.input, "key dataset '" + name + "' must be 1-D integers or strings");
+  }
+  std::vector<std::string> keys;
+  for (LabelSpec l : label_specs(opts)) {
+    if (l.table.empty()) {
+      in.labels.push_back({l, stored_column(opts, l.source, files, io::source::Role::labels)});
+      continue;
+    }
+    if (l.field.empty()) l.field = only_field(l);
+    if (l.name.empty()) l.name = l.field;
+    if (keys.empty())
+      keys = io::source::key_texts(in.keys ? in.keys->col.get() : nullptr, first_column(in).info().rows());
+    in.labels.push_back({l, Input{io::source::joined_on_keys(l.table, l.field, keys, files)}});
+  }
+  std::set<std::string> names;
+  for (const auto& l : in.labels)
+    if (!names.insert(l.spec.name).second)
+      throw Error(Exit::usage, "--labels", "two label columns are named '" + l.spec.name + "'; name one NAME=SOURCE");
 }
 
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
@@ -134,17 +191,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
         own.push_back(f);
     }
   }
-  for (auto [which, name, role] : {std::tuple{&in.labels, labels_name(opts), io::source::Role::labels},
-                                   std::tuple{&in.keys, keys_name(opts), io::source::Role::value}}) {
-    if (name.empty()) continue;
-    Input d{io::source::open_column(opts.input, name, files, role)};
-    if (d.info().dtype == DType::other)
-      throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
-    *which = std::move(d);
-  }
-  if (in.keys && (in.keys->info().shape.size() != 1 ||
-                  !(is_integer(in.keys->info().dtype) || in.keys->info().dtype == DType::string)))
-    throw Error(Exit::data, opts.input, "key dataset '" + keys_name(opts) + "' must be 1-D integers or strings");
+  open_keys_and_labels(opts, files, in);
 }
 
 // Rows read and committed together: a length window (--length-window rows, by default 16
@@ -186,8 +233,40 @@ int64_t batch_tokens(const FillOptions& opts, const Inputs& in) {
 
 }  // namespace
 
+std::vector<LabelSpec> label_specs(const FillOptions& opts) {
+  const std::string given = opts.labels.empty() ? io::source::default_labels(opts.input) : opts.labels;
+  std::vector<LabelSpec> out;
+  if (given.empty()) return out;
+  std::size_t at = 0;
+  while (at <= given.size()) {
+    const std::size_t end = std::min(given.find(',', at), given.size());
+    const std::string item = given.substr(at, end - at);
+    at = end + 1;
+    LabelSpec l;
+    const std::size_t eq = item.find('=');
+    l.named = eq != std::string::npos;
+    l.source = eq == std::string::npos ? item : item.substr(eq + 1);
+    if (eq != std::string::npos && eq == 0) throw Error(Exit::usage, "--labels", "'" + item + "' names no column");
+    if (l.source.empty()) throw Error(Exit::usage, "--labels", "an empty item in '" + given + "'");
+    const std::size_t colon = l.source.rfind(':');
+    if (colon != std::string::npos && io::source::is_key_table(l.source.substr(0, colon))) {
+      l.table = l.source.substr(0, colon);
+      l.field = l.source.substr(colon + 1);
+    } else if (io::source::is_key_table(l.source) && !io::source::names_own_file(l.source)) {
+      l.table = l.source;
+    }
+    l.name = l.named ? item.substr(0, eq) : !l.table.empty() ? l.field : io::source::label_column_name(l.source);
+    if (l.name.find('/') != std::string::npos || l.name == "." || l.name == "..")
+      throw Error(Exit::usage, "--labels",
+                  "'" + l.name + "' cannot name a label column (no '/'; NAME=SOURCE names it)");
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 std::string labels_name(const FillOptions& opts) {
-  return opts.labels.empty() ? io::source::default_labels(opts.input) : opts.labels;
+  const auto specs = label_specs(opts);
+  return specs.empty() ? std::string() : specs.front().source;
 }
 std::string keys_name(const FillOptions& opts) {
   return opts.keys.empty() ? io::source::default_keys(opts.input) : opts.keys;
@@ -201,11 +280,9 @@ Inputs open_inputs(const FillOptions& opts) {
   } catch (const io::source::UnreadableFile& e) {  // met probing the images' sizes
     throw Error(e.code(), "", std::string(e.what()) + kSkipHint);
   }
-  const io::source::ColumnInfo& first =
-      in.features.empty() ? in.texts.begin()->second.col->info() : in.features.begin()->second.info();
+  const io::source::ColumnInfo& first = first_column(in).info();
   in.rows = first.rows();
-  in.groups =
-      in.features.empty() ? in.texts.begin()->second.col->row_groups() : in.features.begin()->second.col->row_groups();
+  in.groups = first_column(in).row_groups();
   if (in.rows == 0) throw Error(Exit::data, opts.input, "dataset '" + first.name + "' has no rows: nothing to encode");
   auto same_rows = [&](const io::source::ColumnInfo& info) {
     if (info.rows() != in.rows)
@@ -215,7 +292,7 @@ Inputs open_inputs(const FillOptions& opts) {
   };
   for (const auto& [name, d] : in.features) same_rows(d.info());
   for (const auto& [key, t] : in.texts) same_rows(t.col->info());
-  if (in.labels) same_rows(in.labels->info());
+  for (const auto& l : in.labels) same_rows(l.in.info());
   if (in.keys) same_rows(in.keys->info());
   in.unit = window_rows(opts, in);
   in.max_tokens = batch_tokens(opts, in);

@@ -42,6 +42,23 @@ struct TextInput {
   std::string field, tokenizer_path, tokenizer_sha256;
 };
 
+// One label column of --labels [NAME=]SOURCE[,...] (label_specs): a dataset or field of the input,
+// a file of its own (.npy), or a field of a key table (TABLE.csv:FIELD; .tsv, .jsonl, .ndjson or
+// .npz) joined on the input's keys.
+struct LabelSpec {
+  std::string name;    // the column's name in the cache (unique; no '/')
+  std::string source;  // as given, after NAME=
+  std::string table;   // a key table's file, or ""
+  std::string field;   // the key table's field ("" until open_inputs resolves a table's only one)
+  bool named = false;  // NAME= given (otherwise the name follows from the source)
+};
+
+// A label column opened: its spec and rows (in the input's row order; a key table's joined).
+struct LabelInput {
+  LabelSpec spec;
+  Input in;
+};
+
 // Everything the fill reads: the encoders' input columns, labels and keys.
 struct Inputs {
   bool from_slab = false;
@@ -49,7 +66,8 @@ struct Inputs {
   std::map<std::string, std::vector<std::string>> per_encoder;       // encoder -> its columns, in order
   std::map<std::string, TextInput> texts;                            // by key "field|tokenizer"
   std::map<std::string, std::vector<std::string>> per_encoder_text;  // encoder -> its text keys
-  std::optional<Input> labels, keys;
+  std::vector<LabelInput> labels;  // --labels in order: the first is /labels, the others /label_columns/NAME
+  std::optional<Input> keys;
   int64_t rows = 0;
   int64_t unit = 0;                // rows read, encoded and committed together: a batch, or a length window
   int64_t max_tokens = 0;          // a length window's batches: token slots at most (0: --batch-size rows)
@@ -94,8 +112,13 @@ bool tolerate_input_error(Fn&& read, int64_t row, bool skip, std::map<int64_t, s
   }
 }
 
-/// The datasets labels and keys are read from: the options', or the input's defaults.
+/// The label columns of --labels (or the input's default labels, an image folder's "label"), each
+/// named by NAME=, else by its field (a key table's), the stem of its file (.npy) or its dataset's
+/// last name. Error(usage, "--labels") for an empty item, a name with '/' or given twice.
+std::vector<LabelSpec> label_specs(const FillOptions& opts);
+/// The source of the first label column ("" when none): the cache's labels_source.
 std::string labels_name(const FillOptions& opts);
+/// The dataset keys are read from: --key, or the input's default.
 std::string keys_name(const FillOptions& opts);
 /// A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
 nlohmann::json describe_json(const Input& in, const std::string& input);

@@ -37,7 +37,7 @@ std::string range_text(int64_t a, int64_t b) { return std::to_string(a) + ".." +
 std::vector<std::string> dataset_names(const io::cache::CacheInfo& c) {
   std::vector<std::string> names;
   for (const auto& e : c.embeddings) names.push_back("/embeddings/" + e.name);
-  if (c.labels) names.push_back("/labels");
+  for (const io::cache::LabelInfo* l : io::cache::label_columns(c)) names.push_back(l->dataset);
   if (c.keys_dtype) names.push_back("/keys");
   return names;
 }

@@ -52,15 +52,24 @@ Fingerprint compute_fingerprint(const FillRun& run) {
   };
   for (const auto& [name, d] : in.features) digest(*d.col);
   for (const auto& [key, t] : in.texts) digest(*t.col);
-  if (in.labels) in.labels->col->digest(plan.begin, plan.end, content);
+  for (const auto& l : in.labels) l.in.col->digest(plan.begin, plan.end, content);
   if (in.keys) in.keys->col->digest(plan.begin, plan.end, content);
   json& fp = f.doc;
   fp["format_version"] = io::cache::kFormatVersion;
   // No path: the inputs count by their content (names relative to the input and bytes), so the same
   // files named another way ('shards/*.tar' for '{0..4}.tar') or moved elsewhere are up to date.
   for (const auto& [name, d] : in.features) fp["input"]["features"][name] = describe_json(d, opts.input);
-  fp["input"]["labels"] = in.labels ? describe_json(*in.labels, opts.input) : json(nullptr);
-  if (in.labels) fp["input"]["labels"]["name"] = labels_name(opts);
+  fp["input"]["labels"] = json(nullptr);
+  for (std::size_t i = 0; i < in.labels.size(); ++i) {
+    const LabelInput& l = in.labels[i];
+    json j = describe_json(l.in, opts.input);
+    j["name"] = l.spec.source;
+    if (l.spec.named) j["column"] = l.spec.name;  // else the name follows from the source
+    if (i == 0)
+      fp["input"]["labels"] = j;  // as caches with one label column had it
+    else
+      fp["input"]["label_columns"].push_back(j);
+  }
   fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
   if (in.keys) fp["input"]["keys"]["name"] = keys_name(opts);
   if (const io::image::Spec* spec = in.preprocess())
@@ -196,8 +205,8 @@ int64_t warn_about_inputs(const Inputs& in, const FillCallbacks& cb) {
   std::set<std::string> warnings(in.notes.begin(), in.notes.end());
   for (const auto& [name, d] : in.features) warnings.insert(d.col->warning());
   for (const auto& [key, t] : in.texts) warnings.insert(t.col->warning());
-  for (const auto* d : {&in.labels, &in.keys})
-    if (*d) warnings.insert((*d)->col->warning());
+  for (const auto& l : in.labels) warnings.insert(l.in.col->warning());
+  if (in.keys) warnings.insert(in.keys->col->warning());
   for (const auto& w : warnings)
     if (!w.empty() && cb.warn) cb.warn(w);
   return replaced;

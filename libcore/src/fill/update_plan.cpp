@@ -130,10 +130,10 @@ std::vector<int64_t> rows_to_encode(const UpdatePlan& plan) {
 namespace {
 
 // A fingerprint document with what an update absorbs left out: rows, content digest, the feature
-// columns' row counts, labels, keys, and the batching.
+// columns' row counts, labels (every label column), keys, and the batching.
 nlohmann::json without_data(nlohmann::json fp) {
   auto& input = fp["input"];
-  for (const char* k : {"rows", "content_xxh3", "labels", "keys"}) input.erase(k);
+  for (const char* k : {"rows", "content_xxh3", "labels", "label_columns", "keys"}) input.erase(k);
   if (input.contains("features"))
     for (auto& [name, col] : input["features"].items())
       if (col.is_object() && col.contains("shape") && col["shape"].is_array() && !col["shape"].empty())

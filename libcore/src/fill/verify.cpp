@@ -40,7 +40,8 @@ io::source::FileOptions fill_files(const io::cache::CacheInfo& info) {
   for (const auto& e : info.embeddings)
     for (const auto& f : e.features) add(f);
   for (const auto& t : info.text) add(t.field);
-  if (info.labels) add(info.labels->source);
+  for (const io::cache::LabelInfo* l : io::cache::label_columns(info))  // a key table's field is no sample's
+    if (!io::source::is_key_table(l->source.substr(0, l->source.rfind(':')))) add(l->source);
   if (info.keys_source) add(*info.keys_source);
   return files;
 }

@@ -263,16 +263,56 @@ EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::Dataset
   return e;
 }
 
-// Tallies the integer labels of /labels (`labels`, one per row) into info.labels->counts.
-void count_label_classes(hid_t labels, const std::string& path, CacheInfo& info) {
+// Tallies a label column of one integer per row into its counts.
+void count_label_classes(const std::string& path, LabelInfo& li) {
+  if (!is_integer(li.dtype) || li.shape.size() != 1) return;
+  h5::Id file = h5::open_file(path);
+  h5::Id labels = h5::open_dataset(file.get(), path, li.dataset);
   constexpr int64_t kBlock = 1 << 16;
   std::vector<int64_t> buf;
-  for (int64_t s = 0; s < info.labels->rows; s += kBlock) {
-    int64_t n = std::min(kBlock, info.labels->rows - s);
+  for (int64_t s = 0; s < li.rows; s += kBlock) {
+    int64_t n = std::min(kBlock, li.rows - s);
     buf.resize(static_cast<std::size_t>(n));
-    h5::read_rows(labels, path + ": /labels", s, n, H5T_NATIVE_INT64, buf.data());
-    for (auto v : buf) ++info.labels->counts[v];
+    h5::read_rows(labels.get(), path + ": " + li.dataset, s, n, H5T_NATIVE_INT64, buf.data());
+    for (auto v : buf) ++li.counts[v];
   }
+}
+
+// The label column at `dataset`, its storage checked as every dataset's.
+LabelInfo read_label_column(hid_t f, const std::string& path, const std::string& dataset, int64_t file_size,
+                            std::set<std::string>& sources) {
+  h5::Id d = h5::open_dataset(f, path, dataset);
+  auto di = describe_in(d.get(), path, dataset);
+  check_storage(d.get(), path, dataset, di, file_size, sources);
+  LabelInfo li;
+  li.dataset = dataset;
+  li.source = h5::read_attr_string(d.get(), "source").value_or("");
+  li.name = h5::read_attr_string(d.get(), "name").value_or(source::label_column_name(li.source));
+  li.dtype = di.dtype;
+  li.rows = di.rows();
+  li.shape = di.shape;
+  li.names = json_string_list(h5::read_attr_string(d.get(), "label_names").value_or("[]"));
+  return li;
+}
+
+// /labels and the columns of /label_columns, in the order the root's `label_columns` lists them.
+void read_label_columns(hid_t f, const std::string& path, int64_t file_size, std::set<std::string>& sources,
+                        CacheInfo& info) {
+  if (h5::exists(f, kLabels)) info.labels = read_label_column(f, path, kLabels, file_size, sources);
+  if (!h5::exists(f, kLabelColumns)) return;
+  std::vector<std::string> order;
+  for (const auto& j : nlohmann::json::parse(h5::read_attr_string(f, "label_columns").value_or("[]"), nullptr, false))
+    if (j.is_object() && j.contains("name") && j["name"].is_string()) order.push_back(j["name"].get<std::string>());
+  std::vector<std::string> names;
+  try {
+    names = h5::list_group(f, kLabelColumns);
+  } catch (const Error& e) {
+    throw Error(Exit::data, path, e.what());
+  }
+  auto rank = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+  std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  for (const auto& n : names)
+    info.more_labels.push_back(read_label_column(f, path, std::string(kLabelColumns) + "/" + n, file_size, sources));
 }
 
 }  // namespace
@@ -346,19 +386,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     info.embeddings.push_back(read_embedding(d.get(), name, di, text));
   }
 
-  h5::Id labels;
-  if (h5::exists(f, "/labels")) {
-    labels = h5::open_dataset(f, path, "/labels");
-    auto di = describe_in(labels.get(), path, "/labels");
-    check_storage(labels.get(), path, "/labels", di, fst.st_size, sources);
-    LabelInfo li;
-    li.source = h5::read_attr_string(labels.get(), "source").value_or("");
-    li.dtype = di.dtype;
-    li.rows = di.rows();
-    li.shape = di.shape;
-    li.names = json_string_list(h5::read_attr_string(labels.get(), "label_names").value_or("[]"));
-    info.labels = li;
-  }
+  read_label_columns(f, path, fst.st_size, sources, info);
   if (h5::exists(f, "/keys")) {
     h5::Id d = h5::open_dataset(f, path, "/keys");
     info.keys_source = h5::read_attr_string(d.get(), "source").value_or("");
@@ -377,8 +405,10 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   }
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
-  if (info.labels && count_labels && is_integer(info.labels->dtype) && info.labels->shape.size() == 1)
-    count_label_classes(labels.get(), path, info);
+  if (count_labels) {
+    if (info.labels) count_label_classes(path, *info.labels);
+    for (auto& li : info.more_labels) count_label_classes(path, li);
+  }
   return info;
 }
 
@@ -495,6 +525,10 @@ void promise_problems(std::vector<std::string>& p, const CacheInfo& info) {
                   (promised ? " is missing: the fingerprint has " + std::string(what)
                             : " is there, but the fingerprint has no " + std::string(what)));
   }
+  const json& more = input.value("label_columns", json::array());
+  if (more.is_array() && more.size() != info.more_labels.size())
+    p.push_back(std::string(kLabelColumns) + " holds " + std::to_string(info.more_labels.size()) +
+                " label columns, the fingerprint has " + std::to_string(more.size()));
   const json& rows = input.value("rows", json());
   if (rows.is_array() && rows.size() == 2 && rows[0].is_number_integer() && rows[1].is_number_integer()) {
     const int64_t want = rows[1].get<int64_t>() - rows[0].get<int64_t>();
@@ -539,6 +573,25 @@ void skipped_problems(std::vector<std::string>& p, const std::string& path, int6
 
 }  // namespace
 
+std::vector<const LabelInfo*> label_columns(const CacheInfo& info) {
+  std::vector<const LabelInfo*> out;
+  if (info.labels) out.push_back(&*info.labels);
+  for (const auto& l : info.more_labels) out.push_back(&l);
+  return out;
+}
+
+const LabelInfo& label_column(const CacheInfo& info, const std::string& name, const std::string& what) {
+  const auto all = label_columns(info);
+  if (all.empty()) throw Error(Exit::usage, what, "the cache has no labels (cache-fill ran without --labels)");
+  if (name.empty()) return *all.front();
+  std::vector<std::string> names;
+  for (const LabelInfo* l : all) {
+    if (l->name == name) return *l;
+    names.push_back(l->name);
+  }
+  throw Error(Exit::usage, what, "the cache has no label column '" + name + "' (it has " + name_list(names) + ")");
+}
+
 std::vector<std::string> structure_problems(const CacheInfo& info, const std::string& path) {
   std::vector<std::string> p;
   if (!info.complete) p.push_back("incomplete (complete attribute is not 1)");
@@ -550,7 +603,7 @@ std::vector<std::string> structure_problems(const CacheInfo& info, const std::st
     if (e.dtype != DType::f32 && e.dtype != DType::f16)
       p.push_back("/embeddings/" + e.name + " holds " + dtype_name(e.dtype) + ", not float32 or float16");
   }
-  if (info.labels) check_rows(p, "/labels", info.labels->rows, info.rows);
+  for (const LabelInfo* l : label_columns(info)) check_rows(p, l->dataset, l->rows, info.rows);
   if (info.keys_dtype) check_rows(p, "/keys", dataset_rows(path, "/keys"), info.rows);
   if (info.row_digests) check_rows(p, "/row_digests", dataset_rows(path, "/row_digests"), info.rows);
   promise_problems(p, info);

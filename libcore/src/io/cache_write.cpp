@@ -246,6 +246,23 @@ void write_embedding(hid_t f, const EmbeddingSource& e, int64_t rows, hid_t half
   }
 }
 
+// The label columns: /labels, then /label_columns/NAME, each named by its `name` attribute, and
+// the root's `label_columns` listing them in order.
+void write_labels(hid_t f, const AssemblySpec& spec) {
+  json list = json::array();
+  for (std::size_t i = 0; i < spec.labels.size(); ++i) {
+    const auto& l = spec.labels[i];
+    const std::string dst = i == 0 ? std::string(kLabels) : std::string(kLabelColumns) + "/" + l.name;
+    copy_column(*l.col, f, dst, spec.row_start, spec.rows);
+    h5::Id d(H5Dopen2(f, dst.c_str(), H5P_DEFAULT));
+    h5::check(d.get(), Exit::io, dst, "cannot open the dataset just written");
+    h5::write_attr(d.get(), "name", l.name);
+    h5::write_attr(d.get(), "source", l.source);
+    list.push_back({{"name", l.name}, {"dataset", dst}, {"source", l.source}});
+  }
+  if (!list.empty()) h5::write_attr(f, "label_columns", json_text(list));
+}
+
 }  // namespace
 
 void assemble(const AssemblySpec& spec) {
@@ -262,7 +279,7 @@ void assemble(const AssemblySpec& spec) {
     h5::Id half = h5::float16_type();
     for (const auto& e : spec.embeddings) write_embedding(f, e, spec.rows, half.get());
   }
-  if (spec.labels) copy_column(*spec.labels, f, "/labels", spec.row_start, spec.rows);
+  write_labels(f, spec);
   if (spec.keys) copy_column(*spec.keys, f, "/keys", spec.row_start, spec.rows);
   write_skipped(f, spec.skipped);
   write_row_digests(f, spec);

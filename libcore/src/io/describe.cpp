@@ -54,29 +54,51 @@ std::string age_text(int64_t created) {
   return buf;
 }
 
-// The labels: dtype, source and, for integer labels, each class's count and name.
-void add_labels(report::Record& r, const cache::CacheInfo& c) {
-  if (c.labels) {
-    report::Json counts = report::Json::object();
-    std::string t = std::string(dtype_name(c.labels->dtype)) + " from '" + c.labels->source + "'";
-    if (!c.labels->counts.empty()) t += ", " + std::to_string(c.labels->counts.size()) + " classes:";
-    const auto& names = c.labels->names;
-    for (auto [k, n] : c.labels->counts) {
-      counts[std::to_string(k)] = n;
-      const bool named = k >= 0 && static_cast<std::size_t>(k) < names.size();
-      t += " " + std::to_string(k) + (named ? "=" + names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
-    }
-    r.add("labels",
-          {{"source", c.labels->source},
-           {"dtype", dtype_name(c.labels->dtype)},
-           {"rows", c.labels->rows},
-           {"classes", c.labels->counts.size()},
-           {"counts", counts},
-           {"names", names.empty() ? report::Json(nullptr) : report::Json(names)}},
-          t);
-  } else {
-    r.add("labels", nullptr, "none");
+// One label column: its JSON record and its line (dtype, source and, for integer labels, each
+// class's count and name).
+std::pair<report::Json, std::string> label_record(const cache::LabelInfo& l) {
+  report::Json counts = report::Json::object();
+  std::string t = std::string(dtype_name(l.dtype)) + " from '" + l.source + "'";
+  // More classes than a line can list (a column of sizes or ids): their number and range.
+  constexpr std::size_t kListed = 32;
+  if (l.counts.size() > kListed)
+    t += ", " + std::to_string(l.counts.size()) + " values from " + std::to_string(l.counts.begin()->first) + " to " +
+         std::to_string(l.counts.rbegin()->first);
+  else if (!l.counts.empty())
+    t += ", " + std::to_string(l.counts.size()) + " classes:";
+  for (auto [k, n] : l.counts) {
+    counts[std::to_string(k)] = n;
+    const bool named = k >= 0 && static_cast<std::size_t>(k) < l.names.size();
+    if (l.counts.size() <= kListed)
+      t +=
+          " " + std::to_string(k) + (named ? "=" + l.names[static_cast<std::size_t>(k)] : "") + ":" + std::to_string(n);
   }
+  report::Json j = {{"name", l.name},     {"dataset", l.dataset},
+                    {"source", l.source}, {"dtype", dtype_name(l.dtype)},
+                    {"rows", l.rows},     {"classes", l.counts.size()},
+                    {"counts", counts},   {"names", l.names.empty() ? report::Json(nullptr) : report::Json(l.names)}};
+  return {j, t};
+}
+
+// The label columns: `labels` the first (as caches with one had it), `label_columns` every one;
+// in text one line each, named when there are several.
+void add_labels(report::Record& r, const cache::CacheInfo& c) {
+  const auto all = cache::label_columns(c);
+  if (all.empty()) {
+    r.add("labels", nullptr, "none");
+    r.add("label_columns", report::Json::array(), "");
+    return;
+  }
+  report::Json list = report::Json::array();
+  std::string text;
+  for (const cache::LabelInfo* l : all) {
+    auto [j, t] = label_record(*l);
+    list.push_back(j);
+    if (all.size() > 1) t = (text.empty() ? "" : "\n               ") + l->name + ": " + t;
+    text += t;
+  }
+  r.add("labels", list.front(), text);
+  r.add("label_columns", list, "");
 }
 
 // The fills and updates that made the cache, oldest first (cache-fill --update), and whether it

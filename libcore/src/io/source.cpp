@@ -259,6 +259,12 @@ std::string default_column(const std::string& path) {
 }
 
 std::string default_labels(const std::string& path) { return kind_of(path) == Kind::image_folder ? "label" : ""; }
+
+std::string label_column_name(const std::string& source) {
+  if (names_own_file(source) && source.rfind("shm:", 0) != 0) return std::filesystem::path(source).stem().string();
+  const std::size_t slash = source.find_last_of('/');
+  return slash == std::string::npos || slash + 1 == source.size() ? source : source.substr(slash + 1);
+}
 std::string default_keys(const std::string& path) {
   switch (kind_of(path)) {
     case Kind::image_folder:

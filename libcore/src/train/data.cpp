@@ -320,10 +320,11 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   }
   if (grouped) {
     d.query = side_of(read_emb(o.embeddings));
-    auto labels = read_all(path, "/labels", 1.0, torch::kCPU, s.float_type);
+    const std::string dataset = io::cache::label_column(cinfo, o.labels, "--labels").dataset;
+    auto labels = read_all(path, dataset, 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
       throw Error(Exit::data, path,
-                  "/labels must hold one value per row, not rows of shape " +
+                  dataset + " must hold one value per row, not rows of shape " +
                       shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
     d.labels = labels.to(torch::kLong).reshape({-1});
     return d;

@@ -312,8 +312,9 @@ void validate_options(const TrainOptions& o) {
     throw Error(
         Exit::usage, "--precision",
         std::string(model::precision_choices().name(o.precision)) + " mixes with float32 parameters (--dtype float32)");
-  if (!o.labels.empty() && !o.cache.empty())
-    throw Error(Exit::usage, "--labels", "names raw labels (--data); a cache's own labels serve --embeddings");
+  if (!o.labels.empty() && !o.cache.empty() && o.embeddings.empty())
+    throw Error(Exit::usage, "--labels",
+                "with --cache picks the label column of grouped mode (--embeddings); query/passage pairs have none");
   const bool text = !o.tokenizer.empty() || !o.query_tokenizer.empty() || !o.passage_tokenizer.empty();
   if (text && !o.cache.empty())
     throw Error(Exit::usage, "--tokenizer", "tokenizes raw text (--data); cached embeddings (--cache) need none");
@@ -388,6 +389,7 @@ void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, 
   };
   if (grouped) {
     if (!info.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
+    io::cache::label_column(info, o.labels, "--labels");  // --labels NAME: one the cache has
     named(o.embeddings);
     return;
   }

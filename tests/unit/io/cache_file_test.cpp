@@ -52,7 +52,8 @@ io::cache::AssemblySpec small_spec(const std::string& dir, const std::string& ou
   spec.out_path = out;
   spec.rows = 4;
   spec.row_start = 1;
-  spec.labels = io::source::open_column(dir + "input.h5", "labels");
+  spec.labels = {{"labels", "labels", io::source::open_column(dir + "input.h5", "labels")},
+                 {"id", "keys", io::source::open_column(dir + "input.h5", "keys")}};
   spec.keys = io::source::open_column(dir + "input.h5", "keys");
   spec.root_attrs = {{"fingerprint", std::string("f00d")}, {"input_scale", 0.5}};
   io::cache::EmbeddingSource e;
@@ -84,6 +85,17 @@ CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info des
   CATCH_REQUIRE(info.labels);
   // Labels are the input's rows 1..5: {0, 1, 1, 2}.
   CATCH_CHECK(info.labels->counts == std::map<int64_t, int64_t>{{0, 1}, {1, 2}, {2, 1}});
+  CATCH_CHECK(info.labels->name == "labels");
+  CATCH_CHECK(info.labels->dataset == "/labels");
+  // The second label column: /label_columns/id, the input's keys 101..104.
+  CATCH_REQUIRE(info.more_labels.size() == 1);
+  const auto& id = io::cache::label_column(info, "id", "--labels");
+  CATCH_CHECK(id.dataset == "/label_columns/id");
+  CATCH_CHECK(id.source == "keys");
+  CATCH_CHECK(id.counts == std::map<int64_t, int64_t>{{101, 1}, {102, 1}, {103, 1}, {104, 1}});
+  CATCH_CHECK(&io::cache::label_column(info, "", "--labels") == &*info.labels);
+  CATCH_CHECK_THROWS_WITH(io::cache::label_column(info, "size", "--labels"),
+                          "--labels: the cache has no label column 'size' (it has labels, id)");
   CATCH_CHECK(io::cache::check("cache_test_a.h5").ok());
   CATCH_CHECK_FALSE(io::h5::exists(io::h5::open_file("cache_test_a.h5").get(), "/nothing"));
 }

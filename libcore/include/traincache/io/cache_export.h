@@ -13,6 +13,7 @@ struct ExportOptions {
   std::string dir;    ///< the folder to create (it must not exist)
   int64_t rows_per_file = 1000000;
   bool normalize = false;  ///< each vector (along the last axis) scaled to unit L2 norm, written as float32
+  std::string labels;      ///< the label column written as "label" (its name); "" the first, /labels
 };
 
 struct ExportResult {

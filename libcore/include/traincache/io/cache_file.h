@@ -21,6 +21,9 @@ namespace traincache::io::cache {
 inline constexpr const char* kFormatName = "traincache";
 /// Current format version; readers refuse newer versions.
 inline constexpr int64_t kFormatVersion = 1;
+/// Where label columns are: the first at /labels, the others at /label_columns/NAME.
+inline constexpr const char* kLabels = "/labels";
+inline constexpr const char* kLabelColumns = "/label_columns";
 
 /// One embedding dataset, /embeddings/<name>.
 struct EmbeddingInfo {
@@ -44,9 +47,11 @@ struct EmbeddingInfo {
   std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
 };
 
-/// Labels, /labels.
+/// A label column: /labels, or /label_columns/NAME.
 struct LabelInfo {
-  std::string source;  ///< the input dataset they were copied from
+  std::string name;     ///< its name (the `name` attribute; in older caches, label_column_name(source))
+  std::string dataset;  ///< "/labels" or "/label_columns/NAME"
+  std::string source;   ///< the input dataset they were copied from
   DType dtype = DType::other;
   int64_t rows = 0;
   std::vector<int64_t> shape;         ///< dataset shape ([rows] for one label per row)
@@ -113,7 +118,8 @@ struct CacheInfo {
   std::string input_kind;  ///< "hdf5", "npy", "image-folder", ... ("" in caches from before sources)
   std::vector<std::pair<std::string, std::string>> preprocess;  ///< the image spec, empty without images
   std::vector<EmbeddingInfo> embeddings;
-  std::optional<LabelInfo> labels;
+  std::optional<LabelInfo> labels;         ///< the first label column, /labels
+  std::vector<LabelInfo> more_labels;      ///< the others, /label_columns/NAME, in the order cache-fill named them
   std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
   std::optional<DType> keys_dtype;
   int64_t skipped = 0;         ///< rows listed in /skipped/rows (cache-fill --on-error skip)
@@ -125,6 +131,12 @@ struct CacheInfo {
 
 /// The encoder names of a cache, "cnn, text" (for messages).
 std::string encoder_names(const CacheInfo& info);
+
+/// Every label column of a cache, /labels first; empty without labels.
+std::vector<const LabelInfo*> label_columns(const CacheInfo& info);
+/// The label column named `name` ("" picks /labels). Error(usage, what) naming the cache's
+/// columns when it has none of that name, or no labels.
+const LabelInfo& label_column(const CacheInfo& info, const std::string& name, const std::string& what);
 
 /// Opens `path` and reads its description. Missing -> Error(no_input); not HDF5, not a traincache
 /// cache, or a newer format -> Error(data). `count_labels` tallies integer label classes.
@@ -202,10 +214,17 @@ struct EmbeddingSource {
 struct AssemblySpec {
   std::string out_path;
   int64_t rows = 0;
-  int64_t row_start = 0;                         ///< rows [row_start, row_start + rows) of labels and keys
-  std::shared_ptr<const source::Column> labels;  ///< copied to /labels (null: none)
-  std::shared_ptr<const source::Column> keys;    ///< copied to /keys (null: none)
-  Attrs root_attrs;                              ///< besides format, format_version, complete, rows
+  int64_t row_start = 0;  ///< rows [row_start, row_start + rows) of labels and keys
+  /// Label columns: the first copied to /labels, the others to /label_columns/NAME; each
+  /// dataset's `name` and `source` attributes and the root's `label_columns` (JSON list of {name,
+  /// dataset, source}) say what they are. Empty: no labels.
+  struct Labels {
+    std::string name, source;
+    std::shared_ptr<const source::Column> col;
+  };
+  std::vector<Labels> labels;
+  std::shared_ptr<const source::Column> keys;  ///< copied to /keys (null: none)
+  Attrs root_attrs;                            ///< besides format, format_version, complete, rows
   std::vector<EmbeddingSource> embeddings;
   /// Rows left out with --on-error skip (cache row, reason): written as /skipped/rows and
   /// /skipped/reasons when there are any.

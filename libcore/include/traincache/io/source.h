@@ -209,6 +209,22 @@ class Column {
 /// --update encodes only its new and changed rows through such views.
 std::shared_ptr<const Column> gathered(std::shared_ptr<const Column> base, std::vector<int64_t> rows);
 
+/// True when `path` names a key table (cache-fill --labels TABLE:FIELD): a manifest (CSV, TSV,
+/// JSON Lines) or a .npz archive.
+bool is_key_table(const std::string& path);
+/// The keys of an input's `rows` rows as text, for joined_on_keys: the values of its key column
+/// `keys` (strings as they are, integers in decimal), or without one (null) the row numbers
+/// 0..rows-1. Error(data) for a key column that is not 1-D integers or strings.
+std::vector<std::string> key_texts(const Column* keys, int64_t rows);
+/// Field `field` of key table `table` (a manifest with a field `key`, or a .npz archive with a
+/// member `key`) as a column in the order of `keys` (key_texts): its row i is the table's row whose
+/// key is keys[i] (integer keys match their decimal text). A manifest's field is read as labels
+/// (integers, or strings numbered as label_names() says, over the whole table); a .npz member as
+/// stored. Rows of the table whose key is not in `keys` are left out. Error(data) naming the table:
+/// a key it holds twice; keys it has no row for (how many, and the first); as open_column().
+std::shared_ptr<const Column> joined_on_keys(const std::string& table, const std::string& field,
+                                             const std::vector<std::string>& keys, const FileOptions& files = {});
+
 /// Opens column `name` of `path`:
 ///  - an HDF5 file: dataset `name`;
 ///  - "shm:NAME": the slab (attached read-only; `name` empty or `path`); a variable layout of
@@ -271,6 +287,9 @@ std::string default_column(const std::string& path);
 /// The labels and keys an input gives without being asked: an image folder's "label" and
 /// "path", tar shards' keys "__key__"; "" for every other kind.
 std::string default_labels(const std::string& path);
+/// The name a label column copied from `source` (a dataset, a field, a file of its own) gets when
+/// none is given: the stem of a file of its own (names_own_file), else its last '/'-separated part.
+std::string label_column_name(const std::string& source);
 std::string default_keys(const std::string& path);
 
 /// Throws Error(data, file, ...) when a column cannot be fed to an encoder (strings, compound
