@@ -127,6 +127,11 @@ std::string only_field(const LabelSpec& l) {
 // The keys (--key, or the input's), then every label column: the input's own in its row order, a
 // key table's joined on the keys (or on the row numbers without keys).
 void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions& files, Inputs& in) {
+  // The input's own label columns before its keys (an image folder's class names before its paths:
+  // a folder name that is not UTF-8 is named as such), then the key tables joined on the keys.
+  for (const LabelSpec& l : label_specs(opts))
+    in.labels.push_back(
+        {l, l.table.empty() ? stored_column(opts, l.source, files, io::source::Role::labels) : Input{}});
   if (const std::string name = keys_name(opts); !name.empty()) {
     in.keys = stored_column(opts, name, files, io::source::Role::value);
     const auto& ki = in.keys->info();
@@ -134,16 +139,14 @@ void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions
       throw Error(Exit::data, opts.input, "key dataset '" + name + "' must be 1-D integers or strings");
   }
   std::vector<std::string> keys;
-  for (LabelSpec l : label_specs(opts)) {
-    if (l.table.empty()) {
-      in.labels.push_back({l, stored_column(opts, l.source, files, io::source::Role::labels)});
-      continue;
-    }
+  for (LabelInput& li : in.labels) {
+    LabelSpec& l = li.spec;
+    if (l.table.empty()) continue;
     if (l.field.empty()) l.field = only_field(l);
     if (l.name.empty()) l.name = l.field;
     if (keys.empty())
       keys = io::source::key_texts(in.keys ? in.keys->col.get() : nullptr, first_column(in).info().rows());
-    in.labels.push_back({l, Input{io::source::joined_on_keys(l.table, l.field, keys, files)}});
+    li.in = Input{io::source::joined_on_keys(l.table, l.field, keys, files)};
   }
   std::set<std::string> names;
   for (const auto& l : in.labels)
