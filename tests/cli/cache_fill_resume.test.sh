@@ -66,7 +66,12 @@ ONE=(--input "$D/big.h5" --encoder cnn="$D/cnn.pt" --features images --batch-siz
 "$TC_BIN/cache-fill" "${ONE[@]}" --out "$WORK/last.h5" 2>"$WORK/last.err" &
 pid=$!
 wait_committed "$WORK/last.h5.partial" 0
-sleep 1.5  # the model loads in ~0.1 s; the one batch's forward then takes ~4 s
+# Until the run has had 1 s on a CPU: the model loads in ~0.1 s of it, the one batch's forward then
+# takes ~4 s (CPU time, not a sleep: on a loaded machine 1.5 s of wall time ended before the batch).
+for _ in $(seq 1200); do
+  [ "$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)" -ge "$(getconf CLK_TCK)" ] && break
+  sleep 0.05
+done
 kill -INT "$pid"
 wait "$pid"
 rc=$?
