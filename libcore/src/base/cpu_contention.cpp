@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <unordered_map>
 
@@ -73,7 +74,8 @@ CpuContention ContentionMeter::result() const {
   return c;
 }
 
-CpuContentionWatch::CpuContentionWatch(int interval_ms) : meter_(usable_cores()) {
+CpuContentionWatch::CpuContentionWatch(int interval_ms, int window_ms)
+    : meter_(usable_cores()), window_(usable_cores()), window_length_(window_ms * 1e-3) {
   last_ = read_thread_times();
   last_at_ = Clock::now();
   if (!last_.empty()) thread_ = std::thread([this, interval_ms] { loop(interval_ms); });
@@ -86,7 +88,19 @@ void CpuContentionWatch::sample() {
   const double seconds = seconds_since(last_at_);
   last_at_ = Clock::now();
   meter_.add(last_, now, seconds);
+  window_.add(last_, now, seconds);
+  window_seconds_ += seconds;
+  if (window_seconds_ >= window_length_) {
+    recent_ = window_.result();
+    window_ = ContentionMeter(recent_.cores);
+    window_seconds_ = 0;
+  }
   last_ = std::move(now);
+}
+
+CpuContention CpuContentionWatch::recent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recent_;
 }
 
 void CpuContentionWatch::loop(int interval_ms) {
@@ -103,6 +117,7 @@ CpuContention CpuContentionWatch::stop() {
   wake_.notify_all();
   if (thread_.joinable()) {
     thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
     sample();
   }
   result_ = meter_.result();
@@ -118,7 +133,15 @@ std::string contention_note(const CpuContention& c, const std::string& remedy) {
                 "are shared; ",
                 c.others_seconds, c.others_seconds / std::max(c.running_seconds, 1e-9), c.running_seconds,
                 c.others_cores, c.cores, c.cores == 1 ? "core" : "cores");
-  return buf + remedy;
+  return remedy.empty() ? std::string(buf, std::strlen(buf) - 2) : buf + remedy;
+}
+
+std::string slowed_note(const CpuContention& recent, const std::string& remedy) {
+  if (!recent.competed()) return {};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "slowed: others hold %.1f of %u %s", recent.others_cores, recent.cores,
+                recent.cores == 1 ? "core" : "cores");
+  return remedy.empty() ? buf : buf + ("; " + remedy);
 }
 
 }  // namespace traincache

@@ -33,16 +33,17 @@ bool log_line_due(double elapsed, double since_last, int64_t done, int64_t total
   return since_last >= every || (total > 0 && now > decile);
 }
 
-void Progress::log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now) {
+void Progress::log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now,
+                        const std::string& extra) {
   using secs = std::chrono::duration<double>;
   if (!log_line_due(secs(now - start_).count(), secs(now - last_line_).count(), done, total_, decile_)) return;
   last_line_ = now;
   if (total_ > 0) decile_ = static_cast<int>(10 * done / total_);
   char eta[32] = "";
   if (rate > 0 && total_ > done) std::snprintf(eta, sizeof eta, "  ETA %.0fs", (total_ - done) / rate);
-  std::fprintf(stderr, "%s: %lld/%lld %s (%d%%)  %s %s/s%s\n", label_.c_str(), static_cast<long long>(done),
+  std::fprintf(stderr, "%s: %lld/%lld %s (%d%%)  %s %s/s%s%s%s\n", label_.c_str(), static_cast<long long>(done),
                static_cast<long long>(total_), unit_.c_str(), total_ > 0 ? static_cast<int>(100 * done / total_) : 0,
-               rate_text(rate).c_str(), unit_.c_str(), eta);
+               rate_text(rate).c_str(), unit_.c_str(), eta, extra.empty() ? "" : "  ", extra.c_str());
   std::fflush(stderr);
 }
 
@@ -71,7 +72,7 @@ void Progress::update(int64_t done, const std::string& extra) {
   last_done_ = done;
   auto now = std::chrono::steady_clock::now();
   meter_.sample(done, std::chrono::duration<double>(now - start_).count());
-  if (lines_) log_line(done, meter_.rate(), now);
+  if (lines_) log_line(done, meter_.rate(), now, extra);
   if (!enabled_) return;
   if (now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;
   last_draw_ = now;

@@ -30,6 +30,28 @@ CATCH_TEST_CASE("cpu contention: waiting while cores were left unused is other p
   CATCH_CHECK(contention_note(c, "try this") ==
               "other processes competed for the cores: this run's threads waited 1.0 s for a core (1.0x the 1.0 s "
               "they ran); others held about 1.0 of its 2 cores on average, so the rates above are shared; try this");
+  // Where nothing in the tool's options helps, the note says what happened and stops there.
+  CATCH_CHECK(contention_note(c, "") ==
+              "other processes competed for the cores: this run's threads waited 1.0 s for a core (1.0x the 1.0 s "
+              "they ran); others held about 1.0 of its 2 cores on average, so the rates above are shared");
+  // The progress line's note, from a watch's last window.
+  CATCH_CHECK(slowed_note(c, "try --threads 1") == "slowed: others hold 1.0 of 2 cores; try --threads 1");
+  CATCH_CHECK(slowed_note(c, "") == "slowed: others hold 1.0 of 2 cores");
+  CATCH_CHECK(slowed_note(CpuContention{}, "try this").empty());
+}
+
+CATCH_TEST_CASE("cpu contention: a watch's last window is there once one ends", "[contention]") {
+  CpuContentionWatch w(10, 50);
+  CATCH_CHECK_FALSE(w.recent().measured);  // no window has ended yet
+  const auto t0 = std::chrono::steady_clock::now();
+  volatile double x = 0;  // this thread runs: the window has something to measure
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300)) x = x + 1;
+  const CpuContention recent = w.recent();
+  CATCH_CHECK(recent.measured);
+  CATCH_CHECK(recent.seconds >= 0.05);
+  const CpuContention all = w.stop();
+  CATCH_CHECK(all.seconds >= 0.3);
+  CATCH_CHECK(recent.seconds < all.seconds);  // a window, not the whole span
 }
 
 CATCH_TEST_CASE("cpu contention: the process's own threads outnumbering its cores is not contention", "[contention]") {

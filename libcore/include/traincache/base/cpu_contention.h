@@ -54,23 +54,28 @@ class ContentionMeter {
 };
 
 /// Samples this process's threads every `interval_ms` on a thread of its own, from construction
-/// until `stop()`; the destructor stops it too.
+/// until `stop()`; the destructor stops it too. Besides the whole span it keeps what the last
+/// complete window of `window_ms` measured (recent()), for notes while the run goes on.
 class CpuContentionWatch {
  public:
-  explicit CpuContentionWatch(int interval_ms = 200);
+  explicit CpuContentionWatch(int interval_ms = 200, int window_ms = 3000);
   ~CpuContentionWatch();
   CpuContentionWatch(const CpuContentionWatch&) = delete;
   CpuContentionWatch& operator=(const CpuContentionWatch&) = delete;
   /// Ends the watch (one last sample) and returns what it measured; later calls return the same.
   CpuContention stop();
+  /// What the last complete window measured (`measured` false before the first ends). Thread-safe.
+  CpuContention recent() const;
 
  private:
   void sample();
   void loop(int interval_ms);
-  ContentionMeter meter_;
+  ContentionMeter meter_, window_;
+  double window_seconds_ = 0, window_length_ = 3;
+  CpuContention recent_;
   std::vector<ThreadTimes> last_;
   std::chrono::steady_clock::time_point last_at_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
   std::optional<CpuContention> result_;
@@ -78,7 +83,12 @@ class CpuContentionWatch {
 };
 
 /// The closing note for a run that `competed()`: "other processes competed for the cores: ...",
-/// ending with `remedy`; empty when it did not.
+/// ending with `remedy` (none when empty); empty when it did not.
 std::string contention_note(const CpuContention& c, const std::string& remedy);
+
+/// The note a progress line carries while other processes hold the cores (`recent`, a watch's last
+/// window, competed()): "slowed: others hold 1.6 of 2 cores", then "; " and `remedy` when there is
+/// one; empty otherwise.
+std::string slowed_note(const CpuContention& recent, const std::string& remedy);
 
 }  // namespace traincache

@@ -65,7 +65,7 @@ class Progress {
 
  private:
   void draw(int64_t done, const std::string& extra);
-  void log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now);
+  void log_line(int64_t done, double rate, std::chrono::steady_clock::time_point now, const std::string& extra);
 
   std::string label_, unit_;
   int64_t total_;
