@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "traincache/base/cores.h"
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/files.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
@@ -177,8 +178,13 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
 
 // What to try when other processes held the cores. Fewer intra-op threads is not offered: beside two
 // busy processes a fill with --threads 1 was as often slower as faster (docs/performance.md).
+// What helps a fill beside busy processes, as measured (docs/performance.md, "Busy machines"): not
+// its own options (--threads 1, --workers 1 and taskset -c on the fill alone were slower), only
+// cores the others are kept off. The progress line says that the run is slowed, and no remedy.
 constexpr const char* kContentionRemedy =
-    "give the fill cores of its own (taskset -c, a cgroup's cpuset) or run it when they finish";
+    "no option of cache-fill's helps (fewer --threads or --workers were slower); keep the other processes off some "
+    "cores (a cgroup's cpuset, or taskset on them) for the fill, or run it when they finish";
+constexpr const char* kLiveRemedy = "";
 
 // Which stage bounded the run ("bottleneck": null when it encoded nothing); its text is the verdict.
 void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
@@ -317,9 +323,10 @@ int run(Options& o) {
 
   fill::FillCallbacks cb;
   std::unique_ptr<Progress> progress;
+  CpuContentionWatch live;  // for the progress line; the run's own watch gives the closing note
   cb.progress = [&](int64_t done, int64_t total) {
     if (!progress) progress = std::make_unique<Progress>("encoding", total, o.common.progress_mode());
-    progress->update(done);
+    progress->update(done, slowed_note(live.recent(), kLiveRemedy));
   };
   cb.warn = [&](const std::string& m) {
     if (!o.common.quiet) cli::print_warning(kTool, m);

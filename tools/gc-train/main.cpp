@@ -6,11 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "traincache/base/cores.h"
+#include "traincache/base/cpu_contention.h"
 #include "traincache/base/interrupt.h"
 #include "traincache/cli/cli.h"
 #include "traincache/model/runtime.h"
 #include "traincache/slab/shm_slab.h"
 #include "traincache/text/token_batches.h"
+#include "traincache/train/dist_launch.h"
 #include "traincache/train/train.h"
 #include "traincache/train/train_plan.h"
 
@@ -74,12 +77,20 @@ report::Json window_json(const train::TrainResult& r) {
 // What to try when other processes held the cores: fewer threads, as many as they left free (beside
 // two busy processes on 2 cores, --threads 1 trained 1.5-2x faster than 2 threads: a step's
 // threads wait for the slowest of them), or cores of the run's own.
-std::string contention_remedy(const train::TrainResult& r) {
-  const auto& c = r.contention;
+// `live`: the progress line's short form, which offers fewer threads only.
+std::string contention_remedy(const CpuContention& c, int threads, bool live = false) {
   const int free_cores = std::max(1, static_cast<int>(std::lround(c.cores - c.others_cores)));
   const std::string own = "give the run cores of its own (taskset -c, a cgroup's cpuset)";
-  if (free_cores >= r.threads) return own;
-  return "try --threads " + std::to_string(free_cores) + " (the cores they left free) or " + own;
+  if (free_cores >= threads) return live ? "" : own;
+  const std::string fewer = "try --threads " + std::to_string(free_cores);
+  return live ? fewer : fewer + " (the cores they left free) or " + own;
+}
+
+// The intra-op threads a step runs on: --threads, a launcher's share of the cores, or one per core.
+int step_threads(const Options& o) {
+  const int cores = static_cast<int>(usable_cores());
+  const int t = train::local_threads(o.common.threads, train::read_launch(), cores);
+  return t > 0 ? t : cores;
 }
 
 report::Record train_record(const train::TrainResult& r) {
@@ -131,7 +142,7 @@ report::Record train_record(const train::TrainResult& r) {
   rec.add("stopped_early", r.stopped_early);
   rec.add("checkpoint", r.checkpoint);
   rec.add("threads", r.threads);
-  cli::add_contention(rec, r.contention, contention_remedy(r));
+  cli::add_contention(rec, r.contention, contention_remedy(r.contention, r.threads));
   rec.note("resume_hint", r.checkpoint.empty() ? " (no --checkpoint-dir: progress lost)"
                                                : "; checkpoint " + r.checkpoint + " (rerun with --resume)");
   return rec;
@@ -184,14 +195,18 @@ void resolve_options(Options& o) {
 
 // The training's callbacks: progress bars (made on first use in `bar` and `eval_bar`) and
 // messages on stderr.
-train::TrainCallbacks callbacks(const Options& o, std::unique_ptr<Progress>& bar, std::unique_ptr<Progress>& eval_bar) {
+// While other processes hold the cores (`live`'s last window), the bar says so and what to try.
+train::TrainCallbacks callbacks(const Options& o, std::unique_ptr<Progress>& bar, std::unique_ptr<Progress>& eval_bar,
+                                const CpuContentionWatch& live) {
   train::TrainCallbacks cb;
-  cb.progress = [&o, &bar](int64_t step, int64_t total, double loss) {
+  cb.progress = [&o, &bar, &live, threads = step_threads(o)](int64_t step, int64_t total, double loss) {
     if (!bar) bar = std::make_unique<Progress>("training", total, o.common.progress_mode(), "steps");
     char extra[80];
     std::snprintf(extra, sizeof extra, "loss %.4f  %s samples/s", loss,
                   rate_text(bar->rate() * static_cast<double>(o.t.batch_size)).c_str());
-    bar->update(step, extra);
+    const CpuContention recent = live.recent();
+    const std::string slowed = slowed_note(recent, contention_remedy(recent, threads, true));
+    bar->update(step, slowed.empty() ? std::string(extra) : extra + ("  " + slowed));
   };
   cb.eval_progress = [&o, &eval_bar](int64_t done, int64_t total) {
     if (!eval_bar) eval_bar = std::make_unique<Progress>("evaluating", total, o.common.progress_mode(), "rows");
@@ -226,7 +241,8 @@ int run(Options& o) {
                                        ": interrupted: stopping after this step (a checkpoint is saved with "
                                        "--checkpoint-dir); interrupt again to stop at once");
   std::unique_ptr<Progress> bar, eval_bar;
-  auto r = train::run_train_in_module(o.t, callbacks(o, bar, eval_bar));
+  CpuContentionWatch live;  // for the progress line; the run's own watch gives the closing note
+  auto r = train::run_train_in_module(o.t, callbacks(o, bar, eval_bar, live));
   if (bar) bar->finish();
   if (r.rank > 0) return r.interrupted ? cli::code(Exit::interrupted) : 0;  // rank 0 reports for all
   auto rec = train_record(r);
