@@ -89,7 +89,7 @@ CATCH_TEST_CASE("cache file: assemble writes a complete cache that read_info des
   CATCH_CHECK(info.labels->dataset == "/labels");
   // The second label column: /label_columns/id, the input's keys 101..104.
   CATCH_REQUIRE(info.more_labels.size() == 1);
-  const auto& id = io::cache::label_column(info, "id", "--labels");
+  const io::cache::LabelInfo id = io::cache::label_column(info, "id", "--labels");
   CATCH_CHECK(id.dataset == "/label_columns/id");
   CATCH_CHECK(id.source == "keys");
   CATCH_CHECK(id.counts == std::map<int64_t, int64_t>{{101, 1}, {102, 1}, {103, 1}, {104, 1}});
