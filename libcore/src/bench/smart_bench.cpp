@@ -26,6 +26,7 @@
 #include "traincache/io/h5.h"
 #include "traincache/io/source.h"
 #include "traincache/model/encode.h"
+#include "traincache/slab/sharing.h"
 #include "traincache/slab/shm_slab.h"
 
 namespace traincache::bench {
@@ -132,10 +133,7 @@ class FileSource : public Source {
 class ShmSource : public Source {
  public:
   ShmSource(const std::string& name, bool trust_owner) : slab_(slab::Slab::attach(name, false)) {
-    if (slab_.info().uid != ::geteuid() && !trust_owner)
-      throw Error(Exit::data, name,
-                  "slab is owned by another user (uid " + std::to_string(slab_.info().uid) +
-                      "); use --trust-slab-owner to read it");
+    slab::require_own_slab(slab_.info(), name, trust_owner, "--trust-slab-owner to read it");
     auto i = slab_.info();
     if (i.layout != slab::Layout::fixed || i.dtype != DType::u8)
       throw Error(Exit::data, name, "the slab must hold fixed-shape uint8 items");

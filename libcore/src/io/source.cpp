@@ -18,6 +18,7 @@
 #include "traincache/io/h5.h"
 #include "traincache/io/npy.h"
 #include "traincache/io/row_digest.h"
+#include "traincache/slab/sharing.h"
 #include "traincache/slab/shm_slab.h"
 
 namespace traincache::io::source {
@@ -127,10 +128,7 @@ class SlabColumn : public Column {
   SlabColumn(const std::string& path, bool trust_owner)
       : Column(Kind::shm, path), slab_(slab::Slab::attach(path.substr(std::strlen(kShmScheme)), false)) {
     auto si = slab_.info();  // its uid is the mapped object's owner (fstat of the descriptor mapped)
-    if (si.uid != ::geteuid() && !trust_owner)
-      throw Error(
-          Exit::data, path,
-          "slab is owned by another user (uid " + std::to_string(si.uid) + "); use --trust-slab-owner to read it");
+    slab::require_own_slab(si, path, trust_owner, "--trust-slab-owner to read it");
     info_.name = path;
     info_.dtype = si.dtype;
     info_.shape = {static_cast<int64_t>(si.length)};

@@ -6,11 +6,13 @@
 
 namespace traincache::slab {
 
+void require_own_slab(const SlabInfo& si, const std::string& name, bool trust, const std::string& use) {
+  if (si.uid != ::geteuid() && !trust)
+    throw Error(Exit::data, name, "slab is owned by another user (uid " + std::to_string(si.uid) + "); use " + use);
+}
+
 void check_shared(const SlabInfo& si, const CreateOptions& want, const Sharing& sharing) {
-  if (si.uid != ::geteuid() && !sharing.trust_owner)
-    throw Error(Exit::data, want.name,
-                "slab is owned by another user (uid " + std::to_string(si.uid) + "); use " + sharing.trust_hint +
-                    " to share it, or " + sharing.owner_hint);
+  require_own_slab(si, want.name, sharing.trust_owner, sharing.trust_hint + " to share it, or " + sharing.owner_hint);
   const bool same_contents = si.content_id == want.content_id;
   bool same = si.layout == want.layout && si.dtype == want.dtype;
   if (want.layout == Layout::fixed)

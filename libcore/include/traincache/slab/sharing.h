@@ -38,6 +38,11 @@ struct Sharing {
 /// or (fixed layout) item shape, length and selection than `want`.
 void check_shared(const SlabInfo& si, const CreateOptions& want, const Sharing& sharing);
 
+/// Refuses a slab whose mapped object another user owns (SlabInfo::uid, from fstat of the
+/// descriptor mapped) unless `trust`: Error(data, name, "slab is owned by another user (uid N); use
+/// " + `use`). Every tool that attaches to a slab decides so.
+void require_own_slab(const SlabInfo& si, const std::string& name, bool trust, const std::string& use);
+
 /// Attaches (writable) to slab want.name, or creates it as `want` when there is none; of processes
 /// that race to create it, the losers attach to the winner's. `before_create` runs before each
 /// attempt to create (a space check may refuse there). The slab is then checked (check_shared,
