@@ -188,6 +188,17 @@ void TokenRows::extend(const TokenRows& more) {
   truncated += more.truncated;
 }
 
+namespace {
+
+// Text `row` of `what`, tokenized and cut at `max_length`: an empty one is refused, naming its row.
+Encoding encode_text(const Tokenizer& tok, const std::string& text, int64_t max_length, const std::string& what,
+                     int64_t row) {
+  if (text.empty()) throw Error(Exit::data, what + " row " + std::to_string(row), "empty text");
+  return tok.encode(text, max_length);
+}
+
+}  // namespace
+
 TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
                         const std::string& what, int threads) {
   const int64_t max_length = effective_max_length(tok, opts);
@@ -198,10 +209,8 @@ TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& te
   std::vector<std::exception_ptr> failed(parts);
   auto work = [&](std::size_t p) {
     try {
-      for (std::size_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
-        if (texts[i].empty()) throw Error(Exit::data, what + " row " + std::to_string(i), "empty text");
-        part[p].append(tok.encode(texts[i], max_length));
-      }
+      for (std::size_t i = n * p / parts; i < n * (p + 1) / parts; ++i)
+        part[p].append(encode_text(tok, texts[i], max_length, what, static_cast<int64_t>(i)));
     } catch (...) {
       failed[p] = std::current_exception();
     }
@@ -273,13 +282,9 @@ TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& 
   TokenRows rows;
   rows.pad_id = tok.pad_id();
   const int64_t max_length = effective_max_length(tok, opts);
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    if (texts[i].empty()) {
-      const int64_t row = row_numbers ? row_numbers->at(i) : first_row + static_cast<int64_t>(i);
-      throw Error(Exit::data, what + " row " + std::to_string(row), "empty text");
-    }
-    rows.append(tok.encode(texts[i], max_length));
-  }
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    rows.append(encode_text(tok, texts[i], max_length, what,
+                            row_numbers ? row_numbers->at(i) : first_row + static_cast<int64_t>(i)));
   std::vector<int64_t> all(texts.size());
   std::iota(all.begin(), all.end(), 0);
   TokenBatch b = pad_rows(rows, all, opts.padding == Padding::max_length ? max_length : 0);
