@@ -10,11 +10,13 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "encoding.h"
@@ -166,39 +168,44 @@ void publish(FillRun& p) {
   io::cache::assemble(spec);
 }
 
+// The failure being handled as the engine reports it (`error`): an Error as it is, running out of
+// memory as model::out_of_memory_error (69; `converted`), any other std::exception as an internal
+// error; none for anything else. Out of memory is told by model::is_out_of_memory, the one
+// classifier, and the failure is classified here once.
+struct Failure {
+  std::optional<Error> error;
+  bool converted = false;
+};
+Failure classify(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    return {e, false};
+  } catch (const std::exception& e) {
+    if (model::is_out_of_memory(e)) return {model::out_of_memory_error("", e), true};
+    return {Error(Exit::internal, "", std::string("internal error: ") + e.what()), false};
+  } catch (...) {
+    return {};
+  }
+}
+
 // Rethrows the failure being handled, after the encode loop stopped. Progress is kept when it exists
 // and the failure is one a later run can get past (a full disk, an output in the way, running out
 // of memory anywhere: in the forward, a host copy, a torch::cat, a reader thread, an update's rows;
 // the rerun, perhaps elsewhere, resumes), and always once every row is encoded (a failure while
-// publishing loses no encoding work); anything else discards it. Every exception counts: out of
-// memory is told by model::is_out_of_memory, the one classifier. Call only inside a catch block.
+// publishing loses no encoding work); anything else discards it. Every exception counts. Call only
+// inside a catch block.
 [[noreturn]] void fail_keeping_progress(const std::string& partial, bool have_rows, bool encoded) {
-  Exit code = Exit::internal;
-  try {
-    throw;
-  } catch (const Error& e) {
-    code = e.code();
-  } catch (const std::exception& e) {
-    if (model::is_out_of_memory(e)) code = Exit::unavailable;
-  } catch (...) {
-  }
+  const std::exception_ptr failure = std::current_exception();
+  const Failure f = classify(failure);
+  const Exit code = f.error ? f.error->code() : Exit::internal;
   const bool resumable = have_rows && (encoded || code == Exit::io || code == Exit::cant_create ||
                                        code == Exit::temp_failure || code == Exit::unavailable);
   const std::string kept = resumable ? "; progress kept in " + partial + " (run again to resume)" : "";
   if (!resumable) files::remove_tree(partial);
-  try {
-    throw;
-  } catch (const Error& e) {
-    if (!resumable) throw;
-    throw Error(e.code(), "", std::string(e.what()) + kept);
-  } catch (const std::exception& e) {
-    if (model::is_out_of_memory(e)) {
-      const Error oom = model::out_of_memory_error("", e);
-      throw Error(oom.code(), "", std::string(oom.what()) + kept);
-    }
-    if (!resumable) throw;
-    throw Error(Exit::internal, "", std::string("internal error: ") + e.what() + kept);
-  }
+  // Out of memory is told as such whatever became of the progress; the rest as it came unless kept.
+  if (!f.error || (!resumable && !f.converted)) std::rethrow_exception(failure);
+  throw Error(f.error->code(), "", std::string(f.error->what()) + kept);
 }
 
 // What lowers a text fill's padding: the options that batch its texts by length.
