@@ -249,13 +249,13 @@ std::vector<LabelSpec> label_specs(const FillOptions& opts) {
     const std::size_t eq = item.find('=');
     l.named = eq != std::string::npos;
     l.source = eq == std::string::npos ? item : item.substr(eq + 1);
-    if (eq != std::string::npos && eq == 0) throw Error(Exit::usage, "--labels", "'" + item + "' names no column");
+    if (l.named && eq == 0) throw Error(Exit::usage, "--labels", "'" + item + "' names no column");
     if (l.source.empty()) throw Error(Exit::usage, "--labels", "an empty item in '" + given + "'");
     const std::size_t colon = l.source.rfind(':');
     if (colon != std::string::npos && io::source::is_key_table(l.source.substr(0, colon))) {
       l.table = l.source.substr(0, colon);
       l.field = l.source.substr(colon + 1);
-    } else if (io::source::is_key_table(l.source) && !io::source::names_own_file(l.source)) {
+    } else if (io::source::is_key_table(l.source)) {
       l.table = l.source;
     }
     l.name = l.named ? item.substr(0, eq) : !l.table.empty() ? l.field : io::source::label_column_name(l.source);

@@ -239,8 +239,10 @@ ExportResult export_npy(const ExportOptions& o) {
     r.encoders.push_back(e.name);
   }
   auto keys = info.keys_dtype ? source::open_column(o.cache, "/keys") : nullptr;
-  if (!o.labels.empty()) label_column(info, o.labels, "--labels");  // one the cache has
-  auto labels = info.labels ? source::open_column(o.cache, label_column(info, o.labels, "--labels").dataset) : nullptr;
+  // --labels NAME: one the cache has (64 otherwise, also for a cache without labels)
+  auto labels = info.labels || !o.labels.empty()
+                    ? source::open_column(o.cache, label_column(info, o.labels, "--labels").dataset)
+                    : nullptr;
   std::set<int64_t> skipped;
   for (const auto& [row, why] : read_skipped(o.cache)) skipped.insert(row);
   TempDir tmp(dir);

@@ -264,10 +264,9 @@ EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::Dataset
 }
 
 // Tallies a label column of one integer per row into its counts.
-void count_label_classes(const std::string& path, LabelInfo& li) {
+void count_label_classes(hid_t f, const std::string& path, LabelInfo& li) {
   if (!is_integer(li.dtype) || li.shape.size() != 1) return;
-  h5::Id file = h5::open_file(path);
-  h5::Id labels = h5::open_dataset(file.get(), path, li.dataset);
+  h5::Id labels = h5::open_dataset(f, path, li.dataset);
   constexpr int64_t kBlock = 1 << 16;
   std::vector<int64_t> buf;
   for (int64_t s = 0; s < li.rows; s += kBlock) {
@@ -406,8 +405,8 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
   if (count_labels) {
-    if (info.labels) count_label_classes(path, *info.labels);
-    for (auto& li : info.more_labels) count_label_classes(path, li);
+    if (info.labels) count_label_classes(f, path, *info.labels);
+    for (auto& li : info.more_labels) count_label_classes(f, path, li);
   }
   return info;
 }

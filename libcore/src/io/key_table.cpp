@@ -43,7 +43,7 @@ std::map<std::string, int64_t> index_keys(const std::vector<std::string>& keys, 
 
 bool is_key_table(const std::string& path) {
   const Kind k = kind_of(path);
-  return path.rfind("shm:", 0) != 0 && (k == Kind::manifest || k == Kind::npz);
+  return k == Kind::manifest || k == Kind::npz;
 }
 
 std::vector<std::string> key_texts(const Column* keys, int64_t rows) {
