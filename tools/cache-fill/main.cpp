@@ -437,7 +437,9 @@ int main(int argc, char** argv) {
                  "tar shard's image field (jpg) "
                  "fed to the encoders (NAME= for one encoder)");
   app.add_option("--labels", o.fill.labels,
-                 "Label dataset or manifest field copied into the cache (folder: label; tar: cls, json.FIELD)");
+                 "[NAME=]SOURCE[,...]: label columns, each a dataset or manifest field (folder: label; tar: cls, "
+                 "json.FIELD), a .npy file, or TABLE:FIELD of a CSV/TSV/JSON Lines/.npz table joined on the keys")
+      ->type_name("LIST");
   app.add_option("--key", o.fill.keys,
                  "Per-row key dataset or manifest field, integers or strings (folder: path; tar: __key__)");
   app.add_option("-o,--out", o.fill.out, "Output cache file (required)");
