@@ -114,6 +114,10 @@ run "$TC_BIN/gc-train" --cache c.h5 --embeddings flat --labels shape --head line
   --out head.pt -q
 expect_rc 64
 expect_err "gc-train: error: --labels: the cache has no label column 'shape' (it has label, orientation, sz, grade)"
+run "$TC_BIN/gc-train" --cache c.h5 --query-embeddings flat --passage-embeddings flat --labels orientation \
+  --head linear:4 --steps 2 --out head.pt -q
+expect_rc 64
+expect_err "gc-train: error: --labels: with --cache picks the label column of grouped mode (--embeddings); query/passage pairs have none"
 
 # ---- refused: the cache stays as it is ------------------------------------------------------------
 cp c.h5 kept.h5
