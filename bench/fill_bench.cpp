@@ -135,5 +135,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--out", o.out, "Scratch cache file (removed)")->capture_default_str();
   app.footer("EXIT STATUS\n  0 targets met; 1 a target missed; 64 usage; 65/66 bad or missing input.");
-  return cli::run_tool("fill-bench", app, argc, argv, [&] { return run(o); });
+  return cli::end_process(cli::run_tool("fill-bench", app, argc, argv, [&] { return run(o); }));
 }

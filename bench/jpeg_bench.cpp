@@ -199,5 +199,5 @@ int main(int argc, char** argv) {
   app.footer(
       "EXIT STATUS\n  0 measured; 64 usage; 65 a file the CPU cannot decode; 66 no folder or no JPEG files in it;\n"
       "  69 no CUDA device, or this build has no nvJPEG.");
-  return cli::run_tool("jpeg-bench", app, argc, argv, [&] { return run(o); });
+  return cli::end_process(cli::run_tool("jpeg-bench", app, argc, argv, [&] { return run(o); }));
 }

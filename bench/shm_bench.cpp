@@ -248,5 +248,5 @@ int main(int argc, char** argv) {
   app.add_option("--sample-bytes", o.sample_bytes, "Bytes per sample file")->capture_default_str();
   app.add_option("--create-size", o.create_size, "Size of the creation benchmark's slab")->capture_default_str();
   app.footer("EXIT STATUS\n  0 targets met; 1 a target missed; 64 usage; 73/74 cannot create or I/O error.");
-  return cli::run_tool("shm-bench", app, argc, argv, [&] { return run(o); });
+  return cli::end_process(cli::run_tool("shm-bench", app, argc, argv, [&] { return run(o); }));
 }

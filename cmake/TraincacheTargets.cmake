@@ -121,6 +121,9 @@ function(tc_add_tool name)
 endfunction()
 
 # tc_add_unit_test(NAME SOURCES ... DEPS ... [TORCH] [LABELS ...])
+# What tests/unit/catch_main.cpp prints last when every selected case ran and passed: a unit test
+# passes on that line, not on its exit status alone (a case that ends the process early exits 0).
+set(TC_UNIT_PASSED "unit tests: every selected case ran and passed")
 function(tc_add_unit_test name)
   cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
@@ -137,7 +140,8 @@ function(tc_add_unit_test name)
   # Cases tagged [gpu] need a CUDA device (and nvJPEG): unit.NAME_gpu runs them, and reports itself
   # skipped where `cache-fill --version` says the machine or the build lacks one (CI's machines).
   add_test(NAME unit.${name} COMMAND ${name} "~[gpu]")
-  set_tests_properties(unit.${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 ENVIRONMENT "${TC_TEST_ENV}")
+  set_tests_properties(unit.${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT 300 ENVIRONMENT "${TC_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "${TC_UNIT_PASSED}")
   if(ARG_TORCH)
     add_test(NAME unit.${name}_gpu COMMAND bash -c
       "v=$(\"$0\" --version) || exit 1; if ! grep -qx 'CUDA: available' <<<\"$v\" || ! grep -q '^nvJPEG: built' <<<\"$v\"; then echo 'skipped: the [gpu] cases need a CUDA device and nvJPEG'; exit 77; fi; exec \"$1\" '[gpu]'"

@@ -501,8 +501,8 @@ int main(int argc, char** argv) {
       "  75 another run holds the output, or\n"
       "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
       "See docs/cache-fill.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] {
+  return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&] {
     cli::refuse_repeated(app, {"--input", "--out"});
     return merge->parsed() ? run_merge(o) : run(o);
-  });
+  }));
 }

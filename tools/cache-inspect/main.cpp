@@ -315,5 +315,5 @@ int main(int argc, char** argv) {
       "  130 --export interrupted (the unfinished folder removed).\n"
       "  With several files every file is processed; the status is that of the\n"
       "  first failure other than 1, else 1 if any file failed. See docs/cache-inspect.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] { return run(o); });
+  return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&] { return run(o); }));
 }

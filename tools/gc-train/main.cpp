@@ -508,8 +508,8 @@ int main(int argc, char** argv) {
       "  --cache-shm slab is still being filled by another process;\n"
       "  130 interrupted (checkpoint saved).\n"
       "See docs/gc-train.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] {
+  return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&] {
     cli::refuse_repeated(app, {"--cache", "--data", "--eval-data", "--cache-shm"});
     return run(o);
-  });
+  }));
 }

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
       "EXIT STATUS\n  0 ok; 1 get: a miss; 64 usage (bad name, size or option); 65 a corrupt or foreign object,\n"
       "  a dataset whose shape does not fit; 66 input file missing; 69 no such slab; 70 internal;\n"
       "  73 cannot create (exists, or /dev/shm too small); 74 I/O error. See docs/shm-cache.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&]() -> int {
+  return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&]() -> int {
     if (create->parsed()) return do_create(o);
     if (app.got_subcommand("list")) return do_list(o);
     if (stat_cmd->parsed()) return do_stat(o);
@@ -299,5 +299,5 @@ int main(int argc, char** argv) {
     if (repair->parsed()) return do_repair(o);
     if (rm->parsed()) return do_rm(o);
     return do_df(o);
-  });
+  }));
 }

@@ -353,11 +353,11 @@ int main(int argc, char** argv) {
       "  missing; 70 internal; 73 cannot create the stochastic slab;\n"
       "  130 interrupted (SIGINT/SIGTERM; the temporary slab is removed).\n"
       "See docs/smart-bench.md.");
-  return cli::run_tool(kTool, app, argc, argv, [&] {
+  return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&] {
     if (o.common.json + o.jsonl + o.csv > 1) throw Error(Exit::usage, "--json", "choose one of --json, --jsonl, --csv");
     // The loop stops at the next batch; the stochastic slab is removed.
     install_interrupt_handlers(std::string(kTool) +
                                ": interrupted: stopping after this batch; interrupt again to stop at once");
     return run(o);
-  });
+  }));
 }

@@ -146,15 +146,20 @@ CATCH_TEST_CASE("a sentence-transformers folder's max_seq_length is the default 
 
   std::ofstream(dir + "/sentence_bert_config.json", std::ios::trunc) << R"({"max_seq_length": null})";
   CATCH_CHECK(text::effective_max_length(*text::load(dir + "/tokenizer.json"), {}) == 128);
+  // A malformed one is refused where the length is asked for, unless --max-length stands in for it.
   for (const char* bad : {R"({"max_seq_length": "long"})", R"({"max_seq_length": 0})", "[1]", "{"}) {
     std::ofstream(dir + "/sentence_bert_config.json", std::ios::trunc) << bad;
+    const auto tok = text::load(dir + "/tokenizer.json");
     try {
-      text::load(dir + "/tokenizer.json");
+      text::effective_max_length(*tok, {});
       CATCH_FAIL("accepted " << bad);
     } catch (const Error& e) {
       CATCH_CHECK(e.code() == Exit::data);
       CATCH_CHECK(std::string(e.what()).rfind(dir + "/sentence_bert_config.json: ", 0) == 0);
     }
+    text::TokenizeOptions given;
+    given.max_length = 64;
+    CATCH_CHECK(text::effective_max_length(*tok, given) == 64);
   }
   std::remove((dir + "/sentence_bert_config.json").c_str());
   std::remove((dir + "/tokenizer.json").c_str());

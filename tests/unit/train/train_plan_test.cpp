@@ -542,7 +542,8 @@ CATCH_TEST_CASE("train plan: the objective's refusals, message by message", "[tr
   train::TrainOptions labels_of_cache = cached_aligned();
   labels_of_cache.labels = "labels";
   CATCH_CHECK(refusal(labels_of_cache) ==
-              "--labels: names raw labels (--data); a cache's own labels serve --embeddings");
+              "--labels: with --cache picks the label column of grouped mode (--embeddings); query/passage pairs "
+              "have none");
 }
 
 CATCH_TEST_CASE("train plan: losses that need two classes refuse training rows of one", "[train]") {
