@@ -77,7 +77,7 @@ void decode_jpeg(const unsigned char* bytes, std::size_t size, const std::string
   img.width = w;
   img.height = h;
   img.channels = colorspace == TJCS_GRAY ? 1 : 3;
-  img.samples.resize(static_cast<std::size_t>(w) * h * img.channels);
+  resize_for_overwrite(img.samples, static_cast<std::size_t>(w) * h * img.channels);
   if (tjDecompress2(tj, bytes, static_cast<unsigned long>(size), img.samples.data(), w, 0, h,
                     img.channels == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
     const std::string msg = tjGetErrorStr2(tj);
@@ -122,7 +122,7 @@ void decode_png(const unsigned char* bytes, std::size_t size, const std::string&
   const spng_format fmt = png_format(ihdr, img.channels);
   std::size_t out_size = 0;
   if (int rc = spng_decoded_image_size(c.ctx, fmt, &out_size)) throw fail(rc);
-  img.samples.resize(out_size);
+  resize_for_overwrite(img.samples, out_size);
   if (int rc = spng_decode_image(c.ctx, img.samples.data(), out_size, fmt, 0)) throw fail(rc);
   img.width = static_cast<int>(ihdr.width);
   img.height = static_cast<int>(ihdr.height);
@@ -261,7 +261,7 @@ const ByteBuffer& resize_window(const Image& img, const Window& win, WindowBuffe
   const auto kx = axis_kernel(w, win.rw);
   const auto [row0, row1] = reached(ky.get(), win.top, win.oh);
   const int len = win.ow * c;
-  buf.rows.resize(static_cast<std::size_t>(row1 - row0) * len);
+  resize_for_overwrite(buf.rows, static_cast<std::size_t>(row1 - row0) * len);
   const uint8_t* first_row = img.samples.data() + static_cast<std::ptrdiff_t>(row0 - part.top) * part.cols * c;
   if (kx) {
     horizontal_window(first_row, row1 - row0, part.cols, part.left, c, *kx, win.left, win.ow, buf.rows.data(),
@@ -273,7 +273,7 @@ const ByteBuffer& resize_window(const Image& img, const Window& win, WindowBuffe
                   static_cast<std::size_t>(len));
   }
   if (!ky) return buf.rows;
-  buf.window.resize(static_cast<std::size_t>(win.oh) * len);
+  resize_for_overwrite(buf.window, static_cast<std::size_t>(win.oh) * len);
   vertical_window(buf.rows.data(), row0, len, *ky, win.top, win.oh, buf.window.data());
   return buf.window;
 }

@@ -167,7 +167,7 @@ bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region
   if (!start_rows(d, p)) fail(d, what);
   const int channels = c.output_components;
   const std::size_t line = static_cast<std::size_t>(p.cols) * channels;
-  img.samples.resize(static_cast<std::size_t>(p.y1 - p.y0) * line);
+  resize_for_overwrite(img.samples, static_cast<std::size_t>(p.y1 - p.y0) * line);
   std::vector<uint8_t*> row_ptrs(static_cast<std::size_t>(p.y1 - p.y0));
   for (std::size_t i = 0; i < row_ptrs.size(); ++i) row_ptrs[i] = img.samples.data() + i * line;
   p.row_ptrs = row_ptrs.data();

@@ -159,7 +159,7 @@ bool decode(const unsigned char* bytes, std::size_t size, int64_t max_pixels, By
       in != b.z.size() || out != b.raw.size() - 4)
     return false;
   b.zero.assign(stride + 4, 0);
-  samples.resize(stride * rows);  // a row's reads past its end fall in the next row
+  resize_for_overwrite(samples, stride * rows);  // a row's reads past its end fall in the next row
   for (std::size_t r = 0; r < rows; ++r) {
     const uint8_t* x = b.raw.data() + r * (stride + 1);
     uint8_t* row = samples.data() + r * stride;
