@@ -9,6 +9,8 @@
 
 namespace traincache {
 
+uint64_t hash64(const void* data, std::size_t n) { return XXH3_64bits(data, n); }
+
 struct ContentHash::State {
   XXH3_state_t* s = XXH3_createState();
   ~State() { XXH3_freeState(s); }

@@ -13,9 +13,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "traincache/base/content_hash.h"
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
@@ -277,7 +277,7 @@ class ImageColumn : public Column {
   // the new bytes and the cache's fingerprint the old ones.
   static constexpr uint64_t kUnseen = 0, kMissing = 1;
   static uint64_t bytes_hash(const std::string& bytes) {
-    const uint64_t h = std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(bytes.size()) << 1);
+    const uint64_t h = hash64(bytes.data(), bytes.size()) ^ (static_cast<uint64_t>(bytes.size()) << 1);
     return h <= kMissing ? h + 2 : h;
   }
   [[noreturn]] void changed(std::size_t i) const {

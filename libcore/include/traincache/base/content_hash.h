@@ -13,6 +13,9 @@ namespace traincache {
 /// A 128-bit digest as 16 bytes, high half first (the order hex_digest() prints).
 using Digest128 = std::array<uint8_t, 16>;
 
+/// XXH3-64 of `n` bytes in one call: for telling whether bytes read again are the ones read before.
+uint64_t hash64(const void* data, std::size_t n);
+
 /// Incremental XXH3-128.
 class ContentHash {
  public:
