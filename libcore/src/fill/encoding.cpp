@@ -420,10 +420,11 @@ Encoding::UnitBatches Encoding::unit_batches(const std::string& enc, const Batch
   }
   torch::Tensor tokens = torch::zeros({batch.count}, torch::kLong);
   for (const auto& key : in_.per_encoder_text.at(enc)) tokens += batch.text.at(key)[1].sum(1);
-  auto [sorted, order] = tokens.sort(/*stable=*/true, 0, false);
-  const std::vector<int64_t> lengths(sorted.data_ptr<int64_t>(), sorted.data_ptr<int64_t>() + batch.count);
-  b.order = order;
-  b.ends = text::token_batches(lengths, opts_.batch_size, in_.max_tokens);
+  tokens = tokens.contiguous();
+  const std::vector<int64_t> lengths(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + batch.count);
+  text::LengthBatches lb = text::length_batches(lengths, opts_.batch_size, in_.max_tokens);
+  b.order = torch::tensor(lb.order, torch::kLong);
+  b.ends = std::move(lb.ends);
   return b;
 }
 

@@ -1,5 +1,8 @@
 #include "traincache/text/token_batches.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace traincache::text {
 
 std::vector<int64_t> token_batches(const std::vector<int64_t>& sorted_lengths, int64_t batch_size, int64_t max_tokens) {
@@ -16,6 +19,18 @@ std::vector<int64_t> token_batches(const std::vector<int64_t>& sorted_lengths, i
   }
   if (n > 0) ends.push_back(n);
   return ends;
+}
+
+LengthBatches length_batches(const std::vector<int64_t>& lengths, int64_t batch_size, int64_t max_tokens) {
+  LengthBatches b;
+  b.order.resize(lengths.size());
+  std::iota(b.order.begin(), b.order.end(), int64_t{0});
+  std::stable_sort(b.order.begin(), b.order.end(), [&](int64_t x, int64_t y) { return lengths[x] < lengths[y]; });
+  std::vector<int64_t> sorted;
+  sorted.reserve(lengths.size());
+  for (const int64_t i : b.order) sorted.push_back(lengths[i]);
+  b.ends = token_batches(sorted, batch_size, max_tokens);
+  return b;
 }
 
 }  // namespace traincache::text

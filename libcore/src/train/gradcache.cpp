@@ -228,12 +228,9 @@ Chunks plan_chunks(const SideBatch& side, bool chunked) {
   }
   if (static_cast<int64_t>(side.lengths.size()) != n)
     throw Error(Exit::internal, "step", "a side's token counts do not match its rows");
-  std::vector<int64_t> order(static_cast<std::size_t>(n)), sorted;
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return side.lengths[a] < side.lengths[b]; });
-  for (int64_t i : order) sorted.push_back(side.lengths[i]);
-  c.ends = text::token_batches(sorted, rows, side.max_tokens);
-  c.order = torch::tensor(order, torch::kInt64);
+  text::LengthBatches lb = text::length_batches(side.lengths, rows, side.max_tokens);
+  c.ends = std::move(lb.ends);
+  c.order = torch::tensor(lb.order, torch::kInt64);
   c.inverse = torch::empty_like(c.order);
   c.inverse.index_put_({c.order}, torch::arange(n, torch::kInt64));
   return c;

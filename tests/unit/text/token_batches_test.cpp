@@ -25,3 +25,15 @@ CATCH_TEST_CASE("token batches: rows and token slots capped, a long row alone", 
   CATCH_CHECK(ends == V{256, 480, 481});
   CATCH_CHECK(text::token_batches(V{}, 4, 10).empty());
 }
+
+CATCH_TEST_CASE("length batches: rows shortest first, ties in their own order, cut as token_batches", "[fill_plan]") {
+  using V = std::vector<int64_t>;
+  // Rows 1 and 3 have 2 tokens each and keep their order; 9 tokens come last, alone under 10 slots.
+  const text::LengthBatches b = text::length_batches(V{9, 2, 5, 2, 4, 1}, 8, 10);
+  CATCH_CHECK(b.order == V{5, 1, 3, 4, 2, 0});
+  CATCH_CHECK(b.ends == text::token_batches(V{1, 2, 2, 4, 5, 9}, 8, 10));
+  CATCH_CHECK(b.ends == V{3, 5, 6});
+  const text::LengthBatches none = text::length_batches(V{}, 4, 10);
+  CATCH_CHECK(none.order.empty());
+  CATCH_CHECK(none.ends.empty());
+}

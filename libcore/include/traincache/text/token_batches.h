@@ -19,4 +19,14 @@ inline constexpr int64_t kDefaultMaxTokensCuda = 32768;
 /// last) row's tokens, as it is padded. `max_tokens` 0: batches of `batch_size` rows.
 std::vector<int64_t> token_batches(const std::vector<int64_t>& sorted_lengths, int64_t batch_size, int64_t max_tokens);
 
+/// Rows encoded by their token count: `order` lists the rows shortest first (a stable sort: rows
+/// of one length keep their order) and `ends` where each batch of that order ends, as
+/// token_batches cuts it.
+struct LengthBatches {
+  std::vector<int64_t> order, ends;
+};
+/// The batches of rows of `lengths` tokens (in the rows' own order): cache-fill's length windows
+/// and gc-train's text chunks.
+LengthBatches length_batches(const std::vector<int64_t>& lengths, int64_t batch_size, int64_t max_tokens);
+
 }  // namespace traincache::text
