@@ -349,7 +349,7 @@ void Encoding::first_batch_checks(model::Encoder& enc, const std::vector<torch::
     const int64_t n = args.empty() ? 0 : std::min<int64_t>(kOptimizeCheckRows, args.front().size(0));
     model::OptimizeOutcome o;
     try {
-      o = enc.try_optimize(slice_rows(args, 0, n), kOptimizeTolerance);
+      o = enc.try_optimize(model::slice_rows(args, 0, n), kOptimizeTolerance);
     } catch (const Error&) {  // the plain module failed on those rows: the batch's failure is the one to say
       o = enc.try_optimize(args, kOptimizeTolerance);
     }
@@ -436,7 +436,7 @@ std::vector<torch::Tensor> Encoding::forward_unit(std::size_t i, const std::vect
   for (const int64_t b : batches.ends) {
     const torch::Tensor rows = batches.order.defined() ? batches.order.slice(0, a, b) : torch::arange(a, b);
     const std::vector<torch::Tensor> part =
-        batches.order.defined() ? rows_of(args, text_args, rows) : slice_rows(args, a, b);
+        batches.order.defined() ? rows_of(args, text_args, rows) : model::slice_rows(args, a, b);
     for (const auto& t : text_args) {
       result_.tokens += t.mask.index_select(0, rows).sum().item<int64_t>();
       result_.token_slots += (b - a) * part[t.first].size(1);
@@ -453,13 +453,6 @@ std::vector<torch::Tensor> Encoding::rows_of(const std::vector<torch::Tensor>& a
   std::vector<torch::Tensor> out;
   for (const auto& a : args) out.push_back(a.index_select(0, rows));
   for (const auto& t : text_args) model::trim_padding(&out[t.first], t.n, t.mask.index_select(0, rows));
-  return out;
-}
-
-std::vector<torch::Tensor> Encoding::slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b) {
-  if (args.empty() || (a == 0 && b == args.front().size(0))) return args;
-  std::vector<torch::Tensor> out;
-  for (const auto& t : args) out.push_back(t.slice(0, a, b));
   return out;
 }
 

@@ -144,9 +144,6 @@ class Encoding {
   static std::vector<torch::Tensor> rows_of(const std::vector<torch::Tensor>& args,
                                             const std::vector<TextArgs>& text_args, const torch::Tensor& rows);
 
-  // Rows [a, b) of every argument (the arguments themselves when that is all of them).
-  static std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& args, int64_t a, int64_t b);
-
   // Token ids of a ragged input must index the encoder's first embedding table.
   void check_ragged_ids(model::Encoder& enc, const torch::Tensor& ids, const Batch& batch);
 

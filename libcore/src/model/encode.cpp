@@ -467,6 +467,13 @@ void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask) {
   for (std::size_t k = 0; k < n; ++k) ts[k] = ts[k].slice(1, 0, longest);
 }
 
+std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& ts, int64_t a, int64_t b) {
+  if (ts.empty() || (a == 0 && b == ts.front().size(0))) return ts;
+  std::vector<torch::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.slice(0, a, b));
+  return out;
+}
+
 std::size_t forward_arity(const torch::jit::Module& m) {
   const auto& args = m.get_method("forward").function().getSchema().arguments();
   return args.empty() ? 0 : args.size() - 1;

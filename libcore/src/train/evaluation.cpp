@@ -12,6 +12,7 @@
 #include "setup.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/model/encode.h"
 
 namespace fs = std::filesystem;
 
@@ -52,7 +53,7 @@ torch::Tensor encode_eval(const train::Tower& tower, const std::vector<torch::Te
   std::vector<torch::Tensor> reps;
   int64_t n = inputs.front().size(0);
   for (int64_t a = 0; a < n; a += chunk) {
-    reps.push_back(tower(train::slice_rows(inputs, a, std::min(a + chunk, n))));
+    reps.push_back(tower(model::slice_rows(inputs, a, std::min(a + chunk, n))));
     if (progress) progress(done + std::min(a + chunk, n), total);
   }
   return torch::cat(reps);

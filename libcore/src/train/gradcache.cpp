@@ -154,12 +154,6 @@ torch::Tensor loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torc
   return value;
 }
 
-std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, int64_t a, int64_t b) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : inputs) out.push_back(t.slice(0, a, b));
-  return out;
-}
-
 namespace {
 
 // The default generators' states: the CPU one, and the CUDA device's when the tower runs on one

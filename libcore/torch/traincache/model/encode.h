@@ -115,6 +115,10 @@ std::vector<torch::Tensor> token_tensors(const text::TokenBatch& b);
 /// column): a batch padded for more rows than it now holds pays only for its own longest.
 void trim_padding(torch::Tensor* ts, std::size_t n, const torch::Tensor& mask);
 
+/// Rows [a, b) of every tensor (the tensors themselves when that is all their rows): cache-fill's
+/// batches of a unit, gc-train's chunks.
+std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& ts, int64_t a, int64_t b);
+
 /// The number of tensors `m.forward` takes (its arguments without self).
 std::size_t forward_arity(const torch::jit::Module& m);
 

@@ -79,9 +79,6 @@ torch::Tensor loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torc
 /// A trainable encoder: maps input tensors (row-aligned, one chunk) to representations [rows, d].
 using Tower = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
 
-/// Rows [a, b) of every input.
-std::vector<torch::Tensor> slice_rows(const std::vector<torch::Tensor>& inputs, int64_t a, int64_t b);
-
 /// How a step treats randomness and graphs; the defaults are the correct Gradient Cache.
 struct StepMode {
   bool gradcache = true;           ///< false: the plain full-batch step (the reference)
