@@ -51,7 +51,7 @@ struct Provenance {
 };
 
 // One cache-fill run, the single argument of its stages after the options are checked and of the
-// module's entry (fill_module.h), as gc-train's stages take its RunContext. prepare_fill makes it
+// module's entry (fill_module.h), as gc-train's stages take its TrainRun. prepare_fill makes it
 // (stage 2: inputs, rows, lock, fingerprint, the cache at the output); plan_encoding (stage 3)
 // adds the update's plan and the journal; encode_fill (with LibTorch) encodes and publishes.
 struct FillRun {

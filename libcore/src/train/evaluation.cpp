@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "checkpointer.h"
+#include "context.h"
 #include "setup.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
@@ -115,8 +116,11 @@ train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train:
   return table;
 }
 
-Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data& data, const RowSplit& split,
-                              bool grouped) {
+Evaluation prepare_evaluation(const TrainRun& r) {
+  const TrainOptions& o = r.o;
+  const Setup& s = r.s;
+  const Data& data = r.data;
+  const bool grouped = r.m.grouped;
   Evaluation e;
   e.use_external = !o.eval_data.empty();
   if (e.use_external) {
@@ -128,8 +132,8 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
           !std::equal(a.begin() + 1, a.end(), b.begin() + 1, b.end()))
         throw Error(Exit::data, o.eval_data, "holds rows of another shape than the training data");
   }
-  e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(split.eval, torch::kLong);
-  e.enabled = e.use_external || !split.eval.empty();
+  e.idx = e.use_external ? torch::arange(e.external.rows, torch::kLong) : torch::tensor(r.split.eval, torch::kLong);
+  e.enabled = e.use_external || !r.split.eval.empty();
   for (const auto* out : {&o.eval_dump, &o.classifier_out}) {  // refused now, not after training
     if (out->empty() || s.rank != 0) continue;
     const std::string dir = files::dir_name(*out);
@@ -138,18 +142,18 @@ Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data&
   return e;
 }
 
-Monitor::Monitor(const RunContext& run, Evaluation& eval, MetricsLog& log, Checkpointer& ckpt, BestRecord& best)
+Monitor::Monitor(TrainRun& run, MetricsLog& log, Checkpointer& ckpt)
     : o_(run.o),
       s_(run.s),
       group_(run.group),
-      eval_(eval),
+      eval_(run.eval),
       data_(run.data),
       m_(run.m),
       loss_(run.loss),
       log_(log),
       ckpt_(ckpt),
       cb_(run.cb),
-      best_(best) {
+      best_(run.result.best) {
   if (!o_.select_best.empty()) best_.metric = o_.select_best;  // validate_selection: a metric of the mode
 }
 
@@ -199,11 +203,11 @@ double Monitor::value_of(const EvalMetrics& r, const std::string& key) {
 
 // Warnings about the labels of grouped mode (rank 0, with an evaluation): classes missing from
 // one side of the split, and evaluation rows a classifier cannot predict.
-void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split, Evaluation& eval, Data& data,
-                       const Models& m, const std::function<void(const std::string&)>& warn) {
-  for (const auto& w : label_balance_warnings(pick(labels, split.train), eval.labels(data))) warn(w);
-  if (!m.classifier) return;
-  const auto lost = eval.unknown_classes(data);
+void warn_about_labels(const TrainRun& r, const std::vector<int64_t>& labels) {
+  const auto& warn = r.cb.warn;
+  for (const auto& w : label_balance_warnings(pick(labels, r.split.train), r.eval.labels(r.data))) warn(w);
+  if (!r.m.classifier) return;
+  const auto lost = r.eval.unknown_classes(r.data);
   if (lost > 0)
     warn(std::to_string(lost) + " evaluation rows have labels no training row has: the classifier cannot " +
          "predict them and they count as wrong in accuracy_at_k");
@@ -211,13 +215,14 @@ void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split
 
 // Rank 0's outputs after a run that was not interrupted: --out (unless --select-best wrote the best
 // already; with no best ever selected, the last model and a warning) and --eval-dump.
-void write_final_outputs(const TrainOptions& o, Models& m, Evaluation& eval, const BestRecord& best,
-                         const TrainCallbacks& cb) {
-  if (!o.select_best.empty() && best.step < 0 && cb.warn)
-    cb.warn("--select-best: '" + o.select_best +
-            "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
-  if (o.select_best.empty() || best.step < 0) save_outputs(o, m);
-  eval.write_dump(o);
+void write_final_outputs(TrainRun& r) {
+  const TrainOptions& o = r.o;
+  const BestRecord& best = r.result.best;
+  if (!o.select_best.empty() && best.step < 0 && r.cb.warn)
+    r.cb.warn("--select-best: '" + o.select_best +
+              "' had no evaluation queries at any evaluation, so no model was selected; --out holds the last one");
+  if (o.select_best.empty() || best.step < 0) save_outputs(o, r.m);
+  r.eval.write_dump(o);
 }
 
 }  // namespace traincache::train

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "context.h"
 #include "data.h"
 #include "models.h"
 #include "traincache/base/files.h"
@@ -20,6 +19,7 @@
 namespace traincache::train {
 
 class Checkpointer;
+struct TrainRun;
 
 // Rows encoded of all an evaluation encodes, for a progress display (may be empty).
 using EvalProgress = std::function<void(int64_t done, int64_t total)>;
@@ -70,9 +70,9 @@ struct Evaluation {
   }
 };
 
-/// The evaluation rows (or --eval-data) of a run; --eval-dump and --classifier-out's directories checked.
-Evaluation prepare_evaluation(const TrainOptions& o, const Setup& s, const Data& data, const RowSplit& split,
-                              bool grouped);
+/// The evaluation rows (or --eval-data) of a run, once its data, models and split are known;
+/// --eval-dump and --classifier-out's directories checked.
+Evaluation prepare_evaluation(const TrainRun& r);
 
 // --metrics: one JSON line per step, written through at once; write errors are exit 74. Opened as
 // files::open_log() says: a planted link or FIFO is refused (73), never followed. A run resumed at
@@ -102,7 +102,8 @@ class MetricsLog {
 // takes part in), and --early-stop ends the run when the best has not moved for long enough.
 class Monitor {
  public:
-  Monitor(const RunContext& run, Evaluation& eval, MetricsLog& log, Checkpointer& ckpt, BestRecord& best);
+  // The run's evaluation (run.eval), its best so far in run.result.best.
+  Monitor(TrainRun& run, MetricsLog& log, Checkpointer& ckpt);
 
   // Evaluates at `step` (every rank calls it; only rank 0 computes). `out`, when given, receives
   // the metrics. Returns true on rank agreement that --early-stop's patience has run out.
@@ -137,11 +138,9 @@ class Monitor {
   int64_t last_step_ = -1;
 };
 
-/// Warnings about the labels of grouped mode (rank 0, with an evaluation).
-void warn_about_labels(const std::vector<int64_t>& labels, const RowSplit& split, Evaluation& eval, Data& data,
-                       const Models& m, const std::function<void(const std::string&)>& warn);
+/// Warnings about the labels of grouped mode, `labels` being every row's (rank 0, with an evaluation).
+void warn_about_labels(const TrainRun& r, const std::vector<int64_t>& labels);
 /// Rank 0's outputs after a run that was not interrupted: --out and --eval-dump.
-void write_final_outputs(const TrainOptions& o, Models& m, Evaluation& eval, const BestRecord& best,
-                         const TrainCallbacks& cb);
+void write_final_outputs(TrainRun& r);
 
 }  // namespace traincache::train

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "context.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
 #include "traincache/base/sha256.h"
@@ -266,8 +267,12 @@ train::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec) 
 // The classifier of softmax, arcface and cosface: one class per distinct label of the training
 // rows (ascending), as wide as the representations. Rows whose label training lacks get class -1
 // (wrong in every evaluation). Built before the first broadcast so that every rank starts alike.
-void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, train::LossConfig& loss,
-                       std::vector<Data*> also) {
+void attach_classifier(TrainRun& r) {
+  const RowSplit& split = r.split;
+  Data& data = r.data;
+  Models& m = r.m;
+  std::vector<Data*> also;
+  if (r.eval.use_external) also.push_back(&r.eval.external);
   auto train_labels = label_list(data.labels.index_select(0, torch::tensor(split.train, torch::kLong)));
   std::set<int64_t> distinct(train_labels.begin(), train_labels.end());
   const std::vector<int64_t> classes(distinct.begin(), distinct.end());
@@ -287,11 +292,12 @@ void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models
     dim = m.q_tower(data.query->inputs(torch::tensor({split.train.front()}, torch::kLong))).size(1);
     m.q->train();
   }
-  m.classifier = train::make_classifier(loss.kind, classes, dim, loss.scale, s.float_type, s.device);
+  m.classifier = train::make_classifier(r.loss.kind, classes, dim, r.loss.scale, r.s.float_type, r.s.device);
   m.classifier->train();
   m.distinct.push_back(&*m.classifier);
   for (const auto& p : m.classifier->parameters()) m.params.push_back(p);
-  train::use_classifier(loss, *m.classifier);
+  train::use_classifier(r.loss, *m.classifier);
+  r.result.classes = m.classifier->attr("labels").toTensor().size(0);
 }
 
 // --out (and --passage-out): the trained modules as TorchScript, written by rank 0.

@@ -15,6 +15,8 @@
 
 namespace traincache::train {
 
+struct TrainRun;
+
 // The trained modules, their towers and parameters, and the settings a checkpoint must match.
 struct Models {
   std::vector<torch::jit::Module> modules;  // 1 (tied or head) or 2 (separate)
@@ -37,9 +39,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o,
                                                         const std::vector<torch::Tensor>& params);
 /// The loss of the objective `spec`.
 train::LossConfig loss_config(const TrainOptions& o, const ObjectiveSpec& spec);
-/// The classifier of softmax, arcface and cosface, with each row's class in `data` (and `also`).
-void attach_classifier(const Setup& s, const RowSplit& split, Data& data, Models& m, train::LossConfig& loss,
-                       std::vector<Data*> also);
+/// The classifier of softmax, arcface and cosface (into r.m and r.loss), with each row's class in
+/// r.data and the evaluation's --eval-data; its classes in r.result.
+void attach_classifier(TrainRun& r);
 /// --out (and --passage-out, --classifier-out): the trained modules as TorchScript.
 void save_outputs(const TrainOptions& o, Models& m);
 

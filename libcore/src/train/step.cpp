@@ -20,7 +20,7 @@
 
 namespace traincache::train {
 
-Trainer::Trainer(const RunContext& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler)
+Trainer::Trainer(TrainRun& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler)
     : o_(run.o),
       s_(run.s),
       group_(run.group),

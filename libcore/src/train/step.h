@@ -24,7 +24,7 @@ class MetricsLog;
 // order perm_e of N), read through the window caches of the columns.
 class Trainer {
  public:
-  Trainer(const RunContext& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler);
+  Trainer(TrainRun& run, torch::optim::Optimizer& opt, const StepPlan& steps, model::GradScaler& scaler);
 
   // Runs from `start`; returns the step reached. Stops early (result.interrupted) on SIGINT/SIGTERM
   // on any rank, after the same step everywhere.
