@@ -60,9 +60,10 @@ void set_rng_state(const torch::Tensor& s) {
   gen.set_state(s);
 }
 
-void save_checkpoint(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params,
-                     torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs,
-                     const std::string& state) {
+void save_checkpoint(const std::string& path, int64_t step, const Trained& trained, const std::string& config,
+                     const torch::Tensor& rngs, const std::string& state) {
+  const std::vector<torch::Tensor>& params = trained.params;
+  torch::optim::Optimizer& opt = trained.opt;
   torch::serialize::OutputArchive ar;
   ar.write("step", torch::tensor(step));
   ar.write("rng", rngs[0].contiguous());
@@ -98,8 +99,10 @@ std::string checkpoint_config_diff(const std::string& stored, const std::string&
   return out.empty() ? "unknown" : out;
 }
 
-int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-                        const std::string& config, int rank, int world_size, std::string* state) {
+int64_t load_checkpoint(const std::string& path, const Trained& trained, const std::string& config, int rank,
+                        int world_size, std::string* state) {
+  const std::vector<torch::Tensor>& params = trained.params;
+  torch::optim::Optimizer& opt = trained.opt;
   const std::string payload = checkpoint_payload(path);
   torch::serialize::InputArchive ar;
   torch::Tensor step, rng, world;

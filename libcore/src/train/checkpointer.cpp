@@ -32,7 +32,7 @@ int64_t Checkpointer::resume(const std::vector<torch::Tensor>& params, torch::op
   int64_t start = 0;
   if (o_.resume) {
     if (fs::exists(path_)) {
-      start = train::load_checkpoint(path_, params, opt, config_, s_.rank, s_.world, &resumed_state_);
+      start = train::load_checkpoint(path_, {params, opt}, config_, s_.rank, s_.world, &resumed_state_);
       result.checkpoint = path_;
       info("resuming at step " + std::to_string(start) + " from " + path_);
     } else {
@@ -58,7 +58,7 @@ void Checkpointer::save(int64_t step, const std::vector<torch::Tensor>& params, 
   auto mine = train::rng_state().unsqueeze(0);
   auto rngs = group_ ? group_->all_gather_rows(mine, std::vector<int64_t>(s_.world, 1)) : mine;
   if (s_.rank == 0)
-    train::save_checkpoint(best ? o_.checkpoint_dir + "/best.pt" : path_, step, params, opt, config_, rngs,
+    train::save_checkpoint(best ? o_.checkpoint_dir + "/best.pt" : path_, step, {params, opt}, config_, rngs,
                            state ? state() : "{}");
 }
 

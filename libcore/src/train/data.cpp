@@ -268,7 +268,7 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
     TextFields f = given && *given ? std::move(**given) : read_text_fields(o, file, fields, negs, tok);
     if (given) given->reset();
     replaced += f.utf8_replaced;
-    return load_text(o, s, file, fields, negs, std::move(f), cached++);
+    return load_text(o, s, {file, fields[0], negs.empty() ? "" : negs[0]}, std::move(f), cached++);
   };
   if (const auto tok = side_tokenizer(o, true); !tok.empty())
     d.query = text(ahead ? &ahead->query : nullptr, o.query, {}, tok);
@@ -305,9 +305,7 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
                             : model::parse_device(dev_it->second, "--cache-device " + name + "=");
     Rows r;
     if (shared)
-      r.held =
-          Rows::Loaded{shared_embeddings(d, o.cache_shm, o.trust_slab_owner, path, cinfo.fingerprint, name, cinfo.rows)
-                           .to(dev, s.float_type)};
+      r.held = Rows::Loaded{shared_embeddings(d, o, path, cinfo.fingerprint, name, cinfo.rows).to(dev, s.float_type)};
     else
       r = open_rows(path, "/embeddings/" + name, 1.0, dev, s.float_type, o.stream);
     r.flatten();

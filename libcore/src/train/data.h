@@ -221,17 +221,23 @@ std::optional<data_cache::Stats> data_cache_stats(const Data& d);
 void open_windows(const TrainOptions& o, const Setup& s, const std::vector<int64_t>& train, Data& d);
 
 // text_side.cpp
-/// A text side: `f`, the texts of fields[0] of `file` (and of its hard negatives), tokenized.
-std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
-                                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                                    TextFields f, int cache_index);
+/// Where a text side's texts come from: the file, the field of its texts and that of its hard
+/// negatives ("" for none).
+struct TextSource {
+  const std::string& file;
+  std::string field, negatives;
+};
+/// A text side: `f`, the texts of `src` (and of its hard negatives), tokenized.
+std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const TextSource& src, TextFields f,
+                                    int cache_index);
 /// A side whose one dataset is ragged token ids; null for other datasets.
 std::unique_ptr<TextSide> ragged_side(const TrainOptions& o, const Setup& s, const std::string& file,
                                       const std::vector<std::string>& fields, bool negatives);
 
 // shared_embeddings.cpp
-/// Embeddings `name` of the cache in a slab shared by every process of the machine (a view of it).
-torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
+/// Embeddings `name` of the cache in a slab shared by every process of the machine (a view of it),
+/// named after --cache-shm (owners trusted as --trust-slab-owner says).
+torch::Tensor shared_embeddings(Data& data, const TrainOptions& o, const std::string& cache,
                                 const std::string& fingerprint, const std::string& name, int64_t rows);
 
 }  // namespace traincache::train

@@ -31,9 +31,19 @@ QueryTable retrieval_table(const torch::Tensor& queries, const torch::Tensor& pa
 
 namespace {
 
+// Labelled rows, each a query against all the others: their embeddings, labels and row numbers,
+// and the k of the metrics.
+struct Labelled {
+  const torch::Tensor& e;
+  const torch::Tensor& labels;
+  const std::vector<int64_t>& rows;
+  const std::vector<int64_t>& ks;
+};
+
 // One block of labelled queries [a, b): their per-query values appended to `t`.
-void labelled_block(QueryTable& t, const torch::Tensor& e, const torch::Tensor& labels,
-                    const std::vector<int64_t>& rows, const std::vector<int64_t>& ks, int64_t a, int64_t b) {
+void labelled_block(QueryTable& t, const Labelled& set, int64_t a, int64_t b) {
+  const torch::Tensor &e = set.e, &labels = set.labels;
+  const std::vector<int64_t>&rows = set.rows, &ks = set.ks;
   const int64_t n = e.size(0), c = b - a;
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(e.device());
   auto s = torch::matmul(e.slice(0, a, b), e.t());
@@ -92,7 +102,8 @@ QueryTable labelled_table(const torch::Tensor& embeddings, const torch::Tensor& 
   }
   auto l = labels.to(embeddings.device());
   const int64_t block = block_rows(n);
-  for (int64_t a = 0; a < n; a += block) labelled_block(t, embeddings, l, rows, ks, a, std::min(a + block, n));
+  const Labelled set{embeddings, l, rows, ks};
+  for (int64_t a = 0; a < n; a += block) labelled_block(t, set, a, std::min(a + block, n));
   return t;
 }
 

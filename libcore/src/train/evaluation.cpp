@@ -86,9 +86,12 @@ void require_finite(const torch::Tensor& reps, const std::vector<int64_t>& rows,
 // Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics"): each query against every
 // passage of the set (pair modes), or each row against every other row (grouped mode); with a
 // classifier (`loss` of a classifier kind, d.classes), also its top-k accuracy on every row.
-train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train::Tower& q_tower,
-                           const train::Tower& p_tower, bool grouped, const train::LossConfig& loss, int64_t chunk,
-                           const std::vector<int64_t>& ks, const EvalProgress& progress) {
+train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const Models& m, const train::LossConfig& loss,
+                           const TrainOptions& o, const EvalProgress& progress) {
+  const train::Tower &q_tower = m.q_tower, &p_tower = m.p_tower;
+  const bool grouped = m.grouped;
+  const int64_t chunk = std::max(o.query_chunk, o.passage_chunk);
+  const std::vector<int64_t>& ks = o.eval_k;
   torch::NoGradGuard no_grad;
   auto norm = [&](torch::Tensor x) {
     return loss.similarity == train::Similarity::cos

@@ -24,10 +24,10 @@ struct TrainRun;
 // Rows encoded of all an evaluation encodes, for a progress display (may be empty).
 using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 
-/// Per-query metrics of the rows `idx` (docs/gc-train.md, "Metrics").
-train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const train::Tower& q_tower,
-                           const train::Tower& p_tower, bool grouped, const train::LossConfig& loss, int64_t chunk,
-                           const std::vector<int64_t>& ks, const EvalProgress& progress);
+/// Per-query metrics of the rows `idx` of `d` through the towers of `m` (docs/gc-train.md,
+/// "Metrics"), encoded in chunks of the larger of --query-chunk and --passage-chunk, at --eval-k.
+train::QueryTable evaluate(const Data& d, const torch::Tensor& idx, const Models& m, const train::LossConfig& loss,
+                           const TrainOptions& o, const EvalProgress& progress);
 
 // Held-out rows of the training data, or a separate file with the same layout (--eval-data);
 // the per-query results of every evaluation for --eval-dump.
@@ -40,8 +40,7 @@ struct Evaluation {
   EvalMetrics run(const TrainOptions& o, const Data& data, Models& m, const train::LossConfig& loss, int64_t step,
                   const EvalProgress& progress) {
     for (auto* mod : m.distinct) mod->eval();
-    auto table = evaluate(use_external ? external : data, idx, m.q_tower, m.p_tower, m.grouped, loss,
-                          std::max(o.query_chunk, o.passage_chunk), o.eval_k, progress);
+    auto table = evaluate(use_external ? external : data, idx, m, loss, o, progress);
     for (auto* mod : m.distinct) mod->train();
     EvalMetrics r;
     r.present = true;

@@ -34,8 +34,17 @@ int64_t anchors_per_chunk(const torch::Tensor& q, const torch::Tensor& p, const 
 
 // Sum over anchors [a, b) of the per-anchor loss, divided by the number of anchors that count;
 // summing over all chunks gives the loss.
-torch::Tensor chunk_loss(const torch::Tensor& qn, const torch::Tensor& pn, const torch::Tensor& labels,
-                         const LossConfig& cfg, int64_t a, int64_t b, const torch::Tensor& denom) {
+// What every chunk of one loss compares: the prepared queries and passages (the queries again in
+// grouped modes), the labels, and what the chunks' sums are divided by.
+struct Compared {
+  const torch::Tensor& qn;
+  const torch::Tensor& pn;
+  const torch::Tensor& labels;
+  const torch::Tensor& denom;
+};
+
+torch::Tensor chunk_loss(const Compared& x, const LossConfig& cfg, int64_t a, int64_t b) {
+  const torch::Tensor &qn = x.qn, &pn = x.pn, &labels = x.labels, &denom = x.denom;
   const double inv_t = 1.0 / cfg.temperature;
   if (is_classifier(cfg.kind)) return classification_chunk(qn, labels, cfg, a, b, 1.0) / denom;
   if (is_triplet(cfg.kind)) return triplet_chunk(qn, labels, cfg, a, b, 1.0) / denom;
@@ -115,8 +124,9 @@ torch::Tensor batch_loss(const torch::Tensor& q, const torch::Tensor& p, const t
   const torch::Tensor denom = denominator(q, labels, cfg);
   const int64_t c = anchors_per_chunk(q, p, cfg);
   torch::Tensor total;
+  const Compared compared{qn, pn, labels, denom};
   for (int64_t a = 0; a < q.size(0); a += c) {
-    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, q.size(0)), denom);
+    auto l = chunk_loss(compared, cfg, a, std::min(a + c, q.size(0)));
     total = total.defined() ? total + l : l;
   }
   return total;
@@ -137,8 +147,9 @@ torch::Tensor loss_with_rep_grads(torch::Tensor& q, torch::Tensor& p, const torc
   torch::Tensor pn = !pairs ? qn : own_leaves ? pn_graph.detach().requires_grad_(true) : p;
   // The value stays on the device: reading it here would stop the host until the device is done.
   torch::Tensor value = torch::zeros({}, q.options().dtype(torch::kFloat64).requires_grad(false));
+  const Compared compared{qn, pn, labels, denom};
   for (int64_t a = anchor_begin; a < end; a += c) {
-    auto l = chunk_loss(qn, pn, labels, cfg, a, std::min(a + c, end), denom);
+    auto l = chunk_loss(compared, cfg, a, std::min(a + c, end));
     value += l.detach().to(torch::kFloat64);
     (cfg.grad_scale == 1 ? l : l * cfg.grad_scale).backward();
   }

@@ -61,7 +61,7 @@ void compare_with_cache(const slab::Slab& slab, hid_t d, const std::string& cach
 // the machine: the first one creates and fills it, the others attach (and help fill). The first
 // process to see it complete compares it with the cache file in full and seals it with a digest;
 // later ones check the digest. Returns a zero-copy [rows, dim] float32 view of the slab.
-torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool trust_owner, const std::string& cache,
+torch::Tensor shared_embeddings(Data& data, const TrainOptions& o, const std::string& cache,
                                 const std::string& fingerprint, const std::string& name, int64_t rows) {
   io::h5::Id f = io::h5::open_file(cache);
   std::string dpath = "/embeddings/" + name;
@@ -69,7 +69,7 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
   auto di = io::h5::describe(d.get(), dpath);
   const int64_t dim = di.row_elements();
   slab::CreateOptions c;
-  c.name = shm_name + "-" + name;
+  c.name = o.cache_shm + "-" + name;
   c.length = static_cast<uint64_t>(rows);
   c.dtype = DType::f32;
   c.dims = {static_cast<uint64_t>(dim)};
@@ -77,7 +77,7 @@ torch::Tensor shared_embeddings(Data& data, const std::string& shm_name, bool tr
   c.content_id = fingerprint.substr(0, 64) + "/" + name.substr(0, 60);
   c.tool = "gc-train";
   slab::Sharing sharing;
-  sharing.trust_owner = trust_owner;
+  sharing.trust_owner = o.trust_slab_owner;
   sharing.owner_hint = "another --cache-shm name";
   sharing.holds_other = "slab holds other embeddings than " + cache + " (remove it: shm-cache rm " + c.name + ")";
   sharing.wrong_shape = "slab does not have the shape of the cache's embeddings";

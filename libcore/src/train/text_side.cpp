@@ -8,14 +8,14 @@ namespace traincache::train {
 
 namespace {
 
-// --data-cache: a text side's token sequences (`texts`, then `negs`) in a sealed slab, tokenized
-// by one process of the node and shared by all; named after what the tokens are made from (the
-// file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
+// --data-cache: a text side's token sequences (f's texts, then its negatives) in a sealed slab,
+// tokenized by one process of the node and shared by all; named after what the tokens are made from
+// (the file's identity, the fields, the tokenizer, the truncation), or NAME-`index` with
 // --data-cache-keep.
-std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, const std::string& file,
-                                                      const std::string& field, const std::string& neg_field,
-                                                      const TextSide& t, const std::vector<std::string>& texts,
-                                                      const std::vector<std::string>& negs, int index) {
+std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, const TextSource& src, const TextSide& t,
+                                                      const TextFields& f, int index) {
+  const std::string &file = src.file, &field = src.field, &neg_field = src.negatives;
+  const std::vector<std::string>&texts = f.texts, &negs = f.negatives;
   const std::string parts = std::string("text") + '\0' + canonical(file) + '\0' + file_stamp(file) + field + '\0' +
                             neg_field + '\0' + sha256_file(t.tokenizer) + '\0' +
                             std::to_string(text::effective_max_length(*t.tok, o.tokenize)) + '\0' +
@@ -54,12 +54,10 @@ std::shared_ptr<data_cache::SealedSlab> shared_tokens(const TrainOptions& o, con
 
 }  // namespace
 
-// A text side: `f`, the texts of fields[0] of `file` (and of its hard negatives `negatives`),
-// tokenized in this process, or through the node's shared slab with --data-cache (`cache_index`:
-// its --data-cache-keep number).
-std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const std::string& file,
-                                    const std::vector<std::string>& fields, const std::vector<std::string>& negatives,
-                                    TextFields f, int cache_index) {
+// A text side: `f`, the texts of `src` (and of its hard negatives), tokenized in this process, or
+// through the node's shared slab with --data-cache (`cache_index`: its --data-cache-keep number).
+std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const TextSource& src, TextFields f,
+                                    int cache_index) {
   auto side = std::make_unique<TextSide>();
   TextSide& t = *side;
   t.tokenizer = f.tokenizer;
@@ -69,15 +67,14 @@ std::unique_ptr<TextSide> load_text(const TrainOptions& o, const Setup& s, const
   t.n_rows = static_cast<int64_t>(f.texts.size());
   t.n_negatives = f.per_row;
   if (o.data_cache.mode != data_cache::Mode::none) {
-    t.shared =
-        shared_tokens(o, file, fields[0], negatives.empty() ? "" : negatives[0], t, f.texts, f.negatives, cache_index);
+    t.shared = shared_tokens(o, src, t, f, cache_index);
     t.seqs.pad_id = t.tok->pad_id();
     return side;
   }
-  t.seqs = text::tokenize_rows(*t.tok, f.texts, o.tokenize, file + ": field '" + fields[0] + "'", o.threads);
+  t.seqs = text::tokenize_rows(*t.tok, f.texts, o.tokenize, src.file + ": field '" + src.field + "'", o.threads);
   if (!f.negatives.empty())
     t.seqs.extend(
-        text::tokenize_rows(*t.tok, f.negatives, o.tokenize, file + ": field '" + negatives[0] + "'", o.threads));
+        text::tokenize_rows(*t.tok, f.negatives, o.tokenize, src.file + ": field '" + src.negatives + "'", o.threads));
   return side;
 }
 

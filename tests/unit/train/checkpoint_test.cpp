@@ -51,13 +51,13 @@ CATCH_TEST_CASE("checkpoint: a round trip restores step, parameters, optimiser s
   State a(1, 3);
   torch::manual_seed(99);
   auto rng = train::rng_state();
-  train::save_checkpoint("ck.pt", 3, a.params, *a.opt, kConfig, rng.unsqueeze(0));
+  train::save_checkpoint("ck.pt", 3, {a.params, *a.opt}, kConfig, rng.unsqueeze(0));
   double draw_a = torch::rand({1}).item<double>();
 
   State b(2, 0);  // other parameters, an empty optimiser, another generator state
   CATCH_REQUIRE(!b.params[0].equal(a.params[0]));
   torch::manual_seed(5);
-  CATCH_CHECK(train::load_checkpoint("ck.pt", b.params, *b.opt, kConfig, 0, 1) == 3);
+  CATCH_CHECK(train::load_checkpoint("ck.pt", {b.params, *b.opt}, kConfig, 0, 1) == 3);
   CATCH_CHECK(b.params[0].equal(a.params[0]));
   CATCH_CHECK(b.params[1].equal(a.params[1]));
   CATCH_CHECK(torch::rand({1}).item<double>() == draw_a);  // the generator continues where it was saved
@@ -75,34 +75,38 @@ CATCH_TEST_CASE("checkpoint: each rank takes its own generator state", "[checkpo
   auto r0 = train::rng_state();
   torch::manual_seed(12);
   auto r1 = train::rng_state();
-  train::save_checkpoint("ranks.pt", 8, a.params, *a.opt, kConfig, torch::stack({r0, r1}));
+  train::save_checkpoint("ranks.pt", 8, {a.params, *a.opt}, kConfig, torch::stack({r0, r1}));
 
   State b(2, 0);
-  CATCH_CHECK(train::load_checkpoint("ranks.pt", b.params, *b.opt, kConfig, 1, 2) == 8);
+  CATCH_CHECK(train::load_checkpoint("ranks.pt", {b.params, *b.opt}, kConfig, 1, 2) == 8);
   CATCH_CHECK(train::rng_state().equal(r1));
-  CATCH_CHECK(train::load_checkpoint("ranks.pt", b.params, *b.opt, kConfig, 0, 2) == 8);
+  CATCH_CHECK(train::load_checkpoint("ranks.pt", {b.params, *b.opt}, kConfig, 0, 2) == 8);
   CATCH_CHECK(train::rng_state().equal(r0));
-  CATCH_CHECK(test::message_of([&] { train::load_checkpoint("ranks.pt", b.params, *b.opt, kConfig, 0, 3); }) ==
-              "ranks.pt: checkpoint was written by 2 process(es); resume it with WORLD_SIZE=2 (this run has 3)");
-  CATCH_CHECK(test::code_of([&] { train::load_checkpoint("ranks.pt", b.params, *b.opt, kConfig, 0, 3); }) ==
-              Exit::usage);
+  CATCH_CHECK(test::message_of([&] {
+                train::load_checkpoint("ranks.pt", {b.params, *b.opt}, kConfig, 0, 3);
+              }) == "ranks.pt: checkpoint was written by 2 process(es); resume it with WORLD_SIZE=2 (this run has 3)");
+  CATCH_CHECK(test::code_of([&] {
+                train::load_checkpoint("ranks.pt", {b.params, *b.opt}, kConfig, 0, 3);
+              }) == Exit::usage);
 }
 
 CATCH_TEST_CASE("checkpoint: other settings, other shapes and damaged bytes are refused, nothing changed",
                 "[checkpoint]") {
   State a(1, 2);
-  train::save_checkpoint("ck.pt", 2, a.params, *a.opt, kConfig, train::rng_state().unsqueeze(0));
+  train::save_checkpoint("ck.pt", 2, {a.params, *a.opt}, kConfig, train::rng_state().unsqueeze(0));
   State b(2, 0);
   auto before = b.params[0].detach().clone();
 
   std::string other = R"({"lr":0.2,"optimizer":"sgd","seed":7})";
-  CATCH_CHECK(test::message_of([&] { train::load_checkpoint("ck.pt", b.params, *b.opt, other, 0, 1); }) ==
-              "ck.pt: checkpoint was written with other settings (changed: lr, optimizer)");
+  CATCH_CHECK(test::message_of([&] {
+                train::load_checkpoint("ck.pt", {b.params, *b.opt}, other, 0, 1);
+              }) == "ck.pt: checkpoint was written with other settings (changed: lr, optimizer)");
 
   std::vector<torch::Tensor> wrong = {torch::zeros({4, 3}), torch::zeros({4})};
   torch::optim::SGD sgd(wrong, torch::optim::SGDOptions(0.1));
-  CATCH_CHECK(test::message_of([&] { train::load_checkpoint("ck.pt", wrong, sgd, kConfig, 0, 1); }) ==
-              "ck.pt: parameter shapes differ");
+  CATCH_CHECK(test::message_of([&] {
+                train::load_checkpoint("ck.pt", {wrong, sgd}, kConfig, 0, 1);
+              }) == "ck.pt: parameter shapes differ");
 
   // A payload that no longer matches its digest (the outer archive itself intact).
   {
@@ -121,21 +125,25 @@ CATCH_TEST_CASE("checkpoint: other settings, other shapes and damaged bytes are 
     out.write("payload_xxh3", digest);
     out.save_to("tampered.pt");
   }
-  CATCH_CHECK(test::message_of([&] { train::load_checkpoint("tampered.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
-              "tampered.pt: checkpoint damaged: its contents do not match their digest");
-  CATCH_CHECK(test::code_of([&] { train::load_checkpoint("tampered.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
-              Exit::data);
+  CATCH_CHECK(test::message_of([&] {
+                train::load_checkpoint("tampered.pt", {b.params, *b.opt}, kConfig, 0, 1);
+              }) == "tampered.pt: checkpoint damaged: its contents do not match their digest");
+  CATCH_CHECK(test::code_of([&] {
+                train::load_checkpoint("tampered.pt", {b.params, *b.opt}, kConfig, 0, 1);
+              }) == Exit::data);
 
   // A flipped byte in the file: refused by the archive's own checks or by the digest.
   std::string damaged = slurp("ck.pt");
   damaged[damaged.size() / 2] ^= 0x01;
   spit("damaged.pt", damaged);
-  CATCH_CHECK(test::code_of([&] { train::load_checkpoint("damaged.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
-              Exit::data);
+  CATCH_CHECK(test::code_of([&] {
+                train::load_checkpoint("damaged.pt", {b.params, *b.opt}, kConfig, 0, 1);
+              }) == Exit::data);
 
   spit("foreign.pt", "not a checkpoint at all");
-  CATCH_CHECK(test::message_of([&] { train::load_checkpoint("foreign.pt", b.params, *b.opt, kConfig, 0, 1); }) ==
-              "foreign.pt: unreadable checkpoint (damaged, or written by an older gc-train)");
+  CATCH_CHECK(test::message_of([&] {
+                train::load_checkpoint("foreign.pt", {b.params, *b.opt}, kConfig, 0, 1);
+              }) == "foreign.pt: unreadable checkpoint (damaged, or written by an older gc-train)");
   CATCH_CHECK(b.params[0].equal(before));  // every refusal left the parameters alone
 }
 

@@ -21,21 +21,26 @@ torch::Tensor rng_state();
 /// Restores a state returned by rng_state().
 void set_rng_state(const torch::Tensor& state);
 
+/// What a checkpoint saves and restores of a run: its trained parameters and the optimiser's state.
+struct Trained {
+  const std::vector<torch::Tensor>& params;
+  torch::optim::Optimizer& opt;
+};
+
 /// Writes the training state to `path`. `rngs` holds every rank's generator state, one row per
 /// rank ([1, n] for one process); `config` is the settings document a resume must match; `state`
 /// is progress a resume carries on (gc-train's best-evaluation record, JSON). Errors:
 /// Error(cant_create/io) with the old file left as it was.
-void save_checkpoint(const std::string& path, int64_t step, const std::vector<torch::Tensor>& params,
-                     torch::optim::Optimizer& opt, const std::string& config, const torch::Tensor& rngs,
-                     const std::string& state = "{}");
+void save_checkpoint(const std::string& path, int64_t step, const Trained& trained, const std::string& config,
+                     const torch::Tensor& rngs, const std::string& state = "{}");
 
-/// Reads `path` into `params` and `opt`, sets this process's generator to rank `rank`'s stored
+/// Reads `path` into `trained` (parameters and optimiser), sets this process's generator to rank `rank`'s stored
 /// state, and returns the stored step. Refuses (Error(data)) a damaged or foreign file, parameters
 /// of other shapes and a `config` other than the stored one (naming the settings that changed);
 /// Error(usage) when it was written by another number of processes than `world_size`. The stored
 /// `state` goes to `*state` when given ("{}" for a file written without one).
-int64_t load_checkpoint(const std::string& path, const std::vector<torch::Tensor>& params, torch::optim::Optimizer& opt,
-                        const std::string& config, int rank, int world_size, std::string* state = nullptr);
+int64_t load_checkpoint(const std::string& path, const Trained& trained, const std::string& config, int rank,
+                        int world_size, std::string* state = nullptr);
 
 /// The top-level keys whose values differ between two JSON settings documents, comma-separated
 /// ("lr, optimizer"); "unknown" when none differ or `stored` is not a JSON object.
