@@ -1,0 +1,1 @@
+"""The benchmarks of bench/run-bench, by subject."""

@@ -1,0 +1,66 @@
+"""Helpers every benchmark of make bench uses: running a tool and measuring its CPU time, peak memory and closing JSON."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the source tree
+
+
+def temp_beside(path: str) -> str:
+    """A temporary file beside `path`, created exclusively under an unpredictable name (mkstemp) and
+    closed: the caller writes it and renames it into place."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    os.close(fd)
+    return tmp
+
+
+def log(msg: str) -> None:
+    print(f"run-bench: {msg}", file=sys.stderr, flush=True)
+
+
+def process_usage(cmd, env=None):
+    """Runs cmd and returns the resource usage of that process alone (wait4's), not of this one."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"run-bench: {cmd[0]} failed: {proc.stderr.read().decode()}")
+    return usage
+
+
+def peak_rss_kib(cmd) -> int:
+    """Runs cmd and returns its own peak resident set size (KiB)."""
+    return process_usage(cmd).ru_maxrss
+
+
+def cpu_seconds(cmd, env) -> float:
+    """Runs cmd and returns its own CPU seconds (user + system)."""
+    usage = process_usage(cmd, env)
+    return usage.ru_utime + usage.ru_stime
+
+
+def gc_train_peak_and_speed(cmd):
+    """Runs gc-train --json: its peak RSS (KiB, the VmHWM it reports: wait4's figure would count this
+    Python process's memory at the fork, hundreds of MB once torch is imported) and samples/s."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"run-bench: gc-train failed: {p.stderr}")
+    j = json.loads(p.stdout)
+    return j["peak_rss_bytes"] // 1024, j["samples_per_second"]
+
+
+def cache_fill_json(cmd):
+    p = subprocess.run(cmd + ["--json", "--force"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"run-bench: cache-fill failed: {p.stderr}")
+    return json.loads(p.stdout)
+
+
+def median_pair(cmd, env_a, env_b, pairs=8):
+    """CPU seconds of cmd under env_a and env_b, run in adjacent pairs after one warm-up pair: the
+    median of each side."""
+    cpu_seconds(cmd, env_a), cpu_seconds(cmd, env_b)
+    runs = [(cpu_seconds(cmd, env_a), cpu_seconds(cmd, env_b)) for _ in range(pairs)]
+    return [sum(sorted(side)[pairs // 2 - 1:pairs // 2 + 1]) / 2 for side in zip(*runs)]
