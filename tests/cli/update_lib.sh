@@ -3,8 +3,9 @@
 
 # same_rows UPDATED FULL ONE: UPDATED (an update) holds the rows of FULL (a full fill of the same
 # input) in the same order: labels, keys, skipped rows and row digests to the bit; embeddings within
-# what the update allows (max_abs_diff_allowed in $out's JSON, read first: 4 times the largest batch
-# noise UPDATED records, each encoder's rows within 4 times its own), so that where a row's bits do
+# what the update allows (scripts/traincache_caches.py, as make bench compares them: each encoder's
+# rows within 4 times the batch noise UPDATED records for it; max_abs_diff_allowed in $out's JSON,
+# read first, 4 times the largest of those), so that where a row's bits do
 # not depend on its batch (the noise measured 0) the two are equal to the bit. The noise FULL records
 # is what ONE (the same full fill in batches of one row) gives for the rows the tool probes: 16
 # spread over the first batch, first and last included (for text, ordered by length: at most the
@@ -14,7 +15,10 @@ same_rows() {
   allowed=$("$TC_PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['update']['max_abs_diff_allowed'])" \
     "$WORK/.update.json")
   py "
+import sys
+sys.path.insert(0, '$TC_SOURCE/scripts')
 import h5py, numpy as np
+import traincache_caches as tc
 a, b, one = h5py.File('$1', 'r'), h5py.File('$2', 'r'), h5py.File('$3', 'r')
 for name in ['row_digests', 'labels', 'keys', 'skipped/rows', 'skipped/reasons']:
     if (name in a) != (name in b):
@@ -25,16 +29,15 @@ n = min(b.attrs['batch_size'], b.attrs['rows'])
 k = min(16, n)
 probe = [j * (n - 1) // (k - 1) for j in range(k)]
 recorded = []
-for e in b['embeddings']:
-    x, y, z = (f['embeddings/' + e][()].astype(np.float64) for f in (a, b, one))
-    noise = a['embeddings/' + e].attrs['batch_max_abs_diff']
+for e, (diff, allows, noise) in tc.update_differences('$1', '$2').items():
     recorded.append(noise)
-    if np.abs(x - y).max() > 4 * noise:
-        print(e, 'differs by', np.abs(x - y).max(), 'where the update allows', 4 * noise)
+    if diff > allows:
+        print(e, 'differs by', diff, 'where the update allows', allows)
+    y, z = (f['embeddings/' + e][()].astype(np.float64) for f in (b, one))
     full = b['embeddings/' + e].attrs['batch_max_abs_diff']
     if 'text' in b.attrs and full > np.abs(y - z).max() or 'text' not in b.attrs and full != np.abs(y[probe] - z[probe]).max():
         print(e, 'records a batch noise of', full)
-if $allowed != 4 * max(recorded):
+if $allowed != tc.UPDATE_NOISE_FACTOR * max(recorded):
     print('allowed', $allowed)
 print('same rows')
 "
