@@ -159,15 +159,15 @@ class Prefetcher {
 
 }  // namespace
 
-Encoding::Encoding(FillRun& run, std::vector<std::unique_ptr<model::Encoder>>& encoders)
+Encoding::Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders)
     : opts_(run.opts),
-      in_(run.encoded_in()),
+      in_(planned.encoded_in(run.in)),
       encoders_(encoders),
-      journal_(*run.journal),
+      journal_(planned.journal),
       result_(run.result),
       cb_(run.cb),
       committed_(journal_.committed_rows > 0 ? journal_.encoders
-                 : run.update                ? run.update->encoders()
+                 : planned.update            ? planned.update->encoders()
                                              : std::map<std::string, JournalEncoder>{}),
       row_shapes_(encoders.size()),
       shape_known_(encoders.size(), false),

@@ -65,11 +65,11 @@ struct Batch {
 // raw files and committed every --commit-rows.
 class Encoding {
  public:
-  // The run's encoded_in() into its journal and result. With an update (whose rows to encode
-  // encoded_in() then holds), a run that has committed nothing starts with the updated cache's
-  // encoders as committed ones (their optimisation and precision decisions kept, so that every row
-  // of the new cache is made alike).
-  Encoding(FillRun& run, std::vector<std::unique_ptr<model::Encoder>>& encoders);
+  // The planned rows (planned.encoded_in()) into its journal and the run's result. With an update
+  // (whose rows to encode encoded_in() then holds), a run that has committed nothing starts with
+  // the updated cache's encoders as committed ones (their optimisation and precision decisions
+  // kept, so that every row of the new cache is made alike).
+  Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders);
 
   // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
   bool run(const RowPlan& plan);

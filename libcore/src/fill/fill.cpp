@@ -103,10 +103,10 @@ const JournalEncoder& recorded(const Journal& journal, const std::string& name) 
 
 // Encoder i's embeddings as publish() writes them: the journal's raw file, and with an update the
 // rows it keeps from the updated cache.
-io::cache::EmbeddingSource embedding_source(const FillRun& run, std::size_t i) {
+io::cache::EmbeddingSource embedding_source(const FillRun& run, const EncodePlan& planned, std::size_t i) {
   const FillOptions& opts = run.opts;
   const EncoderSpec& e = opts.encoders[i];
-  const Journal& journal = *run.journal;
+  const Journal& journal = planned.journal;
   const JournalEncoder& je = recorded(journal, e.name);
   const torch::Device device = model::parse_device(opts.device);
   io::cache::EmbeddingSource src;
@@ -125,21 +125,21 @@ io::cache::EmbeddingSource embedding_source(const FillRun& run, std::size_t i) {
                {"precision_max_rel_diff", je.precision_max_rel_diff}};
   if (je.batch_max_abs_diff >= 0) src.attrs.push_back({"batch_max_abs_diff", je.batch_max_abs_diff});
   if (je.batch_max_rel_diff >= 0) src.attrs.push_back({"batch_max_rel_diff", je.batch_max_rel_diff});
-  if (run.update) {
-    src.kept_rows = run.update->plan().source;
-    src.kept = run.update->embeddings(e.name);
+  if (planned.update) {
+    src.kept_rows = planned.update->plan().source;
+    src.kept = planned.update->embeddings(e.name);
   }
   return src;
 }
 
 // Builds the HDF5 cache from the journal (and, for an update, the rows it keeps from the updated
 // cache) and renames it into place; fills result.encoders and result.skipped.
-void publish(FillRun& p) {
+void publish(FillRun& p, const EncodePlan& planned) {
   const FillOptions& opts = p.opts;
   const Inputs& in = p.in;
-  const Journal& journal = *p.journal;
-  const Update* update = p.update.get();
-  const Provenance& prov = p.prov;
+  const Journal& journal = planned.journal;
+  const Update* update = planned.update.get();
+  const Provenance& prov = planned.prov;
   FillResult& result = p.result;
   io::cache::AssemblySpec spec;
   spec.out_path = p.out;
@@ -158,7 +158,7 @@ void publish(FillRun& p) {
   spec.row_digests = prov.digests;
   spec.row_digest_inputs = json_text(prov.digest_inputs);
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
-    spec.embeddings.push_back(embedding_source(p, i));
+    spec.embeddings.push_back(embedding_source(p, planned, i));
     const JournalEncoder& je = recorded(journal, opts.encoders[i].name);
     std::vector<int64_t> shape{p.plan.rows()};
     shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
@@ -264,15 +264,15 @@ double allowed_difference(const Journal& journal) {
   return most < 0 ? most : kUpdateNoiseFactor * most;
 }
 
-// The encode loop over the run's encode_plan into its journal; false when interrupted. The encoders
+// The encode loop over the planned rows into their journal; false when interrupted. The encoders
 // are loaded only here, and not at all when every row is committed already (an update that encodes
 // nothing).
-bool encode_rows(FillRun& run) {
-  const RowPlan& plan = run.encode_plan;
-  if (run.journal->committed_rows >= plan.rows() && (run.update || plan.rows() > 0)) return true;
+bool encode_rows(FillRun& run, EncodePlan& planned) {
+  const RowPlan& plan = planned.rows;
+  if (planned.journal.committed_rows >= plan.rows() && (planned.update || plan.rows() > 0)) return true;
   const torch::Device device = model::parse_device(run.opts.device);
   auto encoders = load_encoders(run.opts, device, run.result);
-  Encoding encoding(run, encoders);
+  Encoding encoding(run, planned, encoders);
   try {
     if (!encoding.run(plan)) return false;
     encoding.close();
@@ -290,13 +290,13 @@ FillResult encode_fill(FillRun& p) {
   model::configure_threads(p.opts.threads);
   CpuContentionWatch watch;
   FillResult& result = p.result;
-  if (!p.journal) plan_encoding(p);
-  Journal& journal = *p.journal;
+  EncodePlan& planned = p.planned ? *p.planned : plan_encoding(p);
+  Journal& journal = planned.journal;
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     // Interrupted after the last batch (or while it was stored): stopped before the publish too,
     // as the first signal's notice says; running again publishes.
-    if (!encode_rows(p) || interrupt_requested()) {
+    if (!encode_rows(p, planned) || interrupt_requested()) {
       result.status = FillStatus::interrupted;
       result.partial_path = p.partial;
       result.rows = journal.committed_rows;
@@ -305,7 +305,7 @@ FillResult encode_fill(FillRun& p) {
     }
     encoded = true;
     auto t_publish = Clock::now();
-    publish(p);
+    publish(p, planned);
     files::remove_tree(p.partial);
     result.publish_seconds = seconds_since(t_publish);
   } catch (...) {

@@ -286,13 +286,13 @@ void list_every_row(const Inputs& in, const RowPlan& plan, std::vector<FillResul
 // The rows of the cache to update that the new input's rows keep (by key when both have keys of the
 // same source), the rows the encode loop then reads, and the entry the new cache's history gets;
 // result.update says what changed. Without a cache to update, a full fill's entry and rows.
-void plan_update(FillRun& run) {
+void plan_update(FillRun& run, EncodePlan& planned) {
   const std::optional<io::cache::CacheInfo>& old = run.existing.to_update;
   const Inputs& in = run.in;
   const RowPlan& plan = run.plan;
-  Provenance& prov = run.prov;
+  Provenance& prov = planned.prov;
   FillResult& result = run.result;
-  run.encode_plan = plan;
+  planned.rows = plan;
   io::cache::HistoryEntry entry;
   entry.run = old ? "update" : "fill";
   entry.rows = plan.rows();
@@ -306,8 +306,8 @@ void plan_update(FillRun& run) {
   now.digests = prov.digests;
   if (in.keys && old->keys_source == in.keys->col->info().name)
     now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
-  run.update = std::make_unique<Update>(*old, std::move(now));
-  const Update* update = run.update.get();
+  planned.update = std::make_unique<Update>(*old, std::move(now));
+  const Update* update = planned.update.get();
   result.changes = update->changes(in.keys ? in.keys->col->info().dtype : DType::other);
   const UpdatePlan& up = update->plan();
   const auto encoded = static_cast<int64_t>(update->rows_to_encode().size());
@@ -327,8 +327,8 @@ void plan_update(FillRun& run) {
       io::cache::HistoryEntry::Update{u.copied, u.added, u.changed, u.removed, u.kept, up.by_key ? "key" : "position"};
   prov.history = old->history;
   prov.history.push_back(entry);
-  run.update_in = update->encoded_inputs(in, plan.begin);
-  run.encode_plan = RowPlan{0, run.update_in.rows, 0, run.update_in.rows, false};
+  planned.update_in = update->encoded_inputs(in, plan.begin);
+  planned.rows = RowPlan{0, planned.update_in.rows, 0, planned.update_in.rows, false};
 }
 
 // ---- stage: the journal ---------------------------------------------------------------------
@@ -350,9 +350,9 @@ void plan_update(FillRun& run) {
 // rows to encode, whose plan Update::identity names). With --force, a foreign, damaged or other
 // run's journal is discarded instead of refused; with --update, so is the progress of an update
 // whose input has changed again since (it cannot resume: it was encoding rows of another plan).
-Journal open_journal(const FillRun& p) {
+Journal open_journal(const FillRun& p, const EncodePlan& planned) {
   const FillOptions& opts = p.opts;
-  const std::string update_of = p.update ? p.update->identity() : "";
+  const std::string update_of = planned.update ? planned.update->identity() : "";
   auto start_over = [&] {
     if (int e = files::remove_tree(p.partial))
       throw Error(Exit::cant_create, p.partial, "cannot discard it: " + errno_text(e));
@@ -394,8 +394,8 @@ Journal open_journal(const FillRun& p) {
   try {
     // A commit ends a unit the encode loop reads: batches, cut short where a tar file ends.
     std::vector<int64_t> unit_ends;
-    const RowPlan& plan = p.encode_plan;
-    const Inputs& in = p.encoded_in();
+    const RowPlan& plan = planned.rows;
+    const Inputs& in = planned.encoded_in(p.in);
     for (const auto& [first, n] : unit_ranges(plan.begin, plan.end, in.unit, in.groups))
       unit_ends.push_back(first + n - plan.begin);
     journal.validate(p.encoder_names, unit_ends, dtype_size(opts.dtype));
@@ -431,27 +431,29 @@ void resume_fill_over_update(FillRun& p) {
 
 }  // namespace
 
-void plan_encoding(FillRun& p) {
+EncodePlan& plan_encoding(FillRun& p) {
   resume_fill_over_update(p);
+  EncodePlan planned(p.partial);
   auto t_digest = Clock::now();
-  p.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
-                       ? std::move(p.fp.row_digests)
-                       : row_digests(p.in, p.plan.begin, p.plan.end, p.in.readers);
-  p.prov.digest_inputs = row_digest_inputs(p.in);
-  plan_update(p);
+  planned.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
+                             ? std::move(p.fp.row_digests)
+                             : row_digests(p.in, p.plan.begin, p.plan.end, p.in.readers);
+  planned.prov.digest_inputs = row_digest_inputs(p.in);
+  plan_update(p, planned);
   p.result.digest_seconds += seconds_since(t_digest);
 
-  p.journal = open_journal(p);
-  Journal& journal = *p.journal;
+  planned.journal = open_journal(p, planned);
+  Journal& journal = planned.journal;
   journal.fingerprint = p.fp.hash;
   journal.fingerprint_json = p.fp.text;
-  journal.update_of = p.update ? p.update->identity() : "";
-  if (p.update && journal.committed_rows == 0) journal.encoders = p.update->encoders();
+  journal.update_of = planned.update ? planned.update->identity() : "";
+  if (planned.update && journal.committed_rows == 0) journal.encoders = planned.update->encoders();
   p.result.resumed_from = journal.committed_rows;
+  return p.planned.emplace(std::move(planned));
 }
 
 void discard_unstarted(const FillRun& p) {
-  if (p.journal && p.journal->committed_rows == 0) files::remove_tree(p.partial);
+  if (p.planned && p.planned->journal.committed_rows == 0) files::remove_tree(p.partial);
 }
 
 }  // namespace traincache::fill

@@ -50,10 +50,32 @@ struct Provenance {
   io::cache::History history;
 };
 
+struct FillRun;
+
+// What plan_encoding (stage 3) decides of a run: each row's digest and the new cache's history, an
+// update's plan, the rows the encode loop reads and their journal. Only plan_encoding makes one,
+// so a stage that takes it runs after the planning: the order is the compiler's.
+class EncodePlan {
+ public:
+  Provenance prov;                 // each row's digest, the new cache's history
+  std::unique_ptr<Update> update;  // --update of a cache at the output: the rows it keeps
+  Inputs update_in;                // an update's rows to encode (Update::encoded_inputs)
+  RowPlan rows;                    // the rows the encode loop reads: the run's, or all of update_in's
+  Journal journal;                 // the progress directory's journal of those rows
+
+  // What the encode loop reads: the input's rows (`in`, the run's), or only an update's rows to encode.
+  const Inputs& encoded_in(const Inputs& in) const { return update ? update_in : in; }
+
+ private:
+  explicit EncodePlan(const std::string& partial) : journal(partial) {}
+  friend EncodePlan& plan_encoding(FillRun& run);
+};
+
 // One cache-fill run, the single argument of its stages after the options are checked and of the
 // module's entry (fill_module.h), as gc-train's stages take its TrainRun. prepare_fill makes it
 // (stage 2: inputs, rows, lock, fingerprint, the cache at the output); plan_encoding (stage 3)
-// adds the update's plan and the journal; encode_fill (with LibTorch) encodes and publishes.
+// decides its EncodePlan, which the stages after it take too; encode_fill (with LibTorch) encodes
+// and publishes.
 struct FillRun {
   FillRun(const FillOptions& o, const FillCallbacks& c) : opts(o), cb(c) {}
 
@@ -69,17 +91,11 @@ struct FillRun {
   Fingerprint fp;
   Existing existing;
 
-  // Set by plan_encoding, in this order.
-  Provenance prov;                 // each row's digest, the new cache's history
-  std::unique_ptr<Update> update;  // --update of a cache at the output: the rows it keeps
-  Inputs update_in;                // an update's rows to encode (Update::encoded_inputs)
-  RowPlan encode_plan;             // the rows the encode loop reads: `plan`, or all of update_in's
-  std::optional<Journal> journal;  // the progress directory's journal of those rows
+  // plan_encoding's decisions, once made: a CPU fill plans before LibTorch is loaded, a CUDA fill
+  // in encode_fill.
+  std::optional<EncodePlan> planned;
 
   FillResult result;  // status up_to_date after prepare_fill: nothing is left to do
-
-  // What the encode loop reads: the input's rows, or only an update's rows to encode.
-  const Inputs& encoded_in() const { return update ? update_in : in; }
 };
 
 // Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
@@ -93,8 +109,8 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
 
 // Stage 3, still without LibTorch: each row's digest, the update's plan (plan_update) and the
 // journal of the rows to encode (open_journal), so that a journal that cannot be resumed is refused
-// before LibTorch is loaded. Error as run_fill.
-void plan_encoding(FillRun& run);
+// before LibTorch is loaded; into run.planned. Error as run_fill.
+EncodePlan& plan_encoding(FillRun& run);
 
 // After plan_encoding, when the run stops before the encode loop (LibTorch could not be loaded):
 // removes the progress directory when it holds no committed rows, as a failed encode would.
@@ -105,12 +121,13 @@ void discard_unstarted(const FillRun& run);
 FillResult encode_fill(FillRun& run);
 
 // An update's plan (update.h): the rows of the cache to update that the input keeps, the rows the
-// encode loop then reads, and the new cache's history; without a cache to update, a full fill's.
-void plan_update(FillRun& run);
+// encode loop then reads, and the new cache's history (into `plan`, whose digests are taken); without
+// a cache to update, a full fill's. run.result says what changed.
+void plan_update(FillRun& run, EncodePlan& plan);
 
-// The journal of the rows the encode loop reads, in the run's progress directory: adopted, started,
-// or refused (see prepare.cpp).
-Journal open_journal(const FillRun& p);
+// The journal of the rows the encode loop reads (plan's), in the run's progress directory: adopted,
+// started, or refused (see prepare.cpp).
+Journal open_journal(const FillRun& p, const EncodePlan& plan);
 
 // The text fields and how they are tokenized (fingerprint and the cache's "text" attribute).
 nlohmann::json text_json(const FillOptions& opts, const Inputs& in);
