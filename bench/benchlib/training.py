@@ -234,24 +234,24 @@ def png_rows(out_dir, fashion):
     return manifest
 
 
+def python_helper(build, name, *args):
+    """bench/NAME ARGS with the build's C library (TRAINCACHE_LIBRARY): its JSON document (exit 0 or
+    1: a target met or missed)."""
+    p = subprocess.run([os.path.join(ROOT, "bench", name), *args], stdout=subprocess.PIPE, text=True,
+                       env=dict(os.environ, TRAINCACHE_LIBRARY=os.path.join(build, "lib", "libtraincache_c.so")))
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"run-bench: {name} failed")
+    return json.loads(p.stdout)
+
+
 def python_shared_cache(build, out_dir, fashion):
     """bench/python-bench on the same PNG files: a PyTorch loop with and without SharedCache."""
-    p = subprocess.run([os.path.join(ROOT, "bench", "python-bench"), png_rows(out_dir, fashion)],
-                       stdout=subprocess.PIPE, text=True, env=dict(os.environ, TRAINCACHE_LIBRARY=os.path.join(
-                           build, "lib", "libtraincache_c.so")))
-    if p.returncode not in (0, 1):
-        raise SystemExit("run-bench: python-bench failed")
-    return json.loads(p.stdout)
+    return python_helper(build, "python-bench", png_rows(out_dir, fashion))
 
 
 def python_vs_stocaching(build, out_dir, fashion):
     """bench/python-vs-stocaching: SharedCache's fills and hits against stocaching's on 20,000 PNG files."""
-    p = subprocess.run([os.path.join(ROOT, "bench", "python-vs-stocaching"), fashion, out_dir],
-                       stdout=subprocess.PIPE, text=True, env=dict(os.environ, TRAINCACHE_LIBRARY=os.path.join(
-                           build, "lib", "libtraincache_c.so")))
-    if p.returncode not in (0, 1):
-        raise SystemExit("run-bench: python-vs-stocaching failed")
-    return json.loads(p.stdout)
+    return python_helper(build, "python-vs-stocaching", fashion, out_dir)
 
 
 def data_cache(build, out_dir, fashion):
