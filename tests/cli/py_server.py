@@ -34,9 +34,17 @@ import signal
 import sys
 import time
 
-# Prefixes of the variables read once, as the interpreter starts or a library loads.
-LOAD_TIME = (b"PYTHON", b"OMP_", b"GOMP_", b"KMP_", b"OPENBLAS_", b"GOTO", b"MKL_", b"DNNL_", b"ONEDNN_",
-             b"TORCH", b"PYTORCH_", b"CUDA", b"NVIDIA_", b"NCCL_", b"LD_", b"GLIBC_TUNABLES", b"MALLOC_")
+
+
+def load_time():
+    """Prefixes of the variables read once, as the interpreter starts or a library loads: the lines of
+    read_at_load.txt (the tool server's list too) but its `tools NAME` ones."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "read_at_load.txt"), "rb") as f:
+        lines = [line.split() for line in f if line.strip() and not line.startswith(b"#")]
+    return tuple(w[-1] for w in lines if w[0] != b"tools")
+
+
+LOAD_TIME = load_time()
 IDLE_SECONDS = 3600
 
 try:  # the checks' usual imports, made once; a Python without them still serves

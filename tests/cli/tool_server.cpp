@@ -59,34 +59,12 @@ constexpr Tool kTools[] = {{"cache-fill", tc_main_cache_fill},
                            {"gc-train", tc_main_gc_train},
                            {"smart-bench", tc_main_smart_bench}};
 
-// Prefixes of the variables that the C library, LibTorch, OpenMP, OpenBLAS, oneDNN, glog, HDF5 or
-// the engines' loader may read while they load, once: a child of this server would see them as
-// they were when the server loaded. Of traincache's own, only the two read before main() or by the
-// engines' loader: the others (TRAINCACHE_SHM_PREFIX, TRAINCACHE_SPM_MODULE, ...) are read when
-// used, in the child (a script that sets TRAINCACHE_SHM_PREFIX is served, not left to its client).
-constexpr const char* kReadAtLoad[] = {"OMP_",
-                                       "GOMP_",
-                                       "KMP_",
-                                       "OPENBLAS_",
-                                       "GOTO",
-                                       "MKL_",
-                                       "DNNL_",
-                                       "ONEDNN_",
-                                       "TORCH",
-                                       "PYTORCH_",
-                                       "CUDA",
-                                       "NVIDIA_",
-                                       "NCCL_",
-                                       "GLOG_",
-                                       "LD_",
-                                       "MALLOC_",
-                                       "GLIBC_",
-                                       "HDF5_",
-                                       "LC_",
-                                       "LANG",
-                                       "OPENCV_",
-                                       "TRAINCACHE_ENGINES_MODULE",
-                                       "TRAINCACHE_OMP_RESTARTED"};
+// Prefixes of the variables that libraries read once, as they load: a child of this server would
+// see them as they were when the server loaded. One list for this server and py_server.py
+// (read_at_load.txt, made into read_at_load.inc by tests/CMakeLists.txt).
+constexpr const char* kReadAtLoad[] = {
+#include "read_at_load.inc"
+};
 
 struct Request {
   const Tool* tool = nullptr;
