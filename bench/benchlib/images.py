@@ -57,6 +57,29 @@ def png_photos(fill, folder, python, helper):
             "ratio_vs_tensor_path": rate / refs["tensor_rows_per_cpu_second"]}
 
 
+def photo_kinds(fill, folder, python, helper):
+    """The reader and PIL on the set's baseline and progressive JPEGs apart (image-bench kinds: hard
+    links), rows per CPU-second (cache-fill: each kind's rows less its first 20): where the ratio to
+    PIL comes from. Stated, no target (docs/performance.md, \"Photos by kind\")."""
+    split = folder + "-kinds"
+    if not os.path.exists(split):
+        subprocess.check_call(["/usr/bin/python3", helper, "kinds", folder, split])
+    out = {}
+    for kind in ("baseline", "progressive"):
+        d = os.path.join(split, kind)
+        n = sum(len(fs) for _, _, fs in os.walk(d))
+        kind_fill = [d if a == folder else a for a in fill]
+        cpu = {rows: cpu_seconds(kind_fill + ["--rows", f"0:{rows}"], dict(os.environ)) for rows in (20, n)}
+        rate = (n - 20) / (cpu[n] - cpu[20])
+        p = subprocess.run([python, helper, "photo-refs", d, str(n)], capture_output=True, text=True, check=True)
+        refs = json.loads(p.stdout)
+        out[kind] = {"images": n, "cache_fill_rows_per_cpu_second": rate,
+                     "pil_rows_per_cpu_second": refs["pil_rows_per_cpu_second"],
+                     "tensor_path_rows_per_cpu_second": refs["tensor_rows_per_cpu_second"],
+                     "ratio_vs_pil": rate / refs["pil_rows_per_cpu_second"]}
+    return out
+
+
 def photos_bench(build, out_dir):
     """The reader on photos as people have them (bench/image-bench photos: 1,500 JPEGs of mixed sizes,
     most 500x375), --resize 256 --center-crop 224, one reader thread and an encoder that costs
@@ -98,6 +121,7 @@ def photos_bench(build, out_dir):
                 loops[w].append(d["rows_encoded"] / d["bottleneck"]["loop_seconds"])
         scaling = max(loops[2]) / max(loops[1])
     png = png_photos(fill, folder, python, helper)
+    kinds = photo_kinds(fill, folder, python, helper)
     os.remove(os.path.join(out_dir, "photos.h5"))
     ours_rate = 1400 / (cpu[1500] - cpu[100])
     p = subprocess.run([python, helper, "photo-refs", folder, "1500"], capture_output=True, text=True, check=True)
@@ -110,7 +134,9 @@ def photos_bench(build, out_dir):
         f"{refs['tensor_rows_per_cpu_second']:.0f} (x{vs_tensor:.2f}), PIL {refs['pil_rows_per_cpu_second']:.0f} "
         f"(x{vs_pil:.2f}); 2 readers x{scaling or 0:.2f} of 1; --jpeg-draft {draft_rate:.0f} (x{draft_rate / ours_rate:.2f}); "
         f"PNG {png['cache_fill_rows_per_cpu_second']:.0f} (PIL {png['pil_rows_per_cpu_second']:.0f}, "
-        f"x{png['ratio_vs_pil']:.2f})")
+        f"x{png['ratio_vs_pil']:.2f}); by kind: " +
+        ", ".join(f"{k} {v['cache_fill_rows_per_cpu_second']:.0f} (PIL {v['pil_rows_per_cpu_second']:.0f}, "
+                  f"x{v['ratio_vs_pil']:.2f})" for k, v in kinds.items()))
     return {"name": "photos", "images": 1500, "image": "JPEG photos of mixed sizes (bench/image-bench photos)",
             "preprocess": "--resize 256 --center-crop 224 --channels rgb", "python": python,
             "cache_fill_reader_rows_per_cpu_second": ours_rate,
@@ -120,6 +146,7 @@ def photos_bench(build, out_dir):
             "tensor_samples_off_pil_by_more_than_1": refs["tensor_samples_off_pil_by_more_than_1"],
             "ratio_vs_tensor_path": vs_tensor, "ratio_vs_pil": vs_pil, "two_readers_vs_one": scaling,
             "jpeg_draft_rows_per_cpu_second": draft_rate, "jpeg_draft_vs_exact": draft_rate / ours_rate, "png": png,
+            "by_kind": kinds,
             "targets": {"ratio_vs_tensor_path_min": 1.5, "ratio_vs_pil_min": 2.5, "two_readers_vs_one_min": 1.8},
             "pass": ok}
 
