@@ -159,12 +159,13 @@ class Prefetcher {
 
 }  // namespace
 
-Encoding::Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders)
+Encoding::Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders,
+                   FillTally& tally)
     : opts_(run.opts),
       in_(planned.encoded_in(run.in)),
       encoders_(encoders),
       journal_(planned.journal),
-      result_(run.result),
+      tally_(tally),
       cb_(run.cb),
       committed_(journal_.committed_rows > 0 ? journal_.encoders
                  : planned.update            ? planned.update->encoders()
@@ -228,13 +229,13 @@ bool Encoding::run(const RowPlan& plan) {
   auto next = [&] {
     auto t_wait = Clock::now();
     Batch b = ahead ? ahead->next() : naming_skip(in_, opts_, [&] { return pf.next(); });
-    result_.input_wait_seconds += seconds_since(t_wait);
+    tally_.input_wait_seconds += seconds_since(t_wait);
     if (!b.converted) convert_inputs(b);
-    result_.stage_seconds.convert += b.convert_seconds;
-    if (!ahead) result_.encode_seconds += b.convert_seconds;  // else beside the encoder calls
+    tally_.stage_seconds.convert += b.convert_seconds;
+    if (!ahead) tally_.encode_seconds += b.convert_seconds;  // else beside the encoder calls
     return b;
   };
-  result_.convert_thread = ahead.has_value();
+  tally_.convert_thread = ahead.has_value();
   for (int64_t k = 0; k < pf.batches(); ++k) {
     if (interrupt_requested()) {
       if (done > last_commit) store.submit([this, done] { commit(done); });
@@ -248,8 +249,8 @@ bool Encoding::run(const RowPlan& plan) {
     // unit's forward (the next units' conversions, on the convert thread, run beside this one's).
     if (batch.ready) batch.ready->block(*main_stream_);
     encode_unit(batch, /*first=*/k == 0, plan.begin, store);  // the first unit gets the first batch's checks
-    result_.rows_encoded += batch.count;
-    result_.texts_cut += batch.texts_cut;
+    tally_.rows_encoded += batch.count;
+    tally_.texts_cut += batch.texts_cut;
     done += batch.count;
     if (done - last_commit >= opts_.commit_rows || done == plan.rows()) {
       store.submit([this, done] { commit(done); });
@@ -309,15 +310,15 @@ void Encoding::close() {
 }
 
 void Encoding::record_stages(Clock::time_point loop_start) {
-  StageSeconds& s = result_.stage_seconds;
+  StageSeconds& s = tally_.stage_seconds;
   s.input = reader_busy_.seconds(Stage::input);
   s.decode = reader_busy_.seconds(Stage::decode);
   s.resize = reader_busy_.seconds(Stage::resize);
   s.tokenize = reader_busy_.seconds(Stage::tokenize);
-  s.store = result_.store_seconds;
-  result_.decoded = {};
-  for (const auto& [name, decode] : decoders_) result_.decoded += decode.stats();
-  result_.loop_seconds = std::max(0.0, seconds_since(loop_start) - first_checks_seconds_);
+  s.store = tally_.store_seconds;
+  tally_.decoded = {};
+  for (const auto& [name, decode] : decoders_) tally_.decoded += decode.stats();
+  tally_.loop_seconds = std::max(0.0, seconds_since(loop_start) - first_checks_seconds_);
 }
 
 void Encoding::commit(int64_t rows) {
@@ -327,7 +328,7 @@ void Encoding::commit(int64_t rows) {
     journal_.encoders[encoders_[i]->name()].chunks.emplace_back(rows, raws_[i].take_digest());
   journal_.committed_rows = rows;
   journal_.save();
-  result_.store_seconds += seconds_since(t_store);
+  tally_.store_seconds += seconds_since(t_store);
 }
 
 void Encoding::check_vocabulary(model::Encoder& enc) {
@@ -438,8 +439,8 @@ std::vector<torch::Tensor> Encoding::forward_unit(std::size_t i, const std::vect
     const std::vector<torch::Tensor> part =
         batches.order.defined() ? rows_of(args, text_args, rows) : model::slice_rows(args, a, b);
     for (const auto& t : text_args) {
-      result_.tokens += t.mask.index_select(0, rows).sum().item<int64_t>();
-      result_.token_slots += (b - a) * part[t.first].size(1);
+      tally_.tokens += t.mask.index_select(0, rows).sum().item<int64_t>();
+      tally_.token_slots += (b - a) * part[t.first].size(1);
     }
     outs.push_back(forward_batch(i, part, b - a, first && a == 0));
     a = b;
@@ -496,7 +497,7 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   auto t_setup = Clock::now();
   if (first) first_batch_checks(enc, args, journal_.encoders[enc.name()]);
   const double setup = seconds_since(t_setup);
-  result_.model_setup_seconds += setup;
+  tally_.model_setup_seconds += setup;
   first_checks_seconds_ += setup;
   auto t_forward = Clock::now();
   torch::Tensor out = enc.forward(args);
@@ -509,9 +510,9 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   auto t_host = Clock::now();
   out = out.to(torch::kCPU, opts_.dtype == DType::f16 ? torch::kFloat16 : torch::kFloat32).contiguous();
   const double to_host = seconds_since(t_host);
-  result_.stage_seconds.forward += forward;
-  result_.stage_seconds.to_host += to_host;
-  result_.encode_seconds += forward + to_host;
+  tally_.stage_seconds.forward += forward;
+  tally_.stage_seconds.to_host += to_host;
+  tally_.encode_seconds += forward + to_host;
   if (out.dim() < 1 || out.size(0) != rows)
     throw Error(Exit::data, "encoder '" + enc.name() + "'",
                 "returned " + (out.dim() ? std::to_string(out.size(0)) : std::string("0-d")) + " rows for a batch of " +
@@ -601,7 +602,7 @@ void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch:
     cb_.warn(batch_dependence(enc.name(), most, je.batch_max_rel_diff) +
              ": cache-fill --update will refuse this cache");
   const double seconds = seconds_since(t_check);
-  result_.model_setup_seconds += seconds;
+  tally_.model_setup_seconds += seconds;
   first_checks_seconds_ += seconds;
 }
 
@@ -615,8 +616,8 @@ void Encoding::store_rows(std::size_t i, const torch::Tensor& out, int64_t start
   }
   std::size_t nbytes = static_cast<std::size_t>(out.numel()) * out.element_size();
   raws_[i].append(out.data_ptr(), nbytes);
-  result_.bytes_written += nbytes;
-  result_.store_seconds += seconds_since(t_store);
+  tally_.bytes_written += nbytes;
+  tally_.store_seconds += seconds_since(t_store);
 }
 
 }  // namespace traincache::fill

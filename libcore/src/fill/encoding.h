@@ -13,6 +13,7 @@
 #include "device_decode.h"
 #include "inputs.h"
 #include "prepare.h"
+#include "result.h"
 #include "traincache/base/prefetch.h"
 #include "traincache/base/stages.h"
 #include "traincache/fill/fill.h"
@@ -65,11 +66,11 @@ struct Batch {
 // raw files and committed every --commit-rows.
 class Encoding {
  public:
-  // The planned rows (planned.encoded_in()) into its journal and the run's result. With an update
+  // The planned rows (planned.encoded_in()) into its journal, the figures into `tally`. With an update
   // (whose rows to encode encoded_in() then holds), a run that has committed nothing starts with
   // the updated cache's encoders as committed ones (their optimisation and precision decisions
   // kept, so that every row of the new cache is made alike).
-  Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders);
+  Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_ptr<model::Encoder>>& encoders, FillTally& tally);
 
   // Encodes rows [begin + committed, end). Returns false when interrupted (progress committed).
   bool run(const RowPlan& plan);
@@ -192,7 +193,7 @@ class Encoding {
   // store thread touch it (commit, skipped rows), and this thread reads shape_known_ and
   // row_shapes_, its own copies, instead.
   Journal& journal_;
-  FillResult& result_;
+  FillTally& tally_;  // what the loop measures and counts, for the result
   const FillCallbacks& cb_;
   const std::map<std::string, JournalEncoder> committed_;  // as loaded: what the committed rows used
   std::vector<std::vector<int64_t>> row_shapes_;

@@ -22,6 +22,7 @@
 #include "encoding.h"
 #include "inputs.h"
 #include "prepare.h"
+#include "result.h"
 #include "traincache/base/content_hash.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
@@ -133,14 +134,14 @@ io::cache::EmbeddingSource embedding_source(const FillRun& run, const EncodePlan
 }
 
 // Builds the HDF5 cache from the journal (and, for an update, the rows it keeps from the updated
-// cache) and renames it into place; fills result.encoders and result.skipped.
-void publish(FillRun& p, const EncodePlan& planned) {
+// cache) and renames it into place; what it wrote.
+Published publish(FillRun& p, const EncodePlan& planned) {
   const FillOptions& opts = p.opts;
   const Inputs& in = p.in;
   const Journal& journal = planned.journal;
   const Update* update = planned.update.get();
   const Provenance& prov = planned.prov;
-  FillResult& result = p.result;
+  Published published;
   io::cache::AssemblySpec spec;
   spec.out_path = p.out;
   spec.rows = p.plan.rows();
@@ -151,7 +152,7 @@ void publish(FillRun& p, const EncodePlan& planned) {
   spec.skipped = journal.skipped;
   if (update)  // the journal counts the rows it encoded: each is a row of the new input
     for (auto& [row, why] : spec.skipped) row = update->rows_to_encode().at(static_cast<std::size_t>(row));
-  result.skipped = static_cast<int64_t>(spec.skipped.size());
+  published.skipped = static_cast<int64_t>(spec.skipped.size());
   const torch::Device device = model::parse_device(opts.device);
   spec.root_attrs = root_attrs(p, device);
   spec.root_attrs.push_back({"history", io::cache::history_text(prov.history)});
@@ -162,10 +163,11 @@ void publish(FillRun& p, const EncodePlan& planned) {
     const JournalEncoder& je = recorded(journal, opts.encoders[i].name);
     std::vector<int64_t> shape{p.plan.rows()};
     shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
-    result.encoders.push_back({opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff,
-                               model::math_mode(device), je.batch_max_abs_diff, je.batch_max_rel_diff});
+    published.encoders.push_back({opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff,
+                                  model::math_mode(device), je.batch_max_abs_diff, je.batch_max_rel_diff});
   }
   io::cache::assemble(spec);
+  return published;
 }
 
 // The failure being handled as the engine reports it (`error`): an Error as it is, running out of
@@ -208,47 +210,14 @@ Failure classify(const std::exception_ptr& failure) {
   throw Error(f.error->code(), "", std::string(f.error->what()) + kept);
 }
 
-// What lowers a text fill's padding: the options that batch its texts by length.
-std::string padding_remedy(const FillOptions& opts, const FillResult& r) {
-  if (opts.tokenize.padding == text::Padding::max_length) return "pad each batch to its longest (--padding longest)";
-  if (r.length_window > 0) return "fewer token slots per batch (--max-tokens) or longer windows (--length-window)";
-  return opts.length_window == 0 ? "sort the texts by length (without --length-window 0)" : "";
-}
-
-// A finished run's closing figures: its seconds, the encode time an update saved, which stage
-// bounded it, and whether other processes competed for the cores.
-void close_timings(FillRun& run, CpuContentionWatch& watch) {
-  FillResult& r = run.result;
-  const FillOptions& opts = run.opts;
-  r.contention = watch.stop();
-  if (r.update && r.rows_encoded > 0)
-    r.update->seconds_saved =
-        r.encode_seconds / static_cast<double>(r.rows_encoded) * static_cast<double>(r.rows_copied);
-  r.seconds = seconds_since(run.t_start);
-  FillTimings t;
-  t.busy = r.stage_seconds;
-  t.readers = run.in.readers;
-  t.convert_thread = r.convert_thread;
-  t.rows = r.rows_encoded;
-  t.seconds = r.seconds;
-  t.loop_seconds = r.loop_seconds;
-  t.model_setup_seconds = r.model_setup_seconds;
-  t.digest_seconds = r.digest_seconds;
-  t.publish_seconds = r.publish_seconds;
-  t.tokens = r.tokens;
-  t.token_slots = r.token_slots;
-  t.padding_remedy = padding_remedy(opts, r);
-  r.bottleneck = find_bottleneck(t);
-}
-
-// The encoders, loaded on `device`; the time it took in result.model_setup_seconds.
+// The encoders, loaded on `device`; the time it took in tally.model_setup_seconds.
 std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
-                                                           FillResult& result) {
+                                                           FillTally& tally) {
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
   for (const auto& e : opts.encoders)
     encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output));
-  result.model_setup_seconds = seconds_since(t_load);
+  tally.model_setup_seconds = seconds_since(t_load);
   return encoders;
 }
 
@@ -256,23 +225,15 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& op
 
 namespace {
 
-// The largest difference from a full fill that an update's rows are allowed: kUpdateNoiseFactor
-// times the encoders' batch noise as recorded; negative when no encoder's was measured.
-double allowed_difference(const Journal& journal) {
-  double most = -1;
-  for (const auto& [name, je] : journal.encoders) most = std::max(most, je.batch_max_abs_diff);
-  return most < 0 ? most : kUpdateNoiseFactor * most;
-}
-
 // The encode loop over the planned rows into their journal; false when interrupted. The encoders
 // are loaded only here, and not at all when every row is committed already (an update that encodes
-// nothing).
-bool encode_rows(FillRun& run, EncodePlan& planned) {
+// nothing). What they measure goes to `tally`.
+bool encode_rows(FillRun& run, EncodePlan& planned, FillTally& tally) {
   const RowPlan& plan = planned.rows;
   if (planned.journal.committed_rows >= plan.rows() && (planned.update || plan.rows() > 0)) return true;
   const torch::Device device = model::parse_device(run.opts.device);
-  auto encoders = load_encoders(run.opts, device, run.result);
-  Encoding encoding(run, planned, encoders);
+  auto encoders = load_encoders(run.opts, device, tally);
+  Encoding encoding(run, planned, encoders, tally);
   try {
     if (!encoding.run(plan)) return false;
     encoding.close();
@@ -289,31 +250,24 @@ FillResult encode_fill(FillRun& p) {
   model::allow_tf32(p.opts.tf32);
   model::configure_threads(p.opts.threads);
   CpuContentionWatch watch;
-  FillResult& result = p.result;
   EncodePlan& planned = p.planned ? *p.planned : plan_encoding(p);
-  Journal& journal = planned.journal;
+  FillTally tally;
+  Published published;
   bool encoded = false;  // every row is in the journal: a failure from here on must not discard it
   try {
     // Interrupted after the last batch (or while it was stored): stopped before the publish too,
     // as the first signal's notice says; running again publishes.
-    if (!encode_rows(p, planned) || interrupt_requested()) {
-      result.status = FillStatus::interrupted;
-      result.partial_path = p.partial;
-      result.rows = journal.committed_rows;
-      result.seconds = seconds_since(p.t_start);
-      return result;
-    }
+    if (!encode_rows(p, planned, tally) || interrupt_requested())
+      return fill_result(p, FillEnding::interrupted(planned, tally));
     encoded = true;
     auto t_publish = Clock::now();
-    publish(p, planned);
+    published = publish(p, planned);
     files::remove_tree(p.partial);
-    result.publish_seconds = seconds_since(t_publish);
+    tally.publish_seconds = seconds_since(t_publish);
   } catch (...) {
-    fail_keeping_progress(p.partial, journal.committed_rows > 0, encoded);
+    fail_keeping_progress(p.partial, planned.journal.committed_rows > 0, encoded);
   }
-  if (result.update) result.update->max_abs_diff_allowed = allowed_difference(journal);
-  close_timings(p, watch);
-  return result;
+  return fill_result(p, FillEnding::done(planned, tally, published, watch.stop()));
 }
 
 FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
@@ -323,7 +277,7 @@ FillResult run_fill(const FillOptions& opts, const FillCallbacks& cb) {
   // known not to be up to date (an up-to-date answer never waits for a device it does not use).
   std::optional<model::DeviceWarmup> warm;
   FillRun run = prepare_fill(opts, cb, [&] { warm.emplace(device); });
-  if (run.result.status == FillStatus::up_to_date) return run.result;
+  if (run.up_to_date()) return fill_result(run, FillEnding::up_to_date());
   if (!warm) warm.emplace(device);
   return encode_fill(run);
 }

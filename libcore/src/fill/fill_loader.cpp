@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fill_module.h"
+#include "result.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/model/precision.h"
 
@@ -24,7 +25,7 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
     return result;
   }
   FillRun run = prepare_fill(opts, cb);
-  if (run.result.status == FillStatus::up_to_date) return run.result;
+  if (run.up_to_date()) return fill_result(run, FillEnding::up_to_date());
   plan_encoding(run);  // a journal that cannot be resumed is refused here
   // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
   const auto t_load = Clock::now();

@@ -220,7 +220,7 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   p.cuda = model::parse_device_spec(opts.device).cuda;
   model::check_precision(opts.precision, p.cuda, "--precision");
   p.in = open_inputs(opts);
-  const bool device_convert = plan_conversion(opts, p.cuda, p.in);
+  p.device_convert = plan_conversion(opts, p.cuda, p.in);
   p.in.readers = reader_threads(opts, p.in);
   p.plan = plan_rows(opts, p.in.rows, p.in.groups);
   p.out = p.plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
@@ -231,67 +231,34 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   struct stat st;
   if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
 
-  FillResult& result = p.result;
-  result.out = p.out;
-  result.rows = p.plan.rows();
-  result.length_window = p.in.unit > opts.batch_size ? p.in.unit : 0;
-  result.max_tokens = p.in.max_tokens;
-  result.device_convert = device_convert;
-  result.device_decode = p.in.decode_on_device();
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
   for (const auto& e : opts.encoders) {
     p.enc_sha.push_back(sha256_file(e.path));
     p.encoder_names.push_back(e.name);
   }
-  result.utf8_replaced = warn_about_inputs(p.in, cb);
-  for (const auto& [key, t] : p.in.texts)
-    if (t.tok) result.max_length = std::max(result.max_length, text::effective_max_length(*t.tok, opts.tokenize));
+  p.utf8_replaced = warn_about_inputs(p.in, cb);
   auto t_digest = Clock::now();
   p.fp = compute_fingerprint(p);
-  result.digest_seconds = seconds_since(t_digest);
-  result.fingerprint = p.fp.hash;
+  p.digest_seconds = seconds_since(t_digest);
 
   p.partial = partial_path(p.out);
   p.existing = existing_cache(p.out, p.fp, opts);
-  result.refilled = p.existing.refill;
-  if (!result.refilled.empty() && p.cb.warn)
-    p.cb.warn(p.out + ": every row is encoded again: " + result.refilled + " (--update --force)");
-  if (const auto& old = p.existing.up_to_date) {
-    files::remove_tree(p.partial);  // left over from a run killed after its rename
-    result.status = FillStatus::up_to_date;
-    for (const auto& e : old->embeddings)
-      result.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode,
-                                 e.batch_max_abs_diff, e.batch_max_rel_diff});
-    result.seconds = seconds_since(p.t_start);
-  }
+  if (!p.existing.refill.empty() && p.cb.warn)
+    p.cb.warn(p.out + ": every row is encoded again: " + p.existing.refill + " (--update --force)");
+  if (p.up_to_date()) files::remove_tree(p.partial);  // left over from a run killed after its rename
   return p;
 }
 
 // ---- stage: an update's plan ------------------------------------------------------------------
 
-// A fill of a new cache under --changes: every row added (and encoded), with its key if it has one.
-void list_every_row(const Inputs& in, const RowPlan& plan, std::vector<FillResult::RowChange>& out) {
-  const std::vector<std::string> keys =
-      in.keys ? key_bytes(*in.keys->col, plan.begin, plan.end) : std::vector<std::string>();
-  for (int64_t r = 0; r < plan.rows(); ++r) {
-    FillResult::RowChange c;
-    c.change = "added";
-    c.row = r;
-    c.encoded = true;
-    if (!keys.empty()) c.key = key_text(keys[static_cast<std::size_t>(r)], in.keys->col->info().dtype, c.numeric_key);
-    out.push_back(std::move(c));
-  }
-}
-
 // The rows of the cache to update that the new input's rows keep (by key when both have keys of the
-// same source), the rows the encode loop then reads, and the entry the new cache's history gets;
-// result.update says what changed. Without a cache to update, a full fill's entry and rows.
+// same source), the rows the encode loop then reads, and the entry the new cache's history gets.
+// Without a cache to update, a full fill's entry and rows.
 void plan_update(FillRun& run, EncodePlan& planned) {
   const std::optional<io::cache::CacheInfo>& old = run.existing.to_update;
   const Inputs& in = run.in;
   const RowPlan& plan = run.plan;
   Provenance& prov = planned.prov;
-  FillResult& result = run.result;
   planned.rows = plan;
   io::cache::HistoryEntry entry;
   entry.run = old ? "update" : "fill";
@@ -299,7 +266,6 @@ void plan_update(FillRun& run, EncodePlan& planned) {
   if (!old) {
     entry.encoded = plan.rows();
     prov.history.push_back(entry);
-    if (run.opts.list_changes) list_every_row(in, plan, result.changes);
     return;
   }
   RowIdentity now;
@@ -308,23 +274,11 @@ void plan_update(FillRun& run, EncodePlan& planned) {
     now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
   planned.update = std::make_unique<Update>(*old, std::move(now));
   const Update* update = planned.update.get();
-  result.changes = update->changes(in.keys ? in.keys->col->info().dtype : DType::other);
   const UpdatePlan& up = update->plan();
   const auto encoded = static_cast<int64_t>(update->rows_to_encode().size());
-  FillResult::Update u;
-  u.by_key = up.by_key;
-  u.kept = up.kept;
-  u.changed = up.changed;
-  u.added = up.added;
-  u.removed = up.removed;
-  u.skipped_before = up.skipped_before;
-  u.moved = up.moved;
-  u.copied = plan.rows() - encoded;
-  result.update = u;
-  result.rows_copied = u.copied;
   entry.encoded = encoded;
-  entry.update =
-      io::cache::HistoryEntry::Update{u.copied, u.added, u.changed, u.removed, u.kept, up.by_key ? "key" : "position"};
+  entry.update = io::cache::HistoryEntry::Update{
+      plan.rows() - encoded, up.added, up.changed, up.removed, up.kept, up.by_key ? "key" : "position"};
   prov.history = old->history;
   prov.history.push_back(entry);
   planned.update_in = update->encoded_inputs(in, plan.begin);
@@ -440,7 +394,7 @@ EncodePlan& plan_encoding(FillRun& p) {
                              : row_digests(p.in, p.plan.begin, p.plan.end, p.in.readers);
   planned.prov.digest_inputs = row_digest_inputs(p.in);
   plan_update(p, planned);
-  p.result.digest_seconds += seconds_since(t_digest);
+  planned.digest_seconds = seconds_since(t_digest);
 
   planned.journal = open_journal(p, planned);
   Journal& journal = planned.journal;
@@ -448,7 +402,7 @@ EncodePlan& plan_encoding(FillRun& p) {
   journal.fingerprint_json = p.fp.text;
   journal.update_of = planned.update ? planned.update->identity() : "";
   if (planned.update && journal.committed_rows == 0) journal.encoders = planned.update->encoders();
-  p.result.resumed_from = journal.committed_rows;
+  planned.resumed_from = journal.committed_rows;
   return p.planned.emplace(std::move(planned));
 }
 

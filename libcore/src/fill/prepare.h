@@ -62,6 +62,8 @@ class EncodePlan {
   Inputs update_in;                // an update's rows to encode (Update::encoded_inputs)
   RowPlan rows;                    // the rows the encode loop reads: the run's, or all of update_in's
   Journal journal;                 // the progress directory's journal of those rows
+  int64_t resumed_from = 0;        // rows an earlier run had committed to it
+  double digest_seconds = 0;       // taking the row digests and planning the update
 
   // What the encode loop reads: the input's rows (`in`, the run's), or only an update's rows to encode.
   const Inputs& encoded_in(const Inputs& in) const { return update ? update_in : in; }
@@ -90,12 +92,17 @@ struct FillRun {
   std::vector<std::string> enc_sha, encoder_names;
   Fingerprint fp;
   Existing existing;
+  // What prepare_fill saw that the result reports (result.h writes it).
+  bool device_convert = false;  // 8-bit inputs are converted on the encoders' device
+  int64_t utf8_replaced = 0;    // ill-formed UTF-8 sequences of the text fields replaced, as warned
+  double digest_seconds = 0;    // the fingerprint's read of the input
+
+  // The cache at the output is up to date: nothing is left to do.
+  bool up_to_date() const { return existing.up_to_date.has_value(); }
 
   // plan_encoding's decisions, once made: a CPU fill plans before LibTorch is loaded, a CUDA fill
   // in encode_fill.
   std::optional<EncodePlan> planned;
-
-  FillResult result;  // status up_to_date after prepare_fill: nothing is left to do
 };
 
 // Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
@@ -117,12 +124,12 @@ EncodePlan& plan_encoding(FillRun& run);
 void discard_unstarted(const FillRun& run);
 
 // The rest of run_fill (fill.cpp, with LibTorch): plan_encoding when it has not run, the encoders,
-// the encode loop and the publish.
+// the encode loop and the publish; the result as fill_result (result.h) makes it.
 FillResult encode_fill(FillRun& run);
 
 // An update's plan (update.h): the rows of the cache to update that the input keeps, the rows the
 // encode loop then reads, and the new cache's history (into `plan`, whose digests are taken); without
-// a cache to update, a full fill's. run.result says what changed.
+// a cache to update, a full fill's.
 void plan_update(FillRun& run, EncodePlan& plan);
 
 // The journal of the rows the encode loop reads (plan's), in the run's progress directory: adopted,
