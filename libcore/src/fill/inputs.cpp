@@ -21,8 +21,9 @@ namespace traincache::fill {
 namespace {
 
 // Encoder e's text fields, each opened once per tokenizer (a tokenizer file loaded once).
-void open_text(const FillOptions& opts, const EncoderSpec& e, const io::source::FileOptions& files,
+void open_text(const FillOptions& opts, const EncoderSpec& e,
                std::map<std::string, std::shared_ptr<const text::Tokenizer>>& tokenizers, Inputs& in) {
+  const InputSource& src = in.source;
   const auto& fields = e.text.empty() ? opts.text : e.text;
   const std::string tok_path = e.tokenizer.empty() ? opts.tokenizer : e.tokenizer;
   in.per_encoder_text[e.name];  // every encoder has an entry, perhaps empty
@@ -36,11 +37,11 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const io::source::
     if (in.texts.count(key)) continue;
     auto& tok = tokenizers[tok_path];
     if (!tok) tok = text::load(tok_path);
-    TextInput t{io::source::open_column(opts.input, f, files, io::source::Role::text), tok, f, tok_path,
+    TextInput t{io::source::open_column(src.where, f, src.files, io::source::Role::text), tok, f, tok_path,
                 sha256_file(tok_path)};
     if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
       throw Error(
-          Exit::data, opts.input,
+          Exit::data, src.where.path,
           "text field '" + f + "' must hold one string per row (a manifest field or a 1-D HDF5 string dataset)");
     in.texts.emplace(key, std::move(t));
   }
@@ -48,12 +49,13 @@ void open_text(const FillOptions& opts, const EncoderSpec& e, const io::source::
 
 // Why encoder `name` has no input: for a manifest or tar shards, their fields and the flags that
 // name them.
-std::string no_features_message(const std::string& input, const std::string& name) {
+std::string no_features_message(const InputSource& src, const std::string& name) {
   std::string msg = "no input dataset for encoder '" + name + "'";
-  if (io::source::kind_of(input) == io::source::Kind::tar)
+  if (src.tar)
     return msg + ": name the shards' image field with --features FIELD or their text field with --text FIELD " +
-           "(the shards have " + name_list(io::source::tar_fields(input).all) + ")";
-  if (io::source::kind_of(input) != io::source::Kind::manifest) return msg;
+           "(the shards have " + name_list(src.tar->all) + ")";
+  const std::string& input = src.where.path;
+  if (src.where.kind != io::source::Kind::manifest) return msg;
   std::string fields;
   for (const auto& f : io::source::manifest_fields(input)) fields += (fields.empty() ? "" : ", ") + f;
   return msg + ": name the manifest's image field with --features FIELD or its text field with --text FIELD (" + input +
@@ -62,7 +64,7 @@ std::string no_features_message(const std::string& input, const std::string& nam
 
 // Every field the options name (--features, --text, --labels, --key): a tar shard's sample without
 // one is refused or, with --on-error skip, left out of every column alike.
-std::vector<std::string> named_fields(const FillOptions& opts) {
+std::vector<std::string> named_fields(const FillOptions& opts, const InputSource& src) {
   std::vector<std::string> out;
   auto add = [&](const std::vector<std::string>& names) {
     for (const auto& n : names)
@@ -74,27 +76,32 @@ std::vector<std::string> named_fields(const FillOptions& opts) {
     add(e.features);
     add(e.text);
   }
-  for (const auto& l : label_specs(opts))
+  for (const auto& l : src.labels)
     if (l.table.empty()) add({l.source});
-  add({keys_name(opts)});
+  add({src.keys});
   return out;
 }
 
-// Tar shards: the field an encoder without --features reads (the shards' only image field; "" when
-// they have none or several), added to the fields every sample must have when an encoder reads it;
-// and a note when the shards' cls field is stored nowhere.
-std::string tar_defaults(const FillOptions& opts, Inputs& in, io::source::FileOptions& files) {
-  const auto fields = io::source::tar_fields(opts.input);
+// Tar shards: their fields; the fields every sample must have (the ones the options name); the field
+// an encoder without --features reads (the shards' only image field; none when they have none or
+// several), added to those every sample must have when an encoder reads it; and a note when the
+// shards' cls field is stored nowhere.
+void tar_defaults(const FillOptions& opts, InputSource& src) {
+  src.tar = io::source::tar_fields(src.where.path);
+  const io::source::TarFields& fields = *src.tar;
+  io::source::FileOptions& files = src.files;
+  files.sample_fields = named_fields(opts, src);
+  src.implicit.clear();
   const auto has = [&](const std::string& f) { return std::count(fields.all.begin(), fields.all.end(), f) > 0; };
   if (opts.labels.empty() && has("cls"))
-    in.notes.push_back(opts.input + ": the shards' 'cls' field is not stored (--labels cls stores it as labels)");
+    src.notes.push_back(src.where.path + ": the shards' 'cls' field is not stored (--labels cls stores it as labels)");
   const bool used = std::any_of(opts.encoders.begin(), opts.encoders.end(), [&](const EncoderSpec& e) {
     return (e.features.empty() ? opts.features : e.features).empty() && (e.text.empty() ? opts.text : e.text).empty();
   });
-  if (fields.images.size() != 1 || !used) return "";
+  if (fields.images.size() != 1 || !used) return;
   if (std::find(files.sample_fields.begin(), files.sample_fields.end(), fields.images[0]) == files.sample_fields.end())
     files.sample_fields.push_back(fields.images[0]);
-  return fields.images[0];
+  src.implicit = fields.images[0];
 }
 
 // The column that decides the input's rows: its first feature column, else its first text field.
@@ -103,11 +110,10 @@ const io::source::Column& first_column(const Inputs& in) {
 }
 
 // Column `name` of the input (or a file of its own) for labels or keys, of a dtype the cache stores.
-Input stored_column(const FillOptions& opts, const std::string& name, const io::source::FileOptions& files,
-                    io::source::Role role) {
-  Input d{io::source::open_column(opts.input, name, files, role)};
+Input stored_column(const InputSource& src, const std::string& name, io::source::Role role) {
+  Input d{io::source::open_column(src.where, name, src.files, role)};
   if (d.info().dtype == DType::other)
-    throw Error(Exit::data, opts.input, "dataset '" + name + "' has an unsupported dtype");
+    throw Error(Exit::data, src.where.path, "dataset '" + name + "' has an unsupported dtype");
   return d;
 }
 
@@ -126,17 +132,17 @@ std::string only_field(const LabelSpec& l) {
 
 // The keys (--key, or the input's), then every label column: the input's own in its row order, a
 // key table's joined on the keys (or on the row numbers without keys).
-void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions& files, Inputs& in) {
+void open_keys_and_labels(Inputs& in) {
+  const InputSource& src = in.source;
   // The input's own label columns before its keys (an image folder's class names before its paths:
   // a folder name that is not UTF-8 is named as such), then the key tables joined on the keys.
-  for (const LabelSpec& l : label_specs(opts))
-    in.labels.push_back(
-        {l, l.table.empty() ? stored_column(opts, l.source, files, io::source::Role::labels) : Input{}});
-  if (const std::string name = keys_name(opts); !name.empty()) {
-    in.keys = stored_column(opts, name, files, io::source::Role::value);
+  for (const LabelSpec& l : src.labels)
+    in.labels.push_back({l, l.table.empty() ? stored_column(src, l.source, io::source::Role::labels) : Input{}});
+  if (const std::string& name = src.keys; !name.empty()) {
+    in.keys = stored_column(src, name, io::source::Role::value);
     const auto& ki = in.keys->info();
     if (ki.shape.size() != 1 || !(is_integer(ki.dtype) || ki.dtype == DType::string))
-      throw Error(Exit::data, opts.input, "key dataset '" + name + "' must be 1-D integers or strings");
+      throw Error(Exit::data, src.where.path, "key dataset '" + name + "' must be 1-D integers or strings");
   }
   std::vector<std::string> keys;
   for (LabelInput& li : in.labels) {
@@ -146,7 +152,7 @@ void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions
     if (l.name.empty()) l.name = l.field;
     if (keys.empty())
       keys = io::source::key_texts(in.keys ? in.keys->col.get() : nullptr, first_column(in).info().rows());
-    li.in = Input{io::source::joined_on_keys(l.table, l.field, keys, files)};
+    li.in = Input{io::source::joined_on_keys(l.table, l.field, keys, src.files)};
   }
   std::set<std::string> names;
   for (const auto& l : in.labels)
@@ -157,32 +163,24 @@ void open_keys_and_labels(const FillOptions& opts, const io::source::FileOptions
 // The columns every encoder reads (--features, or the one array of a .npy file or slab), and the
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
-  io::source::require_input(opts.input);  // a mistyped --input is 66, before any option about its contents
-  std::string implicit = io::source::default_column(opts.input);
-  io::source::FileOptions files = opts.files;
-  files.tolerate_unreadable = opts.on_error == OnError::skip;
-  files.strict_utf8 = opts.tokenize.strict_utf8;
-  if (io::source::kind_of(opts.input) == io::source::Kind::tar) {
-    files.sample_fields = named_fields(opts);
-    implicit = tar_defaults(opts, in, files);
-  }
+  const InputSource& src = in.source;
   std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
   for (const auto& e : opts.encoders) {
-    open_text(opts, e, files, tokenizers, in);
+    open_text(opts, e, tokenizers, in);
     auto feats = e.features.empty() ? opts.features : e.features;
-    if (feats.empty() && !implicit.empty() && in.per_encoder_text[e.name].empty()) feats = {implicit};
+    if (feats.empty() && !src.implicit.empty() && in.per_encoder_text[e.name].empty()) feats = {src.implicit};
     if (feats.empty() && !in.per_encoder_text[e.name].empty()) {
       in.per_encoder[e.name] = {};
       continue;
     }
-    if (feats.empty()) throw Error(Exit::usage, "--features", no_features_message(opts.input, e.name));
+    if (feats.empty()) throw Error(Exit::usage, "--features", no_features_message(src, e.name));
     auto& own = in.per_encoder[e.name];
     for (const auto& f : feats) {
       // Ragged columns (token sequences) are fed after the others, padded per batch like text.
       const std::string ragged = f + "|ragged";
       if (!in.features.count(f) && !in.texts.count(ragged)) {
-        Input d{io::source::open_column(opts.input, f, files, io::source::Role::images)};
-        io::source::require_numeric_input(d.info(), opts.input);
+        Input d{io::source::open_column(src.where, f, src.files, io::source::Role::images)};
+        io::source::require_numeric_input(d.info(), src.where.path);
         if (d.info().ragged)
           in.texts.emplace(ragged, TextInput{d.col, nullptr, f, "", ""});
         else
@@ -194,7 +192,7 @@ void open_columns(const FillOptions& opts, Inputs& in) {
         own.push_back(f);
     }
   }
-  open_keys_and_labels(opts, files, in);
+  open_keys_and_labels(in);
 }
 
 // Rows read and committed together: a length window (--length-window rows, by default 16
@@ -234,10 +232,9 @@ int64_t batch_tokens(const FillOptions& opts, const Inputs& in) {
   return 0;
 }
 
-}  // namespace
-
-std::vector<LabelSpec> label_specs(const FillOptions& opts) {
-  const std::string given = opts.labels.empty() ? io::source::default_labels(opts.input) : opts.labels;
+// The label columns of --labels, or the input's default labels (resolve_input says how each is named).
+std::vector<LabelSpec> label_specs(const FillOptions& opts, const io::source::Resolved& where) {
+  const std::string given = opts.labels.empty() ? where.labels : opts.labels;
   std::vector<LabelSpec> out;
   if (given.empty()) return out;
   std::size_t at = 0;
@@ -267,18 +264,27 @@ std::vector<LabelSpec> label_specs(const FillOptions& opts) {
   return out;
 }
 
-std::string labels_name(const FillOptions& opts) {
-  const auto specs = label_specs(opts);
-  return specs.empty() ? std::string() : specs.front().source;
-}
-std::string keys_name(const FillOptions& opts) {
-  return opts.keys.empty() ? io::source::default_keys(opts.input) : opts.keys;
+}  // namespace
+
+InputSource resolve_input(const FillOptions& opts) {
+  InputSource src;
+  src.where = io::source::resolve(opts.input);
+  io::source::require_input(src.where);  // a mistyped --input is 66, before any option about its contents
+  src.labels = label_specs(opts, src.where);
+  src.keys = opts.keys.empty() ? src.where.keys : opts.keys;
+  src.files = opts.files;
+  src.files.tolerate_unreadable = opts.on_error == OnError::skip;
+  src.files.strict_utf8 = opts.tokenize.strict_utf8;
+  src.implicit = src.where.column;
+  if (src.where.kind == io::source::Kind::tar) tar_defaults(opts, src);
+  return src;
 }
 
 Inputs open_inputs(const FillOptions& opts) {
   Inputs in;
-  in.from_slab = io::source::kind_of(opts.input) == io::source::Kind::shm;
   try {
+    in.source = resolve_input(opts);
+    in.notes = in.source.notes;
     open_columns(opts, in);
   } catch (const io::source::UnreadableFile& e) {  // met probing the images' sizes
     throw Error(e.code(), "", std::string(e.what()) + kSkipHint);

@@ -53,6 +53,22 @@ struct LabelSpec {
   bool named = false;  // NAME= given (otherwise the name follows from the source)
 };
 
+// cache-fill's --input resolved once from the options (resolve_input): what holds its rows, the
+// labels and keys the options name or leave to the input's defaults, and how its files become
+// rows. The stages after read this, not the input's path again.
+struct InputSource {
+  io::source::Resolved where;     // the path, its kind and its default columns
+  std::vector<LabelSpec> labels;  // --labels, or the input's default labels (an image folder's "label")
+  std::string keys;               // --key, or the input's default ("": none)
+  std::string implicit;           // the column an encoder naming neither --features nor --text reads ("": none)
+  io::source::FileOptions files;  // --on-error, --strict-utf8; tar shards: the fields every sample needs
+  std::optional<io::source::TarFields> tar;  // tar shards: the fields their samples have
+  std::vector<std::string> notes;            // to tell the user (tar shards: a 'cls' field stored nowhere)
+
+  // The source of the first label column ("" when none): the cache's labels_source.
+  std::string labels_source() const { return labels.empty() ? std::string() : labels.front().source; }
+};
+
 // A label column opened: its spec and rows (in the input's row order; a key table's joined).
 struct LabelInput {
   LabelSpec spec;
@@ -61,7 +77,7 @@ struct LabelInput {
 
 // Everything the fill reads: the encoders' input columns, labels and keys.
 struct Inputs {
-  bool from_slab = false;
+  InputSource source;
   std::map<std::string, Input> features;                             // by column name
   std::map<std::string, std::vector<std::string>> per_encoder;       // encoder -> its columns, in order
   std::map<std::string, TextInput> texts;                            // by key "field|tokenizer"
@@ -112,14 +128,11 @@ bool tolerate_input_error(Fn&& read, int64_t row, bool skip, std::map<int64_t, s
   }
 }
 
-/// The label columns of --labels (or the input's default labels, an image folder's "label"), each
-/// named by NAME=, else by its field (a key table's), the stem of its file (.npy) or its dataset's
-/// last name. Error(usage, "--labels") for an empty item, a name with '/' or given twice.
-std::vector<LabelSpec> label_specs(const FillOptions& opts);
-/// The source of the first label column ("" when none): the cache's labels_source.
-std::string labels_name(const FillOptions& opts);
-/// The dataset keys are read from: --key, or the input's default.
-std::string keys_name(const FillOptions& opts);
+/// --input resolved once: its kind and defaults; the label columns of --labels (or the input's
+/// default labels), each named by NAME=, else by its field (a key table's), the stem of its file
+/// (.npy) or its dataset's last name; the keys; how its files are read. Error(no_input) for a
+/// missing input; Error(usage, "--labels") for an empty item, a name with '/' or given twice.
+InputSource resolve_input(const FillOptions& opts);
 /// A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
 nlohmann::json describe_json(const Input& in, const std::string& input);
 /// Opens every column the fill reads and checks that they agree (rows, names, text, windows).

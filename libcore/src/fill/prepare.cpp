@@ -71,7 +71,7 @@ Fingerprint compute_fingerprint(const FillRun& run) {
       fp["input"]["label_columns"].push_back(j);
   }
   fp["input"]["keys"] = in.keys ? describe_json(*in.keys, opts.input) : json(nullptr);
-  if (in.keys) fp["input"]["keys"]["name"] = keys_name(opts);
+  if (in.keys) fp["input"]["keys"]["name"] = in.source.keys;
   if (const io::image::Spec* spec = in.preprocess())
     for (const auto& [k, v] : spec->describe()) fp["preprocess"][k] = v;
   fp["input"]["rows"] = {plan.begin, plan.end};

@@ -182,7 +182,7 @@ Inputs Update::encoded_inputs(const Inputs& in, int64_t begin) const {
   std::vector<int64_t> rows;
   for (int64_t r : rows_to_encode_) rows.push_back(begin + r);
   Inputs view;
-  view.from_slab = in.from_slab;
+  view.source = in.source;
   view.per_encoder = in.per_encoder;
   view.per_encoder_text = in.per_encoder_text;
   view.unit = in.unit;

@@ -307,9 +307,12 @@ std::vector<std::string> field_values(const std::string& path, const Table& t, c
 
 std::vector<std::string> manifest_fields(const std::string& path) { return read_manifest(path).fields; }
 
-void require_input(const std::string& path) {
-  if (path.empty() || kind_of(path) == Kind::shm) return;
-  const auto files = kind_of(path) == Kind::tar ? expand_shards(path) : std::vector<std::string>{path};
+void require_input(const std::string& path) { require_input(resolve(path)); }
+
+void require_input(const Resolved& input) {
+  const std::string& path = input.path;
+  if (path.empty() || input.kind == Kind::shm) return;
+  const auto files = input.kind == Kind::tar ? expand_shards(path) : std::vector<std::string>{path};
   for (const auto& f : files) {
     struct stat st;
     if (::stat(f.c_str(), &st) != 0) throw Error(Exit::no_input, f, errno_text(errno));

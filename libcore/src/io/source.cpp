@@ -243,8 +243,10 @@ bool names_own_file(const std::string& name) {
   return k == Kind::npy || k == Kind::shm;
 }
 
-std::string default_column(const std::string& path) {
-  switch (kind_of(path)) {
+namespace {
+
+std::string default_column_of(Kind kind, const std::string& path) {
+  switch (kind) {
     case Kind::npy:
       return std::filesystem::path(path).stem().string();
     case Kind::shm:
@@ -256,15 +258,8 @@ std::string default_column(const std::string& path) {
   }
 }
 
-std::string default_labels(const std::string& path) { return kind_of(path) == Kind::image_folder ? "label" : ""; }
-
-std::string label_column_name(const std::string& source) {
-  if (names_own_file(source) && source.rfind("shm:", 0) != 0) return std::filesystem::path(source).stem().string();
-  const std::size_t slash = source.find_last_of('/');
-  return slash == std::string::npos || slash + 1 == source.size() ? source : source.substr(slash + 1);
-}
-std::string default_keys(const std::string& path) {
-  switch (kind_of(path)) {
+std::string default_keys_of(Kind kind) {
+  switch (kind) {
     case Kind::image_folder:
       return "path";
     case Kind::tar:
@@ -273,6 +268,29 @@ std::string default_keys(const std::string& path) {
       return "";
   }
 }
+
+}  // namespace
+
+Resolved resolve(const std::string& path) {
+  Resolved r;
+  r.path = path;
+  r.kind = kind_of(path);
+  r.column = default_column_of(r.kind, path);
+  r.labels = r.kind == Kind::image_folder ? "label" : "";
+  r.keys = default_keys_of(r.kind);
+  return r;
+}
+
+std::string default_column(const std::string& path) { return default_column_of(kind_of(path), path); }
+
+std::string default_labels(const std::string& path) { return resolve(path).labels; }
+
+std::string label_column_name(const std::string& source) {
+  if (names_own_file(source) && source.rfind("shm:", 0) != 0) return std::filesystem::path(source).stem().string();
+  const std::size_t slash = source.find_last_of('/');
+  return slash == std::string::npos || slash + 1 == source.size() ? source : source.substr(slash + 1);
+}
+std::string default_keys(const std::string& path) { return default_keys_of(kind_of(path)); }
 
 int64_t ColumnInfo::row_elements() const {
   int64_t n = 1;
@@ -493,14 +511,20 @@ std::shared_ptr<const Column> gathered(std::shared_ptr<const Column> base, std::
 
 std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files,
                                     Role role) {
+  return open_column(resolve(path), name, files, role);
+}
+
+std::unique_ptr<Column> open_column(const Resolved& input, const std::string& name, const FileOptions& files,
+                                    Role role) {
+  const std::string& path = input.path;
   if (!name.empty() && names_own_file(name) && name != path) return open_column(name, "", files, role);
-  switch (kind_of(path)) {
+  switch (input.kind) {
     case Kind::shm:
       if (!name.empty() && name != path)
         throw Error(Exit::usage, path, "a slab holds one array; '" + name + "' names no other");
       return std::make_unique<SlabColumn>(path, files.trust_slab_owner);
     case Kind::npy:
-      if (!name.empty() && name != path && name != default_column(path))
+      if (!name.empty() && name != path && name != input.column)
         throw Error(Exit::usage, path, "a .npy file holds one array; '" + name + "' names no other");
       return npy::open_npy(path);
     case Kind::npz:

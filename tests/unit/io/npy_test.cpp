@@ -167,6 +167,24 @@ CATCH_TEST_CASE("source: kinds are chosen by what the path is", "[npy]") {
   CATCH_CHECK(io::source::default_column("data.h5").empty());
 }
 
+CATCH_TEST_CASE("source: an input resolved once has its kind and the columns it gives unasked", "[npy]") {
+  const io::source::Resolved npy = io::source::resolve("dir/images.npy");
+  CATCH_CHECK(npy.path == "dir/images.npy");
+  CATCH_CHECK(npy.kind == io::source::Kind::npy);
+  CATCH_CHECK(npy.column == "images");
+  CATCH_CHECK((npy.labels.empty() && npy.keys.empty()));
+  const io::source::Resolved tar = io::source::resolve("shards/{a,b}.tar");
+  CATCH_CHECK(tar.kind == io::source::Kind::tar);
+  CATCH_CHECK((tar.column.empty() && tar.labels.empty() && tar.keys == "__key__"));
+  const io::source::Resolved slab = io::source::resolve("shm:emb");
+  CATCH_CHECK((slab.kind == io::source::Kind::shm && slab.column == "shm:emb"));
+  // A directory is an image folder: its images, labels and paths.
+  const io::source::Resolved folder = io::source::resolve(".");
+  CATCH_CHECK(folder.kind == io::source::Kind::image_folder);
+  CATCH_CHECK((folder.column == "image" && folder.labels == "label" && folder.keys == "path"));
+  CATCH_CHECK(io::source::resolve("data.h5").kind == io::source::Kind::hdf5);
+}
+
 // Writes dataset `name` [10, 3] holding 0..29 as `type`: chunks of 4 rows (0: contiguous),
 // deflated when `deflate`.
 void write_rows_dataset(hid_t f, const char* name, hid_t type, hsize_t chunk_rows, bool deflate) {

@@ -39,6 +39,16 @@ const char* kind_name(Kind kind);
 /// directory an image folder, anything else an HDF5 file.
 Kind kind_of(const std::string& path);
 
+/// An input as a tool names it (--input, --data), resolved once: what holds its rows, and the
+/// columns it gives without being asked (default_column, default_labels, default_keys).
+struct Resolved {
+  std::string path;
+  Kind kind = Kind::hdf5;
+  std::string column, labels, keys;
+};
+/// `path` resolved (kind_of looks at the file system once).
+Resolved resolve(const std::string& path);
+
 /// How string labels of a manifest become integers: in sorted order (as ImageFolder's classes)
 /// or in the order they first appear.
 enum class LabelOrder { sorted, first_seen };
@@ -253,6 +263,9 @@ std::shared_ptr<const Column> joined_on_keys(const std::string& table, const std
 /// Error(data), naming the file.
 std::unique_ptr<Column> open_column(const std::string& path, const std::string& name, const FileOptions& files = {},
                                     Role role = Role::value);
+/// The same of an input resolved already (its kind not looked up again).
+std::unique_ptr<Column> open_column(const Resolved& input, const std::string& name, const FileOptions& files = {},
+                                    Role role = Role::value);
 
 /// The tar files a shard pattern names, in order: shell-style braces expanded (`{00000..00099}`
 /// keeping the width of zero-padded numbers, `{a,b}`), then each glob (`*`, `?`, `[...]`) matched
@@ -278,6 +291,7 @@ TarFields tar_fields(const std::string& pattern);
 /// Throws Error(no_input, path, "no such file or directory") (or the reason it cannot be
 /// examined) when input `path` does not exist; slabs ("shm:NAME") are looked up when opened.
 void require_input(const std::string& path);
+void require_input(const Resolved& input);
 
 /// The name a column of `path` gets when none is given: the stem of a .npy file, `path` itself
 /// for a slab, "image" for an image folder; "" for HDF5 files, .npz archives and manifests,
