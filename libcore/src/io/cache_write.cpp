@@ -24,6 +24,8 @@
 
 namespace traincache::io::cache {
 
+using nlohmann::json;
+
 // ---- writing -------------------------------------------------------------------------------
 
 int64_t chunk_rows(int64_t row_bytes, int64_t rows) {
