@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,10 +24,16 @@ extern char** environ;
 namespace {
 
 volatile sig_atomic_t tool_pid = 0;
+volatile sig_atomic_t early_signal = 0;  // came before the tool's pid: passed on once it is known
 
 void pass_on(int sig) {
-  if (tool_pid > 0) ::kill(tool_pid, sig);
+  if (tool_pid > 0)
+    ::kill(tool_pid, sig);
+  else
+    early_signal = sig;
 }
+
+constexpr int kPassedOn[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM};
 
 std::uint64_t signal_mask(bool ignored) {
   sigset_t blocked;
@@ -65,8 +72,7 @@ std::string request_strings(int argc, char** argv) {
   return s;
 }
 
-bool send_request(int sock, int argc, char** argv) {
-  const std::string strings = request_strings(argc, argv);
+bool send_request(int sock, const std::string& strings) {
   tool_wire::Header h{static_cast<std::uint32_t>(strings.size()), 0};
   std::vector<int> fds;
   for (int fd = 0; fd < 3; ++fd)
@@ -142,20 +148,32 @@ int main(int argc, char** argv) {
   }
   const int sock = connect_to(argv[1]);
   std::int32_t pid = 0, status = 0;
-  if (sock >= 0 && send_request(sock, argc - 2, argv + 2) && read_int(sock, pid) && pid > 0) {
-    tool_pid = pid;
-    for (int sig : {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM}) {
+  if (sock >= 0) {
+    // The request carries the dispositions as inherited (a background job's SIGINT ignored); the
+    // signals are passed on from before it is sent, so that one sent to this client as soon as the
+    // tool runs is not lost (before, it could come between the pid and the handlers).
+    const std::string strings = request_strings(argc - 2, argv + 2);
+    struct sigaction inherited[std::size(kPassedOn)];
+    for (std::size_t i = 0; i < std::size(kPassedOn); ++i) {
       struct sigaction sa {};
       sa.sa_handler = pass_on;
-      ::sigaction(sig, &sa, nullptr);  // no SA_RESTART: read_int retries itself
+      ::sigaction(kPassedOn[i], &sa, &inherited[i]);  // no SA_RESTART: read_int retries itself
     }
-    if (!read_int(sock, status)) {
-      std::fprintf(stderr, "tool-client: the tool server ended before %s did\n", argv[2]);
-      return 125;
+    if (send_request(sock, strings) && read_int(sock, pid) && pid > 0) {
+      tool_pid = pid;
+      if (early_signal != 0) ::kill(pid, early_signal);
+      if (!read_int(sock, status)) {
+        std::fprintf(stderr, "tool-client: the tool server ended before %s did\n", argv[2]);
+        return 125;
+      }
+      end_as(status);
     }
-    end_as(status);
+    // No tool was started: the tool runs here, with the dispositions it inherited (and a signal
+    // that came meanwhile acts as it would have).
+    for (std::size_t i = 0; i < std::size(kPassedOn); ++i) ::sigaction(kPassedOn[i], &inherited[i], nullptr);
+    if (early_signal != 0) ::raise(early_signal);
+    ::close(sock);
   }
-  if (sock >= 0) ::close(sock);
   ::execv(argv[2], argv + 2);
   std::fprintf(stderr, "tool-client: %s: %s\n", argv[2], std::strerror(errno));
   return 127;
