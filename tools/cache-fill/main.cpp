@@ -424,6 +424,26 @@ void add_model_options(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
+// --help's examples and exit codes.
+constexpr const char* kFooter =
+    "EXAMPLES\n"
+    "  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --normalize imagenet \\\n"
+    "             --encoder resnet18=resnet18.pt --out photos.h5\n"
+    "  cache-fill --input pairs.jsonl --text passage --tokenizer tokenizer.json --max-length 128 \\\n"
+    "             --encoder text=encoder.pt --key id --out passages.h5\n"
+    "  cache-fill --input data.h5 --features images --labels labels --encoder cnn.pt \\\n"
+    "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n"
+    "  cache-fill --input 'shards/{0000..0004}.tar' --features jpg --labels cls --encoder cnn.pt \\\n"
+    "             --out cache.h5 --update        # a shard was added: encode only its samples\n\n"
+    "EXIT STATUS\n"
+    "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
+    "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA or LibTorch's module\n"
+    "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
+    "  73 output in the way or not creatable, or a cache --update cannot update; 74 I/O error;\n"
+    "  75 another run holds the output, or\n"
+    "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
+    "See docs/cache-fill.md.";
+
 int main(int argc, char** argv) {
   CLI::App app{"Encode a dataset once with frozen TorchScript encoders into a cache file.", kTool};
   Options o;
@@ -483,24 +503,7 @@ int main(int argc, char** argv) {
   cli::add_choice(app, "--on-error", o.fill.on_error, fill::on_error_choices(),
                   "Images that cannot be read: fail, or skip them (zero rows listed in /skipped)")
       ->group("Images and manifests");
-  app.footer(
-      "EXAMPLES\n"
-      "  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --normalize imagenet \\\n"
-      "             --encoder resnet18=resnet18.pt --out photos.h5\n"
-      "  cache-fill --input pairs.jsonl --text passage --tokenizer tokenizer.json --max-length 128 \\\n"
-      "             --encoder text=encoder.pt --key id --out passages.h5\n"
-      "  cache-fill --input data.h5 --features images --labels labels --encoder cnn.pt \\\n"
-      "             --shard 0/4 --out cache.h5     # one of 4 processes; then: cache-fill merge\n"
-      "  cache-fill --input 'shards/{0000..0004}.tar' --features jpg --labels cls --encoder cnn.pt \\\n"
-      "             --out cache.h5 --update        # a shard was added: encode only its samples\n\n"
-      "EXIT STATUS\n"
-      "  0 done or up to date; 64 usage; 65 bad data (corrupt input, shape/dtype, NaN, a tokenizer or\n"
-      "  text the encoder cannot take); 66 input or encoder missing; 69 CUDA or LibTorch's module\n"
-      "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
-      "  73 output in the way or not creatable, or a cache --update cannot update; 74 I/O error;\n"
-      "  75 another run holds the output, or\n"
-      "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
-      "See docs/cache-fill.md.");
+  app.footer(kFooter);
   return cli::end_process(cli::run_tool(kTool, app, argc, argv, [&] {
     cli::refuse_repeated(app, {"--input", "--out"});
     return merge->parsed() ? run_merge(o) : run(o);
