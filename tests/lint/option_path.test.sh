@@ -39,8 +39,9 @@ edge() { printf 'edge: { sourcename: "%s" targetname: "%s" label: "%s:%s:%s" }\n
   edge "y:_Z4openv" "__indirect_call" "$T/src/io/source.cpp" 7 3
   echo '}'
 } >"$work/a.ci"
+graphs=$work
 count() {
-  /usr/bin/python3 "$TC_SOURCE/scripts/option-path" --tree /nonexistent/tree --graphs "$work" --entry tc_fill_run --json "$@" |
+  /usr/bin/python3 "$TC_SOURCE/scripts/option-path" --tree /nonexistent/tree --graphs "$graphs" --entry tc_fill_run --json "$@" |
     /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin)
 print(r["files"], r["climbs"], r["revisits"], r["functions"], r["indirect_call_sites"], " ".join(r["file_list"]))'
 }
@@ -62,4 +63,32 @@ want="5 3 6 8 1 fill/fill fill/fill_module io/h5 io/source model/encode"
 got=$(count --ignore base --within fill)
 want="5 4 6 8 0 fill/fill fill/fill_module io/h5 io/source model/encode"
 [[ $got == "$want" ]] || fail "--within fill: got '$got', want '$want'"
+# --receives follows the options themselves: run_fill and its lambda take them, plan takes the
+# FillRun that holds them, open takes what was resolved from them and read nothing. Entered:
+# fill_module fill (run_fill, then its lambda) fill_module; with FillRun also fill/prepare.
+mkdir "$work/receives"
+{
+  echo 'graph: { title: "fill.cpp"'
+  node tc_fill_run "void tc_fill_run(const FillOptions*)" "$T/src/fill/fill_module.cpp" 3
+  node "z:_Z8run_fillv" "void run_fill(const FillOptions&)" "$T/src/fill/fill.cpp" 10
+  node "z:_Z4openv" "FillOptions open(const InputSource&)" "$T/src/io/source.cpp" 5
+  node "z:_Z4planv" "void plan(FillRun&)" "$T/src/fill/prepare.cpp" 7
+  node "z:_Z6helperv" "void helper(int)" "$T/include/traincache/base/error.h" 7
+  node "z:_Z4lambv" "run_fill(const FillOptions&)::<lambda()>" "$T/src/fill/fill.cpp" 12
+  node "z:_Z4readv" "void read()" "$T/src/io/h5.cpp" 20
+  edge tc_fill_run "z:_Z8run_fillv" "$T/src/fill/fill_module.cpp" 4 3
+  edge "z:_Z8run_fillv" "z:_Z4openv" "$T/src/fill/fill.cpp" 11 3
+  edge "z:_Z8run_fillv" "z:_Z4planv" "$T/src/fill/fill.cpp" 12 3
+  edge "z:_Z8run_fillv" "z:_Z4lambv" "$T/src/fill/fill.cpp" 13 3
+  edge "z:_Z4planv" "z:_Z6helperv" "$T/src/fill/prepare.cpp" 8 3
+  edge "z:_Z4lambv" "z:_Z4readv" "$T/src/fill/fill.cpp" 13 3
+  echo '}'
+} >"$work/receives/a.ci"
+graphs=$work/receives
+got=$(count --receives FillOptions)
+want="2 0 1 3 0 fill/fill fill/fill_module"
+[[ $got == "$want" ]] || fail "--receives FillOptions: got '$got', want '$want'"
+got=$(count --receives FillOptions --receives FillRun)
+want="3 0 2 4 0 fill/fill fill/fill_module fill/prepare"
+[[ $got == "$want" ]] || fail "--receives FillOptions FillRun: got '$got', want '$want'"
 echo "ok"
