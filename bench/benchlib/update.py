@@ -113,6 +113,6 @@ def update_fill(build, out_dir):
             f"(x{c['update_vs_full']:.3f}, target {targets[name]}: {c['rows_encoded']} encoded, {u['rows_copied']} "
             f"copied; added {u['added']}, changed {u['changed']}, removed {u['removed']}); nothing changed "
             f"{c['unchanged_seconds']:.3f} s (x{c['unchanged_vs_full']:.4f}); embeddings within "
-            f"{c['embeddings_max_abs_diff']:.3g} of the full fill (allowed {u['max_abs_diff_allowed']})")
+            f"{c['embeddings_max_abs_diff']:.3g} of the full fill (expected {u['max_abs_diff_expected']})")
     return {"name": "update", "encoder": "resnet18 (torchvision, random weights, fc = Identity) at 64x64",
             "cases": cases, "pass": ok}

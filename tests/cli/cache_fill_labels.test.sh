@@ -76,7 +76,7 @@ py "
 import json, h5py, numpy as np
 r = json.load(open('update.json'))
 a, b = h5py.File('before.h5', 'r'), h5py.File('c.h5', 'r')
-print(r['rows_encoded'], r['update']['kept'], np.array_equal(a['embeddings/flat'][()], b['embeddings/flat'][()]),
+print(r['rows_encoded'], r['update']['unchanged'], np.array_equal(a['embeddings/flat'][()], b['embeddings/flat'][()]),
       json.loads(b['label_columns/orientation'].attrs['label_names']))"
 expect_out "0 288 True ['square', 'tall']"
 check_columns c.h5

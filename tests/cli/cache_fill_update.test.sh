@@ -29,7 +29,7 @@ expect_rc 73
 expect_err "cache-fill: error: $WORK/t.h5: exists with another fingerprint (changed: input/content_xxh3, input/features/png/shape, input/keys/shape, input/labels/shape, input/rows): only the input's data, labels, keys or batch size changed; use --update to encode only the new and changed rows, or --force to encode every row"
 run "$TC_BIN/cache-fill" --input "$WORK/shards/*.tar" --features png --labels cls --out "$WORK/t.h5" "${IMG[@]}" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "10 key 10 0 0 30 30"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "10 key 10 0 0 30 30"
 full_fill t --input "$WORK/shards/*.tar" --features png --labels cls "${IMG[@]}"
 same_rows "$WORK/t.h5" "$WORK/t-full.h5" "$WORK/t-one.h5"
 run "$TC_BIN/cache-inspect" --check "$WORK/t.h5"
@@ -57,7 +57,7 @@ cp "$WORK/folder/cat/$first_cat" "$WORK/f2/dog/$last_dog"  # rewritten with anot
 run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --json --changes "$WORK/f.changes"
 expect_rc 0
 # Encoded: the new first cat and the rewritten dog, in one batch of their own; every other row copied.
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "2 key 1 1 1 38 38"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "2 key 1 1 1 38 38"
 # --changes (issue 85, goal 4) names them by key and row, the removed cat by its old row, as the
 # JSON's update.changes does.
 expect_eq "$(cat "$WORK/f.changes")" '{"change":"added","row":0,"old_row":null,"key":"cat/0-new.png","encoded":true}
@@ -68,10 +68,10 @@ full_fill f --input "$WORK/f2" "${IMG[@]}"
 same_rows "$WORK/f.h5" "$WORK/f-full.h5" "$WORK/f-one.h5"
 run "$TC_BIN/cache-inspect" --json "$WORK/f.h5"
 expect_rc 0
-expect_out_has '"history":[{"encoded":40,"rows":40,"run":"fill"},{"added":1,"changed":1,"copied":38,"encoded":2,"kept":38,"matched_by":"key","removed":1,"rows":40,"run":"update"}],"row_digests":true'
+expect_out_has '"history":[{"encoded":40,"rows":40,"run":"fill"},{"added":1,"changed":1,"copied":38,"encoded":2,"kept":38,"matched_by":"key","removed":1,"rows":40,"run":"update","unchanged":38}],"row_digests":true'
 run "$TC_BIN/cache-inspect" "$WORK/f.h5"
 expect_out_has "history      1. fill: 40 rows, 40 encoded
-               2. update: 40 rows, 2 encoded, 38 copied (by key: added 1, changed 1, removed 1, kept 38)"
+               2. update: 40 rows, 2 encoded, 38 copied (by key: added 1, changed 1, removed 1, unchanged 38)"
 
 # ---- an HDF5 file by position: rows appended, one changed ---------------------------------------
 H=(--encoder cnn="$D/cnn.pt" --features images --labels labels --batch-size 64 --threads 2 -q)
@@ -91,7 +91,7 @@ run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/h.h5" "${H[@]}" -
 expect_rc 0
 # Row 130 and the 200 new rows: encoded in batches of their own; rows 960..999 are copied, though a
 # full fill's batch holds them beside the first new rows.
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "201 position 200 1 0 999 999"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "201 position 200 1 0 999 999"
 # By position: rows without keys, row 130 changed in place, rows 1000-1199 added.
 py "
 import json
@@ -117,7 +117,7 @@ expect_rc 0
 cp "$WORK/t300.jsonl" "$WORK/texts.jsonl"
 run "$TC_BIN/cache-fill" --input "$WORK/texts.jsonl" --out "$WORK/x.h5" "${TXT[@]}" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept)" "100 position 100 0 0 200"
+expect_eq "$(update_json matched_by added changed removed unchanged)" "100 position 100 0 0 200"
 full_fill x --input "$WORK/t300.jsonl" "${TXT[@]}"
 same_rows "$WORK/x.h5" "$WORK/x-full.h5" "$WORK/x-one.h5"
 # A line inserted at the top pushes every row down one place: each is found by its content in the
@@ -126,7 +126,7 @@ same_rows "$WORK/x.h5" "$WORK/x-full.h5" "$WORK/x-one.h5"
 { printf '{"text": "a new first line"}\n'; cat "$WORK/t300.jsonl"; } > "$WORK/texts.jsonl"
 run "$TC_BIN/cache-fill" --input "$WORK/texts.jsonl" --out "$WORK/x.h5" "${TXT[@]}" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept moved rows_copied)" "1 position 0 1 0 0 300 300"
+expect_eq "$(update_json matched_by added changed removed unchanged moved rows_copied)" "1 position 0 1 0 0 300 300"
 cp "$WORK/texts.jsonl" "$WORK/t301.jsonl"
 full_fill x301 --input "$WORK/t301.jsonl" "${TXT[@]}"
 same_rows "$WORK/x.h5" "$WORK/x301-full.h5" "$WORK/x301-one.h5"
@@ -148,7 +148,7 @@ cp "$WORK/m2.csv" "$WORK/m.csv"
 run "$TC_BIN/cache-fill" --input "$WORK/m.csv" --out "$WORK/m.h5" "${M[@]}" --update --json
 expect_rc 0
 # Only the added row is encoded; the 29 kept rows are copied wherever they moved.
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "1 key 1 0 1 29 29"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "1 key 1 0 1 29 29"
 full_fill m --input "$WORK/m2.csv" "${M[@]}"
 same_rows "$WORK/m.h5" "$WORK/m-full.h5" "$WORK/m-one.h5"
 
@@ -165,7 +165,7 @@ expect_rc 0
 cp "$WORK/x700.npy" "$WORK/x.npy"
 run "$TC_BIN/cache-fill" --input "$WORK/x.npy" --out "$WORK/n.h5" "${N[@]}" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "200 position 200 0 0 500 500"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "200 position 200 0 0 500 500"
 full_fill n --input "$WORK/x700.npy" "${N[@]}"
 same_rows "$WORK/n.h5" "$WORK/n-full.h5" "$WORK/n-one.h5"
 
@@ -190,7 +190,7 @@ expect_rc 0
 slab_of "$WORK/img2.h5"
 run "$TC_BIN/cache-fill" "${S[@]}" --out "$WORK/s.h5" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "1 position 0 1 0 299 299"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "1 position 0 1 0 299 299"
 full_fill s "${S[@]}"
 same_rows "$WORK/s.h5" "$WORK/s-full.h5" "$WORK/s-one.h5"
 
@@ -313,7 +313,7 @@ expect_rc 0
 cp "$WORK/l.h5" "$WORK/l-before.h5"
 run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --out "$WORK/l.h5" "${NL[@]}" --labels labels --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "0 position 0 0 0 1200 1200"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "0 position 0 0 0 1200 1200"
 py "
 import h5py, numpy as np
 a, b, src = h5py.File('$WORK/l.h5', 'r'), h5py.File('$WORK/l-before.h5', 'r'), h5py.File('$WORK/grown.h5', 'r')
@@ -327,7 +327,7 @@ expect_eq "$(update_json matched_by rows_copied)" "0 position 1200"
 run "$TC_BIN/cache-fill" --input "$D/big.h5" --rows 0:1300 --out "$WORK/l.h5" "${NL[@]}" --labels labels -b 100 \
   --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "101 position 100 1 0 1199 1199"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "101 position 100 1 0 1199 1199"
 full_fill l --input "$D/big.h5" --rows 0:1300 "${NL[@]}" --labels labels -b 100
 same_rows "$WORK/l.h5" "$WORK/l-full.h5" "$WORK/l-one.h5"
 
@@ -347,7 +347,7 @@ expect_rc 0
 cp -r "$WORK/folder/." "$WORK/cls/"
 run "$TC_BIN/cache-fill" --input "$WORK/cls" --out "$WORK/c.h5" "${IMG[@]}" --update --json
 expect_rc 0
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "10 key 10 0 0 30 30"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "10 key 10 0 0 30 30"
 full_fill c --input "$WORK/cls" "${IMG[@]}"
 same_rows "$WORK/c.h5" "$WORK/c-full.h5" "$WORK/c-one.h5"
 

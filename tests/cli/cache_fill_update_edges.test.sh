@@ -38,7 +38,7 @@ cp "$WORK/imgs/dog/0.png" "$WORK/imgs/dog/6.png"    # one added
 run "$TC_BIN/cache-fill" --input "$WORK/imgs" --out "$WORK/i.h5" "${IMG[@]}" --update --json
 expect_rc 0
 # Encoded: the added file and the two rewritten ones (the fixed one was skipped before).
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "3 key 1 2 0 10 10" "the folder's tally"
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "3 key 1 2 0 10 10" "the folder's tally"
 full_fill i --input "$WORK/imgs" "${IMG[@]}"
 same_rows "$WORK/i.h5" "$WORK/i-full.h5" "$WORK/i-one.h5"
 skipped_rows "$WORK/i.h5"
@@ -83,7 +83,7 @@ run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z-now.h5" "${NPZ[@]
 expect_rc 73
 expect_err "cache-fill: error: $WORK/no/z.changes: cannot be written: No such file or directory"
 out=$update_out
-expect_eq "$(update_json matched_by added changed removed kept rows_copied)" "101 key 100 1 10 189 189" \
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "101 key 100 1 10 189 189" \
   "the .npz file's tally"
 full_fill z --input "$WORK/new.npz" "${NPZ[@]}"
 same_rows "$WORK/z.h5" "$WORK/z-full.h5" "$WORK/z-one.h5"
@@ -193,7 +193,7 @@ cp "$WORK/y.npy" "$WORK/in.npy"
 cp "$WORK/nudge.h5" "$WORK/nudge2.h5"
 run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/nudge.pt" --out "$WORK/nudge2.h5" --update
 expect_rc 0
-expect_err_re "^cache-fill: $WORK/nudge2\.h5: 107 rows \(7 encoded, 100 copied; added 0, changed 7, moved 50, removed 0, kept 50[^;]*; within 0\.0004 of a full fill\) in "
+expect_err_re "^cache-fill: $WORK/nudge2\.h5: 107 rows \(7 encoded, 100 copied; added 0, changed 7, moved 50, removed 0, unchanged 50[^;]*; expected within 0\.0004 of a full fill\) in "
 run "$TC_BIN/cache-fill" "${DEP[@]}" --encoder "$WORK/nudge.pt" --out "$WORK/nudge.h5" --update --json
 expect_rc 0
 expect_eq "$(update_json matched_by moved)" "7 position 50"

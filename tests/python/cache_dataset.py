@@ -53,8 +53,8 @@ def updated_reads_like_a_full_fill():
     updated = cache_fill("updated.h5", "--input", inp, *args)
     shutil.copyfile(new, inp)
     summary = tool_json("cache-fill", "-q", "--json", "--input", inp, *args, "--out", updated, "--update")
-    eq({n: summary["update"][n] for n in ("added", "changed", "removed", "kept")},
-       dict(added=60, changed=1, removed=10, kept=189), "the update's tally")
+    eq({n: summary["update"][n] for n in ("added", "changed", "removed", "unchanged", "kept")},
+       dict(added=60, changed=1, removed=10, unchanged=189, kept=189), "the update's tally (kept: 0.1's name)")
     full = cache_fill("full.h5", "--input", new, *args)
     one = cache_fill("one.h5", "--input", new, *args, "--batch-size", "1")
     a, b, c = (CacheDataset(p, keys=True) for p in (updated, full, one))

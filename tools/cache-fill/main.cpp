@@ -116,12 +116,12 @@ void resolve_encoders(Options& o) {
 // A measured figure, or null where it was not (negative).
 report::Json measured(double value) { return value >= 0 ? report::Json(value) : report::Json(nullptr); }
 
-// How far the updated rows may be from a full fill's, for the closing line ("" when not measured).
-std::string allowance(double allowed) {
-  if (allowed < 0) return "";
-  if (allowed == 0) return "; a full fill's bits";
+// How far the updated rows are expected to be from a full fill's, for the closing line ("" when not measured).
+std::string expectation(double expected) {
+  if (expected < 0) return "";
+  if (expected == 0) return "; a full fill's bits";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "; within %.3g of a full fill", allowed);
+  std::snprintf(buf, sizeof buf, "; expected within %.3g of a full fill", expected);
   return buf;
 }
 
@@ -159,12 +159,15 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                                  {"added", u.added},
                                  {"changed", u.changed},
                                  {"removed", u.removed},
-                                 {"kept", u.kept},
+                                 {"unchanged", u.unchanged},
+                                 {"kept", u.unchanged},  // its name in 0.1: written until 0.2
                                  {"skipped_before", u.skipped_before},
                                  {"moved", u.moved},
                                  {"rows_copied", u.copied},
                                  {"seconds_saved", u.seconds_saved},
-                                 {"max_abs_diff_allowed", measured(u.max_abs_diff_allowed)},
+                                 {"max_abs_diff_expected", measured(u.max_abs_diff_expected)},
+                                 // its name in 0.1, which read as a bound: written until 0.2
+                                 {"max_abs_diff_allowed", measured(u.max_abs_diff_expected)},
                                  {"changes", changes}});
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
@@ -172,8 +175,8 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
   const std::string moved = u.moved ? ", moved " + std::to_string(u.moved) : "";
   rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
                               ", changed " + std::to_string(u.changed) + again + moved + ", removed " +
-                              std::to_string(u.removed) + ", kept " + std::to_string(u.kept) + saved +
-                              allowance(u.max_abs_diff_allowed));
+                              std::to_string(u.removed) + ", unchanged " + std::to_string(u.unchanged) + saved +
+                              expectation(u.max_abs_diff_expected));
 }
 
 // What to try when other processes held the cores. Fewer intra-op threads is not offered: beside two

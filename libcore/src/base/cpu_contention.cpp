@@ -42,7 +42,7 @@ std::vector<ThreadTimes> read_thread_times() {
 }
 
 bool CpuContention::competed() const {
-  return measured && others_seconds >= 0.5 && others_seconds >= 0.25 * running_seconds;
+  return measured && inferred_others_seconds >= 0.5 && inferred_others_seconds >= 0.25 * running_seconds;
 }
 
 ContentionMeter::ContentionMeter(unsigned cores) { c_.cores = std::max(1u, cores); }
@@ -63,14 +63,14 @@ void ContentionMeter::add(const std::vector<ThreadTimes>& before, const std::vec
   c_.seconds += seconds;
   c_.running_seconds += ran;
   c_.waiting_seconds += waited;
-  c_.others_seconds += std::min(waited, spare);
+  c_.inferred_others_seconds += std::min(waited, spare);
   any_ = any_ || ran > 0 || waited > 0;
 }
 
 CpuContention ContentionMeter::result() const {
   CpuContention c = c_;
   c.measured = any_;
-  c.others_cores = c.seconds > 0 ? std::min<double>(c.cores, c.others_seconds / c.seconds) : 0;
+  c.others_cores = c.seconds > 0 ? std::min<double>(c.cores, c.inferred_others_seconds / c.seconds) : 0;
   return c;
 }
 
@@ -131,8 +131,8 @@ std::string contention_note(const CpuContention& c, const std::string& remedy) {
                 "other processes competed for the cores: this run's threads waited %.1f s for a core "
                 "(%.1fx the %.1f s they ran); others held about %.1f of its %u %s on average, so the rates above "
                 "are shared; ",
-                c.others_seconds, c.others_seconds / std::max(c.running_seconds, 1e-9), c.running_seconds,
-                c.others_cores, c.cores, c.cores == 1 ? "core" : "cores");
+                c.inferred_others_seconds, c.inferred_others_seconds / std::max(c.running_seconds, 1e-9),
+                c.running_seconds, c.others_cores, c.cores, c.cores == 1 ? "core" : "cores");
   return remedy.empty() ? std::string(buf, std::strlen(buf) - 2) : buf + remedy;
 }
 

@@ -81,7 +81,8 @@ void add_contention(report::Record& rec, const CpuContention& c, const std::stri
                        {"seconds", c.seconds},
                        {"running_seconds", c.running_seconds},
                        {"waiting_seconds", c.waiting_seconds},
-                       {"others_seconds", c.others_seconds},
+                       {"inferred_others_seconds", c.inferred_others_seconds},
+                       {"others_seconds", c.inferred_others_seconds},  // its name in 0.1: written until 0.2
                        {"others_cores", c.others_cores},
                        {"competed", c.competed()},
                        {"note", note}},

@@ -278,7 +278,7 @@ void plan_update(FillRun& run, EncodePlan& planned) {
   const auto encoded = static_cast<int64_t>(update->rows_to_encode().size());
   entry.encoded = encoded;
   entry.update = io::cache::HistoryEntry::Update{
-      plan.rows() - encoded, up.added, up.changed, up.removed, up.kept, up.by_key ? "key" : "position"};
+      plan.rows() - encoded, up.added, up.changed, up.removed, up.unchanged, up.by_key ? "key" : "position"};
   prov.history = old->history;
   prov.history.push_back(entry);
   planned.update_in = update->encoded_inputs(in, plan.begin);

@@ -61,7 +61,7 @@ void planned_figures(const FillRun& run, const EncodePlan& plan, FillResult& r) 
   const UpdatePlan& up = update.plan();
   FillResult::Update u;
   u.by_key = up.by_key;
-  u.kept = up.kept;
+  u.unchanged = up.unchanged;
   u.changed = up.changed;
   u.added = up.added;
   u.removed = up.removed;
@@ -148,7 +148,7 @@ FillResult fill_result(const FillRun& run, const FillEnding& end) {
   }
   r.encoders = end.published->encoders;
   r.skipped = end.published->skipped;
-  if (r.update) r.update->max_abs_diff_allowed = allowed_difference(end.plan->journal);
+  if (r.update) r.update->max_abs_diff_expected = allowed_difference(end.plan->journal);
   r.contention = end.contention;
   closing_figures(run, r);
   return r;

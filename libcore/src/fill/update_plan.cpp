@@ -72,7 +72,7 @@ void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, cons
       ++plan.added;
       fate = RowFate::added;
     } else if (same) {
-      ++plan.kept;
+      ++plan.unchanged;
       fate = skipped[static_cast<std::size_t>(o)] ? RowFate::skipped_before : RowFate::kept;
       if (fate == RowFate::kept)
         keep = o;

@@ -327,9 +327,12 @@ History parse_history(const std::string& text) {
     e.rows = j.value("rows", int64_t{0});
     e.encoded = j.value("encoded", int64_t{0});
     if (j.contains("copied"))
-      e.update = HistoryEntry::Update{j.value("copied", int64_t{0}),  j.value("added", int64_t{0}),
-                                      j.value("changed", int64_t{0}), j.value("removed", int64_t{0}),
-                                      j.value("kept", int64_t{0}),    j.value("matched_by", std::string("?"))};
+      e.update = HistoryEntry::Update{j.value("copied", int64_t{0}),
+                                      j.value("added", int64_t{0}),
+                                      j.value("changed", int64_t{0}),
+                                      j.value("removed", int64_t{0}),
+                                      j.value("unchanged", j.value("kept", int64_t{0})),
+                                      j.value("matched_by", std::string("?"))};
     e.shard = j.value("shard", int64_t{-1});
     e.shards = j.value("shards", int64_t{0});
     out.push_back(std::move(e));
@@ -351,7 +354,8 @@ std::string history_text(const History& history) {
       j["added"] = e.update->added;
       j["changed"] = e.update->changed;
       j["removed"] = e.update->removed;
-      j["kept"] = e.update->kept;
+      j["unchanged"] = e.update->unchanged;
+      j["kept"] = e.update->unchanged;  // its name in 0.1 (and the only one older readers know): written until 0.2
     }
     if (e.shard >= 0) j["shard"] = e.shard;
     list.push_back(std::move(j));

@@ -24,7 +24,7 @@ CATCH_TEST_CASE("cpu contention: waiting while cores were left unused is other p
   CATCH_CHECK(c.cores == 2u);
   CATCH_CHECK(c.running_seconds == Approx(1.0));
   CATCH_CHECK(c.waiting_seconds == Approx(1.0));
-  CATCH_CHECK(c.others_seconds == Approx(1.0));
+  CATCH_CHECK(c.inferred_others_seconds == Approx(1.0));
   CATCH_CHECK(c.others_cores == Approx(1.0));
   CATCH_CHECK(c.competed());
   CATCH_CHECK(contention_note(c, "try this") ==
@@ -60,7 +60,7 @@ CATCH_TEST_CASE("cpu contention: the process's own threads outnumbering its core
   m.add(threads({}), threads({{1, 0.5, 0.5}, {2, 0.5, 0.5}, {3, 0.5, 0.5}, {4, 0.5, 0.5}}), 1.0);
   const CpuContention c = m.result();
   CATCH_CHECK(c.waiting_seconds == Approx(2.0));
-  CATCH_CHECK(c.others_seconds == Approx(0.0));
+  CATCH_CHECK(c.inferred_others_seconds == Approx(0.0));
   CATCH_CHECK_FALSE(c.competed());
   CATCH_CHECK(contention_note(c, "try this").empty());
 }
@@ -72,7 +72,7 @@ CATCH_TEST_CASE("cpu contention: threads that start or end between samples", "[c
   const CpuContention c = m.result();
   CATCH_CHECK(c.running_seconds == Approx(0.75));
   CATCH_CHECK(c.waiting_seconds == Approx(0.5));
-  CATCH_CHECK(c.others_seconds == Approx(0.5));
+  CATCH_CHECK(c.inferred_others_seconds == Approx(0.5));
   CATCH_CHECK(c.others_cores == Approx(0.5));
   CATCH_CHECK(c.competed());  // 0.5 s of waiting, two thirds of the running time
 }

@@ -30,7 +30,7 @@ CATCH_TEST_CASE("update plan: by key, rows added, changed, removed and moved at 
   auto plan = fill::match_rows(rows({"a", "b", "c", "d"}, {1, 2, 3, 4}), {}, rows({"c", "a", "e", "b"}, {3, 9, 5, 2}));
   CATCH_CHECK(plan.by_key);
   CATCH_CHECK(plan.source == std::vector<int64_t>{2, -1, -1, 1});
-  CATCH_CHECK(plan.kept == 2);
+  CATCH_CHECK(plan.unchanged == 2);
   CATCH_CHECK(plan.changed == 1);
   CATCH_CHECK(plan.added == 1);
   CATCH_CHECK(plan.removed == 1);
@@ -46,7 +46,7 @@ CATCH_TEST_CASE("update plan: without keys on either side, rows match by positio
   auto plan = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({"x", "y", "z", "w"}, {1, 7, 3, 4}));
   CATCH_CHECK_FALSE(plan.by_key);
   CATCH_CHECK(plan.source == std::vector<int64_t>{0, -1, 2, -1});
-  CATCH_CHECK(plan.kept == 2);
+  CATCH_CHECK(plan.unchanged == 2);
   CATCH_CHECK(plan.changed == 1);
   CATCH_CHECK(plan.added == 1);
   CATCH_CHECK(plan.removed == 0);
@@ -55,7 +55,7 @@ CATCH_TEST_CASE("update plan: without keys on either side, rows match by positio
   CATCH_CHECK(plan.found == std::vector<int64_t>{0, 1, 2, -1});
   auto shrunk = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1}));
   CATCH_CHECK(shrunk.removed == 2);
-  CATCH_CHECK(shrunk.kept == 1);
+  CATCH_CHECK(shrunk.unchanged == 1);
   CATCH_CHECK(shrunk.removed_rows == std::vector<int64_t>{1, 2});
 }
 
@@ -63,7 +63,7 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
   // By key: b renamed x (its content, digest 2, unchanged) is copied, not encoded again.
   auto renamed = fill::match_rows(rows({"a", "b", "c"}, {1, 2, 3}), {}, rows({"a", "x", "c"}, {1, 2, 3}));
   CATCH_CHECK(renamed.source == std::vector<int64_t>{0, 1, 2});
-  CATCH_CHECK(renamed.kept == 2);
+  CATCH_CHECK(renamed.unchanged == 2);
   CATCH_CHECK(renamed.moved == 1);
   CATCH_CHECK(renamed.added == 0);
   CATCH_CHECK(renamed.removed == 1);
@@ -72,7 +72,7 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
   // By position: a row inserted at 1 moves the rows after it; only the new one is encoded.
   auto shifted = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1, 9, 2, 3}));
   CATCH_CHECK(shifted.source == std::vector<int64_t>{0, -1, 1, 2});
-  CATCH_CHECK(shifted.kept == 1);
+  CATCH_CHECK(shifted.unchanged == 1);
   CATCH_CHECK(shifted.changed == 1);
   CATCH_CHECK(shifted.moved == 2);
   CATCH_CHECK(shifted.added == 0);
@@ -85,7 +85,7 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
 
 CATCH_TEST_CASE("update plan: a skipped row is kept by the data but encoded again", "[fill]") {
   auto plan = fill::match_rows(rows({"a", "b"}, {1, 2}), {1}, rows({"a", "b"}, {1, 2}));
-  CATCH_CHECK(plan.kept == 2);
+  CATCH_CHECK(plan.unchanged == 2);
   CATCH_CHECK(plan.source == std::vector<int64_t>{0, -1});
 }
 
@@ -95,7 +95,7 @@ CATCH_TEST_CASE("update plan: a key that is not unique matches nothing", "[fill]
   CATCH_CHECK(plan.source == std::vector<int64_t>{-1, -1, -1, 3});
   CATCH_CHECK(plan.ambiguous == 3);
   CATCH_CHECK(plan.changed == 3);
-  CATCH_CHECK(plan.kept == 1);
+  CATCH_CHECK(plan.unchanged == 1);
   CATCH_CHECK(plan.removed == 0);
   CATCH_CHECK_THROWS_AS(fill::match_rows(rows({"a"}, {1, 2}), {}, rows({}, {1})), Error);
 }

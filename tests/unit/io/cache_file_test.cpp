@@ -294,11 +294,11 @@ CATCH_TEST_CASE("cache export: file numbers are as wide as the largest, so name 
 }
 
 CATCH_TEST_CASE("cache file: history is read and written in one format", "[cache]") {
-  // What cache-fill wrote before the history was typed: a fill, an update, a merged shard's run
-  // and the merge, each with its keys in alphabetical order.
+  // What cache-fill writes: a fill, an update (its unchanged rows under both names, until 0.2), a
+  // merged shard's run and the merge, each with its keys in alphabetical order.
   const std::string stored =
       R"([{"encoded":40,"rows":40,"run":"fill"},)"
-      R"({"added":10,"changed":2,"copied":38,"encoded":12,"kept":28,"matched_by":"key","removed":3,"rows":50,"run":"update"},)"
+      R"({"added":10,"changed":2,"copied":38,"encoded":12,"kept":28,"matched_by":"key","removed":3,"rows":50,"run":"update","unchanged":28},)"
       R"({"encoded":25,"rows":25,"run":"fill","shard":1},)"
       R"({"rows":50,"run":"merge","shards":2}])";
   const io::cache::History h = io::cache::parse_history(stored);
@@ -311,11 +311,21 @@ CATCH_TEST_CASE("cache file: history is read and written in one format", "[cache
   CATCH_CHECK(h[1].update->copied == 38);
   CATCH_CHECK(h[1].update->removed == 3);
   CATCH_CHECK(h[1].update->matched_by == "key");
+  CATCH_CHECK(h[1].update->unchanged == 28);
   CATCH_CHECK(h[2].shard == 1);
   CATCH_CHECK(h[3].run == "merge");
   CATCH_CHECK(h[3].shards == 2);
   // Written back, the same bytes.
   CATCH_CHECK(io::cache::history_text(h) == stored);
+  // A cache of 0.1 names its unchanged rows "kept" only; written again, it has both names.
+  const io::cache::History old = io::cache::parse_history(
+      R"([{"added":1,"changed":0,"copied":7,"encoded":1,"kept":7,"matched_by":"position","removed":0,"rows":8,"run":"update"}])");
+  CATCH_REQUIRE(old.size() == 1);
+  CATCH_REQUIRE(old[0].update);
+  CATCH_CHECK(old[0].update->unchanged == 7);
+  CATCH_CHECK(
+      io::cache::history_text(old) ==
+      R"([{"added":1,"changed":0,"copied":7,"encoded":1,"kept":7,"matched_by":"position","removed":0,"rows":8,"run":"update","unchanged":7}])");
   // What is not a list of objects reads as no entry.
   CATCH_CHECK(io::cache::parse_history("not json").empty());
   CATCH_CHECK(io::cache::parse_history(R"({"run":"fill"})").empty());

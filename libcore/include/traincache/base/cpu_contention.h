@@ -30,8 +30,10 @@ struct CpuContention {
   double seconds = 0;          ///< the span's wall time
   double running_seconds = 0;  ///< the process's threads on a CPU, summed
   double waiting_seconds = 0;  ///< runnable and waiting for a CPU, summed
-  double others_seconds = 0;   ///< of that, waited while the process ran on fewer than `cores`
-  double others_cores = 0;     ///< the cores other processes held on average, of `cores`
+  /// Of that, the wait inferred to be for other processes: waited while the process ran on fewer
+  /// threads than `cores` (the kernel does not say who held the CPU).
+  double inferred_others_seconds = 0;
+  double others_cores = 0;  ///< the cores other processes held on average, of `cores`
   /// Other processes held the cores for a share of the run worth saying: the threads waited at
   /// least 0.5 s and at least a quarter of their running time for cores that others held.
   bool competed() const;

@@ -173,16 +173,17 @@ struct FillResult {
   /// position without keys), and the rows kept from it.
   struct Update {
     bool by_key = false;
-    int64_t kept = 0, changed = 0, added = 0, removed = 0;
-    int64_t skipped_before = 0;  ///< kept rows the cache had skipped (--on-error skip): encoded again
+    int64_t unchanged = 0, changed = 0, added = 0, removed = 0;  ///< as UpdatePlan counts them
+    int64_t skipped_before = 0;  ///< unchanged rows the cache had skipped (--on-error skip): encoded again
     int64_t moved = 0;           ///< rows found by their content in another cache row (UpdatePlan::moved): copied
-    int64_t copied = 0;          ///< rows of the new cache copied from the cache: every kept row it had encoded
+    int64_t copied = 0;          ///< rows of the new cache copied from the cache: every unchanged row it had encoded
     /// The encode time the copied rows saved, from this run's encode rate (0 when it encoded nothing).
     double seconds_saved = 0;
-    /// How far any row of the new cache may be from a full fill's: kUpdateNoiseFactor times the
-    /// largest of the encoders' batch noise as measured (0: bit for bit; each encoder's rows within
-    /// that factor times its Encoder::batch_max_abs_diff); negative when never measured.
-    double max_abs_diff_allowed = -1;
+    /// How far a row of the new cache is expected to be from a full fill's at most: an estimate,
+    /// kUpdateNoiseFactor times the largest of the encoders' batch noise as measured on a probe of
+    /// the first batch (0: bit for bit; each encoder's rows within that factor times its
+    /// Encoder::batch_max_abs_diff); negative when never measured.
+    double max_abs_diff_expected = -1;
   };
   std::optional<Update> update;
   /// --update --force: why the cache at `out` could not be updated and every row was encoded

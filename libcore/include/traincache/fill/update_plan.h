@@ -36,12 +36,13 @@ const char* fate_name(RowFate fate);
 struct UpdatePlan {
   bool by_key = false;          ///< rows matched by key (otherwise by position)
   std::vector<int64_t> source;  ///< per new row: the cache row whose embeddings it keeps, or -1
-  /// By the data: kept (same key, same digest), changed (same key, another digest), added (a key
-  /// the cache lacks), removed (a key of the cache the input lacks).
-  int64_t kept = 0, changed = 0, added = 0, removed = 0;
+  /// By the data: unchanged (same key, same digest: copied, or encoded again when skipped before),
+  /// changed (same key, another digest), added (a key the cache lacks), removed (a key of the cache
+  /// the input lacks).
+  int64_t unchanged = 0, changed = 0, added = 0, removed = 0;
   /// Keys that are not unique in the cache or the input: such rows are encoded again.
   int64_t ambiguous = 0;
-  /// Kept rows the cache had skipped (--on-error skip): read and encoded again.
+  /// Unchanged rows the cache had skipped (--on-error skip): read and encoded again.
   int64_t skipped_before = 0;
   /// Rows that match no cache row by key (or, by position, not the one in their place) whose
   /// content (row digest) one cache row had, and no other: that row is copied (a renamed file, a

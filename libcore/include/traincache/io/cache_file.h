@@ -83,7 +83,7 @@ struct HistoryEntry {
   int64_t encoded = 0;  ///< rows encoded (fill, update)
   /// An update's rows: copied from the cache it updated, matched by "key" or "position".
   struct Update {
-    int64_t copied = 0, added = 0, changed = 0, removed = 0, kept = 0;
+    int64_t copied = 0, added = 0, changed = 0, removed = 0, unchanged = 0;
     std::string matched_by;
   };
   std::optional<Update> update;
