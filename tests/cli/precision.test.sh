@@ -88,4 +88,66 @@ expect_err "cache-fill: error: --precision: fp16 needs a CUDA device (LibTorch's
 run "$TC_BIN/cache-fill" "${F[@]}" --precision-tolerance 1 --out "$WORK/x.h5"
 expect_rc 64
 expect_err "cache-fill: error: --precision-tolerance: must be a fraction above 0 and below 1"
+
+# --precision int8: the linear layers of the float32 file converted at load. Where this LibTorch can
+# (--version's int8 line; 2.0 and later), 500 vectors through the two-layer MLP equal, to float32
+# rounding, an independent int8 reference in numpy: each weight row rounded to int8 at its largest
+# magnitude / 127, each input row divided by its largest magnitude and rounded to 255 levels over
+# [-1, 1] (zero at 128), integer products, scaled back; float32's output is about 1% away from
+# both, so the int8 layers really ran. A row's output depends on that row only (batch noise 0).
+py "
+import h5py, numpy as np
+x = (np.random.default_rng(0).standard_normal((500, 16)) * 1.5).astype(np.float32)
+with h5py.File('$WORK/v.h5', 'w') as f:
+    f['x'] = x
+"
+V=(--input "$WORK/v.h5" --features x --encoder mlp="$D/mlp.pt")
+run "$TC_BIN/gc-train" "${C[@]}" --precision int8
+expect_rc 64
+expect_err_has "--precision: int8 not in {fp32,bf16,fp16}"
+run "$TC_BIN/cache-fill" "${V[@]}" --precision int8 --device cuda --out "$WORK/x.h5"
+expect_rc 64
+expect_err "cache-fill: error: --precision: int8 runs on the CPU (LibTorch's int8 linear kernels); use bf16 or fp16 on CUDA"
+int8=$("$TC_BIN/cache-fill" --version | sed -n 's/^int8: //p')
+if [[ $int8 == "not available: "* ]]; then
+  run "$TC_BIN/cache-fill" "${V[@]}" --precision int8 --out "$WORK/i8.h5"
+  expect_rc 69
+  expect_err "cache-fill: error: --precision int8: ${int8#not available: }; use --precision fp32 or bf16"
+  expect_no_file "$WORK/i8.h5"
+  expect_no_file "$WORK/i8.h5.partial"
+else
+  expect_eq "${int8% engine (cache-fill --precision int8)}" "$(printf '%s' "$int8" | grep -oE '^(x86|fbgemm|onednn)')" "int8 engine"
+  run "$TC_BIN/cache-fill" -q "${V[@]}" --out "$WORK/v32.h5"
+  expect_rc 0
+  run "$TC_BIN/cache-fill" -q "${V[@]}" --precision int8 --out "$WORK/v8.h5"
+  expect_rc 0
+  py_later "int8 True True True 0.0 True" "
+import h5py, numpy as np, torch
+a = h5py.File('$WORK/v32.h5')['embeddings/mlp']
+b = h5py.File('$WORK/v8.h5')['embeddings/mlp']
+m = torch.jit.load('$D/mlp.pt')
+def q8(x, lin):
+    w = lin.weight.detach().numpy().astype(np.float64)
+    ws = (np.abs(w).max(1) / 127).astype(np.float32).astype(np.float64)
+    wq = np.clip(np.rint(w / ws[:, None]), -127, 127)
+    r = np.abs(x).max(1, keepdims=True)
+    step = np.float32(2 / 255)
+    xq = np.clip(np.rint((x / r).astype(np.float32) / step) + 128, 0, 255)
+    return ((xq - 128) @ wq.T * (float(step) * ws) * r + lin.bias.detach().numpy()).astype(np.float32)
+ref = q8(np.tanh(q8(h5py.File('$WORK/v.h5')['x'][:], m.fc1)), m.fc2)
+f32, i8 = a[:], b[:]
+top = np.abs(f32).max()
+first = float(np.abs(f32[:256] - i8[:256]).max() / np.abs(f32[:256]).max())
+print(b.attrs['precision'], np.abs(i8 - ref).max() < 1e-5 * top, np.abs(i8 - f32).max() > 1e-3 * top,
+      abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6, b.attrs['batch_max_abs_diff'], first <= 0.25)
+"
+  # Part of the fingerprint; a module with no linear layer is refused before anything is stored.
+  run "$TC_BIN/cache-fill" "${V[@]}" --out "$WORK/v8.h5"
+  expect_rc 73
+  expect_err "cache-fill: error: $WORK/v8.h5: exists with another fingerprint (changed: options/precision); use --force to overwrite it"
+  run "$TC_BIN/cache-fill" "${F[@]/cnn=$D\/cnn.pt/lin=$D/nan.pt}" --precision int8 --out "$WORK/nolinear.h5"
+  expect_rc 65
+  expect_err "cache-fill: error: encoder 'lin': --precision int8 converts linear layers, and this encoder has none with a constant weight (0 in all); use --precision fp32 or bf16"
+  expect_no_file "$WORK/nolinear.h5"
+fi
 finish

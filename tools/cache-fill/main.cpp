@@ -414,7 +414,8 @@ void add_model_options(CLI::App& app, Options& o) {
                "Encode the first batch twice and fail (65) if the outputs differ");
   app.add_flag("--no-optimize", o.no_optimize, "Run the plain module (no freeze/optimize_for_inference)");
   cli::add_choice(app, "--precision", o.fill.precision, model::precision_choices(),
-                  "fp32, bf16 (autocast, CPU or CUDA) or fp16 (CUDA): after a first-batch check against float32");
+                  "fp32, bf16 (autocast, CPU or CUDA), fp16 (CUDA) or int8 (linear layers, CPU): after a "
+                  "first-batch check against float32");
   cli::add_tf32_option(app, &o.fill.tf32);
   cli::add_choice(app, "--convert", o.fill.convert, fill::convert_choices(),
                   "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
@@ -422,9 +423,9 @@ void add_model_options(CLI::App& app, Options& o) {
   cli::add_choice(app, "--decode", o.fill.decode, fill::decode_choices(),
                   "Where JPEG files are decoded: host (reader threads) or device (nvJPEG on CUDA; needs the "
                   "conversion there); auto: device for CUDA when nvJPEG is built in");
-  app.add_option("--precision-tolerance", o.fill.precision_tolerance,
-                 "Largest first-batch difference from float32, relative to its largest value")
-      ->capture_default_str();
+  app.add_option_function<double>(
+      "--precision-tolerance", [&o](double v) { o.fill.precision_tolerance = v; },
+      "Largest first-batch difference from float32, relative to its largest value (default 0.02; int8: 0.25)");
 }
 
 // --help's examples and exit codes.

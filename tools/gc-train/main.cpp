@@ -396,7 +396,7 @@ void add_batch_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->group(g_loss);
   cli::add_choice(app, "--dtype", t.dtype, train::float_dtype_choices(), "float32 or float64")->group(g_loss);
-  cli::add_choice(app, "--precision", t.precision, model::precision_choices(),
+  cli::add_choice(app, "--precision", t.precision, model::training_precision_choices(),
                   "fp32, bf16 (autocast; CPU or CUDA) or fp16 (autocast with loss scaling; CUDA)")
       ->group(g_loss);
   cli::add_tf32_option(app, &t.tf32)->group(g_loss);

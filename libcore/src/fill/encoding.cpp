@@ -384,23 +384,31 @@ double Encoding::precision_difference(model::Encoder& enc, const std::vector<tor
 void Encoding::check_precision(model::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed,
                                JournalEncoder& je) {
   const torch::Tensor want = enc.forward(args);
+  const bool int8 = opts_.precision == Precision::int8;
+  if (int8) {
+    const model::Int8Conversion c = enc.make_int8();
+    if (c.left > 0 && cb_.warn)
+      cb_.warn("encoder '" + enc.name() + "': --precision int8 converted " + std::to_string(c.linears) +
+               " linear layers; " + std::to_string(c.left) + " without a constant weight stay float32");
+  }
   double rel = precision_difference(enc, args, want);
   const char* name = model::precision_choices().name(opts_.precision);
-  if (!(rel <= opts_.precision_tolerance) && !resumed && std::string(enc.inference()) == "optimized") {
+  const double tolerance = precision_tolerance_for(opts_);
+  if (!(rel <= tolerance) && !resumed && !int8 && std::string(enc.inference()) == "optimized") {
     enc.set_precision(Precision::fp32);
     enc.use_plain();
     const double plain = precision_difference(enc, args, enc.forward(args));
-    if (plain <= opts_.precision_tolerance && cb_.warn)
+    if (plain <= tolerance && cb_.warn)
       cb_.warn("encoder '" + enc.name() + "': using the plain module: the optimised module's " + name +
                " output differs from float32 by " + percent(rel) + ", the plain module's by " + percent(plain));
     rel = plain;
   }
-  if (!(rel <= opts_.precision_tolerance)) {
+  if (!(rel <= tolerance)) {
     char buf[200];
     std::snprintf(buf, sizeof buf,
                   "%s output differs from float32 by %.3g%% of its largest value on the first batch (tolerance "
                   "%.3g%%): use --precision fp32, or a larger --precision-tolerance",
-                  name, 100 * rel, 100 * opts_.precision_tolerance);
+                  name, 100 * rel, 100 * tolerance);
     throw Error(Exit::data, "encoder '" + enc.name() + "'", buf);
   }
   if (!resumed) je.precision_max_rel_diff = rel;

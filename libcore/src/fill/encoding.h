@@ -109,6 +109,7 @@ class Encoding {
 
   // --precision: the first batch in reduced precision against float32, within the tolerance
   // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
+  // int8: the encoder's int8 module is made first (Encoder::make_int8).
   // An optimised module beyond the tolerance gives way to the plain one (on CPUs without native
   // bfloat16, oneDNN's prepacked bf16 path can be several times further off) unless committed
   // rows were encoded with it.

@@ -213,6 +213,7 @@ Failure classify(const std::exception_ptr& failure) {
 // The encoders, loaded on `device`; the time it took in tally.model_setup_seconds.
 std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
                                                            FillTally& tally) {
+  if (opts.precision == Precision::int8) model::require_int8();  // before any encoder loads
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
   for (const auto& e : opts.encoders)

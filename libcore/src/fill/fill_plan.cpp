@@ -5,6 +5,7 @@
 #include <set>
 
 #include "traincache/base/error.h"
+#include "traincache/model/precision.h"
 #include "traincache/text/tokenizer.h"
 
 using nlohmann::json;
@@ -31,6 +32,11 @@ const Choices<DType>& storage_dtype_choices() {
   return c;
 }
 
+double precision_tolerance_for(const FillOptions& opts) {
+  if (opts.precision_tolerance) return *opts.precision_tolerance;
+  return opts.precision == Precision::int8 ? 0.25 : 0.02;
+}
+
 void validate_options(const FillOptions& opts) {
   if (opts.encoders.empty()) throw Error(Exit::usage, "--encoder", "at least one encoder is required");
   if (opts.out.empty()) throw Error(Exit::usage, "--out", "an output file is required");
@@ -54,7 +60,10 @@ void validate_options(const FillOptions& opts) {
       throw Error(Exit::usage, "--tokenizer", "encoder '" + e.name + "' reads text: give its tokenizer.json or .model");
   }
   if (opts.tokenize.max_length < 0) throw Error(Exit::usage, "--max-length", "must be positive");
-  if (!(opts.precision_tolerance > 0 && opts.precision_tolerance < 1))
+  // Before the device is asked for: a precision the device kind cannot run is a usage error (64),
+  // whether or not this machine has that device.
+  model::check_precision(opts.precision, model::parse_device_spec(opts.device).cuda, "--precision");
+  if (opts.precision_tolerance && !(*opts.precision_tolerance > 0 && *opts.precision_tolerance < 1))
     throw Error(Exit::usage, "--precision-tolerance", "must be a fraction above 0 and below 1");
   if (opts.update && opts.shard_count > 0)
     throw Error(Exit::usage, "--update",

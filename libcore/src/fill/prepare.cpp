@@ -218,7 +218,6 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   FillRun p(opts, cb);
   p.t_start = Clock::now();
   p.cuda = model::parse_device_spec(opts.device).cuda;
-  model::check_precision(opts.precision, p.cuda, "--precision");
   p.in = open_inputs(opts);
   p.device_convert = plan_conversion(opts, p.cuda, p.in);
   p.in.readers = reader_threads(opts, p.in);

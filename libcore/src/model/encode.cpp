@@ -550,8 +550,18 @@ void check_vocabulary(const torch::jit::Module& m, const std::string& subject, c
                   "NAME picks the table, none skips this check)");
 }
 
+Int8Conversion Encoder::make_int8() {
+  Int8Conversion done;
+  int8_ = int8_module(plain_, "encoder '" + name_ + "'", &done);
+  return done;
+}
+
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
   if (precision_ == Precision::fp32) return run(optimized_ ? *optimized_ : plain_, inputs);
+  if (precision_ == Precision::int8) {
+    if (!int8_) throw Error(Exit::internal, "encoder '" + name_ + "'", "int8 before make_int8");
+    return run(*int8_, inputs);
+  }
   torch::Tensor out;
   {
     model::Autocast region(precision_, device_);

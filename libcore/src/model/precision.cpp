@@ -7,6 +7,12 @@
 namespace traincache::model {
 
 const Choices<Precision>& precision_choices() {
+  static const Choices<Precision> c{
+      {Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}, {Precision::int8, "int8"}};
+  return c;
+}
+
+const Choices<Precision>& training_precision_choices() {
   static const Choices<Precision> c{{Precision::fp32, "fp32"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
   return c;
 }
@@ -15,6 +21,8 @@ void check_precision(Precision p, bool cuda, const std::string& option) {
   if (p == Precision::fp16 && !cuda)
     throw Error(Exit::usage, option,
                 "fp16 needs a CUDA device (LibTorch's CPU autocast runs bfloat16 only); use bf16 on the CPU");
+  if (p == Precision::int8 && cuda)
+    throw Error(Exit::usage, option, "int8 runs on the CPU (LibTorch's int8 linear kernels); use bf16 or fp16 on CUDA");
 }
 
 DeviceSpec parse_device_spec(const std::string& spec, const std::string& option) {

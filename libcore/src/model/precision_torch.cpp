@@ -11,7 +11,7 @@
 namespace traincache::model {
 
 Autocast::Autocast(Precision p, const torch::Device& device) {
-  if (p == Precision::fp32) return;
+  if (p == Precision::fp32 || p == Precision::int8) return;  // int8: no autocast (model/int8.h)
   active_ = true;
   cuda_ = device.is_cuda();
   const at::ScalarType type = p == Precision::bf16 ? at::kBFloat16 : at::kHalf;

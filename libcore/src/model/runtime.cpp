@@ -8,6 +8,7 @@
 
 #include "traincache/base/cores.h"
 #include "traincache/base/version.h"
+#include "traincache/model/int8.h"
 
 namespace traincache::model {
 
@@ -31,7 +32,9 @@ std::string blas_text() {
 std::string runtime_info() {
   return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
          "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
-         "\nnvJPEG: " + (nvjpeg_built() ? "built in (cache-fill --decode device)" : "not built in") +
+         "\nnvJPEG: " + (nvjpeg_built() ? "built in (cache-fill --decode device)" : "not built in") + "\nint8: " +
+         (int8_unavailable().empty() ? int8_engine() + " engine (cache-fill --precision int8)"
+                                     : "not available: " + int8_unavailable()) +
          "\ncores: " + cores_text() + " (intra-op threads default to one per usable core; see --threads)";
 }
 

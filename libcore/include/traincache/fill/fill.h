@@ -78,9 +78,11 @@ struct FillOptions {
   Decode decode = Decode::host;           ///< where JPEG files are decoded (device: nvJPEG on CUDA)
   bool optimize = true;                   ///< freeze + optimize_for_inference
   bool tf32 = true;                       ///< CUDA: cuDNN may run float32 convolutions in TF32 (--no-tf32)
-  Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast (docs/cache-fill.md)
-  double precision_tolerance = 0.02;      ///< largest first-batch difference from float32, relative
-  bool force = false;                     ///< overwrite a cache or partial with another fingerprint
+  Precision precision = Precision::fp32;  ///< bf16/fp16: encoders under autocast; int8: int8 linear layers
+  /// The largest first-batch difference from float32, relative to its largest value; unset: by
+  /// precision (precision_tolerance_for).
+  std::optional<double> precision_tolerance;
+  bool force = false;  ///< overwrite a cache or partial with another fingerprint
   /// --update: when only the input's data changed since the cache at `out` was made, keep the rows
   /// it holds (same key, same input digest) and encode the rest (docs/cache-fill.md). With force,
   /// a cache it cannot update (another fingerprint, damaged, not updatable) is filled again instead
@@ -94,6 +96,10 @@ struct FillOptions {
   int shard_index = -1;         ///< with shard_count > 0: encode shard I of N (batch-aligned)
   int shard_count = 0;
 };
+
+/// The first-batch check's tolerance: --precision-tolerance, else 0.02 (bf16, fp16: autocast's
+/// rounding) or 0.25 (int8: the linear layers' 8-bit inputs; docs/models.md).
+double precision_tolerance_for(const FillOptions& opts);
 
 /// How a fill ended.
 enum class FillStatus { done, up_to_date, interrupted };

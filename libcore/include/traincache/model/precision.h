@@ -11,14 +11,17 @@ namespace traincache {
 namespace model {
 
 /// fp32: float32 throughout. bf16, fp16: matrix products and convolutions in bfloat16 or float16
-/// under autocast (parameters, losses and reductions stay float32).
-enum class Precision { fp32, bf16, fp16 };
+/// under autocast (parameters, losses and reductions stay float32). int8 (cache-fill on a CPU
+/// only): the linear layers' weights in int8, converted at load (model/int8.h).
+enum class Precision { fp32, bf16, fp16, int8 };
 
-/// "fp32", "bf16", "fp16".
+/// "fp32", "bf16", "fp16", "int8": cache-fill's.
 const Choices<Precision>& precision_choices();
+/// "fp32", "bf16", "fp16": gc-train's (int8 weights take no gradient).
+const Choices<Precision>& training_precision_choices();
 
 /// Error(usage, option) when `p` cannot run on the device (`cuda`: a CUDA device): fp16 needs CUDA
-/// (LibTorch's CPU autocast runs bfloat16 only).
+/// (LibTorch's CPU autocast runs bfloat16 only), int8 a CPU (LibTorch's int8 linear kernels).
 void check_precision(Precision p, bool cuda, const std::string& option);
 
 /// What a --device text names, checked without LibTorch: "cpu" (or "cpu:0") or "cuda[:N]".

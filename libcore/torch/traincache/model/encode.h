@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "traincache/io/source.h"
+#include "traincache/model/int8.h"
 #include "traincache/model/precision.h"
 #include "traincache/text/tokenizer.h"
 
@@ -188,8 +189,12 @@ class Encoder {
   /// The plain module (as loaded, in eval mode, parameters frozen).
   const torch::jit::Module& module() const { return plain_; }
 
-  /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded.
+  /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded;
+  /// int8: the module make_int8 made.
   void set_precision(Precision p) { precision_ = p; }
+  /// Makes the int8 module (int8_module of the plain one) that forward() runs in int8; throws
+  /// int8_module's errors.
+  Int8Conversion make_int8();
   /// Drops the optimised module: forward() runs the plain one from now on.
   void use_plain() { optimized_.reset(); }
 
@@ -206,6 +211,7 @@ class Encoder {
   std::size_t arity_ = 0;
   torch::jit::Module plain_;
   std::optional<torch::jit::Module> optimized_;
+  std::optional<torch::jit::Module> int8_;
   Precision precision_ = Precision::fp32;
 };
 

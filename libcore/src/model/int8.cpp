@@ -1,0 +1,153 @@
+#include "traincache/model/int8.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "traincache/base/error.h"
+
+namespace traincache::model {
+
+namespace {
+
+// The engines whose int8 linear layers take one weight scale per output channel, best first.
+const std::pair<at::QEngine, const char*> kEngines[] = {
+    {at::QEngine::X86, "x86"}, {at::QEngine::FBGEMM, "fbgemm"}, {at::QEngine::ONEDNN, "onednn"}};
+
+void linear_nodes(torch::jit::Block* block, std::vector<torch::jit::Node*>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    if (n->kind() == c10::Symbol::fromQualString("aten::linear")) out.push_back(n);
+    for (torch::jit::Block* b : n->blocks()) linear_nodes(b, out);
+  }
+}
+
+// The weight's per-channel int8 form, packed for the engine without its bias
+// (quantized::linear_prepack).
+c10::IValue packed_weight(const at::Tensor& weight, const c10::OperatorHandle& prepack) {
+  const at::Tensor w = weight.to(at::kFloat).contiguous();
+  const at::Tensor scales = (w.abs().amax({1}) / 127.0).clamp_min(1e-12).to(at::kDouble);
+  const at::Tensor zeros = at::zeros({w.size(0)}, at::kLong);
+  torch::jit::Stack stack{at::quantize_per_channel(w, scales, zeros, 0, at::kQInt8), c10::IValue()};
+  prepack.callBoxed(&stack);
+  return stack.at(0);
+}
+
+torch::jit::Value* op(torch::jit::Graph& g, const char* name, at::ArrayRef<torch::jit::NamedValue> args) {
+  return g.insert(c10::Symbol::fromQualString(name), args);
+}
+
+// y = x W^T + b with W in int8 and each row of x quantized to 8 bits on its own: the rows are
+// divided by their largest magnitude, a row holding 1 and -1 is appended so that the kernel's
+// per-call range is [-1, 1] whatever the batch, and the output rows are scaled back. A row's
+// output then depends on that row alone, as in float32 (no batch noise from the quantization).
+torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value* x, const at::Tensor& weight,
+                                        const std::optional<at::Tensor>& bias, const c10::OperatorHandle& prepack) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  at::Tensor pad = at::zeros({1, k});
+  pad.index_put_({0, 0}, 1.0);
+  if (k > 1) pad.index_put_({0, 1}, -1.0);
+  torch::jit::Value* rows = op(g, "aten::reshape", {x, std::vector<int64_t>{-1, k}});
+  torch::jit::Value* scale = op(
+      g, "aten::clamp_min", {op(g, "aten::amax", {op(g, "aten::abs", {rows}), std::vector<int64_t>{1}, true}), 1e-30});
+  torch::jit::Value* both =
+      g.insertNode(g.createList(c10::TensorType::get(), {op(g, "aten::div", {rows, scale}), g.insertConstant(pad)}))
+          ->output();
+  torch::jit::Value* y =
+      op(g, "quantized::linear_dynamic",
+         {op(g, "aten::cat", {both, int64_t{0}}), g.insertConstant(packed_weight(weight, prepack)), false});
+  torch::jit::Value* out =
+      op(g, "aten::mul", {op(g, "aten::slice", {y, int64_t{0}, int64_t{0}, int64_t{-1}, int64_t{1}}), scale});
+  if (bias) out = op(g, "aten::add", {out, g.insertConstant(bias->to(at::kFloat).contiguous())});
+  // Back to x's leading dimensions: x.size()[:-1] + [n].
+  torch::jit::Value* lead = op(g, "aten::slice", {op(g, "aten::size", {x}), int64_t{0}, int64_t{-1}, int64_t{1}});
+  return op(g, "aten::reshape", {out, op(g, "aten::add", {lead, std::vector<int64_t>{n}})});
+}
+
+// One aten::linear with a constant weight replaced by row_quantized_linear; false if its weight or
+// bias is not a constant float tensor of the usual shape.
+bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const c10::OperatorHandle& prepack) {
+  const auto w = torch::jit::toIValue(n->input(1));
+  const auto b = torch::jit::toIValue(n->input(2));
+  if (!w || !w->isTensor() || !b || !(b->isTensor() || b->isNone())) return false;
+  const at::Tensor weight = w->toTensor();
+  if (weight.dim() != 2 || !weight.is_floating_point() || !weight.device().is_cpu()) return false;
+  std::optional<at::Tensor> bias;
+  if (b->isTensor()) bias = b->toTensor();
+  torch::jit::WithInsertPoint here(n);
+  torch::jit::Value* out = row_quantized_linear(graph, n->input(0), weight, bias, prepack);
+  out->setType(n->output()->type());
+  n->output()->replaceAllUsesWith(out);
+  n->destroy();
+  return true;
+}
+
+}  // namespace
+
+// Drops LibTorch's warning that quantized tensors are deprecated while the weights are quantized:
+// docs/models.md says what the deprecation means for --precision int8.
+#if TORCH_VERSION_MAJOR >= 2
+class Quiet : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+#endif
+
+std::string int8_engine() {
+  const auto& supported = at::globalContext().supportedQEngines();
+  for (const auto& [engine, name] : kEngines)
+    if (std::find(supported.begin(), supported.end(), engine) != supported.end()) return name;
+  return "";
+}
+
+std::string int8_unavailable() {
+#if TORCH_VERSION_MAJOR < 2
+  return std::string("LibTorch ") + TORCH_VERSION +
+         "'s int8 linear layers move a row's output with its batch (Debian's build has oneDNN's, not fbgemm's); "
+         "int8 needs LibTorch 2.0 or later";
+#else
+  if (int8_engine().empty()) return "this LibTorch has no int8 engine for linear layers (fbgemm, x86 or onednn)";
+  for (const char* name : {"quantized::linear_prepack", "quantized::linear_dynamic"})
+    if (!c10::Dispatcher::singleton().findSchema({name, ""})) return std::string("this LibTorch lacks ") + name;
+  return "";
+#endif
+}
+
+void require_int8() {
+  if (const std::string why = int8_unavailable(); !why.empty())
+    throw Error(Exit::unavailable, "--precision int8", why + "; use --precision fp32 or bf16");
+}
+
+torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject, Int8Conversion* done) {
+  require_int8();
+  Int8Conversion r;
+  r.engine = int8_engine();
+  for (const auto& [engine, name] : kEngines)
+    if (r.engine == name) at::globalContext().setQEngine(engine);
+  const c10::OperatorHandle prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
+#if TORCH_VERSION_MAJOR >= 2
+  Quiet quiet;
+  c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
+#endif
+  torch::jit::Module frozen = torch::jit::freeze(module);
+  auto graph = frozen.get_method("forward").graph();
+  std::vector<torch::jit::Node*> linears;
+  linear_nodes(graph->block(), linears);
+  for (torch::jit::Node* n : linears) ++(convert(*graph, n, prepack) ? r.linears : r.left);
+  if (r.linears == 0)
+    throw Error(Exit::data, subject,
+                "--precision int8 converts linear layers, and this encoder has none with a constant weight (" +
+                    std::to_string(r.left) + " in all); use --precision fp32 or bf16");
+  torch::jit::EliminateDeadCode(graph);
+  torch::jit::Module optimised = torch::jit::optimize_for_inference(frozen);
+  if (done) *done = r;
+  return optimised;
+}
+
+}  // namespace traincache::model

@@ -1,0 +1,39 @@
+// cache-fill --precision int8 (docs/models.md, "int8 on the CPU"): an encoder's linear layers
+// converted at load to int8 weights, one scale per output channel, over LibTorch's quantized
+// kernels (fbgemm, or oneDNN where LibTorch has no fbgemm). Needs LibTorch.
+#pragma once
+
+#include <torch/script.h>
+
+#include <string>
+
+namespace traincache::model {
+
+/// The quantized engine LibTorch offers for int8 linear layers on this CPU: "x86" (fbgemm and
+/// oneDNN, LibTorch 2.0 and later), "fbgemm" or "onednn"; "" when it has none of them.
+std::string int8_engine();
+
+/// Why this LibTorch cannot run --precision int8 ("" when it can): LibTorch 1.x (Debian 12's 1.13
+/// has no fbgemm, and its oneDNN int8 layers gave MiniLM's rows outputs that moved with their batch
+/// for 1.2x float32's speed), no int8 engine, or no quantized linear operators.
+std::string int8_unavailable();
+/// Error(unavailable, "--precision int8", int8_unavailable()) unless it is "".
+void require_int8();
+
+/// What int8_module converted.
+struct Int8Conversion {
+  int linears = 0;     ///< linear layers now in int8
+  int left = 0;        ///< linear layers left in float32 (a weight that is not a constant 2-D float tensor)
+  std::string engine;  ///< int8_engine()
+};
+
+/// A frozen copy of `module` (in eval mode) in which every linear layer whose weight is a constant
+/// float matrix runs as quantized::linear_dynamic: the weight rounded to int8 with one scale per
+/// output channel (its largest magnitude to 127), the input quantized to 8 bits per call from its
+/// own range, the bias and the output in float32; then optimised for inference. Selects the engine
+/// for the process. Error(unavailable) when LibTorch has no int8 engine (or its operators are
+/// missing); Error(data, subject) when the module has no linear layer to convert.
+torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject,
+                               Int8Conversion* done = nullptr);
+
+}  // namespace traincache::model
