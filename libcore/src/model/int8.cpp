@@ -31,7 +31,7 @@ void linear_nodes(torch::jit::Block* block, std::vector<torch::jit::Node*>& out)
 // The weight's per-channel int8 form, packed for the engine without its bias
 // (quantized::linear_prepack).
 c10::IValue packed_weight(const at::Tensor& weight, const c10::OperatorHandle& prepack) {
-  const at::Tensor w = weight.to(at::kFloat).contiguous();
+  const at::Tensor w = weight.contiguous();
   const at::Tensor scales = (w.abs().amax({1}) / 127.0).clamp_min(1e-12).to(at::kDouble);
   const at::Tensor zeros = at::zeros({w.size(0)}, at::kLong);
   torch::jit::Stack stack{at::quantize_per_channel(w, scales, zeros, 0, at::kQInt8), c10::IValue()};
@@ -52,7 +52,7 @@ torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value*
   const int64_t n = weight.size(0), k = weight.size(1);
   at::Tensor pad = at::zeros({1, k});
   pad.index_put_({0, 0}, 1.0);
-  if (k > 1) pad.index_put_({0, 1}, -1.0);
+  pad.index_put_({0, 1}, -1.0);
   torch::jit::Value* rows = op(g, "aten::reshape", {x, std::vector<int64_t>{-1, k}});
   torch::jit::Value* scale = op(
       g, "aten::clamp_min", {op(g, "aten::amax", {op(g, "aten::abs", {rows}), std::vector<int64_t>{1}, true}), 1e-30});
@@ -64,22 +64,27 @@ torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value*
          {op(g, "aten::cat", {both, int64_t{0}}), g.insertConstant(packed_weight(weight, prepack)), false});
   torch::jit::Value* out =
       op(g, "aten::mul", {op(g, "aten::slice", {y, int64_t{0}, int64_t{0}, int64_t{-1}, int64_t{1}}), scale});
-  if (bias) out = op(g, "aten::add", {out, g.insertConstant(bias->to(at::kFloat).contiguous())});
+  if (bias) out = op(g, "aten::add", {out, g.insertConstant(bias->contiguous())});
   // Back to x's leading dimensions: x.size()[:-1] + [n].
   torch::jit::Value* lead = op(g, "aten::slice", {op(g, "aten::size", {x}), int64_t{0}, int64_t{-1}, int64_t{1}});
   return op(g, "aten::reshape", {out, op(g, "aten::add", {lead, std::vector<int64_t>{n}})});
 }
 
 // One aten::linear with a constant weight replaced by row_quantized_linear; false if its weight or
-// bias is not a constant float tensor of the usual shape.
+// bias is not a constant float32 tensor, or the weight a matrix of fewer than two columns (the
+// appended row needs two).
 bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const c10::OperatorHandle& prepack) {
   const auto w = torch::jit::toIValue(n->input(1));
   const auto b = torch::jit::toIValue(n->input(2));
   if (!w || !w->isTensor() || !b || !(b->isTensor() || b->isNone())) return false;
   const at::Tensor weight = w->toTensor();
-  if (weight.dim() != 2 || !weight.is_floating_point() || !weight.device().is_cpu()) return false;
+  if (weight.dim() != 2 || weight.size(1) < 2 || weight.scalar_type() != at::kFloat || !weight.device().is_cpu())
+    return false;
   std::optional<at::Tensor> bias;
-  if (b->isTensor()) bias = b->toTensor();
+  if (b->isTensor()) {
+    if (b->toTensor().scalar_type() != at::kFloat) return false;
+    bias = b->toTensor();
+  }
   torch::jit::WithInsertPoint here(n);
   torch::jit::Value* out = row_quantized_linear(graph, n->input(0), weight, bias, prepack);
   out->setType(n->output()->type());

@@ -23,16 +23,16 @@ void require_int8();
 /// What int8_module converted.
 struct Int8Conversion {
   int linears = 0;     ///< linear layers now in int8
-  int left = 0;        ///< linear layers left in float32 (a weight that is not a constant 2-D float tensor)
+  int left = 0;        ///< linear layers left in float32 (a weight that is not a constant float32 matrix)
   std::string engine;  ///< int8_engine()
 };
 
 /// A frozen copy of `module` (in eval mode) in which every linear layer whose weight is a constant
-/// float matrix runs as quantized::linear_dynamic: the weight rounded to int8 with one scale per
-/// output channel (its largest magnitude to 127), the input quantized to 8 bits per call from its
-/// own range, the bias and the output in float32; then optimised for inference. Selects the engine
-/// for the process. Error(unavailable) when LibTorch has no int8 engine (or its operators are
-/// missing); Error(data, subject) when the module has no linear layer to convert.
+/// float32 matrix of two columns or more runs on int8 weights (each output row rounded at its
+/// largest magnitude / 127) and int8 inputs (each input row rounded at its own largest magnitude,
+/// so that a row's output does not depend on its batch), bias and output in float32; then
+/// optimised for inference. Selects the engine for the process. require_int8's error when this
+/// LibTorch cannot; Error(data, subject) when the module has no linear layer to convert.
 torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject,
                                Int8Conversion* done = nullptr);
 
