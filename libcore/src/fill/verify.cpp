@@ -181,7 +181,12 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
     auto t = text_args(info, key, input, rows);
     args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  if (e.inference == "optimized") enc.try_optimize(args, 1e-4);
+  if (e.precision == "int8") {  // the rows' own arithmetic: each row's int8 output depends on it alone
+    enc.make_int8();
+    enc.set_precision(Precision::int8);
+  } else if (e.inference == "optimized") {
+    enc.try_optimize(args, 1e-4);
+  }
   const int64_t k = static_cast<int64_t>(rows.size());
   torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
   std::vector<float> cached = io::cache::read_embedding_rows(opts.cache, e.name, rows);

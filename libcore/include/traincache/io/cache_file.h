@@ -45,6 +45,7 @@ struct EmbeddingInfo {
   /// The same relative to the largest magnitude of the first batch's output (negative: not recorded).
   double batch_max_rel_diff = -1;
   std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
+  std::string precision;  ///< cache-fill's --precision ("" in caches written before it was recorded)
 };
 
 /// A label column: /labels, or /label_columns/NAME.
