@@ -93,8 +93,6 @@ bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const c10::OperatorH
   return true;
 }
 
-}  // namespace
-
 // Drops LibTorch's warning that quantized tensors are deprecated while the weights are quantized:
 // docs/models.md says what the deprecation means for --precision int8.
 #if TORCH_VERSION_MAJOR >= 2
@@ -104,11 +102,19 @@ class Quiet : public c10::WarningHandler {
 };
 #endif
 
-std::string int8_engine() {
+// The best of kEngines this LibTorch supports, or nullptr.
+const std::pair<at::QEngine, const char*>* best_engine() {
   const auto& supported = at::globalContext().supportedQEngines();
-  for (const auto& [engine, name] : kEngines)
-    if (std::find(supported.begin(), supported.end(), engine) != supported.end()) return name;
-  return "";
+  for (const auto& e : kEngines)
+    if (std::find(supported.begin(), supported.end(), e.first) != supported.end()) return &e;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string int8_engine() {
+  const auto* e = best_engine();
+  return e ? e->second : "";
 }
 
 std::string int8_unavailable() {
@@ -132,9 +138,9 @@ void require_int8() {
 torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject, Int8Conversion* done) {
   require_int8();
   Int8Conversion r;
-  r.engine = int8_engine();
-  for (const auto& [engine, name] : kEngines)
-    if (r.engine == name) at::globalContext().setQEngine(engine);
+  const auto* engine = best_engine();  // require_int8: there is one
+  r.engine = engine->second;
+  at::globalContext().setQEngine(engine->first);
   const c10::OperatorHandle prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
 #if TORCH_VERSION_MAJOR >= 2
   Quiet quiet;

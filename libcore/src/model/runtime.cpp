@@ -30,11 +30,11 @@ std::string blas_text() {
 }  // namespace
 
 std::string runtime_info() {
+  const std::string no_int8 = int8_unavailable();
   return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
          "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
          "\nnvJPEG: " + (nvjpeg_built() ? "built in (cache-fill --decode device)" : "not built in") + "\nint8: " +
-         (int8_unavailable().empty() ? int8_engine() + " engine (cache-fill --precision int8)"
-                                     : "not available: " + int8_unavailable()) +
+         (no_int8.empty() ? int8_engine() + " engine (cache-fill --precision int8)" : "not available: " + no_int8) +
          "\ncores: " + cores_text() + " (intra-op threads default to one per usable core; see --threads)";
 }
 
