@@ -90,8 +90,8 @@ expect_rc 64
 expect_err "cache-fill: error: --precision-tolerance: must be a fraction above 0 and below 1"
 
 # --precision int8: the linear layers of the float32 file converted at load. Where this LibTorch can
-# (--version's int8 line; 2.0 and later), 500 vectors through the two-layer MLP equal, to float32
-# rounding, an independent int8 reference in numpy: each weight row rounded to int8 at its largest
+# (--version's int8 line; 2.0 and later), 500 vectors through the two-layer MLP equal (99% of rows; float32
+# rounding) an independent int8 reference in numpy: each weight row rounded to int8 at its largest
 # magnitude / 127, each input row divided by its largest magnitude and rounded to 255 levels over
 # [-1, 1] (zero at 128), integer products, scaled back; float32's output is about 1% away from
 # both, so the int8 layers really ran. A row's output depends on that row only (batch noise 0).
@@ -138,7 +138,12 @@ ref = q8(np.tanh(q8(h5py.File('$WORK/v.h5')['x'][:], m.fc1)), m.fc2)
 f32, i8 = a[:], b[:]
 top = np.abs(f32).max()
 first = float(np.abs(f32[:256] - i8[:256]).max() / np.abs(f32[:256]).max())
-print(b.attrs['precision'], np.abs(i8 - ref).max() < 1e-5 * top, np.abs(i8 - f32).max() > 1e-3 * top,
+# A hidden value one float32 step from a rounding boundary (the module's tanh against numpy's, the
+# kernel's scaling order) can land one int8 step over in another CPU's run: nearly every row, not
+# every row, is held to float32 rounding, and the rest far closer than float32 is.
+off = np.abs(i8 - ref).max(1)
+exact = np.mean(off < 1e-5 * top) >= 0.99 and off.max() < 0.5 * np.abs(f32 - ref).max()
+print(b.attrs['precision'], exact, np.abs(i8 - f32).max() > 1e-3 * top,
       abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6, b.attrs['batch_max_abs_diff'], first <= 0.25)
 "
   # cache-inspect --verify re-encodes rows in int8 too: the same bits, in any batch.
