@@ -43,42 +43,75 @@ torch::jit::Value* op(torch::jit::Graph& g, const char* name, at::ArrayRef<torch
   return g.insert(c10::Symbol::fromQualString(name), args);
 }
 
+// The kernels a row-quantized linear layer runs on. With `fixed_range` (fbgemm's, LibTorch 2.x)
+// the kernel takes the input's quantization (255 steps over [-1, 1], zero at 128) as arguments;
+// without it (oneDNN's), it takes the range from the input, which is made [-1, 1] by a row of 1
+// and -1 appended to it.
+struct Kernels {
+  c10::OperatorHandle prepack;
+  bool fixed_range = false;
+};
+
+constexpr double kRowStep = 2.0 / 255;
+constexpr int64_t kRowZero = 128;
+constexpr const char* kFixedRange = "quantized::linear_with_input_q_dq_qweight_dq_output_fp32";
+
+// Whether this LibTorch's engine runs kFixedRange on a packed weight (oneDNN's packed weights
+// refuse it): tried once on a 2x2 weight.
+bool fixed_range_works(const c10::OperatorHandle& prepack) {
+  const auto fixed = c10::Dispatcher::singleton().findSchema({kFixedRange, ""});
+  if (!fixed) return false;
+  try {
+    torch::jit::Stack stack{at::ones({2, 2}), kRowStep, kRowZero, packed_weight(at::eye(2), prepack)};
+    fixed->callBoxed(&stack);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
 // y = x W^T + b with W in int8 and each row of x quantized to 8 bits on its own: the rows are
-// divided by their largest magnitude, a row holding 1 and -1 is appended so that the kernel's
-// per-call range is [-1, 1] whatever the batch, and the output rows are scaled back. A row's
-// output then depends on that row alone, as in float32 (no batch noise from the quantization).
+// divided by their largest magnitude, so that the kernel's range [-1, 1] is the same whatever the
+// batch, and the output rows are scaled back. A row's output then depends on that row alone, as
+// in float32 (no batch noise from the quantization).
 torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value* x, const at::Tensor& weight,
-                                        const std::optional<at::Tensor>& bias, const c10::OperatorHandle& prepack) {
+                                        const std::optional<at::Tensor>& bias, const Kernels& kernels) {
   const int64_t n = weight.size(0), k = weight.size(1);
-  at::Tensor pad = at::zeros({1, k});
-  pad.index_put_({0, 0}, 1.0);
-  pad.index_put_({0, 1}, -1.0);
   torch::jit::Value* rows = op(g, "aten::reshape", {x, std::vector<int64_t>{-1, k}});
   torch::jit::Value* scale = op(
       g, "aten::clamp_min", {op(g, "aten::amax", {op(g, "aten::abs", {rows}), std::vector<int64_t>{1}, true}), 1e-30});
-  torch::jit::Value* both =
-      g.insertNode(g.createList(c10::TensorType::get(), {op(g, "aten::div", {rows, scale}), g.insertConstant(pad)}))
-          ->output();
-  torch::jit::Value* y =
-      op(g, "quantized::linear_dynamic",
-         {op(g, "aten::cat", {both, int64_t{0}}), g.insertConstant(packed_weight(weight, prepack)), false});
+  torch::jit::Value* unit = op(g, "aten::div", {rows, scale});
+  torch::jit::Value* packed = g.insertConstant(packed_weight(weight, kernels.prepack));
+  torch::jit::Value* y = nullptr;
+  if (kernels.fixed_range) {
+    y = op(g, kFixedRange, {unit, kRowStep, kRowZero, packed});
+  } else {
+    at::Tensor pad = at::zeros({1, k});
+    pad.index_put_({0, 0}, 1.0);
+    pad.index_put_({0, 1}, -1.0);
+    torch::jit::Value* both =
+        g.insertNode(g.createList(c10::TensorType::get(), {unit, g.insertConstant(pad)}))->output();
+    y = op(g, "quantized::linear_dynamic", {op(g, "aten::cat", {both, int64_t{0}}), packed, false});
+    y = op(g, "aten::slice", {y, int64_t{0}, int64_t{0}, int64_t{-1}, int64_t{1}});
+  }
+  // bias + y * scale in one pass where there is a bias.
   torch::jit::Value* out =
-      op(g, "aten::mul", {op(g, "aten::slice", {y, int64_t{0}, int64_t{0}, int64_t{-1}, int64_t{1}}), scale});
-  if (bias) out = op(g, "aten::add", {out, g.insertConstant(bias->contiguous())});
+      bias ? op(g, "aten::addcmul", {g.insertConstant(bias->contiguous()), y, scale}) : op(g, "aten::mul", {y, scale});
   // Back to x's leading dimensions: x.size()[:-1] + [n].
   torch::jit::Value* lead = op(g, "aten::slice", {op(g, "aten::size", {x}), int64_t{0}, int64_t{-1}, int64_t{1}});
   return op(g, "aten::reshape", {out, op(g, "aten::add", {lead, std::vector<int64_t>{n}})});
 }
 
 // One aten::linear with a constant weight replaced by row_quantized_linear; false if its weight or
-// bias is not a constant float32 tensor, or the weight a matrix of fewer than two columns (the
-// appended row needs two).
-bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const c10::OperatorHandle& prepack) {
+// bias is not a constant float32 tensor, or the weight a matrix of fewer than two columns where
+// the kernels need the appended row.
+bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const Kernels& kernels) {
   const auto w = torch::jit::toIValue(n->input(1));
   const auto b = torch::jit::toIValue(n->input(2));
   if (!w || !w->isTensor() || !b || !(b->isTensor() || b->isNone())) return false;
   const at::Tensor weight = w->toTensor();
-  if (weight.dim() != 2 || weight.size(1) < 2 || weight.scalar_type() != at::kFloat || !weight.device().is_cpu())
+  if (weight.dim() != 2 || (weight.size(1) < 2 && !kernels.fixed_range) || weight.scalar_type() != at::kFloat ||
+      !weight.device().is_cpu())
     return false;
   std::optional<at::Tensor> bias;
   if (b->isTensor()) {
@@ -86,7 +119,7 @@ bool convert(torch::jit::Graph& graph, torch::jit::Node* n, const c10::OperatorH
     bias = b->toTensor();
   }
   torch::jit::WithInsertPoint here(n);
-  torch::jit::Value* out = row_quantized_linear(graph, n->input(0), weight, bias, prepack);
+  torch::jit::Value* out = row_quantized_linear(graph, n->input(0), weight, bias, kernels);
   out->setType(n->output()->type());
   n->output()->replaceAllUsesWith(out);
   n->destroy();
@@ -141,16 +174,17 @@ torch::jit::Module int8_module(const torch::jit::Module& module, const std::stri
   const auto* engine = best_engine();  // require_int8: there is one
   r.engine = engine->second;
   at::globalContext().setQEngine(engine->first);
-  const c10::OperatorHandle prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
 #if TORCH_VERSION_MAJOR >= 2
   Quiet quiet;
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
 #endif
+  Kernels kernels{c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "")};
+  kernels.fixed_range = fixed_range_works(kernels.prepack);
   torch::jit::Module frozen = torch::jit::freeze(module);
   auto graph = frozen.get_method("forward").graph();
   std::vector<torch::jit::Node*> linears;
   linear_nodes(graph->block(), linears);
-  for (torch::jit::Node* n : linears) ++(convert(*graph, n, prepack) ? r.linears : r.left);
+  for (torch::jit::Node* n : linears) ++(convert(*graph, n, kernels) ? r.linears : r.left);
   if (r.linears == 0)
     throw Error(Exit::data, subject,
                 "--precision int8 converts linear layers, and this encoder has none with a constant weight (" +

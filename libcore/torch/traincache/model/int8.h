@@ -28,9 +28,10 @@ struct Int8Conversion {
 };
 
 /// A frozen copy of `module` (in eval mode) in which every linear layer whose weight is a constant
-/// float32 matrix of two columns or more runs on int8 weights (each output row rounded at its
+/// float32 matrix runs on int8 weights (each output row rounded at its
 /// largest magnitude / 127) and int8 inputs (each input row rounded at its own largest magnitude,
-/// so that a row's output does not depend on its batch), bias and output in float32; then
+/// so that a row's output does not depend on its batch; oneDNN's kernels need two columns or more
+/// for that), bias and output in float32; then
 /// optimised for inference. Selects the engine for the process. require_int8's error when this
 /// LibTorch cannot; Error(data, subject) when the module has no linear layer to convert.
 torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject,
