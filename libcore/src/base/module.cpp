@@ -1,9 +1,13 @@
 #include "traincache/base/module.h"
 
 #include <dlfcn.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <new>
 #include <stdexcept>
@@ -58,6 +62,18 @@ void* open_module(const std::string& file, const char* env, int flags, const std
   throw Error(Exit::unavailable, what, "cannot load " + file + ": " + why);
 }
 
+bool keep_freed_memory() {
+#ifdef __GLIBC__
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables && std::strstr(tunables, "glibc.malloc.")) return false;
+  for (const char* chosen : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"})
+    if (std::getenv(chosen)) return false;
+  return ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && ::mallopt(M_TRIM_THRESHOLD, 256 << 20) == 1;
+#else
+  return false;
+#endif
+}
+
 void* module_symbol(void* handle, const char* name, const std::string& file, const std::string& what) {
   void* sym = ::dlsym(handle, name);
   if (!sym) throw Error(Exit::unavailable, what, file + " lacks " + name);
@@ -89,6 +105,7 @@ class OpenmpWaitWhileLoading {
 };
 
 void* open_engines() {
+  keep_freed_memory();
   check_openmp_affinity();  // a list libgomp cannot bind to ends the process once LibTorch runs
   const OpenmpWaitWhileLoading wait;
   return open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");

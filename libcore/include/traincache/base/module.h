@@ -27,6 +27,14 @@ void* module_symbol(void* handle, const char* name, const std::string& file, con
 /// when it cannot be loaded or lacks NAME.
 void* engines_symbol(const char* name);
 
+/// glibc's malloc in a process that runs LibTorch: unless the environment chose (GLIBC_TUNABLES
+/// naming a glibc.malloc setting, or a MALLOC_*_ variable), freed blocks of up to 32 MiB (glibc's
+/// largest threshold) stay in the heap and up to 256 MiB may stay free at its top, so that the
+/// next batch reuses the pages the last one freed instead of faulting them in anew, zeroed
+/// (docs/design.md, "Memory between batches"). Returns whether it set them. engines_symbol calls
+/// it as a tool loads LibTorch; never called in a library user's process.
+bool keep_freed_memory();
+
 /// How a module's function failed: exceptions do not cross a module's C interface, so each
 /// function reports its failure here. kind 0: none; 1: traincache::Error (code, message); 2: out
 /// of memory; 3: any other exception (message).
