@@ -146,6 +146,14 @@ exact = np.mean(off < 1e-5 * top) >= 0.99 and off.max() < 0.5 * np.abs(f32 - ref
 print(b.attrs['precision'], exact, np.abs(i8 - f32).max() > 1e-3 * top,
       abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6, b.attrs['batch_max_abs_diff'], first <= 0.25)
 "
+  # The int8 module is optimised with --no-optimize too: the same bits, said so in the cache.
+  run "$TC_BIN/cache-fill" -q "${V[@]}" --precision int8 --no-optimize --out "$WORK/v8n.h5"
+  expect_rc 0
+  py_later "True optimized optimized 0.0" "
+import h5py, numpy as np
+a, b = h5py.File('$WORK/v8.h5')['embeddings/mlp'], h5py.File('$WORK/v8n.h5')['embeddings/mlp']
+print(np.array_equal(a[:], b[:]), a.attrs['inference'], b.attrs['inference'], b.attrs['optimize_max_abs_diff'])
+"
   # cache-inspect --verify re-encodes rows in int8 too: the same bits, in any batch.
   run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8.h5"
   expect_rc 0

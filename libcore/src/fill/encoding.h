@@ -104,7 +104,7 @@ class Encoding {
   void first_batch_checks(model::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je);
 
   // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32),
-  // relative to want's largest magnitude.
+  // relative to want's largest magnitude. The output and its forward's seconds go to checked_.
   double precision_difference(model::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want);
 
   // --precision: the first batch in reduced precision against float32, within the tolerance
@@ -204,6 +204,13 @@ class Encoding {
   const bool resumed_;                    // the journal held committed rows when this run began
   StageSink reader_busy_;                 // the reader threads' stages
   double first_checks_seconds_ = 0;       // the first batch's checks, inside the loop but not of it
+  // The reduced-precision output of the precision check's last forward (the encoder as it stays),
+  // which forward_batch takes as the first batch's output instead of encoding it again.
+  struct Checked {
+    torch::Tensor out;
+    double seconds = 0;
+  };
+  Checked checked_;
 };
 
 }  // namespace traincache::fill

@@ -177,8 +177,10 @@ class Encoder {
   const std::string& path() const { return path_; }
   const std::string& output() const { return output_; }
   const torch::Device& device() const { return device_; }
-  /// "optimized" or "plain": which module forward() runs.
-  const char* inference() const { return optimized_ ? "optimized" : "plain"; }
+  /// "optimized" or "plain": which module forward() runs (the int8 module is always optimised).
+  const char* inference() const {
+    return optimized_ || (precision_ == Precision::int8 && int8_) ? "optimized" : "plain";
+  }
 
   /// Runs the encoder and selects the output tensor (--output). Rejected inputs and non-tensor
   /// outputs -> Error(data) naming the encoder.
