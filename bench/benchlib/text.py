@@ -227,3 +227,121 @@ def minilm_train(build, out_dir):
             "targets": {"heavy_step_time_ratio_max": 0.7, "mean_abs_diff_per_mean_change_max": 1e-4,
                         "share_within_1e-7_min": 0.999, "max_abs_diff_max": lr * steps},
             "pass": ok}
+
+
+def retrieval_accuracy(queries, docs):
+    """Word -> gloss retrieval: the share of queries whose own gloss (same row) ranks first, and
+    within the first ten, among all the glosses by cosine."""
+    import numpy as np
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    d = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    s = q.astype(np.float64) @ d.astype(np.float64).T
+    rank = (s > np.diag(s)[:, None]).sum(1)
+    return {"at_1": float((rank < 1).mean()), "at_10": float((rank < 10).mean())}
+
+
+def int8_build(build):
+    """The build whose cache-fill runs --precision int8: BUILD, else the pip leg's (build-pip),
+    else None; and the reason BUILD cannot."""
+    def why_not(b):
+        exe = os.path.join(b, "bin", "cache-fill")
+        if not os.path.exists(exe):
+            return "no build"
+        line = [l for l in subprocess.check_output([exe, "--version"], text=True).splitlines() if l.startswith("int8:")]
+        return line[0][len("int8: "):] if line and "not available" in line[0] else ""
+    reason = why_not(build)
+    if not reason:
+        return build, ""
+    pip = os.path.join(ROOT, "build-pip")
+    return (pip if not why_not(pip) else None), reason
+
+
+def text_precision(build, out_dir):
+    """Issue 86's set: all-MiniLM-L6-v2 on 2,000 WordNet glosses and 20 passages of 40 glosses (cut
+    at 256 tokens), shuffled, the same threads, one after the other: SentenceTransformer.encode's call
+    (fp32), ONNX Runtime's fp32 and dynamic int8 calls (batches of 32 sorted by length; models loaded
+    before the clock, the faster of two calls each) and cache-fill's whole process in fp32 and int8
+    (the faster of two). Retrieval accuracy@1/@10 of each on WordNet's word -> gloss task (the 2,000
+    glosses' own words as queries). cache-fill is the build given if its LibTorch runs int8, else the
+    pip leg's build-pip."""
+    import random
+    import numpy as np
+    import h5py
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import traincache_text as tt
+    ours, reason = int8_build(build)
+    if ours is None:
+        log(f"  int8 not available in {build} ({reason}) and no pip build: nothing measured")
+        return {"name": "text_precision", "measured": False, "why": reason, "pass": True}
+    py, ref, model, d = minilm_env(out_dir)
+    pairs = tt.wordnet_pairs()[:2000]
+    glosses = [g for _, g in pairs]
+    rng = random.Random(0)
+    rows = [(i, g) for i, g in enumerate(glosses)] + [(-1, " ".join(rng.sample(glosses, 40))) for _ in range(20)]
+    rng.shuffle(rows)
+    row_of = {i: r for r, (i, _) in enumerate(rows) if i >= 0}
+    at = np.array([row_of[i] for i in range(len(glosses))])  # gloss i's row in the texts
+    texts, queries = os.path.join(d, "precision_texts.jsonl"), os.path.join(d, "precision_words.jsonl")
+    with open(texts, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for _, t in rows)
+    with open(queries, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": w}) + "\n" for w, _ in pairs)
+    threads = str(len(os.sched_getaffinity(0)))
+    if not os.path.exists(os.path.join(d, "minilm_int8.onnx")):
+        subprocess.check_call([py, ref, "onnx", model, d], stderr=subprocess.DEVNULL)
+    out = {}
+
+    def python_peer(name, args):
+        prefix = os.path.join(d, name)
+        r = json.loads(subprocess.check_output([py, ref] + args + [texts, queries, threads, prefix],
+                                               stderr=subprocess.DEVNULL))
+        out[name] = {"seconds": r["encode_seconds"], "rounds": r["rounds"],
+                     "texts": np.load(prefix + ".texts.npy"), "queries": np.load(prefix + ".queries.npy")}
+
+    def cache_fill(name, precision):
+        fill = [os.path.join(ours, "bin", "cache-fill"), "--text", "text", "--tokenizer",
+                os.path.join(model, "tokenizer.json"), "--max-length", "256", "--threads", threads, "-q",
+                "--encoder", f"minilm={d}/minilm_sdpa.pt", "--precision", precision]
+        rounds, fills = [], []
+        for _ in range(2):
+            t = time.monotonic()
+            fills.append(cache_fill_json(fill + ["--input", texts, "--out", os.path.join(d, f"{name}.h5")]))
+            rounds.append(time.monotonic() - t)
+        j = fills[rounds.index(min(rounds))]
+        cache_fill_json(fill + ["--input", queries, "--out", os.path.join(d, f"{name}_q.h5")])
+        with h5py.File(os.path.join(d, f"{name}.h5"), "r") as f, h5py.File(os.path.join(d, f"{name}_q.h5"), "r") as q:
+            e = f["embeddings/minilm"]
+            out[name] = {"seconds": min(rounds), "rounds": rounds, "encode_seconds": j["encode_seconds"],
+                         "model_setup_seconds": j["model_setup_seconds"], "texts": e[:],
+                         "queries": q["embeddings/minilm"][:],
+                         "precision_max_rel_diff": float(e.attrs.get("precision_max_rel_diff", 0))}
+
+    python_peer("st_fp32", ["st-encode", model])
+    python_peer("ort_fp32", ["ort-encode", os.path.join(d, "minilm.onnx"), model])
+    python_peer("ort_int8", ["ort-encode", os.path.join(d, "minilm_int8.onnx"), model])
+    cache_fill("cache_fill_fp32", "fp32")
+    cache_fill("cache_fill_int8", "int8")
+    st, s = out["st_fp32"], out["st_fp32"]["texts"]
+    for name, r in out.items():
+        r["accuracy"] = retrieval_accuracy(r.pop("queries"), r["texts"][at])
+        e = r.pop("texts")
+        cos = (e * s).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(s, axis=1)
+        r["cosine_vs_st"] = {"min": float(cos.min()), "mean": float(cos.mean())}
+        r["times_st"] = st["seconds"] / r["seconds"]
+    i8, f32 = out["cache_fill_int8"], out["cache_fill_fp32"]
+    ratios = {"int8_vs_st_fp32": st["seconds"] / i8["seconds"],
+              "int8_vs_ort_int8": out["ort_int8"]["seconds"] / i8["seconds"],
+              "fp32_vs_ort_fp32": out["ort_fp32"]["seconds"] / f32["seconds"],
+              "int8_accuracy_at_1_points": 100 * (i8["accuracy"]["at_1"] - st["accuracy"]["at_1"]),
+              "int8_accuracy_at_10_points": 100 * (i8["accuracy"]["at_10"] - st["accuracy"]["at_10"])}
+    targets = {"int8_vs_st_fp32_min": 3.0, "int8_vs_ort_int8_min": 1.2, "fp32_vs_ort_fp32_min": 1.0,
+               "accuracy_points_min": -1.0}
+    ok = (ratios["int8_vs_st_fp32"] >= 3.0 and ratios["int8_vs_ort_int8"] >= 1.2 and ratios["fp32_vs_ort_fp32"] >= 1.0
+          and min(ratios["int8_accuracy_at_1_points"], ratios["int8_accuracy_at_10_points"]) >= -1.0)
+    for name, r in out.items():
+        log(f"  {name}: {r['seconds']:.2f} s (x{r['times_st']:.2f} of encode's call), accuracy@1/@10 "
+            f"{r['accuracy']['at_1']:.4f}/{r['accuracy']['at_10']:.4f}")
+    log("  " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    return {"name": "text_precision", "measured": True, "texts": len(rows), "queries": len(pairs),
+            "threads": int(threads), "cache_fill_build": ours, "build_without_int8": reason or None,
+            "pipelines": out, "ratios": ratios, "targets": targets, "pass": ok}
