@@ -512,7 +512,7 @@ torch::Tensor Encoding::forward_batch(std::size_t i, const std::vector<torch::Te
   auto t_setup = Clock::now();
   if (first) first_batch_checks(enc, args, journal_.encoders[enc.name()]);
   // The first batch in reduced precision: the precision check's forward was the batch's own.
-  const Checked checked = std::exchange(checked_, {});
+  const Checked checked = std::getenv("NOREUSE") ? (checked_ = {}, Checked{}) : std::exchange(checked_, {});
   const double setup = seconds_since(t_setup) - checked.seconds;
   tally_.model_setup_seconds += setup;
   first_checks_seconds_ += setup;
@@ -615,7 +615,7 @@ void Encoding::measure_batch_noise(model::Encoder& enc, const std::vector<torch:
     // An encoder that cannot take one row (or the memory for it): the noise stays unmeasured, and
     // the batch's own rows are what is stored.
   }
-  if (je.batch_max_rel_diff > kBatchDependentShare && cb_.warn)
+  if (je.batch_max_rel_diff > batch_dependent_share(std::max(0.0, je.precision_max_rel_diff)) && cb_.warn)
     cb_.warn(batch_dependence(enc.name(), most, je.batch_max_rel_diff) +
              ": cache-fill --update will refuse this cache");
   const double seconds = seconds_since(t_check);

@@ -91,7 +91,7 @@ void refuse_batch_dependent(const io::cache::CacheInfo& old) {
         largest = std::max(largest, std::fabs(static_cast<double>(v)));
       rel = largest > 0 ? e.batch_max_abs_diff / largest : 1;
     }
-    if (rel > kBatchDependentShare)
+    if (rel > batch_dependent_share(e.precision_max_rel_diff))
       throw Error(Exit::cant_create, old.path,
                   batch_dependence(e.name, e.batch_max_abs_diff, rel) +
                       ", so an update's rows would not be a full fill's; use --force to encode every row");

@@ -32,12 +32,12 @@ std::vector<std::string> key_bytes(const io::source::Column& col, int64_t a, int
 /// above 2^63 wraps, as to_int64 does).
 std::string key_text(const std::string& bytes, DType dtype, bool& numeric);
 
-/// What an encoder's batch noise above kBatchDependentShare says, for a warning or a refusal:
+/// What an encoder's batch noise above batch_dependent_share says, for a warning or a refusal:
 /// "encoder 'NAME': a row's output depends on the rows batched with it (...)".
 std::string batch_dependence(const std::string& encoder, double abs_diff, double rel_diff);
 
 /// Error(cant_create) naming --force when an encoder of the cache `old` measured a batch noise above
-/// kBatchDependentShare of its values (for a cache from before that share was recorded: of the
+/// batch_dependent_share of its values (for a cache from before that share was recorded: of the
 /// largest value among its first rows): an update's rows would not be what a full fill gives.
 void refuse_batch_dependent(const io::cache::CacheInfo& old);
 

@@ -234,6 +234,17 @@ inline constexpr double kUpdateNoiseFactor = 4;
 /// (bf16 rounds at 0.4%): the encoder's output depends on the other rows of its batch (batch
 /// statistics, pooling over the padded length). A fill warns; --update refuses such a cache.
 inline constexpr double kBatchDependentShare = 0.01;
+/// The batch noise share above which an encoder counts as batch-dependent, for a cache whose first
+/// batch differed from float32 by `precision_max_rel_diff` (0 in float32): kBatchDependentShare, or
+/// half that difference where it is larger. Reduced precision rounds each row's activations, and a
+/// last-bit difference in float32 (a padded batch's attention against the row alone) moves a value
+/// across a rounding step: all-MiniLM-L6-v2 in int8 showed 2.3% of its largest value between a
+/// gloss alone and in a padded batch (float32: 1.5e-7), within the 10% int8 itself puts between a
+/// full fill and float32, while batch statistics or pooling over the padding move rows by tens of
+/// percent.
+inline double batch_dependent_share(double precision_max_rel_diff) {
+  return precision_max_rel_diff / 2 > kBatchDependentShare ? precision_max_rel_diff / 2 : kBatchDependentShare;
+}
 
 /// The dtypes embeddings are stored in (--dtype): float32, float16.
 const Choices<DType>& storage_dtype_choices();
