@@ -72,8 +72,8 @@ bool fixed_range_works(const c10::OperatorHandle& prepack) {
 
 // y = x W^T + b with W in int8 and each row of x quantized to 8 bits on its own: the rows are
 // divided by their largest magnitude, so that the kernel's range [-1, 1] is the same whatever the
-// batch, and the output rows are scaled back. A row's output then depends on that row alone, as
-// in float32 (no batch noise from the quantization).
+// batch, and the output rows are scaled back. A row's output then depends on that row alone (as
+// long as its float32 input is the same bits: a last-bit difference can cross a rounding step).
 torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value* x, const at::Tensor& weight,
                                         const std::optional<at::Tensor>& bias, const Kernels& kernels) {
   const int64_t n = weight.size(0), k = weight.size(1);
