@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -65,7 +66,7 @@ bool fixed_range_works(const c10::OperatorHandle& prepack) {
     torch::jit::Stack stack{at::ones({2, 2}), kRowStep, kRowZero, packed_weight(at::eye(2), prepack)};
     fixed->callBoxed(&stack);
     return true;
-  } catch (const c10::Error&) {
+  } catch (const std::exception&) {  // PackedParams' default: std::runtime_error, not c10::Error
     return false;
   }
 }
