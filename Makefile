@@ -69,7 +69,7 @@ demo-text: build
 	scripts/demo-text.sh $(BUILD_DIR)
 
 bench: build
-	bench/run-bench $(BUILD_DIR)
+	$(PYTHON) bench/run-bench $(BUILD_DIR)
 
 # On a machine with a CUDA GPU and PyTorch: builds against its LibTorch in build-cuda/ and compares
 # traincache with PyTorch there (docs/gpu.md). Not part of make bench: CI has no GPU.
