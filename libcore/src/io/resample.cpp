@@ -95,7 +95,8 @@ namespace {
 // 1 << kResampleBits, so 255 times their sum (plus the rounding half) fits an int32 exactly, the
 // same value PIL's int accumulator gives. They compute with vector extensions in vectors of L int32
 // lanes, L being what the CPU's registers hold (simd_lanes(): 16 with AVX-512, 8 with AVX2, 4
-// otherwise), each pass built once for each L with that instruction set (simd_clones.h).
+// otherwise; the horizontal pass at most 8), each pass built once for each L with that instruction
+// set (simd_clones.h).
 template <int L>
 struct Lanes {
   typedef uint8_t Bytes __attribute__((vector_size(L)));
@@ -182,14 +183,14 @@ void pair_weights(HorizontalTaps& t, int n) {
     }
 }
 
-// Chunks of taps a column may have, with 16 lanes (RGB: 32 taps, downscaling by up to about 15,
-// 4000 x 3000 to 256); as many taps with fewer lanes.
-constexpr int kMaxChunks16 = 8;
+// The lanes of chunks a column may have (RGB: 32 taps, downscaling by up to about 15, 4000 x 3000
+// to 256; grey: 128 taps).
+constexpr int kMaxChunkLanes = 128;
 
 // Kernel k's output columns [left, left + n) laid out for rows of w pixels of c (1 or 3) channels,
 // whose first is the image's column `origin`, for vectors of `lanes` lanes: each column's first tap
 // moved left where the chunks would run past the row's end (its weights moved with it). False when
-// that does not fit (a row shorter than the chunks, or more taps than kMaxChunks16 allows).
+// that does not fit (a row shorter than the chunks, or more taps than kMaxChunkLanes allows).
 bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n, int lanes, HorizontalTaps& t) {
   const int per_chunk = c == 3 ? lanes / 4 : lanes, spread = c == 3 ? 4 : 1;
   const int taps = *std::max_element(k.count.begin() + left, k.count.begin() + left + n);
@@ -204,7 +205,7 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
 #endif
   t.step = per_chunk * c;
   const int span = t.chunks * per_chunk;  // pixels the chunks cover
-  if (t.chunks > kMaxChunks16 * 16 / lanes || w < span) return false;
+  if (t.chunks * lanes > kMaxChunkLanes || w < span) return false;
   t.offset.resize(static_cast<std::size_t>(n));
   t.weights.assign(static_cast<std::size_t>(n) * t.chunks * lanes, 0);
   for (int x = 0; x < n; ++x) {
@@ -225,9 +226,7 @@ bool horizontal_taps(const Kernel& k, int w, int c, int origin, int left, int n,
 // An RGB chunk's L / 4 pixels spread to four lanes a pixel (the fourth repeats the third).
 template <int L>
 TC_SIMD_INLINE Bytes<L> spread_rgb(Bytes<L> b) {
-  if constexpr (L == 16) {
-    return __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5, 6, 7, 8, 8, 9, 10, 11, 11);
-  } else if constexpr (L == 8) {
+  if constexpr (L == 8) {
     return __builtin_shufflevector(b, b, 0, 1, 2, 2, 3, 4, 5, 5);
   } else {
     static_assert(L == 4, "RGB chunks of 1, 2 or 4 pixels");
@@ -270,16 +269,7 @@ TC_SIMD_INLINE void rgb_column(const uint8_t* line, const HorizontalTaps& t, int
 // vector whose lanes 4p + ch are column p's channel ch: each column's pixels summed.
 template <int L>
 TC_SIMD_INLINE void fold_columns(const Ints<L>* a, Ints<L>& sum) {
-  if constexpr (L == 16) {
-    const Ints<L> ab =
-        __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-        __builtin_shufflevector(a[0], a[1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    const Ints<L> cd =
-        __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-        __builtin_shufflevector(a[2], a[3], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    sum = __builtin_shufflevector(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
-          __builtin_shufflevector(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  } else if constexpr (L == 8) {
+  if constexpr (L == 8) {
     sum = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 8, 9, 10, 11) +
           __builtin_shufflevector(a[0], a[1], 4, 5, 6, 7, 12, 13, 14, 15);
   } else {
@@ -290,9 +280,7 @@ TC_SIMD_INLINE void fold_columns(const Ints<L>* a, Ints<L>& sum) {
 // L / 4 columns' bytes (lanes 4p + ch) stored as 3 bytes a column.
 template <int L>
 TC_SIMD_INLINE void store_rgb(Bytes<L> v, uint8_t* o, bool whole) {
-  if constexpr (L == 16) {
-    v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
-  } else if constexpr (L == 8) {
+  if constexpr (L == 8) {
     v = __builtin_shufflevector(v, v, 0, 1, 2, 4, 5, 6, 7, 7);
   }
   if (whole) {
@@ -500,10 +488,6 @@ TC_SIMD_8 void horizontal_rgb_pairs(const uint8_t* in, int rows, int w, const Ho
 }
 #endif
 
-TC_SIMD_16 void horizontal_16(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
-                              bool image_end) {
-  horizontal_lanes<16>(in, rows, w, c, t, n, out, image_end);
-}
 TC_SIMD_8 void horizontal_8(const uint8_t* in, int rows, int w, int c, const HorizontalTaps& t, int n, uint8_t* out,
                             bool image_end) {
 #if defined(__x86_64__)
@@ -525,9 +509,11 @@ void horizontal_4(const uint8_t* in, int rows, int w, int c, const HorizontalTap
 // resample_pass over the window's columns.
 void horizontal_window(const uint8_t* in, int rows, int w, int origin, int c, const Kernel& k, int left, int n,
                        uint8_t* out, bool image_end, HorizontalTaps& taps) {
-  const int lanes = simd_lanes();
+  // At most 8 lanes: on AVX-512 CPUs the AVX2 build of this pass ran in two thirds of the time its
+  // 16-lane build took (RGB: pmaddwd on 8 lanes against int32 multiplies on 16; grey: each column's
+  // sum folded across half the lanes). Measured on an AMD EPYC with AVX-512, 2026-12-03.
+  const int lanes = std::min(simd_lanes(), 8);
   if ((c == 1 || c == 3) && horizontal_taps(k, w, c, origin, left, n, lanes, taps)) {
-    if (lanes == 16) return horizontal_16(in, rows, w, c, taps, n, out, image_end);
     if (lanes == 8) return horizontal_8(in, rows, w, c, taps, n, out, image_end);
     return horizontal_4(in, rows, w, c, taps, n, out, image_end);
   }
