@@ -29,6 +29,30 @@ head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/bad/b/trunc.jpg"
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65
 expect_err_re "^cache-fill: error: $WORK/bad/b/trunc\.jpg: truncated JPEG \(.*\) \(--on-error skip stores a zero row for it and goes on\)$"
+# Cut short below the crop: photos (375x500, noise, so that every row holds bytes) whose last 5% is
+# gone lie under --center-crop's rows, which are all the reader decodes; it still entropy-decodes the
+# rows below (a progressive file's scans are read whole first), so both are refused as PIL refuses
+# them.
+rm "$WORK/bad/b/trunc.jpg"
+for kind in baseline progressive; do
+  py "
+import io
+import numpy as np
+from PIL import Image
+b = io.BytesIO()
+pixels = np.random.default_rng(0).integers(0, 256, (500, 375, 3), dtype=np.uint8)
+Image.fromarray(pixels).save(b, 'JPEG', quality=90, progressive='$kind' == 'progressive')
+open('$WORK/bad/b/cut.jpg', 'wb').write(b.getvalue()[:len(b.getvalue()) * 95 // 100])
+try:
+    Image.open('$WORK/bad/b/cut.jpg').load()
+except OSError as e:
+    print('PIL:', str(e).split(' (')[0])"
+  expect_out "PIL: image file is truncated"
+  bad_fill --input "$WORK/bad" --resize 256 --center-crop 224 --channels rgb
+  expect_rc 65
+  expect_err "cache-fill: error: $WORK/bad/b/cut.jpg: truncated JPEG (Premature end of JPEG file) (--on-error skip stores a zero row for it and goes on)"
+  rm "$WORK/bad/b/cut.jpg"
+done
 head -c 300 "$J" > "$WORK/bad/b/trunc.jpg"  # cut inside the headers
 bad_fill --input "$WORK/bad" --resize 8,8
 expect_rc 65

@@ -122,13 +122,22 @@ bool start_rows(Decoder& d, Plan& p) {
 }
 
 // Decodes rows [y0, y1) into row_ptrs and entropy-decodes the rest, as a whole decode would, to meet
-// the errors it would meet.
-bool read_rows(Decoder& d, const Plan& p) {
+// the errors it would meet (a file cut short below the crop is refused, as PIL refuses it). A file
+// of one scan is read to its last row: libjpeg's skip to the end of the image decodes nothing (it
+// marks the input ended), so the rows up to the last are skipped (entropy-decoded only) and the
+// last is read into `spare`. A file of several scans (progressive) was entropy-decoded whole by
+// jpeg_start_decompress, so its skip to the end is enough.
+bool read_rows(Decoder& d, const Plan& p, uint8_t* spare) {
   jpeg_decompress_struct& c = d.cinfo;
   if (setjmp(d.fail.jump)) return false;
   while (c.output_scanline < static_cast<JDIMENSION>(p.y1)) {
     const JDIMENSION at = c.output_scanline;
     jpeg_read_scanlines(&c, const_cast<JSAMPARRAY>(p.row_ptrs + (at - p.y0)), static_cast<JDIMENSION>(p.y1) - at);
+  }
+  if (!jpeg_has_multiple_scans(&c) && c.output_scanline < c.output_height) {
+    if (c.output_height - c.output_scanline > 1) jpeg_skip_scanlines(&c, c.output_height - c.output_scanline - 1);
+    JSAMPROW last = spare;
+    jpeg_read_scanlines(&c, &last, 1);
   }
   if (c.output_scanline < c.output_height) jpeg_skip_scanlines(&c, c.output_height - c.output_scanline);
   jpeg_finish_decompress(&c);
@@ -171,7 +180,9 @@ bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region
   std::vector<uint8_t*> row_ptrs(static_cast<std::size_t>(p.y1 - p.y0));
   for (std::size_t i = 0; i < row_ptrs.size(); ++i) row_ptrs[i] = img.samples.data() + i * line;
   p.row_ptrs = row_ptrs.data();
-  if (!read_rows(d, p)) fail(d, what);
+  thread_local ByteBuffer spare;
+  resize_for_overwrite(spare, line);
+  if (!read_rows(d, p, spare.data())) fail(d, what);
   if (d.fail.truncated) {
     const std::string why = d.fail.message;
     throw Error(Exit::data, what, "truncated JPEG (" + why + ")");
