@@ -17,6 +17,12 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
   if [ "$tool" != shm-cache ]; then  # shm-cache does not link LibTorch
     expect_out_re $'\nLibTorch [12]\\.[0-9]+'  # 1.13 on Debian 12, 2.6 on Debian 13, 2.x from pip
     expect_out_re $'\nBLAS: (openblas|mkl \\(linked into LibTorch\\))'  # Debian's; pip's carries MKL
+    # oneDNN's linear operator came with LibTorch 2.0 (Debian 13's 2.6 and pip's have it; 1.13 not).
+    if printf '%s\n' "$out" | grep -q '^LibTorch 1\.'; then
+      expect_out_has $'\nfloat32 linear layers: BLAS\n'
+    else
+      expect_out_has $'\nfloat32 linear layers: oneDNN (optimised modules on the CPU)\n'
+    fi
     if grep -qx '#define TRAINCACHE_WITH_NVJPEG 1' "$TC_BIN/../generated/traincache_nvjpeg_config.h"; then
       expect_out_has $'\nnvJPEG: built in (cache-fill --decode device)\n'
     else

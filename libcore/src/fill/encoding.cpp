@@ -354,9 +354,9 @@ void Encoding::first_batch_checks(model::Encoder& enc, const std::vector<torch::
     const int64_t n = args.empty() ? 0 : std::min<int64_t>(kOptimizeCheckRows, args.front().size(0));
     model::OptimizeOutcome o;
     try {
-      o = enc.try_optimize(model::slice_rows(args, 0, n), kOptimizeTolerance);
+      o = enc.try_optimize(model::slice_rows(args, 0, n), kOptimizeTolerance, opts_.precision);
     } catch (const Error&) {  // the plain module failed on those rows: the batch's failure is the one to say
-      o = enc.try_optimize(args, kOptimizeTolerance);
+      o = enc.try_optimize(args, kOptimizeTolerance, opts_.precision);
     }
     if (!o.used && resumed)
       throw Error(Exit::data, "encoder '" + enc.name() + "'",

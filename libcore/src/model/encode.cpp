@@ -17,6 +17,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/model/onednn_linear.h"
 #include "traincache/model/precision_torch.h"
 
 // Declared in torch/csrc/jit/codegen/fuser/interface.h, which Debian's libtorch-dev does not ship;
@@ -575,14 +576,16 @@ bool optimised_within(double optimised_diff, double plain_diff, double scale, do
   return optimised_diff <= rtol * scale + 3 * plain_diff;
 }
 
-OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol) {
+OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, double rtol, Precision runs_in) {
   OptimizeOutcome r;
   r.math = model::math_mode(device_);
   const bool tf32 = r.math == std::string("tf32");
   // Freezing and optimising is host work on a copy of the module: it runs beside the plain module's
   // forward passes below, which wait for the device.
-  std::future<torch::jit::Module> optimised = std::async(std::launch::async, [this] {
+  const bool onednn = device_.is_cpu() && runs_in == Precision::fp32;
+  std::future<torch::jit::Module> optimised = std::async(std::launch::async, [this, onednn] {
     torch::jit::Module frozen = torch::jit::freeze(plain_);
+    if (onednn) onednn_linears(frozen);
     return torch::jit::optimize_for_inference(frozen);
   });
   torch::Tensor want = run(plain_, sample);  // as the rows will be encoded

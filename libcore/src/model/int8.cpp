@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/model/onednn_linear.h"
 
 namespace traincache::model {
 
@@ -21,13 +22,6 @@ namespace {
 // The engines whose int8 linear layers take one weight scale per output channel, best first.
 const std::pair<at::QEngine, const char*> kEngines[] = {
     {at::QEngine::X86, "x86"}, {at::QEngine::FBGEMM, "fbgemm"}, {at::QEngine::ONEDNN, "onednn"}};
-
-void linear_nodes(torch::jit::Block* block, std::vector<torch::jit::Node*>& out) {
-  for (torch::jit::Node* n : block->nodes()) {
-    if (n->kind() == c10::Symbol::fromQualString("aten::linear")) out.push_back(n);
-    for (torch::jit::Block* b : n->blocks()) linear_nodes(b, out);
-  }
-}
 
 // The weight's per-channel int8 form, packed for the engine without its bias
 // (quantized::linear_prepack).

@@ -9,6 +9,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/version.h"
 #include "traincache/model/int8.h"
+#include "traincache/model/onednn_linear.h"
 
 namespace traincache::model {
 
@@ -32,6 +33,7 @@ std::string blas_text() {
 std::string runtime_info() {
   const std::string no_int8 = int8_unavailable();
   return std::string("LibTorch ") + TORCH_VERSION + "\nBLAS: " + blas_text() +
+         "\nfloat32 linear layers: " + (onednn_linears_available() ? "oneDNN (optimised modules on the CPU)" : "BLAS") +
          "\nCUDA: " + (torch::cuda::is_available() ? "available" : "not available") +
          "\nnvJPEG: " + (nvjpeg_built() ? "built in (cache-fill --decode device)" : "not built in") + "\nint8: " +
          (no_int8.empty() ? int8_engine() + " engine (cache-fill --precision int8)" : "not available: " + no_int8) +

@@ -202,8 +202,11 @@ class Encoder {
 
   /// Tries the optimised module on `sample` in the math mode the rows will be encoded with; keeps
   /// it only when optimised_within(its difference from the plain module in full float32, the
-  /// plain module's own TF32 difference, max(1, max|plain|), rtol).
-  OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol);
+  /// plain module's own TF32 difference, max(1, max|plain|), rtol). `runs_in`: the precision the
+  /// rows will be encoded in; in float32 on the CPU its linear layers run on oneDNN where LibTorch
+  /// has it (onednn_linear.h; autocast's bf16 and fp16 would not reach them).
+  OptimizeOutcome try_optimize(const std::vector<torch::Tensor>& sample, double rtol,
+                               Precision runs_in = Precision::fp32);
 
  private:
   torch::Tensor run(torch::jit::Module& m, const std::vector<torch::Tensor>& inputs);

@@ -1,0 +1,51 @@
+#include "traincache/model/onednn_linear.h"
+
+#include <string>
+
+#include "catch.h"
+
+using namespace traincache;
+
+namespace {
+
+int nodes_of(const torch::jit::Module& m, const char* kind) {
+  int n = 0;
+  for (torch::jit::Node* node : m.get_method("forward").graph()->nodes())
+    n += node->kind() == c10::Symbol::fromQualString(kind) ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE(
+    "onednn linears: each constant linear layer on oneDNN, a GELU folded in, within float32 rounding of ATen",
+    "[onednn]") {
+  torch::manual_seed(0);
+  torch::jit::Module m("M");
+  m.register_parameter("w1", torch::randn({64, 32}) / 6, false);
+  m.register_parameter("b1", torch::randn({64}), false);
+  m.register_parameter("w2", torch::randn({16, 64}) / 8, false);
+  m.define(
+      "def forward(self, x):\n"
+      "  h = torch.gelu(torch.linear(x, self.w1, self.b1))\n"
+      "  return torch.linear(h, self.w2)\n");
+  m.eval();
+  torch::jit::Module frozen = torch::jit::freeze(m);
+  CATCH_REQUIRE(nodes_of(frozen, "aten::linear") == 2);
+  const int done = model::onednn_linears(frozen);
+  if (!model::onednn_linears_available()) {  // Debian 12's LibTorch 1.13: the graph is left as it was
+    CATCH_CHECK(done == 0);
+    CATCH_CHECK(nodes_of(frozen, "aten::linear") == 2);
+    return;
+  }
+  CATCH_CHECK(done == 2);
+  CATCH_CHECK(nodes_of(frozen, "aten::linear") == 0);
+  CATCH_CHECK(nodes_of(frozen, "aten::gelu") == 0);
+  CATCH_CHECK(nodes_of(frozen, "mkldnn::_linear_pointwise") == 2);
+  c10::InferenceMode guard;
+  const torch::Tensor x = torch::randn({64, 32});
+  const torch::Tensor want = m.forward({x}).toTensor(), got = frozen.forward({x}).toTensor();
+  CATCH_CHECK(got.sizes() == want.sizes());
+  const double diff = (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>();
+  CATCH_CHECK(diff <= 1e-5 * want.abs().max().item<double>());
+}
