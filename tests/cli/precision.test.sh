@@ -53,10 +53,11 @@ expect_err "gc-train: error: --precision: bf16 mixes with float32 parameters (--
 F=(--input "$D/images.h5" --encoder cnn="$D/cnn.pt" --features images)
 run "$TC_BIN/cache-fill" -q "${F[@]}" --out "$WORK/f32.h5"
 expect_rc 0
-run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5"
+run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5" --json
 expect_rc 0
-py_later "float32 bf16 True True fp32 0.0" "
-import h5py, numpy as np, torch
+cp "$WORK/.out" "$WORK/bf16-fill.json"
+py_later "float32 bf16 True True fp32 0.0 bf16 True" "
+import h5py, json, numpy as np, torch
 torch.set_num_threads(2)
 a = h5py.File('$WORK/f32.h5')['embeddings/cnn']
 b = h5py.File('$WORK/bf16.h5')['embeddings/cnn']
@@ -67,8 +68,11 @@ with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
 ref = float((torch.from_numpy(a[:256]) - ref_out).abs().max() / torch.from_numpy(a[:256]).abs().max())
 rel = float(np.abs(a[:] - b[:]).max() / np.abs(a[:]).max())
 first = float(np.abs(a[:256] - b[:256]).max() / np.abs(a[:256]).max())
+# --json states the same check (its encoders entry), as the cache's attribute records it.
+e = json.load(open('$WORK/bf16-fill.json'))['encoders'][0]
 print(b.dtype, b.attrs['precision'], 0 < rel <= max(0.01, 1.25 * ref), abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6,
-      a.attrs['precision'], a.attrs['precision_max_rel_diff'])
+      a.attrs['precision'], a.attrs['precision_max_rel_diff'], e['precision'],
+      e['precision_max_rel_diff'] == b.attrs['precision_max_rel_diff'] > 0)
 "
 # The precision is part of the fingerprint: a float32 run does not take the bf16 cache as up to date.
 run "$TC_BIN/cache-fill" "${F[@]}" --out "$WORK/bf16.h5"

@@ -273,7 +273,9 @@ report::Record fill_record(const fill::FillResult& r) {
                         {"optimize_max_abs_diff", e.optimize_max_abs_diff},
                         {"batch_max_abs_diff", measured(e.batch_max_abs_diff)},
                         {"batch_max_rel_diff", measured(e.batch_max_rel_diff)},
-                        {"math_mode", e.math_mode}});
+                        {"math_mode", e.math_mode},
+                        {"precision", e.precision},
+                        {"precision_max_rel_diff", e.precision_max_rel_diff}});
     text += (text.empty() ? "" : ", ") + e.name + " " + shape_text(e.shape) + " " + e.inference;
   }
   rec.add("encoders", encoders, text);

@@ -164,7 +164,8 @@ Published publish(FillRun& p, const EncodePlan& planned) {
     std::vector<int64_t> shape{p.plan.rows()};
     shape.insert(shape.end(), je.row_shape.begin(), je.row_shape.end());
     published.encoders.push_back({opts.encoders[i].name, shape, je.inference, je.optimize_max_abs_diff,
-                                  model::math_mode(device), je.batch_max_abs_diff, je.batch_max_rel_diff});
+                                  model::math_mode(device), je.batch_max_abs_diff, je.batch_max_rel_diff,
+                                  model::precision_choices().name(opts.precision), je.precision_max_rel_diff});
   }
   io::cache::assemble(spec);
   return published;

@@ -173,6 +173,10 @@ struct FillResult {
     /// The batch noise recorded for the cache (JournalEncoder): absolute, and relative to the
     /// first batch's largest value; negative when never measured.
     double batch_max_abs_diff = -1, batch_max_rel_diff = -1;
+    std::string precision;  ///< "fp32", "bf16", "fp16" or "int8"
+    /// The first batch's difference from float32 in `precision`, relative to its largest float32
+    /// value (JournalEncoder; 0 in fp32).
+    double precision_max_rel_diff = 0;
   };
   std::vector<Encoder> encoders;
   /// --update of an existing cache: what changed in the data since it was made (by key, or by
