@@ -81,6 +81,15 @@ expect_err "cache-fill: error: $WORK/bf16.h5: exists with another fingerprint (c
 run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5"
 expect_rc 0
 expect_err_has "up to date"
+run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16.h5" --json
+expect_rc 0
+cp "$WORK/.out" "$WORK/bf16-again.json"
+py "
+import h5py, json
+j = json.load(open('$WORK/bf16-again.json'))
+e = j['encoders'][0]
+print(j['status'], e['precision'], e['precision_max_rel_diff'] == h5py.File('$WORK/bf16.h5')['embeddings/cnn'].attrs['precision_max_rel_diff'] > 0)"
+expect_out "up_to_date bf16 True"
 # Beyond the tolerance: refused before anything is stored.
 run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.0001 --out "$WORK/tight.h5"
 expect_rc 65
