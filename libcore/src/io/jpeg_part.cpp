@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "jpeg_scans.h"
 #include "traincache/base/error.h"
 
 #ifdef TRAINCACHE_HAVE_LIBJPEG
@@ -27,6 +28,10 @@ std::pair<int, int> reduced_size(int h, int w, int reduce) {
 #ifndef TRAINCACHE_HAVE_LIBJPEG
 
 bool jpeg_parts_built() { return false; }
+
+ProgressiveCounts progressive_counts() { return {}; }
+
+bool progressive_scans_built() { return false; }
 
 bool decode_jpeg_part(const unsigned char*, std::size_t, const Region&, const std::string&, Image&) { return false; }
 
@@ -57,10 +62,12 @@ extern "C" void on_message(j_common_ptr c, int level) {
   }
 }
 
-// One decompressor per thread, reused from image to image (jpeg_abort_decompress between them).
+// One decompressor per thread, reused from image to image (jpeg_abort_decompress between them),
+// with the progressive scan decoder that takes the place of libjpeg's.
 struct Decoder {
   jpeg_decompress_struct cinfo{};
   Failure fail{};
+  ProgressiveScans scans;
   Decoder() {
     cinfo.err = jpeg_std_error(&fail.mgr);
     fail.mgr.error_exit = on_error;
@@ -74,6 +81,7 @@ struct Decoder {
 
 // The region to decode, in the image's pixels, and what the decoder made of it.
 struct Plan {
+  int height, width;         // the image's, at the decode's scale
   int x0, x1, y0, y1;        // wanted: columns [x0, x1), rows [y0, y1) (y0 a row group's first)
   int left, cols;            // decoded: columns [left, left + cols)
   uint8_t* const* row_ptrs;  // the y1 - y0 rows of the caller's buffer
@@ -150,13 +158,15 @@ bool read_rows(Decoder& d, const Plan& p, uint8_t* spare) {
   throw Error(Exit::data, what, "corrupt JPEG: " + why);
 }
 
-}  // namespace
+ProgressiveCounts& counts() {
+  thread_local ProgressiveCounts n;
+  return n;
+}
 
-bool jpeg_parts_built() { return true; }
-
-bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region& r, const std::string& what,
-                      Image& img) {
-  thread_local Decoder d;
+// Reads the header and starts the decode of r's region, planned into p, with this library's
+// progressive scan decoder (`own`) or libjpeg's; false where this library's gave up on the file.
+bool start(Decoder& d, const unsigned char* bytes, std::size_t size, const Region& r, const std::string& what, bool own,
+           Plan& p) {
   if (!read_header(d, bytes, size)) fail(d, what);
   jpeg_decompress_struct& c = d.cinfo;
   if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) {
@@ -168,12 +178,43 @@ bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region
   // A margin of 16 columns each side keeps the wanted ones away from the crop's edges (where the
   // chroma upsampling has no neighbour), and the rows start a row group early, on its boundary.
   const int group = group_rows(c);
-  Plan p{};
+  p = Plan{};
+  p.height = h;
+  p.width = w;
   p.x0 = std::max(0, r.left - 16);
   p.x1 = std::min(w, r.left + r.cols + 16);
   p.y0 = std::max(0, r.top - group) / group * group;
   p.y1 = std::min(h, r.top + r.rows);
-  if (!start_rows(d, p)) fail(d, what);
+  if (own)
+    d.scans.attach(c);
+  else
+    ProgressiveScans::detach(c);
+  if (start_rows(d, p)) return true;
+  if (own && d.scans.gave_up()) return false;
+  fail(d, what);
+}
+
+}  // namespace
+
+bool jpeg_parts_built() { return true; }
+
+ProgressiveCounts progressive_counts() { return counts(); }
+
+bool progressive_scans_built() { return ProgressiveScans::built(); }
+
+bool decode_jpeg_part(const unsigned char* bytes, std::size_t size, const Region& r, const std::string& what,
+                      Image& img) {
+  thread_local Decoder d;
+  Plan p{};
+  // A file the progressive scan decoder gives up on (a damaged one) is decoded again by libjpeg's.
+  if (start(d, bytes, size, r, what, true, p)) {
+    counts().scans += d.scans.scans();
+  } else {
+    ++counts().files_given_back;
+    start(d, bytes, size, r, what, false, p);
+  }
+  jpeg_decompress_struct& c = d.cinfo;
+  const int w = p.width, h = p.height;  // c.output_width is now the cropped columns'
   const int channels = c.output_components;
   const std::size_t line = static_cast<std::size_t>(p.cols) * channels;
   resize_for_overwrite(img.samples, static_cast<std::size_t>(p.y1 - p.y0) * line);

@@ -61,6 +61,18 @@ void decode_for(const unsigned char* bytes, std::size_t size, const Spec& spec, 
 /// when it was built: Debian's libjpeg-dev); else decode_for() decodes whole images, and a spec
 /// with jpeg_draft is refused (validate()).
 bool jpeg_parts_built();
+/// What decode_for() has done with progressive JPEGs on the calling thread: how many scans the
+/// library's own progressive decoder entropy-decoded (in place of libjpeg's, to the same
+/// coefficients), and how many files it gave back to libjpeg's decoder (damaged ones: a marker or a
+/// code where data should be). Both stay 0 where the build has no such decoder
+/// (progressive_scans_built()).
+struct ProgressiveCounts {
+  long scans = 0, files_given_back = 0;
+};
+ProgressiveCounts progressive_counts();
+/// Whether decode_for() entropy-decodes progressive JPEGs with the library's own decoder (CMake
+/// found libjpeg-turbo 2.1 to 3.x's internal header), else with libjpeg's.
+bool progressive_scans_built();
 /// The reduction (8, 4, 2, or 1 for none) spec.jpeg_draft decodes an h x w JPEG at: the largest
 /// that leaves both sides at least the size the resize makes of them (PIL's draft() asked for that
 /// size: min(w // new_w, h // new_h) rounded down to a power of two, at most 8). 1 without
