@@ -82,6 +82,18 @@ same_as_host dev
 three_fills dec --convert device --decode device
 expect_out_has '"convert":"device","decode":"device"'
 same_as_host dec
+# The image code held to narrower vectors than the CPU's (TRAINCACHE_MAX_CPU_ISA: what CPUs without
+# AVX-512, or without AVX2, run; the same on a CPU that lacks them): the same bytes.
+for isa in avx2 sse2; do
+  export TRAINCACHE_MAX_CPU_ISA=$isa
+  three_fills "$isa"
+  if [ "$(uname -m)" = x86_64 ]; then  # --json says what ran (SSE2 where the CPU lacks AVX2 too)
+    want=$([ $isa = avx2 ] && grep -qw avx2 /proc/cpuinfo && echo "AVX2 (8 lanes)" || echo "SSE2 (4 lanes)")
+    expect_out_has "\"image_simd\":\"$want"
+  fi
+  same_as_host "$isa"
+done
+unset TRAINCACHE_MAX_CPU_ISA
 # Images of one pixel's width or height (their decoded [3, h, w] samples are contiguous already, so a
 # view of the decoder's buffer would outlive it): the bytes of the host's decoding, twice.
 py "

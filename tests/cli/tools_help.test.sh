@@ -29,7 +29,7 @@ for tool in cache-fill cache-inspect gc-train shm-cache smart-bench; do
       expect_out_has $'\nnvJPEG: not built in\n'
     fi
   else
-    expect_out_re "^shm-cache [0-9.]+ \(git [^)]*\)$"
+    expect_out_re $'^shm-cache [0-9.]+ \\(git [^)]*\\)\nimage SIMD: [^\n]*$'
   fi
   # Every long option --help lists is documented on the tool's page.
   undocumented=""
@@ -94,6 +94,29 @@ expect_err_has "HDF5-DIAG: Error detected in HDF5"
 for tool in cache-fill gc-train smart-bench; do  # cache-inspect: cache_inspect.test.sh
   expect_eq "$(readelf -d "$TC_BIN/$tool" | grep -c 'NEEDED.*lib\(torch\|c10\)')" 0 "LibTorch libraries $tool needs at start"
 done
+# The image code's vector instructions, and the environment's cap on them (any case; a set this CPU
+# lacks leaves it as it is; anything else is refused before work starts, nothing written).
+lanes=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -cx 'avx2\|avx512f\|avx512bw\|avx512vl\|avx512dq')
+case "$(uname -m):$lanes" in
+  x86_64:5) cpu_simd="AVX-512 (16 lanes)" ;;
+  x86_64:[1-4]) cpu_simd="AVX2 (8 lanes)" ;;  # (FMA and BMI2 come with AVX2 on every such CPU)
+  x86_64:0) cpu_simd="SSE2 (4 lanes)" ;;
+  *) cpu_simd="128-bit vectors (4 lanes)" ;;
+esac
+run "$TC_BIN/shm-cache" --version
+expect_eq "$(tail -1 <<<"$out")" "image SIMD: $cpu_simd" "shm-cache --version's last line"
+run env TRAINCACHE_MAX_CPU_ISA=Avx512 "$TC_BIN/cache-fill" --version
+expect_eq "$(tail -1 <<<"$out")" "image SIMD: $cpu_simd" "cache-fill --version's last line"
+if [ "$(uname -m)" = x86_64 ] && [ "$cpu_simd" != "SSE2 (4 lanes)" ]; then
+  run env TRAINCACHE_MAX_CPU_ISA=sse2 "$TC_BIN/gc-train" --version
+  expect_out_has $'\nimage SIMD: SSE2 (4 lanes); held there by TRAINCACHE_MAX_CPU_ISA=sse2, the CPU has '"$cpu_simd"
+fi
+run env TRAINCACHE_MAX_CPU_ISA=neon "$TC_BIN/cache-fill" --input "$TC_DATA/images.h5" --features images \
+  --encoder "$TC_DATA/cnn.pt" --rows 0:16 --out "$WORK/none.h5"
+expect_rc 64
+expect_err "cache-fill: error: TRAINCACHE_MAX_CPU_ISA: must be avx512, avx2 or sse2, got 'neon'"
+expect_no_file "$WORK/none.h5"
+
 export TRAINCACHE_ENGINES_MODULE="$WORK/none.so"
 no_module="LibTorch: cannot load libtraincache_engines.so: $WORK/none.so: cannot open shared object file: No such file or directory"
 for tool in cache-fill gc-train smart-bench; do

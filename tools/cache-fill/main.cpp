@@ -251,6 +251,7 @@ report::Record fill_record(const fill::FillResult& r) {
       .add("convert", r.device_convert ? "device" : "host")
       .add("decode", r.device_decode ? "device" : "host")
       .add("device_decode", device_decode_json(r))
+      .add("image_simd", r.image_simd.empty() ? report::Json(nullptr) : report::Json(r.image_simd))
       .add("rows_per_second", r.seconds > 0 ? r.rows_encoded / r.seconds : 0.0)
       .add("bytes_written", r.bytes_written)
       .add("skipped", r.skipped)

@@ -29,7 +29,7 @@ void add_common_options(CLI::App& app, CommonOptions& opts, Compute compute,
   app.set_version_flag("--version", [name, version_extra] {
     std::string s = version_banner(name);
     if (version_extra) s += "\n" + version_extra();
-    return s;
+    return s + "\nimage SIMD: " + io::image::simd_text();
   });
   app.add_flag("-v,--verbose", opts.verbose, "More messages on stderr (-vv: HDF5 error stacks)");
   // Common options take effect here, once parsing is done, so that no tool applies them itself.
@@ -215,6 +215,7 @@ int run_tool(const std::string& tool, CLI::App& app, int argc, char** argv, cons
       return code(Exit::usage);
     }
     io::h5::require_thread_safe();
+    io::image::check_max_cpu_isa();
     status = body();
   } catch (const Error& e) {
     print_error(tool, e.what());

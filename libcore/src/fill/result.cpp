@@ -8,6 +8,7 @@
 #include "prepare.h"
 #include "traincache/base/timing.h"
 #include "traincache/fill/update_plan.h"
+#include "traincache/io/image.h"
 #include "traincache/text/tokenizer.h"
 #include "update.h"
 
@@ -23,6 +24,7 @@ void prepared_figures(const FillRun& run, FillResult& r) {
   r.max_tokens = run.in.max_tokens;
   r.device_convert = run.device_convert;
   r.device_decode = run.in.decode_on_device();
+  if (run.in.preprocess()) r.image_simd = io::image::simd_text();
   r.utf8_replaced = run.utf8_replaced;
   for (const auto& [key, t] : run.in.texts)
     if (t.tok) r.max_length = std::max(r.max_length, text::effective_max_length(*t.tok, run.opts.tokenize));

@@ -33,21 +33,9 @@ namespace traincache::io {
 
 // The int32 lanes of this CPU's vector registers that TC_SIMD_16 and TC_SIMD_8 build for: 16 where
 // it has what TC_SIMD_16 uses, 8 where it has what TC_SIMD_8 uses, else 4 (SSE2, and the 16-byte
-// vectors of other architectures). tests/CMakeLists.txt runs the image tests on each under QEMU.
-inline int simd_lanes() {
-  static const int lanes = [] {
-    int found = 4;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    found = avx512 ? 16 : avx2 ? 8 : 4;
-#endif
-    return found;
-  }();
-  return lanes;
-}
+// vectors of other architectures); fewer where TRAINCACHE_MAX_CPU_ISA holds the image code to a
+// smaller set (simd.cpp). Chosen at the first call. tests/CMakeLists.txt runs the image tests on
+// each under QEMU.
+int simd_lanes();
 
 }  // namespace traincache::io

@@ -152,6 +152,7 @@ struct FillResult {
   bool device_convert = false;  ///< 8-bit inputs were converted on the encoders' device (--convert)
   bool device_decode = false;   ///< JPEG files were decoded on the encoders' device (--decode)
   DeviceDecodeStats decoded;    ///< with device_decode: where this run's files were decoded
+  std::string image_simd;       ///< with image files: the image code's vector instructions (simd_text())
   uint64_t bytes_written = 0;   ///< embedding bytes written by this run
   int64_t skipped = 0;          ///< rows skipped with --on-error skip (in the whole cache)
   int64_t utf8_replaced = 0;    ///< ill-formed UTF-8 sequences of the text fields replaced with U+FFFD

@@ -73,6 +73,15 @@ ProgressiveCounts progressive_counts();
 /// Whether decode_for() entropy-decodes progressive JPEGs with the library's own decoder (CMake
 /// found libjpeg-turbo 2.1 to 3.x's internal header), else with libjpeg's.
 bool progressive_scans_built();
+/// The vector instructions the image code's widest passes run on, as --version names them:
+/// "AVX-512 (16 lanes)", "AVX2 (8 lanes)", "SSE2 (4 lanes)" (x86-64), "128-bit vectors (4 lanes)"
+/// (elsewhere); chosen from the CPU at the first image, and held to at most the set that the
+/// environment's TRAINCACHE_MAX_CPU_ISA names (avx512, avx2 or sse2, any case; as oneDNN's
+/// ONEDNN_MAX_CPU_ISA does), which the text then says. The results are the same bytes on each.
+std::string simd_text();
+/// Throws Error(Exit::usage) naming TRAINCACHE_MAX_CPU_ISA when it is set to anything but avx512,
+/// avx2 or sse2 (or empty); the tools call it before they start work.
+void check_max_cpu_isa();
 /// The reduction (8, 4, 2, or 1 for none) spec.jpeg_draft decodes an h x w JPEG at: the largest
 /// that leaves both sides at least the size the resize makes of them (PIL's draft() asked for that
 /// size: min(w // new_w, h // new_h) rounded down to a power of two, at most 8). 1 without
