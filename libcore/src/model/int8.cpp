@@ -73,8 +73,13 @@ torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value*
                                         const std::optional<at::Tensor>& bias, const Kernels& kernels) {
   const int64_t n = weight.size(0), k = weight.size(1);
   torch::jit::Value* rows = op(g, "aten::reshape", {x, std::vector<int64_t>{-1, k}});
-  torch::jit::Value* scale = op(
-      g, "aten::clamp_min", {op(g, "aten::amax", {op(g, "aten::abs", {rows}), std::vector<int64_t>{1}, true}), 1e-30});
+  // Each row's largest magnitude, max(-min, max), from two reductions over the rows (abs then
+  // amax also wrote a copy of them; linalg_vector_norm's inf norm was slower).
+  const std::vector<int64_t> dim{1};
+  torch::jit::Value* largest =
+      op(g, "aten::maximum",
+         {op(g, "aten::neg", {op(g, "aten::amin", {rows, dim, true})}), op(g, "aten::amax", {rows, dim, true})});
+  torch::jit::Value* scale = op(g, "aten::clamp_min", {largest, 1e-30});
   torch::jit::Value* unit = op(g, "aten::div", {rows, scale});
   torch::jit::Value* packed = g.insertConstant(packed_weight(weight, kernels.prepack));
   torch::jit::Value* y = nullptr;
