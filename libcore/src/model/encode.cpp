@@ -1,6 +1,7 @@
 #include "traincache/model/encode.h"
 
 #include <sys/stat.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -555,6 +556,17 @@ Int8Conversion Encoder::make_int8() {
   Int8Conversion done;
   int8_ = int8_module(plain_, "encoder '" + name_ + "'", &done);
   return done;
+}
+
+Int8Conversion Encoder::make_int8(const std::vector<torch::Tensor>& sample, torch::Tensor* reference) {
+  // Freezing copies the module, so the forward below may read the plain one meanwhile (as
+  // try_optimize's does); int8_ is set there and read after get().
+  std::future<Int8Conversion> made = std::async(std::launch::async, [this] { return make_int8(); });
+  {
+    torch::jit::GraphOptimizerEnabledGuard unoptimised(false);  // this thread's calls only
+    *reference = run(plain_, sample);
+  }
+  return made.get();
 }
 
 torch::Tensor Encoder::forward(const std::vector<torch::Tensor>& inputs) {
