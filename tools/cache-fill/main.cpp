@@ -215,6 +215,8 @@ void add_bottleneck(report::Record& rec, const fill::FillResult& r) {
                        {"loop_seconds", b.loop_seconds},
                        {"fixed_seconds", b.fixed_seconds},
                        {"padding_share", b.padding_share < 0 ? report::Json(nullptr) : report::Json(b.padding_share)},
+                       {"int8_instructions",
+                        b.int8_instructions.empty() ? report::Json(nullptr) : report::Json(b.int8_instructions)},
                        {"stages", stages},
                        {"verdict", b.verdict}},
           b.verdict);

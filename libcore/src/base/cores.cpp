@@ -167,4 +167,18 @@ unsigned usable_cores() {
   return std::max(1u, n);
 }
 
+std::string int8_instructions() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("amx-int8")) return "AMX";
+  if (__builtin_cpu_supports("avx512vnni")) return "AVX512-VNNI";
+  if (__builtin_cpu_supports("avxvnni")) return "AVX-VNNI";
+  if (__builtin_cpu_supports("avx512bw")) return "AVX-512";
+  if (__builtin_cpu_supports("avx2")) return "AVX2";
+  return "SSE";
+#else
+  return "";
+#endif
+}
+
 }  // namespace traincache

@@ -53,7 +53,8 @@ std::string verdict(const Bottleneck& r, const FillTimings& t) {
   char numbers[128];
   std::snprintf(numbers, sizeof numbers, "; forward alone %s rows/s; %.2f of the model's speed",
                 format_count(r.forward_rows_per_second).c_str(), r.model_fraction);
-  const std::string tail = numbers + padding_text(r, t);
+  std::string tail = numbers + padding_text(r, t);
+  if (!r.int8_instructions.empty()) tail += "; int8 on a CPU with " + r.int8_instructions;
   if (r.bound != "fixed costs") return group_head(r) + tail;
   char part[32];
   std::snprintf(part, sizeof part, "%.2f of ", r.fixed_seconds);
@@ -105,6 +106,7 @@ std::optional<Bottleneck> find_bottleneck(const FillTimings& t) {
   r.rows_per_second = static_cast<double>(t.rows) / t.seconds;
   r.forward_rows_per_second = rate(t.rows, 1, b.forward);
   r.model_fraction = r.rows_per_second / r.forward_rows_per_second;
+  r.int8_instructions = t.int8_instructions;
   if (t.token_slots > 0) r.padding_share = 1.0 - static_cast<double>(t.tokens) / static_cast<double>(t.token_slots);
   r.verdict = verdict(r, t);
   return r;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "prepare.h"
+#include "traincache/base/cores.h"
 #include "traincache/base/timing.h"
 #include "traincache/fill/update_plan.h"
 #include "traincache/io/image.h"
@@ -124,6 +125,7 @@ void closing_figures(const FillRun& run, FillResult& r) {
   t.tokens = r.tokens;
   t.token_slots = r.token_slots;
   t.padding_remedy = padding_remedy(run.opts, r);
+  if (run.opts.precision == Precision::int8) t.int8_instructions = int8_instructions();
   r.bottleneck = find_bottleneck(t);
 }
 

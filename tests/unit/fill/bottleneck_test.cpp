@@ -168,6 +168,27 @@ CATCH_TEST_CASE("bottleneck: text's padding share, and its remedy when large", "
   CATCH_CHECK(b->verdict.find("padding") == std::string::npos);
 }
 
+CATCH_TEST_CASE("bottleneck: an int8 fill's line names the CPU's int8 instructions, last", "[fill]") {
+  FillTimings t = timings();
+  t.readers = 1;
+  t.busy.input = 1.0;
+  t.busy.forward = 5.0;
+  t.tokens = 8000;
+  t.token_slots = 10000;
+  t.int8_instructions = "AVX512-VNNI";
+  auto b = fill::find_bottleneck(t);
+  CATCH_REQUIRE(b);
+  CATCH_CHECK(b->int8_instructions == "AVX512-VNNI");
+  CATCH_CHECK(b->verdict ==
+              "bound by forward: the encode thread 4,000 rows/s; forward alone 4,000 rows/s; 0.71 of the "
+              "model's speed; padding 20% of the token slots; int8 on a CPU with AVX512-VNNI");
+  t.seconds = 100;  // bound by fixed costs: still said
+  CATCH_CHECK(fill::find_bottleneck(t)->bound == "fixed costs");
+  CATCH_CHECK(fill::find_bottleneck(t)->verdict.find("; int8 on a CPU with AVX512-VNNI") != std::string::npos);
+  t.int8_instructions.clear();
+  CATCH_CHECK(fill::find_bottleneck(t)->verdict.find("int8") == std::string::npos);
+}
+
 CATCH_TEST_CASE("format_count sets thousands apart", "[base]") {
   CATCH_CHECK(format_count(0) == "0");
   CATCH_CHECK(format_count(999.4) == "999");

@@ -32,6 +32,12 @@ int intra_op_threads(int threads);
 /// left to libgomp, which ignores it.
 void check_openmp_affinity(const char* const* env = nullptr);
 
+/// The int8 dot-product instructions this CPU has, best first, as the bottleneck line names them for
+/// --precision int8: "AMX" (AMX-INT8 tiles), "AVX512-VNNI", "AVX-VNNI", "AVX-512" (AVX512BW, no
+/// VNNI), "AVX2", else "SSE" (x86-64), or "" elsewhere. Which of them a kernel uses is its library's
+/// choice (fbgemm's have AVX512-VNNI and AVX2 paths, oneDNN's AMX ones too).
+std::string int8_instructions();
+
 /// The cores a cgroup v2 `cpu.max` value ("QUOTA PERIOD", or "max PERIOD" for no limit) allows,
 /// rounded up; nothing for no limit or a value that does not parse.
 std::optional<unsigned> cores_of_cpu_max(const std::string& value);

@@ -33,6 +33,7 @@ struct FillTimings {
   double model_setup_seconds = 0, digest_seconds = 0, publish_seconds = 0;
   int64_t tokens = 0, token_slots = 0;  ///< text: tokens encoded, and their batches' slots (padding included)
   std::string padding_remedy;           ///< what lowers the padding share, for the verdict when it is large
+  std::string int8_instructions;        ///< --precision int8: the CPU's (int8_instructions()); else ""
 };
 
 /// Which stage bounds a fill, and by how much.
@@ -56,8 +57,9 @@ struct Bottleneck {
   double forward_rows_per_second = 0;  ///< the encoders' forward calls alone
   double model_fraction = 0;           ///< rows_per_second over forward_rows_per_second
   double loop_seconds = 0, fixed_seconds = 0;
-  double padding_share = -1;  ///< of the text's token slots, the padding's (-1: no text)
-  std::string verdict;        ///< the closing line: "bound by decode: 16 readers 7,150 rows/s; ..."
+  double padding_share = -1;      ///< of the text's token slots, the padding's (-1: no text)
+  std::string int8_instructions;  ///< FillTimings::int8_instructions ("": not int8)
+  std::string verdict;            ///< the closing line: "bound by decode: 16 readers 7,150 rows/s; ..."
 };
 
 /// Above this padding share the verdict names FillTimings::padding_remedy.
