@@ -391,13 +391,14 @@ double Encoding::precision_difference(model::Encoder& enc, const std::vector<tor
 void Encoding::check_precision(model::Encoder& enc, const std::vector<torch::Tensor>& args, bool resumed,
                                JournalEncoder& je) {
   const bool int8 = opts_.precision == Precision::int8;
-  torch::Tensor want;
-  if (!int8) want = enc.forward(args);
+  torch::Tensor want;  // float32's output of the batch
   if (int8) {
     const model::Int8Conversion c = enc.make_int8(args, &want);
     if (c.left > 0 && cb_.warn)
       cb_.warn("encoder '" + enc.name() + "': --precision int8 converted " + std::to_string(c.linears) +
                " linear layers; " + std::to_string(c.left) + " without a constant weight stay float32");
+  } else {
+    want = enc.forward(args);
   }
   double rel = precision_difference(enc, args, want);
   const char* name = model::precision_choices().name(opts_.precision);

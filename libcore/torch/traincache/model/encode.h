@@ -197,10 +197,10 @@ class Encoder {
   /// Makes the int8 module (int8_module of the plain one) that forward() runs in int8; throws
   /// int8_module's errors.
   Int8Conversion make_int8();
-  /// The same on a thread of its own while this one computes the plain module's float32 output for `sample` into
-  /// *reference (the precision check's; one call that the graph executor neither profiles nor
-  /// optimises, as the plain module is not run again in int8). Throws int8_module's errors, or the
-  /// forward's.
+  /// The same on a thread of its own, while this one computes the plain module's float32 output
+  /// for `sample` into *reference (the precision check's: one call that the graph executor neither
+  /// profiles nor optimises, as the plain module is not run again in int8). Throws int8_module's
+  /// errors, or the forward's.
   Int8Conversion make_int8(const std::vector<torch::Tensor>& sample, torch::Tensor* reference);
   /// Drops the optimised module: forward() runs the plain one from now on.
   void use_plain() { optimized_.reset(); }
