@@ -84,38 +84,67 @@ namespace {
 
 // libgomp, which comes with LibTorch, reads its waiting settings once, as it loads: unless the user
 // chose (either variable set), its idle threads spin briefly and then sleep (base/openmp_wait.h).
-// Set only while the module loads, so that children see the environment the tool was given.
-class OpenmpWaitWhileLoading {
- public:
-  OpenmpWaitWhileLoading() : ours_(!std::getenv(kOmpPolicyVariable) && !std::getenv(kOmpSpinVariable)) {
-    if (!ours_) return;
-    ::setenv(kOmpPolicyVariable, kOmpPolicy, 0);
-    ::setenv(kOmpSpinVariable, kOmpSpinCount, 0);
-  }
-  ~OpenmpWaitWhileLoading() {
-    if (!ours_) return;
-    ::unsetenv(kOmpPolicyVariable);
-    ::unsetenv(kOmpSpinVariable);
-  }
-  OpenmpWaitWhileLoading(const OpenmpWaitWhileLoading&) = delete;
-  OpenmpWaitWhileLoading& operator=(const OpenmpWaitWhileLoading&) = delete;
+// Set only while the module loads, so that children see the environment the tool was given. Set
+// and unset on the thread that asks for the load (setenv beside another thread's getenv is a race).
+bool set_openmp_wait() {
+  if (std::getenv(kOmpPolicyVariable) || std::getenv(kOmpSpinVariable)) return false;
+  ::setenv(kOmpPolicyVariable, kOmpPolicy, 0);
+  ::setenv(kOmpSpinVariable, kOmpSpinCount, 0);
+  return true;
+}
 
- private:
-  bool ours_;
-};
+void unset_openmp_wait() {
+  ::unsetenv(kOmpPolicyVariable);
+  ::unsetenv(kOmpSpinVariable);
+}
 
 void* open_engines() {
   keep_freed_memory();
   check_openmp_affinity();  // a list libgomp cannot bind to ends the process once LibTorch runs
-  const OpenmpWaitWhileLoading wait;
   return open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");
+}
+
+// The engines module's handle, loaded on the first call (a second thread's call waits for it).
+void* engines_handle(bool set_wait) {
+  static void* const handle = [set_wait] {
+    const bool set = set_wait && set_openmp_wait();
+    try {
+      void* h = open_engines();
+      if (set) unset_openmp_wait();
+      return h;
+    } catch (...) {
+      if (set) unset_openmp_wait();
+      throw;
+    }
+  }();
+  return handle;
 }
 
 }  // namespace
 
-void* engines_symbol(const char* name) {
-  static void* const handle = open_engines();
-  return module_symbol(handle, name, kEnginesFile, "LibTorch");
+void* engines_symbol(const char* name) { return module_symbol(engines_handle(true), name, kEnginesFile, "LibTorch"); }
+
+EnginesLoad::EnginesLoad() : set_wait_(set_openmp_wait()) {
+  thread_ = std::thread([this] {
+    try {
+      engines_handle(false);
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+  });
+}
+
+EnginesLoad::~EnginesLoad() { join(); }
+
+void EnginesLoad::join() {
+  if (thread_.joinable()) thread_.join();
+  if (set_wait_) unset_openmp_wait();
+  set_wait_ = false;
+}
+
+void EnginesLoad::wait() {
+  join();
+  if (failure_) std::rethrow_exception(failure_);
 }
 
 void rethrow(const ModuleFailure& f) {

@@ -1,6 +1,7 @@
 // The torch-free side of cache-fill's and cache-inspect --verify's entry points into
 // libtraincache_engines.so (fill_module.cpp), loaded when there is work for LibTorch.
 #include <algorithm>
+#include <optional>
 
 #include "fill_module.h"
 #include "result.h"
@@ -14,9 +15,11 @@ bool VerifyReport::ok() const {
 }
 
 // A CPU fill opens and checks its inputs, takes the output's lock, tells whether the cache is up
-// to date, plans an update and opens its journal before it loads LibTorch, which a refused input,
-// journal or an up-to-date cache then never needs. A CUDA fill loads it first, as run_fill does, so that a device this
-// machine lacks is 69 before any input is read.
+// to date, plans an update and opens its journal before it needs LibTorch, which a refused input,
+// journal or an up-to-date cache then never loads. Once the lock is taken and the fill is sure to
+// encode (--force, or no cache yet), LibTorch loads on a thread of its own while the fingerprint's
+// digests and the plan are made. A CUDA fill loads it first, as run_fill does, so that a device
+// this machine lacks is 69 before any input is read.
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
   FillResult result;
@@ -24,12 +27,14 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
     call_engines<decltype(tc_fill_run)>("tc_fill_run", &opts, &cb, &result);
     return result;
   }
-  FillRun run = prepare_fill(opts, cb);
+  std::optional<EnginesLoad> loading;
+  FillRun run = prepare_fill(opts, cb, [&] { loading.emplace(); });
   if (run.up_to_date()) return fill_result(run, FillEnding::up_to_date());
   plan_encoding(run);  // a journal that cannot be resumed is refused here
   // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
   const auto t_load = Clock::now();
   try {
+    if (loading) loading->wait();
     engines_symbol("tc_fill_encode");
   } catch (...) {
     discard_unstarted(run);

@@ -4,9 +4,11 @@
 // options and refuse bad ones without loading LibTorch).
 #pragma once
 
+#include <exception>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "traincache/base/error.h"
 
@@ -26,6 +28,28 @@ void* module_symbol(void* handle, const char* name, const std::string& file, con
 /// which is loaded, and LibTorch with it, on the first call. Error(unavailable, "LibTorch", ...)
 /// when it cannot be loaded or lacks NAME.
 void* engines_symbol(const char* name);
+
+/// libtraincache_engines.so loaded on a thread of its own from construction on, beside the caller's
+/// work (cache-fill plans its run meanwhile: the module's load is one core's work for a third of a
+/// second). engines_symbol, on any thread, waits for it; so does the destructor. A load that failed
+/// is thrown by wait() (and again by the next engines_symbol), never by the constructor.
+class EnginesLoad {
+ public:
+  EnginesLoad();
+  ~EnginesLoad();
+  EnginesLoad(const EnginesLoad&) = delete;
+  EnginesLoad& operator=(const EnginesLoad&) = delete;
+
+  /// Waits for the load; throws what it failed with.
+  void wait();
+
+ private:
+  void join();
+
+  bool set_wait_;  // libgomp's waiting settings were set here for the load, and are unset after it
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
 
 /// glibc's malloc in a process that runs LibTorch: unless the environment chose (GLIBC_TUNABLES
 /// naming a glibc.malloc setting, or a MALLOC_*_ variable), freed blocks of up to 32 MiB (glibc's
