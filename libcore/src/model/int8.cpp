@@ -27,9 +27,12 @@ const std::pair<at::QEngine, const char*> kEngines[] = {
 // (quantized::linear_prepack).
 c10::IValue packed_weight(const at::Tensor& weight, const c10::OperatorHandle& prepack) {
   const at::Tensor w = weight.contiguous();
-  const at::Tensor scales = (w.abs().amax({1}) / 127.0).clamp_min(1e-12).to(at::kDouble);
+  const at::Tensor scales = (w.abs().amax({1}) / 127.0).clamp_min(1e-12);
   const at::Tensor zeros = at::zeros({w.size(0)}, at::kLong);
-  torch::jit::Stack stack{at::quantize_per_channel(w, scales, zeros, 0, at::kQInt8), c10::IValue()};
+  // quantize_per_channel's values (round half to even of w * (1 / scale), in float32), made by
+  // vector operations: its own loop goes element by element.
+  const at::Tensor q = (w * scales.reciprocal().unsqueeze(1)).round_().clamp_(-128, 127).to(at::kChar);
+  torch::jit::Stack stack{at::_make_per_channel_quantized_tensor(q, scales.to(at::kDouble), zeros, 0), c10::IValue()};
   prepack.callBoxed(&stack);
   return stack.at(0);
 }
