@@ -103,12 +103,14 @@ class Encoding {
   // The first batch: optimisation (kept as the committed rows had it) and the determinism check.
   void first_batch_checks(model::Encoder& enc, const std::vector<torch::Tensor>& args, JournalEncoder& je);
 
-  // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32),
-  // relative to want's largest magnitude. The output and its forward's seconds go to checked_.
+  // The largest difference of `enc`'s reduced-precision output on `args` from `want` (float32, of
+  // args' first rows), relative to want's largest magnitude. The output and its forward's seconds
+  // go to checked_.
   double precision_difference(model::Encoder& enc, const std::vector<torch::Tensor>& args, const torch::Tensor& want);
 
-  // --precision: the first batch in reduced precision against float32, within the tolerance
-  // (relative to the largest float32 magnitude); the encoder then stays in reduced precision.
+  // --precision: the first batch in reduced precision, its first kPrecisionCheckRows rows against
+  // float32, within the tolerance (relative to the largest float32 magnitude); the encoder then
+  // stays in reduced precision.
   // int8: the encoder's int8 module is made first (Encoder::make_int8).
   // An optimised module beyond the tolerance gives way to the plain one (on CPUs without native
   // bfloat16, oneDNN's prepacked bf16 path can be several times further off) unless committed

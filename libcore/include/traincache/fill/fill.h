@@ -225,6 +225,10 @@ struct FillCallbacks {
 /// compared.
 inline constexpr double kOptimizeTolerance = 1e-4;
 inline constexpr int64_t kOptimizeCheckRows = 16;
+/// Rows of the first batch whose --precision output (bf16, fp16, int8) is compared with float32's
+/// (precision_max_rel_diff): the float32 forward on them is the check's cost, one batch of float32
+/// work for a run that converts to save it.
+inline constexpr int64_t kPrecisionCheckRows = 32;
 /// Rows of the first batch encoded alone to measure the encoder's batch noise (how far a row's
 /// output moves with the other rows of its batch): what an update's rows may differ by from a full
 /// fill's. They are spread over the batch in the order it was encoded (first and last included),
