@@ -91,6 +91,22 @@ j = json.load(open('$WORK/bf16-again.json'))
 e = j['encoders'][0]
 print(j['status'], e['precision'], e['precision_max_rel_diff'] == h5py.File('$WORK/bf16.h5')['embeddings/cnn'].attrs['precision_max_rel_diff'] > 0)"
 expect_out "up_to_date bf16 True"
+# cache-inspect --verify re-encodes a bf16 cache in bf16 (re-encoded in float32, every row was off
+# by bf16's own difference and a fresh cache was called stale); a precision this device cannot run
+# is refused, naming the device that can, and one it does not know is damage.
+run "$TC_BIN/cache-inspect" --verify 64 "$WORK/bf16.h5"
+expect_rc 0
+expect_out_has $'\tcnn\tok: 64 rows match'
+for p in fp16 fp8; do
+  cp "$WORK/bf16.h5" "$WORK/$p.h5"
+  py "import h5py; h5py.File('$WORK/$p.h5', 'r+')['embeddings/cnn'].attrs['precision'] = '$p'"
+done
+run "$TC_BIN/cache-inspect" --verify 8 "$WORK/fp16.h5"
+expect_rc 64
+expect_err "cache-inspect: error: encoder 'cnn': its rows were encoded in fp16, which LibTorch runs on CUDA devices only: verify with --device cuda"
+run "$TC_BIN/cache-inspect" --verify 8 "$WORK/fp8.h5"
+expect_rc 65
+expect_err "cache-inspect: error: encoder 'cnn': records precision 'fp8', which this build cannot run"
 # Beyond the tolerance: refused before anything is stored.
 run "$TC_BIN/cache-fill" "${F[@]}" --precision bf16 --precision-tolerance 0.0001 --out "$WORK/tight.h5"
 expect_rc 65

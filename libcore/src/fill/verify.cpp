@@ -159,6 +159,41 @@ void compare_rows(const torch::Tensor& got, const torch::Tensor& want, const std
   if (v.mismatched > 0) v.first_bad_row = rows[bad_rows.nonzero()[0][0].item<int64_t>()];
 }
 
+// The precision encoder e's rows were encoded in ("" in caches from before it was recorded: fp32),
+// and whether `device` runs it: a refusal says which device would.
+Precision recorded_precision(const io::cache::EmbeddingInfo& e, const torch::Device& device) {
+  const auto p =
+      e.precision.empty() ? std::optional<Precision>(Precision::fp32) : model::precision_choices().find(e.precision);
+  const std::string subject = "encoder '" + e.name + "'";
+  if (!p) throw Error(Exit::data, subject, "records precision '" + e.precision + "', which this build cannot run");
+  if (*p == Precision::fp16 && !device.is_cuda())
+    throw Error(Exit::usage, subject,
+                "its rows were encoded in fp16, which LibTorch runs on CUDA devices only: verify with --device cuda");
+  if (*p == Precision::int8 && device.is_cuda())
+    throw Error(Exit::usage, subject, "its rows were encoded in int8, which runs on the CPU: verify with --device cpu");
+  return *p;
+}
+
+// The encoder's output on `args`, on the CPU as float64 [rows, -1]. Given the masks of its token
+// inputs (the last masks.size() groups of `n` tensors; masks[t] the attention mask of group t),
+// each row alone, cut to its own length: in one batch the rows would be padded to the longest,
+// which moves float32's last bits in the attention, and int8's or bf16's rounding can carry such a
+// bit a whole step (the fill's length-sorted batches pad little; its batch noise, measured against
+// rows alone, bounds the rest).
+torch::Tensor reencode(model::Encoder& enc, const std::vector<torch::Tensor>& args,
+                       const std::vector<torch::Tensor>& masks, std::size_t n) {
+  const int64_t k = args.front().size(0);
+  if (masks.empty()) return enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
+  std::vector<torch::Tensor> rows;
+  for (int64_t r = 0; r < k; ++r) {
+    std::vector<torch::Tensor> one = model::slice_rows(args, r, r + 1);
+    for (std::size_t t = 0; t < masks.size(); ++t)
+      model::trim_padding(&one[one.size() - (masks.size() - t) * n], n, masks[t].slice(0, r, r + 1));
+    rows.push_back(enc.forward(one).to(torch::kCPU, torch::kFloat64).reshape({1, -1}));
+  }
+  return torch::cat(rows);
+}
+
 // Encoder e of the cache re-run on rows `rows` of `input` and compared with what the cache holds.
 EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheInfo& info,
                               const io::cache::EmbeddingInfo& e, const std::string& input,
@@ -172,28 +207,42 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
   // device has it); TF32 rows are compared as float16 ones are, since both keep a 10-bit mantissa.
   model::allow_tf32(e.math_mode == "tf32");
   v.rtol = opts.rtol >= 0 ? opts.rtol : (e.dtype == DType::f16 || e.math_mode == "tf32" ? 2e-3 : 1e-4);
-  v.atol = opts.atol;
+  const Precision precision = recorded_precision(e, device);
 
   std::vector<torch::Tensor> args = feature_args(info, e, input, rows, device);
   model::Encoder enc(e.name, v.encoder_path, device, e.output);
   const std::size_t n = model::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
+  std::vector<torch::Tensor> masks;  // in reduced precision, to encode text rows one at a time
   for (const auto& key : e.text) {
     auto t = text_args(info, key, input, rows);
+    if (precision != Precision::fp32) masks.push_back(t[1]);
     args.insert(args.end(), t.begin(), t.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  if (e.precision == "int8") {  // the rows' own arithmetic: each row's int8 output depends on it alone
+  // Re-encoded in the rows' own precision, by the module (optimised or plain) that encoded them.
+  if (precision == Precision::int8) {
     enc.make_int8();
-    enc.set_precision(Precision::int8);
   } else if (e.inference == "optimized") {
-    enc.try_optimize(args, 1e-4);
+    enc.try_optimize(args, 1e-4, precision);
   }
+  enc.set_precision(precision);
   const int64_t k = static_cast<int64_t>(rows.size());
-  torch::Tensor got = enc.forward(args).to(torch::kCPU, torch::kFloat64).reshape({k, -1});
+  torch::Tensor got = reencode(enc, args, masks, n);
   std::vector<float> cached = io::cache::read_embedding_rows(opts.cache, e.name, rows);
   torch::Tensor want =
       torch::from_blob(cached.data(), {k, static_cast<int64_t>(cached.size()) / std::max<int64_t>(1, k)},
                        torch::kFloat32)
           .to(torch::kFloat64);
+  // In reduced precision a row re-encoded outside its batch may differ as an update's rows may, by
+  // kUpdateNoiseFactor times the recorded batch noise (float32's is within rtol); a text row also
+  // by rounding steps where its batch's padding moved a float32 last bit, which the fill's 16
+  // probed rows can all miss: up to the precision's own recorded difference from float32
+  // (precision_max_rel_diff of the largest value; MiniLM in int8: 1.2% seen where the batch noise
+  // recorded 0, 8.6% allowed).
+  double noise = 0;
+  if (precision != Precision::fp32) noise = kUpdateNoiseFactor * std::max(0.0, e.batch_max_abs_diff);
+  if (precision != Precision::fp32 && !e.text.empty())
+    noise = std::max(noise, e.precision_max_rel_diff * want.abs().max().item<double>());
+  v.atol = opts.atol + noise;
   compare_rows(got, want, rows, v);
   return v;
 }
