@@ -217,8 +217,12 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& op
   if (opts.precision == Precision::int8) model::require_int8();  // before any encoder loads
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
-  for (const auto& e : opts.encoders)
+  for (const auto& e : opts.encoders) {
     encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output));
+    // Converted beside the encode loop's start (its readers, the vocabulary checks) until the
+    // first batch's precision check waits for it.
+    if (opts.precision == Precision::int8) encoders.back()->start_int8();
+  }
   tally.model_setup_seconds = seconds_since(t_load);
   return encoders;
 }

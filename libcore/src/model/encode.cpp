@@ -558,10 +558,15 @@ Int8Conversion Encoder::make_int8() {
   return done;
 }
 
+void Encoder::start_int8() {
+  // Freezing copies the module, so this thread may read the plain one meanwhile (as try_optimize's
+  // forward does); int8_ is set there and read after get().
+  int8_made_ = std::async(std::launch::async, [this] { return make_int8(); });
+}
+
 Int8Conversion Encoder::make_int8(const std::vector<torch::Tensor>& sample, torch::Tensor* reference) {
-  // Freezing copies the module, so the forward below may read the plain one meanwhile (as
-  // try_optimize's does); int8_ is set there and read after get().
-  std::future<Int8Conversion> made = std::async(std::launch::async, [this] { return make_int8(); });
+  if (!int8_made_.valid()) start_int8();
+  std::future<Int8Conversion> made = std::move(int8_made_);
   {
     torch::jit::GraphOptimizerEnabledGuard unoptimised(false);  // this thread's calls only
     *reference = run(plain_, sample);

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -197,10 +198,13 @@ class Encoder {
   /// Makes the int8 module (int8_module of the plain one) that forward() runs in int8; throws
   /// int8_module's errors.
   Int8Conversion make_int8();
-  /// The same on a thread of its own, while this one computes the plain module's float32 output
-  /// for `sample` into *reference (the precision check's: one call that the graph executor neither
-  /// profiles nor optimises, as the plain module is not run again in int8). Throws int8_module's
-  /// errors, or the forward's.
+  /// Starts make_int8 on a thread of its own, so that the conversion runs beside what precedes the
+  /// first batch (the next make_int8(sample, reference) waits for it; so does the destructor).
+  void start_int8();
+  /// make_int8 on a thread of its own (start_int8's, or one started here), while this one computes
+  /// the plain module's float32 output for `sample` into *reference (the precision check's: one
+  /// call that the graph executor neither profiles nor optimises, as the plain module is not run
+  /// again in int8). Throws int8_module's errors, or the forward's.
   Int8Conversion make_int8(const std::vector<torch::Tensor>& sample, torch::Tensor* reference);
   /// Drops the optimised module: forward() runs the plain one from now on.
   void use_plain() { optimized_.reset(); }
@@ -222,6 +226,7 @@ class Encoder {
   torch::jit::Module plain_;
   std::optional<torch::jit::Module> optimized_;
   std::optional<torch::jit::Module> int8_;
+  std::future<Int8Conversion> int8_made_;  // start_int8's conversion, until make_int8 takes it
   Precision precision_ = Precision::fp32;
 };
 
