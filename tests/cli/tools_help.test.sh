@@ -137,10 +137,8 @@ expect_rc 69
 expect_err "cache-fill: error: $no_module"
 expect_no_file "$WORK/none.h5"
 expect_no_file "$WORK/none.h5.partial"  # its journal is opened before LibTorch: an empty one goes
-# A fill on the CPU opens its inputs before it needs LibTorch: a missing one is 66, as ever (with
-# no cache at --out, LibTorch's load has begun beside the inputs, and failed: the input's error is
-# the one told); a fill on a CUDA device loads LibTorch first (a device the machine lacks is 69
-# before any input).
+# A fill on the CPU opens its inputs before it loads LibTorch: a missing one is 66, as ever; a
+# fill on a CUDA device loads LibTorch first (a device the machine lacks is 69 before any input).
 run "$TC_BIN/cache-fill" -q --input "$WORK/missing.h5" --features images --encoder cnn="$TC_DATA/cnn.pt" \
   --out "$WORK/none.h5"
 expect_rc 66

@@ -16,10 +16,10 @@ bool VerifyReport::ok() const {
 
 // A CPU fill opens and checks its inputs, takes the output's lock, tells whether the cache is up
 // to date, plans an update and opens its journal before it needs LibTorch, which a refused input,
-// journal or an up-to-date cache then never loads. Where the fill is sure to encode (--force, or
-// no cache yet), LibTorch loads on a thread of its own from the start, while the inputs are opened
-// and the digests and the plan made. A CUDA fill loads it first, as run_fill does, so that a
-// device this machine lacks is 69 before any input is read.
+// journal or an up-to-date cache then never loads. Once the lock is taken, where the fill is sure
+// to encode (--force, or no cache yet), LibTorch loads on a thread of its own while the digests and
+// the plan are made. A CUDA fill loads it first, as run_fill does, so that a device this machine
+// lacks is 69 before any input is read.
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
   FillResult result;

@@ -218,19 +218,19 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   FillRun p(opts, cb);
   p.t_start = Clock::now();
   p.cuda = model::parse_device_spec(opts.device).cuda;
-  // The output: a shard's own file with --shard-count (plan_rows' `sharded`).
-  const std::string out = opts.shard_count > 0 ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
-  struct stat st;
-  if (sure_to_encode && (opts.force || stat(out.c_str(), &st) != 0)) sure_to_encode();
   p.in = open_inputs(opts);
   p.device_convert = plan_conversion(opts, p.cuda, p.in);
   p.in.readers = reader_threads(opts, p.in);
   p.plan = plan_rows(opts, p.in.rows, p.in.groups);
-  p.out = out;
+  p.out = p.plan.sharded ? shard_path(opts.out, opts.shard_index, opts.shard_count) : opts.out;
   // One run per output at a time: a second one would share the journal and publish torn rows.
   p.lock = std::make_unique<files::OutputLock>(p.out, "cache-fill");
   if (const int left = p.lock->stale_removed(); left > 0 && cb.warn)
     cb.warn(p.out + ": removed " + std::to_string(left) + " temporary file(s) beside it that a killed run had left");
+  // Not before: a refusal until here (a missing input, another run's lock) answers at once, where
+  // it would wait for what the hook started (a LibTorch load) to finish.
+  struct stat st;
+  if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
 
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
   for (const auto& e : opts.encoders) {

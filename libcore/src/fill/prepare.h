@@ -107,9 +107,9 @@ struct FillRun {
 
 // Options (once validate_options has accepted them), inputs, rows, lock, fingerprint and the
 // existing cache, in that order; Error as run_fill. An up-to-date cache ends the fill here (its leftover progress
-// directory removed). `sure_to_encode`, when given, is called first if no cache can be up to date
-// (none at the output, or --force): before the inputs are opened and the encoders' digests and the
-// fingerprint made, which a CUDA fill overlaps with readying its device and a CPU fill with loading
+// directory removed). `sure_to_encode`, when given, is called as soon as the lock is taken if no
+// cache can be up to date (none at the output, or --force): before the encoders' digests and the
+// fingerprint, which a CUDA fill overlaps with readying its device and a CPU fill with loading
 // LibTorch. `opts` and `cb` must outlive the run.
 FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb,
                      const std::function<void()>& sure_to_encode = {});
