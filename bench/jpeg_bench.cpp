@@ -87,7 +87,7 @@ struct DevicePath {
   model::ImagePrep prep;
 
   DevicePath(const io::image::Spec& s, torch::Device d) : spec(s), device(d), prep(s, d) {
-    if (d.is_cuda()) decoder = std::make_unique<model::JpegDecoder>(d);
+    if (d.is_cuda()) decoder = model::make_jpeg_decoder(d);
   }
 
   std::vector<torch::Tensor> batch(const std::vector<JpegFile>& files, std::size_t a, std::size_t b, int64_t& left) {

@@ -57,7 +57,25 @@ target_link_options(traincache_torch_iface INTERFACE "LINKER:--push-state,--no-a
 # three of its functions came from LibTorch. There libstdc++.a goes just before LibTorch, after our
 # own libraries, and every std:: function any of them calls comes from it.
 tc_static_libstdcxx(TC_STATIC_LIBSTDCXX)
-target_link_libraries(traincache_torch_iface INTERFACE ${TC_STATIC_LIBSTDCXX} ${TORCH_LIBRARIES})
+# A target with the property TRAINCACHE_TORCH_CPU_ONLY (the engines module) links LibTorch's CPU
+# library alone: a CUDA LibTorch's TORCH_LIBRARIES name libtorch_cuda and libc10_cuda with
+# --no-as-needed, and loading those (with cuDNN, cuBLAS, NCCL...) was 40% of LibTorch's load in a run
+# on the CPU. What runs on CUDA devices is in libtraincache_cuda.so (libcore/src/model/cuda_module.h).
+if(TORCH_CUDA_LIBRARIES AND TARGET torch_cpu_library)
+  set(tc_cpu_only "$<BOOL:$<TARGET_PROPERTY:TRAINCACHE_TORCH_CPU_ONLY>>")
+  target_link_libraries(traincache_torch_iface INTERFACE ${TC_STATIC_LIBSTDCXX} "$<${tc_cpu_only}:torch_cpu_library>"
+                                                         "$<$<NOT:${tc_cpu_only}>:${TORCH_LIBRARIES}>")
+  # and what the torch target asks of its users' compilation (C++20, the C++ API's include folder)
+  target_include_directories(traincache_torch_iface SYSTEM INTERFACE "$<${tc_cpu_only}:${TORCH_INCLUDE_DIRS}>")
+  foreach(prop COMPILE_FEATURES COMPILE_OPTIONS)
+    get_target_property(tc_torch_${prop} torch INTERFACE_${prop})
+    if(tc_torch_${prop})
+      set_property(TARGET traincache_torch_iface APPEND PROPERTY INTERFACE_${prop} "$<${tc_cpu_only}:${tc_torch_${prop}}>")
+    endif()
+  endforeach()
+else()
+  target_link_libraries(traincache_torch_iface INTERFACE ${TC_STATIC_LIBSTDCXX} ${TORCH_LIBRARIES})
+endif()
 # pip's CUDA LibTorch finds NCCL, cuDNN and the CUDA libraries beside it (site-packages/nvidia/*/lib,
 # its RPATH at run time). The linker must find the same ones: a machine with the CUDA toolkit has an
 # older NCCL in ld.so.conf's folders, which lacks symbols libtorch_cuda.so needs.

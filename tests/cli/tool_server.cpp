@@ -342,6 +342,9 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   const auto loaded_with = read_at_load(current_environment());
   try {
+    // CUDA's module first, as a tool whose options name a CUDA device loads it (base/module.h):
+    // a served --device cuda then finds CUDA as a tool of its own would.
+    traincache::load_cuda_module();
     traincache::engines_symbol("tc_fill_encode");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tool-server: %s\n", e.what());

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/load-order and its use (docs/design.md, "Loading LibTorch"): on a hand-made graph of
 # libraries it prints each after what it needs and leaves out the root's own folder; the build's
-# libtraincache_engines.so.load-order holds the module's whole closure (as ldd resolves it) less
-# our own libraries, each after the libraries it names as NEEDED; and a tool loads LibTorch from
-# that list before the module, while a module with no list beside it loads LibTorch itself.
+# libtraincache_engines.so.load-order (and libtraincache_cuda.so's, with a CUDA LibTorch) holds the
+# module's whole closure (as ldd resolves it) less our own libraries, each after the libraries it
+# names as NEEDED; with a CUDA LibTorch the engines module needs none of CUDA's libraries and a fill
+# on the CPU loads none; and a tool loads LibTorch from that list before the module, while a module
+# with no list beside it loads LibTorch itself.
 set -euo pipefail
 : "${TC_SOURCE:?}" "${TC_BUILD:?}"
 order="$TC_SOURCE/scripts/load-order"
@@ -45,25 +47,46 @@ rc=0
 "$order" 2>/dev/null || rc=$?
 [ "$rc" = 64 ] || fail "no argument: rc $rc, expected 64"
 
-# ---- the build's list: the module's closure less our own, each library after what it needs.
+# ---- the build's lists: each module's closure less our own, each library after what it needs.
+check_list() { # check_list MODULE: MODULE.load-order against ldd's closure and the NEEDED entries
+  local module=$1 list="$1.load-order" n=0 file soname at
+  [ -s "$list" ] || fail "$list is missing or empty"
+  ldd "$module" | awk '$2 == "=>" && $3 ~ /^\// && $1 !~ /^libtraincache/ {print $3}' | sort >"$work/closure"
+  sort "$list" >"$work/listed"
+  diff "$work/closure" "$work/listed" >"$work/diff" || fail "$list is not the module's closure: $(head -5 "$work/diff")"
+  declare -A path_of line_of_path
+  while read -r soname file; do path_of[$soname]=$file; done < <(ldd "$module" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+  while read -r file; do line_of_path[$file]=$((n += 1)); done <"$list"
+  n=0
+  while read -r file; do
+    n=$((n + 1))
+    for soname in $(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'); do
+      at=${line_of_path[${path_of[$soname]:-none}]:-}
+      [ -z "$at" ] || [ "$at" -lt "$n" ] || fail "$file (line $n) comes before ${path_of[$soname]} (line $at), which it needs"
+    done
+  done <"$list"
+  echo "ok: $n libraries in load order for $(basename "$module")"
+}
 engines="$TC_BUILD/lib/libtraincache_engines.so"
-list="$engines.load-order"
-[ -s "$list" ] || fail "$list is missing or empty"
-ldd "$engines" | awk '$2 == "=>" && $3 ~ /^\// && $1 !~ /^libtraincache/ {print $3}' | sort >"$work/closure"
-sort "$list" >"$work/listed"
-diff "$work/closure" "$work/listed" >"$work/diff" || fail "the list is not the module's closure: $(head -5 "$work/diff")"
-declare -A path_of line_of_path
-while read -r soname file; do path_of[$soname]=$file; done < <(ldd "$engines" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-n=0
-while read -r file; do line_of_path[$file]=$((n += 1)); done <"$list"
-n=0
-while read -r file; do
-  n=$((n + 1))
-  for soname in $(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'); do
-    at=${line_of_path[${path_of[$soname]:-none}]:-}
-    [ -z "$at" ] || [ "$at" -lt "$n" ] || fail "$file (line $n) comes before ${path_of[$soname]} (line $at), which it needs"
-  done
-done <"$list"
+cuda="$TC_BUILD/lib/libtraincache_cuda.so"
+check_list "$engines"
+[ ! -e "$cuda" ] || check_list "$cuda"
+
+# ---- with a CUDA LibTorch, the engines module links no CUDA library (libtraincache_cuda.so holds
+# what needs them), and a run on the CPU loads none: LibTorch's CPU libraries alone.
+if [ -e "$cuda" ]; then
+  cuda_needed=$(readelf -d "$engines" | grep -E "NEEDED.*\[lib(torch_cuda|c10_cuda|torch|nvjpeg|cudnn|nccl)[.]" || true)
+  [ -z "$cuda_needed" ] || fail "the engines module needs CUDA's libraries: $cuda_needed"
+  grep -q "/libtorch_cuda[.]so$" "$cuda.load-order" || fail "libtorch_cuda is not in the CUDA module's list"
+fi
+if [ -n "${TC_DATA:-}" ]; then
+  loaded=$(env -u LD_DEBUG_OUTPUT LD_DEBUG=files "$TC_BUILD/bin/cache-fill" -q --input "$TC_DATA/images.h5" \
+    --encoder mlp="$TC_DATA/mlp.pt" --features vec --out "$work/cpu.h5" 2>&1 >/dev/null | grep -E "file=.*\[0\]; +(needed|dynamically)" || true)
+  [ -s "$work/cpu.h5" ] || fail "the CPU fill wrote no cache"
+  grep -q "libtorch_cpu" <<<"$loaded" || fail "the CPU fill's report names no libtorch_cpu: LD_DEBUG saw nothing?"
+  ! grep -E "lib(torch_cuda|c10_cuda|cudnn|nccl|nvjpeg|traincache_cuda)[.]" <<<"$loaded" >"$work/cuda_loads" ||
+    fail "a fill on the CPU loaded CUDA's libraries: $(head -2 "$work/cuda_loads")"
+fi
 
 # ---- a tool loads LibTorch from the list, one dlopen of ours each, before the module.
 loads() { # loads ENV...: who loaded libtorch_cpu first in cache-fill --version (LD_DEBUG's line)
@@ -75,7 +98,9 @@ got=$(loads)
   fail "LibTorch was not loaded from the list: ${got:-no load reported}"
 mkdir "$work/module"
 cp "$engines" "$work/module/"
-got=$(loads TRAINCACHE_ENGINES_MODULE="$work/module/libtraincache_engines.so")
+# --version loads the CUDA module first where there is one (its CUDA line); a missing one leaves
+# the engines module to load LibTorch (the line then says CUDA is not available).
+got=$(loads TRAINCACHE_ENGINES_MODULE="$work/module/libtraincache_engines.so" TRAINCACHE_CUDA_MODULE="$work/none.so")
 [[ "$got" == *"libtorch_cpu"*"needed by $work/module/libtraincache_engines.so [0]"* ]] ||
   fail "without a list, LibTorch was not loaded by the module: ${got:-no load reported}"
-echo "ok: $n libraries in load order"
+echo "ok: a tool loads LibTorch from the list"

@@ -11,6 +11,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 engines="$TC_BUILD/lib/libtraincache_engines.so"
 bins=("$TC_BUILD"/bin/* "$engines" "$TC_BUILD"/tests/encoder_test)
+[ ! -e "$TC_BUILD/lib/libtraincache_cuda.so" ] || bins+=("$TC_BUILD/lib/libtraincache_cuda.so")
 "$check" "${bins[@]}" || fail "a torch-linked binary lists LibTorch before libstdc++"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -98,29 +98,46 @@ void unset_openmp_wait() {
   ::unsetenv(kOmpSpinVariable);
 }
 
-void* open_engines() {
+// Loads a module that loads LibTorch, FILE (ENV names another): malloc's settings and the CPU list
+// checked first, and libgomp's waiting settings set while it loads where SET_WAIT.
+void* open_torch_module(const char* file, const char* env, const std::string& what, bool set_wait) {
   keep_freed_memory();
   check_openmp_affinity();  // a list libgomp cannot bind to ends the process once LibTorch runs
-  return open_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", RTLD_NOW | RTLD_LOCAL, "LibTorch");
+  const bool set = set_wait && set_openmp_wait();
+  try {
+    void* h = open_module(file, env, RTLD_NOW | RTLD_LOCAL, what);
+    if (set) unset_openmp_wait();
+    return h;
+  } catch (...) {
+    if (set) unset_openmp_wait();
+    throw;
+  }
 }
 
 // The engines module's handle, loaded on the first call (a second thread's call waits for it).
 void* engines_handle(bool set_wait) {
-  static void* const handle = [set_wait] {
-    const bool set = set_wait && set_openmp_wait();
-    try {
-      void* h = open_engines();
-      if (set) unset_openmp_wait();
-      return h;
-    } catch (...) {
-      if (set) unset_openmp_wait();
-      throw;
-    }
+  static void* const handle = open_torch_module(kEnginesFile, "TRAINCACHE_ENGINES_MODULE", "LibTorch", set_wait);
+  return handle;
+}
+
+constexpr const char* kCudaFile = "libtraincache_cuda.so";
+
+void* cuda_handle() {
+  static void* const handle = [] {
+    if (!TRAINCACHE_WITH_CUDA_MODULE)
+      throw Error(Exit::unavailable, "CUDA", "this build has no CUDA module (its LibTorch has no CUDA)");
+    return open_torch_module(kCudaFile, "TRAINCACHE_CUDA_MODULE", "CUDA", true);
   }();
   return handle;
 }
 
 }  // namespace
+
+void load_cuda_module() {
+  if (TRAINCACHE_WITH_CUDA_MODULE) cuda_handle();
+}
+
+void* cuda_symbol(const char* name) { return module_symbol(cuda_handle(), name, kCudaFile, "CUDA"); }
 
 void* engines_symbol(const char* name) { return module_symbol(engines_handle(true), name, kEnginesFile, "LibTorch"); }
 

@@ -50,7 +50,7 @@ std::vector<torch::Tensor> DeviceDecode::decode_files(const EncodedRows& rows) {
   const std::size_t n = rows.files.size();
   std::vector<torch::Tensor> decoded(n);
   if (device_.is_cuda()) {
-    if (!nvjpeg_) nvjpeg_ = std::make_unique<model::JpegDecoder>(device_);
+    if (!nvjpeg_) nvjpeg_ = model::make_jpeg_decoder(device_);
     std::vector<std::string_view> files;
     std::vector<std::size_t> which;
     for (std::size_t k = 0; k < n; ++k)

@@ -19,11 +19,12 @@ bool VerifyReport::ok() const {
 // journal or an up-to-date cache then never loads. Once the lock is taken, where the fill is sure
 // to encode (--force, or no cache yet), LibTorch loads on a thread of its own while the digests and
 // the plan are made. A CUDA fill loads it first, as run_fill does, so that a device this machine
-// lacks is 69 before any input is read.
+// lacks is 69 before any input is read, with CUDA's module first (base/module.h: load_cuda_module).
 FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) {
   validate_options(opts);
   FillResult result;
   if (model::parse_device_spec(opts.device).cuda) {
+    load_cuda_module();
     call_engines<decltype(tc_fill_run)>("tc_fill_run", &opts, &cb, &result);
     return result;
   }
@@ -47,6 +48,7 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
 
 VerifyReport run_verify_in_module(const VerifyOptions& opts) {
   VerifyReport report;
+  if (model::parse_device_spec(opts.device).cuda) load_cuda_module();
   call_engines<decltype(tc_verify_run)>("tc_verify_run", &opts, &report);
   return report;
 }

@@ -1,5 +1,8 @@
+// nvJPEG's decoder, built into libtraincache_cuda.so (model/cuda_module.h): the engines module
+// reaches it through make_jpeg_decoder, tc_cuda_jpeg_decoder here.
 #include "traincache/model/jpeg_gpu.h"
 
+#include "cuda_module.h"
 #include "traincache/base/error.h"
 #include "traincache/base/timing.h"
 #include "traincache_nvjpeg_config.h"
@@ -13,22 +16,18 @@ namespace traincache::model {
 
 #if !TRAINCACHE_WITH_NVJPEG
 
-struct JpegDecoder::Impl {};
+namespace {
 
-JpegDecoder::JpegDecoder(torch::Device) {
+std::unique_ptr<JpegDecoder> nvjpeg_decoder(torch::Device) {
   throw Error(Exit::unavailable, "nvJPEG", "this build has none (libcore/CMakeLists.txt says where it looks)");
 }
 
-JpegDecoder::~JpegDecoder() = default;
-
-std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_view>&) { return {}; }
-
-std::string JpegDecoder::backends() const { return {}; }
+}  // namespace
 
 #else
 
 // One backend's library handle, with a state for batches and one for single files. Outside the
-// anonymous namespace: JpegDecoder::Impl holds two, and a unity build includes this file.
+// anonymous namespace: NvjpegDecoder::Impl holds two, and a unity build includes this file.
 struct NvjpegLane {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t batched = nullptr, single = nullptr;
@@ -79,7 +78,18 @@ nvjpegImage_t planes(const torch::Tensor& t) {
 
 }  // namespace
 
-struct JpegDecoder::Impl {
+class NvjpegDecoder final : public JpegDecoder {
+ public:
+  explicit NvjpegDecoder(torch::Device device);
+  std::vector<torch::Tensor> decode(const std::vector<std::string_view>& files) override;
+  std::string backends() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct NvjpegDecoder::Impl {
   torch::Device device;
   std::unique_ptr<NvjpegLane> hardware, hybrid;
   nvjpegJpegStream_t parsed = nullptr;  // on the hardware lane: which files it takes
@@ -131,7 +141,7 @@ struct JpegDecoder::Impl {
   }
 };
 
-JpegDecoder::JpegDecoder(torch::Device device) {
+NvjpegDecoder::NvjpegDecoder(torch::Device device) {
   if (!device.is_cuda()) throw Error(Exit::unavailable, "nvJPEG", "decodes on a CUDA device, not " + device.str());
   impl_ = std::make_unique<Impl>(device);
   impl_->hybrid = make_lane(NVJPEG_BACKEND_DEFAULT);
@@ -141,9 +151,13 @@ JpegDecoder::JpegDecoder(torch::Device device) {
     impl_->hardware.reset();
 }
 
-JpegDecoder::~JpegDecoder() = default;
+namespace {
 
-std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_view>& files) {
+std::unique_ptr<JpegDecoder> nvjpeg_decoder(torch::Device device) { return std::make_unique<NvjpegDecoder>(device); }
+
+}  // namespace
+
+std::vector<torch::Tensor> NvjpegDecoder::decode(const std::vector<std::string_view>& files) {
   Impl& im = *impl_;
   std::vector<torch::Tensor> out(files.size());
   std::vector<std::size_t> on_hardware, on_hybrid;
@@ -170,8 +184,13 @@ std::vector<torch::Tensor> JpegDecoder::decode(const std::vector<std::string_vie
   return out;
 }
 
-std::string JpegDecoder::backends() const { return impl_->hardware ? "hardware+hybrid" : "hybrid"; }
+std::string NvjpegDecoder::backends() const { return impl_->hardware ? "hardware+hybrid" : "hybrid"; }
 
 #endif
 
 }  // namespace traincache::model
+
+void tc_cuda_jpeg_decoder(const c10::Device* device, traincache::model::JpegDecoder** out,
+                          traincache::ModuleFailure* failure) {
+  traincache::guarded(failure, [&] { *out = traincache::model::nvjpeg_decoder(*device).release(); });
+}

@@ -7,6 +7,11 @@ namespace traincache::model {
 
 std::string runtime_info_in_module() {
   std::string text;
+  try {
+    load_cuda_module();  // so that the CUDA line answers for CUDA's libraries (base/module.h)
+  } catch (const Error&) {
+    // they cannot load: the line says CUDA is not available
+  }
   call_engines<decltype(tc_runtime_info)>("tc_runtime_info", &text);
   return text;
 }

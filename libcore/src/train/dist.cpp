@@ -10,14 +10,12 @@
 #ifdef TRAINCACHE_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef TRAINCACHE_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <csignal>
 #include <cstdlib>
 #include <thread>
 
+#include "nccl_group.h"
 #include "traincache/base/error.h"
 #include "traincache/base/format.h"
 #include "traincache/base/interrupt.h"
@@ -41,14 +39,6 @@ Backend choose_backend(Backend requested, const torch::Device& device) {
   if (b == Backend::nccl && !device.is_cuda()) throw Error(Exit::usage, "--dist-backend", "nccl needs a CUDA --device");
   return b;
 }
-
-// Since LibTorch 2.0 ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend implementations (a
-// ProcessGroup dispatches to them); in 1.13 they are ProcessGroups. Either has the collectives used.
-#if TORCH_VERSION_MAJOR >= 2
-using CollectiveBackend = c10d::Backend;
-#else
-using CollectiveBackend = c10d::ProcessGroup;
-#endif
 
 struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;    // the job's store (ours or torchrun's agent's)
@@ -169,9 +159,9 @@ void RankGroup::start() {
     auto store = c10::make_intrusive<c10d::PrefixStore>("traincache", impl_->store);
 #ifdef TRAINCACHE_WITH_NCCL
     if (backend_ == Backend::nccl) {
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = impl_->timeout;
-      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank_, size_, opts);
+      const c10::intrusive_ptr<c10d::Store> base = store;  // NCCL's group is in libtraincache_cuda.so
+      call_cuda<decltype(tc_cuda_nccl_group)>("tc_cuda_nccl_group", &base, rank_, size_,
+                                              static_cast<int64_t>(impl_->timeout.count()), &impl_->pg);
       return;
     }
 #endif
@@ -214,13 +204,9 @@ void RankGroup::throw_peer_failure(const std::string& reason) {
 void RankGroup::close_backend() noexcept {
   if (!impl_->pg) return;
   try {
-#if defined(TRAINCACHE_WITH_NCCL) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
-    if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(impl_->pg.get())) {
-      if (failed_)
-        nccl->abort();
-      else
-        nccl->shutdown();
-    }
+#ifdef TRAINCACHE_WITH_NCCL
+    if (backend_ == Backend::nccl)
+      call_cuda<decltype(tc_cuda_nccl_close)>("tc_cuda_nccl_close", impl_->pg.get(), failed_);
 #endif
     impl_->pg.reset();
   } catch (const std::exception&) {

@@ -24,12 +24,12 @@ bool gpu_decoding() { return model::nvjpeg_built() && torch::cuda::is_available(
 
 CATCH_TEST_CASE("jpeg_gpu: without nvJPEG or a CUDA device the decoder refuses to start", "[jpeg_gpu]") {
   if (gpu_decoding()) {
-    CATCH_CHECK(test::code_of([] { model::JpegDecoder d(torch::Device("cpu")); }) == Exit::unavailable);
+    CATCH_CHECK(test::code_of([] { model::make_jpeg_decoder(torch::Device("cpu")); }) == Exit::unavailable);
     return;
   }
-  CATCH_CHECK(test::code_of([] { model::JpegDecoder d(torch::Device("cuda:0")); }) == Exit::unavailable);
+  CATCH_CHECK(test::code_of([] { model::make_jpeg_decoder(torch::Device("cuda:0")); }) == Exit::unavailable);
   try {
-    model::JpegDecoder d(torch::Device("cuda:0"));
+    model::make_jpeg_decoder(torch::Device("cuda:0"));
   } catch (const Error& e) {
     const std::string why = e.what();
     CATCH_CHECK_THAT(why, test::contains_text(model::nvjpeg_built() ? "cannot start" : "this build has none"));
@@ -81,7 +81,8 @@ CATCH_TEST_CASE("jpeg_gpu: nvJPEG's pixels agree with the CPU's; what it cannot 
   std::vector<std::string> files;
   for (const Case& c : cases) files.push_back(test::make_jpeg(67, 93, c.subsamp, c.progressive));
   files.push_back("not a JPEG");
-  model::JpegDecoder decoder(torch::Device("cuda:0"));
+  auto decoder_ptr = model::make_jpeg_decoder(torch::Device("cuda:0"));
+  auto& decoder = *decoder_ptr;
   std::vector<std::string_view> views(files.begin(), files.end());
   auto got = decoder.decode(views);
   CATCH_REQUIRE(got.size() == files.size());

@@ -29,6 +29,18 @@ void* module_symbol(void* handle, const char* name, const std::string& file, con
 /// when it cannot be loaded or lacks NAME.
 void* engines_symbol(const char* name);
 
+/// libtraincache_cuda.so (TRAINCACHE_CUDA_MODULE names another file), and CUDA's LibTorch libraries
+/// with it: what the engines module runs only on CUDA devices (model/cuda_module.h), so that a run
+/// on the CPU loads LibTorch's CPU libraries alone. LibTorch asks whether it has CUDA once, at the
+/// first question, and keeps the answer: a tool whose options name a CUDA device calls this before
+/// the engines module loads. Does nothing in a build without the module (a CPU LibTorch); throws
+/// Error(unavailable, "CUDA", "cannot load ...") when it cannot be loaded.
+void load_cuda_module();
+
+/// The function NAME of libtraincache_cuda.so, loaded on the first call. Error(unavailable, "CUDA",
+/// ...) in a build without it, or when it cannot be loaded or lacks NAME.
+void* cuda_symbol(const char* name);
+
 /// libtraincache_engines.so loaded on a thread of its own from construction on, beside the caller's
 /// work (cache-fill plans its run meanwhile: the module's load is one core's work for a third of a
 /// second). engines_symbol, on any thread, waits for it; so does the destructor. A load that failed
@@ -93,6 +105,14 @@ template <class Fn, class... Args>
 void call_engines(const char* name, Args... args) {
   ModuleFailure failure;
   reinterpret_cast<Fn*>(engines_symbol(name))(args..., &failure);
+  rethrow(failure);
+}
+
+/// call_engines' twin for libtraincache_cuda.so's functions.
+template <class Fn, class... Args>
+void call_cuda(const char* name, Args... args) {
+  ModuleFailure failure;
+  reinterpret_cast<Fn*>(cuda_symbol(name))(args..., &failure);
   rethrow(failure);
 }
 
