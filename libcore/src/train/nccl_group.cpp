@@ -1,11 +1,12 @@
 // NCCL's process group, in libtraincache_cuda.so (nccl_group.h).
-#include "traincache_dist_config.h"  // before c10d: says which process groups there are
-
 #include "nccl_group.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-
 #include <chrono>
+
+#include "traincache_dist_config.h"  // before c10d's process groups: says which there are
+#ifdef TRAINCACHE_WITH_NCCL          // always, where this module is built (a CUDA LibTorch)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 void tc_cuda_nccl_group(const c10::intrusive_ptr<c10d::Store>* store, int rank, int size, int64_t timeout_ms,
                         c10::intrusive_ptr<traincache::train::CollectiveBackend>* out,

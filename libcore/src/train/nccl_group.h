@@ -1,10 +1,11 @@
 // train/'s part of libtraincache_cuda.so (model/cuda_module.h says why that module stands apart):
-// NCCL's process group, which dist.cpp makes for CUDA devices. Include traincache_dist_config.h
-// first, as dist.cpp does.
+// NCCL's process group, which dist.cpp makes for CUDA devices (nccl_group.cpp includes c10d's
+// process group after traincache_dist_config.h, as dist.cpp does).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #else
