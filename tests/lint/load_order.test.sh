@@ -78,6 +78,11 @@ if [ -e "$cuda" ]; then
   cuda_needed=$(readelf -d "$engines" | grep -E "NEEDED.*\[lib(torch_cuda|c10_cuda|torch|nvjpeg|cudnn|nccl)[.]" || true)
   [ -z "$cuda_needed" ] || fail "the engines module needs CUDA's libraries: $cuda_needed"
   grep -q "/libtorch_cuda[.]so$" "$cuda.load-order" || fail "libtorch_cuda is not in the CUDA module's list"
+  # A CUDA module that cannot load: --version still answers, and its CUDA line says why.
+  line=$(TRAINCACHE_CUDA_MODULE="$work/none.so" "$TC_BUILD/bin/cache-fill" --version | grep "^CUDA: ") ||
+    fail "--version failed without its CUDA module"
+  [[ "$line" == "CUDA: not available (cannot load libtraincache_cuda.so: $work/none.so: "* ]] ||
+    fail "--version without its CUDA module: '$line'"
 fi
 if [ -n "${TC_DATA:-}" ]; then
   loaded=$(env -u LD_DEBUG_OUTPUT LD_DEBUG=files "$TC_BUILD/bin/cache-fill" -q --input "$TC_DATA/images.h5" \
@@ -99,7 +104,7 @@ got=$(loads)
 mkdir "$work/module"
 cp "$engines" "$work/module/"
 # --version loads the CUDA module first where there is one (its CUDA line); a missing one leaves
-# the engines module to load LibTorch (the line then says CUDA is not available).
+# the engines module to load LibTorch (the line then says CUDA is not available, and why).
 got=$(loads TRAINCACHE_ENGINES_MODULE="$work/module/libtraincache_engines.so" TRAINCACHE_CUDA_MODULE="$work/none.so")
 [[ "$got" == *"libtorch_cpu"*"needed by $work/module/libtraincache_engines.so [0]"* ]] ||
   fail "without a list, LibTorch was not loaded by the module: ${got:-no load reported}"
