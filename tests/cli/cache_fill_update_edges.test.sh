@@ -82,6 +82,30 @@ expect_eq "$(wc -c <"$WORK/z.changes")" 0 "an up-to-date cache's --changes"
 run "$TC_BIN/cache-fill" --input "$WORK/in.npz" --out "$WORK/z-now.h5" "${NPZ[@]}" --update --changes "$WORK/no/z.changes"
 expect_rc 73
 expect_err "cache-fill: error: $WORK/no/z.changes: cannot be written: No such file or directory"
+# An empty string is a key like any other: --changes names it "", not null (null is for rows
+# matched by position), in a new cache's list and in an update's.
+py "
+import h5py
+with h5py.File('$D/images.h5', 'r') as f:
+    x = f['images'][:8]
+for name, first in (('s-old', x[0]), ('s-new', 255 - x[0])):
+    with h5py.File('$WORK/' + name + '.h5', 'w') as g:
+        g['images'] = [first] + list(x[1:])
+        g.create_dataset('ids', data=[''] + ['k%d' % i for i in range(1, 8)], dtype=h5py.string_dtype())
+"
+expect_rc 0
+STR=(--features images --key ids --encoder cnn="$D/cnn.pt" --batch-size 4 --threads 2 -q)
+cp "$WORK/s-old.h5" "$WORK/s-in.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/s-in.h5" --out "$WORK/s.h5" "${STR[@]}" --changes "$WORK/s.changes"
+expect_rc 0
+expect_eq "$(head -2 "$WORK/s.changes" | tr '\n' ' ')" \
+  '{"change":"added","row":0,"old_row":null,"key":"","encoded":true} {"change":"added","row":1,"old_row":null,"key":"k1","encoded":true} ' \
+  "a new cache's --changes with an empty key"
+cp "$WORK/s-new.h5" "$WORK/s-in.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/s-in.h5" --out "$WORK/s.h5" "${STR[@]}" --update --changes "$WORK/s.changes"
+expect_rc 0
+expect_eq "$(cat "$WORK/s.changes")" '{"change":"changed","row":0,"old_row":0,"key":"","encoded":true}' \
+  "an update's --changes with an empty key"
 out=$update_out
 expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "101 key 100 1 10 189 189" \
   "the .npz file's tally"

@@ -127,9 +127,9 @@ std::string expectation(double expected) {
 
 // One row of FillResult::changes as --json and --changes write it.
 report::Json change_json(const fill::FillResult::RowChange& c) {
-  report::Json key = nullptr;
-  if (!c.key.empty()) key = c.key;
-  if (c.numeric_key) key = std::stoll(c.key);
+  report::Json key = nullptr;  // rows matched by position have none
+  if (c.has_key) key = c.key;
+  if (c.has_key && c.numeric_key) key = std::stoll(c.key);
   return report::Json{{"change", c.change},
                       {"row", c.row >= 0 ? report::Json(c.row) : report::Json(nullptr)},
                       {"old_row", c.old_row >= 0 ? report::Json(c.old_row) : report::Json(nullptr)},

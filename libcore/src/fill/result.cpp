@@ -44,7 +44,10 @@ std::vector<FillResult::RowChange> every_row_added(const Inputs& in, const RowPl
     c.change = "added";
     c.row = r;
     c.encoded = true;
-    if (!keys.empty()) c.key = key_text(keys[static_cast<std::size_t>(r)], in.keys->col->info().dtype, c.numeric_key);
+    if (!keys.empty()) {
+      c.key = key_text(keys[static_cast<std::size_t>(r)], in.keys->col->info().dtype, c.numeric_key);
+      c.has_key = true;
+    }
     out.push_back(std::move(c));
   }
   return out;

@@ -148,8 +148,9 @@ std::string key_text(const std::string& bytes, DType dtype, bool& numeric) {
 std::vector<FillResult::RowChange> Update::changes(DType key_dtype) const {
   std::vector<FillResult::RowChange> out;
   auto key = [&](FillResult::RowChange& c, const std::vector<std::string>& keys, int64_t row) {
-    if (row >= 0 && row < static_cast<int64_t>(keys.size()))
-      c.key = key_text(keys[static_cast<std::size_t>(row)], key_dtype, c.numeric_key);
+    if (row < 0 || row >= static_cast<int64_t>(keys.size())) return;
+    c.key = key_text(keys[static_cast<std::size_t>(row)], key_dtype, c.numeric_key);
+    c.has_key = true;
   };
   for (std::size_t i = 0; i < plan_.fate.size(); ++i) {
     const RowFate fate = plan_.fate[i];

@@ -205,7 +205,8 @@ struct FillResult {
     std::string change;    ///< a fate_name() but "kept" (update_plan.h), or "removed"
     int64_t row = -1;      ///< its row in the new cache (-1: removed)
     int64_t old_row = -1;  ///< the cache row its key (or place) found, or it was copied from (-1: none)
-    std::string key;       ///< its key as text ("" when rows are matched by position)
+    std::string key;       ///< its key as text (an empty string is a key where has_key)
+    bool has_key = false;  ///< false when rows are matched by position (no keys)
     bool numeric_key = false;
     bool encoded = false;  ///< encoded by this run (not copied)
   };
