@@ -133,9 +133,26 @@ void* cuda_handle() {
 
 }  // namespace
 
-void load_cuda_module() {
-  if (TRAINCACHE_WITH_CUDA_MODULE) cuda_handle();
+namespace {
+
+std::string& cuda_failure() {
+  static std::string why;
+  return why;
 }
+
+}  // namespace
+
+void load_cuda_module() {
+  if (!TRAINCACHE_WITH_CUDA_MODULE) return;
+  try {
+    cuda_handle();
+  } catch (const Error& e) {
+    cuda_failure() = e.what();
+    throw;
+  }
+}
+
+std::string cuda_module_failure() { return cuda_failure(); }
 
 void* cuda_symbol(const char* name) { return module_symbol(cuda_handle(), name, kCudaFile, "CUDA"); }
 

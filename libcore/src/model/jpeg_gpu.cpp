@@ -5,6 +5,7 @@
 #include "cuda_module.h"
 #include "traincache/base/error.h"
 #include "traincache/base/timing.h"
+#include "traincache/model/runtime.h"
 #include "traincache_nvjpeg_config.h"
 
 #if TRAINCACHE_WITH_NVJPEG
@@ -14,17 +15,7 @@
 
 namespace traincache::model {
 
-#if !TRAINCACHE_WITH_NVJPEG
-
-namespace {
-
-std::unique_ptr<JpegDecoder> nvjpeg_decoder(torch::Device) {
-  throw Error(Exit::unavailable, "nvJPEG", "this build has none (libcore/CMakeLists.txt says where it looks)");
-}
-
-}  // namespace
-
-#else
+#if TRAINCACHE_WITH_NVJPEG
 
 // One backend's library handle, with a state for batches and one for single files. Outside the
 // anonymous namespace: NvjpegDecoder::Impl holds two, and a unity build includes this file.
@@ -151,12 +142,6 @@ NvjpegDecoder::NvjpegDecoder(torch::Device device) {
     impl_->hardware.reset();
 }
 
-namespace {
-
-std::unique_ptr<JpegDecoder> nvjpeg_decoder(torch::Device device) { return std::make_unique<NvjpegDecoder>(device); }
-
-}  // namespace
-
 std::vector<torch::Tensor> NvjpegDecoder::decode(const std::vector<std::string_view>& files) {
   Impl& im = *impl_;
   std::vector<torch::Tensor> out(files.size());
@@ -192,5 +177,11 @@ std::string NvjpegDecoder::backends() const { return impl_->hardware ? "hardware
 
 void tc_cuda_jpeg_decoder(const c10::Device* device, traincache::model::JpegDecoder** out,
                           traincache::ModuleFailure* failure) {
-  traincache::guarded(failure, [&] { *out = traincache::model::nvjpeg_decoder(*device).release(); });
+  traincache::guarded(failure, [&] {
+#if TRAINCACHE_WITH_NVJPEG
+    *out = new traincache::model::NvjpegDecoder(*device);
+#else
+    traincache::model::require_nvjpeg();  // throws: this build has none
+#endif
+  });
 }

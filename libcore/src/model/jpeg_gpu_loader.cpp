@@ -1,14 +1,12 @@
 // The engines module's side of nvJPEG's decoder, which lives in libtraincache_cuda.so (cuda_module.h).
 #include "cuda_module.h"
-#include "traincache/base/error.h"
 #include "traincache/model/jpeg_gpu.h"
 #include "traincache/model/runtime.h"
 
 namespace traincache::model {
 
 std::unique_ptr<JpegDecoder> make_jpeg_decoder(torch::Device device) {
-  if (!nvjpeg_built())  // nor, without a CUDA LibTorch, a CUDA module to ask
-    throw Error(Exit::unavailable, "nvJPEG", "this build has none (libcore/CMakeLists.txt says where it looks)");
+  require_nvjpeg();  // nor, without a CUDA LibTorch, is there a CUDA module to ask
   JpegDecoder* decoder = nullptr;
   call_cuda<decltype(tc_cuda_jpeg_decoder)>("tc_cuda_jpeg_decoder", &device, &decoder);
   return std::unique_ptr<JpegDecoder>(decoder);

@@ -37,6 +37,10 @@ void* engines_symbol(const char* name);
 /// Error(unavailable, "CUDA", "cannot load ...") when it cannot be loaded.
 void load_cuda_module();
 
+/// Why load_cuda_module last failed (dlopen's words), or "" when it has not: --version's CUDA line
+/// says it.
+std::string cuda_module_failure();
+
 /// The function NAME of libtraincache_cuda.so, loaded on the first call. Error(unavailable, "CUDA",
 /// ...) in a build without it, or when it cannot be loaded or lacks NAME.
 void* cuda_symbol(const char* name);

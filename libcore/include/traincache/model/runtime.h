@@ -17,4 +17,7 @@ std::string runtime_info_in_module();
 /// configured: libcore/CMakeLists.txt). Torch-free.
 bool nvjpeg_built();
 
+/// Error(unavailable, "nvJPEG", ...) unless nvjpeg_built().
+void require_nvjpeg();
+
 }  // namespace traincache::model
