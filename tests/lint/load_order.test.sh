@@ -83,6 +83,15 @@ if [ -e "$cuda" ]; then
     fail "--version failed without its CUDA module"
   [[ "$line" == "CUDA: not available (cannot load libtraincache_cuda.so: $work/none.so: "* ]] ||
     fail "--version without its CUDA module: '$line'"
+  # and a fill on a CUDA device is refused (69, one line saying why), leaving nothing at --out
+  if [ -n "${TC_DATA:-}" ]; then
+    rc=0
+    err=$(TRAINCACHE_CUDA_MODULE="$work/none.so" "$TC_BUILD/bin/cache-fill" -q --input "$TC_DATA/images.h5" \
+      --encoder mlp="$TC_DATA/mlp.pt" --features vec --out "$work/cuda.h5" --device cuda 2>&1 >/dev/null) || rc=$?
+    [ "$rc" = 69 ] && [[ "$err" == "cache-fill: error: CUDA: cannot load libtraincache_cuda.so: $work/none.so: "* ]] ||
+      fail "a CUDA fill without its CUDA module: rc $rc, '$err'"
+    [ -z "$(ls "$work" | grep "^cuda[.]h5")" ] || fail "a refused CUDA fill left $(ls "$work" | grep "^cuda")"
+  fi
 fi
 if [ -n "${TC_DATA:-}" ]; then
   loaded=$(env -u LD_DEBUG_OUTPUT LD_DEBUG=files "$TC_BUILD/bin/cache-fill" -q --input "$TC_DATA/images.h5" \
