@@ -1,6 +1,5 @@
 #include "traincache/model/int8.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -14,7 +13,9 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/model/int8_rows.h"
 #include "traincache/model/onednn_linear.h"
+#include "traincache/model/parallel.h"
 
 namespace traincache::model {
 
@@ -42,12 +43,14 @@ torch::jit::Value* op(torch::jit::Graph& g, const char* name, at::ArrayRef<torch
   return g.insert(c10::Symbol::fromQualString(name), args);
 }
 
-// The kernels a row-quantized linear layer runs on. With `fixed_range` (fbgemm's, LibTorch 2.x)
-// the kernel takes the input's quantization (255 steps over [-1, 1], zero at 128) as arguments;
-// without it (oneDNN's), it takes the range from the input, which is made [-1, 1] by a row of 1
-// and -1 appended to it.
+// The kernels a row-quantized linear layer runs on. With `rows` (int8_rows.h: fbgemm's headers
+// were there at build time) one operator of ours does the whole layer. Else LibTorch's: with
+// `fixed_range` (fbgemm's, LibTorch 2.x) the kernel takes the input's quantization (255 steps over
+// [-1, 1], zero at 128) as arguments; without it (oneDNN's), it takes the range from the input,
+// which is made [-1, 1] by a row of 1 and -1 appended to it.
 struct Kernels {
   c10::OperatorHandle prepack;
+  bool rows = false;
   bool fixed_range = false;
 };
 
@@ -84,8 +87,8 @@ std::optional<ConstantLinear> constant_linear(torch::jit::Node* n, const Kernels
   const auto b = torch::jit::toIValue(n->input(2));
   if (!w || !w->isTensor() || !b || !(b->isTensor() || b->isNone())) return std::nullopt;
   const at::Tensor weight = w->toTensor();
-  if (weight.dim() != 2 || (weight.size(1) < 2 && !kernels.fixed_range) || weight.scalar_type() != at::kFloat ||
-      !weight.device().is_cpu())
+  if (weight.dim() != 2 || (weight.size(1) < 2 && !kernels.fixed_range && !kernels.rows) ||
+      weight.scalar_type() != at::kFloat || !weight.device().is_cpu())
     return std::nullopt;
   std::optional<at::Tensor> bias;
   if (b->isTensor()) {
@@ -102,6 +105,7 @@ std::optional<ConstantLinear> constant_linear(torch::jit::Node* n, const Kernels
 // step).
 torch::jit::Value* row_quantized_linear(torch::jit::Graph& g, torch::jit::Value* x, const ConstantLinear& l,
                                         const Kernels& kernels) {
+  if (kernels.rows) return op(g, kRowInt8Linear, {x, g.insertConstant(l.packed)});
   const int64_t n = l.weight.size(0), k = l.weight.size(1);
   torch::jit::Value* rows = op(g, "aten::reshape", {x, std::vector<int64_t>{-1, k}});
   // Each row's largest magnitude, max(-min, max), from two reductions over the rows (abs then
@@ -149,8 +153,10 @@ std::vector<ConstantLinear> packed_linears(const std::vector<torch::jit::Node*>&
   std::vector<ConstantLinear> found;
   for (torch::jit::Node* n : nodes)
     if (auto l = constant_linear(n, kernels)) found.push_back(std::move(*l));
-  at::parallel_for(0, static_cast<int64_t>(found.size()), 1, [&](int64_t a, int64_t b) {  // rethrows here
-    for (int64_t i = a; i < b; ++i) found[i].packed = packed_weight(found[i].weight, kernels.prepack);
+  parallel_for(0, static_cast<int64_t>(found.size()), 1, [&](int64_t a, int64_t b) {  // rethrows here
+    for (int64_t i = a; i < b; ++i)
+      found[i].packed = kernels.rows ? row_int8_weight(found[i].weight, found[i].bias)
+                                     : packed_weight(found[i].weight, kernels.prepack);
   });
   return found;
 }
@@ -208,7 +214,8 @@ torch::jit::Module int8_module(const torch::jit::Module& module, const std::stri
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
 #endif
   Kernels kernels{c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "")};
-  kernels.fixed_range = fixed_range_works(kernels.prepack);
+  kernels.rows = row_int8_available();
+  kernels.fixed_range = !kernels.rows && fixed_range_works(kernels.prepack);
   torch::jit::Module frozen = torch::jit::freeze(module);
   auto graph = frozen.get_method("forward").graph();
   std::vector<torch::jit::Node*> nodes;

@@ -3,19 +3,10 @@
 #include <string>
 
 #include "catch.h"
+#include "graph_nodes.h"
 
 using namespace traincache;
-
-namespace {
-
-int nodes_of(const torch::jit::Module& m, const char* kind) {
-  int n = 0;
-  for (torch::jit::Node* node : m.get_method("forward").graph()->nodes())
-    n += node->kind() == c10::Symbol::fromQualString(kind) ? 1 : 0;
-  return n;
-}
-
-}  // namespace
+using testing::nodes_of;
 
 CATCH_TEST_CASE(
     "onednn linears: each constant linear layer on oneDNN, a GELU folded in, within float32 rounding of ATen",

@@ -1,0 +1,177 @@
+#include "traincache/model/int8_rows.h"
+
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "../io/simd_clones.h"
+#include "traincache/model/parallel.h"
+
+#if __has_include(<fbgemm/Fbgemm.h>)
+#include <fbgemm/Fbgemm.h>
+#define TC_ROW_INT8 1
+#else
+#define TC_ROW_INT8 0
+#endif
+
+namespace traincache::model {
+
+#if TC_ROW_INT8
+namespace {
+
+// The input's quantization: 255 steps over [-1, 1], zero at 128, applied as fbgemm's quantizing
+// kernel does (the value times 1 / step in float32, rounded to the nearest even, clipped to
+// [0, 255]), so that this operator and LibTorch's (int8.cpp's fallback) round every row alike.
+constexpr float kStep = 2.0f / 255;
+constexpr int32_t kZero = 128;
+
+// The weight of one linear layer in the operator's form.
+struct RowInt8Weight : torch::CustomClassHolder {
+  std::unique_ptr<fbgemm::PackBMatrix<int8_t>> packed;
+  std::vector<int32_t> zero_sums;  // kZero x each output's weight row sum: what the input's zero adds
+  std::vector<float> scales;       // kStep x each output's weight scale, in float32 as fbgemm's output stage
+  std::vector<float> bias;         // zeros where the layer has none
+  int64_t in = 0, out = 0;
+};
+
+// Eight float32 lanes: GCC's and Clang's vector extensions, built for each clone's instructions
+// (fbgemm needs AVX2, so the baseline clone does not run where the operator does).
+typedef float Floats8 __attribute__((vector_size(32)));
+
+// Row x (k values) rounded to 8 bits at its own largest magnitude into q; returns that magnitude
+// (1e-30 for a row of zeros; NaN where the row holds a NaN or an infinity, so that its output is
+// NaN as LibTorch's operators make it).
+TC_SIMD_CLONES float quantize_row(const float* x, int64_t k, uint8_t* q) {
+  Floats8 lo = {}, hi = {}, bad = {};  // bad: 0 until a NaN or an infinity (times 0: NaN)
+  int64_t j = 0;
+  for (; j + 8 <= k; j += 8) {
+    Floats8 v;
+    std::memcpy(&v, x + j, sizeof v);
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    bad += v * 0.0f;
+  }
+  float largest = 0, nan = 0;
+  for (int l = 0; l < 8; ++l) {
+    largest = std::max(largest, std::max(-lo[l], hi[l]));
+    nan += bad[l];
+  }
+  for (; j < k; ++j) {
+    largest = std::max(largest, std::max(-x[j], x[j]));
+    nan += x[j] * 0.0f;
+  }
+  const float scale = std::max(largest, 1e-30f);
+  const float inverse = 1.0f / kStep;
+  for (j = 0; j < k; ++j) {
+    float v = std::nearbyint((x[j] / scale) * inverse) + kZero;
+    v = v > 0.0f ? v : 0.0f;  // NaN to 0: the row's output is NaN through its magnitude
+    v = v < 255.0f ? v : 255.0f;
+    q[j] = static_cast<uint8_t>(v);
+  }
+  return nan == 0.0f ? scale : std::nanf("");
+}
+
+// One output row from its int32 sums, in place: bias + (sum - the zero's part) x scale x the row's
+// magnitude, in the order LibTorch's kernel and addcmul take.
+TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Weight& w, float magnitude) {
+  const int32_t* zero = w.zero_sums.data();
+  const float* scale = w.scales.data();
+  const float* bias = w.bias.data();
+  for (int64_t j = 0; j < w.out; ++j) {
+    const float y = static_cast<float>(acc[j] - zero[j]) * scale[j];
+    out[j] = bias[j] + y * magnitude;
+  }
+}
+
+// Rows [a, b) of x (m x k, contiguous) into out (m x n): quantized, multiplied by fbgemm on this
+// thread alone, finished. The int32 sums are written where their float32 results go.
+void rows(const float* x, float* out, int64_t a, int64_t b, const RowInt8Weight& w) {
+  thread_local std::vector<uint8_t> q;
+  thread_local std::vector<float> magnitude;
+  const int64_t m = b - a, k = w.in, n = w.out;
+  q.resize(static_cast<size_t>(m * k));
+  magnitude.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) magnitude[i] = quantize_row(x + (a + i) * k, k, q.data() + i * k);
+  int32_t* acc = reinterpret_cast<int32_t*>(out + a * n);
+  fbgemm::PackAMatrix<uint8_t> packed_rows(fbgemm::matrix_op_t::NoTranspose, static_cast<int32_t>(m),
+                                           static_cast<int32_t>(k), q.data(), static_cast<int32_t>(k));
+  fbgemm::DoNothing<int32_t, int32_t> nothing;
+  fbgemm::memCopy<> keep(nothing);
+  fbgemm::fbgemmPacked(packed_rows, *w.packed, acc, acc, static_cast<uint32_t>(n), keep, 0, 1);
+  for (int64_t i = 0; i < m; ++i) finish_row(acc + i * n, out + (a + i) * n, w, magnitude[i]);
+}
+
+at::Tensor row_int8_linear(const at::Tensor& input, c10::intrusive_ptr<RowInt8Weight> w) {
+  TORCH_CHECK(input.scalar_type() == at::kFloat && input.device().is_cpu(), "row_int8_linear: float32 CPU input");
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == w->in, "row_int8_linear: input's last dimension ",
+              input.dim() ? input.size(-1) : 0, " is not the layer's ", w->in);
+  const at::Tensor x = input.reshape({-1, w->in}).contiguous();
+  const int64_t m = x.size(0);
+  at::Tensor out = at::empty({m, w->out}, x.options());
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // Rows in one block per thread (at least 16 each): each thread quantizes, multiplies and
+  // finishes its own rows, with no wait between the steps.
+  parallel_for(0, m, 16, [&](int64_t a, int64_t b) { rows(xp, op, a, b, *w); });
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape.back() = w->out;
+  return out.view(shape);
+}
+
+void register_operator() {
+  static torch::class_<RowInt8Weight> weight_class("traincache", "RowInt8Weight");
+  static torch::Library library(torch::Library::FRAGMENT, "traincache", std::nullopt, __FILE__, __LINE__);
+  library.def("row_int8_linear(Tensor x, __torch__.torch.classes.traincache.RowInt8Weight w) -> Tensor",
+              &row_int8_linear);
+}
+
+}  // namespace
+
+bool row_int8_available() {
+  static const bool available = [] {
+    if (!fbgemm::fbgemmSupportedCPU()) return false;
+    register_operator();
+    return true;
+  }();
+  return available;
+}
+
+c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  auto w = c10::make_intrusive<RowInt8Weight>();
+  w->out = weight.size(0);
+  w->in = weight.size(1);
+  const at::Tensor f = weight.to(at::kFloat).contiguous();
+  const at::Tensor scale = (f.abs().amax({1}) / 127.0).clamp_min(1e-12);
+  // round half to even of w * (1 / scale), as int8.cpp's packed_weight for LibTorch's kernels
+  const at::Tensor q = (f * scale.reciprocal().unsqueeze(1)).round_().clamp_(-128, 127).to(at::kChar).contiguous();
+  w->packed = std::make_unique<fbgemm::PackBMatrix<int8_t>>(fbgemm::matrix_op_t::Transpose, static_cast<int32_t>(w->in),
+                                                            static_cast<int32_t>(w->out), q.data_ptr<int8_t>(),
+                                                            static_cast<int32_t>(w->in));
+  const at::Tensor sums = (q.to(at::kInt).sum({1}) * kZero).to(at::kInt).contiguous();
+  w->zero_sums.assign(sums.data_ptr<int32_t>(), sums.data_ptr<int32_t>() + w->out);
+  const at::Tensor scales = (scale.to(at::kFloat) * kStep).contiguous();  // float32 x float32, as fbgemm
+  w->scales.assign(scales.data_ptr<float>(), scales.data_ptr<float>() + w->out);
+  w->bias.assign(static_cast<size_t>(w->out), 0.0f);
+  if (bias) {
+    const at::Tensor b = bias->to(at::kFloat).contiguous();
+    std::copy(b.data_ptr<float>(), b.data_ptr<float>() + w->out, w->bias.begin());
+  }
+  return c10::IValue(w);
+}
+
+#else  // no fbgemm headers: int8.cpp keeps LibTorch's operators
+
+bool row_int8_available() { return false; }
+
+c10::IValue row_int8_weight(const at::Tensor&, const std::optional<at::Tensor>&) { return c10::IValue(); }
+
+#endif
+
+}  // namespace traincache::model

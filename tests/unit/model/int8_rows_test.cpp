@@ -1,0 +1,103 @@
+#include "traincache/model/int8_rows.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cmath>
+#include <limits>
+
+#include "catch.h"
+#include "graph_nodes.h"
+#include "traincache/model/int8.h"
+
+using namespace traincache;
+using testing::nodes_of;
+
+namespace {
+
+// docs/models.md's arithmetic in float64 where it is exact: each weight row rounded to int8 at its
+// largest magnitude / 127; each input row divided by its largest magnitude, times 1 / (2/255) in
+// float32, rounded half to even and clipped to [-128, 127]; integer products; scaled back by the
+// float32 scales and the row's magnitude; the bias added.
+torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const torch::Tensor ws = (w.abs().amax({1}) / 127.0).clamp_min(1e-12);
+  const torch::Tensor wq = (w * ws.reciprocal().unsqueeze(1)).round().clamp(-128, 127).to(torch::kDouble);
+  const torch::Tensor r = torch::maximum(x.amin({1}, true).neg(), x.amax({1}, true)).clamp_min(1e-30);
+  const float inverse = 1.0f / (2.0f / 255);
+  const torch::Tensor xq = ((x / r) * inverse).round().clamp(-128, 127).to(torch::kDouble);
+  const torch::Tensor scale = (ws * (2.0f / 255)).to(torch::kDouble);
+  return torch::matmul(xq, wq.t()) * scale * r.to(torch::kDouble) + b.to(torch::kDouble);
+}
+
+torch::Tensor row_int8_linear(const torch::Tensor& x, const c10::IValue& weight) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(model::kRowInt8Linear, "");
+  torch::jit::Stack stack{x, weight};
+  op.callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its own, any leading shape", "[int8]") {
+  if (!model::row_int8_available()) {  // no fbgemm headers in this LibTorch (Debian's): int8.cpp keeps LibTorch's
+    CATCH_CHECK(model::row_int8_weight(torch::ones({2, 2}), std::nullopt).isNone());
+    return;
+  }
+  torch::manual_seed(0);
+  // 37 inputs (not a multiple of the 8 lanes), 50 rows (blocks of uneven size over the threads).
+  const torch::Tensor w = torch::randn({48, 37}) / 5, b = torch::randn({48});
+  torch::Tensor x = torch::randn({50, 37}) * 3;
+  x[3].zero_();
+  x[7][5] = std::numeric_limits<float>::quiet_NaN();
+  x[9][36] = std::numeric_limits<float>::infinity();
+  x[11][0] = -x[11].abs().max().item<float>() * 2;  // the largest magnitude negative: -1 exactly
+  const c10::IValue weight = model::row_int8_weight(w, b);
+  c10::InferenceMode guard;
+  const torch::Tensor got = row_int8_linear(x, weight), want = reference(x, w, b);
+  CATCH_REQUIRE(got.sizes() == torch::IntArrayRef({50, 48}));
+  const torch::Tensor finite = torch::ones({50}, torch::kBool).index_put_({torch::tensor({7, 9})}, false);
+  const double top = want.index({finite}).abs().max().item<double>();
+  CATCH_CHECK((got.index({finite}).to(torch::kDouble) - want.index({finite})).abs().max().item<double>() <= 1e-6 * top);
+  CATCH_CHECK(torch::equal(got[3], b));                  // a row of zeros: the bias
+  CATCH_CHECK(torch::isnan(got[7]).all().item<bool>());  // NaN and infinity as LibTorch's operators give them
+  CATCH_CHECK(torch::isnan(got[9]).all().item<bool>());
+  // A row's output is the same bits alone, in any block of rows, and under leading dimensions.
+  for (int64_t i : {0, 11, 49}) CATCH_CHECK(torch::equal(row_int8_linear(x.slice(0, i, i + 1), weight)[0], got[i]));
+  CATCH_CHECK(torch::equal(row_int8_linear(x.slice(0, 20, 50).reshape({5, 6, 37}), weight).reshape({30, 48}),
+                           got.slice(0, 20, 50)));
+  CATCH_CHECK(row_int8_linear(x.slice(0, 0, 0), weight).sizes() == torch::IntArrayRef({0, 48}));
+  CATCH_CHECK_THROWS(row_int8_linear(torch::ones({2, 36}), weight));
+  // Without a bias: no bias added.
+  const torch::Tensor plain = row_int8_linear(x.slice(0, 0, 3), model::row_int8_weight(w, std::nullopt));
+  CATCH_CHECK((plain.to(torch::kDouble) - (want.slice(0, 0, 3) - b.to(torch::kDouble))).abs().max().item<double>() <=
+              1e-6 * top);
+}
+
+CATCH_TEST_CASE("int8 module: every constant linear layer runs the row operator where this build has it", "[int8]") {
+  if (!model::int8_unavailable().empty()) return;  // LibTorch 1.x: cache-fill refuses int8 (precision.test.sh)
+  torch::manual_seed(1);
+  torch::jit::Module m("M");
+  m.register_parameter("w1", torch::randn({64, 32}) / 6, false);
+  m.register_parameter("b1", torch::randn({64}), false);
+  m.register_parameter("w2", torch::randn({16, 64}) / 8, false);
+  m.define(
+      "def forward(self, x):\n"
+      "  h = torch.tanh(torch.linear(x, self.w1, self.b1))\n"
+      "  return torch.linear(h, self.w2)\n");
+  m.eval();
+  model::Int8Conversion done;
+  torch::jit::Module q = model::int8_module(m, "test", &done);
+  CATCH_CHECK(done.linears == 2);
+  CATCH_CHECK(nodes_of(q, "aten::linear") == 0);
+  CATCH_CHECK(nodes_of(q, model::kRowInt8Linear) == (model::row_int8_available() ? 2 : 0));
+  c10::InferenceMode guard;
+  const torch::Tensor x = torch::randn({40, 32});
+  const torch::Tensor got = q.forward({x}).toTensor();
+  const torch::Tensor want =
+      reference(torch::tanh(reference(x, m.attr("w1").toTensor(), m.attr("b1").toTensor())).to(torch::kFloat),
+                m.attr("w2").toTensor(), torch::zeros({16}));
+  // A hidden value near a rounding step can land one step over: most rows exact, all close.
+  const torch::Tensor off = (got.to(torch::kDouble) - want).abs().amax({1});
+  const double top = want.abs().max().item<double>();
+  CATCH_CHECK((off <= 1e-6 * top).to(torch::kDouble).mean().item<double>() >= 0.9);
+  CATCH_CHECK(off.max().item<double>() <= 0.02 * top);
+}
