@@ -49,7 +49,7 @@ torch::jit::Value* op(torch::jit::Graph& g, const char* name, at::ArrayRef<torch
 // [-1, 1], zero at 128) as arguments; without it (oneDNN's), it takes the range from the input,
 // which is made [-1, 1] by a row of 1 and -1 appended to it.
 struct Kernels {
-  c10::OperatorHandle prepack;
+  std::optional<c10::OperatorHandle> prepack;  // LibTorch's, where not `rows`
   bool rows = false;
   bool fixed_range = false;
 };
@@ -156,7 +156,7 @@ std::vector<ConstantLinear> packed_linears(const std::vector<torch::jit::Node*>&
   parallel_for(0, static_cast<int64_t>(found.size()), 1, [&](int64_t a, int64_t b) {  // rethrows here
     for (int64_t i = a; i < b; ++i)
       found[i].packed = kernels.rows ? row_int8_weight(found[i].weight, found[i].bias)
-                                     : packed_weight(found[i].weight, kernels.prepack);
+                                     : packed_weight(found[i].weight, *kernels.prepack);
   });
   return found;
 }
@@ -178,9 +178,27 @@ const std::pair<at::QEngine, const char*>* best_engine() {
   return nullptr;
 }
 
+// The kernels for this build and CPU: ours (int8_rows.h) where it has them, else the best engine's
+// of LibTorch, which becomes the process's quantized engine. *engine: its name.
+Kernels choose_kernels(std::string* engine) {
+  Kernels k;
+  k.rows = row_int8_available();
+  if (k.rows) {
+    *engine = "fbgemm";
+    return k;
+  }
+  const auto* e = best_engine();  // require_int8: there is one
+  *engine = e->second;
+  at::globalContext().setQEngine(e->first);
+  k.prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "");
+  k.fixed_range = fixed_range_works(*k.prepack);
+  return k;
+}
+
 }  // namespace
 
 std::string int8_engine() {
+  if (row_int8_available()) return "fbgemm";
   const auto* e = best_engine();
   return e ? e->second : "";
 }
@@ -191,6 +209,7 @@ std::string int8_unavailable() {
          "'s int8 linear layers move a row's output with its batch (Debian's build has oneDNN's, not fbgemm's); "
          "int8 needs LibTorch 2.0 or later";
 #else
+  if (row_int8_available()) return "";  // fbgemm's GEMM itself: no quantized tensors or operators
   if (int8_engine().empty()) return "this LibTorch has no int8 engine for linear layers (fbgemm, x86 or onednn)";
   for (const char* name : {"quantized::linear_prepack", "quantized::linear_dynamic"})
     if (!c10::Dispatcher::singleton().findSchema({name, ""})) return std::string("this LibTorch lacks ") + name;
@@ -206,16 +225,11 @@ void require_int8() {
 torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject, Int8Conversion* done) {
   require_int8();
   Int8Conversion r;
-  const auto* engine = best_engine();  // require_int8: there is one
-  r.engine = engine->second;
-  at::globalContext().setQEngine(engine->first);
 #if TORCH_VERSION_MAJOR >= 2
   Quiet quiet;
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
 #endif
-  Kernels kernels{c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_prepack", "")};
-  kernels.rows = row_int8_available();
-  kernels.fixed_range = !kernels.rows && fixed_range_works(kernels.prepack);
+  const Kernels kernels = choose_kernels(&r.engine);
   torch::jit::Module frozen = torch::jit::freeze(module);
   auto graph = frozen.get_method("forward").graph();
   std::vector<torch::jit::Node*> nodes;

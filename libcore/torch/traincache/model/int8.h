@@ -1,6 +1,7 @@
 // cache-fill --precision int8 (docs/models.md, "int8 on the CPU"): an encoder's linear layers
-// converted at load to int8 weights, one scale per output channel, over LibTorch's quantized
-// kernels (fbgemm, or oneDNN where LibTorch has no fbgemm). Needs LibTorch.
+// converted at load to int8 weights, one scale per output channel, each layer one operator of ours
+// over fbgemm's GEMM where LibTorch ships fbgemm's headers (int8_rows.h), else over LibTorch's
+// quantized kernels (fbgemm, or oneDNN where LibTorch has no fbgemm). Needs LibTorch.
 #pragma once
 
 #include <torch/script.h>
@@ -9,13 +10,15 @@
 
 namespace traincache::model {
 
-/// The quantized engine LibTorch offers for int8 linear layers on this CPU: "x86" (fbgemm and
-/// oneDNN, LibTorch 2.0 and later), "fbgemm" or "onednn"; "" when it has none of them.
+/// The int8 kernels for linear layers on this CPU: "fbgemm" where int8_rows.h's operator runs
+/// (fbgemm's GEMM itself), else the quantized engine LibTorch offers: "x86" (fbgemm and oneDNN,
+/// LibTorch 2.0 and later), "fbgemm" or "onednn"; "" when it has none of them.
 std::string int8_engine();
 
 /// Why this LibTorch cannot run --precision int8 ("" when it can): LibTorch 1.x (Debian 12's 1.13
 /// has no fbgemm, and its oneDNN int8 layers gave MiniLM's rows outputs that moved with their batch
-/// for 1.2x float32's speed), no int8 engine, or no quantized linear operators.
+/// for 1.2x float32's speed), or, without int8_rows.h's operator, no int8 engine or no quantized
+/// linear operators.
 std::string int8_unavailable();
 /// Error(unavailable, "--precision int8", int8_unavailable()) unless it is "".
 void require_int8();
