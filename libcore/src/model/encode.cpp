@@ -18,6 +18,7 @@
 #include "traincache/base/cores.h"
 #include "traincache/base/error.h"
 #include "traincache/base/files.h"
+#include "traincache/model/attention.h"
 #include "traincache/model/onednn_linear.h"
 #include "traincache/model/precision_torch.h"
 
@@ -602,7 +603,10 @@ OptimizeOutcome Encoder::try_optimize(const std::vector<torch::Tensor>& sample, 
   const bool onednn = device_.is_cpu() && runs_in == Precision::fp32;
   std::future<torch::jit::Module> optimised = std::async(std::launch::async, [this, onednn] {
     torch::jit::Module frozen = torch::jit::freeze(plain_);
-    if (onednn) onednn_linears(frozen);
+    if (onednn) {
+      onednn_linears(frozen);
+      short_attention(*frozen.get_method("forward").graph());
+    }
     return torch::jit::optimize_for_inference(frozen);
   });
   torch::Tensor want = run(plain_, sample);  // as the rows will be encoded

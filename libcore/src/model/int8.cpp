@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "traincache/base/error.h"
+#include "traincache/model/attention.h"
 #include "traincache/model/int8_rows.h"
 #include "traincache/model/onednn_linear.h"
 #include "traincache/model/parallel.h"
@@ -242,6 +243,7 @@ torch::jit::Module int8_module(const torch::jit::Module& module, const std::stri
     throw Error(Exit::data, subject,
                 "--precision int8 converts linear layers, and this encoder has none with a constant weight (" +
                     std::to_string(r.left) + " in all); use --precision fp32 or bf16");
+  short_attention(*graph);
   torch::jit::EliminateDeadCode(graph);
   torch::jit::Module optimised = torch::jit::optimize_for_inference(frozen);
   if (done) *done = r;
