@@ -75,15 +75,7 @@ CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its o
 CATCH_TEST_CASE("int8 module: every constant linear layer runs the row operator where this build has it", "[int8]") {
   if (!model::int8_unavailable().empty()) return;  // LibTorch 1.x: cache-fill refuses int8 (precision.test.sh)
   torch::manual_seed(1);
-  torch::jit::Module m("M");
-  m.register_parameter("w1", torch::randn({64, 32}) / 6, false);
-  m.register_parameter("b1", torch::randn({64}), false);
-  m.register_parameter("w2", torch::randn({16, 64}) / 8, false);
-  m.define(
-      "def forward(self, x):\n"
-      "  h = torch.tanh(torch.linear(x, self.w1, self.b1))\n"
-      "  return torch.linear(h, self.w2)\n");
-  m.eval();
+  torch::jit::Module m = testing::two_linear_module("tanh");
   model::Int8Conversion done;
   torch::jit::Module q = model::int8_module(m, "test", &done);
   CATCH_CHECK(done.linears == 2);

@@ -12,15 +12,7 @@ CATCH_TEST_CASE(
     "onednn linears: each constant linear layer on oneDNN, a GELU folded in, within float32 rounding of ATen",
     "[onednn]") {
   torch::manual_seed(0);
-  torch::jit::Module m("M");
-  m.register_parameter("w1", torch::randn({64, 32}) / 6, false);
-  m.register_parameter("b1", torch::randn({64}), false);
-  m.register_parameter("w2", torch::randn({16, 64}) / 8, false);
-  m.define(
-      "def forward(self, x):\n"
-      "  h = torch.gelu(torch.linear(x, self.w1, self.b1))\n"
-      "  return torch.linear(h, self.w2)\n");
-  m.eval();
+  torch::jit::Module m = testing::two_linear_module("gelu");
   torch::jit::Module frozen = torch::jit::freeze(m);
   CATCH_REQUIRE(nodes_of(frozen, "aten::linear") == 2);
   const int done = model::onednn_linears(frozen);
