@@ -148,8 +148,8 @@ void convert(torch::jit::Graph& graph, const ConstantLinear& l, const Kernels& k
   n->destroy();
 }
 
-// The linear nodes whose weights are constants, their weights packed: on the threads of an
-// at::parallel_for, a layer each (MiniLM's 36 take 0.07 s on one core).
+// The linear nodes whose weights are constants, their weights packed: a layer each on LibTorch's
+// intra-op threads (model/parallel.h; MiniLM's 36 took 0.07 s on one core).
 std::vector<ConstantLinear> packed_linears(const std::vector<torch::jit::Node*>& nodes, const Kernels& kernels) {
   std::vector<ConstantLinear> found;
   for (torch::jit::Node* n : nodes)
