@@ -89,6 +89,43 @@ TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Weight& w,
   }
 }
 
+// acc (m x n) = q (m x k, bytes) times the packed weight, summed in int32 by fbgemm on this thread.
+void gemm(const uint8_t* q, int64_t m, const RowInt8Weight& w, int32_t* acc) {
+  fbgemm::PackAMatrix<uint8_t> packed_rows(fbgemm::matrix_op_t::NoTranspose, static_cast<int32_t>(m),
+                                           static_cast<int32_t>(w.in), q, static_cast<int32_t>(w.in));
+  fbgemm::DoNothing<int32_t, int32_t> nothing;
+  fbgemm::memCopy<> keep(nothing);
+  fbgemm::fbgemmPacked(packed_rows, *w.packed, acc, acc, static_cast<uint32_t>(w.out), keep, 0, 1);
+}
+
+// Whether fbgemm's kernels on this CPU sum every product in 32 bits: its VNNI kernels do; the
+// others (AVX2, AVX-512 without VNNI) first add the products in pairs in 16 bits, which saturate
+// (two inputs of 250 times weights of 127 give 32,767, not 63,500).
+bool exact_sums() {
+  const fbgemm::inst_set_t isa = fbgemm::fbgemmInstructionSet();
+  return isa == fbgemm::inst_set_t::avx512_vnni || isa == fbgemm::inst_set_t::avx512_vnni_ymm;
+}
+
+// The sums of the inputs (bytes, zero at kZero) times the weight without a 16-bit pair overflowing:
+// the inputs above the zero (0-127) and those below it (0-128) multiplied apart, each pair then at
+// most 128 x 127 x 2, and subtracted; kZero x the weight's sums added back, as the zero adds them.
+void split_gemm(const uint8_t* q, int64_t m, const RowInt8Weight& w, int32_t* acc) {
+  thread_local std::vector<uint8_t> above, below;
+  thread_local std::vector<int32_t> minus;
+  const std::size_t size = static_cast<std::size_t>(m * w.in);
+  above.resize(size);
+  below.resize(size);
+  minus.resize(static_cast<std::size_t>(m * w.out));
+  for (std::size_t j = 0; j < size; ++j) {
+    above[j] = q[j] > kZero ? static_cast<uint8_t>(q[j] - kZero) : 0;
+    below[j] = q[j] < kZero ? static_cast<uint8_t>(kZero - q[j]) : 0;
+  }
+  gemm(above.data(), m, w, acc);
+  gemm(below.data(), m, w, minus.data());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < w.out; ++j) acc[i * w.out + j] += w.zero_sums[j] - minus[i * w.out + j];
+}
+
 // Rows [a, b) of x (m x k, contiguous) into out (m x n): quantized, multiplied by fbgemm on this
 // thread alone, finished. The int32 sums are written where their float32 results go.
 void rows(const float* x, float* out, int64_t a, int64_t b, const RowInt8Weight& w) {
@@ -99,11 +136,10 @@ void rows(const float* x, float* out, int64_t a, int64_t b, const RowInt8Weight&
   magnitude.resize(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) magnitude[i] = quantize_row(x + (a + i) * k, k, q.data() + i * k);
   int32_t* acc = reinterpret_cast<int32_t*>(out + a * n);
-  fbgemm::PackAMatrix<uint8_t> packed_rows(fbgemm::matrix_op_t::NoTranspose, static_cast<int32_t>(m),
-                                           static_cast<int32_t>(k), q.data(), static_cast<int32_t>(k));
-  fbgemm::DoNothing<int32_t, int32_t> nothing;
-  fbgemm::memCopy<> keep(nothing);
-  fbgemm::fbgemmPacked(packed_rows, *w.packed, acc, acc, static_cast<uint32_t>(n), keep, 0, 1);
+  if (exact_sums())
+    gemm(q.data(), m, w, acc);
+  else
+    split_gemm(q.data(), m, w, acc);
   for (int64_t i = 0; i < m; ++i) finish_row(acc + i * n, out + (a + i) * n, w, magnitude[i]);
 }
 

@@ -5,6 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#if __has_include(<fbgemm/Fbgemm.h>)
+#include <fbgemm/Fbgemm.h>
+#endif
+
 #include "catch.h"
 #include "graph_nodes.h"
 #include "traincache/model/int8.h"
@@ -72,6 +76,27 @@ CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its o
               1e-6 * top);
 }
 
+CATCH_TEST_CASE("row int8 linear: exact where fbgemm's kernels would saturate a pair of products", "[int8]") {
+#if __has_include(<fbgemm/Fbgemm.h>)
+  if (!model::row_int8_available()) return;
+  // Inputs near their row's largest value (bytes near 255) against weights near 127 in adjacent
+  // pairs: fbgemm's AVX2 kernels add such a pair in 16 bits (at most 32,767). Run on them (every
+  // CPU fbgemm supports has AVX2) and on this CPU's own.
+  const fbgemm::inst_set_t own = fbgemm::fbgemmInstructionSet();
+  for (const fbgemm::inst_set_t isa : {fbgemm::inst_set_t::avx2, own}) {
+    fbgemm::fbgemmForceIsa(isa);
+    torch::manual_seed(2);
+    const torch::Tensor w = torch::rand({24, 64}) * 0.1 + 0.9, b = torch::randn({24});
+    const torch::Tensor x = torch::cat({torch::rand({20, 64}) * 0.1 + 0.9, -(torch::rand({20, 64}) * 0.1 + 0.9)});
+    const c10::IValue weight = model::row_int8_weight(w, b);
+    c10::InferenceMode guard;
+    const torch::Tensor got = row_int8_linear(x, weight), want = reference(x, w, b);
+    CATCH_CHECK((got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>());
+  }
+  fbgemm::fbgemmForceIsa(own);
+#endif
+}
+
 CATCH_TEST_CASE("int8 module: every constant linear layer runs the row operator where this build has it", "[int8]") {
   if (!model::int8_unavailable().empty()) return;  // LibTorch 1.x: cache-fill refuses int8 (precision.test.sh)
   torch::manual_seed(1);
@@ -84,10 +109,17 @@ CATCH_TEST_CASE("int8 module: every constant linear layer runs the row operator 
   c10::InferenceMode guard;
   const torch::Tensor x = torch::randn({40, 32});
   const torch::Tensor got = q.forward({x}).toTensor();
-  const torch::Tensor want =
-      reference(torch::tanh(reference(x, m.attr("w1").toTensor(), m.attr("b1").toTensor())).to(torch::kFloat),
-                m.attr("w2").toTensor(), torch::zeros({16}));
-  // A hidden value near a rounding step can land one step over: most rows exact, all close.
+  const torch::Tensor w1 = m.attr("w1").toTensor(), b1 = m.attr("b1").toTensor(), w2 = m.attr("w2").toTensor();
+  if (!model::row_int8_available()) {  // LibTorch's kernels (Debian 13): precision.test.sh checks their arithmetic
+    const torch::Tensor f32 = m.forward({x}).toTensor();
+    CATCH_CHECK((got - f32).abs().max().item<double>() <= 0.05 * f32.abs().max().item<double>());
+    return;
+  }
+  // The graph is the two operators with the tanh between them, the same bits.
+  const torch::Tensor h = torch::tanh(row_int8_linear(x, model::row_int8_weight(w1, b1)));
+  CATCH_CHECK(torch::equal(got, row_int8_linear(h, model::row_int8_weight(w2, std::nullopt))));
+  // And the arithmetic: a hidden value near a rounding step can land one step over in float64.
+  const torch::Tensor want = reference(torch::tanh(reference(x, w1, b1)).to(torch::kFloat), w2, torch::zeros({16}));
   const torch::Tensor off = (got.to(torch::kDouble) - want).abs().amax({1});
   const double top = want.abs().max().item<double>();
   CATCH_CHECK((off <= 1e-6 * top).to(torch::kDouble).mean().item<double>() >= 0.9);
