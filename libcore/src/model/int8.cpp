@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -148,6 +149,45 @@ void convert(torch::jit::Graph& graph, const ConstantLinear& l, const Kernels& k
   n->destroy();
 }
 
+// Layers `group` (more than one, reading the same input in the same block, in graph order) replaced
+// by one call of the row operator, which quantizes the input's rows once for all of them.
+void convert_joined(torch::jit::Graph& graph, const std::vector<const ConstantLinear*>& group) {
+  torch::jit::Node* first = group.front()->node;
+  torch::jit::WithInsertPoint here(first);
+  std::vector<c10::IValue> weights;
+  for (const ConstantLinear* l : group) weights.push_back(l->packed);
+  torch::jit::Value* outs = op(graph, kRowInt8Linears, {first->input(0), graph.insertConstant(row_int8_join(weights))});
+  torch::jit::Node* unpack = graph.insertNode(graph.createListUnpack(outs, group.size()));
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    torch::jit::Node* n = group[i]->node;
+    unpack->output(i)->setType(n->output()->type());
+    n->output()->replaceAllUsesWith(unpack->output(i));
+    n->destroy();
+  }
+}
+
+// Every layer of `linears` (in graph order) converted; with the row operator, those that read the
+// same input (a transformer's query, key and value) as one call.
+void convert_all(torch::jit::Graph& graph, const std::vector<ConstantLinear>& linears, const Kernels& kernels) {
+  if (!kernels.rows) {
+    for (const ConstantLinear& l : linears) convert(graph, l, kernels);
+    return;
+  }
+  std::vector<std::vector<const ConstantLinear*>> groups;
+  std::map<std::pair<torch::jit::Block*, torch::jit::Value*>, std::size_t> group_of;
+  for (const ConstantLinear& l : linears) {
+    auto [at, added] = group_of.emplace(std::make_pair(l.node->owningBlock(), l.node->input(0)), groups.size());
+    if (added) groups.emplace_back();
+    groups[at->second].push_back(&l);
+  }
+  for (const auto& group : groups) {
+    if (group.size() == 1)
+      convert(graph, *group.front(), kernels);
+    else
+      convert_joined(graph, group);
+  }
+}
+
 // The linear nodes whose weights are constants, their weights packed: a layer each on LibTorch's
 // intra-op threads (model/parallel.h; MiniLM's 36 took 0.07 s on one core).
 std::vector<ConstantLinear> packed_linears(const std::vector<torch::jit::Node*>& nodes, const Kernels& kernels) {
@@ -236,7 +276,7 @@ torch::jit::Module int8_module(const torch::jit::Module& module, const std::stri
   std::vector<torch::jit::Node*> nodes;
   linear_nodes(graph->block(), nodes);
   const std::vector<ConstantLinear> linears = packed_linears(nodes, kernels);
-  for (const auto& l : linears) convert(*graph, l, kernels);
+  convert_all(*graph, linears, kernels);
   r.linears = static_cast<int>(linears.size());
   r.left = static_cast<int>(nodes.size() - linears.size());
   if (r.linears == 0)

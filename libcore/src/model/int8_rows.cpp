@@ -31,13 +31,20 @@ namespace {
 constexpr float kStep = 2.0f / 255;
 constexpr int32_t kZero = 128;
 
-// The weight of one linear layer in the operator's form.
-struct RowInt8Weight : torch::CustomClassHolder {
-  std::unique_ptr<fbgemm::PackBMatrix<int8_t>> packed;
+// One linear layer in the operator's form.
+struct RowInt8Part {
+  std::shared_ptr<fbgemm::PackBMatrix<int8_t>> packed;
   std::vector<int32_t> zero_sums;  // kZero x each output's weight row sum: what the input's zero adds
   std::vector<float> scales;       // kStep x each output's weight scale, in float32 as fbgemm's output stage
   std::vector<float> bias;         // zeros where the layer has none
-  int64_t in = 0, out = 0;
+  int64_t out = 0;
+};
+
+// The layers one call runs on the same input (a transformer's query, key and value): the input's
+// rows are quantized once for all of them.
+struct RowInt8Weight : torch::CustomClassHolder {
+  std::vector<RowInt8Part> parts;
+  int64_t in = 0;
 };
 
 // Eight float32 lanes: GCC's and Clang's vector extensions, built for each clone's instructions
@@ -79,7 +86,7 @@ TC_SIMD_CLONES float quantize_row(const float* x, int64_t k, uint8_t* q) {
 
 // One output row from its int32 sums, in place: bias + (sum - the zero's part) x scale x the row's
 // magnitude, in the order LibTorch's kernel and addcmul take.
-TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Weight& w, float magnitude) {
+TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Part& w, float magnitude) {
   const int32_t* zero = w.zero_sums.data();
   const float* scale = w.scales.data();
   const float* bias = w.bias.data();
@@ -90,9 +97,9 @@ TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Weight& w,
 }
 
 // acc (m x n) = q (m x k, bytes) times the packed weight, summed in int32 by fbgemm on this thread.
-void gemm(const uint8_t* q, int64_t m, const RowInt8Weight& w, int32_t* acc) {
+void gemm(const uint8_t* q, int64_t m, int64_t k, const RowInt8Part& w, int32_t* acc) {
   fbgemm::PackAMatrix<uint8_t> packed_rows(fbgemm::matrix_op_t::NoTranspose, static_cast<int32_t>(m),
-                                           static_cast<int32_t>(w.in), q, static_cast<int32_t>(w.in));
+                                           static_cast<int32_t>(k), q, static_cast<int32_t>(k));
   fbgemm::DoNothing<int32_t, int32_t> nothing;
   fbgemm::memCopy<> keep(nothing);
   fbgemm::fbgemmPacked(packed_rows, *w.packed, acc, acc, static_cast<uint32_t>(w.out), keep, 0, 1);
@@ -106,58 +113,97 @@ bool exact_sums() {
   return isa == fbgemm::inst_set_t::avx512_vnni || isa == fbgemm::inst_set_t::avx512_vnni_ymm;
 }
 
-// The sums of the inputs (bytes, zero at kZero) times the weight without a 16-bit pair overflowing:
-// the inputs above the zero (0-127) and those below it (0-128) multiplied apart, each pair then at
-// most 128 x 127 x 2, and subtracted; kZero x the weight's sums added back, as the zero adds them.
-void split_gemm(const uint8_t* q, int64_t m, const RowInt8Weight& w, int32_t* acc) {
-  thread_local std::vector<uint8_t> above, below;
-  thread_local std::vector<int32_t> minus;
-  const std::size_t size = static_cast<std::size_t>(m * w.in);
-  above.resize(size);
-  below.resize(size);
-  minus.resize(static_cast<std::size_t>(m * w.out));
-  for (std::size_t j = 0; j < size; ++j) {
-    above[j] = q[j] > kZero ? static_cast<uint8_t>(q[j] - kZero) : 0;
-    below[j] = q[j] < kZero ? static_cast<uint8_t>(kZero - q[j]) : 0;
+// The quantized rows q (m x k) as fbgemm multiplies them exactly on this CPU: as they are where
+// its sums are exact; else split into the inputs above the zero (0-127) and those below it
+// (0-128), which times() multiplies apart, each pair of products then at most 128 x 127 x 2.
+class QuantizedRows {
+ public:
+  QuantizedRows(const uint8_t* q, int64_t m, int64_t k) : q_(q), m_(m), k_(k), split_(!exact_sums()) {
+    // the thread's buffers, kept between calls
+    if (!split_) return;
+    const std::size_t size = static_cast<std::size_t>(m * k);
+    above_.resize(size);
+    below_.resize(size);
+    for (std::size_t j = 0; j < size; ++j) {
+      above_[j] = q[j] > kZero ? static_cast<uint8_t>(q[j] - kZero) : 0;
+      below_[j] = q[j] < kZero ? static_cast<uint8_t>(kZero - q[j]) : 0;
+    }
   }
-  gemm(above.data(), m, w, acc);
-  gemm(below.data(), m, w, minus.data());
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < w.out; ++j) acc[i * w.out + j] += w.zero_sums[j] - minus[i * w.out + j];
-}
 
-// Rows [a, b) of x (m x k, contiguous) into out (m x n): quantized, multiplied by fbgemm on this
-// thread alone, finished. The int32 sums are written where their float32 results go.
-void rows(const float* x, float* out, int64_t a, int64_t b, const RowInt8Weight& w) {
+  // acc (m x w.out) = the rows times w's weight, with the zero's part (kZero x the weight's sums)
+  // in, as fbgemm's exact kernels leave it.
+  void times(const RowInt8Part& w, int32_t* acc) {
+    if (!split_) return gemm(q_, m_, k_, w, acc);
+    minus_.resize(static_cast<std::size_t>(m_ * w.out));
+    gemm(above_.data(), m_, k_, w, acc);
+    gemm(below_.data(), m_, k_, w, minus_.data());
+    for (int64_t i = 0; i < m_; ++i)
+      for (int64_t j = 0; j < w.out; ++j) acc[i * w.out + j] += w.zero_sums[j] - minus_[i * w.out + j];
+  }
+
+ private:
+  const uint8_t* q_;
+  int64_t m_, k_;
+  bool split_;
+  static thread_local std::vector<uint8_t> above_, below_;
+  static thread_local std::vector<int32_t> minus_;
+};
+
+thread_local std::vector<uint8_t> QuantizedRows::above_, QuantizedRows::below_;
+thread_local std::vector<int32_t> QuantizedRows::minus_;
+
+// Rows [a, b) of x (m x k, contiguous) into each part's output (m x its n): quantized once,
+// multiplied by fbgemm on this thread alone, finished. The int32 sums are written where their
+// float32 results go.
+void rows(const float* x, const std::vector<float*>& outs, int64_t a, int64_t b, const RowInt8Weight& w) {
   thread_local std::vector<uint8_t> q;
   thread_local std::vector<float> magnitude;
-  const int64_t m = b - a, k = w.in, n = w.out;
+  const int64_t m = b - a, k = w.in;
   q.resize(static_cast<size_t>(m * k));
   magnitude.resize(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) magnitude[i] = quantize_row(x + (a + i) * k, k, q.data() + i * k);
-  int32_t* acc = reinterpret_cast<int32_t*>(out + a * n);
-  if (exact_sums())
-    gemm(q.data(), m, w, acc);
-  else
-    split_gemm(q.data(), m, w, acc);
-  for (int64_t i = 0; i < m; ++i) finish_row(acc + i * n, out + (a + i) * n, w, magnitude[i]);
+  QuantizedRows quantized(q.data(), m, k);
+  for (std::size_t p = 0; p < w.parts.size(); ++p) {
+    const RowInt8Part& part = w.parts[p];
+    const int64_t n = part.out;
+    int32_t* acc = reinterpret_cast<int32_t*>(outs[p] + a * n);
+    quantized.times(part, acc);
+    for (int64_t i = 0; i < m; ++i) finish_row(acc + i * n, outs[p] + (a + i) * n, part, magnitude[i]);
+  }
+}
+
+// Each part's output for input (..., w.in): (..., the part's n).
+std::vector<at::Tensor> row_int8_outputs(const at::Tensor& input, const RowInt8Weight& w) {
+  TORCH_CHECK(input.scalar_type() == at::kFloat && input.device().is_cpu(), "row_int8_linear: float32 CPU input");
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == w.in, "row_int8_linear: input's last dimension ",
+              input.dim() ? input.size(-1) : 0, " is not the layer's ", w.in);
+  const at::Tensor x = input.reshape({-1, w.in}).contiguous();
+  const int64_t m = x.size(0);
+  std::vector<at::Tensor> outs;
+  std::vector<float*> out_data;
+  for (const RowInt8Part& part : w.parts) {
+    outs.push_back(at::empty({m, part.out}, x.options()));
+    out_data.push_back(outs.back().data_ptr<float>());
+  }
+  const float* xp = x.data_ptr<float>();
+  // Rows in one block per thread (at least 16 each): each thread quantizes, multiplies and
+  // finishes its own rows, with no wait between the steps.
+  parallel_for(0, m, 16, [&](int64_t a, int64_t b) { rows(xp, out_data, a, b, w); });
+  std::vector<int64_t> shape = input.sizes().vec();
+  for (std::size_t p = 0; p < outs.size(); ++p) {
+    shape.back() = w.parts[p].out;
+    outs[p] = outs[p].view(shape);
+  }
+  return outs;
 }
 
 at::Tensor row_int8_linear(const at::Tensor& input, c10::intrusive_ptr<RowInt8Weight> w) {
-  TORCH_CHECK(input.scalar_type() == at::kFloat && input.device().is_cpu(), "row_int8_linear: float32 CPU input");
-  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == w->in, "row_int8_linear: input's last dimension ",
-              input.dim() ? input.size(-1) : 0, " is not the layer's ", w->in);
-  const at::Tensor x = input.reshape({-1, w->in}).contiguous();
-  const int64_t m = x.size(0);
-  at::Tensor out = at::empty({m, w->out}, x.options());
-  const float* xp = x.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  // Rows in one block per thread (at least 16 each): each thread quantizes, multiplies and
-  // finishes its own rows, with no wait between the steps.
-  parallel_for(0, m, 16, [&](int64_t a, int64_t b) { rows(xp, op, a, b, *w); });
-  std::vector<int64_t> shape = input.sizes().vec();
-  shape.back() = w->out;
-  return out.view(shape);
+  TORCH_CHECK(w->parts.size() == 1, "row_int8_linear: a weight of ", w->parts.size(), " layers");
+  return row_int8_outputs(input, *w).front();
+}
+
+std::vector<at::Tensor> row_int8_linears(const at::Tensor& input, c10::intrusive_ptr<RowInt8Weight> w) {
+  return row_int8_outputs(input, *w);
 }
 
 void register_operator() {
@@ -165,6 +211,8 @@ void register_operator() {
   static torch::Library library(torch::Library::FRAGMENT, "traincache", std::nullopt, __FILE__, __LINE__);
   library.def("row_int8_linear(Tensor x, __torch__.torch.classes.traincache.RowInt8Weight w) -> Tensor",
               &row_int8_linear);
+  library.def("row_int8_linears(Tensor x, __torch__.torch.classes.traincache.RowInt8Weight w) -> Tensor[]",
+              &row_int8_linears);
 }
 
 }  // namespace
@@ -180,25 +228,37 @@ bool row_int8_available() {
 
 c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   auto w = c10::make_intrusive<RowInt8Weight>();
-  w->out = weight.size(0);
   w->in = weight.size(1);
+  RowInt8Part& p = w->parts.emplace_back();
+  p.out = weight.size(0);
   const at::Tensor f = weight.to(at::kFloat).contiguous();
   const at::Tensor scale = (f.abs().amax({1}) / 127.0).clamp_min(1e-12);
   // round half to even of w * (1 / scale), as int8.cpp's packed_weight for LibTorch's kernels
   const at::Tensor q = (f * scale.reciprocal().unsqueeze(1)).round_().clamp_(-128, 127).to(at::kChar).contiguous();
-  w->packed = std::make_unique<fbgemm::PackBMatrix<int8_t>>(fbgemm::matrix_op_t::Transpose, static_cast<int32_t>(w->in),
-                                                            static_cast<int32_t>(w->out), q.data_ptr<int8_t>(),
-                                                            static_cast<int32_t>(w->in));
+  p.packed = std::make_shared<fbgemm::PackBMatrix<int8_t>>(fbgemm::matrix_op_t::Transpose, static_cast<int32_t>(w->in),
+                                                           static_cast<int32_t>(p.out), q.data_ptr<int8_t>(),
+                                                           static_cast<int32_t>(w->in));
   const at::Tensor sums = (q.to(at::kInt).sum({1}) * kZero).to(at::kInt).contiguous();
-  w->zero_sums.assign(sums.data_ptr<int32_t>(), sums.data_ptr<int32_t>() + w->out);
+  p.zero_sums.assign(sums.data_ptr<int32_t>(), sums.data_ptr<int32_t>() + p.out);
   const at::Tensor scales = (scale.to(at::kFloat) * kStep).contiguous();  // float32 x float32, as fbgemm
-  w->scales.assign(scales.data_ptr<float>(), scales.data_ptr<float>() + w->out);
-  w->bias.assign(static_cast<size_t>(w->out), 0.0f);
+  p.scales.assign(scales.data_ptr<float>(), scales.data_ptr<float>() + p.out);
+  p.bias.assign(static_cast<size_t>(p.out), 0.0f);
   if (bias) {
     const at::Tensor b = bias->to(at::kFloat).contiguous();
-    std::copy(b.data_ptr<float>(), b.data_ptr<float>() + w->out, w->bias.begin());
+    std::copy(b.data_ptr<float>(), b.data_ptr<float>() + p.out, p.bias.begin());
   }
   return c10::IValue(w);
+}
+
+c10::IValue row_int8_join(const std::vector<c10::IValue>& weights) {
+  auto joined = c10::make_intrusive<RowInt8Weight>();
+  for (const c10::IValue& v : weights) {
+    const auto w = v.toCustomClass<RowInt8Weight>();
+    TORCH_CHECK(joined->parts.empty() || w->in == joined->in, "row_int8_join: layers of different input widths");
+    joined->in = w->in;
+    joined->parts.insert(joined->parts.end(), w->parts.begin(), w->parts.end());
+  }
+  return c10::IValue(joined);
 }
 
 #else  // no fbgemm headers: int8.cpp keeps LibTorch's operators
@@ -206,6 +266,8 @@ c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Te
 bool row_int8_available() { return false; }
 
 c10::IValue row_int8_weight(const at::Tensor&, const std::optional<at::Tensor>&) { return c10::IValue(); }
+
+c10::IValue row_int8_join(const std::vector<c10::IValue>&) { return c10::IValue(); }
 
 #endif
 

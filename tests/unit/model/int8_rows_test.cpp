@@ -39,6 +39,13 @@ torch::Tensor row_int8_linear(const torch::Tensor& x, const c10::IValue& weight)
   return stack.at(0).toTensor();
 }
 
+std::vector<torch::Tensor> row_int8_linears(const torch::Tensor& x, const c10::IValue& weight) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(model::kRowInt8Linears, "");
+  torch::jit::Stack stack{x, weight};
+  op.callBoxed(&stack);
+  return stack.at(0).toTensorVector();
+}
+
 }  // namespace
 
 CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its own, any leading shape", "[int8]") {
@@ -88,10 +95,18 @@ CATCH_TEST_CASE("row int8 linear: exact where fbgemm's kernels would saturate a 
     torch::manual_seed(2);
     const torch::Tensor w = torch::rand({24, 64}) * 0.1 + 0.9, b = torch::randn({24});
     const torch::Tensor x = torch::cat({torch::rand({20, 64}) * 0.1 + 0.9, -(torch::rand({20, 64}) * 0.1 + 0.9)});
+    const torch::Tensor w2 = -(torch::rand({8, 64}) * 0.1 + 0.9), b2 = torch::randn({8});
     const c10::IValue weight = model::row_int8_weight(w, b);
     c10::InferenceMode guard;
-    const torch::Tensor got = row_int8_linear(x, weight), want = reference(x, w, b);
-    CATCH_CHECK((got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>());
+    auto near = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return (got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>();
+    };
+    CATCH_CHECK(near(row_int8_linear(x, weight), reference(x, w, b)));
+    // two layers on the rows quantized once
+    const auto both = row_int8_linears(x, model::row_int8_join({weight, model::row_int8_weight(w2, b2)}));
+    CATCH_REQUIRE(both.size() == 2);
+    CATCH_CHECK(near(both[0], reference(x, w, b)));
+    CATCH_CHECK(near(both[1], reference(x, w2, b2)));
   }
   fbgemm::fbgemmForceIsa(own);
 #endif
@@ -124,4 +139,43 @@ CATCH_TEST_CASE("int8 module: every constant linear layer runs the row operator 
   const double top = want.abs().max().item<double>();
   CATCH_CHECK((off <= 1e-6 * top).to(torch::kDouble).mean().item<double>() >= 0.9);
   CATCH_CHECK(off.max().item<double>() <= 0.02 * top);
+}
+
+CATCH_TEST_CASE("int8 module: layers on the same input run as one call of the row operator, the same bits", "[int8]") {
+  if (!model::row_int8_available()) return;  // LibTorch's kernels: a call per layer
+  torch::manual_seed(2);
+  torch::jit::Module m("M");
+  m.register_parameter("wq", torch::randn({16, 32}) / 6, false);
+  m.register_parameter("bq", torch::randn({16}), false);
+  m.register_parameter("wk", torch::randn({24, 32}) / 6, false);
+  m.register_parameter("wv", torch::randn({8, 32}) / 6, false);
+  m.register_parameter("bv", torch::randn({8}), false);
+  m.register_parameter("wo", torch::randn({8, 16}) / 4, false);
+  // q's result is used before k and v are computed; o reads q's output, not x
+  m.define(R"(
+def forward(self, x):
+  q = torch.linear(x, self.wq, self.bq)
+  t = q.sum()
+  k = torch.linear(x, self.wk) + t
+  v = torch.linear(x, self.wv, self.bv)
+  o = torch.linear(torch.tanh(q), self.wo)
+  return torch.cat([q, k, v, o], -1)
+)");
+  m.eval();
+  model::Int8Conversion done;
+  torch::jit::Module q = model::int8_module(m, "test", &done);
+  CATCH_CHECK(done.linears == 4);
+  CATCH_CHECK(nodes_of(q, model::kRowInt8Linears) == 1);
+  CATCH_CHECK(nodes_of(q, model::kRowInt8Linear) == 1);
+  c10::InferenceMode guard;
+  for (const int64_t rows : {1, 5, 40}) {
+    const torch::Tensor x = torch::randn({2, rows, 32});
+    const torch::Tensor got = q.forward({x}).toTensor();
+    auto attr = [&](const char* name) { return m.attr(name).toTensor(); };
+    const torch::Tensor yq = row_int8_linear(x, model::row_int8_weight(attr("wq"), attr("bq")));
+    const torch::Tensor yk = row_int8_linear(x, model::row_int8_weight(attr("wk"), std::nullopt)) + yq.sum();
+    const torch::Tensor yv = row_int8_linear(x, model::row_int8_weight(attr("wv"), attr("bv")));
+    const torch::Tensor yo = row_int8_linear(torch::tanh(yq), model::row_int8_weight(attr("wo"), std::nullopt));
+    CATCH_CHECK(torch::equal(got, torch::cat({yq, yk, yv, yo}, -1)));
+  }
 }

@@ -10,11 +10,16 @@
 #include <torch/script.h>
 
 #include <optional>
+#include <vector>
 
 namespace traincache::model {
 
 /// The operator's name in a graph: traincache::row_int8_linear(Tensor x, RowInt8Weight w) -> Tensor.
 inline constexpr const char* kRowInt8Linear = "traincache::row_int8_linear";
+
+/// traincache::row_int8_linears(Tensor x, RowInt8Weight w) -> Tensor[]: the layers of a joined
+/// weight (row_int8_join) on the same input, its rows quantized once; an output per layer.
+inline constexpr const char* kRowInt8Linears = "traincache::row_int8_linears";
 
 /// Whether this build has the operator (fbgemm's headers at build time) and fbgemm runs on this
 /// CPU (AVX2 or later). Registers the operator with LibTorch at the first call that says yes.
@@ -24,5 +29,9 @@ bool row_int8_available();
 /// form: each weight row rounded to int8 at its largest magnitude / 127 and packed for fbgemm, the
 /// column sums and scales the output needs. An object a graph holds as a constant.
 c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+
+/// The layers of `weights` (row_int8_weight's, of one input width) as one weight for
+/// kRowInt8Linears, in that order.
+c10::IValue row_int8_join(const std::vector<c10::IValue>& weights);
 
 }  // namespace traincache::model
