@@ -84,6 +84,30 @@ TC_SIMD_CLONES float quantize_row(const float* x, int64_t k, uint8_t* q) {
   return nan == 0.0f ? scale : std::nanf("");
 }
 
+// The largest magnitude of x (k values): NaN where x holds one, as amax gives it.
+TC_SIMD_CLONES float largest_magnitude(const float* x, int64_t k) {
+  float most = 0, nan = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const float m = std::fabs(x[i]);
+    most = m > most ? m : most;
+    nan += x[i] * 0.0f;
+  }
+  return nan == 0.0f ? most : std::nanf("");
+}
+
+// Weight row x (k values) in int8 at `by` (1 / its scale): round half to even of x * by in
+// float32, clipped to [-128, 127] (NaN to -128, not undefined), into q; returns the row's sum.
+TC_SIMD_CLONES int32_t quantize_weight_row(const float* x, int64_t k, float by, int8_t* q) {
+  int32_t sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    float v = std::nearbyint(x[i] * by);
+    v = v > -128.0f ? (v < 127.0f ? v : 127.0f) : -128.0f;
+    q[i] = static_cast<int8_t>(v);
+    sum += static_cast<int32_t>(v);
+  }
+  return sum;
+}
+
 // One output row from its int32 sums, in place: bias + (sum - the zero's part) x scale x the row's
 // magnitude, in the order LibTorch's kernel and addcmul take.
 TC_SIMD_CLONES void finish_row(int32_t* acc, float* out, const RowInt8Part& w, float magnitude) {
@@ -232,14 +256,21 @@ c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Te
   RowInt8Part& p = w->parts.emplace_back();
   p.out = weight.size(0);
   const at::Tensor f = weight.to(at::kFloat).contiguous();
-  const at::Tensor scale = (f.abs().amax({1}) / 127.0).clamp_min(1e-12);
-  // round half to even of w * (1 / scale), as int8.cpp's packed_weight for LibTorch's kernels
-  const at::Tensor q = (f * scale.reciprocal().unsqueeze(1)).round_().clamp_(-128, 127).to(at::kChar).contiguous();
-  p.packed = std::make_shared<fbgemm::PackBMatrix<int8_t>>(fbgemm::matrix_op_t::Transpose, static_cast<int32_t>(w->in),
-                                                           static_cast<int32_t>(p.out), q.data_ptr<int8_t>(),
-                                                           static_cast<int32_t>(w->in));
-  const at::Tensor sums = (q.to(at::kInt).sum({1}) * kZero).to(at::kInt).contiguous();
-  p.zero_sums.assign(sums.data_ptr<int32_t>(), sums.data_ptr<int32_t>() + p.out);
+  const float* fp = f.data_ptr<float>();
+  const int64_t k = w->in;
+  // each row's largest magnitude, then the scales as int8.cpp's packed_weight makes them
+  at::Tensor largest = at::empty({p.out}, f.options());
+  for (int64_t j = 0; j < p.out; ++j) largest.data_ptr<float>()[j] = largest_magnitude(fp + j * k, k);
+  const at::Tensor scale = (largest / 127.0).clamp_min(1e-12);
+  const at::Tensor inverse = scale.reciprocal().contiguous();
+  // round half to even of w * (1 / scale) in float32, in one pass with each row's sum
+  std::vector<int8_t> q(static_cast<std::size_t>(p.out * k));
+  p.zero_sums.assign(static_cast<std::size_t>(p.out), 0);
+  for (int64_t j = 0; j < p.out; ++j)
+    p.zero_sums[j] = kZero * quantize_weight_row(fp + j * k, k, inverse.data_ptr<float>()[j], q.data() + j * k);
+  p.packed =
+      std::make_shared<fbgemm::PackBMatrix<int8_t>>(fbgemm::matrix_op_t::Transpose, static_cast<int32_t>(k),
+                                                    static_cast<int32_t>(p.out), q.data(), static_cast<int32_t>(k));
   const at::Tensor scales = (scale.to(at::kFloat) * kStep).contiguous();  // float32 x float32, as fbgemm
   p.scales.assign(scales.data_ptr<float>(), scales.data_ptr<float>() + p.out);
   p.bias.assign(static_cast<size_t>(p.out), 0.0f);

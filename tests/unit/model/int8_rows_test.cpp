@@ -83,6 +83,22 @@ CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its o
               1e-6 * top);
 }
 
+CATCH_TEST_CASE("row int8 linear: weights rounded half to even at their row's scale", "[int8]") {
+  if (!model::row_int8_available()) return;
+  // Weights at exact half steps of their row's scale (largest / 127 = 2^-7): 0.5, 1.5, -2.5 steps
+  // round to 0, 2, -2; each one-hot input row gives one weight back times its scale.
+  torch::Tensor w = torch::tensor({127.0f, 0.5f, 1.5f, -2.5f, 3.5f, -0.5f, 0.0f, 4.5f}).reshape({1, 8}) / 128;
+  w = torch::cat({w, -w * 0.5});
+  const torch::Tensor x = torch::eye(8);
+  c10::InferenceMode guard;
+  const torch::Tensor got = row_int8_linear(x, model::row_int8_weight(w, std::nullopt));
+  const torch::Tensor want = reference(x, w, torch::zeros({2}));
+  CATCH_CHECK((got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>());
+  // the steps themselves, half to even: 127, 0, 2, -2, 4, 0, 0, 4
+  const torch::Tensor steps = (got.t()[0] / ((1.0 / 128) * (127.0 * 2 / 255))).round();
+  CATCH_CHECK(torch::equal(steps, torch::tensor({127.0f, 0.0f, 2.0f, -2.0f, 4.0f, -0.0f, 0.0f, 4.0f})));
+}
+
 CATCH_TEST_CASE("row int8 linear: exact where fbgemm's kernels would saturate a pair of products", "[int8]") {
 #if __has_include(<fbgemm/Fbgemm.h>)
   if (!model::row_int8_available()) return;
