@@ -26,19 +26,6 @@ at::Tensor reordered(const at::Tensor& weight) {
   return stack.at(0).toTensor();
 }
 
-// The aten::gelu that is the only use of linear node n's output, with its approximation ("none"
-// or "tanh"), if there is one.
-std::optional<std::pair<torch::jit::Node*, std::string>> gelu_after(torch::jit::Node* n) {
-  const auto& uses = n->output()->uses();
-  if (uses.size() != 1 || uses[0].user->kind() != sym("aten::gelu") || uses[0].offset != 0) return std::nullopt;
-  torch::jit::Node* gelu = uses[0].user;
-  const auto approximate = torch::jit::toIValue(gelu->input(1));
-  if (!approximate || !approximate->isString()) return std::nullopt;
-  const std::string a = approximate->toStringRef();
-  if (a != "none" && a != "tanh") return std::nullopt;
-  return std::make_pair(gelu, a);
-}
-
 // Linear node n replaced by oneDNN's, with a GELU after it folded in; false where its weight or
 // bias is not a constant float32 CPU tensor (the weight a matrix). The reordered weight is an
 // opaque oneDNN tensor, which a graph cannot hold as a constant: it becomes the module's attribute
@@ -69,6 +56,17 @@ bool convert(torch::jit::Module& m, torch::jit::Graph& g, torch::jit::Node* n, c
 }
 
 }  // namespace
+
+std::optional<std::pair<torch::jit::Node*, std::string>> gelu_after(torch::jit::Node* n) {
+  const auto& uses = n->output()->uses();
+  if (uses.size() != 1 || uses[0].user->kind() != sym("aten::gelu") || uses[0].offset != 0) return std::nullopt;
+  torch::jit::Node* gelu = uses[0].user;
+  const auto approximate = torch::jit::toIValue(gelu->input(1));
+  if (!approximate || !approximate->isString()) return std::nullopt;
+  const std::string a = approximate->toStringRef();
+  if (a != "none" && a != "tanh") return std::nullopt;
+  return std::make_pair(gelu, a);
+}
 
 void linear_nodes(torch::jit::Block* block, std::vector<torch::jit::Node*>& out) {
   for (torch::jit::Node* n : block->nodes()) {

@@ -6,12 +6,19 @@
 
 #include <torch/script.h>
 
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace traincache::model {
 
 /// The aten::linear nodes of `block` and of the blocks within it, in order.
 void linear_nodes(torch::jit::Block* block, std::vector<torch::jit::Node*>& out);
+
+/// The aten::gelu that is the only use of linear node n's output, with its approximation ("none"
+/// or "tanh"), if there is one.
+std::optional<std::pair<torch::jit::Node*, std::string>> gelu_after(torch::jit::Node* n);
 
 /// Whether this LibTorch runs onednn_linears: it has mkldnn::_linear_pointwise and
 /// mkldnn::_reorder_linear_weight and oneDNN enabled (LibTorch 2.x; not Debian 12's 1.13).
