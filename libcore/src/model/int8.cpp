@@ -166,8 +166,71 @@ void convert_joined(torch::jit::Graph& graph, const std::vector<const ConstantLi
   }
 }
 
+// A residual added to linear node n's output and the layer norm of the sum, as a transformer's
+// layers end: n's output's only use an aten::add of another tensor (either side, alpha 1), the sum's
+// only use aten::layer_norm over the last `outs` values with constant float32 weight and bias.
+struct NormAfter {
+  torch::jit::Node* add;
+  torch::jit::Node* norm;
+  torch::jit::Value* residual;
+  at::Tensor weight, bias;
+  double eps;
+};
+
+std::optional<NormAfter> norm_after(torch::jit::Node* n, int64_t outs) {
+  auto only_use = [](torch::jit::Value* v, const char* kind) -> torch::jit::Node* {
+    const auto& uses = v->uses();
+    return uses.size() == 1 && uses[0].user->kind() == c10::Symbol::fromQualString(kind) ? uses[0].user : nullptr;
+  };
+  torch::jit::Node* add = only_use(n->output(), "aten::add");
+  if (!add || add->inputs().size() != 3) return std::nullopt;
+  torch::jit::Value* residual = add->input(0) == n->output() ? add->input(1) : add->input(0);
+  const auto alpha = torch::jit::toIValue(add->input(2));
+  if (residual == n->output() || !residual->type()->isSubtypeOf(*c10::TensorType::get()) || !alpha ||
+      !(alpha->isInt() ? alpha->toInt() == 1 : alpha->isDouble() && alpha->toDouble() == 1.0))
+    return std::nullopt;
+  torch::jit::Node* norm = only_use(add->output(), "aten::layer_norm");
+  if (!norm || norm->input(0) != add->output()) return std::nullopt;
+  const auto shape = torch::jit::toIValue(norm->input(1));
+  const auto weight = torch::jit::toIValue(norm->input(2));
+  const auto bias = torch::jit::toIValue(norm->input(3));
+  const auto eps = torch::jit::toIValue(norm->input(4));
+  if (!shape || !shape->isIntList() || shape->toIntVector() != std::vector<int64_t>{outs} || !eps || !eps->isDouble())
+    return std::nullopt;
+  for (const auto& t : {weight, bias})
+    if (!t || !t->isTensor() || t->toTensor().scalar_type() != at::kFloat || !t->toTensor().device().is_cpu() ||
+        t->toTensor().sizes() != at::IntArrayRef{outs})
+      return std::nullopt;
+  return NormAfter{add, norm, residual, weight->toTensor(), bias->toTensor(), eps->toDouble()};
+}
+
+// Layer l replaced by the row operator with what follows it folded in where it can be: a GELU, or a
+// residual added and a layer norm (docs/models.md, "int8 on the CPU").
+void convert_folding(torch::jit::Graph& graph, const ConstantLinear& l, const Kernels& kernels) {
+  torch::jit::Node* n = l.node;
+  std::vector<torch::jit::Node*> folded;  // the last first, each the only use of the next one's output
+  torch::jit::Value* out = nullptr;
+  if (const auto gelu = gelu_after(n)) {
+    row_int8_gelu(l.packed, gelu->second);
+    folded = {gelu->first, n};
+    torch::jit::WithInsertPoint here(folded.front());
+    out = op(graph, kRowInt8Linear, {n->input(0), graph.insertConstant(l.packed)});
+  } else if (const auto norm = norm_after(n, l.weight.size(0))) {
+    row_int8_norm(l.packed, norm->weight, norm->bias, norm->eps);
+    folded = {norm->norm, norm->add, n};
+    torch::jit::WithInsertPoint here(folded.front());
+    out = op(graph, kRowInt8LinearNorm, {n->input(0), norm->residual, graph.insertConstant(l.packed)});
+  } else {
+    return convert(graph, l, kernels);
+  }
+  out->setType(folded.front()->output()->type());
+  folded.front()->output()->replaceAllUsesWith(out);
+  for (torch::jit::Node* dead : folded) dead->destroy();
+}
+
 // Every layer of `linears` (in graph order) converted; with the row operator, those that read the
-// same input (a transformer's query, key and value) as one call.
+// same input (a transformer's query, key and value) as one call, the others with what follows
+// them folded in.
 void convert_all(torch::jit::Graph& graph, const std::vector<ConstantLinear>& linears, const Kernels& kernels) {
   if (!kernels.rows) {
     for (const ConstantLinear& l : linears) convert(graph, l, kernels);
@@ -182,7 +245,7 @@ void convert_all(torch::jit::Graph& graph, const std::vector<ConstantLinear>& li
   }
   for (const auto& group : groups) {
     if (group.size() == 1)
-      convert(graph, *group.front(), kernels);
+      convert_folding(graph, *group.front(), kernels);
     else
       convert_joined(graph, group);
   }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "../io/simd_clones.h"
@@ -38,6 +40,11 @@ struct RowInt8Part {
   std::vector<float> scales;       // kStep x each output's weight scale, in float32 as fbgemm's output stage
   std::vector<float> bias;         // zeros where the layer has none
   int64_t out = 0;
+  // What the graph did next with the layer's output, done here on each thread's rows while they
+  // are in its cache (row_int8_gelu, row_int8_norm):
+  std::string gelu;                   // "none" or "tanh": LibTorch's GELU of that approximation
+  at::Tensor norm_weight, norm_bias;  // defined: a residual added, then LibTorch's layer norm
+  double norm_eps = 0;
 };
 
 // The layers one call runs on the same input (a transformer's query, key and value): the input's
@@ -176,10 +183,27 @@ class QuantizedRows {
 thread_local std::vector<uint8_t> QuantizedRows::above_, QuantizedRows::below_;
 thread_local std::vector<int32_t> QuantizedRows::minus_;
 
+// After part's rows [a, a + m) of out (contiguous, n each) are finished: its GELU, or the residual's
+// same rows added and its layer norm, by LibTorch's own kernels on those rows alone (on this
+// thread: inside a parallel region ATen's loops run serially). Each row's result depends on that
+// row only, as over the whole output.
+void epilogue(const RowInt8Part& part, float* out, const float* residual, int64_t a, int64_t m) {
+  const int64_t n = part.out;
+  at::Tensor rows = at::from_blob(out + a * n, {m, n}, at::TensorOptions().dtype(at::kFloat));
+  if (!part.gelu.empty()) at::gelu_(rows, part.gelu);
+  if (part.norm_weight.defined() && residual) {
+    float* y = out + a * n;
+    const float* r = residual + a * n;
+    for (int64_t j = 0; j < m * n; ++j) y[j] += r[j];
+    rows.copy_(at::layer_norm(rows, {n}, part.norm_weight, part.norm_bias, part.norm_eps));
+  }
+}
+
 // Rows [a, b) of x (m x k, contiguous) into each part's output (m x its n): quantized once,
 // multiplied by fbgemm on this thread alone, finished. The int32 sums are written where their
-// float32 results go.
-void rows(const float* x, const std::vector<float*>& outs, int64_t a, int64_t b, const RowInt8Weight& w) {
+// float32 results go. `residual` (m x n of the one part, or null): what its layer norm adds first.
+void rows(const float* x, const std::vector<float*>& outs, const float* residual, int64_t a, int64_t b,
+          const RowInt8Weight& w) {
   thread_local std::vector<uint8_t> q;
   thread_local std::vector<float> magnitude;
   const int64_t m = b - a, k = w.in;
@@ -193,11 +217,14 @@ void rows(const float* x, const std::vector<float*>& outs, int64_t a, int64_t b,
     int32_t* acc = reinterpret_cast<int32_t*>(outs[p] + a * n);
     quantized.times(part, acc);
     for (int64_t i = 0; i < m; ++i) finish_row(acc + i * n, outs[p] + (a + i) * n, part, magnitude[i]);
+    epilogue(part, outs[p], residual, a, m);
   }
 }
 
-// Each part's output for input (..., w.in): (..., the part's n).
-std::vector<at::Tensor> row_int8_outputs(const at::Tensor& input, const RowInt8Weight& w) {
+// Each part's output for input (..., w.in): (..., the part's n). `residual`: what the one part's
+// layer norm adds first, of the output's shape (else the norm runs over the whole output after).
+std::vector<at::Tensor> row_int8_outputs(const at::Tensor& input, const RowInt8Weight& w,
+                                         const std::optional<at::Tensor>& residual = std::nullopt) {
   TORCH_CHECK(input.scalar_type() == at::kFloat && input.device().is_cpu(), "row_int8_linear: float32 CPU input");
   TORCH_CHECK(input.dim() >= 1 && input.size(-1) == w.in, "row_int8_linear: input's last dimension ",
               input.dim() ? input.size(-1) : 0, " is not the layer's ", w.in);
@@ -209,15 +236,25 @@ std::vector<at::Tensor> row_int8_outputs(const at::Tensor& input, const RowInt8W
     outs.push_back(at::empty({m, part.out}, x.options()));
     out_data.push_back(outs.back().data_ptr<float>());
   }
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape.back() = w.parts.front().out;
+  at::Tensor res;  // the residual row by row where it has the output's shape
+  if (residual && residual->sizes() == at::IntArrayRef(shape) && residual->scalar_type() == at::kFloat &&
+      residual->device().is_cpu())
+    res = residual->contiguous();
   const float* xp = x.data_ptr<float>();
   // Rows in one block per thread (at least 16 each): each thread quantizes, multiplies and
   // finishes its own rows, with no wait between the steps.
-  parallel_for(0, m, 16, [&](int64_t a, int64_t b) { rows(xp, out_data, a, b, w); });
-  std::vector<int64_t> shape = input.sizes().vec();
+  parallel_for(0, m, 16, [&](int64_t a, int64_t b) {
+    rows(xp, out_data, res.defined() ? res.data_ptr<float>() : nullptr, a, b, w);
+  });
   for (std::size_t p = 0; p < outs.size(); ++p) {
     shape.back() = w.parts[p].out;
     outs[p] = outs[p].view(shape);
   }
+  const RowInt8Part& one = w.parts.front();
+  if (residual && !res.defined())  // broadcast, another type: the graph's own add and norm
+    outs[0] = at::layer_norm(outs[0] + *residual, {one.out}, one.norm_weight, one.norm_bias, one.norm_eps);
   return outs;
 }
 
@@ -230,6 +267,13 @@ std::vector<at::Tensor> row_int8_linears(const at::Tensor& input, c10::intrusive
   return row_int8_outputs(input, *w);
 }
 
+at::Tensor row_int8_linear_norm(const at::Tensor& input, const at::Tensor& residual,
+                                c10::intrusive_ptr<RowInt8Weight> w) {
+  TORCH_CHECK(w->parts.size() == 1 && w->parts.front().norm_weight.defined(),
+              "row_int8_linear_norm: a weight without its layer norm");
+  return row_int8_outputs(input, *w, residual).front();
+}
+
 void register_operator() {
   static torch::class_<RowInt8Weight> weight_class("traincache", "RowInt8Weight");
   static torch::Library library(torch::Library::FRAGMENT, "traincache", std::nullopt, __FILE__, __LINE__);
@@ -237,6 +281,9 @@ void register_operator() {
               &row_int8_linear);
   library.def("row_int8_linears(Tensor x, __torch__.torch.classes.traincache.RowInt8Weight w) -> Tensor[]",
               &row_int8_linears);
+  library.def(
+      "row_int8_linear_norm(Tensor x, Tensor residual, __torch__.torch.classes.traincache.RowInt8Weight w) -> Tensor",
+      &row_int8_linear_norm);
 }
 
 }  // namespace
@@ -292,6 +339,21 @@ c10::IValue row_int8_join(const std::vector<c10::IValue>& weights) {
   return c10::IValue(joined);
 }
 
+void row_int8_gelu(const c10::IValue& weight, const std::string& approximate) {
+  const auto w = weight.toCustomClass<RowInt8Weight>();
+  TORCH_CHECK(w->parts.size() == 1, "row_int8_gelu: a weight of ", w->parts.size(), " layers");
+  w->parts.front().gelu = approximate;
+}
+
+void row_int8_norm(const c10::IValue& weight, const at::Tensor& norm_weight, const at::Tensor& norm_bias, double eps) {
+  const auto w = weight.toCustomClass<RowInt8Weight>();
+  TORCH_CHECK(w->parts.size() == 1, "row_int8_norm: a weight of ", w->parts.size(), " layers");
+  RowInt8Part& p = w->parts.front();
+  p.norm_weight = norm_weight.contiguous();
+  p.norm_bias = norm_bias.contiguous();
+  p.norm_eps = eps;
+}
+
 #else  // no fbgemm headers: int8.cpp keeps LibTorch's operators
 
 bool row_int8_available() { return false; }
@@ -299,6 +361,10 @@ bool row_int8_available() { return false; }
 c10::IValue row_int8_weight(const at::Tensor&, const std::optional<at::Tensor>&) { return c10::IValue(); }
 
 c10::IValue row_int8_join(const std::vector<c10::IValue>&) { return c10::IValue(); }
+
+void row_int8_gelu(const c10::IValue&, const std::string&) {}
+
+void row_int8_norm(const c10::IValue&, const at::Tensor&, const at::Tensor&, double) {}
 
 #endif
 

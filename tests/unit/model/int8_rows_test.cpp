@@ -195,3 +195,45 @@ def forward(self, x):
     CATCH_CHECK(torch::equal(got, torch::cat({yq, yk, yv, yo}, -1)));
   }
 }
+
+CATCH_TEST_CASE("int8 module: a GELU, or a residual and a layer norm, after a layer fold into its operator", "[int8]") {
+  if (!model::row_int8_available()) return;  // LibTorch's kernels: nothing folded
+  torch::manual_seed(3);
+  torch::jit::Module m("M");
+  m.register_parameter("wa", torch::randn({64, 32}) / 6, false);
+  m.register_parameter("ba", torch::randn({64}), false);
+  m.register_parameter("wb", torch::randn({32, 64}) / 8, false);
+  m.register_parameter("wc", torch::randn({32, 32}) / 6, false);
+  m.register_parameter("wd", torch::randn({32, 32}) / 6, false);
+  m.register_parameter("r", torch::randn({32}), false);
+  m.register_parameter("g", torch::rand({32}) + 0.5, false);
+  m.register_parameter("b", torch::randn({32}), false);
+  // the residual on either side of the add; the last one broadcast (a vector): added apart
+  m.define(R"(
+def forward(self, x):
+  h = torch.gelu(torch.linear(x, self.wa, self.ba))
+  y = torch.layer_norm(x + torch.linear(h, self.wb), [32], self.g, self.b, 1e-5)
+  z = torch.layer_norm(torch.linear(y, self.wc) + y, [32], self.g, self.b, 1e-6)
+  return torch.layer_norm(torch.linear(z, self.wd) + self.r, [32], self.g, self.b, 1e-5)
+)");
+  m.eval();
+  torch::jit::Module q = model::int8_module(m, "test", nullptr);
+  CATCH_CHECK(nodes_of(q, model::kRowInt8Linear) == 1);
+  CATCH_CHECK(nodes_of(q, model::kRowInt8LinearNorm) == 3);
+  CATCH_CHECK(nodes_of(q, "aten::gelu") == 0);
+  CATCH_CHECK(nodes_of(q, "aten::layer_norm") == 0);
+  c10::InferenceMode guard;
+  auto attr = [&](const char* name) { return m.attr(name).toTensor(); };
+  auto layer = [&](const torch::Tensor& x, const char* w, std::optional<torch::Tensor> b = std::nullopt) {
+    return row_int8_linear(x, model::row_int8_weight(attr(w), b));
+  };
+  auto norm = [&](const torch::Tensor& x, double eps) { return torch::layer_norm(x, {32}, attr("g"), attr("b"), eps); };
+  for (const int64_t rows : {1, 7, 40}) {
+    const torch::Tensor x = torch::randn({2, rows, 32});
+    const torch::Tensor h = torch::gelu(layer(x, "wa", attr("ba")));
+    const torch::Tensor y = norm(x + layer(h, "wb"), 1e-5);
+    const torch::Tensor z = norm(layer(y, "wc") + y, 1e-6);
+    const torch::Tensor want = norm(layer(z, "wd") + attr("r"), 1e-5);
+    CATCH_CHECK(torch::equal(q.forward({x}).toTensor(), want));
+  }
+}

@@ -10,6 +10,7 @@
 #include <torch/script.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace traincache::model {
@@ -20,6 +21,10 @@ inline constexpr const char* kRowInt8Linear = "traincache::row_int8_linear";
 /// traincache::row_int8_linears(Tensor x, RowInt8Weight w) -> Tensor[]: the layers of a joined
 /// weight (row_int8_join) on the same input, its rows quantized once; an output per layer.
 inline constexpr const char* kRowInt8Linears = "traincache::row_int8_linears";
+
+/// traincache::row_int8_linear_norm(Tensor x, Tensor residual, RowInt8Weight w) -> Tensor: the
+/// layer, the residual added and the layer norm of row_int8_norm, on each thread's rows in turn.
+inline constexpr const char* kRowInt8LinearNorm = "traincache::row_int8_linear_norm";
 
 /// Whether this build has the operator (fbgemm's headers at build time) and fbgemm runs on this
 /// CPU (AVX2 or later). Registers the operator with LibTorch at the first call that says yes.
@@ -33,5 +38,13 @@ c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Te
 /// The layers of `weights` (row_int8_weight's, of one input width) as one weight for
 /// kRowInt8Linears, in that order.
 c10::IValue row_int8_join(const std::vector<c10::IValue>& weights);
+
+/// The one layer of `weight` followed by LibTorch's GELU (`approximate`: "none" or "tanh") on its
+/// output, wherever the weight is used.
+void row_int8_gelu(const c10::IValue& weight, const std::string& approximate);
+
+/// The one layer of `weight` followed by a residual added and LibTorch's layer norm over its
+/// outputs (`norm_weight`, `norm_bias`: float32, one per output; `eps`), for kRowInt8LinearNorm.
+void row_int8_norm(const c10::IValue& weight, const at::Tensor& norm_weight, const at::Tensor& norm_bias, double eps);
 
 }  // namespace traincache::model
