@@ -39,7 +39,8 @@ torch::Tensor row_int8_linear(const torch::Tensor& x, const c10::IValue& weight)
   return stack.at(0).toTensor();
 }
 
-std::vector<torch::Tensor> row_int8_linears(const torch::Tensor& x, const c10::IValue& weight) {
+// (used only where this build has fbgemm's headers)
+[[maybe_unused]] std::vector<torch::Tensor> row_int8_linears(const torch::Tensor& x, const c10::IValue& weight) {
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(model::kRowInt8Linears, "");
   torch::jit::Stack stack{x, weight};
   op.callBoxed(&stack);
