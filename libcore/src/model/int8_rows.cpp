@@ -190,7 +190,19 @@ thread_local std::vector<int32_t> QuantizedRows::minus_;
 void epilogue(const RowInt8Part& part, float* out, const float* residual, int64_t a, int64_t m) {
   const int64_t n = part.out;
   at::Tensor rows = at::from_blob(out + a * n, {m, n}, at::TensorOptions().dtype(at::kFloat));
-  if (!part.gelu.empty()) at::gelu_(rows, part.gelu);
+  if (!part.gelu.empty()) {
+    // LibTorch's GELU takes a scalar path for the tail its vectors do not fill (within 64 values):
+    // rows whose width its vectors fill go as one block, others one by one, so that a value's
+    // path (and its last bit) never depends on where its row falls in a block.
+    if (n % 64 == 0) {
+      at::gelu_(rows, part.gelu);
+    } else {
+      for (int64_t i = 0; i < m; ++i) {
+        at::Tensor row = rows[i];
+        at::gelu_(row, part.gelu);
+      }
+    }
+  }
   if (part.norm_weight.defined() && residual) {
     float* y = out + a * n;
     const float* r = residual + a * n;
