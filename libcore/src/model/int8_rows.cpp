@@ -62,20 +62,26 @@ typedef float Floats8 __attribute__((vector_size(32)));
 // (1e-30 for a row of zeros; NaN where the row holds a NaN or an infinity, so that its output is
 // NaN as LibTorch's operators make it).
 TC_SIMD_CLONES float quantize_row(const float* x, int64_t k, uint8_t* q) {
-  Floats8 lo = {}, hi = {}, bad = {};  // bad: 0 until a NaN or an infinity (times 0: NaN)
+  // Four vectors of each at a time: independent chains, so that the loop runs at the loads' speed,
+  // not at the latency of one chain of additions (the order cannot change a largest value, and a
+  // sum of zeros and NaNs is NaN in any order).
+  constexpr int kChains = 4;
+  Floats8 lo[kChains] = {}, hi[kChains] = {}, bad[kChains] = {};  // bad: 0 until a NaN or an infinity
   int64_t j = 0;
-  for (; j + 8 <= k; j += 8) {
-    Floats8 v;
-    std::memcpy(&v, x + j, sizeof v);
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-    bad += v * 0.0f;
-  }
+  for (; j + 8 * kChains <= k; j += 8 * kChains)
+    for (int c = 0; c < kChains; ++c) {
+      Floats8 v;
+      std::memcpy(&v, x + j + 8 * c, sizeof v);
+      lo[c] = v < lo[c] ? v : lo[c];
+      hi[c] = v > hi[c] ? v : hi[c];
+      bad[c] += v * 0.0f;  // times 0: NaN for a NaN or an infinity
+    }
   float largest = 0, nan = 0;
-  for (int l = 0; l < 8; ++l) {
-    largest = std::max(largest, std::max(-lo[l], hi[l]));
-    nan += bad[l];
-  }
+  for (int c = 0; c < kChains; ++c)
+    for (int l = 0; l < 8; ++l) {
+      largest = std::max(largest, std::max(-lo[c][l], hi[c][l]));
+      nan += bad[c][l];
+    }
   for (; j < k; ++j) {
     largest = std::max(largest, std::max(-x[j], x[j]));
     nan += x[j] * 0.0f;
