@@ -95,6 +95,39 @@ TC_SIMD_INLINE float scores(const Head& h, const float* kt, int64_t padded, int6
   return most;
 }
 
+// kt (D x padded) = the keys transposed, zeros past them: eight keys by eight values at a time,
+// moved by the vectors' shuffles (GCC 12 and Clang have __builtin_shufflevector).
+template <int D>
+TC_SIMD_INLINE void transpose_keys(const Head& h, int64_t padded, float* kt) {
+  for (int64_t j = 0; j < padded; j += 8)
+    for (int d = 0; d < D; d += 8) {
+      Floats8 r[8];
+      for (int i = 0; i < 8; ++i)
+        if (j + i < h.keys)
+          std::memcpy(&r[i], h.k + (j + i) * h.k_row + d, sizeof r[i]);
+        else
+          r[i] = Floats8{};
+      // pairs of keys interleaved, then fours, then the two halves: row i of the result is value
+      // d + i of keys j..j+7
+      Floats8 t[8], u[8];
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+      }
+      for (int i = 0; i < 8; i += 4)
+        for (int odd = 0; odd < 2; ++odd) {
+          u[i + 2 * odd] = __builtin_shufflevector(t[i + odd], t[i + 2 + odd], 0, 1, 8, 9, 4, 5, 12, 13);
+          u[i + 2 * odd + 1] = __builtin_shufflevector(t[i + odd], t[i + 2 + odd], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+      for (int i = 0; i < 4; ++i) {
+        const Floats8 low = __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        const Floats8 high = __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+        std::memcpy(kt + (d + i) * padded + j, &low, sizeof low);
+        std::memcpy(kt + (d + i + 4) * padded + j, &high, sizeof high);
+      }
+    }
+}
+
 // Softmax of each query's scores, times the values. A query's output depends on its own scores and
 // the keys' values only: padding keys (masked out) add exact zeros.
 template <int D>
@@ -102,8 +135,7 @@ TC_SIMD_CLONES void one_head(const Head& h) {
   const int64_t padded = (h.keys + 7) / 8 * 8;
   alignas(32) float kt[D * kMaxKeys];  // the keys transposed: eight keys' d-th values side by side
   alignas(32) float s[kMaxKeys];
-  for (int d = 0; d < D; ++d)
-    for (int64_t j = 0; j < padded; ++j) kt[d * padded + j] = j < h.keys ? h.k[j * h.k_row + d] : 0.0f;
+  transpose_keys<D>(h, padded, kt);
   for (int64_t i = 0; i < h.queries; ++i) {
     float* o = h.out + i * h.out_row;
     const float most = scores<D>(h, kt, padded, i, s);
