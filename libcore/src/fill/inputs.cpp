@@ -20,9 +20,9 @@ namespace traincache::fill {
 
 namespace {
 
-// Encoder e's text fields, each opened once per tokenizer (a tokenizer file loaded once).
-void open_text(const FillOptions& opts, const EncoderSpec& e,
-               std::map<std::string, std::shared_ptr<const text::Tokenizer>>& tokenizers, Inputs& in) {
+// Encoder e's text fields, each opened once per tokenizer (its file digested here, read by
+// load_tokenizers).
+void open_text(const FillOptions& opts, const EncoderSpec& e, Inputs& in) {
   const InputSource& src = in.source;
   const auto& fields = e.text.empty() ? opts.text : e.text;
   const std::string tok_path = e.tokenizer.empty() ? opts.tokenizer : e.tokenizer;
@@ -35,9 +35,8 @@ void open_text(const FillOptions& opts, const EncoderSpec& e,
       key = f + "|" + tok_path;
     in.per_encoder_text[e.name].push_back(key);
     if (in.texts.count(key)) continue;
-    auto& tok = tokenizers[tok_path];
-    if (!tok) tok = text::load(tok_path);
-    TextInput t{io::source::open_column(src.where, f, src.files, io::source::Role::text), tok, f, tok_path,
+    text::check_path(tok_path);
+    TextInput t{io::source::open_column(src.where, f, src.files, io::source::Role::text), nullptr, f, tok_path,
                 sha256_file(tok_path)};
     if (t.col->info().dtype != DType::string || t.col->info().shape.size() != 1)
       throw Error(
@@ -164,9 +163,8 @@ void open_keys_and_labels(Inputs& in) {
 // labels and keys to copy. A name ending in .npy (or shm:NAME) is a file of its own.
 void open_columns(const FillOptions& opts, Inputs& in) {
   const InputSource& src = in.source;
-  std::map<std::string, std::shared_ptr<const text::Tokenizer>> tokenizers;
   for (const auto& e : opts.encoders) {
-    open_text(opts, e, tokenizers, in);
+    open_text(opts, e, in);
     auto feats = e.features.empty() ? opts.features : e.features;
     if (feats.empty() && !src.implicit.empty() && in.per_encoder_text[e.name].empty()) feats = {src.implicit};
     if (feats.empty() && !in.per_encoder_text[e.name].empty()) {
@@ -308,6 +306,16 @@ Inputs open_inputs(const FillOptions& opts) {
   if (const io::image::Spec* spec = in.preprocess())
     if (std::string note = io::image::padding_note(*spec); !note.empty()) in.notes.push_back(note);
   return in;
+}
+
+void load_tokenizers(Inputs& in) {
+  std::map<std::string, std::shared_ptr<const text::Tokenizer>> loaded;  // a file read once
+  for (auto& [key, t] : in.texts) {
+    if (t.tok || t.tokenizer_path.empty()) continue;
+    auto& tok = loaded[t.tokenizer_path];
+    if (!tok) tok = text::load(t.tokenizer_path);
+    t.tok = tok;
+  }
 }
 
 bool plan_conversion(const FillOptions& opts, bool cuda, Inputs& in) {

@@ -38,7 +38,7 @@ struct Input {
 // token sequences (a variable-layout slab), fed as stored (no tokenizer).
 struct TextInput {
   std::shared_ptr<const io::source::Column> col;
-  std::shared_ptr<const text::Tokenizer> tok;  // null: ragged token sequences
+  std::shared_ptr<const text::Tokenizer> tok;  // null: ragged token sequences (or not yet loaded)
   std::string field, tokenizer_path, tokenizer_sha256;
 };
 
@@ -135,8 +135,11 @@ bool tolerate_input_error(Fn&& read, int64_t row, bool skip, std::map<int64_t, s
 InputSource resolve_input(const FillOptions& opts);
 /// A column for the fingerprint: shape and dtype, and its own file when it is not --input's.
 nlohmann::json describe_json(const Input& in, const std::string& input);
-/// Opens every column the fill reads and checks that they agree (rows, names, text, windows).
+/// Opens every column the fill reads and checks that they agree (rows, names, text, windows). Text
+/// fields' tokenizer files are digested, not yet read: load_tokenizers reads them.
 Inputs open_inputs(const FillOptions& opts);
+/// Reads each text field's tokenizer (one file once): Error(data, its path) for one it cannot take.
+void load_tokenizers(Inputs& in);
 /// --convert: marks the 8-bit feature columns (images, uint8 arrays) to be converted on the
 /// encoders' device (auto: when it is a CUDA device, `cuda`). Returns whether any column is.
 /// --decode: marks the image columns whose JPEG files are decoded there (auto: on a CUDA device

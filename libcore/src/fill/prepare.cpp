@@ -231,6 +231,10 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   // it would wait for what the hook started (a LibTorch load) to finish.
   struct stat st;
   if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
+  // The tokenizers after it, beside the load: parsing a tokenizer.json is the longest step until
+  // here (MiniLM's 466 KB: ~20 ms), and a file that cannot be parsed is refused as rarely as it
+  // is met (a missing one was refused by its digest above).
+  load_tokenizers(p.in);
 
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
   for (const auto& e : opts.encoders) {

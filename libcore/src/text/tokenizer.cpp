@@ -135,10 +135,14 @@ std::unique_ptr<Tokenizer> spm::load(const std::string& path, const std::string&
   return std::make_unique<SpmTokenizer>(path, bytes);
 }
 
-std::unique_ptr<Tokenizer> load(const std::string& path) {
+void check_path(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     throw Error(Exit::usage, path, "is a directory; name its tokenizer.json (or the SentencePiece .model file)");
+}
+
+std::unique_ptr<Tokenizer> load(const std::string& path) {
+  check_path(path);
   const std::string bytes = read_tokenizer_file(path);
   auto tok = ends_with(path, ".model") ? spm::load(path, bytes) : hf::load(path, bytes);
   try {

@@ -66,6 +66,9 @@ class Tokenizer {
 /// max_seq_length that is not a positive whole number -> Error(data) naming that file).
 std::unique_ptr<Tokenizer> load(const std::string& path);
 
+/// What load() refuses before it reads: a directory given for the file -> Error(usage).
+void check_path(const std::string& path);
+
 /// How a batch is padded (--padding): to its longest sequence, or always to max_length.
 enum class Padding { longest, max_length };
 const Choices<Padding>& padding_choices();
