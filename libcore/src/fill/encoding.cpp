@@ -34,9 +34,11 @@ std::vector<torch::Tensor> read_text(const TextInput& t, int64_t start, int64_t 
   if (t.tok) {
     std::vector<int64_t> rows;  // an update's rows are gathered: errors name the input's row
     for (int64_t r = start; !in.input_rows.empty() && r < start + count; ++r) rows.push_back(in.input_row(r));
-    text::TokenBatch b =
-        text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
-                             t.col->path() + ": field '" + t.field + "'", start, rows.empty() ? nullptr : &rows);
+    // One reader (text's): a window's texts on every core, so that the first batch, which waits
+    // for its whole window, waits less; later windows are read beside the loop either way.
+    text::TokenBatch b = text::tokenize_batch(*t.tok, t.col->read_strings(start, count), opts,
+                                              t.col->path() + ": field '" + t.field + "'", start,
+                                              rows.empty() ? nullptr : &rows, in.readers > 1 ? 1 : 0);
     cut += b.truncated;
     return model::token_tensors(b);
   }

@@ -201,11 +201,12 @@ Encoding encode_text(const Tokenizer& tok, const std::string& text, int64_t max_
   return tok.encode(text, max_length);
 }
 
-}  // namespace
-
-TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                        const std::string& what, int threads) {
-  const int64_t max_length = effective_max_length(tok, opts);
+// texts[i], row row_of(i) of `what`, tokenized on `threads` threads (0: one per core; one for
+// fewer than 512 texts), each a contiguous share, joined in order: the same rows, and the same
+// first failing row's error, whatever the thread count.
+template <class RowOf>
+TokenRows encode_texts(const Tokenizer& tok, const std::vector<std::string>& texts, int64_t max_length,
+                       const std::string& what, RowOf row_of, int threads) {
   const std::size_t n = texts.size();
   std::size_t parts = threads > 0 ? static_cast<std::size_t>(threads) : static_cast<std::size_t>(usable_cores());
   parts = std::max<std::size_t>(1, std::min(parts, n / 256));  // small inputs: one thread
@@ -214,7 +215,7 @@ TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& te
   auto work = [&](std::size_t p) {
     try {
       for (std::size_t i = n * p / parts; i < n * (p + 1) / parts; ++i)
-        part[p].append(encode_text(tok, texts[i], max_length, what, static_cast<int64_t>(i)));
+        part[p].append(encode_text(tok, texts[i], max_length, what, row_of(i)));
     } catch (...) {
       failed[p] = std::current_exception();
     }
@@ -229,6 +230,15 @@ TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& te
   out.pad_id = tok.pad_id();
   for (std::size_t p = 1; p < parts; ++p) out.extend(part[p]);
   return out;
+}
+
+}  // namespace
+
+TokenRows tokenize_rows(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
+                        const std::string& what, int threads) {
+  return encode_texts(
+      tok, texts, effective_max_length(tok, opts), what, [](std::size_t i) { return static_cast<int64_t>(i); },
+      threads);
 }
 
 TokenRows token_rows(const std::vector<int64_t>& values, std::vector<int64_t> offsets, int64_t pad_id,
@@ -282,13 +292,11 @@ TokenBatch pad_rows(const TokenRows& rows, const std::vector<int64_t>& seqs, int
 }
 
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what, int64_t first_row, const std::vector<int64_t>* row_numbers) {
-  TokenRows rows;
-  rows.pad_id = tok.pad_id();
+                          const std::string& what, int64_t first_row, const std::vector<int64_t>* row_numbers,
+                          int threads) {
   const int64_t max_length = effective_max_length(tok, opts);
-  for (std::size_t i = 0; i < texts.size(); ++i)
-    rows.append(encode_text(tok, texts[i], max_length, what,
-                            row_numbers ? row_numbers->at(i) : first_row + static_cast<int64_t>(i)));
+  auto row_of = [&](std::size_t i) { return row_numbers ? row_numbers->at(i) : first_row + static_cast<int64_t>(i); };
+  const TokenRows rows = encode_texts(tok, texts, max_length, what, row_of, threads);
   std::vector<int64_t> all(texts.size());
   std::iota(all.begin(), all.end(), 0);
   TokenBatch b = pad_rows(rows, all, opts.padding == Padding::max_length ? max_length : 0);

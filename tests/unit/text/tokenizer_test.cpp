@@ -195,6 +195,22 @@ CATCH_TEST_CASE("token rows are padded per batch from unpadded sequences", "[tex
   texts[1600].clear();  // the error names the first empty row, whichever thread found it
   texts[2900].clear();
   CATCH_CHECK_THROWS_WITH(text::tokenize_rows(*t, texts, o, "texts", 4), "texts row 1600: empty text");
+  // tokenize_batch on threads: the same padded batch, truncation count and rows named.
+  texts[1600] = texts[2900] = "a b a b a b a";  // cut at 6 tokens
+  o.max_length = 6;
+  const auto alone = text::tokenize_batch(*t, texts, o, "texts", 10, nullptr, 1);
+  const auto shared = text::tokenize_batch(*t, texts, o, "texts", 10, nullptr, 3);
+  CATCH_CHECK(alone.truncated == 2);
+  CATCH_CHECK(shared.truncated == 2);
+  CATCH_CHECK(shared.length == alone.length);
+  CATCH_CHECK(shared.input_ids == alone.input_ids);
+  CATCH_CHECK(shared.attention_mask == alone.attention_mask);
+  texts[2000].clear();
+  texts[2500].clear();
+  CATCH_CHECK_THROWS_WITH(text::tokenize_batch(*t, texts, o, "texts", 10, nullptr, 3), "texts row 2010: empty text");
+  std::vector<int64_t> rows(texts.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = 7 * static_cast<int64_t>(i);
+  CATCH_CHECK_THROWS_WITH(text::tokenize_batch(*t, texts, o, "texts", 0, &rows, 3), "texts row 14000: empty text");
 }
 
 CATCH_TEST_CASE("invalid UTF-8 becomes U+FFFD, one per maximal subpart", "[text]") {

@@ -103,9 +103,11 @@ struct TokenBatch {
 
 /// Tokenizes and pads `texts` (each valid UTF-8), rows first_row... of `what` (or, when `rows` is
 /// given, rows (*rows)[i]: texts gathered from anywhere in it). An empty text ->
-/// Error(data, "<what> row N", "empty text").
+/// Error(data, "<what> row N", "empty text"). On `threads` threads (0: one per core) as
+/// tokenize_rows: the same result whatever the count.
 TokenBatch tokenize_batch(const Tokenizer& tok, const std::vector<std::string>& texts, const TokenizeOptions& opts,
-                          const std::string& what, int64_t first_row = 0, const std::vector<int64_t>* rows = nullptr);
+                          const std::string& what, int64_t first_row = 0, const std::vector<int64_t>* rows = nullptr,
+                          int threads = 1);
 
 /// Many texts' tokens, end to end: sequence i is [offsets[i], offsets[i+1]) of ids and type_ids.
 /// Kept unpadded so that each batch (or chunk) is padded only to its own longest sequence.
