@@ -23,6 +23,7 @@ namespace {
 // instructions (simd_clones.h).
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints8 __attribute__((vector_size(32)));
+typedef uint8_t Bytes8 __attribute__((vector_size(8)));  // eight booleans of a mask
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
@@ -84,7 +85,29 @@ TC_SIMD_INLINE float scores(const Head& h, const float* kt, int64_t padded, int6
     std::memcpy(s + j, &sum, sizeof sum);
   }
   float most = kMinusInf;
-  for (int64_t j = 0; j < h.keys; ++j) {
+  int64_t j = 0;
+  if (!(h.keep || h.add) || h.mask_col == 1) {  // eight keys at a time where the mask's row is contiguous
+    Floats8 top = Floats8{} + kMinusInf;
+    for (; j + 8 <= h.keys; j += 8) {
+      Floats8 x;
+      std::memcpy(&x, s + j, sizeof x);
+      x *= h.scale;
+      if (h.keep) {
+        Bytes8 keep;
+        std::memcpy(&keep, h.keep + i * h.mask_row + j, sizeof keep);
+        x = __builtin_convertvector(keep, Ints8) != 0 ? x : Floats8{} + kMinusInf;
+      }
+      if (h.add) {
+        Floats8 a;
+        std::memcpy(&a, h.add + i * h.mask_row + j, sizeof a);
+        x += a;
+      }
+      std::memcpy(s + j, &x, sizeof x);
+      top = x > top ? x : top;  // NaN never taken, as below; which zero is kept changes no result
+    }
+    for (int l = 0; l < 8; ++l) most = top[l] > most ? top[l] : most;
+  }
+  for (; j < h.keys; ++j) {
     float x = s[j] * h.scale;
     if (h.keep && !h.keep[i * h.mask_row + j * h.mask_col]) x = kMinusInf;
     if (h.add) x += h.add[i * h.mask_row + j * h.mask_col];

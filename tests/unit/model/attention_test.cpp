@@ -88,6 +88,10 @@ CATCH_TEST_CASE("short attention: LibTorch's attention within float32 rounding, 
   const torch::Tensor none = torch::zeros({1, 1, 5, 5}, torch::kBool);
   const torch::Tensor qs = heads(1, 5, 32);
   CATCH_CHECK(torch::equal(attention(qs, qs, qs, none), torch::zeros({1, 6, 5, 32})));
+  // The same past eight keys (their masks read eight at a time, the rest one by one).
+  const torch::Tensor none13 = torch::zeros({1, 1, 13, 13}, torch::kBool);
+  const torch::Tensor qs13 = heads(1, 13, 32);
+  CATCH_CHECK(torch::equal(attention(qs13, qs13, qs13, none13), torch::zeros({1, 6, 13, 32})));
 }
 
 #else  // LibTorch before 2.5: no graph is changed
