@@ -100,6 +100,36 @@ CATCH_TEST_CASE("row int8 linear: weights rounded half to even at their row's sc
   CATCH_CHECK(torch::equal(steps, torch::tensor({127.0f, 0.0f, 2.0f, -2.0f, 4.0f, -0.0f, 0.0f, 4.0f})));
 }
 
+CATCH_TEST_CASE("row int8 linear: inputs a few float steps from a half step round as the division does", "[int8]") {
+  if (!model::row_int8_available()) return;
+  // Each row: its largest magnitude first (3.0, 1e-3 or -7.5), then values whose
+  // (x / largest) x (1 / step) lies 0, 1, 2, 4 or 64 float32 steps either side of a half (n + 0.5):
+  // the values that any shortcut of the division (a multiplication by (1 / step) / largest, as
+  // tried) rounds the other way. 64 values a row: whole blocks of 8 and 16 lanes.
+  std::vector<float> values;
+  for (const float largest : {3.0f, 1e-3f, -7.5f})
+    for (int n = -128; n <= 127; n += 37)
+      for (int side : {-1, 1}) {
+        std::vector<float> row{largest};
+        for (int off : {0, 1, 2, 4, 64}) {
+          float x = static_cast<float>((n + 0.5) / (255.0 / 2) * std::fabs(largest));
+          for (int i = 0; i < off; ++i) x = std::nextafter(x, side * std::numeric_limits<float>::infinity());
+          for (int i = 0; i < 4 && row.size() < 64; ++i) row.push_back(x);
+        }
+        while (row.size() < 64) row.push_back(0.25f * largest);
+        values.insert(values.end(), row.begin(), row.end());
+      }
+  const torch::Tensor x = torch::tensor(values).reshape({-1, 64});
+  // One output per input (the identity's rows), so that each output names its input's step.
+  const torch::Tensor w = torch::eye(64);
+  c10::InferenceMode guard;
+  const torch::Tensor got = row_int8_linear(x, model::row_int8_weight(w, std::nullopt));
+  const torch::Tensor r = x.abs().amax({1}, true);
+  const torch::Tensor want = ((x / r) * (1.0f / (2.0f / 255))).round().clamp(-128, 127);
+  const torch::Tensor steps = (got.to(torch::kDouble) / (r.to(torch::kDouble) * (2.0 / 255))).round();
+  CATCH_CHECK(torch::equal(steps.to(torch::kFloat), want));
+}
+
 CATCH_TEST_CASE("row int8 linear: exact where fbgemm's kernels would saturate a pair of products", "[int8]") {
 #if __has_include(<fbgemm/Fbgemm.h>)
   if (!model::row_int8_available()) return;
