@@ -6,6 +6,7 @@
 #endif
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -72,6 +73,21 @@ bool keep_freed_memory() {
 #else
   return false;
 #endif
+}
+
+void warm_heap(std::size_t bytes, const std::function<bool()>& stop) {
+  constexpr std::size_t kBlock = 8 << 20, kMost = 192 << 20;  // under the threshold and the trim
+  if (!keep_freed_memory()) return;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<char*> blocks;
+  for (std::size_t done = 0; done < std::min(bytes, kMost) && !stop(); done += kBlock) {
+    char* b = static_cast<char*>(std::malloc(kBlock));
+    if (!b) break;
+    for (std::size_t i = 0; i < kBlock; i += static_cast<std::size_t>(page)) b[i] = 0;
+    blocks.push_back(b);
+  }
+  // The last block first: each merges with the free top below it.
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) std::free(*b);
 }
 
 void* module_symbol(void* handle, const char* name, const std::string& file, const std::string& what) {
@@ -165,6 +181,7 @@ EnginesLoad::EnginesLoad() : set_wait_(set_openmp_wait()) {
     } catch (...) {
       failure_ = std::current_exception();
     }
+    done_.store(true, std::memory_order_release);
   });
 }
 

@@ -1,10 +1,15 @@
 // The torch-free side of cache-fill's and cache-inspect --verify's entry points into
 // libtraincache_engines.so (fill_module.cpp), loaded when there is work for LibTorch.
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <optional>
 
 #include "fill_module.h"
 #include "result.h"
+#include "traincache/base/cores.h"
+#include "traincache/base/module.h"
 #include "traincache/fill/fill_plan.h"
 #include "traincache/model/precision.h"
 
@@ -13,6 +18,19 @@ namespace traincache::fill {
 bool VerifyReport::ok() const {
   return std::all_of(encoders.begin(), encoders.end(), [](const auto& e) { return e.ok(); });
 }
+
+namespace {
+
+// The encoders' files together: about what LibTorch allocates as it loads them.
+std::size_t encoder_bytes(const FillOptions& opts) {
+  std::size_t bytes = 0;
+  struct stat st;
+  for (const auto& e : opts.encoders)
+    if (::stat(e.path.c_str(), &st) == 0) bytes += static_cast<std::size_t>(st.st_size);
+  return bytes;
+}
+
+}  // namespace
 
 // A CPU fill opens and checks its inputs, takes the output's lock, tells whether the cache is up
 // to date, plans an update and opens its journal before it needs LibTorch, which a refused input,
@@ -35,6 +53,8 @@ FillResult run_fill_in_module(const FillOptions& opts, const FillCallbacks& cb) 
   // Loading LibTorch is the process's start, in none of the run's figures (docs/performance.md).
   const auto t_load = Clock::now();
   try {
+    if (loading && usable_cores() > 1)  // this core idles until the load ends: the models' pages meanwhile
+      warm_heap(encoder_bytes(opts), [&] { return loading->done(); });
     if (loading) loading->wait();
     engines_symbol("tc_fill_encode");
   } catch (...) {

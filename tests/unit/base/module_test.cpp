@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "catch.h"
 
@@ -58,5 +59,35 @@ CATCH_TEST_CASE("module: keep_freed_memory keeps a freed 31 MiB block for the ne
   CATCH_CHECK(mallinfo2().fordblks >= bytes);  // kept in the heap, free
   faults_of_block(bytes);
   CATCH_CHECK(faults_of_block(bytes) < static_cast<long>(pages / 10));
+}
+#endif
+
+#ifdef __GLIBC__
+// A model's load allocates its tensors in the blocks warm_heap faulted in and freed: they stay at
+// the heap's top (keepcost), and blocks as large taken afterwards fault in next to no pages.
+CATCH_TEST_CASE("module: warm_heap leaves its pages free at the heap's top for what comes next", "[module]") {
+  CATCH_REQUIRE(keep_freed_memory());
+  const size_t bytes = size_t{64} << 20, block = size_t{20} << 20;
+  int asked = 0;
+  warm_heap(bytes, [&] { return ++asked > 1000; });
+  CATCH_CHECK(asked == 8);  // asked before each of its 8 MiB blocks
+  CATCH_CHECK(mallinfo2().keepcost >= bytes);
+  const long before = minor_faults();
+  std::vector<volatile char*> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(static_cast<volatile char*>(std::malloc(block)));
+    for (size_t j = 0; j < block; j += 4096) held.back()[j] = 1;
+  }
+  CATCH_CHECK(minor_faults() - before < static_cast<long>(3 * block / 4096 / 10));
+  for (auto* p : held) std::free(const_cast<char*>(p));
+  // It stops once told, and does nothing where the user chose malloc's settings.
+  asked = 0;
+  warm_heap(bytes, [&] { return ++asked > 2; });
+  CATCH_CHECK(asked == 3);
+  ::setenv("MALLOC_TOP_PAD_", "0", 1);
+  asked = 0;
+  warm_heap(bytes, [&] { return ++asked > 1000; });
+  ::unsetenv("MALLOC_TOP_PAD_");
+  CATCH_CHECK(asked == 0);
 }
 #endif

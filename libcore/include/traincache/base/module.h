@@ -4,7 +4,10 @@
 // options and refuse bad ones without loading LibTorch).
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <exception>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -59,11 +62,15 @@ class EnginesLoad {
   /// Waits for the load; throws what it failed with.
   void wait();
 
+  /// Whether the load has ended (loaded or failed): wait() then returns at once.
+  bool done() const { return done_.load(std::memory_order_acquire); }
+
  private:
   void join();
 
   bool set_wait_;  // libgomp's waiting settings were set here for the load, and are unset after it
   std::exception_ptr failure_;
+  std::atomic<bool> done_{false};
   std::thread thread_;
 };
 
@@ -74,6 +81,13 @@ class EnginesLoad {
 /// (docs/design.md, "Memory between batches"). Returns whether it set them. engines_symbol calls
 /// it as a tool loads LibTorch; never called in a library user's process.
 bool keep_freed_memory();
+
+/// Faults in up to `bytes` of fresh heap (at most 192 MiB, in blocks below malloc's mmap threshold)
+/// and frees it again, where keep_freed_memory() keeps it at the heap's top: what the caller
+/// allocates next (a model's tensors, read as LibTorch loads it) takes pages already there instead
+/// of faulting each one in on the way. Stops early once `stop` returns true (checked between
+/// blocks): meant for a wait on another thread's work, on a machine with a core to spare.
+void warm_heap(std::size_t bytes, const std::function<bool()>& stop);
 
 /// How a module's function failed: exceptions do not cross a module's C interface, so each
 /// function reports its failure here. kind 0: none; 1: traincache::Error (code, message); 2: out
