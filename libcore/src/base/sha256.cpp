@@ -1,8 +1,6 @@
 #include "traincache/base/sha256.h"
 
 #include <openssl/evp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -59,35 +57,6 @@ std::string sha256_file(const std::string& path) {
   bool failed = std::ferror(f);
   std::fclose(f);
   if (failed) throw Error(Exit::io, path, "read error");
-  return h.hex_digest();
-}
-
-std::string sha256_file(const std::string& path, FileBytes& bytes) {
-  const int fd = files::open_input(path);  // as above: a regular file, opened without blocking
-  struct stat st;
-  std::size_t room = ::fstat(fd, &st) == 0 ? static_cast<std::size_t>(st.st_size) + 1 : 1 << 20;
-  bytes.data.reset(new char[room]);  // not zeroed: each page is first touched by the read
-  bytes.size = 0;
-  for (;;) {
-    if (bytes.size == room) {  // the file grew: read it to its end
-      std::unique_ptr<char[]> more(new char[room * 2]);
-      std::memcpy(more.get(), bytes.data.get(), bytes.size);
-      bytes.data = std::move(more);
-      room *= 2;
-    }
-    const ssize_t n = ::read(fd, bytes.data.get() + bytes.size, room - bytes.size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw Error(Exit::io, path, errno_text(err));
-    }
-    if (n == 0) break;
-    bytes.size += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  Sha256 h;
-  h.update(bytes.data.get(), bytes.size);
   return h.hex_digest();
 }
 

@@ -211,18 +211,14 @@ Failure classify(const std::exception_ptr& failure) {
   throw Error(f.error->code(), "", std::string(f.error->what()) + kept);
 }
 
-// The encoders, loaded on `device` (from the bytes their digests read, where kept: freed after);
-// the time it took in tally.model_setup_seconds.
-std::vector<std::unique_ptr<model::Encoder>> load_encoders(FillRun& run, const torch::Device& device,
+// The encoders, loaded on `device`; the time it took in tally.model_setup_seconds.
+std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
                                                            FillTally& tally) {
-  const FillOptions& opts = run.opts;
   if (opts.precision == Precision::int8) model::require_int8();  // before any encoder loads
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
-  for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
-    const auto& e = opts.encoders[i];
-    std::shared_ptr<const FileBytes> bytes = i < run.enc_bytes.size() ? std::move(run.enc_bytes[i]) : nullptr;
-    encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output, bytes.get()));
+  for (const auto& e : opts.encoders) {
+    encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output));
     // Converted beside the encode loop's start (its readers, the vocabulary checks) until the
     // first batch's precision check waits for it.
     if (opts.precision == Precision::int8) encoders.back()->start_int8();
@@ -242,7 +238,7 @@ bool encode_rows(FillRun& run, EncodePlan& planned, FillTally& tally) {
   const RowPlan& plan = planned.rows;
   if (planned.journal.committed_rows >= plan.rows() && (planned.update || plan.rows() > 0)) return true;
   const torch::Device device = model::parse_device(run.opts.device);
-  auto encoders = load_encoders(run, device, tally);
+  auto encoders = load_encoders(run.opts, device, tally);
   Encoding encoding(run, planned, encoders, tally);
   try {
     if (!encoding.run(plan)) return false;

@@ -230,30 +230,15 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   // Not before: a refusal until here (a missing input, another run's lock) answers at once, where
   // it would wait for what the hook started (a LibTorch load) to finish.
   struct stat st;
-  const bool sure = opts.force || stat(p.out.c_str(), &st) != 0;
-  if (sure_to_encode && sure) sure_to_encode();
+  if (sure_to_encode && (opts.force || stat(p.out.c_str(), &st) != 0)) sure_to_encode();
   // The tokenizers after it, beside the load: parsing a tokenizer.json is the longest step until
   // here (MiniLM's 466 KB: ~20 ms), and a file that cannot be parsed is refused as rarely as it
   // is met (a missing one was refused by its digest above).
   load_tokenizers(p.in);
 
   // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
-  // Where the run is sure to encode, from the bytes the digest read (files of up to 512 MiB
-  // together): the model loaded is the one the fingerprint names, even if its file is replaced
-  // meanwhile, and it is read once.
-  std::size_t total = 0;
-  for (const auto& e : opts.encoders)
-    total += stat(e.path.c_str(), &st) == 0 ? static_cast<std::size_t>(st.st_size) : 0;
-  const bool keep = sure && total <= (std::size_t{512} << 20);
   for (const auto& e : opts.encoders) {
-    if (keep) {
-      auto bytes = std::make_shared<FileBytes>();
-      p.enc_sha.push_back(sha256_file(e.path, *bytes));
-      p.enc_bytes.push_back(std::move(bytes));
-    } else {
-      p.enc_sha.push_back(sha256_file(e.path));
-      p.enc_bytes.push_back(nullptr);
-    }
+    p.enc_sha.push_back(sha256_file(e.path));
     p.encoder_names.push_back(e.name);
   }
   p.utf8_replaced = warn_about_inputs(p.in, cb);

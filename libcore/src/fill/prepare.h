@@ -15,7 +15,6 @@
 
 #include "inputs.h"
 #include "traincache/base/files.h"
-#include "traincache/base/sha256.h"
 #include "traincache/base/timing.h"
 #include "traincache/fill/fill.h"
 #include "traincache/fill/fill_plan.h"
@@ -91,9 +90,6 @@ struct FillRun {
   std::string out, partial;                 // the output (this shard's), its progress directory
   std::unique_ptr<files::OutputLock> lock;  // one run per output at a time
   std::vector<std::string> enc_sha, encoder_names;
-  // Each encoder's file as its digest read it, where the run is sure to encode (null otherwise,
-  // and once the encoders are loaded from them).
-  std::vector<std::shared_ptr<const FileBytes>> enc_bytes;
   Fingerprint fp;
   Existing existing;
   // What prepare_fill saw that the result reports (result.h writes it).

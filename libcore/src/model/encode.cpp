@@ -1,6 +1,5 @@
 #include "traincache/model/encode.h"
 
-#include <caffe2/serialize/read_adapter_interface.h>
 #include <sys/stat.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <unistd.h>
@@ -199,32 +198,10 @@ std::string load_failure(const std::string& what) {
 
 }  // namespace
 
-namespace {
-
-// LibTorch's reader over bytes already in memory.
-class BytesReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BytesReader(const FileBytes& b) : b_(b) {}
-  size_t size() const override { return b_.size; }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= b_.size) return 0;
-    n = std::min<size_t>(n, b_.size - static_cast<size_t>(pos));
-    std::memcpy(buf, b_.data.get() + pos, n);
-    return n;
-  }
-
- private:
-  const FileBytes& b_;
-};
-
-}  // namespace
-
-torch::jit::Module load_module(const std::string& path, torch::Device device, const FileBytes* bytes) {
+torch::jit::Module load_module(const std::string& path, torch::Device device) {
   disable_cpu_fusion();
-  // missing or not a regular file (a FIFO would block the load): 66
-  if (!bytes) ::close(files::open_input(path));
+  ::close(files::open_input(path));  // missing or not a regular file (a FIFO would block the load): 66
   try {
-    if (bytes) return torch::jit::load(std::make_shared<BytesReader>(*bytes), device);
     return torch::jit::load(path, device);
   } catch (const c10::Error& e) {
     throw Error(Exit::data, path, "cannot load TorchScript module: " + load_failure(e.what_without_backtrace()));
@@ -427,9 +404,9 @@ torch::Tensor read_column_bytes(const io::source::Column& col, int64_t start, in
   return t;
 }
 
-Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output, const FileBytes* bytes)
+Encoder::Encoder(std::string name, std::string path, torch::Device device, std::string output)
     : name_(std::move(name)), path_(std::move(path)), output_(std::move(output)), device_(device) {
-  plain_ = load_module(path_, device_, bytes);
+  plain_ = load_module(path_, device_);
   plain_.eval();
   for (auto p : plain_.parameters()) p.set_requires_grad(false);
   arity_ = forward_arity(plain_);

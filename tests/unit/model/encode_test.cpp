@@ -5,7 +5,6 @@
 #include "catch.h"
 #include "test_util.h"
 #include "traincache/base/error.h"
-#include "traincache/base/sha256.h"
 #include "traincache/io/h5.h"
 #include "traincache/model/precision.h"
 #include "traincache/model/precision_torch.h"
@@ -72,32 +71,6 @@ CATCH_TEST_CASE("encoder: --output picks a tuple element or a dict entry", "[enc
   model::Encoder dict("d", save_module("enc_dict", "def forward(self, x):\n  return {'emb': x * self.w, 'n': x}\n"),
                       torch::kCPU, "emb");
   CATCH_CHECK(dict.forward({x})[0][0].item<float>() == 2.0f);
-}
-
-// A fill loads its model from the bytes its digest read: the module is theirs whatever the file
-// holds by then (here another model), and bytes that are not TorchScript are bad data named by the
-// path.
-CATCH_TEST_CASE("encoder: loaded from the bytes its digest read, not the file as it is now", "[encoder]") {
-  const std::string path = save_module("enc_bytes", "def forward(self, x):\n  return x * self.w\n");
-  FileBytes bytes;
-  const std::string digest = sha256_file(path, bytes);
-  save_module("enc_bytes", "def forward(self, x):\n  return x + self.w\n");  // replaced after the digest
-  CATCH_CHECK(sha256_file(path) != digest);
-  c10::InferenceMode guard;
-  model::Encoder e("e", path, torch::kCPU, "", &bytes);
-  CATCH_CHECK(torch::equal(e.forward({torch::full({1, 2}, 3.0f)}), torch::full({1, 2}, 6.0f)));
-  model::Encoder now("n", path, torch::kCPU);
-  CATCH_CHECK(torch::equal(now.forward({torch::full({1, 2}, 3.0f)}), torch::full({1, 2}, 5.0f)));
-  FileBytes junk;
-  junk.size = 5;
-  junk.data.reset(new char[5]{'n', 'o', 't', ' ', 'a'});
-  try {
-    model::load_module(path, torch::kCPU, &junk);
-    CATCH_FAIL("no error");
-  } catch (const Error& err) {
-    CATCH_CHECK(err.code() == Exit::data);
-    CATCH_CHECK(std::string(err.what()).find(path) != std::string::npos);
-  }
 }
 
 CATCH_TEST_CASE("encoder: a tuple output without --output is bad data with advice", "[encoder]") {

@@ -33,14 +33,4 @@ std::string sha256_hex(const std::string& data);
 /// SHA-256 of a file's contents, as hex. Missing -> Error(no_input); read failure -> Error(io).
 std::string sha256_file(const std::string& path);
 
-/// A file's contents, read once: for a digest and then a load of the same bytes.
-struct FileBytes {
-  std::unique_ptr<char[]> data;
-  std::size_t size = 0;
-};
-
-/// sha256_file, keeping the contents in `bytes`: what the digest names is what the caller loads
-/// from them after, whatever happens to the file in between. Errors as sha256_file's.
-std::string sha256_file(const std::string& path, FileBytes& bytes);
-
 }  // namespace traincache

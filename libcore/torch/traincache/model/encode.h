@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "traincache/base/sha256.h"
 #include "traincache/io/source.h"
 #include "traincache/model/int8.h"
 #include "traincache/model/precision.h"
@@ -47,10 +46,9 @@ class DeviceWarmup {
 /// OpenMP LibTorch otherwise starts with a single thread in C++ programs.)
 void configure_threads(int threads);
 
-/// Loads a TorchScript file as it was saved (training mode and requires_grad untouched): from
-/// `bytes` where given (the file's contents as read before; `path` then names them in errors).
+/// Loads a TorchScript file as it was saved (training mode and requires_grad untouched).
 /// Missing file -> Error(no_input); not TorchScript -> Error(data).
-torch::jit::Module load_module(const std::string& path, torch::Device device, const FileBytes* bytes = nullptr);
+torch::jit::Module load_module(const std::string& path, torch::Device device);
 
 /// Converts the floating-point parameters and buffers of `m` (and its submodules) to `type`; integer
 /// and boolean buffers (a transformer's position ids) keep theirs, as PyTorch's `Module.to(dtype)`
@@ -173,10 +171,8 @@ struct OptimizeOutcome {
 /// A frozen TorchScript encoder in eval mode, run under c10::InferenceMode.
 class Encoder {
  public:
-  /// Loads `path` onto `device` (from `bytes` where given: load_module). Missing file ->
-  /// Error(no_input); not TorchScript -> Error(data).
-  Encoder(std::string name, std::string path, torch::Device device, std::string output = "",
-          const FileBytes* bytes = nullptr);
+  /// Loads `path` onto `device`. Missing file -> Error(no_input); not TorchScript -> Error(data).
+  Encoder(std::string name, std::string path, torch::Device device, std::string output = "");
 
   const std::string& name() const { return name_; }
   const std::string& path() const { return path_; }
