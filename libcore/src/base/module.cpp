@@ -83,7 +83,8 @@ void warm_heap(std::size_t bytes, const std::function<bool()>& stop) {
   for (std::size_t done = 0; done < std::min(bytes, kMost) && !stop(); done += kBlock) {
     char* b = static_cast<char*>(std::malloc(kBlock));
     if (!b) break;
-    for (std::size_t i = 0; i < kBlock; i += static_cast<std::size_t>(page)) b[i] = 0;
+    volatile char* touch = b;  // stores the compiler may not drop before the free
+    for (std::size_t i = 0; i < kBlock; i += static_cast<std::size_t>(page)) touch[i] = 0;
     blocks.push_back(b);
   }
   // The last block first: each merges with the free top below it.
