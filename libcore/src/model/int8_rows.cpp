@@ -162,7 +162,8 @@ class QuantizedRows {
     above_.resize(size);
     below_.resize(size);
     // Through plain pointers: each use of a thread_local in a shared library is a call
-    // (__tls_get_addr), which kept these loops from vectorising (5.7x the encode loop's time).
+    // (__tls_get_addr), which kept these loops from vectorising (fbgemm held to AVX2: the encode
+    // loop 5.6-5.9 s that way, 4.2-4.5 s this way; docs/models.md).
     uint8_t* above = above_.data();
     uint8_t* below = below_.data();
     for (std::size_t j = 0; j < size; ++j) {
