@@ -177,6 +177,8 @@ Encoding::Encoding(FillRun& run, EncodePlan& planned, std::vector<std::unique_pt
       shape_known_(encoders.size(), false),
       resumed_(journal_.committed_rows > 0) {
   const torch::Device device = encoders.front()->device();
+  for (const auto& [name, keys] : in_.per_encoder_text)
+    if (!keys.empty()) model::for_varying_shapes(device);
   for (const auto& [name, d] : in_.features) {
     conversions_.emplace(name, DeviceConversion(d, device));
     if (d.decode_on_device)
@@ -348,8 +350,10 @@ void Encoding::first_batch_checks(model::Encoder& enc, const std::vector<torch::
   const bool resumed = committed != committed_.end();
   // int8 runs its own module, always optimised: the float32 one only gives the precision check's
   // reference, and optimising it too would cost the load a second optimisation.
+  const bool text = !in_.per_encoder_text.at(enc.name()).empty();
   const bool want_opt =
-      opts_.precision != Precision::int8 && (resumed ? committed->second.inference == "optimized" : opts_.optimize);
+      opts_.precision != Precision::int8 && (resumed ? committed->second.inference == "optimized"
+                                                     : opts_.optimize && model::optimise_for(enc.device(), text));
   if (want_opt) {
     // On a few rows: the check compares two modules, and the plain one's forward over a whole
     // batch would cost as much as the batch itself (the optimised rows are encoded after it).

@@ -211,6 +211,7 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
 
   std::vector<torch::Tensor> args = feature_args(info, e, input, rows, device);
   model::Encoder enc(e.name, v.encoder_path, device, e.output);
+  if (!e.text.empty()) model::for_varying_shapes(device);
   const std::size_t n = model::text_tensors(enc.arity(), args.size(), e.text.size(), "encoder '" + e.name + "'");
   std::vector<torch::Tensor> masks;  // in reduced precision, to encode text rows one at a time
   for (const auto& key : e.text) {

@@ -200,6 +200,7 @@ Models load_models(const TrainOptions& o, const Setup& s, Data& data, TextAhead*
     m.p_tower = m.q_tower;
   } else {
     use_text(o, data, m);
+    if (data.query->text() || (data.passage && data.passage->text())) model::for_varying_shapes(s.device);
   }
   if (o.precision != Precision::fp32) {  // the towers under autocast; the loss sees float32
     auto mixed = [p = o.precision, dev = s.device, ft = s.float_type](train::Tower t) -> train::Tower {

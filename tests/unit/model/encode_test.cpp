@@ -10,6 +10,13 @@
 #include "traincache/model/precision_torch.h"
 #include "traincache/train/shuffle.h"
 
+// torch/csrc/jit/passes/tensorexpr_fuser.h's, declared as libcore's encode.cpp does (not every
+// LibTorch package ships that header).
+namespace torch::jit {
+TORCH_API void setTensorExprFuserEnabled(bool val);
+TORCH_API bool tensorExprFuserEnabled();
+}  // namespace torch::jit
+
 using namespace traincache;
 
 namespace {
@@ -82,6 +89,46 @@ CATCH_TEST_CASE("encoder: a tuple output without --output is bad data with advic
     CATCH_CHECK(e.code() == Exit::data);
     CATCH_CHECK(std::string(e.what()) == "encoder 't': output is a tuple; select a tensor with --output KEY|INDEX");
   }
+}
+
+CATCH_TEST_CASE("encoder: a module that mixes devices is refused with the tracing advice", "[encoder]") {
+  // What a transformer traced on the CPU says on CUDA (its attention bias was made on the CPU);
+  // raised here by the module itself, as no device is needed to check the advice.
+  model::Encoder mixed("m",
+                       save_module("enc_mixed",
+                                   "def forward(self, x):\n  assert x.size(0) < 0, 'Expected all tensors to be on "
+                                   "the same device, but got attn_bias is on cpu'\n  return x\n"),
+                       torch::kCPU);
+  try {
+    mixed.forward({torch::ones({2, 2})});
+    CATCH_FAIL("accepted");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::data);
+    CATCH_CHECK_THAT(std::string(e.what()),
+                     Catch::Matchers::EndsWith("(a module traced on one device keeps the tensors it made there: "
+                                               "trace it on the device it runs on, docs/models.md)"));
+  }
+}
+
+CATCH_TEST_CASE("encoder: varying shapes on CUDA turn off the per-shape fuser and cuDNN attention", "[encoder]") {
+  // Process-wide switches: set them back for the tests after this one.
+  const bool fuser = torch::jit::tensorExprFuserEnabled();
+  model::for_varying_shapes(torch::kCPU);
+  CATCH_CHECK(torch::jit::tensorExprFuserEnabled() == fuser);
+  torch::jit::setTensorExprFuserEnabled(true);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  at::globalContext().setSDPUseCuDNN(true);
+#endif
+  model::for_varying_shapes(torch::Device("cuda:0"));  // no device needed: only LibTorch's switches
+  CATCH_CHECK_FALSE(torch::jit::tensorExprFuserEnabled());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  CATCH_CHECK_FALSE(at::globalContext().userEnabledCuDNNSDP());
+  at::globalContext().setSDPUseCuDNN(true);
+#endif
+  torch::jit::setTensorExprFuserEnabled(fuser);
+  CATCH_CHECK(model::optimise_for(torch::kCPU, true));
+  CATCH_CHECK(model::optimise_for(torch::Device("cuda:0"), false));
+  CATCH_CHECK_FALSE(model::optimise_for(torch::Device("cuda:0"), true));
 }
 
 CATCH_TEST_CASE("encoder: the optimised module is kept only when it matches the plain one", "[encoder]") {

@@ -50,6 +50,15 @@ void configure_threads(int threads);
 /// Missing file -> Error(no_input); not TorchScript -> Error(data).
 torch::jit::Module load_module(const std::string& path, torch::Device device);
 
+/// For inputs whose shape changes from batch to batch (text, batched by tokens): on CUDA, turns off
+/// what LibTorch compiles or plans anew for each shape, the TensorExpr fuser and cuDNN's attention
+/// (process-wide; a CPU device changes nothing). docs/gpu.md, "Text on a GPU".
+void for_varying_shapes(torch::Device device);
+
+/// Whether the frozen, optimised module is worth trying: not for varying shapes on CUDA, where the
+/// plain module ran faster (docs/gpu.md).
+bool optimise_for(torch::Device device, bool varying_shapes);
+
 /// Converts the floating-point parameters and buffers of `m` (and its submodules) to `type`; integer
 /// and boolean buffers (a transformer's position ids) keep theirs, as PyTorch's `Module.to(dtype)`
 /// does. (`torch::jit::Module::to(dtype)` converts every tensor, and an embedding then rejects its
