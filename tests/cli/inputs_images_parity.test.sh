@@ -196,6 +196,7 @@ if [ "$rc" = 69 ]; then  # a build without libjpeg's headers (docs/inputs.md): r
   expect_err "cache-fill: error: --jpeg-draft: this build decodes JPEGs whole only (it was built without libjpeg's headers: libjpeg-dev)"
   expect_no_file "$WORK/draft.h5"
   finish
+  exit
 fi
 expect_rc 0
 run "$TC_PYTHON" "$REF" compare "$WORK/mixed" "$WORK/draft.h5" draft
