@@ -53,4 +53,9 @@ expect_err_re "^export-encoder: error: resnet18: cannot build the torchvision mo
 expect_one_line_err
 expect_no_file "$WORK/x.pt"
 
+run "$TC_PYTHON" "$X" torchvision resnet18 "$WORK/x.pt" --weights none --device cuda
+expect_rc 2
+expect_err "export-encoder: error: --device: torchvision models are scripted, which keeps them free of any device"
+expect_no_file "$WORK/x.pt"
+
 finish

@@ -90,7 +90,28 @@ fi
 # SentenceTransformer.encode; cache-fill with it gives the recipe's export's cache.
 run "$TC_PYTHON" "$TC_SOURCE/scripts/export-encoder" sentence-transformers "$M" "$WORK/st.pt"
 expect_rc 0
-expect_err_re "export-encoder: wrote $WORK/st\.pt \(traced, eager attention, mean pooling, normalised\); 4 texts, cosine with SentenceTransformer\.encode at least (0\.99999|1\.0)"
+expect_err_re "export-encoder: wrote $WORK/st\.pt \(traced on cpu, eager attention, mean pooling, normalised\); 4 texts, cosine with SentenceTransformer\.encode at least (0\.99999|1\.0)"
+export_err=$err
+# Whether the trace holds a device (transformers' mask code made a tensor), read from the file
+# itself: the line says so exactly when it does (cache-fill --device cuda refuses such a file).
+py "
+import torch
+m = torch.jit.load('$WORK/st.pt')
+print(sorted({str(n.output().toIValue()) for n in m.inlined_graph.nodes() if n.kind() == 'prim::Constant' and str(n.output().type()) == 'Device'}))"
+if [ "$out" = "['cpu']" ]; then
+  [[ "$export_err" == *"; runs on cpu only: the trace holds cpu as a constant (export with --device for another)"* ]] &&
+    _ok || _fail "no note of the device the trace holds"
+else
+  expect_out "[]"
+  [[ "$export_err" != *"runs on"* ]] && _ok || _fail "a note of a device the trace does not hold"
+fi
+# --device: a device this torch lacks is exit 2, one line, nothing written.
+if "$TC_PYTHON" -c "import torch, sys; sys.exit(torch.cuda.is_available())"; then  # no GPU here
+  run "$TC_PYTHON" "$TC_SOURCE/scripts/export-encoder" sentence-transformers "$M" "$WORK/gpu.pt" --device cuda:0
+  expect_rc 2
+  expect_err "export-encoder: error: --device cuda:0: this torch sees 0 CUDA devices"
+  expect_no_file "$WORK/gpu.pt"
+fi
 run "$TC_BIN/cache-fill" --input "$WORK/s.jsonl" --text text --tokenizer "$M/tokenizer.json" --max-length 256 \
   --encoder minilm="$WORK/st.pt" --labels label --out "$WORK/st.h5" -b 32 -q
 expect_rc 0
