@@ -186,3 +186,33 @@ def make_damaged(work, classes=2):
         with open(os.path.join(root, f"c{i % classes}", f"{i:03d}.jpg"), "wb") as f:
             f.write(data)
     return root
+
+
+def make_texts(path, rows, seed=7):
+    """Heavy-tailed texts (issue #88's text job) as JSON Lines: WordNet glosses, one in twenty a
+    passage of k glosses with k from a Pareto law (alpha 1.1, at most 80), which the model cuts at
+    its length. WordNet from TRAINCACHE_WORDNET, /usr/share/wordnet or the GPU recipe's
+    /opt/deps/usr/share/wordnet. Returns the lengths' median, 99th percentile and maximum."""
+    import json
+    import random
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "scripts"))
+    import traincache_text as tt
+    roots = [os.environ.get("TRAINCACHE_WORDNET", ""), "/usr/share/wordnet", "/opt/deps/usr/share/wordnet"]
+    root = next((r for r in roots if r and os.path.exists(os.path.join(r, "data.noun"))), None)
+    if root is None:
+        raise RuntimeError("no WordNet (wordnet-base's data.noun) in " + ", ".join(r for r in roots if r))
+    glosses = [g for _, g in tt.wordnet_pairs(root)]
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(rows):
+        if rng.random() < 0.95:
+            texts.append(glosses[rng.randrange(len(glosses))])
+        else:
+            texts.append(" ".join(rng.sample(glosses, min(80, int(rng.paretovariate(1.1)) + 1))))
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+    lengths = sorted(len(t) for t in texts)
+    return {"rows": rows, "median_chars": lengths[rows // 2], "p99_chars": lengths[rows * 99 // 100],
+            "max_chars": lengths[-1]}
