@@ -188,22 +188,33 @@ def make_damaged(work, classes=2):
     return root
 
 
-def make_texts(path, rows, seed=7):
-    """Heavy-tailed texts (issue #88's text job) as JSON Lines: WordNet glosses, one in twenty a
-    passage of k glosses with k from a Pareto law (alpha 1.1, at most 80), which the model cuts at
-    its length. WordNet from TRAINCACHE_WORDNET, /usr/share/wordnet or the GPU recipe's
-    /opt/deps/usr/share/wordnet. Returns the lengths' median, 99th percentile and maximum."""
-    import json
-    import random
+def _traincache_text():
+    """scripts/traincache_text.py (WordNet's reader)."""
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                     "scripts"))
-    import traincache_text as tt
+    import traincache_text
+    return traincache_text
+
+
+def wordnet_root():
+    """TRAINCACHE_WORDNET, /usr/share/wordnet or the GPU recipe's /opt/deps/usr/share/wordnet:
+    the first that holds wordnet-base's data files."""
     roots = [os.environ.get("TRAINCACHE_WORDNET", ""), "/usr/share/wordnet", "/opt/deps/usr/share/wordnet"]
     root = next((r for r in roots if r and os.path.exists(os.path.join(r, "data.noun"))), None)
     if root is None:
         raise RuntimeError("no WordNet (wordnet-base's data.noun) in " + ", ".join(r for r in roots if r))
-    glosses = [g for _, g in tt.wordnet_pairs(root)]
+    return root
+
+
+def make_texts(path, rows, seed=7):
+    """Heavy-tailed texts (issue #88's text job) as JSON Lines: WordNet glosses, one in twenty a
+    passage of k glosses with k from a Pareto law (alpha 1.1, at most 80), which the model cuts at
+    its length (WordNet: wordnet_root()). Returns the lengths' median, 99th percentile and maximum."""
+    import json
+    import random
+    tt = _traincache_text()
+    glosses = [g for _, g in tt.wordnet_pairs(wordnet_root())]
     rng = random.Random(seed)
     texts = []
     for _ in range(rows):
@@ -216,3 +227,20 @@ def make_texts(path, rows, seed=7):
     lengths = sorted(len(t) for t in texts)
     return {"rows": rows, "median_chars": lengths[rows // 2], "p99_chars": lengths[rows * 99 // 100],
             "max_chars": lengths[-1]}
+
+
+def make_pairs(path, batch, steps, seed=2):
+    """(word, gloss) pairs from WordNet for fine-tuning, `batch` * `steps` of them in file order,
+    one gloss in every 64 replaced by a passage of 40 glosses (cut at the model's length), as
+    bench/run-bench's minilm_train "heavy" set holds one in each batch of 64."""
+    import json
+    import random
+    tt = _traincache_text()
+    pairs = tt.wordnet_pairs(wordnet_root())
+    glosses = [g for _, g in pairs[:2000]]
+    rng = random.Random(seed)
+    rows = [{"q": w, "p": g} for w, g in pairs[5000:5000 + batch * steps]]
+    for b in range(0, len(rows), 64):
+        rows[b + rng.randrange(min(64, len(rows) - b))]["p"] = " ".join(rng.sample(glosses, 40))
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
