@@ -450,7 +450,8 @@ constexpr const char* kFooter =
     "  (libtraincache_engines.so) unavailable, or out of memory (progress kept); 70 internal;\n"
     "  73 output in the way or not creatable, or a cache --update cannot update; 74 I/O error;\n"
     "  75 another run holds the output, or\n"
-    "  --merge gave up waiting for shards; 130 interrupted (what was encoded is kept: run again to resume).\n"
+    "  --merge gave up waiting for shards, or an encoder file changed between its digest and its load;\n"
+    "  130 interrupted (what was encoded is kept: run again to resume).\n"
     "See docs/cache-fill.md.";
 
 int main(int argc, char** argv) {

@@ -238,6 +238,23 @@ bool same_file(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+Identity identity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw Error(Exit::no_input, path, errno_text(errno));
+  auto ns = [](const timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; };
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+          ns(st.st_mtim), ns(st.st_ctim)};
+}
+
+void require_unchanged(const std::string& path, const Identity& was, const std::string& when) {
+  bool same = false;
+  try {
+    same = identity(path) == was;
+  } catch (const Error&) {  // gone: changed as much as a file can
+  }
+  if (!same) throw Error(Exit::temp_failure, path, "changed " + when + " (written or replaced); run again");
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   TempFile tmp(path);
   tmp.write_all(bytes.data(), bytes.size());

@@ -212,13 +212,17 @@ Failure classify(const std::exception_ptr& failure) {
 }
 
 // The encoders, loaded on `device`; the time it took in tally.model_setup_seconds.
-std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillOptions& opts, const torch::Device& device,
+std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillRun& run, const torch::Device& device,
                                                            FillTally& tally) {
+  const FillOptions& opts = run.opts;
   if (opts.precision == Precision::int8) model::require_int8();  // before any encoder loads
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
-  for (const auto& e : opts.encoders) {
+  for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
+    const auto& e = opts.encoders[i];
     encoders.push_back(std::make_unique<model::Encoder>(e.name, e.path, device, e.output));
+    // The module loaded is the file the fingerprint's digest read: not written or replaced since.
+    files::require_unchanged(e.path, run.enc_ids.at(i), "between its digest and its load");
     // Converted beside the encode loop's start (its readers, the vocabulary checks) until the
     // first batch's precision check waits for it.
     if (opts.precision == Precision::int8) encoders.back()->start_int8();
@@ -238,7 +242,7 @@ bool encode_rows(FillRun& run, EncodePlan& planned, FillTally& tally) {
   const RowPlan& plan = planned.rows;
   if (planned.journal.committed_rows >= plan.rows() && (planned.update || plan.rows() > 0)) return true;
   const torch::Device device = model::parse_device(run.opts.device);
-  auto encoders = load_encoders(run.opts, device, tally);
+  auto encoders = load_encoders(run, device, tally);
   Encoding encoding(run, planned, encoders, tally);
   try {
     if (!encoding.run(plan)) return false;

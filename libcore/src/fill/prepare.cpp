@@ -236,9 +236,13 @@ FillRun prepare_fill(const FillOptions& opts, const FillCallbacks& cb, const std
   // is met (a missing one was refused by its digest above).
   load_tokenizers(p.in);
 
-  // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after.
+  // The encoders' digests are enough to tell whether the cache is up to date: they are loaded after,
+  // from the same files as they were when digested (load_encoders checks), or the fingerprint could
+  // name one model over another's rows.
   for (const auto& e : opts.encoders) {
+    p.enc_ids.push_back(files::identity(e.path));
     p.enc_sha.push_back(sha256_file(e.path));
+    files::require_unchanged(e.path, p.enc_ids.back(), "while its digest was computed");
     p.encoder_names.push_back(e.name);
   }
   p.utf8_replaced = warn_about_inputs(p.in, cb);

@@ -90,6 +90,7 @@ struct FillRun {
   std::string out, partial;                 // the output (this shard's), its progress directory
   std::unique_ptr<files::OutputLock> lock;  // one run per output at a time
   std::vector<std::string> enc_sha, encoder_names;
+  std::vector<files::Identity> enc_ids;  // each encoder file as its digest read it
   Fingerprint fp;
   Existing existing;
   // What prepare_fill saw that the result reports (result.h writes it).

@@ -1,5 +1,6 @@
 #include "traincache/base/files.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -8,9 +9,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 
 #include "catch.h"
+#include "traincache/base/error.h"
 #include "traincache/base/interrupt.h"
 
 using namespace traincache;
@@ -103,4 +106,57 @@ CATCH_TEST_CASE("a second signal removes the temporary and lock files it finds, 
   CATCH_CHECK(::stat((dir + "/done.h5").c_str(), &st) == 0);  // a file renamed into place stays
   ::unlink((dir + "/done.h5").c_str());
   ::rmdir(dir.c_str());
+}
+
+CATCH_TEST_CASE("require_unchanged: a file written, replaced or removed since its identity was taken", "[files]") {
+  const std::string path = "ident_model.pt", other = "ident_other.pt";
+  auto write = [](const std::string& p, const char* text) {
+    std::FILE* f = std::fopen(p.c_str(), "w");
+    CATCH_REQUIRE(f != nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  auto refused = [&](const files::Identity& was) {
+    try {
+      files::require_unchanged(path, was, "while its digest was computed");
+    } catch (const Error& e) {
+      CATCH_CHECK(e.code() == Exit::temp_failure);
+      CATCH_CHECK(std::string(e.what()) ==
+                  path + ": changed while its digest was computed (written or replaced); run again");
+      return true;
+    }
+    return false;
+  };
+  write(path, "weights-1");
+  const files::Identity first = files::identity(path);
+  CATCH_CHECK_FALSE(refused(first));  // read, not written: the same file
+  CATCH_CHECK(files::identity(path) == first);
+
+  // Replaced by a rename (as torch.save through a temporary file, or cp --remove-destination):
+  // another inode, though size and content could be the same.
+  write(other, "weights-1");
+  CATCH_REQUIRE(std::rename(other.c_str(), path.c_str()) == 0);
+  CATCH_CHECK(refused(first));
+
+  // Written in place with the same size, its modification time set back as a copy tool may: the
+  // change time still moves (after the clock's tick, which files' times are taken at).
+  const files::Identity second = files::identity(path);
+  struct timespec tick = {0, 50 * 1000 * 1000};
+  nanosleep(&tick, nullptr);
+  write(path, "weights-2");
+  struct timespec times[2] = {{0, UTIME_OMIT}, {second.mtime_ns / 1000000000, second.mtime_ns % 1000000000}};
+  CATCH_REQUIRE(utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  CATCH_CHECK(files::identity(path).mtime_ns == second.mtime_ns);
+  CATCH_CHECK(refused(second));
+
+  // Removed: changed as much as a file can; its identity cannot be taken at all.
+  const files::Identity third = files::identity(path);
+  ::unlink(path.c_str());
+  CATCH_CHECK(refused(third));
+  try {
+    files::identity(path);
+    CATCH_FAIL("a missing file has an identity");
+  } catch (const Error& e) {
+    CATCH_CHECK(e.code() == Exit::no_input);
+  }
 }

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,25 @@ std::string absolute_path(const std::string& path);
 
 /// True when `a` and `b` name the same file (same device and inode); false if either is missing.
 bool same_file(const std::string& a, const std::string& b);
+
+/// What tells a file from the one it was: device, inode, size, modification and change times (the
+/// change time follows every write and cannot be set back). Equal before and after reading it:
+/// no writer and no replacement came between, as far as the clock's tick shows.
+struct Identity {
+  uint64_t dev = 0, ino = 0;
+  int64_t size = 0, mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const Identity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const Identity& o) const { return !(*this == o); }
+};
+
+/// `path`'s Identity (following links, as a read does); Error(no_input) when it cannot be stat'ed.
+Identity identity(const std::string& path);
+
+/// Throws Error(temp_failure) about `path` when its identity is no longer `was`: it changed `when`
+/// ("while its digest was computed"), so what was read of it may not be what the rest reads.
+void require_unchanged(const std::string& path, const Identity& was, const std::string& when);
 
 /// Writes `bytes` to `path` through a TempFile renamed into place when complete; Error(cant_create/io)
 /// on failure (a full disk), with any old file at `path` left as it was.
