@@ -6,7 +6,7 @@
                                           random (seed 0) for its config (what a forward costs does
                                           not depend on the values); prints {"weights": "trained"|"random"}
   st_text.py export MODEL_DIR OUT DEVICE  the model traced on DEVICE with PyTorch's fused attention
-                                          (sdpa), mean pooling and L2 normalisation (docs/models.md's
+                                          (sdpa), mean pooling and L2 normalisation (minilm-ref's
                                           wrapper); a trace keeps the device it ran on
   st_text.py encode MODEL_DIR TEXTS.jsonl DEVICE OUT.npy [BATCH:PRECISION ...]
                                           SentenceTransformer.encode on DEVICE, the model loaded and
@@ -36,20 +36,14 @@ def model(src, dst):
 
 
 def pooled(transformer):
-    from torch import nn
-
-    class Pooled(nn.Module):
-        def __init__(self, transformer):
-            super().__init__()
-            self.transformer = transformer
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            states = self.transformer(input_ids=input_ids, attention_mask=attention_mask,
-                                      token_type_ids=token_type_ids)[0]
-            mask = attention_mask.unsqueeze(-1).to(states.dtype)
-            return nn.functional.normalize((states * mask).sum(1) / mask.sum(1).clamp(min=1e-9), p=2.0, dim=1)
-
-    return Pooled(transformer).eval()
+    """bench/minilm-ref's wrapper: mean pooling over the attention mask, L2 normalisation."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "minilm-ref")
+    loader = importlib.machinery.SourceFileLoader("minilm_ref", path)
+    ref = importlib.util.module_from_spec(importlib.util.spec_from_loader("minilm_ref", loader))
+    loader.exec_module(ref)
+    return ref.pooled(transformer)
 
 
 def export(model_dir, out, device):
