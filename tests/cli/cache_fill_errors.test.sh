@@ -101,4 +101,26 @@ for bad in "--length-window|-5|must be an integer >= 0" "--length-window|1.5|mus
   expect_rc 64
   expect_err "cache-fill: error: $flag: $why, got '$value' (see --help)"
 done
+
+# An encoder file replaced between its digest and its load (a training job saving over it): the
+# fingerprint would name the old file over the new one's rows. Refused, 75, nothing kept; the same
+# command then runs. The window is held open by the test hook; the journal directory appears
+# after the digest, before the load.
+cp "$D/cnn.pt" "$WORK/swap.pt"
+cp "$D/cnn.pt" "$WORK/new.pt"
+TRAINCACHE_TEST_ENCODER_LOAD_DELAY_MS=4000 "$TC_BIN/cache-fill" --input "$D/images.h5" --features images \
+  --encoder cnn="$WORK/swap.pt" --out "$O" 2>"$WORK/swap.err" &
+pid=$!
+for _ in $(seq 1 200); do [ -d "$O.partial" ] && break; sleep 0.05; done
+mv "$WORK/new.pt" "$WORK/swap.pt"
+wait "$pid"
+rc=$?
+err=$(cat "$WORK/swap.err")
+expect_rc 75
+expect_err "cache-fill: error: $WORK/swap.pt: changed between its digest and its load (written or replaced); run again"
+expect_no_file "$O"
+expect_no_file "$O.partial"
+run "$TC_BIN/cache-fill" --input "$D/images.h5" --features images --encoder cnn="$WORK/swap.pt" --out "$O" -q
+expect_rc 0
+rm -f "$O"
 finish

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "encoding.h"
 #include "inputs.h"
@@ -216,6 +218,10 @@ std::vector<std::unique_ptr<model::Encoder>> load_encoders(const FillRun& run, c
                                                            FillTally& tally) {
   const FillOptions& opts = run.opts;
   if (opts.precision == Precision::int8) model::require_int8();  // before any encoder loads
+  // Test hook: the window between the encoders' digests and their loads held open this long, so a
+  // test can replace a file in it (tests/cli/cache_fill_errors.test.sh).
+  if (const char* ms = std::getenv("TRAINCACHE_TEST_ENCODER_LOAD_DELAY_MS"))
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
   auto t_load = Clock::now();
   std::vector<std::unique_ptr<model::Encoder>> encoders;
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
