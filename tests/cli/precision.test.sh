@@ -122,7 +122,7 @@ expect_err "cache-fill: error: --precision-tolerance: must be a fraction above 0
 # --precision int8: the linear layers of the float32 file converted at load. Where this LibTorch can
 # (--version's int8 line; 2.0 and later), 500 vectors through the two-layer MLP equal (99% of rows; float32
 # rounding) an independent int8 reference in numpy: each weight row rounded to int8 at its largest
-# magnitude / 127, each input row divided by its largest magnitude and rounded to 255 levels over
+# magnitude / 64 (at most 64 steps: exact in fbgemm's 16-bit pairs on CPUs without VNNI), each input row divided by its largest magnitude and rounded to 255 levels over
 # [-1, 1] (zero at 128), integer products, scaled back; float32's output is about 1% away from
 # both, so the int8 layers really ran. A row's output depends on that row only (batch noise 0).
 py "
@@ -158,15 +158,16 @@ else
     [[ $flags == *" ${k% *} "* ]] && kind=${k#* }
   done
   expect_err_re $'\ncache-fill: bound by [^\n]*; int8 on a CPU with '"$kind"'$'
-  py_later "int8 True True True 0.0 True" "
-import h5py, numpy as np, torch
+  py_later "int8 True True True 0.0 True 64 64" "
+import h5py, json, numpy as np, torch
 a = h5py.File('$WORK/v32.h5')['embeddings/mlp']
 b = h5py.File('$WORK/v8.h5')['embeddings/mlp']
 m = torch.jit.load('$D/mlp.pt')
+most = 64
 def q8(x, lin):
     w = lin.weight.detach().numpy().astype(np.float64)
-    ws = (np.abs(w).max(1) / 127).astype(np.float32).astype(np.float64)
-    wq = np.clip(np.rint(w / ws[:, None]), -127, 127)
+    ws = (np.abs(w).max(1) / most).astype(np.float32).astype(np.float64)
+    wq = np.clip(np.rint(w / ws[:, None]), -most, most)
     r = np.abs(x).max(1, keepdims=True)
     step = np.float32(2 / 255)
     xq = np.clip(np.rint((x / r).astype(np.float32) / step) + 128, 0, 255)
@@ -181,7 +182,8 @@ first = float(np.abs(f32[:32] - i8[:32]).max() / np.abs(f32[:32]).max())
 off = np.abs(i8 - ref).max(1)
 exact = np.mean(off < 1e-5 * top) >= 0.99 and off.max() < 0.5 * np.abs(f32 - ref).max()
 print(b.attrs['precision'], exact, np.abs(i8 - f32).max() > 1e-3 * top,
-      abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6, b.attrs['batch_max_abs_diff'], first <= 0.25)
+      abs(b.attrs['precision_max_rel_diff'] - first) < 1e-6, b.attrs['batch_max_abs_diff'], first <= 0.25,
+      b.attrs['int8_weight_max'], json.loads(b.file.attrs['fingerprint_json'])['options']['int8_weight_max'])
 "
   # The int8 module is optimised with --no-optimize too: the same bits, said so in the cache.
   run "$TC_BIN/cache-fill" -q "${V[@]}" --precision int8 --no-optimize --out "$WORK/v8n.h5"
@@ -194,10 +196,44 @@ print(np.array_equal(a[:], b[:]), a.attrs['inference'], b.attrs['inference'], b.
   # cache-inspect --verify re-encodes rows in int8 too: the same bits, in any batch.
   run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8.h5"
   expect_rc 0
+  # ...at the weight range the cache records: without the attribute (int8 caches filled before it
+  # was recorded used 127 steps) the same rows are another range's, and --verify says they differ.
+  cp "$WORK/v8.h5" "$WORK/v8old.h5"
+  py "
+import h5py
+with h5py.File('$WORK/v8old.h5', 'a') as f:
+    del f['embeddings/mlp'].attrs['int8_weight_max']
+"
+  run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8old.h5"
+  expect_rc 1
+  # A range outside int8's is a damaged cache's: refused, not run.
+  cp "$WORK/v8.h5" "$WORK/v8bad.h5"
+  py "
+import h5py
+with h5py.File('$WORK/v8bad.h5', 'a') as f:
+    f['embeddings/mlp'].attrs['int8_weight_max'] = 500
+"
+  run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8bad.h5"
+  expect_rc 65
+  expect_err "cache-inspect: error: encoder 'mlp': int8 weights of at most 500 steps: expected 1-127"
+  # Such a cache's fingerprint lacks the range too: a fill or an update at 64 steps would mix
+  # another range's rows in, and is refused, saying what changed.
+  py "
+import h5py, json, hashlib
+with h5py.File('$WORK/v8old.h5', 'a') as f:
+    fp = json.loads(f.attrs['fingerprint_json'])
+    del fp['options']['int8_weight_max']
+    text = json.dumps(fp, separators=(',', ':'), sort_keys=True)
+    f.attrs['fingerprint_json'] = text
+    f.attrs['fingerprint'] = hashlib.sha256(text.encode()).hexdigest()
+"
+  run "$TC_BIN/cache-fill" "${V[@]}" --precision int8 --update --out "$WORK/v8old.h5"
+  expect_rc 73
+  expect_err "cache-fill: error: $WORK/v8old.h5: exists with another fingerprint (changed: options/int8_weight_max): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to encode every row"
   # Part of the fingerprint; a module with no linear layer is refused before anything is stored.
   run "$TC_BIN/cache-fill" "${V[@]}" --out "$WORK/v8.h5"
   expect_rc 73
-  expect_err "cache-fill: error: $WORK/v8.h5: exists with another fingerprint (changed: options/precision); use --force to overwrite it"
+  expect_err "cache-fill: error: $WORK/v8.h5: exists with another fingerprint (changed: options/int8_weight_max, options/precision); use --force to overwrite it"
   run "$TC_BIN/cache-fill" "${F[@]/cnn=$D\/cnn.pt/lin=$D/nan.pt}" --precision int8 --out "$WORK/nolinear.h5"
   expect_rc 65
   expect_err "cache-fill: error: encoder 'lin': --precision int8 converts linear layers, and this encoder has none with a constant weight (0 in all); use --precision fp32 or bf16"

@@ -126,6 +126,7 @@ io::cache::EmbeddingSource embedding_source(const FillRun& run, const EncodePlan
                {"precision", model::precision_choices().name(opts.precision)},
                {"math_mode", model::math_mode(device)},
                {"precision_max_rel_diff", je.precision_max_rel_diff}};
+  if (opts.precision == Precision::int8) src.attrs.push_back({"int8_weight_max", int64_t{model::kInt8WeightMax}});
   if (je.batch_max_abs_diff >= 0) src.attrs.push_back({"batch_max_abs_diff", je.batch_max_abs_diff});
   if (je.batch_max_rel_diff >= 0) src.attrs.push_back({"batch_max_rel_diff", je.batch_max_rel_diff});
   if (planned.update) {

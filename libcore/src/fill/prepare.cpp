@@ -90,6 +90,9 @@ Fingerprint compute_fingerprint(const FillRun& run) {
                    {"device_type", run.cuda ? "cuda" : "cpu"}};
   if (opts.on_error == OnError::skip) fp["options"]["on_error"] = "skip";  // absent: fail (older caches)
   if (opts.precision != Precision::fp32) fp["options"]["precision"] = model::precision_choices().name(opts.precision);
+  // int8's weight range (absent: 127, int8 caches filled before it was recorded): rows of another
+  // range are other values, which a resume or an update must not mix in.
+  if (opts.precision == Precision::int8) fp["options"]["int8_weight_max"] = model::kInt8WeightMax;
   // TF32 rows differ from full-float32 ones: a resume must not mix them (absent: ieee, older caches).
   // model::math_mode(device) once LibTorch runs with --tf32's setting.
   if (run.cuda && opts.tf32) fp["options"]["math_mode"] = "tf32";

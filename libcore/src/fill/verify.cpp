@@ -221,7 +221,10 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
   }
   // Re-encoded in the rows' own precision, by the module (optimised or plain) that encoded them.
   if (precision == Precision::int8) {
-    enc.make_int8();
+    // at the weight range the rows were encoded with: 127 in caches filled before it was recorded;
+    // a damaged value reaches int8_module's refusal
+    enc.make_int8(e.int8_weight_max == 0 ? model::kInt8WeightMaxBefore
+                                         : static_cast<int>(std::clamp<int64_t>(e.int8_weight_max, -1, 1000)));
   } else if (e.inference == "optimized") {
     enc.try_optimize(args, 1e-4, precision);
   }

@@ -257,6 +257,7 @@ EmbeddingInfo read_embedding(hid_t d, const std::string& name, const h5::Dataset
   e.inference = h5::read_attr_string(d, "inference").value_or("");
   e.math_mode = h5::read_attr_string(d, "math_mode").value_or("");
   e.precision = h5::read_attr_string(d, "precision").value_or("");
+  e.int8_weight_max = h5::read_attr_int(d, "int8_weight_max").value_or(0);
   e.optimize_max_abs_diff = h5::read_attr_double(d, "optimize_max_abs_diff").value_or(0);
   e.precision_max_rel_diff = h5::read_attr_double(d, "precision_max_rel_diff").value_or(0);
   e.batch_max_abs_diff = h5::read_attr_double(d, "batch_max_abs_diff").value_or(-1);

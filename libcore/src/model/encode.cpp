@@ -573,16 +573,16 @@ void check_vocabulary(const torch::jit::Module& m, const std::string& subject, c
                   "NAME picks the table, none skips this check)");
 }
 
-Int8Conversion Encoder::make_int8() {
+Int8Conversion Encoder::make_int8(int weight_max) {
   Int8Conversion done;
-  int8_ = int8_module(plain_, "encoder '" + name_ + "'", &done);
+  int8_ = int8_module(plain_, "encoder '" + name_ + "'", &done, weight_max);
   return done;
 }
 
-void Encoder::start_int8() {
+void Encoder::start_int8(int weight_max) {
   // Freezing copies the module, so this thread may read the plain one meanwhile (as try_optimize's
   // forward does); int8_ is set there and read after get().
-  int8_made_ = std::async(std::launch::async, [this] { return make_int8(); });
+  int8_made_ = std::async(std::launch::async, [this, weight_max] { return make_int8(weight_max); });
 }
 
 Int8Conversion Encoder::make_int8(const std::vector<torch::Tensor>& sample, torch::Tensor* reference) {

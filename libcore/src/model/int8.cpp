@@ -27,11 +27,12 @@ namespace {
 const std::pair<at::QEngine, const char*> kEngines[] = {
     {at::QEngine::X86, "x86"}, {at::QEngine::FBGEMM, "fbgemm"}, {at::QEngine::ONEDNN, "onednn"}};
 
-// The weight's per-channel int8 form, packed for the engine without its bias
-// (quantized::linear_prepack).
-c10::IValue packed_weight(const at::Tensor& weight, const c10::OperatorHandle& prepack) {
+// The weight's per-channel int8 form (each row's largest magnitude weight_max steps), packed for
+// the engine without its bias (quantized::linear_prepack).
+c10::IValue packed_weight(const at::Tensor& weight, const c10::OperatorHandle& prepack,
+                          int weight_max = kInt8WeightMax) {
   const at::Tensor w = weight.contiguous();
-  const at::Tensor scales = (w.abs().amax({1}) / 127.0).clamp_min(1e-12);
+  const at::Tensor scales = (w.abs().amax({1}) / static_cast<double>(weight_max)).clamp_min(1e-12);
   const at::Tensor zeros = at::zeros({w.size(0)}, at::kLong);
   // quantize_per_channel's values (round half to even of w * (1 / scale), in float32), made by
   // vector operations: its own loop goes element by element.
@@ -54,6 +55,7 @@ struct Kernels {
   std::optional<c10::OperatorHandle> prepack;  // LibTorch's, where not `rows`
   bool rows = false;
   bool fixed_range = false;
+  int weight_max = kInt8WeightMax;  // each weight row's largest magnitude in int8 steps
 };
 
 constexpr double kRowStep = 2.0 / 255;
@@ -259,8 +261,8 @@ std::vector<ConstantLinear> packed_linears(const std::vector<torch::jit::Node*>&
     if (auto l = constant_linear(n, kernels)) found.push_back(std::move(*l));
   parallel_for(0, static_cast<int64_t>(found.size()), 1, [&](int64_t a, int64_t b) {  // rethrows here
     for (int64_t i = a; i < b; ++i)
-      found[i].packed = kernels.rows ? row_int8_weight(found[i].weight, found[i].bias)
-                                     : packed_weight(found[i].weight, *kernels.prepack);
+      found[i].packed = kernels.rows ? row_int8_weight(found[i].weight, found[i].bias, kernels.weight_max)
+                                     : packed_weight(found[i].weight, *kernels.prepack, kernels.weight_max);
   });
   return found;
 }
@@ -326,14 +328,19 @@ void require_int8() {
     throw Error(Exit::unavailable, "--precision int8", why + "; use --precision fp32 or bf16");
 }
 
-torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject, Int8Conversion* done) {
+torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject, Int8Conversion* done,
+                               int weight_max) {
   require_int8();
+  if (weight_max < 1 || weight_max > 127)
+    throw Error(Exit::data, subject,
+                "int8 weights of at most " + std::to_string(weight_max) + " steps: expected 1-127");
   Int8Conversion r;
 #if TORCH_VERSION_MAJOR >= 2
   Quiet quiet;
   c10::WarningUtils::WarningHandlerGuard quiet_guard(&quiet);
 #endif
-  const Kernels kernels = choose_kernels(&r.engine);
+  Kernels kernels = choose_kernels(&r.engine);
+  kernels.weight_max = weight_max;
   torch::jit::Module frozen = torch::jit::freeze(module);
   auto graph = frozen.get_method("forward").graph();
   std::vector<torch::jit::Node*> nodes;

@@ -52,6 +52,7 @@ struct RowInt8Part {
 struct RowInt8Weight : torch::CustomClassHolder {
   std::vector<RowInt8Part> parts;
   int64_t in = 0;
+  int weight_max = 0;  // each weight row's largest magnitude in int8 steps (precision.h)
 };
 
 // Eight float32 lanes: GCC's and Clang's vector extensions, built for each clone's instructions
@@ -142,20 +143,26 @@ void gemm(const uint8_t* q, int64_t m, int64_t k, const RowInt8Part& w, int32_t*
   fbgemm::fbgemmPacked(packed_rows, *w.packed, acc, acc, static_cast<uint32_t>(w.out), keep, 0, 1);
 }
 
-// Whether fbgemm's kernels on this CPU sum every product in 32 bits: its VNNI kernels do; the
-// others (AVX2, AVX-512 without VNNI) first add the products in pairs in 16 bits, which saturate
-// (two inputs of 250 times weights of 127 give 32,767, not 63,500).
-bool exact_sums() {
+// Whether fbgemm's kernels on this CPU sum every product of bytes (at most 255) and weights (at
+// most weight_max) exactly: its VNNI kernels sum each product in 32 bits; the others (AVX2,
+// AVX-512 without VNNI) first add the products in pairs in 16 bits, which saturate at 32,767 (two
+// inputs of 250 times weights of 127 gave 32,767, not 63,500), so there the weights must keep
+// 255 x weight_max x 2 within it (weight_max 64, precision.h).
+bool exact_sums(int weight_max) {
+  if (2 * 255 * weight_max <= 32767) return true;
   const fbgemm::inst_set_t isa = fbgemm::fbgemmInstructionSet();
   return isa == fbgemm::inst_set_t::avx512_vnni || isa == fbgemm::inst_set_t::avx512_vnni_ymm;
 }
 
-// The quantized rows q (m x k) as fbgemm multiplies them exactly on this CPU: as they are where
-// its sums are exact; else split into the inputs above the zero (0-127) and those below it
-// (0-128), which times() multiplies apart, each pair of products then at most 128 x 127 x 2.
+// The quantized rows q (m x k) as fbgemm multiplies them exactly on this CPU by weights of at most
+// weight_max: as they are where its sums are exact; else (weights of 127: caches filled before
+// the fingerprint recorded the weights' range) split into the inputs above the zero (0-127) and
+// those below it (0-128), which times() multiplies apart, each pair of products then at most
+// 128 x 127 x 2, for twice the product's time.
 class QuantizedRows {
  public:
-  QuantizedRows(const uint8_t* q, int64_t m, int64_t k) : q_(q), m_(m), k_(k), split_(!exact_sums()) {
+  QuantizedRows(const uint8_t* q, int64_t m, int64_t k, int weight_max)
+      : q_(q), m_(m), k_(k), split_(!exact_sums(weight_max)) {
     // the thread's buffers, kept between calls
     if (!split_) return;
     const std::size_t size = static_cast<std::size_t>(m * k);
@@ -237,7 +244,7 @@ void rows(const float* x, const std::vector<float*>& outs, const float* residual
   uint8_t* qd = q.data();  // plain pointers in the loops (QuantizedRows says why)
   float* most = magnitude.data();
   for (int64_t i = 0; i < m; ++i) most[i] = quantize_row(x + (a + i) * k, k, qd + i * k);
-  QuantizedRows quantized(qd, m, k);
+  QuantizedRows quantized(qd, m, k, w.weight_max);
   for (std::size_t p = 0; p < w.parts.size(); ++p) {
     const RowInt8Part& part = w.parts[p];
     const int64_t n = part.out;
@@ -324,9 +331,11 @@ bool row_int8_available() {
   return available;
 }
 
-c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias, int weight_max) {
+  TORCH_CHECK(weight_max >= 1 && weight_max <= 127, "row_int8_weight: weight_max ", weight_max, " outside [1, 127]");
   auto w = c10::make_intrusive<RowInt8Weight>();
   w->in = weight.size(1);
+  w->weight_max = weight_max;
   RowInt8Part& p = w->parts.emplace_back();
   p.out = weight.size(0);
   const at::Tensor f = weight.to(at::kFloat).contiguous();
@@ -335,7 +344,7 @@ c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Te
   // each row's largest magnitude, then the scales as int8.cpp's packed_weight makes them
   at::Tensor largest = at::empty({p.out}, f.options());
   for (int64_t j = 0; j < p.out; ++j) largest.data_ptr<float>()[j] = largest_magnitude(fp + j * k, k);
-  const at::Tensor scale = (largest / 127.0).clamp_min(1e-12);
+  const at::Tensor scale = (largest / static_cast<double>(weight_max)).clamp_min(1e-12);
   const at::Tensor inverse = scale.reciprocal().contiguous();
   // round half to even of w * (1 / scale) in float32, in one pass with each row's sum
   std::vector<int8_t> q(static_cast<std::size_t>(p.out * k));
@@ -360,7 +369,10 @@ c10::IValue row_int8_join(const std::vector<c10::IValue>& weights) {
   for (const c10::IValue& v : weights) {
     const auto w = v.toCustomClass<RowInt8Weight>();
     TORCH_CHECK(joined->parts.empty() || w->in == joined->in, "row_int8_join: layers of different input widths");
+    TORCH_CHECK(joined->parts.empty() || w->weight_max == joined->weight_max,
+                "row_int8_join: layers of different weight ranges");
     joined->in = w->in;
+    joined->weight_max = w->weight_max;
     joined->parts.insert(joined->parts.end(), w->parts.begin(), w->parts.end());
   }
   return c10::IValue(joined);
@@ -385,7 +397,7 @@ void row_int8_norm(const c10::IValue& weight, const at::Tensor& norm_weight, con
 
 bool row_int8_available() { return false; }
 
-c10::IValue row_int8_weight(const at::Tensor&, const std::optional<at::Tensor>&) { return c10::IValue(); }
+c10::IValue row_int8_weight(const at::Tensor&, const std::optional<at::Tensor>&, int) { return c10::IValue(); }
 
 c10::IValue row_int8_join(const std::vector<c10::IValue>&) { return c10::IValue(); }
 

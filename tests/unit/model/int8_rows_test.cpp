@@ -19,11 +19,13 @@ using testing::nodes_of;
 namespace {
 
 // docs/models.md's arithmetic in float64 where it is exact: each weight row rounded to int8 at its
-// largest magnitude / 127; each input row divided by its largest magnitude, times 1 / (2/255) in
-// float32, rounded half to even and clipped to [-128, 127]; integer products; scaled back by the
-// float32 scales and the row's magnitude; the bias added.
-torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  const torch::Tensor ws = (w.abs().amax({1}) / 127.0).clamp_min(1e-12);
+// largest magnitude / weight_max (64 for new caches, 127 in those filled before); each input row
+// divided by its largest magnitude, times 1 / (2/255) in float32, rounded half to even and clipped
+// to [-128, 127]; integer products; scaled back by the float32 scales and the row's magnitude; the
+// bias added.
+torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                        int weight_max = model::kInt8WeightMax) {
+  const torch::Tensor ws = (w.abs().amax({1}) / static_cast<double>(weight_max)).clamp_min(1e-12);
   const torch::Tensor wq = (w * ws.reciprocal().unsqueeze(1)).round().clamp(-128, 127).to(torch::kDouble);
   const torch::Tensor r = torch::maximum(x.amin({1}, true).neg(), x.amax({1}, true)).clamp_min(1e-30);
   const float inverse = 1.0f / (2.0f / 255);
@@ -86,18 +88,19 @@ CATCH_TEST_CASE("row int8 linear: docs/models.md's arithmetic, each row on its o
 
 CATCH_TEST_CASE("row int8 linear: weights rounded half to even at their row's scale", "[int8]") {
   if (!model::row_int8_available()) return;
-  // Weights at exact half steps of their row's scale (largest / 127 = 2^-7): 0.5, 1.5, -2.5 steps
+  // Weights at exact half steps of their row's scale (largest / 64 = 2^-7): 0.5, 1.5, -2.5 steps
   // round to 0, 2, -2; each one-hot input row gives one weight back times its scale.
-  torch::Tensor w = torch::tensor({127.0f, 0.5f, 1.5f, -2.5f, 3.5f, -0.5f, 0.0f, 4.5f}).reshape({1, 8}) / 128;
+  CATCH_REQUIRE(model::kInt8WeightMax == 64);
+  torch::Tensor w = torch::tensor({64.0f, 0.5f, 1.5f, -2.5f, 3.5f, -0.5f, 0.0f, 4.5f}).reshape({1, 8}) / 128;
   w = torch::cat({w, -w * 0.5});
   const torch::Tensor x = torch::eye(8);
   c10::InferenceMode guard;
   const torch::Tensor got = row_int8_linear(x, model::row_int8_weight(w, std::nullopt));
   const torch::Tensor want = reference(x, w, torch::zeros({2}));
   CATCH_CHECK((got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>());
-  // the steps themselves, half to even: 127, 0, 2, -2, 4, 0, 0, 4
+  // the steps themselves, half to even: 64, 0, 2, -2, 4, 0, 0, 4
   const torch::Tensor steps = (got.t()[0] / ((1.0 / 128) * (127.0 * 2 / 255))).round();
-  CATCH_CHECK(torch::equal(steps, torch::tensor({127.0f, 0.0f, 2.0f, -2.0f, 4.0f, -0.0f, 0.0f, 4.0f})));
+  CATCH_CHECK(torch::equal(steps, torch::tensor({64.0f, 0.0f, 2.0f, -2.0f, 4.0f, -0.0f, 0.0f, 4.0f})));
 }
 
 CATCH_TEST_CASE("row int8 linear: inputs a few float steps from a half step round as the division does", "[int8]") {
@@ -133,29 +136,41 @@ CATCH_TEST_CASE("row int8 linear: inputs a few float steps from a half step roun
 CATCH_TEST_CASE("row int8 linear: exact where fbgemm's kernels would saturate a pair of products", "[int8]") {
 #if __has_include(<fbgemm/Fbgemm.h>)
   if (!model::row_int8_available()) return;
-  // Inputs near their row's largest value (bytes near 255) against weights near 127 in adjacent
-  // pairs: fbgemm's AVX2 kernels add such a pair in 16 bits (at most 32,767). Run on them (every
-  // CPU fbgemm supports has AVX2) and on this CPU's own.
+  // Inputs near their row's largest value (bytes near 255) against weights near their row's
+  // largest in adjacent pairs: fbgemm's AVX2 kernels add such a pair in 16 bits (at most 32,767).
+  // At 64 steps (new caches) a pair is at most 32,640, one product; at 127 (caches filled before)
+  // the operator multiplies in two parts. Run on fbgemm's AVX2 kernels (every CPU fbgemm supports
+  // has AVX2) and on this CPU's own; the weights at their row's largest reach 64 (or 127) exactly.
   const fbgemm::inst_set_t own = fbgemm::fbgemmInstructionSet();
-  for (const fbgemm::inst_set_t isa : {fbgemm::inst_set_t::avx2, own}) {
-    fbgemm::fbgemmForceIsa(isa);
-    torch::manual_seed(2);
-    const torch::Tensor w = torch::rand({24, 64}) * 0.1 + 0.9, b = torch::randn({24});
-    const torch::Tensor x = torch::cat({torch::rand({20, 64}) * 0.1 + 0.9, -(torch::rand({20, 64}) * 0.1 + 0.9)});
-    const torch::Tensor w2 = -(torch::rand({8, 64}) * 0.1 + 0.9), b2 = torch::randn({8});
-    const c10::IValue weight = model::row_int8_weight(w, b);
-    c10::InferenceMode guard;
-    auto near = [](const torch::Tensor& got, const torch::Tensor& want) {
-      return (got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>();
-    };
-    CATCH_CHECK(near(row_int8_linear(x, weight), reference(x, w, b)));
-    // two layers on the rows quantized once
-    const auto both = row_int8_linears(x, model::row_int8_join({weight, model::row_int8_weight(w2, b2)}));
-    CATCH_REQUIRE(both.size() == 2);
-    CATCH_CHECK(near(both[0], reference(x, w, b)));
-    CATCH_CHECK(near(both[1], reference(x, w2, b2)));
-  }
+  for (const fbgemm::inst_set_t isa : {fbgemm::inst_set_t::avx2, own})
+    for (const int most : {model::kInt8WeightMax, model::kInt8WeightMaxBefore}) {
+      fbgemm::fbgemmForceIsa(isa);
+      torch::manual_seed(2);
+      torch::Tensor w = torch::rand({24, 64}) * 0.1 + 0.9;
+      w.slice(1, 0, 8).fill_(1.0f);  // eight weights a row at the row's largest: 64 (or 127) steps
+      const torch::Tensor b = torch::randn({24});
+      torch::Tensor x = torch::cat({torch::rand({20, 64}) * 0.1 + 0.9, -(torch::rand({20, 64}) * 0.1 + 0.9)});
+      x.slice(1, 0, 8).mul_(2.0f);  // the row's largest: 255 (or 1 above the zero's 128 steps below)
+      const torch::Tensor w2 = -(torch::rand({8, 64}) * 0.1 + 0.9), b2 = torch::randn({8});
+      const c10::IValue weight = model::row_int8_weight(w, b, most);
+      c10::InferenceMode guard;
+      auto near = [](const torch::Tensor& got, const torch::Tensor& want) {
+        return (got.to(torch::kDouble) - want).abs().max().item<double>() <= 1e-6 * want.abs().max().item<double>();
+      };
+      CATCH_CHECK(near(row_int8_linear(x, weight), reference(x, w, b, most)));
+      // two layers on the rows quantized once
+      const auto both = row_int8_linears(x, model::row_int8_join({weight, model::row_int8_weight(w2, b2, most)}));
+      CATCH_REQUIRE(both.size() == 2);
+      CATCH_CHECK(near(both[0], reference(x, w, b, most)));
+      CATCH_CHECK(near(both[1], reference(x, w2, b2, most)));
+    }
   fbgemm::fbgemmForceIsa(own);
+  // Layers of different ranges do not join; a range outside int8's is refused.
+  const torch::Tensor w = torch::randn({4, 8});
+  CATCH_CHECK_THROWS(model::row_int8_join(
+      {model::row_int8_weight(w, std::nullopt, 64), model::row_int8_weight(w, std::nullopt, 127)}));
+  CATCH_CHECK_THROWS(model::row_int8_weight(w, std::nullopt, 128));
+  CATCH_CHECK_THROWS(model::row_int8_weight(w, std::nullopt, 0));
 #endif
 }
 

@@ -46,6 +46,9 @@ struct EmbeddingInfo {
   double batch_max_rel_diff = -1;
   std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
   std::string precision;  ///< cache-fill's --precision ("" in caches written before it was recorded)
+  /// int8's weight range (model::kInt8WeightMax); 0 where not recorded (int8 caches filled before
+  /// 2026-12-04 used 127, model::kInt8WeightMaxBefore).
+  int64_t int8_weight_max = 0;
 };
 
 /// A label column: /labels, or /label_columns/NAME.

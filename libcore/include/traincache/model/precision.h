@@ -15,6 +15,15 @@ namespace model {
 /// only): the linear layers' weights in int8, converted at load (model/int8.h).
 enum class Precision { fp32, bf16, fp16, int8 };
 
+/// int8's weights: each output row rounded to int8 steps of its largest magnitude / this, so at
+/// most 64 steps either side of zero. Two input bytes (at most 255) times two such weights then sum
+/// to at most 32,640: fbgemm's kernels on CPUs without VNNI, which add each pair of products in 16
+/// bits (at most 32,767), stay exact in one product, where 127 needed two (docs/models.md). A
+/// cache's fingerprint records it (options.int8_weight_max).
+inline constexpr int kInt8WeightMax = 64;
+/// What caches filled before the fingerprint recorded it used (cache-fill before 2026-12-04).
+inline constexpr int kInt8WeightMaxBefore = 127;
+
 /// "fp32", "bf16", "fp16", "int8": cache-fill's.
 const Choices<Precision>& precision_choices();
 /// "fp32", "bf16", "fp16": gc-train's (int8 weights take no gradient).

@@ -204,12 +204,12 @@ class Encoder {
   /// From now on forward() runs under autocast in `p` (and returns float32); fp32: as loaded;
   /// int8: the module make_int8 made.
   void set_precision(Precision p) { precision_ = p; }
-  /// Makes the int8 module (int8_module of the plain one) that forward() runs in int8; throws
-  /// int8_module's errors.
-  Int8Conversion make_int8();
+  /// Makes the int8 module (int8_module of the plain one, its weights at most weight_max steps)
+  /// that forward() runs in int8; throws int8_module's errors.
+  Int8Conversion make_int8(int weight_max = kInt8WeightMax);
   /// Starts make_int8 on a thread of its own, so that the conversion runs beside what precedes the
   /// first batch (the next make_int8(sample, reference) waits for it; so does the destructor).
-  void start_int8();
+  void start_int8(int weight_max = kInt8WeightMax);
   /// make_int8 on a thread of its own (start_int8's, or one started here), while this one computes
   /// the plain module's float32 output for `sample` into *reference (the precision check's: one
   /// call that the graph executor neither profiles nor optimises, as the plain module is not run

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "traincache/model/precision.h"
+
 namespace traincache::model {
 
 /// The int8 kernels for linear layers on this CPU: "fbgemm" where int8_rows.h's operator runs
@@ -31,13 +33,13 @@ struct Int8Conversion {
 };
 
 /// A frozen copy of `module` (in eval mode) in which every linear layer whose weight is a constant
-/// float32 matrix runs on int8 weights (each output row rounded at its
-/// largest magnitude / 127) and int8 inputs (each input row rounded at its own largest magnitude,
-/// so that a row's output does not depend on its batch; oneDNN's kernels need two columns or more
-/// for that), bias and output in float32; then
-/// optimised for inference. Selects the engine for the process. require_int8's error when this
-/// LibTorch cannot; Error(data, subject) when the module has no linear layer to convert.
+/// float32 matrix runs on int8 weights (each output row rounded at its largest magnitude /
+/// weight_max: kInt8WeightMax for new caches, a cache's recorded value to verify it) and int8 inputs (each input row
+/// rounded at its own largest magnitude, so that a row's output does not depend on its batch; oneDNN's kernels need two
+/// columns or more for that), bias and output in float32; then optimised for inference. Selects the engine for the
+/// process. require_int8's error when this LibTorch cannot; Error(data, subject) when the module has no linear layer to
+/// convert, or weight_max is outside 1-127 (a damaged fingerprint's).
 torch::jit::Module int8_module(const torch::jit::Module& module, const std::string& subject,
-                               Int8Conversion* done = nullptr);
+                               Int8Conversion* done = nullptr, int weight_max = kInt8WeightMax);
 
 }  // namespace traincache::model

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "traincache/model/precision.h"
+
 namespace traincache::model {
 
 /// The operator's name in a graph: traincache::row_int8_linear(Tensor x, RowInt8Weight w) -> Tensor.
@@ -31,9 +33,13 @@ inline constexpr const char* kRowInt8LinearNorm = "traincache::row_int8_linear_n
 bool row_int8_available();
 
 /// `weight` (a float32 matrix, out x in) with `bias` (float32, out, or none) in the operator's
-/// form: each weight row rounded to int8 at its largest magnitude / 127 and packed for fbgemm, the
-/// column sums and scales the output needs. An object a graph holds as a constant.
-c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+/// form: each weight row rounded to int8 at its largest magnitude / weight_max (1-127;
+/// kInt8WeightMax, precision.h, for new caches) and packed for fbgemm, the column sums and scales
+/// the output needs. An object a graph holds as a constant. Where fbgemm's kernels would saturate
+/// a pair of products (weight_max over 64 on a CPU without VNNI) the operator multiplies in two
+/// parts, exact for twice the time.
+c10::IValue row_int8_weight(const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            int weight_max = kInt8WeightMax);
 
 /// The layers of `weights` (row_int8_weight's, of one input width) as one weight for
 /// kRowInt8Linears, in that order.
