@@ -51,8 +51,9 @@ def gc_train_peak_and_speed(cmd):
     return j["peak_rss_bytes"] // 1024, j["samples_per_second"]
 
 
-def cache_fill_json(cmd):
-    p = subprocess.run(cmd + ["--json", "--force"], capture_output=True, text=True)
+def cache_fill_json(cmd, env=None):
+    p = subprocess.run(cmd + ["--json", "--force"], capture_output=True, text=True,
+                       env=dict(os.environ, **env) if env else None)
     if p.returncode != 0:
         raise SystemExit(f"run-bench: cache-fill failed: {p.stderr}")
     return json.loads(p.stdout)

@@ -256,6 +256,21 @@ def int8_build(build):
     return (pip if not why_not(pip) else None), reason
 
 
+# Every library cache-fill and torch run, held to AVX2 on a CPU with more (each library's own switch;
+# MKL's applies to Intel CPUs).
+AVX2_HELD = {"FBGEMM_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "TRAINCACHE_MAX_CPU_ISA": "avx2"}
+
+
+def cpu_has(flag):
+    """Whether /proc/cpuinfo's first flags line names `flag`."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
 def text_precision(build, out_dir):
     """Issue 86's set: all-MiniLM-L6-v2 on 2,000 WordNet glosses and 20 passages of 40 glosses (cut
     at 256 tokens), shuffled, the same threads, one after the other: SentenceTransformer.encode's call
@@ -264,7 +279,9 @@ def text_precision(build, out_dir):
     each, the five taking turns within a round (this host's speed drifts by a fifth over minutes:
     a pipeline's rounds back to back would compare it with the others at another speed). Retrieval accuracy@1/@10 of each on WordNet's word -> gloss task (the 2,000
     glosses' own words as queries). cache-fill is the build given if its LibTorch runs int8, else the
-    pip leg's build-pip."""
+    pip leg's build-pip. On a CPU with AVX512-VNNI, encode() and cache-fill in fp32 and int8 again
+    with every library held to AVX2 (AVX2_HELD: fbgemm, oneDNN, ATen, MKL, the image code), what a
+    CPU without VNNI runs; ONNX Runtime has no such switch, so it has no held figure."""
     import random
     import numpy as np
     import h5py
@@ -292,27 +309,28 @@ def text_precision(build, out_dir):
         subprocess.check_call([py, ref, "onnx", model, d], stderr=subprocess.DEVNULL)
     out = {}
 
-    def python_peer(name, args):  # one round: the model loaded, then one timed call
+    def python_peer(name, args, env=None):  # one round: the model loaded, then one timed call
         prefix = os.path.join(d, name)
         r = json.loads(subprocess.check_output([py, ref] + args + [texts, queries, threads, prefix],
-                                               stderr=subprocess.DEVNULL, env=dict(os.environ, MINILM_REF_ROUNDS="1")))
+                                               stderr=subprocess.DEVNULL,
+                                               env=dict(os.environ, MINILM_REF_ROUNDS="1", **(env or {}))))
         p = out.setdefault(name, {"rounds": []})
         p["rounds"] += r["rounds"]
         p.update({"seconds": min(p["rounds"]), "texts": np.load(prefix + ".texts.npy"),
                   "queries": np.load(prefix + ".queries.npy")})
 
-    def cache_fill(name, precision):  # one round: the whole process, timed
+    def cache_fill(name, precision, env=None):  # one round: the whole process, timed
         fill = [os.path.join(ours, "bin", "cache-fill"), "--text", "text", "--tokenizer",
                 os.path.join(model, "tokenizer.json"), "--max-length", "256", "--threads", threads, "-q",
                 "--encoder", f"minilm={d}/minilm_sdpa.pt", "--precision", precision]
         t = time.monotonic()
-        j = cache_fill_json(fill + ["--input", texts, "--out", os.path.join(d, f"{name}.h5")])
+        j = cache_fill_json(fill + ["--input", texts, "--out", os.path.join(d, f"{name}.h5")], env)
         seconds = time.monotonic() - t
         p = out.setdefault(name, {"rounds": []})
         p["rounds"].append(seconds)
         if seconds > min(p["rounds"]):
             return
-        cache_fill_json(fill + ["--input", queries, "--out", os.path.join(d, f"{name}_q.h5")])
+        cache_fill_json(fill + ["--input", queries, "--out", os.path.join(d, f"{name}_q.h5")], env)
         with h5py.File(os.path.join(d, f"{name}.h5"), "r") as f, h5py.File(os.path.join(d, f"{name}_q.h5"), "r") as q:
             e = f["embeddings/minilm"]
             p.update({"seconds": seconds, "encode_seconds": j["encode_seconds"],
@@ -320,12 +338,17 @@ def text_precision(build, out_dir):
                       "queries": q["embeddings/minilm"][:],
                       "precision_max_rel_diff": float(e.attrs.get("precision_max_rel_diff", 0))})
 
+    held = cpu_has("avx512_vnni")
     for _ in range(2):
         python_peer("st_fp32", ["st-encode", model])
         python_peer("ort_fp32", ["ort-encode", os.path.join(d, "minilm.onnx"), model])
         python_peer("ort_int8", ["ort-encode", os.path.join(d, "minilm_int8.onnx"), model])
         cache_fill("cache_fill_fp32", "fp32")
         cache_fill("cache_fill_int8", "int8")
+        if held:
+            python_peer("st_fp32_avx2_held", ["st-encode", model], AVX2_HELD)
+            cache_fill("cache_fill_fp32_avx2_held", "fp32", AVX2_HELD)
+            cache_fill("cache_fill_int8_avx2_held", "int8", AVX2_HELD)
     st, s = out["st_fp32"], out["st_fp32"]["texts"]
     for name, r in out.items():
         r["accuracy"] = retrieval_accuracy(r.pop("queries"), r["texts"][at])
@@ -341,6 +364,11 @@ def text_precision(build, out_dir):
               "fp32_vs_ort_fp32": out["ort_fp32"]["seconds"] / f32["seconds"],
               "int8_accuracy_at_1_points": 100 * (i8["accuracy"]["at_1"] - st["accuracy"]["at_1"]),
               "int8_accuracy_at_10_points": 100 * (i8["accuracy"]["at_10"] - st["accuracy"]["at_10"])}
+    if held:  # no target: a stand-in for a CPU without VNNI, on this one
+        h8, h32, hst = out["cache_fill_int8_avx2_held"], out["cache_fill_fp32_avx2_held"], out["st_fp32_avx2_held"]
+        ratios.update({"int8_avx2_held_vs_st_fp32_avx2_held": hst["seconds"] / h8["seconds"],
+                       "int8_avx2_held_vs_fp32_avx2_held": h32["seconds"] / h8["seconds"],
+                       "int8_avx2_held_accuracy_at_10_points": 100 * (h8["accuracy"]["at_10"] - st["accuracy"]["at_10"])})
     targets = {"int8_vs_st_fp32_min": 3.0, "int8_vs_ort_int8_min": 1.2, "fp32_vs_ort_fp32_min": 1.0,
                "accuracy_points_min": -1.0}
     ok = (ratios["int8_vs_st_fp32"] >= 3.0 and ratios["int8_vs_ort_int8"] >= 1.2 and ratios["fp32_vs_ort_fp32"] >= 1.0
