@@ -159,14 +159,7 @@ expect_out_re "	flat	ok: 6 rows match"
 # A cache whose JPEGs nvJPEG decoded (its fingerprint says so; written here into a CPU fill's, the
 # only kind this machine makes) is verified by decoding them as --decode device does, on the CPU
 # by libjpeg-turbo: the same bytes, EXIF orientations included.
-py "
-import h5py, json
-with h5py.File('$WORK/pad-dec.h5', 'r+') as f:
-    fp = json.loads(f.attrs['fingerprint_json'])
-    fp['options']['decode'] = 'nvjpeg'
-    f.attrs['fingerprint_json'] = json.dumps(fp)
-print('ok')"
-expect_out ok
+fingerprint_option "$WORK/pad-dec.h5" decode '"nvjpeg"'
 run "$TC_BIN/cache-inspect" --verify 12 "$WORK/pad-dec.h5"
 expect_rc 0
 expect_out_re "	flat	ok: 12 rows match"

@@ -360,6 +360,24 @@ hold_lock() {
   for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.02; done
 }
 
+# fingerprint_option CACHE KEY [JSON]: options.KEY of CACHE's fingerprint set to JSON, or dropped
+# without it, as another cache-fill would have written it; the fingerprint's digest follows.
+fingerprint_option() {
+  py "
+import h5py, json, hashlib
+with h5py.File('$1', 'r+') as f:
+    fp = json.loads(f.attrs['fingerprint_json'])
+    if $# > 2:
+        fp['options']['$2'] = json.loads('${3:-}')
+    else:
+        del fp['options']['$2']
+    text = json.dumps(fp, separators=(',', ':'), sort_keys=True)
+    f.attrs['fingerprint_json'] = text
+    f.attrs['fingerprint'] = hashlib.sha256(text.encode()).hexdigest()
+print('ok')"
+  expect_out ok
+}
+
 # fixture_copy DIR CMD...: DIR's files copied under $WORK, DIR made first by `CMD... DIR` where it is
 # missing (a fixtures.* test makes it once for the suite; a script run by hand makes it itself).
 fixture_copy() {

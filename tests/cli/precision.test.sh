@@ -218,15 +218,7 @@ with h5py.File('$WORK/v8bad.h5', 'a') as f:
   expect_err "cache-inspect: error: encoder 'mlp': int8 weights of at most 500 steps: expected 1-127"
   # Such a cache's fingerprint lacks the range too: a fill or an update at 64 steps would mix
   # another range's rows in, and is refused, saying what changed.
-  py "
-import h5py, json, hashlib
-with h5py.File('$WORK/v8old.h5', 'a') as f:
-    fp = json.loads(f.attrs['fingerprint_json'])
-    del fp['options']['int8_weight_max']
-    text = json.dumps(fp, separators=(',', ':'), sort_keys=True)
-    f.attrs['fingerprint_json'] = text
-    f.attrs['fingerprint'] = hashlib.sha256(text.encode()).hexdigest()
-"
+  fingerprint_option "$WORK/v8old.h5" int8_weight_max
   run "$TC_BIN/cache-fill" "${V[@]}" --precision int8 --update --out "$WORK/v8old.h5"
   expect_rc 73
   expect_err "cache-fill: error: $WORK/v8old.h5: exists with another fingerprint (changed: options/int8_weight_max): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to encode every row"
