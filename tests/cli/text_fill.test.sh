@@ -112,6 +112,18 @@ expect_out_has '"text":[{"key":"gloss|bert-uncased.json","field":"gloss","ragged
 run "$TC_BIN/cache-inspect" --verify 20 "$WORK/b.h5"
 expect_rc 0
 expect_out_re "^$WORK/b.h5	text4k	ok: 20 rows match"
+# The same fill in two shards, merged: --verify finds the text input in the job's fingerprint (the
+# merged cache's own names only the job and its shards; it once fed the encoder no text, exit 65).
+for i in 0 1; do
+  run "$TC_BIN/cache-fill" "${FILL[@]}" --tokenizer "$T/bert-uncased.json" --max-length 48 -b 8 --shard "$i/2" \
+    --out "$WORK/bm.h5"
+  expect_rc 0
+done
+run "$TC_BIN/cache-fill" merge --out "$WORK/bm.h5" "$WORK/bm.h5.shard-0-of-2" "$WORK/bm.h5.shard-1-of-2" -q
+expect_rc 0
+run "$TC_BIN/cache-inspect" --verify 20 "$WORK/bm.h5"
+expect_rc 0
+expect_out_re "^$WORK/bm.h5	text4k	ok: 20 rows match"
 py "
 import json
 with open('$WORK/changed.jsonl', 'w') as f:

@@ -18,9 +18,10 @@ namespace traincache::fill {
 
 namespace {
 
-// The fill's options as its fingerprint records them ({} for a cache without).
+// The fill's options as its fingerprint records them (a merged cache's: its job's; {} for a cache
+// without).
 nlohmann::json fill_options(const io::cache::CacheInfo& info) {
-  const auto fp = nlohmann::json::parse(info.fingerprint_json, nullptr, false);
+  const auto fp = nlohmann::json::parse(io::cache::making_fingerprint_json(info), nullptr, false);
   return fp.is_object() && fp.contains("options") && fp["options"].is_object() ? fp["options"]
                                                                                : nlohmann::json::object();
 }

@@ -204,6 +204,7 @@ void read_root_attrs(hid_t f, const std::string& path, CacheInfo& info) {
   info.row_start = h5::read_attr_int(f, "row_start").value_or(0);
   info.fingerprint = h5::read_attr_string(f, "fingerprint").value_or("");
   info.fingerprint_json = h5::read_attr_string(f, "fingerprint_json").value_or("");
+  info.job_fingerprint_json = h5::read_attr_string(f, "job_fingerprint_json").value_or("");
   info.created_by = h5::read_attr_string(f, "created_by").value_or("");
   info.input_path = h5::read_attr_string(f, "input_path").value_or("");
   info.features = json_string_list(h5::read_attr_string(f, "features").value_or("[]"));
@@ -365,6 +366,11 @@ std::string history_text(const History& history) {
   return json_text(list);
 }
 
+const std::string& making_fingerprint_json(const CacheInfo& info) {
+  return info.kind == CacheKind::merged && !info.job_fingerprint_json.empty() ? info.job_fingerprint_json
+                                                                              : info.fingerprint_json;
+}
+
 CacheInfo read_info(const std::string& path, bool count_labels) {
   h5::Id file = h5::open_file(path);
   hid_t f = file.get();
@@ -382,7 +388,7 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
   } catch (const Error& e) {
     throw Error(Exit::data, path, e.what());
   }
-  const auto text = text_keys(info.fingerprint_json);
+  const auto text = text_keys(making_fingerprint_json(info));
   for (const auto& name : names) {
     std::string dpath = "/embeddings/" + name;
     h5::Id d = h5::open_dataset(f, path, dpath);

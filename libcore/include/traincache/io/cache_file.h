@@ -115,6 +115,8 @@ struct CacheInfo {
   int64_t row_start = 0;  ///< first input row encoded
   std::string fingerprint;
   std::string fingerprint_json;
+  /// A shard's or a merged cache's job fingerprint document (what its shards share); "" otherwise.
+  std::string job_fingerprint_json;
   std::string created_by;
   std::string input_path;
   std::vector<std::string> features;
@@ -132,6 +134,11 @@ struct CacheInfo {
   bool row_digests = false;    ///< /row_digests holds each row's input digest (cache-fill --update)
   History history;             ///< the "history" attribute: one entry per fill, update or merge
 };
+
+/// The fingerprint document that says how the rows were made (encoders, their text inputs, options,
+/// preprocessing): a fill's or a shard's own; a merged cache's job fingerprint, which its shards
+/// share (its own fingerprint names only the job and the shards).
+const std::string& making_fingerprint_json(const CacheInfo& info);
 
 /// The encoder names of a cache, "cnn, text" (for messages).
 std::string encoder_names(const CacheInfo& info);
