@@ -188,6 +188,18 @@ expect_rc 0
 run "$TC_BIN/cache-inspect" --verify 4 "$WORK/nm.h5"
 expect_rc 0
 expect_out_re "^$WORK/nm.h5	cnn	ok: 4 rows match"
+# --check holds a merged cache to what its job's fingerprint promises, as it holds a fill's.
+run "$TC_BIN/cache-inspect" --check "$WORK/nm.h5"
+expect_rc 0
+cp "$WORK/nm.h5" "$WORK/nm-nolabels.h5"
+py "
+import h5py
+with h5py.File('$WORK/nm-nolabels.h5', 'a') as f:
+    del f['labels']
+"
+run "$TC_BIN/cache-inspect" --check "$WORK/nm-nolabels.h5"
+expect_rc 1
+expect_out_has "/labels is missing: the fingerprint has labels"
 
 
 finish

@@ -503,11 +503,12 @@ int64_t dataset_rows(const std::string& path, const std::string& name) {
   return h5::describe(d.get(), name).rows();
 }
 
-// What a fill's (or a shard's) fingerprint promises its datasets hold, against what they hold: one
-// dataset per encoder it names, of the dtype it names, labels and keys where it has them, and its
-// input rows. A fingerprint of another shape (a merged cache's, or an older one) promises nothing here.
+// What a fill's (or a shard's, or a merged cache's job's) fingerprint promises its datasets hold,
+// against what they hold: one dataset per encoder it names, of the dtype it names, labels and keys
+// where it has them, and its input rows (a job's: all its shards'). A fingerprint of another shape
+// (an older one) promises nothing here.
 void promise_problems(std::vector<std::string>& p, const CacheInfo& info) {
-  const json fp = json::parse(info.fingerprint_json, nullptr, false);
+  const json fp = json::parse(making_fingerprint_json(info), nullptr, false);
   if (!fp.is_object() || !fp.contains("encoders") || !fp["encoders"].is_object() || !fp.contains("input") ||
       !fp["input"].is_object())
     return;
@@ -540,7 +541,7 @@ void promise_problems(std::vector<std::string>& p, const CacheInfo& info) {
   if (more.is_array() && more.size() != info.more_labels.size())
     p.push_back(std::string(kLabelColumns) + " holds " + std::to_string(info.more_labels.size()) +
                 " label columns, the fingerprint has " + std::to_string(more.size()));
-  const json& rows = input.value("rows", json());
+  const json& rows = input.contains("rows") ? input["rows"] : input.value("job_rows", json());
   if (rows.is_array() && rows.size() == 2 && rows[0].is_number_integer() && rows[1].is_number_integer()) {
     const int64_t want = rows[1].get<int64_t>() - rows[0].get<int64_t>();
     if (info.rows >= 0 && info.rows != want)
