@@ -196,6 +196,11 @@ print(np.array_equal(a[:], b[:]), a.attrs['inference'], b.attrs['inference'], b.
   # cache-inspect --verify re-encodes rows in int8 too: the same bits, in any batch.
   run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8.h5"
   expect_rc 0
+  # cache-inspect says the precision and the weights' range.
+  run "$TC_BIN/cache-inspect" "$WORK/v8.h5"
+  expect_out_re "embeddings/mlp  \[500,[0-9]+\] float32 [^,]*, optimized, int8 \(weights of 64 steps\), from $D/mlp.pt"
+  run "$TC_BIN/cache-inspect" --json "$WORK/v8.h5"
+  expect_out_has '"precision":"int8","int8_weight_max":64}'
   # ...at the weight range the cache records: without the attribute (int8 caches filled before it
   # was recorded used 127 steps) the same rows are another range's, and --verify says they differ.
   cp "$WORK/v8.h5" "$WORK/v8old.h5"
@@ -204,6 +209,8 @@ import h5py
 with h5py.File('$WORK/v8old.h5', 'a') as f:
     del f['embeddings/mlp'].attrs['int8_weight_max']
 "
+  run "$TC_BIN/cache-inspect" "$WORK/v8old.h5"
+  expect_out_has ", optimized, int8 (weights of 127 steps), from"
   run "$TC_BIN/cache-inspect" --verify 40 "$WORK/v8old.h5"
   expect_rc 1
   # A range outside int8's is a damaged cache's: refused, not run.

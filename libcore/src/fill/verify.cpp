@@ -224,8 +224,7 @@ EncoderVerdict verify_encoder(const VerifyOptions& opts, const io::cache::CacheI
   if (precision == Precision::int8) {
     // at the weight range the rows were encoded with: 127 in caches filled before it was recorded;
     // a damaged value reaches int8_module's refusal
-    enc.make_int8(e.int8_weight_max == 0 ? model::kInt8WeightMaxBefore
-                                         : static_cast<int>(std::clamp<int64_t>(e.int8_weight_max, -1, 1000)));
+    enc.make_int8(static_cast<int>(std::clamp<int64_t>(io::cache::int8_weight_max(e), -1, 1000)));
   } else if (e.inference == "optimized") {
     enc.try_optimize(args, 1e-4, precision);
   }

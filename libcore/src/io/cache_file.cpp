@@ -19,6 +19,7 @@
 #include "traincache/base/format.h"
 #include "traincache/base/json_text.h"
 #include "traincache/io/h5.h"
+#include "traincache/model/precision.h"
 
 namespace traincache::io::cache {
 
@@ -364,6 +365,10 @@ std::string history_text(const History& history) {
     list.push_back(std::move(j));
   }
   return json_text(list);
+}
+
+int64_t int8_weight_max(const EmbeddingInfo& e) {
+  return e.int8_weight_max != 0 ? e.int8_weight_max : model::kInt8WeightMaxBefore;
 }
 
 const std::string& making_fingerprint_json(const CacheInfo& info) {

@@ -4,10 +4,19 @@
 #include <ctime>
 
 #include "traincache/base/format.h"
+#include "traincache/model/precision.h"
 
 namespace traincache::io::describe {
 
 namespace {
+
+// What an embedding's rows were encoded in, where not float32: ", bf16", ", int8 (weights of 64
+// steps)" (127 in int8 caches from before the range was recorded); "" for float32.
+std::string precision_text(const cache::EmbeddingInfo& e) {
+  if (e.precision.empty() || e.precision == "fp32") return "";
+  if (e.precision != "int8") return ", " + e.precision;
+  return ", int8 (weights of " + std::to_string(int8_weight_max(e)) + " steps)";
+}
 
 // The text inputs: one line each (a field and its tokenizer, or ragged token sequences).
 void add_text(report::Record& r, const cache::CacheInfo& c) {
@@ -171,10 +180,12 @@ report::Record cache_record(const cache::CacheInfo& c) {
                           {"text", e.text},
                           {"output", e.output},
                           {"inference", e.inference},
-                          {"math_mode", e.math_mode}});
-    std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s, from %s (sha256 %.12s)\n", e.name.c_str(),
+                          {"math_mode", e.math_mode},
+                          {"precision", e.precision.empty() ? "fp32" : e.precision}});
+    if (e.precision == "int8") embeddings.back()["int8_weight_max"] = int8_weight_max(e);
+    std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s%s, from %s (sha256 %.12s)\n", e.name.c_str(),
                   shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(), e.inference.c_str(),
-                  e.encoder_path.c_str(), e.encoder_sha256.c_str());
+                  precision_text(e).c_str(), e.encoder_path.c_str(), e.encoder_sha256.c_str());
     text += line;
   }
   r.add("embeddings", embeddings, text);

@@ -140,6 +140,10 @@ struct CacheInfo {
 /// share (its own fingerprint names only the job and the shards).
 const std::string& making_fingerprint_json(const CacheInfo& info);
 
+/// An int8 embedding's weight range: its recorded int8_weight_max, else model::kInt8WeightMaxBefore
+/// (int8 caches filled before it was recorded).
+int64_t int8_weight_max(const EmbeddingInfo& e);
+
 /// The encoder names of a cache, "cnn, text" (for messages).
 std::string encoder_names(const CacheInfo& info);
 
