@@ -19,7 +19,6 @@
 #include "traincache/base/format.h"
 #include "traincache/base/json_text.h"
 #include "traincache/io/h5.h"
-#include "traincache/model/precision.h"
 
 namespace traincache::io::cache {
 
@@ -368,7 +367,7 @@ std::string history_text(const History& history) {
 }
 
 int64_t int8_weight_max(const EmbeddingInfo& e) {
-  return e.int8_weight_max != 0 ? e.int8_weight_max : model::kInt8WeightMaxBefore;
+  return e.int8_weight_max != 0 ? e.int8_weight_max : kInt8WeightMaxUnrecorded;
 }
 
 const std::string& making_fingerprint_json(const CacheInfo& info) {

@@ -4,7 +4,6 @@
 #include <ctime>
 
 #include "traincache/base/format.h"
-#include "traincache/model/precision.h"
 
 namespace traincache::io::describe {
 

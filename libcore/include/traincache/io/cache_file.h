@@ -47,7 +47,7 @@ struct EmbeddingInfo {
   std::string math_mode;  ///< "tf32" or "ieee" ("" in caches written before it was recorded)
   std::string precision;  ///< cache-fill's --precision ("" in caches written before it was recorded)
   /// int8's weight range (model::kInt8WeightMax); 0 where not recorded (int8 caches filled before
-  /// 2026-12-04 used 127, model::kInt8WeightMaxBefore).
+  /// 2026-12-04 used 127, kInt8WeightMaxUnrecorded).
   int64_t int8_weight_max = 0;
 };
 
@@ -140,8 +140,11 @@ struct CacheInfo {
 /// share (its own fingerprint names only the job and the shards).
 const std::string& making_fingerprint_json(const CacheInfo& info);
 
-/// An int8 embedding's weight range: its recorded int8_weight_max, else model::kInt8WeightMaxBefore
-/// (int8 caches filled before it was recorded).
+/// The int8 weight range of int8 caches filled before it was recorded (cache-fill before
+/// 2026-12-04: each weight row's largest magnitude 127 steps; model::kInt8WeightMax since).
+inline constexpr int64_t kInt8WeightMaxUnrecorded = 127;
+
+/// An int8 embedding's weight range: its recorded int8_weight_max, else kInt8WeightMaxUnrecorded.
 int64_t int8_weight_max(const EmbeddingInfo& e);
 
 /// The encoder names of a cache, "cnn, text" (for messages).

@@ -19,10 +19,9 @@ enum class Precision { fp32, bf16, fp16, int8 };
 /// most 64 steps either side of zero. Two input bytes (at most 255) times two such weights then sum
 /// to at most 32,640: fbgemm's kernels on CPUs without VNNI, which add each pair of products in 16
 /// bits (at most 32,767), stay exact in one product, where 127 needed two (docs/models.md). A
-/// cache's fingerprint records it (options.int8_weight_max).
+/// cache's fingerprint records it (options.int8_weight_max; io::cache::kInt8WeightMaxUnrecorded:
+/// the range of int8 caches filled before it was recorded).
 inline constexpr int kInt8WeightMax = 64;
-/// What caches filled before the fingerprint recorded it used (cache-fill before 2026-12-04).
-inline constexpr int kInt8WeightMaxBefore = 127;
 
 /// "fp32", "bf16", "fp16", "int8": cache-fill's.
 const Choices<Precision>& precision_choices();
