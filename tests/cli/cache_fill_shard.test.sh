@@ -41,6 +41,14 @@ same_as_single "$WORK/virtual.h5"
 run "$TC_BIN/cache-fill" merge --copy --out "$WORK/copy.h5" "$WORK"/s.h5.shard-*
 expect_rc 0
 same_as_single "$WORK/copy.h5"
+# A fill by one process over the merged cache is refused, saying whether it is this job (the
+# fingerprints themselves differ in every part) or what differs.
+run "$TC_BIN/cache-fill" "${A[@]}" --out "$WORK/virtual.h5"
+expect_rc 73
+expect_err "cache-fill: error: $WORK/virtual.h5: is a cache merged from shards (cache-fill merge) of this job: use --force to fill it again in one process, or run the job's shards to find them up to date"
+run "$TC_BIN/cache-fill" "${A[@]}" --rows 0:100 --out "$WORK/virtual.h5"
+expect_rc 73
+expect_err "cache-fill: error: $WORK/virtual.h5: is a cache merged from shards (cache-fill merge) of another job (changed: input/job_rows): use --force to fill it again in one process, or run the job's shards to find them up to date"
 run "$TC_BIN/cache-inspect" --check -v "$WORK/virtual.h5" "$WORK/copy.h5"
 expect_rc 0
 expect_out "$WORK/virtual.h5	ok

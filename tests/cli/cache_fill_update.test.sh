@@ -248,7 +248,7 @@ run "$TC_BIN/cache-fill" merge --out "$WORK/sh.h5" "$WORK"/sh.h5.shard-*
 expect_rc 0
 run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --update
 expect_rc 73
-expect_err "cache-fill: error: $WORK/sh.h5: is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by one process; use --force to fill it again"
+expect_err "cache-fill: error: $WORK/sh.h5: is a cache merged from shards (cache-fill merge) of another job (changed: input/job_rows): --update keeps the rows of a cache filled by one process; use --force to fill it again"
 # A cache without row digests (an older version's, or merged) cannot be updated; nothing changes.
 cp "$WORK/h-full.h5" "$WORK/old.h5"
 py "

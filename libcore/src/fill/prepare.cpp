@@ -129,6 +129,28 @@ void refuse_damaged(const std::string& out, const FillOptions& opts) {
                   "); use --force" + (opts.update ? " instead of --update" : "") + " to fill it again");
 }
 
+// The refusal of a fill over a cache merged from shards: what differs between the merged cache's
+// job (its shards' common fingerprint) and this run's, the number of shards aside; nothing when it
+// is this job's. (A comparison of the fingerprints themselves named every part of them.)
+Error merged_in_the_way(const std::string& out, const io::cache::CacheInfo& old, const Fingerprint& fp,
+                        const FillOptions& opts) {
+  nlohmann::json was = nlohmann::json::parse(old.job_fingerprint_json, nullptr, false), now = fp.job;
+  std::string changed = "changed: an unreadable job fingerprint";
+  if (was.is_object()) {
+    was.erase("shards");
+    now.erase("shards");
+    if (was != now) changed = "changed: " + fingerprint_diff(json_text(was), json_text(now));
+  }
+  const bool same_job = was.is_object() && was == now;
+  return Error(Exit::cant_create, out,
+               std::string("is a cache merged from shards (cache-fill merge) of ") +
+                   (same_job ? "this job" : "another job (" + changed + ")") +
+                   (opts.update ? ": --update keeps the rows of a cache filled by one process; use --force to fill "
+                                  "it again"
+                                : ": use --force to fill it again in one process, or run the job's shards to find "
+                                  "them up to date"));
+}
+
 // Error(cant_create) when another file is in the way, or a cache that this run may not replace;
 // Error(data) when the cache is this run's, or one to update, but damaged.
 Existing checked_cache(const std::string& out, const Fingerprint& fp, const FillOptions& opts) {
@@ -144,10 +166,7 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
   }
   const std::string changed =
       "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
-  if (opts.update && old->kind == io::cache::CacheKind::merged)
-    throw Error(Exit::cant_create, out,
-                "is a cache merged from shards (cache-fill merge): --update keeps the rows of a cache filled by "
-                "one process; use --force to fill it again");
+  if (old->kind == io::cache::CacheKind::merged && opts.shard_count <= 1) throw merged_in_the_way(out, *old, fp, opts);
   const bool this_shard = old->kind == io::cache::CacheKind::shard && opts.shard_count == old->shard_count &&
                           opts.shard_index == old->shard_index;
   if (old->kind == io::cache::CacheKind::shard && !this_shard)
