@@ -135,16 +135,16 @@ void refuse_damaged(const std::string& out, const FillOptions& opts) {
 Error merged_in_the_way(const std::string& out, const io::cache::CacheInfo& old, const Fingerprint& fp,
                         const FillOptions& opts) {
   nlohmann::json was = nlohmann::json::parse(old.job_fingerprint_json, nullptr, false), now = fp.job;
-  std::string changed = "changed: an unreadable job fingerprint";
   if (was.is_object()) {
     was.erase("shards");
     now.erase("shards");
-    if (was != now) changed = "changed: " + fingerprint_diff(json_text(was), json_text(now));
   }
-  const bool same_job = was.is_object() && was == now;
+  const std::string whose = !was.is_object() ? "another job (changed: an unreadable job fingerprint)"
+                            : was == now
+                                ? "this job"
+                                : "another job (changed: " + fingerprint_diff(json_text(was), json_text(now)) + ")";
   return Error(Exit::cant_create, out,
-               std::string("is a cache merged from shards (cache-fill merge) of ") +
-                   (same_job ? "this job" : "another job (" + changed + ")") +
+               "is a cache merged from shards (cache-fill merge) of " + whose +
                    (opts.update ? ": --update keeps the rows of a cache filled by one process; use --force to fill "
                                   "it again"
                                 : ": use --force to fill it again in one process, or run the job's shards to find "

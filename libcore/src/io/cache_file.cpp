@@ -366,6 +366,8 @@ std::string history_text(const History& history) {
   return json_text(list);
 }
 
+std::string precision_of(const EmbeddingInfo& e) { return e.precision.empty() ? "fp32" : e.precision; }
+
 int64_t int8_weight_max(const EmbeddingInfo& e) {
   return e.int8_weight_max != 0 ? e.int8_weight_max : kInt8WeightMaxUnrecorded;
 }

@@ -12,8 +12,9 @@ namespace {
 // What an embedding's rows were encoded in, where not float32: ", bf16", ", int8 (weights of 64
 // steps)" (127 in int8 caches from before the range was recorded); "" for float32.
 std::string precision_text(const cache::EmbeddingInfo& e) {
-  if (e.precision.empty() || e.precision == "fp32") return "";
-  if (e.precision != "int8") return ", " + e.precision;
+  const std::string p = cache::precision_of(e);
+  if (p == "fp32") return "";
+  if (p != "int8") return ", " + p;
   return ", int8 (weights of " + std::to_string(int8_weight_max(e)) + " steps)";
 }
 
@@ -180,7 +181,7 @@ report::Record cache_record(const cache::CacheInfo& c) {
                           {"output", e.output},
                           {"inference", e.inference},
                           {"math_mode", e.math_mode},
-                          {"precision", e.precision.empty() ? "fp32" : e.precision}});
+                          {"precision", cache::precision_of(e)}});
     if (e.precision == "int8") embeddings.back()["int8_weight_max"] = int8_weight_max(e);
     std::snprintf(line, sizeof line, "  embeddings/%s  %s %s %s, %s%s, from %s (sha256 %.12s)\n", e.name.c_str(),
                   shape_text(e.shape).c_str(), dtype_name(e.dtype), format_size(e.bytes).c_str(), e.inference.c_str(),

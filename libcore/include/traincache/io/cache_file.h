@@ -144,6 +144,10 @@ const std::string& making_fingerprint_json(const CacheInfo& info);
 /// 2026-12-04: each weight row's largest magnitude 127 steps; model::kInt8WeightMax since).
 inline constexpr int64_t kInt8WeightMaxUnrecorded = 127;
 
+/// The precision an embedding's rows were encoded in: its recorded `precision`, else "fp32" (caches
+/// written before it was recorded).
+std::string precision_of(const EmbeddingInfo& e);
+
 /// An int8 embedding's weight range: its recorded int8_weight_max, else kInt8WeightMaxUnrecorded.
 int64_t int8_weight_max(const EmbeddingInfo& e);
 
