@@ -91,6 +91,18 @@ j = json.load(open('$WORK/bf16-again.json'))
 e = j['encoders'][0]
 print(j['status'], e['precision'], e['precision_max_rel_diff'] == h5py.File('$WORK/bf16.h5')['embeddings/cnn'].attrs['precision_max_rel_diff'] > 0)"
 expect_out "up_to_date bf16 True"
+# An up-to-date fill reports the decisions the cache records, the optimised module's difference
+# among them (it said 0 whatever the cache held): a value set in the copy, then read back.
+cp "$WORK/bf16.h5" "$WORK/bf16-diff.h5"
+py "import h5py; h5py.File('$WORK/bf16-diff.h5', 'r+')['embeddings/cnn'].attrs['optimize_max_abs_diff'] = 0.125"
+run "$TC_BIN/cache-fill" -q "${F[@]}" --precision bf16 --precision-tolerance 0.05 --out "$WORK/bf16-diff.h5" --json
+expect_rc 0
+cp "$WORK/.out" "$WORK/bf16-diff.json"
+py "
+import h5py, json
+e = json.load(open('$WORK/bf16-diff.json'))['encoders'][0]
+print(e['optimize_max_abs_diff'], e['inference'] == h5py.File('$WORK/bf16-diff.h5')['embeddings/cnn'].attrs['inference'])"
+expect_out "0.125 True"
 # cache-inspect --verify re-encodes a bf16 cache in bf16 (re-encoded in float32, every row was off
 # by bf16's own difference and a fresh cache was called stale); a precision this device cannot run
 # is refused, naming the device that can, and one it does not know is damage.

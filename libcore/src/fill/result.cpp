@@ -140,9 +140,9 @@ FillResult fill_result(const FillRun& run, const FillEnding& end) {
   prepared_figures(run, r);
   if (end.status == FillStatus::up_to_date) {
     for (const auto& e : run.existing.up_to_date->embeddings)
-      r.encoders.push_back({e.name, e.shape, e.inference, 0, e.math_mode.empty() ? "ieee" : e.math_mode,
-                            e.batch_max_abs_diff, e.batch_max_rel_diff, io::cache::precision_of(e),
-                            e.precision_max_rel_diff});
+      r.encoders.push_back({e.name, e.shape, e.inference, e.optimize_max_abs_diff,
+                            e.math_mode.empty() ? "ieee" : e.math_mode, e.batch_max_abs_diff, e.batch_max_rel_diff,
+                            io::cache::precision_of(e), e.precision_max_rel_diff});
     r.seconds = seconds_since(run.t_start);
     return r;
   }
