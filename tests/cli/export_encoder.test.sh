@@ -42,6 +42,37 @@ print(list(got.shape), bool((got - want).abs().max() <= 1e-4 * want.abs().max())
 "
 expect_out "[4, 512] True"
 
+# GoogLeNet's scripted forward returns a tuple (its features, then the auxiliary heads' outputs):
+# the export keeps the first, and cache-fill's embeddings are the eager model's features (the
+# check raised a TypeError, a traceback and exit 1, before). Inception v3's line takes the sizes of
+# its weights' transforms (342, 299), not ResNet's.
+run "$TC_PYTHON" "$X" torchvision googlenet "$WORK/g.pt" --weights none
+expect_rc 0
+expect_err_re "^export-encoder: wrote $WORK/g\.pt \(scripted, googlenet without its classifier\); 4 images, \[1024\] features, largest difference [0-9.e-]+
+  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --encoder googlenet=$WORK/g\.pt --out photos\.h5$"
+run "$TC_BIN/cache-fill" --input "$WORK/photos" --resize 256 --center-crop 224 --channels rgb \
+  --encoder googlenet="$WORK/g.pt" --out "$WORK/g.h5" --threads 2 -q
+expect_rc 0
+py "
+import glob, h5py, torch, torchvision
+from torchvision import transforms as T
+torch.manual_seed(0)
+m = torchvision.models.get_model('googlenet', weights=None)
+m.fc = torch.nn.Identity()
+m.eval()
+tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
+files = sorted(glob.glob('$WORK/photos/c/*.png'))
+with torch.no_grad():
+    want = m(torch.stack([tf(__import__('PIL.Image').Image.open(p).convert('RGB')) for p in files]))
+got = torch.from_numpy(h5py.File('$WORK/g.h5')['embeddings/googlenet'][()])
+print(list(got.shape), bool((got - want).abs().max() <= 1e-4 * want.abs().max()))
+"
+expect_out "[4, 1024] True"
+run "$TC_PYTHON" "$X" torchvision inception_v3 "$WORK/i.pt" --weights none
+expect_rc 0
+expect_err_re "^export-encoder: wrote $WORK/i\.pt \(scripted, inception_v3 without its classifier\); 4 images, \[2048\] features, largest difference [0-9.e-]+
+  cache-fill --input photos/ --resize 342 --center-crop 299 --channels rgb --encoder inception_v3=$WORK/i\.pt --out photos\.h5$"
+
 run "$TC_PYTHON" "$X" torchvision nosuch "$WORK/x.pt" --weights none
 expect_rc 2
 expect_err "export-encoder: error: nosuch: cannot build the torchvision model with weights none: Unknown model nosuch"
