@@ -222,12 +222,18 @@ print(a['skipped/rows'][:].tolist() == b['skipped/rows'][:].tolist(), a['skipped
       a['embeddings/flat'][:].tobytes() == b['embeddings/flat'][:].tobytes())
 "
 expect_out "True True True"
-# Where --decode device decodes each file (--json's device_decode): a whole JPEG on the device's
-# decoder (libjpeg-turbo here, nvJPEG on a GPU); a PNG, and JPEGs without an end-of-image marker
-# (cut in the scan or in the headers), on the reader threads, which refuse the cut ones exactly as
-# --decode host does (nvJPEG would decode what a cut scan holds).
+# Where --decode device decodes each file (--json's device_decode): a whole baseline JPEG on the
+# device's decoder (libjpeg-turbo here, nvJPEG on a GPU); a PNG, a progressive JPEG (a GPU's
+# hardware decoder takes baseline files only) and JPEGs without an end-of-image marker (cut in the
+# scan or in the headers) on the reader threads, which refuse the cut ones exactly as --decode host
+# does (nvJPEG would decode what a cut scan holds).
 mkdir -p "$WORK/acct/a" "$WORK/acct/b"
 cp "$J" "$WORK/acct/a/whole.jpg"
+py "
+from PIL import Image
+Image.open('$J').save('$WORK/acct/b/prog.jpg', progressive=True, quality=90)
+print(Image.open('$J').info.get('progressive', 0), Image.open('$WORK/acct/b/prog.jpg').info.get('progressive', 0))"
+expect_out "0 1"
 head -c $(($(stat -c %s "$J") / 2)) "$J" > "$WORK/acct/a/half.jpg"
 head -c 300 "$J" > "$WORK/acct/b/head.jpg"
 cp "$WORK/bad/b/ok.png" "$WORK/acct/b/ok.png"
@@ -236,7 +242,7 @@ for decode in host device; do
     --resize 8,8 --channels gray --on-error skip --convert device --decode $decode --json
   expect_rc 0
 done
-expect_out_has '"device_decode":{"reader_files":3,"device_files":1,"hardware_files":0,"host_files":0,'
+expect_out_has '"device_decode":{"reader_files":4,"device_files":1,"hardware_files":0,"host_files":0,'
 py "
 import h5py
 a, b = h5py.File('$WORK/acct-host.h5'), h5py.File('$WORK/acct-device.h5')

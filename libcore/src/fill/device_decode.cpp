@@ -27,8 +27,11 @@ EncodedRows read_encoded(const Input& in, int64_t start, int64_t count, bool ski
       out.pixels[k] = zero_row(in);
       continue;
     }
-    if (out.files[k].jpeg) continue;
-    auto px = zero_row(in);  // not a JPEG: decoded here, as the reader threads decode every file with --decode host
+    if (out.files[k].jpeg && (out.files[k].baseline || in.device_decodes_every_jpeg)) continue;
+    // Decoded here, as the reader threads decode every file with --decode host: not a JPEG, or not
+    // a baseline one (progressive: a GPU's hardware decoder leaves it, and nvJPEG's other decoder
+    // would run its Huffman decoding on the one thread that feeds the device).
+    auto px = zero_row(in);
     tolerate_input_error([&] { in.col->pixels_of(out.files[k], r, px.data_ptr<uint8_t>()); }, r, skip, skipped);
     out.pixels[k] = px;
     out.files[k] = {};

@@ -1,5 +1,5 @@
 // cache-fill's engine, stage 3's decoding on the device (--decode device): the reader threads read
-// an image column's JPEG files as they are (and decode the others), the encode loop decodes them
+// an image column's baseline JPEG files as they are (and decode the others), the encode loop decodes them
 // on the encoders' device: nvJPEG on a CUDA device, libjpeg-turbo on the CPU (the same bytes as
 // the reader threads'); then resize and crop there (model::ImagePrep). docs/code-map.md.
 #pragma once
@@ -18,7 +18,7 @@ namespace traincache::fill {
 
 // A batch's rows of an image column as the reader threads hand them to the encode loop: per row,
 // a JPEG file to decode there, or its samples (uint8 [C, H, W]) when the reader decoded it (not a
-// JPEG) or skipped it (zeros).
+// baseline JPEG: Input::decode_on_device) or skipped it (zeros).
 struct EncodedRows {
   std::vector<io::source::EncodedImage> files;
   std::vector<torch::Tensor> pixels;  // defined where the reader made the row

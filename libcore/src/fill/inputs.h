@@ -18,6 +18,12 @@
 
 namespace traincache::fill {
 
+// The fingerprint's "decode" option of a CUDA fill with --decode device: its baseline JPEGs decoded
+// by nvJPEG, the other files by the reader threads. Caches filled before it say kDecodeNvjpegEvery
+// (every whole JPEG by nvJPEG), which only their --verify reads now.
+inline constexpr const char* kDecodeNvjpeg = "nvjpeg-baseline";
+inline constexpr const char* kDecodeNvjpegEvery = "nvjpeg";
+
 // An input column the fill reads (an HDF5 dataset, a slab, a .npy file or .npz member).
 struct Input {
   Input() = default;
@@ -27,9 +33,13 @@ struct Input {
   // Set by plan_conversion (--convert device): the column's 8-bit rows are read as they are and
   // become float32 on the encoders' device (encoding.h: read_rows, DeviceConversion).
   bool convert_on_device = false;
-  // Set by plan_conversion (--decode device): the column's JPEG files are read as they are and
-  // decoded on the encoders' device (device_decode.h), its other files by the reader threads.
+  // Set by plan_conversion (--decode device): the column's baseline JPEG files are read as they
+  // are and decoded on the encoders' device (device_decode.h), its other files by the reader
+  // threads (progressive JPEGs among them: GPUs' hardware decoders take baseline files only).
   bool decode_on_device = false;
+  // With decode_on_device, every whole JPEG on the device, progressive ones too: how caches whose
+  // fingerprint says "decode": "nvjpeg" were filled (before "nvjpeg-baseline"), for their --verify.
+  bool device_decodes_every_jpeg = false;
 
   const io::source::ColumnInfo& info() const { return col->info(); }
 };

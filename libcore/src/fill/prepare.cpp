@@ -98,7 +98,7 @@ Fingerprint compute_fingerprint(const FillRun& run) {
   if (run.cuda && opts.tf32) fp["options"]["math_mode"] = "tf32";
   // nvJPEG's pixels differ from libjpeg-turbo's (absent: decoded on the host, or on a CPU device by
   // the same code, which gives the same bytes).
-  if (run.cuda && in.decode_on_device()) fp["options"]["decode"] = "nvjpeg";
+  if (run.cuda && in.decode_on_device()) fp["options"]["decode"] = kDecodeNvjpeg;
   if (in.unit > opts.batch_size) {  // absent: batches as read
     fp["options"]["length_window"] = in.unit;
     fp["options"]["max_tokens"] = in.max_tokens;

@@ -101,15 +101,22 @@ std::string verify_input(const VerifyOptions& opts, const io::cache::CacheInfo& 
   return input;
 }
 
-// Whether the cache's JPEG files were decoded by nvJPEG (cache-fill --decode device on CUDA).
-bool decoded_by_nvjpeg(const io::cache::CacheInfo& info) { return fill_options(info).value("decode", "") == "nvjpeg"; }
+// How the cache's JPEG files were decoded: "" by the reader threads, kDecodeNvjpeg (cache-fill
+// --decode device on CUDA: baseline files by nvJPEG), or kDecodeNvjpegEvery (every whole one by
+// nvJPEG: fills before the fingerprint said which).
+std::string jpeg_decoding(const io::cache::CacheInfo& info) {
+  const std::string d = fill_options(info).value("decode", "");
+  return d == kDecodeNvjpeg || d == kDecodeNvjpegEvery ? d : "";
+}
 
-// Rows `rows` of an image column decoded as cache-fill --decode device decodes them on `device`,
-// then converted there (fill/device_decode.h, fill/encoding.h).
+// Rows `rows` of an image column decoded as cache-fill --decode device decodes them on `device`
+// (`decoding`: jpeg_decoding's), then converted there (fill/device_decode.h, fill/encoding.h).
 torch::Tensor decoded_on_device(std::shared_ptr<const io::source::Column> col, int64_t first,
-                                const std::vector<int64_t>& rows, double scale, torch::Device device) {
+                                const std::vector<int64_t>& rows, double scale, torch::Device device,
+                                const std::string& decoding) {
   Input in(std::move(col));
   in.convert_on_device = in.decode_on_device = true;
+  in.device_decodes_every_jpeg = decoding == kDecodeNvjpegEvery;
   DeviceDecode decode(in, device);
   DeviceConversion convert(in, device);
   std::map<int64_t, std::string> skipped;  // none: an unreadable row is an error here
@@ -129,14 +136,14 @@ std::vector<torch::Tensor> feature_args(const io::cache::CacheInfo& info, const 
                                         torch::Device device) {
   std::vector<torch::Tensor> args;
   const io::source::FileOptions files = fill_files(info);
-  const bool nvjpeg = decoded_by_nvjpeg(info);
+  const std::string decoding = jpeg_decoding(info);
   for (const auto& f : e.features) {
     auto col = io::source::open_column(input, f, files, io::source::Role::images);
     io::source::require_numeric_input(col->info(), input);
     if (col->info().rows() < info.row_start + info.rows)
       throw Error(Exit::data, input, "dataset '" + f + "' has fewer rows than the cache was built from");
-    if (nvjpeg && col->preprocess()) {
-      args.push_back(decoded_on_device(std::move(col), info.row_start, rows, info.input_scale, device));
+    if (!decoding.empty() && col->preprocess()) {
+      args.push_back(decoded_on_device(std::move(col), info.row_start, rows, info.input_scale, device, decoding));
       continue;
     }
     std::vector<torch::Tensor> read;

@@ -161,8 +161,10 @@ class ImageColumn : public Column {
     const auto* b = reinterpret_cast<const unsigned char*>(e.bytes.data());
     // A JPEG without its end-of-image marker is decoded by pixels_of too, which refuses it as
     // truncated where a device's decoder would decode the part that is there.
-    e.jpeg =
-        e.bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF && image::jpeg_complete(b, e.bytes.size());
+    const bool soi = e.bytes.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
+    const image::JpegLayout layout = soi ? image::jpeg_layout(b, e.bytes.size()) : image::JpegLayout{};
+    e.jpeg = layout.complete;
+    e.baseline = e.jpeg && layout.baseline();
     if (!e.jpeg) return e;  // decoded by pixels_of, which checks it
     const auto [h, w] = image::probe_size(b, e.bytes.size(), spec_.exif_transpose, shown_[i]);
     check_shape(h, w, i);

@@ -389,23 +389,14 @@ std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, boo
   return {h, w};
 }
 
-bool jpeg_complete(const unsigned char* b, std::size_t n) {
-  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return false;
-  std::size_t p = 2;  // after SOI: marker segments up to the first scan's (SOS, 0xDA)
-  while (true) {
-    if (p >= n || b[p] != 0xFF) return false;  // a marker must begin here
-    while (p < n && b[p] == 0xFF) ++p;         // after any fill bytes
-    if (p >= n) return false;
-    const unsigned char m = b[p++];
-    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
-    if (m == 0xD9 || p + 2 > n) return false;             // EOI before any scan; a cut length
-    const std::size_t len = (std::size_t{b[p]} << 8) | b[p + 1];
-    if (len < 2) return false;
-    p += len;
-    if (m == 0xDA) break;
-  }
-  // In entropy-coded data 0xFF is followed by 0x00 or a marker, so an FF D9 from here is EOI: most
-  // files end with it, and only the others are searched.
+namespace {
+
+// Whether marker m starts a frame (SOF0-SOF15 but DHT C4, JPG C8 and DAC CC).
+bool starts_frame(unsigned char m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
+
+// Whether an end-of-image marker comes at or after p, in entropy-coded data (where 0xFF is followed
+// by 0x00 or a marker, so an FF D9 is EOI): most files end with it, and only the others are searched.
+bool ends_from(const unsigned char* b, std::size_t n, std::size_t p) {
   if (p + 2 <= n && b[n - 2] == 0xFF && b[n - 1] == 0xD9) return true;
   for (; p + 1 < n; ++p) {
     const void* ff = std::memchr(b + p, 0xFF, n - 1 - p);
@@ -415,6 +406,31 @@ bool jpeg_complete(const unsigned char* b, std::size_t n) {
   }
   return false;
 }
+
+}  // namespace
+
+JpegLayout jpeg_layout(const unsigned char* b, std::size_t n) {
+  JpegLayout layout;
+  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return layout;
+  std::size_t p = 2;  // after SOI: marker segments up to the first scan's (SOS, 0xDA)
+  while (true) {
+    if (p >= n || b[p] != 0xFF) return layout;  // a marker must begin here
+    while (p < n && b[p] == 0xFF) ++p;          // after any fill bytes
+    if (p >= n) return layout;
+    const unsigned char m = b[p++];
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // TEM, RSTn: no length
+    if (m == 0xD9 || p + 2 > n) return layout;            // EOI before any scan; a cut length
+    const std::size_t len = (std::size_t{b[p]} << 8) | b[p + 1];
+    if (len < 2) return layout;
+    if (starts_frame(m) && !layout.frame) layout.frame = m;
+    p += len;
+    if (m == 0xDA) break;
+  }
+  layout.complete = ends_from(b, n, p);
+  return layout;
+}
+
+bool jpeg_complete(const unsigned char* b, std::size_t n) { return jpeg_layout(b, n).complete; }
 
 int exif_orientation(const unsigned char* bytes, std::size_t size) {
   std::vector<unsigned char> tiff;  // a PNG's eXIf chunk, behind the "Exif\0\0" header libexif expects

@@ -280,6 +280,34 @@ CATCH_TEST_CASE("a JPEG is complete when an end-of-image marker follows its firs
   CATCH_CHECK(!complete({'G', 'I', 'F', '8', '9', 'a', 0xFF, 0xD9}));
 }
 
+CATCH_TEST_CASE("a JPEG's frame is its first start-of-frame marker before the first scan", "[image]") {
+  const std::vector<unsigned char> sof(15, 1), dht(20, 3), sos{1, 1, 0, 0x3F, 0}, scan{0x12, 0x34, 0xFF, 0xD9};
+  const auto frame = [&](std::vector<std::pair<unsigned char, std::vector<unsigned char>>> segments) {
+    segments.push_back({0xDA, sos});
+    const auto b = markers(segments, scan);
+    return jpeg_layout(b.data(), b.size());
+  };
+  // Baseline, extended sequential, progressive, lossless, arithmetic progressive; the tables
+  // (DHT C4, DAC CC) that share the range are not frames, nor is a frame marker after the scan.
+  for (unsigned char m : {0xC0, 0xC1, 0xC2, 0xC3, 0xCA}) {
+    CATCH_INFO("SOF " << int(m));
+    const JpegLayout l = frame({{0xC4, dht}, {0xCC, {1, 2}}, {m, sof}});
+    CATCH_CHECK(l.complete);
+    CATCH_CHECK(int(l.frame) == int(m));
+    CATCH_CHECK(l.baseline() == (m == 0xC0));
+  }
+  CATCH_CHECK(int(frame({{0xC4, dht}}).frame) == 0);  // none: complete, but no frame to name
+  auto later = markers({{0xC2, sof}, {0xDA, sos}}, {0x12, 0xFF, 0xC0, 0, 3, 0, 0xFF, 0xD9});
+  CATCH_CHECK(int(jpeg_layout(later.data(), later.size()).frame) == 0xC2);
+  // Cut before the end: the frame is still read; incomplete.
+  const auto cut = markers({{0xC0, sof}, {0xDA, sos}}, {0x12});
+  const JpegLayout c = jpeg_layout(cut.data(), cut.size());
+  CATCH_CHECK((!c.complete && c.baseline()));
+  const JpegLayout header = jpeg_layout(cut.data(), 10);  // cut inside the frame's segment: its marker is read
+  CATCH_CHECK((!header.complete && header.baseline()));
+  CATCH_CHECK(int(jpeg_layout(cut.data(), 3).frame) == 0);  // cut before it
+}
+
 namespace {
 
 // A class folder of `per_class` files in each of two classes, holding bytes that differ per file

@@ -107,7 +107,7 @@ enum class FillStatus { done, up_to_date, interrupted };
 /// Where --decode device's files were decoded, and the convert thread's time in it (host seconds:
 /// on a CUDA device the decoder's and ImagePrep's host work and launches, not the device's).
 struct DeviceDecodeStats {
-  int64_t reader_files = 0;    ///< by the reader threads: not JPEG, or without an end (io::image::jpeg_complete)
+  int64_t reader_files = 0;    ///< by the reader threads: not a whole baseline JPEG (io::image::JpegLayout)
   int64_t device_files = 0;    ///< by the device's decoder (nvJPEG; libjpeg-turbo on a CPU device)
   int64_t hardware_files = 0;  ///< of those, by the GPU's hardware JPEG decoder (nvJPEG's hybrid one the rest)
   int64_t host_files = 0;      ///< left by the device's decoder (CMYK, damaged) and decoded on the host

@@ -93,10 +93,25 @@ int draft_reduction(const Spec& spec, int h, int w);
 std::pair<int, int> probe_size(const unsigned char* bytes, std::size_t size, bool exif_transpose,
                                const std::string& what);
 
-/// Whether the JPEG in bytes has an end-of-image marker after its first scan begins. libjpeg-turbo
-/// refuses a file without one as truncated ("Premature end of JPEG file", decode()'s error), where
-/// GPU decoders (nvJPEG) decode what is there and leave the rest: --decode device gives such
-/// files to the host's decoder. False too when the markers before the first scan run past the end.
+/// What a JPEG's markers say without decoding it (jpeg_layout).
+struct JpegLayout {
+  /// An end-of-image marker follows the first scan's start. libjpeg-turbo refuses a file without
+  /// one as truncated ("Premature end of JPEG file", decode()'s error), where GPU decoders (nvJPEG)
+  /// decode what is there and leave the rest: --decode device gives such files to the host's
+  /// decoder. False too when the markers before the first scan run past the end.
+  bool complete = false;
+  /// The frame's start-of-frame marker before the first scan (0xC0 baseline, 0xC1 extended
+  /// sequential, 0xC2 progressive, ...; 0 for none). GPUs' hardware JPEG decoders take baseline
+  /// files only, so --decode device gives the others to the reader threads (docs/cache-fill.md).
+  unsigned char frame = 0;
+
+  bool baseline() const { return frame == 0xC0; }
+};
+
+/// The layout of the JPEG in bytes (SOI first; a file that is not a JPEG is incomplete, frame 0).
+JpegLayout jpeg_layout(const unsigned char* bytes, std::size_t size);
+
+/// jpeg_layout(bytes, size).complete.
 bool jpeg_complete(const unsigned char* bytes, std::size_t size);
 
 /// The EXIF orientation (1..8) of the JPEG or PNG in bytes, 1 when it has none.

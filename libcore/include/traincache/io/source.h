@@ -111,8 +111,9 @@ struct ColumnInfo {
 /// An image file as stored, before decoding (Column::read_encoded).
 struct EncodedImage {
   std::string bytes;
-  bool jpeg = false;    ///< a JPEG (by its first bytes) that ends (image::jpeg_complete)
-  int orientation = 1;  ///< the EXIF orientation to apply: 1 when the spec does not apply it
+  bool jpeg = false;      ///< a JPEG (by its first bytes) that ends (image::JpegLayout::complete)
+  bool baseline = false;  ///< of those, a baseline one (image::JpegLayout::baseline)
+  int orientation = 1;    ///< the EXIF orientation to apply: 1 when the spec does not apply it
 };
 
 /// One named array of rows.
