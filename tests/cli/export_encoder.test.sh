@@ -8,10 +8,16 @@ source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
 X=$TC_SOURCE/scripts/export-encoder
 
-run "$TC_PYTHON" "$X" torchvision resnet18 "$WORK/r18.pt" --weights none
-expect_rc 0
-expect_err_re "^export-encoder: wrote $WORK/r18\.pt \(scripted, resnet18 without its classifier\); 4 images, \[512\] features, largest difference [0-9.e-]+
-  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --encoder resnet18=$WORK/r18\.pt --out photos\.h5$"
+# NAME exported with random weights to WORK/FILE (a name without regex characters): exit 0 and the
+# line naming its FEATURES and the cache-fill command with the weights' RESIZE and CROP.
+exported() {
+  local name=$1 file=$2 features=$3 resize=$4 crop=$5
+  run "$TC_PYTHON" "$X" torchvision "$name" "$WORK/$file" --weights none
+  expect_rc 0
+  expect_err_re "^export-encoder: wrote $WORK/$file \(scripted, $name without its classifier\); 4 images, \[$features\] features, largest difference [0-9.e-]+
+  cache-fill --input photos/ --resize $resize --center-crop $crop --channels rgb --encoder $name=$WORK/$file --out photos\.h5$"
+}
+exported resnet18 r18.pt 512 256 224
 # The export as cache-fill runs it on photos of mixed sizes, against the eager model in Python.
 py "
 import os
@@ -23,55 +29,39 @@ for i, (w, h) in enumerate([(500, 375), (375, 500), (300, 300), (640, 360)]):
     Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save('$WORK/photos/c/%d.png' % i)
 "
 expect_rc 0
-run "$TC_BIN/cache-fill" --input "$WORK/photos" --resize 256 --center-crop 224 --channels rgb \
-  --encoder resnet18="$WORK/r18.pt" --out "$WORK/photos.h5" --threads 2 -q
-expect_rc 0
-py "
+# Export NAME's file (FILE.pt) through cache-fill on the photos against the eager model (its last
+# layer nn.Identity) on PIL's preprocessing in Python: prints the rows' shape and whether they agree.
+fill_like_eager() {
+  local name=$1 file=$2
+  run "$TC_BIN/cache-fill" --input "$WORK/photos" --resize 256 --center-crop 224 --channels rgb \
+    --encoder "$name=$file" --out "$WORK/$name.h5" --threads 2 -q
+  expect_rc 0
+  py "
 import glob, h5py, torch, torchvision
 from torchvision import transforms as T
 torch.manual_seed(0)
-m = torchvision.models.get_model('resnet18', weights=None)
+m = torchvision.models.get_model('$name', weights=None)
 m.fc = torch.nn.Identity()
 m.eval()
 tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
 files = sorted(glob.glob('$WORK/photos/c/*.png'))
 with torch.no_grad():
     want = m(torch.stack([tf(__import__('PIL.Image').Image.open(p).convert('RGB')) for p in files]))
-got = torch.from_numpy(h5py.File('$WORK/photos.h5')['embeddings/resnet18'][()])
+got = torch.from_numpy(h5py.File('$WORK/$name.h5')['embeddings/$name'][()])
 print(list(got.shape), bool((got - want).abs().max() <= 1e-4 * want.abs().max()))
 "
+}
+fill_like_eager resnet18 "$WORK/r18.pt"
 expect_out "[4, 512] True"
 
 # GoogLeNet's scripted forward returns a tuple (its features, then the auxiliary heads' outputs):
 # the export keeps the first, and cache-fill's embeddings are the eager model's features (the
 # check raised a TypeError, a traceback and exit 1, before). Inception v3's line takes the sizes of
 # its weights' transforms (342, 299), not ResNet's.
-run "$TC_PYTHON" "$X" torchvision googlenet "$WORK/g.pt" --weights none
-expect_rc 0
-expect_err_re "^export-encoder: wrote $WORK/g\.pt \(scripted, googlenet without its classifier\); 4 images, \[1024\] features, largest difference [0-9.e-]+
-  cache-fill --input photos/ --resize 256 --center-crop 224 --channels rgb --encoder googlenet=$WORK/g\.pt --out photos\.h5$"
-run "$TC_BIN/cache-fill" --input "$WORK/photos" --resize 256 --center-crop 224 --channels rgb \
-  --encoder googlenet="$WORK/g.pt" --out "$WORK/g.h5" --threads 2 -q
-expect_rc 0
-py "
-import glob, h5py, torch, torchvision
-from torchvision import transforms as T
-torch.manual_seed(0)
-m = torchvision.models.get_model('googlenet', weights=None)
-m.fc = torch.nn.Identity()
-m.eval()
-tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
-files = sorted(glob.glob('$WORK/photos/c/*.png'))
-with torch.no_grad():
-    want = m(torch.stack([tf(__import__('PIL.Image').Image.open(p).convert('RGB')) for p in files]))
-got = torch.from_numpy(h5py.File('$WORK/g.h5')['embeddings/googlenet'][()])
-print(list(got.shape), bool((got - want).abs().max() <= 1e-4 * want.abs().max()))
-"
+exported googlenet g.pt 1024 256 224
+fill_like_eager googlenet "$WORK/g.pt"
 expect_out "[4, 1024] True"
-run "$TC_PYTHON" "$X" torchvision inception_v3 "$WORK/i.pt" --weights none
-expect_rc 0
-expect_err_re "^export-encoder: wrote $WORK/i\.pt \(scripted, inception_v3 without its classifier\); 4 images, \[2048\] features, largest difference [0-9.e-]+
-  cache-fill --input photos/ --resize 342 --center-crop 299 --channels rgb --encoder inception_v3=$WORK/i\.pt --out photos\.h5$"
+exported inception_v3 i.pt 2048 342 299
 
 run "$TC_PYTHON" "$X" torchvision nosuch "$WORK/x.pt" --weights none
 expect_rc 2
