@@ -62,6 +62,31 @@ import json
 j = json.load(open('inspect.json'))['files'][0]
 print(j['labels']['name'], [(c['name'], c['dataset'], c['classes']) for c in j['label_columns']])"
 expect_out "label [('label', '/labels', 9), ('orientation', '/label_columns/orientation', 3), ('sz', '/label_columns/sz', 288), ('grade', '/label_columns/grade', 4)]"
+# --head shows every label column, a column each after the first (it showed /labels alone); --json
+# gives them by name.
+py "
+import h5py
+f = h5py.File('c.h5', 'r'); e = f['embeddings/flat']
+print('row\tkey\tlabel\torientation\tsz\tgrade\tflat')
+for i in range(3):
+    vals = ','.join('%.6g' % v for v in e[i][:8])
+    cols = [f[n][i] for n in ('labels', 'label_columns/orientation', 'label_columns/sz', 'label_columns/grade')]
+    print('%d\t%s\t%s\t%s,...(%d)' % (i, f['keys'].asstr()[i], '\t'.join('%d' % c for c in cols), vals, e.shape[1]))
+"
+want=$out
+run "$TC_BIN/cache-inspect" --head 3 c.h5
+expect_rc 0
+expect_out "$want"
+run "$TC_BIN/cache-inspect" --head 2 --json c.h5
+printf '%s' "$out" >head.json
+py "
+import json, h5py
+f = h5py.File('c.h5', 'r')
+rows = json.load(open('head.json'))['files'][0]['rows']
+print([r['labels'] for r in rows] == [{'label': str(f['labels'][i]), 'orientation': str(f['label_columns/orientation'][i]),
+       'sz': str(f['label_columns/sz'][i]), 'grade': str(f['label_columns/grade'][i])} for i in range(2)],
+      [list(r['labels']) for r in rows][0])"
+expect_out "True ['label', 'orientation', 'sz', 'grade']"
 
 # ---- an edited table: --update rewrites the columns, encodes nothing, keeps the embeddings -----
 cp c.h5 before.h5

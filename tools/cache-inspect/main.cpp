@@ -52,8 +52,12 @@ constexpr const char* kStatsText =
 
 report::Record head_record(const io::cache::CacheRow& row) {
   report::Record r;
-  report::Json embeddings = report::Json::object();
-  std::string text;
+  report::Json embeddings = report::Json::object(), labels = report::Json::object();
+  std::string text, more;  // more: the label columns after the first, a text column each
+  for (std::size_t i = 0; i < row.labels.size(); ++i) {
+    labels[row.labels[i].first] = row.labels[i].second;
+    if (i > 0) more += "\t" + row.labels[i].second;
+  }
   char num[32];
   for (const auto& [name, v] : row.embeddings) {
     embeddings[name] = v;
@@ -67,6 +71,7 @@ report::Record head_record(const io::cache::CacheRow& row) {
   r.add("row", row.index)
       .add("key", row.key)
       .add("label", row.label ? report::Json(*row.label) : report::Json(nullptr))
+      .add("labels", labels, more)
       .add("embeddings", embeddings, text);
   return r;
 }
@@ -198,6 +203,7 @@ void head_file(const Options& o, const std::string& f, json& files) {
   report::Json out = report::Json::array();
   if (!o.common.json && !rows.empty()) {
     std::printf("row\tkey\tlabel");
+    for (std::size_t i = 1; i < rows[0].labels.size(); ++i) std::printf("\t%s", rows[0].labels[i].first.c_str());
     for (const auto& [name, v] : rows[0].embeddings) std::printf("\t%s", name.c_str());
     std::printf("\n");
   }
@@ -206,7 +212,7 @@ void head_file(const Options& o, const std::string& f, json& files) {
     if (o.common.json)
       out.push_back(rec.json());
     else
-      std::printf("%s\n", rec.format("{row}\t{key}\t{label}{embeddings}").c_str());
+      std::printf("%s\n", rec.format("{row}\t{key}\t{label}{labels}{embeddings}").c_str());
   }
   if (o.common.json) files.push_back({{"path", f}, {"rows", out}});
 }

@@ -669,12 +669,14 @@ std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
     auto keys = read_as_text(d.get(), h5::describe(d.get(), "/keys"), 0, n);
     for (int64_t i = 0; i < n; ++i) rows[i].key = keys[i];
   }
-  if (info.labels) {
-    h5::Id d = h5::open_dataset(file.get(), path, "/labels");
-    auto di = h5::describe(d.get(), "/labels");
-    if (di.shape.size() == 1) {
-      auto labels = read_as_text(d.get(), di, 0, n);
-      for (int64_t i = 0; i < n; ++i) rows[i].label = labels[i];
+  for (const LabelInfo* l : label_columns(info)) {
+    h5::Id d = h5::open_dataset(file.get(), path, l->dataset);
+    auto di = h5::describe(d.get(), l->dataset);
+    if (di.shape.size() != 1) continue;
+    auto labels = read_as_text(d.get(), di, 0, n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (l == &*info.labels) rows[i].label = labels[i];
+      rows[i].labels.emplace_back(l->name, labels[i]);
     }
   }
   for (const auto& e : info.embeddings) {

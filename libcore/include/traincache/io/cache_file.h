@@ -200,8 +200,10 @@ CheckReport check(const std::string& path);
 /// One row for --head.
 struct CacheRow {
   int64_t index = 0;
-  std::string key;                                       ///< the stored key, or the input row number
-  std::optional<std::string> label;                      ///< as text
+  std::string key;                   ///< the stored key, or the input row number
+  std::optional<std::string> label;  ///< as text
+  /// Every label column with one value a row (/labels first), by name: its value as text.
+  std::vector<std::pair<std::string, std::string>> labels;
   std::map<std::string, std::vector<float>> embeddings;  ///< flattened row per encoder
 };
 
