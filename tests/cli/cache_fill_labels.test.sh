@@ -193,4 +193,47 @@ run "$TC_BIN/cache-inspect" --check n.h5
 expect_rc 1
 expect_out_has "/label_columns/weight has 90 rows, expected 100"
 
+# ---- numbers that are not all integers (a CSV's 0.25, a JSON 0.25): float64 columns of their
+# values; they were numbered as class names (CSV: 0.25 became class 1) or refused (JSON) ----------
+py "
+import h5py, json
+keys = [k.decode() for k in h5py.File('c.h5', 'r')['keys'][()]]
+with open('score.csv', 'w') as f:
+    f.write('key,score,zip,na\n')
+    for i, k in enumerate(keys):
+        f.write('%s,%s,%05d,%s\n' % (k, repr(0.25 * i - 3.5) if i % 5 else '%de-2' % i, i, 'NA' if i == 7 else repr(i / 8)))
+with open('score.jsonl', 'w') as f:
+    for i, k in enumerate(keys):
+        f.write(json.dumps({'key': k, 'score': i if i % 2 else i / 3}) + '\n')"
+run "$TC_BIN/cache-fill" --input "$IMGS" --encoder "$WORK/flat.pt" --threads 2 --resize 8 --center-crop 8 \
+  --channels gray --labels "s=score.csv:score,z=score.csv:zip,na=score.csv:na,j=score.jsonl:score" --out s.h5
+expect_rc 0
+expect_err_has "cache-fill: warning: score.csv:9: field 'na' holds 287 numeric labels and 1 that are not ('NA' the first): every label is read as a name and numbered 0..K-1 in --label-order, so the numbers do not keep their values"
+py "
+import h5py, numpy as np
+f = h5py.File('s.h5', 'r')
+keys = [k.decode() for k in f['keys'][()]]
+c = f['label_columns']
+want = np.array([0.25 * i - 3.5 if i % 5 else i / 100 for i in range(len(keys))])
+print(f['labels'].dtype, np.array_equal(f['labels'][()], want), c['j'].dtype,
+      np.array_equal(c['j'][()], [i if i % 2 else i / 3 for i in range(len(keys))]),
+      c['z'].dtype, c['z'].attrs['label_names'][:16], c['na'].dtype)"
+expect_out "float64 True float64 True int64 [\"00000\",\"00001\" int64"
+run "$TC_BIN/cache-inspect" s.h5
+expect_out_has "labels       s: float64 from 'score.csv:score'"
+# gc-train's grouped objectives take classes: float labels are refused before LibTorch loads (a
+# cast to int64 made 0.25 and 0.75 one class 0), an integer column of the same cache is taken.
+run "$TC_BIN/gc-train" --cache s.h5 --embeddings flat --head linear:4 --batch-size 32 --steps 1 --out h.pt -q
+expect_rc 65
+expect_err "gc-train: error: s.h5: /labels ('s') must hold integer labels (classes), not float64 values"
+run "$TC_BIN/cache-fill" --input "$TC_DATA/images.h5" --features images --encoder "cnn=$TC_DATA/cnn.pt" \
+  --rows 0:100 --labels "labels,w300.npz:weight" --out n2.h5 -q
+run "$TC_BIN/gc-train" --cache n2.h5 --embeddings cnn --labels weight --head linear:4 --batch-size 32 --steps 1 \
+  --out h.pt -q
+expect_rc 65
+expect_err "gc-train: error: n2.h5: /label_columns/weight ('weight') must hold integer labels (classes), not float64 values"
+run "$TC_BIN/gc-train" --cache s.h5 --embeddings flat --labels z --head linear:4 --batch-size 32 --steps 1 \
+  --out h.pt -q
+expect_rc 0
+
 finish

@@ -64,6 +64,22 @@ class IntColumn : public Column {
   std::string warning_;
 };
 
+// float64 values held in memory (a manifest's labels that are numbers, not all integers).
+class FloatColumn : public Column {
+ public:
+  FloatColumn(Kind kind, const std::string& path, const std::string& name, std::vector<double> values)
+      : Column(kind, path), values_(std::move(values)) {
+    info_ = {name, {static_cast<int64_t>(values_.size())}, DType::f64};
+  }
+  void read(int64_t start, int64_t count, void* out) const override {
+    check_range(start, count);
+    std::memcpy(out, values_.data() + start, static_cast<std::size_t>(count) * sizeof(double));
+  }
+
+ private:
+  std::vector<double> values_;
+};
+
 // Strings held in memory (an image folder's paths, a manifest's string keys).
 class StringColumn : public Column {
  public:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -111,8 +112,9 @@ Listing list_folder(const std::string& dir) {
 struct Table {
   std::vector<std::string> fields;
   std::vector<std::vector<std::optional<std::string>>> rows;
-  std::vector<int64_t> lines;                               // the line each row starts on
-  std::set<std::pair<std::size_t, std::size_t>> json_ints;  // (row, field) cells that were JSON integers
+  std::vector<int64_t> lines;                                 // the line each row starts on
+  std::set<std::pair<std::size_t, std::size_t>> json_ints;    // (row, field) cells that were JSON integers
+  std::set<std::pair<std::size_t, std::size_t>> json_floats;  // ... JSON numbers that are not integers
   std::map<std::pair<std::size_t, std::size_t>, std::vector<std::string>> json_lists;  // lists of strings
   std::map<std::size_t, int64_t> utf8_replaced;  // field -> ill-formed UTF-8 sequences replaced in JSON lines
 };
@@ -255,6 +257,9 @@ Table parse_jsonl(const std::string& path, const std::string& text, bool strict_
       } else if (v.is_number_integer()) {
         row[it->second] = json_text(v);
         t.json_ints.emplace(t.rows.size(), it->second);
+      } else if (v.is_number_float()) {  // its shortest text, which reads back as the same double
+        row[it->second] = json_text(v);
+        t.json_floats.emplace(t.rows.size(), it->second);
       } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); })) {
         auto& list = t.json_lists[{t.rows.size(), it->second}] = v.get<std::vector<std::string>>();
         for (auto& e : list)
@@ -346,10 +351,11 @@ std::unique_ptr<Column> open_folder_column(const std::string& dir, const std::st
 std::vector<std::string> list_values(const std::string& path, const Table& t, const std::string& name, int64_t& width) {
   const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
   width = 0;
-  for (const auto& cell : t.json_ints)
-    if (cell.second == k)
-      throw Error(Exit::data, path + ":" + std::to_string(t.lines[cell.first]),
-                  "field '" + name + "' is a number, not a string");
+  for (const auto* cells : {&t.json_ints, &t.json_floats})
+    for (const auto& cell : *cells)
+      if (cell.second == k)
+        throw Error(Exit::data, path + ":" + std::to_string(t.lines[cell.first]),
+                    "field '" + name + "' is a number, not a string");
   if (std::none_of(t.json_lists.begin(), t.json_lists.end(), [&](const auto& c) { return c.first.second == k; }))
     return field_values(path, t, name);
   std::vector<std::string> out;
@@ -396,15 +402,51 @@ std::unique_ptr<Column> text_column(const std::string& path, const std::string& 
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values), replaced, width);
 }
 
-// A label field holding integers and names alike is numbered as names (the integer 3 need not
-// stay class 3): the reader is told, naming the first value that is not an integer.
+// A label field holding numbers and names alike is numbered as names (the integer 3 need not stay
+// class 3, nor 0.5 stay 0.5): the reader is told, naming the first value that is not a number
+// (`kind`: "integer" or "numeric").
 std::string mixed_labels_warning(const std::string& path, const Table& t, const std::string& name,
-                                 const std::vector<std::string>& values, std::size_t n_int, std::size_t first_other) {
-  if (n_int == 0) return {};
-  return path + ":" + std::to_string(t.lines[first_other]) + ": field '" + name + "' holds " + std::to_string(n_int) +
-         " integer labels and " + std::to_string(values.size() - n_int) + " that are not ('" + values[first_other] +
-         "' the first): every label is read as a name and numbered 0..K-1 in --label-order, so the integers "
-         "do not keep their values";
+                                 const std::vector<std::string>& values, std::size_t n_num, std::size_t first_other,
+                                 const std::string& kind) {
+  if (n_num == 0) return {};
+  return path + ":" + std::to_string(t.lines[first_other]) + ": field '" + name + "' holds " + std::to_string(n_num) +
+         " " + kind + " labels and " + std::to_string(values.size() - n_num) + " that are not ('" +
+         values[first_other] + "' the first): every label is read as a name and numbered 0..K-1 in --label-order, " +
+         "so the " + (kind == "integer" ? "integers" : "numbers") + " do not keep their values";
+}
+
+// v as a float label's value: a JSON number in JSON Lines (`json_number`), else text of digits with
+// a point or an exponent (std::from_chars: locale-free, no hex, no "nan"; "007" or "+5" are not
+// numbers here, as they are not integers: codes stay as written); finite.
+bool parse_number(const std::string& v, bool jsonl, bool json_number, double& out) {
+  if (jsonl
+          ? !json_number
+          : v.find_first_not_of("0123456789.eE+-") != std::string::npos || v.find_first_of(".eE") == std::string::npos)
+    return false;
+  if (v.find_first_of("0123456789") == std::string::npos) return false;
+  const char* begin = v.data() + (v[0] == '+' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(begin, v.data() + v.size(), out);
+  return ec == std::errc() && end == v.data() + v.size() && std::isfinite(out);
+}
+
+// Field k's values as numbers where every one is: the integers open_manifest_column found
+// (`is_int`, `ints`) and the other numbers (first_other: the first value that is neither, else
+// values.size()); how many are.
+std::size_t numbers_of(const Table& t, std::size_t k, bool jsonl, const std::vector<std::string>& values,
+                       const std::vector<bool>& is_int, const std::vector<int64_t>& ints, std::vector<double>& nums,
+                       std::size_t& first_other) {
+  std::size_t n = 0;
+  nums.assign(values.size(), 0);
+  first_other = values.size();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const bool json_number = t.json_ints.count({i, k}) || t.json_floats.count({i, k});
+    if (is_int[i]) nums[i] = static_cast<double>(ints[i]);
+    if (is_int[i] || parse_number(values[i], jsonl, json_number, nums[i]))
+      ++n;
+    else if (first_other == values.size())
+      first_other = i;
+  }
+  return n;
 }
 
 std::unique_ptr<Column> open_manifest_column(const std::string& path, const std::string& name, Role role,
@@ -420,16 +462,23 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   const std::size_t k = static_cast<std::size_t>(std::find(t.fields.begin(), t.fields.end(), name) - t.fields.begin());
   const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".ndjson");
   std::vector<int64_t> ints(values.size());
+  std::vector<bool> is_int(values.size());
   std::size_t n_int = 0, first_other = values.size();
   for (std::size_t i = 0; i < values.size(); ++i) {
     const std::string& v = values[i];
     const bool plain = !v.empty() && v[0] != '+' && !(v.size() > 1 && (v[0] == '0' || (v[0] == '-' && v[1] == '0')));
-    if (plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]))
+    is_int[i] = plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]);
+    if (is_int[i])
       ++n_int;
     else if (first_other == values.size())
       first_other = i;
   }
   const bool all_int = n_int == values.size();
+  if (role != Role::labels)  // JSON numbers that are not integers serve as labels only
+    for (const auto& cell : t.json_floats)
+      if (cell.second == k)
+        throw Error(Exit::data, path + ":" + std::to_string(t.lines[cell.first]),
+                    "field '" + name + "' is missing or not a string or integer");
   if (role == Role::images) {
     const fs::path base = fs::path(path).parent_path();
     std::vector<std::string> full, shown;
@@ -447,12 +496,21 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   }
   if (all_int)
     return std::make_unique<IntColumn>(Kind::manifest, path, name, std::move(ints), std::vector<std::string>{});
+  // Labels that are all numbers, not all integers (a CSV's 0.75, a JSON 0.75): their values, float64.
+  std::vector<double> nums;
+  std::size_t first_not_number = values.size();
+  const std::size_t n_num =
+      role == Role::labels ? numbers_of(t, k, jsonl, values, is_int, ints, nums, first_not_number) : 0;
+  if (role == Role::labels && n_num == values.size())
+    return std::make_unique<FloatColumn>(Kind::manifest, path, name, std::move(nums));
   values = utf8_names(std::move(values), files.strict_utf8, [&](std::size_t i) {
     return path + ":" + std::to_string(t.lines[i]) + ": field '" + name + "'";
   });
   if (role == Role::labels)
     return labels_from_names(Kind::manifest, path, name, values, files.label_order,
-                             mixed_labels_warning(path, t, name, values, n_int, first_other));
+                             n_num > n_int
+                                 ? mixed_labels_warning(path, t, name, values, n_num, first_not_number, "numeric")
+                                 : mixed_labels_warning(path, t, name, values, n_int, first_other, "integer"));
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
 }
 

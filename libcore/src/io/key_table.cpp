@@ -85,7 +85,8 @@ std::shared_ptr<const Column> joined_on_keys(const std::string& table, const std
   if (!all.empty()) values->read(0, values->info().rows(), all.data());
   mine.reserve(rows.size());
   for (int64_t r : rows) mine.push_back(all[static_cast<std::size_t>(r)]);
-  return std::make_shared<IntColumn>(values->kind(), table, field, std::move(mine), values->label_names());
+  return std::make_shared<IntColumn>(values->kind(), table, field, std::move(mine), values->label_names(),
+                                     values->warning());
 }
 
 }  // namespace traincache::io::source
