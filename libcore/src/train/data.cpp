@@ -291,6 +291,20 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   return d;
 }
 
+// Float labels (a manifest's 1.0 or 0.25, a .npz member) serve grouped objectives as classes only
+// when every value is a whole number (a cast made 0.25 and 0.75 one class 0): Error(data) naming
+// the first that is not.
+void require_whole(const torch::Tensor& labels, const std::string& path, const io::cache::LabelInfo& column) {
+  const torch::Tensor bad = (labels != labels.trunc()).nonzero();
+  if (bad.numel() == 0) return;
+  const int64_t row = bad[0][0].item<int64_t>();
+  char value[32];
+  std::snprintf(value, sizeof value, "%g", labels[row].item<double>());
+  throw Error(Exit::data, path,
+              column.dataset + " ('" + column.name + "') holds " + value + " at row " + std::to_string(row) +
+                  ": grouped objectives take classes, whole numbers");
+}
+
 // Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
 Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
                  std::string* fingerprint) {
@@ -318,13 +332,16 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   }
   if (grouped) {
     d.query = side_of(read_emb(o.embeddings));
-    const std::string dataset = io::cache::label_column(cinfo, o.labels, "--labels").dataset;
+    const io::cache::LabelInfo& column = io::cache::label_column(cinfo, o.labels, "--labels");
+    const std::string& dataset = column.dataset;
     auto labels = read_all(path, dataset, 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
       throw Error(Exit::data, path,
                   dataset + " must hold one value per row, not rows of shape " +
                       shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
-    d.labels = labels.to(torch::kLong).reshape({-1});
+    labels = labels.reshape({-1});
+    if (!is_integer(column.dtype)) require_whole(labels, path, column);
+    d.labels = labels.to(torch::kLong);
     return d;
   }
   Rows q = read_emb(o.query_embeddings), p = read_emb(o.passage_embeddings);

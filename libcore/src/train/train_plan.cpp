@@ -389,11 +389,7 @@ void check_cached_info(const TrainOptions& o, const io::cache::CacheInfo& info, 
   };
   if (grouped) {
     if (!info.labels) throw Error(Exit::data, path, "grouped mode needs labels in the cache (cache-fill --labels)");
-    const auto& column = io::cache::label_column(info, o.labels, "--labels");  // --labels NAME: one the cache has
-    if (!is_integer(column.dtype))  // float values (a manifest's 0.25, a .npz member) are not classes
-      throw Error(Exit::data, path,
-                  column.dataset + " ('" + column.name + "') must hold integer labels (classes), not " +
-                      dtype_name(column.dtype) + " values");
+    io::cache::label_column(info, o.labels, "--labels");  // --labels NAME: one the cache has
     named(o.embeddings);
     return;
   }
