@@ -234,5 +234,19 @@ for column in c z; do
     --out h.pt -q
   expect_rc 0
 done
+# The same on raw inputs (--data): an HDF5 dataset of whole float64 labels is classes, one with 0.5
+# is refused (both were refused as not integers).
+py "
+import h5py, shutil
+shutil.copy('$TC_DATA/images.h5', 'raw.h5')
+with h5py.File('raw.h5', 'r+') as f:
+    f['whole'] = f['labels'][()].astype('float64')
+    f['half'] = f['labels'][()] + 0.5"
+RAW=(--data raw.h5 --query images --encoder "$TC_DATA/cnn.pt" -b 40 --steps 1 --out h.pt -q)
+run "$TC_BIN/gc-train" "${RAW[@]}" --labels whole
+expect_rc 0
+run "$TC_BIN/gc-train" "${RAW[@]}" --labels half
+expect_rc 65
+expect_err_re "^gc-train: error: raw\.h5: labels 'half' holds [0-9]\.5 at row 0: grouped objectives take classes, whole numbers$"
 
 finish

@@ -137,17 +137,37 @@ torch::Tensor load_whole(const io::source::Column& col, double scale, torch::Dev
   return t.to(device);
 }
 
-// One integer label per row (manifest class names numbered by --label-order), as int64 on the CPU.
+// Float labels (a manifest's 1.0 or 0.25, a .npz member) serve grouped objectives as classes only
+// when every value is a whole number (a cast made 0.25 and 0.75 one class 0): Error(data) naming
+// the first that is not.
+// `what` names the column ("/labels ('score')").
+void require_whole(const torch::Tensor& labels, const std::string& path, const std::string& what) {
+  const torch::Tensor bad = (labels != labels.trunc()).nonzero();
+  if (bad.numel() == 0) return;
+  const int64_t row = bad[0][0].item<int64_t>();
+  char value[32];
+  std::snprintf(value, sizeof value, "%g", labels[row].item<double>());
+  throw Error(
+      Exit::data, path,
+      what + " holds " + value + " at row " + std::to_string(row) + ": grouped objectives take classes, whole numbers");
+}
+
+// One integer label per row (manifest class names numbered by --label-order; float labels that are
+// whole numbers), as int64 on the CPU.
 torch::Tensor read_labels(const std::string& path, const std::string& ds, const io::source::FileOptions& files,
                           std::string& warning) {
   auto col = io::source::open_column(path, ds, files, io::source::Role::labels);
   warning = col->warning();
   const auto& ci = col->info();
-  if (!is_integer(ci.dtype) || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
+  const bool number = is_integer(ci.dtype) || ci.dtype == DType::f32 || ci.dtype == DType::f64;
+  if (!number || !(ci.shape.size() == 1 || (ci.shape.size() == 2 && ci.shape[1] == 1)))
     throw Error(Exit::data, path,
                 "labels '" + ds + "' must hold one integer per row, not " + dtype_name(ci.dtype) + " rows of shape " +
                     shape_text(std::vector<int64_t>(ci.shape.begin() + 1, ci.shape.end())));
-  return model::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
+  if (is_integer(ci.dtype)) return model::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kLong).reshape({-1});
+  torch::Tensor values = model::read_column_rows(*col, 0, ci.rows(), 1.0).to(torch::kDouble).reshape({-1});
+  require_whole(values, path, "labels '" + ds + "'");
+  return values.to(torch::kLong);
 }
 
 std::vector<int64_t> label_list(const torch::Tensor& labels) {
@@ -291,20 +311,6 @@ Data load_raw(const TrainOptions& o, const Setup& s, const std::string& file, bo
   return d;
 }
 
-// Float labels (a manifest's 1.0 or 0.25, a .npz member) serve grouped objectives as classes only
-// when every value is a whole number (a cast made 0.25 and 0.75 one class 0): Error(data) naming
-// the first that is not.
-void require_whole(const torch::Tensor& labels, const std::string& path, const io::cache::LabelInfo& column) {
-  const torch::Tensor bad = (labels != labels.trunc()).nonzero();
-  if (bad.numel() == 0) return;
-  const int64_t row = bad[0][0].item<int64_t>();
-  char value[32];
-  std::snprintf(value, sizeof value, "%g", labels[row].item<double>());
-  throw Error(Exit::data, path,
-              column.dataset + " ('" + column.name + "') holds " + value + " at row " + std::to_string(row) +
-                  ": grouped objectives take classes, whole numbers");
-}
-
 // Embeddings (and labels, grouped) of a cache file; through slabs when `shared`.
 Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path, bool grouped, bool shared,
                  std::string* fingerprint) {
@@ -340,7 +346,7 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
                   dataset + " must hold one value per row, not rows of shape " +
                       shape_text(std::vector<int64_t>(labels.sizes().begin() + 1, labels.sizes().end())));
     labels = labels.reshape({-1});
-    if (!is_integer(column.dtype)) require_whole(labels, path, column);
+    if (!is_integer(column.dtype)) require_whole(labels, path, column.dataset + " ('" + column.name + "')");
     d.labels = labels.to(torch::kLong);
     return d;
   }
