@@ -338,7 +338,8 @@ Data load_cached(const TrainOptions& o, const Setup& s, const std::string& path,
   }
   if (grouped) {
     d.query = side_of(read_emb(o.embeddings));
-    const io::cache::LabelInfo& column = io::cache::label_column(cinfo, o.labels, "--labels");
+    // A copy: GCC 14 takes a reference returned past the temporary "--labels" for a dangling one.
+    const io::cache::LabelInfo column = io::cache::label_column(cinfo, o.labels, "--labels");
     const std::string& dataset = column.dataset;
     auto labels = read_all(path, dataset, 1.0, torch::kCPU, s.float_type);
     if (labels.dim() != 1 && !(labels.dim() == 2 && labels.size(1) == 1))
