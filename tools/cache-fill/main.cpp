@@ -426,8 +426,9 @@ void add_model_options(CLI::App& app, Options& o) {
                   "Where images and uint8 inputs become float32: host (reader threads) or device (8-bit rows "
                   "copied to the encoders' device); auto: device for CUDA");
   cli::add_choice(app, "--decode", o.fill.decode, fill::decode_choices(),
-                  "Where JPEG files are decoded: host (reader threads) or device (nvJPEG on CUDA; needs the "
-                  "conversion there); auto: device for CUDA when nvJPEG is built in");
+                  "Where JPEG files are decoded: host (reader threads) or device (baseline ones by nvJPEG on "
+                  "CUDA, the others by the reader threads; needs the conversion there); auto: device for "
+                  "CUDA when nvJPEG is built in");
   app.add_option_function<double>(
       "--precision-tolerance", [&o](double v) { o.fill.precision_tolerance = v; },
       "Largest first-batch difference from float32, relative to its largest value (default 0.02; int8: 0.25)");
