@@ -223,6 +223,12 @@ print(f['labels'].dtype, np.array_equal(f['labels'][()], want), c['j'].dtype,
 expect_out "float64 True float64 True int64 [\"00000\",\"00001\" int64 float64 [0.0, 1.0, 2.0, 0.0]"
 run "$TC_BIN/cache-inspect" s.h5
 expect_out_has "labels       s: float64 from 'score.csv:score'"
+run "$TC_BIN/cache-inspect" --head 2 --json s.h5
+printf '%s' "$out" >head-s.json
+py "
+import json
+print([(r['label'], r['labels']['j']) for r in json.load(open('head-s.json'))['files'][0]['rows']])"
+expect_out "[('0', '0'), ('-3.25', '1')]"
 # gc-train's grouped objectives take classes: a float column serves when every value is a whole
 # number (a CSV's 1.0, 2.0: those classes), else it is refused naming the first value that is not
 # (a cast to int64 made -3.25 and -3.5 one class -3); an integer column of the same cache is taken.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +59,8 @@ std::vector<std::string> read_as_text(hid_t dset, const h5::DatasetInfo& info, i
   } else if (is_float(info.dtype)) {
     std::vector<double> v(static_cast<std::size_t>(count));
     h5::read_rows(dset, info.name, start, count, H5T_NATIVE_DOUBLE, v.data());
-    for (double d : v) out.push_back(std::to_string(d));
+    char text[32];  // the shortest text that reads back as the value ("0.25", "1e-05")
+    for (double d : v) out.emplace_back(text, std::to_chars(text, text + sizeof text, d).ptr);
   } else {
     std::vector<int64_t> v(static_cast<std::size_t>(count));
     h5::read_rows(dset, info.name, start, count, H5T_NATIVE_INT64, v.data());
