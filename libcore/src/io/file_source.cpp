@@ -419,11 +419,9 @@ std::string mixed_labels_warning(const std::string& path, const Table& t, const 
 // a point or an exponent (std::from_chars: locale-free, no hex, no "nan"; "007" or "+5" are not
 // numbers here, as they are not integers: codes stay as written); finite.
 bool parse_number(const std::string& v, bool jsonl, bool json_number, double& out) {
-  if (jsonl
-          ? !json_number
-          : v.find_first_not_of("0123456789.eE+-") != std::string::npos || v.find_first_of(".eE") == std::string::npos)
-    return false;
-  if (v.find_first_of("0123456789") == std::string::npos) return false;
+  const bool decimal_text =
+      v.find_first_not_of("0123456789.eE+-") == std::string::npos && v.find_first_of(".eE") != std::string::npos;
+  if (!(jsonl ? json_number : decimal_text) || v.find_first_of("0123456789") == std::string::npos) return false;
   const char* begin = v.data() + (v[0] == '+' ? 1 : 0);
   const auto [end, ec] = std::from_chars(begin, v.data() + v.size(), out);
   return ec == std::errc() && end == v.data() + v.size() && std::isfinite(out);
@@ -463,15 +461,12 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
   const bool jsonl = ends_with(path, ".jsonl") || ends_with(path, ".ndjson");
   std::vector<int64_t> ints(values.size());
   std::vector<bool> is_int(values.size());
-  std::size_t n_int = 0, first_other = values.size();
+  std::size_t n_int = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     const std::string& v = values[i];
     const bool plain = !v.empty() && v[0] != '+' && !(v.size() > 1 && (v[0] == '0' || (v[0] == '-' && v[1] == '0')));
     is_int[i] = plain && (!jsonl || t.json_ints.count({i, k})) && parse_int(v, ints[i]);
-    if (is_int[i])
-      ++n_int;
-    else if (first_other == values.size())
-      first_other = i;
+    n_int += is_int[i];
   }
   const bool all_int = n_int == values.size();
   if (role != Role::labels)  // JSON numbers that are not integers serve as labels only
@@ -507,10 +502,9 @@ std::unique_ptr<Column> open_manifest_column(const std::string& path, const std:
     return path + ":" + std::to_string(t.lines[i]) + ": field '" + name + "'";
   });
   if (role == Role::labels)
-    return labels_from_names(Kind::manifest, path, name, values, files.label_order,
-                             n_num > n_int
-                                 ? mixed_labels_warning(path, t, name, values, n_num, first_not_number, "numeric")
-                                 : mixed_labels_warning(path, t, name, values, n_int, first_other, "integer"));
+    return labels_from_names(
+        Kind::manifest, path, name, values, files.label_order,
+        mixed_labels_warning(path, t, name, values, n_num, first_not_number, n_num > n_int ? "numeric" : "integer"));
   return std::make_unique<StringColumn>(Kind::manifest, path, name, std::move(values));
 }
 

@@ -139,8 +139,7 @@ torch::Tensor load_whole(const io::source::Column& col, double scale, torch::Dev
 
 // Float labels (a manifest's 1.0 or 0.25, a .npz member) serve grouped objectives as classes only
 // when every value is a whole number (a cast made 0.25 and 0.75 one class 0): Error(data) naming
-// the first that is not.
-// `what` names the column ("/labels ('score')").
+// the first that is not, in the column `what` ("/labels ('score')").
 void require_whole(const torch::Tensor& labels, const std::string& path, const std::string& what) {
   const torch::Tensor bad = (labels != labels.trunc()).nonzero();
   if (bad.numel() == 0) return;
