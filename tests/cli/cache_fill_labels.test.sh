@@ -223,6 +223,12 @@ print(f['labels'].dtype, np.array_equal(f['labels'][()], want), c['j'].dtype,
 expect_out "float64 True float64 True int64 [\"00000\",\"00001\" int64 float64 [0.0, 1.0, 2.0, 0.0]"
 run "$TC_BIN/cache-inspect" s.h5
 expect_out_has "labels       s: float64 from 'score.csv:score'"
+# A JSON number that is not an integer serves as a label, not as a key: refused, nothing written.
+printf '{"key": 0.5, "v": 1}\n' >badkey.jsonl
+run "$TC_BIN/cache-fill" --input "$IMGS" "${FILL[@]}" --labels badkey.jsonl:v --out bk.h5
+expect_rc 65
+expect_err "cache-fill: error: badkey.jsonl:1: field 'key' is missing or not a string or integer"
+expect_no_file bk.h5
 run "$TC_BIN/cache-inspect" --head 2 --json s.h5
 printf '%s' "$out" >head-s.json
 py "
