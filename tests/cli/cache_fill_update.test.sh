@@ -4,7 +4,7 @@
 # row for row (embeddings, labels, keys, row digests; by key): a new tar shard, an image folder with
 # rows added, changed, removed and reordered at once, a CSV manifest of images by key, an HDF5 file,
 # a .npy file, a slab and a JSON Lines text manifest by position, a class folder grown in every
-# class. Only the new and changed rows are encoded, whatever batches they fall in, and every kept row
+# class, a class folder and a file renamed and tar samples given other keys (copied by their bytes). Only the new and changed rows are encoded, whatever batches they fall in, and every kept row
 # is copied; embeddings equal a full fill's within the batch noise this machine shows (measured here,
 # as the tool measures it). Labels, keys and the batch size change without a row encoded again. A
 # data change without --update is refused naming it; other changes need --force; an interrupted
@@ -52,8 +52,12 @@ expect_out "40 {('added', True, None)} True cat/$(ls "$WORK/f2/cat" | head -1)"
 first_cat=$(ls "$WORK/f2/cat" | head -1)
 last_dog=$(ls "$WORK/f2/dog" | tail -1)
 rm "$WORK/f2/cat/$first_cat"                        # removed: every later row moves up one
-cp "$WORK/f2/dog/$last_dog" "$WORK/f2/cat/0-new.png"  # added, first of its class
-cp "$WORK/folder/cat/$first_cat" "$WORK/f2/dog/$last_dog"  # rewritten with another image's bytes
+# Added, first of its class, and rewritten: images mirrored, so that no cached file has their bytes
+# (a file with another cached file's bytes is copied from its row: renamed files, below).
+py "
+from PIL import Image
+Image.open('$WORK/f2/dog/$last_dog').transpose(Image.FLIP_LEFT_RIGHT).save('$WORK/f2/cat/0-new.png')
+Image.open('$WORK/folder/cat/$first_cat').transpose(Image.FLIP_LEFT_RIGHT).save('$WORK/f2/dog/$last_dog')"
 run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --json --changes "$WORK/f.changes"
 expect_rc 0
 # Encoded: the new first cat and the rewritten dog, in one batch of their own; every other row copied.
@@ -72,6 +76,50 @@ expect_out_has '"history":[{"encoded":40,"rows":40,"run":"fill"},{"added":1,"cha
 run "$TC_BIN/cache-inspect" "$WORK/f.h5"
 expect_out_has "history      1. fill: 40 rows, 40 encoded
                2. update: 40 rows, 2 encoded, 38 copied (by key: added 1, changed 1, removed 1, unchanged 38)"
+
+# ---- an image folder renamed: a class folder and a file renamed, nothing encoded ---------------
+# A file's row digest holds its name; its file digest (/row_file_digests) does not, so a renamed
+# file finds its cached row by its bytes (moved), and its new label and key are the new input's.
+cp -r "$WORK/f2" "$WORK/f3"
+run "$TC_BIN/cache-fill" --input "$WORK/f3" --out "$WORK/rn.h5" "${IMG[@]}"
+expect_rc 0
+cp "$WORK/rn.h5" "$WORK/rn-old.h5"
+mv "$WORK/f3/cat" "$WORK/f3/kitten"
+mv "$WORK/f3/dog/$last_dog" "$WORK/f3/dog/renamed.png"
+run "$TC_BIN/cache-fill" --input "$WORK/f3" --out "$WORK/rn.h5" "${IMG[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed unchanged moved rows_copied)" "0 key 0 0 21 19 21 40"
+full_fill rn --input "$WORK/f3" "${IMG[@]}"
+same_rows "$WORK/rn.h5" "$WORK/rn-full.h5" "$WORK/rn-one.h5"
+# A cache from before file digests (the dataset removed): renamed files are encoded, as they were.
+py "
+import h5py
+with h5py.File('$WORK/rn-old.h5', 'a') as f:
+    del f['row_file_digests']"
+run "$TC_BIN/cache-fill" --input "$WORK/f3" --out "$WORK/rn-old.h5" "${IMG[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed unchanged moved rows_copied)" "21 key 21 0 21 19 0 19"
+run "$TC_BIN/cache-inspect" --check "$WORK/rn-old.h5"
+expect_rc 0
+py "
+import h5py
+print('row_file_digests' in h5py.File('$WORK/rn-old.h5', 'r'))"
+expect_out "True"
+
+# A tar shard whose samples got other keys (members renamed, bytes the same): copied by their bytes.
+cp "$WORK/shards/0000.tar" "$WORK/keys.tar"
+run "$TC_BIN/cache-fill" --input "$WORK/keys.tar" --features png --labels cls --out "$WORK/rk.h5" "${IMG[@]}"
+expect_rc 0
+py "
+import io, tarfile
+members = [(m, tarfile.open('$WORK/keys.tar').extractfile(m).read()) for m in tarfile.open('$WORK/keys.tar')]
+with tarfile.open('$WORK/keys.tar', 'w') as t:
+    for m, data in members:
+        m.name = 'new-' + m.name
+        t.addfile(m, io.BytesIO(data))"
+run "$TC_BIN/cache-fill" --input "$WORK/keys.tar" --features png --labels cls --out "$WORK/rk.h5" "${IMG[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added removed moved rows_copied)" "0 key 0 10 10 10"
 
 # ---- an HDF5 file by position: rows appended, one changed ---------------------------------------
 H=(--encoder cnn="$D/cnn.pt" --features images --labels labels --batch-size 64 --threads 2 -q)

@@ -32,9 +32,11 @@ expect_rc 0
 IMG=(--encoder cnn="$D/cnn.pt" --channels gray --resize 28 --batch-size 4 --threads 2 --on-error skip -q)
 run "$TC_BIN/cache-fill" --input "$WORK/imgs" --out "$WORK/i.h5" "${IMG[@]}"
 expect_rc 0
-cp "$WORK/imgs/cat/2.png" "$WORK/imgs/cat/3.png"    # the unreadable file fixed
+py "
+from PIL import Image
+Image.new('L', (28, 28), 7).save('$WORK/imgs/cat/3.png')"  # the unreadable file fixed (new bytes)
 printf 'truncated' > "$WORK/imgs/dog/5.png"         # a readable one broken
-cp "$WORK/imgs/dog/0.png" "$WORK/imgs/dog/6.png"    # one added
+cp "$WORK/imgs/dog/0.png" "$WORK/imgs/dog/6.png"    # one added (dog/0 and cat/5 share its bytes)
 run "$TC_BIN/cache-fill" --input "$WORK/imgs" --out "$WORK/i.h5" "${IMG[@]}" --update --json
 expect_rc 0
 # Encoded: the added file and the two rewritten ones (the fixed one was skipped before).

@@ -2,8 +2,8 @@
 # The Makefile of cache-fill.md ("In a Makefile", issue 85, goal 2), read from the page itself, runs
 # as a user's would through each change a photo folder sees: the first fill; nothing changed (Make
 # runs nothing); a photo touched (cache-fill runs and leaves the cache and its time, so gc-train does
-# not run); a photo changed, one added, one removed (an update of that row, listed by key in
-# cache.changes, then training); the preprocessing edited in the Makefile and the encoder replaced
+# not run); a photo changed, one added, a copy of one, one removed (an update of that row, listed
+# by key in cache.changes, then training); the preprocessing edited in the Makefile and the encoder replaced
 # (the cache filled again, every row). No recipe needs a fallback: every run exits 0.
 source "$(dirname "$0")/lib.sh"
 D=$TC_DATA
@@ -53,16 +53,18 @@ expect_eq "$(step)" "fill - - -" "a photo touched: the cache up to date, its tim
 py "from PIL import Image; Image.new('L', (40, 30), 7).save('$WORK/photos/cat/3.png')"
 expect_eq "$(step)" "fill cache train changed 1" "a photo changed"
 expect_eq "$(head -1 "$WORK/cache.changes")" '{"change":"changed","row":3,"old_row":3,"key":"cat/3.png","encoded":true}'
-cp "$WORK/photos/dog/0.png" "$WORK/photos/dog/9.png"
+py "from PIL import Image; Image.new('L', (40, 30), 9).save('$WORK/photos/dog/9.png')"
 expect_eq "$(step)" "fill cache train added 1" "a photo added"
+cp "$WORK/photos/dog/9.png" "$WORK/photos/dog/10.png"
+expect_eq "$(step)" "fill cache train moved 1" "a copy of a photo: its row copied (moved), not encoded"
 rm "$WORK/photos/cat/5.png"
 expect_eq "$(step)" "fill cache train removed 1" "a photo removed"
 expect_eq "$(cat "$WORK/cache.changes")" '{"change":"removed","row":null,"old_row":5,"key":"cat/5.png","encoded":false}'
 sed -i 's/^PREP    := .*/PREP    := --channels gray --resize 32 --center-crop 28/' "$WORK/Makefile"
-expect_eq "$(step)" "fill cache train added 16" "the preprocessing changed: filled again"
+expect_eq "$(step)" "fill cache train added 17" "the preprocessing changed: filled again"
 cp "$D/cnn_other.pt" "$WORK/resnet18.pt"
-expect_eq "$(step)" "fill cache train added 16" "the encoder replaced: filled again"
-expect_eq "$(step)" "- - - added 16" "and then nothing to do"
+expect_eq "$(step)" "fill cache train added 17" "the encoder replaced: filled again"
+expect_eq "$(step)" "- - - added 17" "and then nothing to do"
 run "$TC_BIN/cache-inspect" --check "$WORK/cache.h5"
 expect_rc 0
 

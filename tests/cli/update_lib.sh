@@ -22,7 +22,7 @@ sys.path.insert(0, '$TC_SOURCE/scripts')
 import h5py, numpy as np
 import traincache_caches as tc
 a, b, one = h5py.File('$1', 'r'), h5py.File('$2', 'r'), h5py.File('$3', 'r')
-for name in ['row_digests', 'labels', 'keys', 'skipped/rows', 'skipped/reasons']:
+for name in ['row_digests', 'row_file_digests', 'labels', 'keys', 'skipped/rows', 'skipped/reasons']:
     if (name in a) != (name in b):
         print('only one has', name)
     elif name in b and not np.array_equal(a[name][()], b[name][()]):

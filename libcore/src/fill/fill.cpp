@@ -160,6 +160,7 @@ Published publish(FillRun& p, const EncodePlan& planned) {
   spec.root_attrs = root_attrs(p, device);
   spec.root_attrs.push_back({"history", io::cache::history_text(prov.history)});
   spec.row_digests = prov.digests;
+  spec.row_file_digests = prov.file_digests;
   spec.row_digest_inputs = json_text(prov.digest_inputs);
   for (std::size_t i = 0; i < opts.encoders.size(); ++i) {
     spec.embeddings.push_back(embedding_source(p, planned, i));

@@ -44,11 +44,12 @@ Fingerprint compute_fingerprint(const FillRun& run) {
   // One field to digest row by row: its row digests come from the content digest's read of it.
   const bool one_field = in.features.size() + in.texts.size() == 1;
   if (one_field) f.row_digests.resize(static_cast<std::size_t>(plan.end - plan.begin));
+  if (one_field) f.file_digests.resize(f.row_digests.size());
   auto digest = [&](const io::source::Column& col) {
-    if (one_field)
-      col.digest_rows(plan.begin, plan.end, content, f.row_digests.data());
-    else
+    if (!one_field)
       col.digest(plan.begin, plan.end, content);
+    else if (!col.digest_rows_and_files(plan.begin, plan.end, content, f.row_digests.data(), f.file_digests.data()))
+      f.file_digests.clear();
   };
   for (const auto& [name, d] : in.features) digest(*d.col);
   for (const auto& [key, t] : in.texts) digest(*t.col);
@@ -301,6 +302,7 @@ void plan_update(FillRun& run, EncodePlan& planned) {
   }
   RowIdentity now;
   now.digests = prov.digests;
+  now.files = prov.file_digests;
   if (in.keys && old->keys_source == in.keys->col->info().name)
     now.keys = key_bytes(*in.keys->col, plan.begin, plan.end);
   planned.update = std::make_unique<Update>(*old, std::move(now));
@@ -423,6 +425,7 @@ EncodePlan& plan_encoding(FillRun& p) {
   planned.prov.digests = !p.fp.row_digests.empty() || p.plan.rows() == 0
                              ? std::move(p.fp.row_digests)
                              : row_digests(p.in, p.plan.begin, p.plan.end, p.in.readers);
+  planned.prov.file_digests = std::move(p.fp.file_digests);
   planned.prov.digest_inputs = row_digest_inputs(p.in);
   plan_update(p, planned);
   planned.digest_seconds = seconds_since(t_digest);

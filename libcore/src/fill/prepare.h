@@ -32,6 +32,8 @@ struct Fingerprint {
   // Each row's own digest (update.h's row_digests), taken in the same read as the content digest
   // when the rows have one field to digest (an image, a text); empty: taken after, as before.
   std::vector<Digest128> row_digests;
+  // With them, where that field is named files (images), each file's digest without its name.
+  std::vector<Digest128> file_digests;
 };
 
 // The cache already at the output: up to date (this fingerprint), or to update (--update, and only
@@ -46,6 +48,7 @@ struct Existing {
 // the same bytes).
 struct Provenance {
   std::vector<Digest128> digests;
+  std::vector<Digest128> file_digests;  // where the rows are named files: without the names (or none)
   nlohmann::json digest_inputs = nlohmann::json::array();
   io::cache::History history;
 };

@@ -101,6 +101,7 @@ void refuse_batch_dependent(const io::cache::CacheInfo& old) {
 Update::Update(const io::cache::CacheInfo& old, RowIdentity now) : old_(old) {
   RowIdentity was;
   was.digests = io::cache::read_row_digests(old.path);
+  was.files = io::cache::read_row_file_digests(old.path);
   if (old.keys_source && !now.keys.empty()) {
     const auto keys = io::source::open_column(old.path, "keys");
     if (keys->info().rows() != old.rows)

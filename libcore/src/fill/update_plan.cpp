@@ -26,14 +26,16 @@ std::unordered_map<std::string, int64_t> index_keys(const std::vector<std::strin
 void check_sizes(const RowIdentity& side) {
   if (!side.keys.empty() && side.keys.size() != side.digests.size())
     throw Error(Exit::internal, "update", "keys and row digests differ in number");
+  if (!side.files.empty() && side.files.size() != side.digests.size())
+    throw Error(Exit::internal, "update", "file and row digests differ in number");
 }
 
 // Each cache row that was not skipped, by its digest; kAmbiguous for a digest two such rows share.
-std::map<Digest128, int64_t> index_digests(const RowIdentity& old, const std::vector<bool>& skipped) {
+std::map<Digest128, int64_t> index_digests(const std::vector<Digest128>& digests, const std::vector<bool>& skipped) {
   std::map<Digest128, int64_t> at;
-  for (std::size_t i = 0; i < old.digests.size(); ++i) {
+  for (std::size_t i = 0; i < digests.size(); ++i) {
     if (skipped[i]) continue;
-    auto [it, added] = at.emplace(old.digests[i], static_cast<int64_t>(i));
+    auto [it, added] = at.emplace(digests[i], static_cast<int64_t>(i));
     if (!added) it->second = kAmbiguous;
   }
   return at;
@@ -41,20 +43,22 @@ std::map<Digest128, int64_t> index_digests(const RowIdentity& old, const std::ve
 
 // Fills plan.source and the tallies but `removed`: find(i) is the cache row new row i has, -1 when
 // it has none, kAmbiguous when its key is not unique. A row found with another digest, or not
-// found, keeps the one cache row of its digest if there is one (moved).
+// found, keeps the one cache row of its digest if there is one (moved): of its file's digest where
+// both sides have them, so that a renamed file finds its row.
 template <class Find>
 void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now, Find find,
            UpdatePlan& plan) {
   std::vector<bool> skipped(old.digests.size(), false);
   for (int64_t r : old_skipped)
     if (r >= 0 && r < static_cast<int64_t>(skipped.size())) skipped[static_cast<std::size_t>(r)] = true;
-  const auto by_digest = index_digests(old, skipped);
+  const bool by_file = !old.files.empty() && !now.files.empty();
+  const auto by_digest = index_digests(by_file ? old.files : old.digests, skipped);
   for (std::size_t i = 0; i < now.digests.size(); ++i) {
     const int64_t o = find(i);
     const bool same = o >= 0 && old.digests[static_cast<std::size_t>(o)] == now.digests[i];
     plan.found.push_back(o < 0 ? -1 : o);
     if (o != kAmbiguous && !same) {
-      const auto moved = by_digest.find(now.digests[i]);
+      const auto moved = by_digest.find(by_file ? now.files[i] : now.digests[i]);
       if (moved != by_digest.end() && moved->second != kAmbiguous) {
         ++plan.moved;
         plan.source.push_back(moved->second);

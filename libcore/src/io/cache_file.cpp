@@ -417,10 +417,13 @@ CacheInfo read_info(const std::string& path, bool count_labels) {
     h5::Id d = h5::open_dataset(f, path, "/skipped/rows");
     info.skipped = describe_in(d.get(), path, "/skipped/rows").rows();
   }
-  if (h5::exists(f, "/row_digests")) {
-    h5::Id d = h5::open_dataset(f, path, "/row_digests");
-    check_storage(d.get(), path, "/row_digests", describe_in(d.get(), path, "/row_digests"), fst.st_size, sources);
-    info.row_digests = true;
+  const std::pair<const char*, bool*> digests[] = {{"/row_digests", &info.row_digests},
+                                                   {"/row_file_digests", &info.row_file_digests}};
+  for (const auto& [name, has] : digests) {
+    if (!h5::exists(f, name)) continue;
+    h5::Id d = h5::open_dataset(f, path, name);
+    check_storage(d.get(), path, name, describe_in(d.get(), path, name), fst.st_size, sources);
+    *has = true;
   }
   check_virtual_sources(f, path, sources);
   // Only now, with sizes and sources checked, is any data read.
@@ -626,6 +629,7 @@ std::vector<std::string> structure_problems(const CacheInfo& info, const std::st
   for (const LabelInfo* l : label_columns(info)) check_rows(p, l->dataset, l->rows, info.rows);
   if (info.keys_dtype) check_rows(p, "/keys", dataset_rows(path, "/keys"), info.rows);
   if (info.row_digests) check_rows(p, "/row_digests", dataset_rows(path, "/row_digests"), info.rows);
+  if (info.row_file_digests) check_rows(p, "/row_file_digests", dataset_rows(path, "/row_file_digests"), info.rows);
   promise_problems(p, info);
   try {
     skipped_problems(p, path, info.rows);

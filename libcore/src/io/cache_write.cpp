@@ -149,30 +149,47 @@ void write_skipped(hid_t f, const std::vector<std::pair<int64_t, std::string>>& 
   h5::write_rows(sd.get(), "/skipped/reasons", 0, n, type.get(), reasons.data());
 }
 
-std::vector<Digest128> read_row_digests(const std::string& path) {
+namespace {
+
+// A dataset of 16-byte digests, one per cache row (/row_digests, /row_file_digests); empty when absent.
+std::vector<Digest128> read_digests(const std::string& path, const char* name) {
   std::vector<Digest128> out;
   h5::Id f = h5::open_file(path);
-  if (!h5::exists(f.get(), "/row_digests")) return out;
-  h5::Id d = h5::open_dataset(f.get(), path, "/row_digests");
-  const h5::DatasetInfo di = h5::describe(d.get(), "/row_digests");
+  if (!h5::exists(f.get(), name)) return out;
+  h5::Id d = h5::open_dataset(f.get(), path, name);
+  const h5::DatasetInfo di = h5::describe(d.get(), name);
   const auto rows = h5::read_attr_int(f.get(), "rows");
   if (di.shape.size() != 2 || di.shape[1] != 16 || di.dtype != DType::u8 || !rows || di.rows() != *rows)
-    throw Error(Exit::data, path, "/row_digests is not uint8 [rows, 16] with one row per cache row");
+    throw Error(Exit::data, path, std::string(name) + " is not uint8 [rows, 16] with one row per cache row");
   out.resize(static_cast<std::size_t>(di.rows()));
-  if (!out.empty()) h5::read_rows(d.get(), path + ": /row_digests", 0, di.rows(), H5T_NATIVE_UINT8, out.data());
+  if (!out.empty()) h5::read_rows(d.get(), path + ": " + name, 0, di.rows(), H5T_NATIVE_UINT8, out.data());
   return out;
 }
 
-namespace {
+void write_digests(hid_t f, const AssemblySpec& spec, const char* name, const std::vector<Digest128>& digests) {
+  if (digests.empty()) return;
+  const int64_t n = static_cast<int64_t>(digests.size());
+  if (n != spec.rows)
+    throw Error(Exit::internal, spec.out_path, std::string(name) + ": digests and rows differ in number");
+  h5::Id d = create_dataset(f, name, H5T_STD_U8LE, {n, 16}, 16);
+  h5::write_attr(d.get(), "inputs", spec.row_digest_inputs);
+  h5::write_rows(d.get(), name, 0, n, H5T_NATIVE_UINT8, digests.data());
+}
 
 void write_row_digests(hid_t f, const AssemblySpec& spec) {
-  if (spec.row_digests.empty()) return;
-  const int64_t n = static_cast<int64_t>(spec.row_digests.size());
-  if (n != spec.rows) throw Error(Exit::internal, spec.out_path, "row digests and rows differ in number");
-  h5::Id d = create_dataset(f, "/row_digests", H5T_STD_U8LE, {n, 16}, 16);
-  h5::write_attr(d.get(), "inputs", spec.row_digest_inputs);
-  h5::write_rows(d.get(), "/row_digests", 0, n, H5T_NATIVE_UINT8, spec.row_digests.data());
+  write_digests(f, spec, "/row_digests", spec.row_digests);
+  write_digests(f, spec, "/row_file_digests", spec.row_file_digests);
 }
+
+}  // namespace
+
+std::vector<Digest128> read_row_digests(const std::string& path) { return read_digests(path, "/row_digests"); }
+
+std::vector<Digest128> read_row_file_digests(const std::string& path) {
+  return read_digests(path, "/row_file_digests");
+}
+
+namespace {
 
 // Reads exactly `n` bytes of `fd` (the raw file `path`) into `out`.
 void read_fully(int fd, const std::string& path, char* out, std::size_t n) {

@@ -160,11 +160,16 @@ class ImageColumn : public Column {
   // to `h` in order: the same bytes in the same order as one thread would feed (a cache-fill of
   // 20,000 files reads ~400 MB here on every run, up-to-date checks included). Row digests ask for
   // one row at a time, from threads of their own: those are read here, without starting any.
-  void digest(int64_t a, int64_t b, ContentHash& h) const override { digest_files(a, b, h, nullptr); }
+  void digest(int64_t a, int64_t b, ContentHash& h) const override { digest_files(a, b, h, nullptr, nullptr); }
 
   // The rows' own digests are taken by the threads that read the files, from the same bytes.
   void digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const override {
-    digest_files(a, b, h, rows);
+    digest_files(a, b, h, rows, nullptr);
+  }
+
+  bool digest_rows_and_files(int64_t a, int64_t b, ContentHash& h, Digest128* rows, Digest128* files) const override {
+    digest_files(a, b, h, rows, files);
+    return true;
   }
 
   const image::Spec* preprocess() const override { return &spec_; }
@@ -205,12 +210,19 @@ class ImageColumn : public Column {
       h.update(ids_[i] + '\0' + "missing" + '\0');  // skipped when read; it counts as it is
       return;
     }
-    h.update(ids_[i] + '\0' + std::to_string(bytes->size()) + '\0');
-    h.update(*bytes);
+    h.update(ids_[i] + '\0');
+    feed_bytes(h, *bytes);
   }
 
-  // digest(a, b, h), and with `rows` each file's own digest (digest(r, r + 1)'s) from the same read.
-  void digest_files(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const {
+  // Feeds a file's size and bytes.
+  static void feed_bytes(ContentHash& h, const std::string& bytes) {
+    h.update(std::to_string(bytes.size()) + '\0');
+    h.update(bytes);
+  }
+
+  // digest(a, b, h), and with `rows` each file's own digest (digest(r, r + 1)'s) from the same read,
+  // with `files` its digest without its id (a missing file's keeps the id: it matches no other).
+  void digest_files(int64_t a, int64_t b, ContentHash& h, Digest128* rows, Digest128* files) const {
     const std::string prefix = info_.name + '\0' + "images" + '\0';  // the spec is the fingerprint's "preprocess"
     h.update(prefix);
     constexpr int64_t kBlock = 64;
@@ -227,11 +239,21 @@ class ImageColumn : public Column {
           note_digested(i, nullptr);
           out.emplace_back(std::nullopt);
         }
-        if (!rows) continue;
-        ContentHash own;
-        own.update(prefix);
-        feed_file(own, i, out.back());
-        rows[r - a] = own.digest();
+        if (rows) {
+          ContentHash own;
+          own.update(prefix);
+          feed_file(own, i, out.back());
+          rows[r - a] = own.digest();
+        }
+        if (files) {
+          ContentHash bytes_only;
+          bytes_only.update(prefix);
+          if (out.back())
+            feed_bytes(bytes_only, *out.back());
+          else
+            feed_file(bytes_only, i, std::nullopt);
+          files[r - a] = bytes_only.digest();
+        }
       }
       return out;
     };

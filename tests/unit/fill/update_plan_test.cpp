@@ -83,6 +83,34 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
   CATCH_CHECK(twice.added == 2);
 }
 
+CATCH_TEST_CASE("update plan: a renamed file keeps the cache row of its bytes (file digests)", "[fill]") {
+  // Row digests hold the file's name (b renamed x: 2 became 7), file digests only its bytes.
+  RowIdentity old = rows({"a", "b", "c"}, {1, 2, 3}), now = rows({"a", "x", "c"}, {1, 7, 3});
+  auto by_name = fill::match_rows(old, {}, now);  // without file digests: x is new
+  CATCH_CHECK(by_name.source == std::vector<int64_t>{0, -1, 2});
+  CATCH_CHECK(by_name.added == 1);
+  for (uint8_t v : {11, 12, 13}) old.files.push_back(d(v));
+  auto one_side = fill::match_rows(old, {}, now);  // only one side has them: as without
+  CATCH_CHECK(one_side.source == std::vector<int64_t>{0, -1, 2});
+  for (uint8_t v : {11, 12, 13}) now.files.push_back(d(v));
+  auto renamed = fill::match_rows(old, {}, now);
+  CATCH_CHECK(renamed.source == std::vector<int64_t>{0, 1, 2});
+  CATCH_CHECK(renamed.moved == 1);
+  CATCH_CHECK(renamed.added == 0);
+  CATCH_CHECK(renamed.removed_rows == std::vector<int64_t>{1});
+  CATCH_CHECK(renamed.fate ==
+              std::vector<fill::RowFate>{fill::RowFate::kept, fill::RowFate::moved, fill::RowFate::kept});
+  // Two cached files with the same bytes match neither.
+  old.files[2] = d(12);
+  auto twice = fill::match_rows(old, {}, now);
+  CATCH_CHECK(twice.source == std::vector<int64_t>{0, -1, 2});
+  CATCH_CHECK(twice.moved == 0);
+  CATCH_CHECK(twice.added == 1);
+  // Their numbers must agree with the row digests'.
+  now.files.pop_back();
+  CATCH_CHECK_THROWS_AS(fill::match_rows(old, {}, now), Error);
+}
+
 CATCH_TEST_CASE("update plan: a skipped row is kept by the data but encoded again", "[fill]") {
   auto plan = fill::match_rows(rows({"a", "b"}, {1, 2}), {1}, rows({"a", "b"}, {1, 2}));
   CATCH_CHECK(plan.unchanged == 2);

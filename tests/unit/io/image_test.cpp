@@ -15,6 +15,7 @@
 #include "catch.h"
 #include "test_util.h"
 #include "traincache/base/content_hash.h"
+#include "traincache/io/npy.h"
 #include "traincache/io/source.h"
 
 using namespace traincache;
@@ -427,6 +428,43 @@ CATCH_TEST_CASE("an image folder's row digests come from the digest's own read o
   CATCH_CHECK(h.hex_digest() == reference_digest(dir, per_class, 0, 300));
   CATCH_CHECK(hex(rows[250]) == reference_digest(dir, per_class, 250, 251));
   CATCH_CHECK(hex(rows[249]) == reference_digest(dir, per_class, 249, 250));
+  std::filesystem::remove_all(dir);
+}
+
+CATCH_TEST_CASE("an image folder's file digests leave the files' names out", "[image]") {
+  const int per_class = 4;
+  const std::string dir = make_folder(per_class);                          // c0/1000.jpg ... c1/1003.jpg
+  std::filesystem::copy_file(dir + "/c0/1001.jpg", dir + "/c1/1004.jpg");  // the same bytes, row 8
+  io::source::FileOptions files;
+  files.preprocess = spec_of("8", "8");
+  files.tolerate_unreadable = true;
+  auto col = io::source::open_column(dir, "image", files, io::source::Role::images);
+  std::filesystem::remove(dir + "/c1/1002.jpg");  // row 6: missing, tolerated
+  std::vector<Digest128> rows(9), by_bytes(9), alone(9);
+  ContentHash h, again;
+  CATCH_REQUIRE(col->digest_rows_and_files(0, 9, h, rows.data(), by_bytes.data()));
+  col->digest_rows(0, 9, again, alone.data());  // the row digests as they were
+  CATCH_CHECK(h.hex_digest() == again.hex_digest());
+  CATCH_CHECK(rows == alone);
+  // Independently: the column's name, then the file's size and bytes.
+  std::ifstream f(dir + "/c0/1001.jpg", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ContentHash ref;
+  ref.update(std::string("image") + '\0' + "images" + '\0' + std::to_string(bytes.size()) + '\0');
+  ref.update(bytes);
+  CATCH_CHECK(hex(by_bytes[1]) == ref.hex_digest());
+  CATCH_CHECK(by_bytes[8] == by_bytes[1]);  // the copy under another name
+  CATCH_CHECK(rows[8] != rows[1]);
+  CATCH_CHECK(by_bytes[2] != by_bytes[1]);
+  CATCH_CHECK(by_bytes[6] == rows[6]);  // a missing file keeps its name
+  // Columns whose rows are not named files have none (a .npy array).
+  std::string npy = io::npy::make_header(DType::i32, {2});
+  for (int32_t v : {7, 9}) npy.append(reinterpret_cast<const char*>(&v), 4);
+  std::ofstream(dir + "/a.npy", std::ios::binary) << npy;
+  std::vector<Digest128> n_rows(2), n_files(2);
+  ContentHash hn;
+  CATCH_CHECK_FALSE(
+      io::source::open_column(dir + "/a.npy", "")->digest_rows_and_files(0, 2, hn, n_rows.data(), n_files.data()));
   std::filesystem::remove_all(dir);
 }
 

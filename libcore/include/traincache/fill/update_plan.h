@@ -17,6 +17,9 @@ namespace traincache::fill {
 struct RowIdentity {
   std::vector<std::string> keys;
   std::vector<Digest128> digests;
+  /// Where the rows are named files: each file's digest without its name (empty: none). With them
+  /// on both sides, a row moves to the one cache row of its file's bytes: renamed files are copied.
+  std::vector<Digest128> files;
 };
 
 /// What an update found for a row of the new input.

@@ -128,11 +128,12 @@ struct CacheInfo {
   std::vector<LabelInfo> more_labels;      ///< the others, /label_columns/NAME, in the order cache-fill named them
   std::optional<std::string> keys_source;  ///< the input key dataset, when keys are stored
   std::optional<DType> keys_dtype;
-  int64_t skipped = 0;         ///< rows listed in /skipped/rows (cache-fill --on-error skip)
-  std::vector<TextInfo> text;  ///< text inputs, empty without text
-  int64_t length_window = 0;   ///< rows per length window of a text fill (0: batches as read)
-  bool row_digests = false;    ///< /row_digests holds each row's input digest (cache-fill --update)
-  History history;             ///< the "history" attribute: one entry per fill, update or merge
+  int64_t skipped = 0;            ///< rows listed in /skipped/rows (cache-fill --on-error skip)
+  std::vector<TextInfo> text;     ///< text inputs, empty without text
+  int64_t length_window = 0;      ///< rows per length window of a text fill (0: batches as read)
+  bool row_digests = false;       ///< /row_digests holds each row's input digest (cache-fill --update)
+  bool row_file_digests = false;  ///< /row_file_digests: each named file's digest without its name
+  History history;                ///< the "history" attribute: one entry per fill, update or merge
 };
 
 /// The fingerprint document that says how the rows were made (encoders, their text inputs, options,
@@ -257,11 +258,18 @@ struct AssemblySpec {
   /// when there are any; its "inputs" attribute names the columns digested (JSON list).
   std::vector<Digest128> row_digests;
   std::string row_digest_inputs = "[]";
+  /// Where the rows are named files (image folders, manifests, tar members): each file's digest
+  /// without its name, written as /row_file_digests (as /row_digests) when there are any.
+  std::vector<Digest128> row_file_digests;
 };
 
 /// A cache's /row_digests, one per row; empty when it has none (caches from before them, merged
 /// caches). Error(data) when their number is not the cache's rows.
 std::vector<Digest128> read_row_digests(const std::string& path);
+
+/// A cache's /row_file_digests (docs/cache-format.md), one per row; empty when it has none (caches
+/// of other inputs, or from before 2026-12-04's). Error(data) when their number is not the cache's rows.
+std::vector<Digest128> read_row_file_digests(const std::string& path);
 
 /// A cache's skipped rows (cache row, reason) from /skipped/rows and /skipped/reasons, in order;
 /// none when it has none. Error(data) when the two datasets disagree in length.

@@ -151,6 +151,12 @@ class Column {
   /// manifests, tar shards), HDF5 numbers and .npy/.npz arrays; other columns read twice.
   virtual void digest_rows(int64_t a, int64_t b, ContentHash& h, Digest128* rows) const;
 
+  /// digest_rows(a, b, h, rows), and where a row is a named file whose row digest holds its name
+  /// (image folders, manifests, tar members) each file's digest without the name into
+  /// files[r - a], from the same read: returns whether it wrote them (false for other columns,
+  /// whose row digests name nothing). cache-fill --update finds renamed files by them.
+  virtual bool digest_rows_and_files(int64_t a, int64_t b, ContentHash& h, Digest128* rows, Digest128* files) const;
+
   /// The HDF5 dataset behind the column (for copies that keep strings and attributes), or -1.
   virtual hid_t hdf5_dataset() const { return -1; }
 
