@@ -62,16 +62,20 @@ import json
 j = json.load(open('inspect.json'))['files'][0]
 print(j['labels']['name'], [(c['name'], c['dataset'], c['classes']) for c in j['label_columns']])"
 expect_out "label [('label', '/labels', 9), ('orientation', '/label_columns/orientation', 3), ('sz', '/label_columns/sz', 288), ('grade', '/label_columns/grade', 4)]"
-# --head shows every label column, a column each after the first (it showed /labels alone); --json
+# --head shows every label column, a column each after the first (it showed /labels alone), each
+# value with its class name where the column names its classes (the label_names attribute); --json
 # gives them by name.
 py "
-import h5py
+import h5py, json
 f = h5py.File('c.h5', 'r'); e = f['embeddings/flat']
 print('row\tkey\tlabel\torientation\tsz\tgrade\tflat')
+def shown(n, i):
+    v = int(f[n][i]); names = json.loads(f[n].attrs.get('label_names', '[]'))
+    return '%d (%s)' % (v, names[v]) if names else '%d' % v
 for i in range(3):
     vals = ','.join('%.6g' % v for v in e[i][:8])
-    cols = [f[n][i] for n in ('labels', 'label_columns/orientation', 'label_columns/sz', 'label_columns/grade')]
-    print('%d\t%s\t%s\t%s,...(%d)' % (i, f['keys'].asstr()[i], '\t'.join('%d' % c for c in cols), vals, e.shape[1]))
+    cols = [shown(n, i) for n in ('labels', 'label_columns/orientation', 'label_columns/sz', 'label_columns/grade')]
+    print('%d\t%s\t%s\t%s,...(%d)' % (i, f['keys'].asstr()[i], '\t'.join(cols), vals, e.shape[1]))
 "
 want=$out
 run "$TC_BIN/cache-inspect" --head 3 c.h5
@@ -85,8 +89,29 @@ f = h5py.File('c.h5', 'r')
 rows = json.load(open('head.json'))['files'][0]['rows']
 print([r['labels'] for r in rows] == [{'label': str(f['labels'][i]), 'orientation': str(f['label_columns/orientation'][i]),
        'sz': str(f['label_columns/sz'][i]), 'grade': str(f['label_columns/grade'][i])} for i in range(2)],
-      [list(r['labels']) for r in rows][0])"
-expect_out "True ['label', 'orientation', 'sz', 'grade']"
+      [list(r['labels']) for r in rows][0])
+cols = {'label': 'labels', 'orientation': 'label_columns/orientation', 'sz': 'label_columns/sz', 'grade': 'label_columns/grade'}
+names = {c: json.loads(f[d].attrs.get('label_names', '[]')) for c, d in cols.items()}
+print([r['label_names'] == {c: names[c][int(f[d][i])] for c, d in cols.items() if names[c]} for i, r in enumerate(rows)],
+      [r['label_name'] == names['label'][int(f['labels'][i])] for i, r in enumerate(rows)], sorted(rows[1]['label_names']))"
+expect_out "True ['label', 'orientation', 'sz', 'grade']
+[True, True] [True, True] ['label', 'orientation']"
+
+# --export's metadata names each row's class beside its number (label_name), for the column it
+# exports; a column without class names has none.
+run "$TC_BIN/cache-inspect" --export npy exported c.h5 -q
+expect_rc 0
+run "$TC_BIN/cache-inspect" --export npy exported-sz --labels sz c.h5 -q
+expect_rc 0
+py "
+import h5py, json
+f = h5py.File('c.h5', 'r')
+names = json.loads(f['labels'].attrs['label_names'])
+meta = [json.loads(l) for l in open('exported/metadata/metadata_00000.jsonl')]
+sz = [json.loads(l) for l in open('exported-sz/metadata/metadata_00000.jsonl')]
+print(len(meta) == f.attrs['rows'], all(m['label_name'] == names[m['label']] for m in meta),
+      any('label_name' in m for m in sz), meta[0]['label_name'])"
+expect_out "True True False jpeg_gray"
 
 # ---- an edited table: --update rewrites the columns, encodes nothing, keeps the embeddings -----
 cp c.h5 before.h5

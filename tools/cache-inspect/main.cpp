@@ -52,11 +52,14 @@ constexpr const char* kStatsText =
 
 report::Record head_record(const io::cache::CacheRow& row) {
   report::Record r;
-  report::Json embeddings = report::Json::object(), labels = report::Json::object();
-  std::string text, more;  // more: the label columns after the first, a text column each
+  report::Json embeddings = report::Json::object(), labels = report::Json::object(), classes(row.classes);
+  std::string text, first, more;  // the first label column's text; more: the others', a column each
   for (std::size_t i = 0; i < row.labels.size(); ++i) {
-    labels[row.labels[i].first] = row.labels[i].second;
-    if (i > 0) more += "\t" + row.labels[i].second;
+    const auto& [column, value] = row.labels[i];
+    labels[column] = value;
+    const auto name = row.classes.find(column);
+    const std::string shown = name == row.classes.end() ? value : value + " (" + name->second + ")";
+    (i == 0 ? first : more) += (i == 0 ? "" : "\t") + shown;
   }
   char num[32];
   for (const auto& [name, v] : row.embeddings) {
@@ -70,8 +73,13 @@ report::Record head_record(const io::cache::CacheRow& row) {
   }
   r.add("row", row.index)
       .add("key", row.key)
-      .add("label", row.label ? report::Json(*row.label) : report::Json(nullptr))
+      .add("label", row.label ? report::Json(*row.label) : report::Json(nullptr),
+           row.label ? std::optional<std::string>(first) : std::nullopt)
+      .add("label_name", row.label && row.classes.count(row.labels[0].first)
+                             ? report::Json(row.classes.at(row.labels[0].first))
+                             : report::Json(nullptr))
       .add("labels", labels, more)
+      .add("label_names", classes)
       .add("embeddings", embeddings, text);
   return r;
 }

@@ -240,9 +240,8 @@ ExportResult export_npy(const ExportOptions& o) {
   }
   auto keys = info.keys_dtype ? source::open_column(o.cache, "/keys") : nullptr;
   // --labels NAME: one the cache has (64 otherwise, also for a cache without labels)
-  auto labels = info.labels || !o.labels.empty()
-                    ? source::open_column(o.cache, label_column(info, o.labels, "--labels").dataset)
-                    : nullptr;
+  const LabelInfo* label_info = info.labels || !o.labels.empty() ? &label_column(info, o.labels, "--labels") : nullptr;
+  auto labels = label_info ? source::open_column(o.cache, label_info->dataset) : nullptr;
   std::set<int64_t> skipped;
   for (const auto& [row, why] : read_skipped(o.cache)) skipped.insert(row);
   TempDir tmp(dir);
@@ -264,6 +263,8 @@ ExportResult export_npy(const ExportOptions& o) {
       const auto j = static_cast<std::size_t>(row - a);
       Json m{{"row", row}, {"key", keys ? k[j] : Json(info.row_start + row)}};
       if (labels) m["label"] = l[j];
+      if (labels && l[j].is_number_integer())
+        if (auto name = class_name(*label_info, l[j].get<int64_t>())) m["label_name"] = *name;
       if (skipped.count(row)) m["skipped"] = true;
       lines += json_text(m) + '\n';
     }

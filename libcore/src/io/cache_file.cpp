@@ -603,6 +603,11 @@ std::vector<const LabelInfo*> label_columns(const CacheInfo& info) {
   return out;
 }
 
+std::optional<std::string> class_name(const LabelInfo& column, int64_t value) {
+  if (!is_integer(column.dtype) || value < 0 || value >= static_cast<int64_t>(column.names.size())) return std::nullopt;
+  return column.names[static_cast<std::size_t>(value)];
+}
+
 const LabelInfo& label_column(const CacheInfo& info, const std::string& name, const std::string& what) {
   const auto all = label_columns(info);
   if (all.empty()) throw Error(Exit::usage, what, "the cache has no labels (cache-fill ran without --labels)");
@@ -680,9 +685,11 @@ std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
     auto di = h5::describe(d.get(), l->dataset);
     if (di.shape.size() != 1) continue;
     auto labels = read_as_text(d.get(), di, 0, n);
+    const bool named = !l->names.empty() && is_integer(l->dtype);
     for (int64_t i = 0; i < n; ++i) {
       if (l == &*info.labels) rows[i].label = labels[i];
       rows[i].labels.emplace_back(l->name, labels[i]);
+      if (auto name = named ? class_name(*l, std::stoll(labels[i])) : std::nullopt) rows[i].classes[l->name] = *name;
     }
   }
   for (const auto& e : info.embeddings) {

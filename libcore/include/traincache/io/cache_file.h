@@ -160,6 +160,9 @@ std::vector<const LabelInfo*> label_columns(const CacheInfo& info);
 /// The label column named `name` ("" picks /labels). Error(usage, what) naming the cache's
 /// columns when it has none of that name, or no labels.
 const LabelInfo& label_column(const CacheInfo& info, const std::string& name, const std::string& what);
+/// The name of class `value` in `column` (an image folder's class folder, a manifest's label);
+/// nullopt where the column names no classes or has no name for it.
+std::optional<std::string> class_name(const LabelInfo& column, int64_t value);
 
 /// Opens `path` and reads its description. Missing -> Error(no_input); not HDF5, not a traincache
 /// cache, or a newer format -> Error(data). `count_labels` tallies integer label classes.
@@ -205,6 +208,8 @@ struct CacheRow {
   std::optional<std::string> label;  ///< as text
   /// Every label column with one value a row (/labels first), by name: its value as text.
   std::vector<std::pair<std::string, std::string>> labels;
+  /// Where a column of `labels` names its classes: the value's class name (class_name), by column.
+  std::map<std::string, std::string> classes;
   std::map<std::string, std::vector<float>> embeddings;  ///< flattened row per encoder
 };
 
