@@ -101,10 +101,14 @@ expect_rc 0
 expect_eq "$(update_json matched_by added changed removed unchanged moved rows_copied)" "21 key 21 0 21 19 0 19"
 run "$TC_BIN/cache-inspect" --check "$WORK/rn-old.h5"
 expect_rc 0
-py "
-import h5py
-print('row_file_digests' in h5py.File('$WORK/rn-old.h5', 'r'))"
-expect_out "True"
+run "$TC_BIN/cache-inspect" --json "$WORK/rn-old.h5"  # the updated cache has them
+expect_out_has '"row_digests":true,"row_file_digests":true'
+# --check counts their rows as it counts /row_digests'.
+cp "$WORK/rn.h5" "$WORK/rn-long.h5"
+"$TC_PYTHON" -c "import h5py; h5py.File('$WORK/rn-long.h5', 'r+').attrs['rows'] = 41"
+run "$TC_BIN/cache-inspect" --check "$WORK/rn-long.h5"
+expect_rc 1
+expect_out_has "/row_digests has 40 rows, expected 41; /row_file_digests has 40 rows, expected 41"
 
 # A tar shard whose samples got other keys (members renamed, bytes the same): copied by their bytes.
 cp "$WORK/shards/0000.tar" "$WORK/keys.tar"

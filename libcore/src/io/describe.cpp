@@ -132,6 +132,7 @@ void add_history(report::Record& r, const cache::CacheInfo& c) {
   if (!c.row_digests) text += "; no row digests (cache-fill --update needs a full fill first)";
   r.add("history", report::Json::parse(cache::history_text(c.history)), text);
   r.add("row_digests", c.row_digests);
+  r.add("row_file_digests", c.row_file_digests);
 }
 
 }  // namespace
