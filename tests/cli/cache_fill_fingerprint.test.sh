@@ -76,6 +76,6 @@ fp2=$("$TC_PYTHON" -c "import h5py; print(h5py.File('$WORK/c.h5','r').attrs['fin
 echo "precious" > "$WORK/notes.h5"
 run "$TC_BIN/cache-fill" --input "$WORK/in.h5" --encoder "$WORK/enc.pt" --features images --out "$WORK/notes.h5"
 expect_rc 73
-expect_err "cache-fill: error: $WORK/notes.h5: exists and is not a readable traincache cache; use --force to overwrite it"
+expect_err "cache-fill: error: $WORK/notes.h5: exists and is not a readable traincache cache (not an HDF5 file); use --force to overwrite it"
 expect_eq "$(cat "$WORK/notes.h5")" "precious"
 finish

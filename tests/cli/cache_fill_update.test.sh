@@ -292,15 +292,43 @@ expect_out "True True"
 run "$TC_BIN/cache-fill" --input "$WORK/f2" --out "$WORK/f.h5" "${IMG[@]}" --update --shard 0/2
 expect_rc 64
 expect_err_has "cache-fill: error: --update: cannot be combined with --shard"
-# A cache merged from shards is refused: an update keeps the rows of a one-process cache.
+# A cache merged from shards (its row digests merged with the rest) is updated by one process as a
+# one-process fill of the job's rows would be: the shards' rows copied, the rows past them encoded.
 for i in 0 1; do
   tool "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --rows 0:1000 --shard $i/2
 done
 run "$TC_BIN/cache-fill" merge --out "$WORK/sh.h5" "$WORK"/sh.h5.shard-*
 expect_rc 0
-run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --update
+cp "$WORK/sh.h5" "$WORK/sh-other.h5"
+cp "$WORK/sh.h5" "$WORK/sh-other-copy.h5"
+cp "$WORK/sh.h5" "$WORK/sh-nodigests.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh.h5" "${H[@]}" --update --json
+expect_rc 0
+expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "200 position 200 0 0 1000 1000"
+same_rows "$WORK/sh.h5" "$WORK/h-full.h5" "$WORK/h-one.h5"
+run "$TC_BIN/cache-inspect" "$WORK/sh.h5"
+expect_out_has "3. merge: 1000 rows, from 2 shards
+               4. update: 1200 rows, 200 encoded, 1000 copied (by position: added 200, changed 0, removed 0, unchanged 1000)"
+# Another encoder: refused, naming what differs; a merged cache without row digests (merged before
+# they were merged): refused as any cache without them. Neither file changes.
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh-other.h5" --encoder cnn="$D/cnn_other.pt" "${H[@]:2}" --update
 expect_rc 73
-expect_err "cache-fill: error: $WORK/sh.h5: is a cache merged from shards (cache-fill merge) of another job (changed: input/job_rows): --update keeps the rows of a cache filled by one process; use --force to fill it again"
+expect_err "cache-fill: error: $WORK/sh-other.h5: is a cache merged from shards (cache-fill merge) of another job (changed: encoders/cnn/sha256): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to fill it again"
+# Its rows are read through the shards: with one gone, the update is refused naming it.
+mv "$WORK/sh.h5.shard-1-of-2" "$WORK/away.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh-other.h5" "${H[@]}" --update
+expect_rc 73
+expect_err "cache-fill: error: $WORK/sh-other.h5: exists and is not a readable traincache cache (virtual source $WORK/sh.h5.shard-1-of-2 is missing (no such file or directory)); use --force to overwrite it"
+mv "$WORK/away.h5" "$WORK/sh.h5.shard-1-of-2"
+py "
+import h5py
+with h5py.File('$WORK/sh-nodigests.h5', 'a') as f: del f['row_digests']"
+cp "$WORK/sh-nodigests.h5" "$WORK/sh-nodigests-copy.h5"
+run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh-nodigests.h5" "${H[@]}" --update
+expect_rc 73
+expect_err "cache-fill: error: $WORK/sh-nodigests.h5: holds no row digests (made before cache-fill kept them, or merged from shards before 2026-12-04), so --update cannot tell which rows changed; use --force to encode every row"
+expect_eq "$(cmp -s "$WORK/sh-nodigests.h5" "$WORK/sh-nodigests-copy.h5" && echo same)" same
+expect_eq "$(cmp -s "$WORK/sh-other.h5" "$WORK/sh-other-copy.h5" && echo same)" same
 # A cache without row digests (an older version's, or merged) cannot be updated; nothing changes.
 cp "$WORK/h-full.h5" "$WORK/old.h5"
 py "
@@ -310,7 +338,7 @@ with h5py.File('$WORK/old.h5', 'a') as f: del f['row_digests']
 cp "$WORK/old.h5" "$WORK/old-copy.h5"
 run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --rows 0:1100 --out "$WORK/old.h5" "${H[@]}" --update
 expect_rc 73
-expect_err "cache-fill: error: $WORK/old.h5: holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot tell which rows changed; use --force to encode every row"
+expect_err "cache-fill: error: $WORK/old.h5: holds no row digests (made before cache-fill kept them, or merged from shards before 2026-12-04), so --update cannot tell which rows changed; use --force to encode every row"
 expect_same "$WORK/old.h5" "$WORK/old-copy.h5"
 # With no cache yet, --update is a full fill.
 run "$TC_BIN/cache-fill" --input "$WORK/grown.h5" --out "$WORK/new.h5" "${H[@]}" --update

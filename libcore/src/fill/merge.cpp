@@ -34,11 +34,20 @@ struct Shard {
 std::string range_text(int64_t a, int64_t b) { return std::to_string(a) + ".." + std::to_string(b); }
 
 // The datasets every shard holds, with their file types.
-std::vector<std::string> dataset_names(const io::cache::CacheInfo& c) {
+// The datasets of the merged cache: the first shard's, and the row digests where every shard has
+// them (a one-process --update of the merged cache compares them).
+std::vector<std::string> dataset_names(const std::vector<Shard>& shards) {
+  const io::cache::CacheInfo& c = shards.front().info;
   std::vector<std::string> names;
   for (const auto& e : c.embeddings) names.push_back("/embeddings/" + e.name);
   for (const io::cache::LabelInfo* l : io::cache::label_columns(c)) names.push_back(l->dataset);
   if (c.keys_dtype) names.push_back("/keys");
+  auto every = [&](bool io::cache::CacheInfo::*has) {
+    return std::all_of(shards.begin(), shards.end(), [&](const Shard& s) { return s.info.*has; });
+  };
+  if (every(&io::cache::CacheInfo::row_digests)) names.push_back("/row_digests");
+  if (every(&io::cache::CacheInfo::row_digests) && every(&io::cache::CacheInfo::row_file_digests))
+    names.push_back("/row_file_digests");
   return names;
 }
 
@@ -167,7 +176,7 @@ void write_merged(const MergeOptions& o, const std::vector<Shard>& shards) {
     if (H5Aexists(out.get(), "history") > 0) H5Adelete(out.get(), "history");
     io::h5::write_attr(out.get(), "history", io::cache::history_text(merged_history(shards, rows)));
 
-    for (const auto& name : dataset_names(ref.info)) {
+    for (const auto& name : dataset_names(shards)) {
       io::h5::Id src0 = io::h5::open_dataset(first.get(), ref.path, name);
       auto di = io::h5::describe(src0.get(), name);
       io::h5::Id ftype(H5Dget_type(src0.get()));

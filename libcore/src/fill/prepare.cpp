@@ -131,14 +131,19 @@ void refuse_damaged(const std::string& out, const FillOptions& opts) {
 }
 
 // The refusal of a fill over a cache merged from shards: what differs between the merged cache's
-// job (its shards' common fingerprint) and this run's, the number of shards aside; nothing when it
-// is this job's. (A comparison of the fingerprints themselves named every part of them.)
+// job (its shards' common fingerprint) and this run's, the number of shards aside (and for --update
+// the job's rows); nothing when it is this job's. (A comparison of the fingerprints themselves named every part of
+// them.)
 Error merged_in_the_way(const std::string& out, const io::cache::CacheInfo& old, const Fingerprint& fp,
                         const FillOptions& opts) {
   nlohmann::json was = nlohmann::json::parse(old.job_fingerprint_json, nullptr, false), now = fp.job;
   if (was.is_object()) {
     was.erase("shards");
     now.erase("shards");
+    if (opts.update && was["input"].is_object() && now["input"].is_object()) {  // rows are what an update takes
+      was["input"].erase("job_rows");
+      now["input"].erase("job_rows");
+    }
   }
   const std::string whose = !was.is_object() ? "another job (changed: an unreadable job fingerprint)"
                             : was == now
@@ -146,10 +151,21 @@ Error merged_in_the_way(const std::string& out, const io::cache::CacheInfo& old,
                                 : "another job (changed: " + fingerprint_diff(json_text(was), json_text(now)) + ")";
   return Error(Exit::cant_create, out,
                "is a cache merged from shards (cache-fill merge) of " + whose +
-                   (opts.update ? ": --update keeps the rows of a cache filled by one process; use --force to fill "
-                                  "it again"
+                   (opts.update ? ": --update keeps rows only when the encoders, preprocessing and options are "
+                                  "unchanged; use --force to fill it again"
                                 : ": use --force to fill it again in one process, or run the job's shards to find "
                                   "them up to date"));
+}
+
+// A merged cache's job fingerprint as a one-process fill of the job's rows has it (the shards'
+// count left out, the job's rows as the input's), so that --update compares it as a fill's.
+std::string as_one_process(const io::cache::CacheInfo& merged) {
+  auto job = nlohmann::json::parse(merged.job_fingerprint_json, nullptr, false);
+  if (!job.is_object() || !job.contains("input") || !job["input"].is_object()) return merged.fingerprint_json;
+  job.erase("shards");
+  job["input"]["rows"] = job["input"]["job_rows"];
+  job["input"].erase("job_rows");
+  return json_text(job);
 }
 
 // Error(cant_create) when another file is in the way, or a cache that this run may not replace;
@@ -158,16 +174,23 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
   std::optional<io::cache::CacheInfo> old;
   try {
     old = io::cache::read_info(out, false);
-  } catch (const Error&) {
-    throw Error(Exit::cant_create, out, "exists and is not a readable traincache cache; use --force to overwrite it");
+  } catch (const Error& e) {
+    // Why, where the reader says more than that (a merged cache's missing shard, a newer format).
+    std::string why = e.what();
+    if (why.rfind(out + ": ", 0) == 0) why.erase(0, out.size() + 2);
+    throw Error(Exit::cant_create, out,
+                "exists and is not a readable traincache cache (" + why + "); use --force to overwrite it");
   }
   if (old->fingerprint == fp.hash) {
     refuse_damaged(out, opts);
     return {old, std::nullopt, ""};
   }
-  const std::string changed =
-      "exists with another fingerprint (changed: " + fingerprint_diff(old->fingerprint_json, fp.text) + ")";
-  if (old->kind == io::cache::CacheKind::merged && opts.shard_count <= 1) throw merged_in_the_way(out, *old, fp, opts);
+  const bool merged = old->kind == io::cache::CacheKind::merged;
+  const std::string was = merged ? as_one_process(*old) : old->fingerprint_json;
+  const std::string changed = "exists with another fingerprint (changed: " + fingerprint_diff(was, fp.text) + ")";
+  // A merged cache is updated by one process, as a fill of the job's rows would be.
+  if (merged && opts.shard_count <= 1 && !(opts.update && only_data_changed(was, fp.text)))
+    throw merged_in_the_way(out, *old, fp, opts);
   const bool this_shard = old->kind == io::cache::CacheKind::shard && opts.shard_count == old->shard_count &&
                           opts.shard_index == old->shard_index;
   if (old->kind == io::cache::CacheKind::shard && !this_shard)
@@ -176,7 +199,7 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
                     " of a sharded job (cache-fill --shard); fill it with --shard " + std::to_string(old->shard_index) +
                     "/" + std::to_string(old->shard_count) +
                     " and merge the job again, or use --force to overwrite it");
-  if (!old->complete || !only_data_changed(old->fingerprint_json, fp.text))
+  if (!old->complete || !only_data_changed(was, fp.text))
     throw Error(Exit::cant_create, out,
                 changed + (opts.update ? ": --update keeps rows only when the encoders, preprocessing and options "
                                          "are unchanged; use --force to encode every row"
@@ -190,8 +213,8 @@ Existing checked_cache(const std::string& out, const Fingerprint& fp, const Fill
                     "and changed rows, or --force to encode every row");
   if (!old->row_digests)
     throw Error(Exit::cant_create, out,
-                "holds no row digests (made before cache-fill kept them, or by cache-fill merge), so --update cannot "
-                "tell which rows changed; use --force to encode every row");
+                "holds no row digests (made before cache-fill kept them, or merged from shards before 2026-12-04), so "
+                "--update cannot tell which rows changed; use --force to encode every row");
   refuse_damaged(out, opts);
   refuse_batch_dependent(*old);
   return {std::nullopt, old, ""};
