@@ -689,7 +689,9 @@ std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       if (l == &*info.labels) rows[i].label = labels[i];
       rows[i].labels.emplace_back(l->name, labels[i]);
-      if (auto name = named ? class_name(*l, std::stoll(labels[i])) : std::nullopt) rows[i].classes[l->name] = *name;
+      int64_t value = -1;  // a value past int64 (uint64 labels) names no class
+      if (named) std::from_chars(labels[i].data(), labels[i].data() + labels[i].size(), value);
+      if (auto name = named ? class_name(*l, value) : std::nullopt) rows[i].classes[l->name] = *name;
     }
   }
   for (const auto& e : info.embeddings) {
