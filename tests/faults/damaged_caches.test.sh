@@ -152,16 +152,17 @@ expect_out_has "\"resumed_from\":$committed"
 expect_same "$WORK/r.h5" "$WORK/r-ref.h5"
 expect_no_file "$WORK/r.h5.partial"
 
-# ---- a merged cache at the output, another fingerprint: 73 naming --force -----------------------
+# ---- a merged cache at the output, other rows: 73 naming --force; --update takes it -------------
 run "$TC_BIN/cache-fill" "${BIG[@]}" --rows 0:256 --shard 0/2 --out "$WORK/m.h5" -q
 expect_rc 0
 run "$TC_BIN/cache-fill" "${BIG[@]}" --rows 0:256 --shard 1/2 --out "$WORK/m.h5" -q
 expect_rc 0
 run "$TC_BIN/cache-fill" merge --out "$WORK/m.h5" "$WORK"/m.h5.shard-*
 expect_rc 0
-for update in "" --update; do
-  run "$TC_BIN/cache-fill" "${BIG[@]}" --rows 0:300 --out "$WORK/m.h5" -q $update
-  expect_rc 73
-  expect_err_re "^cache-fill: error: $WORK/m.h5: .*use --force to (overwrite|fill) it"
-done
+run "$TC_BIN/cache-fill" "${BIG[@]}" --rows 0:300 --out "$WORK/m.h5" -q
+expect_rc 73
+expect_err_re "^cache-fill: error: $WORK/m.h5: .*use --force to (overwrite|fill) it"
+run "$TC_BIN/cache-fill" "${BIG[@]}" --rows 0:300 --out "$WORK/m.h5" --update --json
+expect_rc 0
+expect_out_has '"rows":300,"rows_encoded":44,"rows_copied":256,'
 finish
