@@ -685,13 +685,12 @@ std::vector<CacheRow> read_head(const std::string& path, int64_t n) {
     auto di = h5::describe(d.get(), l->dataset);
     if (di.shape.size() != 1) continue;
     auto labels = read_as_text(d.get(), di, 0, n);
-    const bool named = !l->names.empty() && is_integer(l->dtype);
     for (int64_t i = 0; i < n; ++i) {
       if (l == &*info.labels) rows[i].label = labels[i];
       rows[i].labels.emplace_back(l->name, labels[i]);
-      int64_t value = -1;  // a value past int64 (uint64 labels) names no class
-      if (named) std::from_chars(labels[i].data(), labels[i].data() + labels[i].size(), value);
-      if (auto name = named ? class_name(*l, value) : std::nullopt) rows[i].classes[l->name] = *name;
+      int64_t value = -1;  // a value past int64 (uint64 labels) names no class; class_name checks the rest
+      std::from_chars(labels[i].data(), labels[i].data() + labels[i].size(), value);
+      if (auto name = class_name(*l, value)) rows[i].classes[l->name] = *name;
     }
   }
   for (const auto& e : info.embeddings) {
