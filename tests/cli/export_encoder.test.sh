@@ -79,4 +79,26 @@ expect_rc 2
 expect_err "export-encoder: error: --device: torchvision models are scripted, which keeps them free of any device"
 expect_no_file "$WORK/x.pt"
 
+# A saved file whose output is not the model's (torch.jit.load made to return the file's module
+# plus 0.01 on every feature: what a LibTorch that reads a file otherwise than the exporting torch
+# would do): exit 1, one line naming the difference, nothing at OUT.pt and no temporary file left.
+mkdir "$WORK/off"
+run "$TC_PYTHON" -c "
+import runpy, sys, torch
+load = torch.jit.load
+class Off(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+    def forward(self, x):
+        return self.m(x) + 0.01
+torch.jit.load = lambda *a, **k: Off(load(*a, **k))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+" "$X" torchvision resnet18 "$WORK/off/x.pt" --weights none
+expect_rc 1
+expect_err_re "^export-encoder: error: $WORK/off/x\.pt: the exported module differs from the model: 4 images, \[512\] features, largest difference 0\.01$"
+expect_one_line_err
+[ -z "$(ls -A "$WORK/off")" ] && _ok || _fail "files left in the output's folder: $(ls -A "$WORK/off")"
+
 finish
