@@ -39,12 +39,22 @@ printf 'truncated' > "$WORK/imgs/dog/5.png"         # a readable one broken
 cp "$WORK/imgs/dog/0.png" "$WORK/imgs/dog/6.png"    # one added (dog/0 and cat/5 share its bytes)
 run "$TC_BIN/cache-fill" --input "$WORK/imgs" --out "$WORK/i.h5" "${IMG[@]}" --update --json
 expect_rc 0
-# Encoded: the added file and the two rewritten ones (the fixed one was skipped before).
-expect_eq "$(update_json matched_by added changed removed unchanged rows_copied)" "3 key 1 2 0 10 10" "the folder's tally"
+# Encoded: the two rewritten files (the fixed one was skipped before); the added one is a copy of
+# the first cached row of its bytes (cat/5, row 5), which stays.
+expect_eq "$(update_json matched_by added changed removed unchanged moved copies rows_copied)" "2 key 0 2 0 10 0 1 11" \
+  "the folder's tally"
+expect_out_has '{"change":"copy","row":12,"old_row":5,"key":"dog/6.png","encoded":false}'
+
 full_fill i --input "$WORK/imgs" "${IMG[@]}"
 same_rows "$WORK/i.h5" "$WORK/i-full.h5" "$WORK/i-one.h5"
 skipped_rows "$WORK/i.h5"
 expect_eq "$out" "skipped [11]" "the update's skipped rows (dog/5.png)"
+# A copy under a new name, and the summary line that counts it.
+cp "$WORK/imgs/cat/1.png" "$WORK/imgs/cat/1-copy.png"
+run "$TC_BIN/cache-fill" --input "$WORK/imgs" --out "$WORK/i.h5" "${IMG[@]:0:${#IMG[@]}-1}" --update
+expect_rc 0
+# (the broken dog/5.png, skipped before, is read again and skipped again)
+expect_err_has "cache-fill: $WORK/i.h5: 14 rows (1 encoded, 13 copied; added 0, changed 0, 1 skipped before, copies 1, removed 0, unchanged 13,"
 
 # ---- .npz members by key: rows removed, moved, changed and added --------------------------------
 py "

@@ -56,7 +56,7 @@ expect_eq "$(head -1 "$WORK/cache.changes")" '{"change":"changed","row":3,"old_r
 py "from PIL import Image; Image.new('L', (40, 30), 9).save('$WORK/photos/dog/9.png')"
 expect_eq "$(step)" "fill cache train added 1" "a photo added"
 cp "$WORK/photos/dog/9.png" "$WORK/photos/dog/10.png"
-expect_eq "$(step)" "fill cache train moved 1" "a copy of a photo: its row copied (moved), not encoded"
+expect_eq "$(step)" "fill cache train copy 1" "a copy of a photo: its row copied, not encoded"
 rm "$WORK/photos/cat/5.png"
 expect_eq "$(step)" "fill cache train removed 1" "a photo removed"
 expect_eq "$(cat "$WORK/cache.changes")" '{"change":"removed","row":null,"old_row":5,"key":"cat/5.png","encoded":false}'

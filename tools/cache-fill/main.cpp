@@ -163,6 +163,7 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
                                  {"kept", u.unchanged},  // its name in 0.1: written until 0.2
                                  {"skipped_before", u.skipped_before},
                                  {"moved", u.moved},
+                                 {"copies", u.copies},
                                  {"rows_copied", u.copied},
                                  {"seconds_saved", u.seconds_saved},
                                  {"max_abs_diff_expected", measured(u.max_abs_diff_expected)},
@@ -172,7 +173,8 @@ void add_update(report::Record& rec, const fill::FillResult& r) {
   char saved[64] = "";
   if (u.seconds_saved > 0) std::snprintf(saved, sizeof saved, ", about %.1f s saved", u.seconds_saved);
   const std::string again = u.skipped_before ? ", " + std::to_string(u.skipped_before) + " skipped before" : "";
-  const std::string moved = u.moved ? ", moved " + std::to_string(u.moved) : "";
+  const std::string moved =
+      (u.moved ? ", moved " + std::to_string(u.moved) : "") + (u.copies ? ", copies " + std::to_string(u.copies) : "");
   rec.note("update_note", ", " + std::to_string(r.rows_copied) + " copied; added " + std::to_string(u.added) +
                               ", changed " + std::to_string(u.changed) + again + moved + ", removed " +
                               std::to_string(u.removed) + ", unchanged " + std::to_string(u.unchanged) + saved +

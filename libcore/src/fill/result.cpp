@@ -73,6 +73,7 @@ void planned_figures(const FillRun& run, const EncodePlan& plan, FillResult& r) 
   u.removed = up.removed;
   u.skipped_before = up.skipped_before;
   u.moved = up.moved;
+  u.copies = up.copies;
   u.copied = run.plan.rows() - static_cast<int64_t>(update.rows_to_encode().size());
   r.update = u;
   r.rows_copied = u.copied;

@@ -159,7 +159,7 @@ std::vector<FillResult::RowChange> Update::changes(DType key_dtype) const {
     FillResult::RowChange c;
     c.change = fate_name(fate);
     c.row = static_cast<int64_t>(i);
-    c.old_row = fate == RowFate::moved ? plan_.source[i] : plan_.found[i];
+    c.old_row = fate == RowFate::moved || fate == RowFate::copy ? plan_.source[i] : plan_.found[i];
     c.encoded = plan_.source[i] < 0;
     key(c, new_keys_, c.row);
     out.push_back(std::move(c));

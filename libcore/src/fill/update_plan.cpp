@@ -30,21 +30,38 @@ void check_sizes(const RowIdentity& side) {
     throw Error(Exit::internal, "update", "file and row digests differ in number");
 }
 
-// Each cache row that was not skipped, by its digest; kAmbiguous for a digest two such rows share.
+// Each cache row that was not skipped, by its digest; of rows that share a digest, the first (the
+// same input bytes through the same preprocessing: their embeddings differ by batch noise at most).
 std::map<Digest128, int64_t> index_digests(const std::vector<Digest128>& digests, const std::vector<bool>& skipped) {
   std::map<Digest128, int64_t> at;
-  for (std::size_t i = 0; i < digests.size(); ++i) {
-    if (skipped[i]) continue;
-    auto [it, added] = at.emplace(digests[i], static_cast<int64_t>(i));
-    if (!added) it->second = kAmbiguous;
-  }
+  for (std::size_t i = 0; i < digests.size(); ++i)
+    if (!skipped[i]) at.emplace(digests[i], static_cast<int64_t>(i));
   return at;
+}
+
+// A moved row whose cache row a kept row also has, or a moved row before it, is a copy: the cache
+// row stays where it was (or went), and this row copies its embeddings.
+void mark_copies(UpdatePlan& plan, std::size_t old_rows) {
+  std::vector<bool> taken(old_rows, false);
+  for (std::size_t i = 0; i < plan.fate.size(); ++i)
+    if (plan.fate[i] == RowFate::kept) taken[static_cast<std::size_t>(plan.source[i])] = true;
+  for (std::size_t i = 0; i < plan.fate.size(); ++i) {
+    if (plan.fate[i] != RowFate::moved) continue;
+    const auto s = static_cast<std::size_t>(plan.source[i]);
+    if (!taken[s]) {
+      taken[s] = true;
+      continue;
+    }
+    plan.fate[i] = RowFate::copy;
+    --plan.moved;
+    ++plan.copies;
+  }
 }
 
 // Fills plan.source and the tallies but `removed`: find(i) is the cache row new row i has, -1 when
 // it has none, kAmbiguous when its key is not unique. A row found with another digest, or not
-// found, keeps the one cache row of its digest if there is one (moved): of its file's digest where
-// both sides have them, so that a renamed file finds its row.
+// found, keeps a cache row of its digest if there is one (moved, or a copy where that row stays):
+// of its file's digest where both sides have them, so that a renamed file finds its row.
 template <class Find>
 void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, const RowIdentity& now, Find find,
            UpdatePlan& plan) {
@@ -59,7 +76,7 @@ void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, cons
     plan.found.push_back(o < 0 ? -1 : o);
     if (o != kAmbiguous && !same) {
       const auto moved = by_digest.find(by_file ? now.files[i] : now.digests[i]);
-      if (moved != by_digest.end() && moved->second != kAmbiguous) {
+      if (moved != by_digest.end()) {
         ++plan.moved;
         plan.source.push_back(moved->second);
         plan.fate.push_back(RowFate::moved);
@@ -88,6 +105,7 @@ void tally(const RowIdentity& old, const std::vector<int64_t>& old_skipped, cons
     plan.fate.push_back(fate);
     plan.source.push_back(keep);
   }
+  mark_copies(plan, old.digests.size());
 }
 
 }  // namespace
@@ -120,7 +138,7 @@ UpdatePlan match_rows(const RowIdentity& old, const std::vector<int64_t>& old_sk
 }
 
 const char* fate_name(RowFate fate) {
-  static const char* names[] = {"kept", "changed", "added", "ambiguous", "skipped_before", "moved"};
+  static const char* names[] = {"kept", "changed", "added", "ambiguous", "skipped_before", "moved", "copy"};
   return names[static_cast<int>(fate)];
 }
 

@@ -76,11 +76,48 @@ CATCH_TEST_CASE("update plan: a row found nowhere else keeps the one cache row o
   CATCH_CHECK(shifted.changed == 1);
   CATCH_CHECK(shifted.moved == 2);
   CATCH_CHECK(shifted.added == 0);
-  // A content two cache rows share, or one the cache skipped, moves nowhere: encoded again.
+  // A content two cache rows share moves to the first of them; one the cache skipped moves
+  // nowhere: encoded again.
   auto twice = fill::match_rows(rows({"a", "b", "c"}, {5, 5, 6}), {2}, rows({"x", "y"}, {5, 6}));
-  CATCH_CHECK(twice.source == std::vector<int64_t>{-1, -1});
-  CATCH_CHECK(twice.moved == 0);
-  CATCH_CHECK(twice.added == 2);
+  CATCH_CHECK(twice.source == std::vector<int64_t>{0, -1});
+  CATCH_CHECK(twice.moved == 1);
+  CATCH_CHECK(twice.added == 1);
+}
+
+CATCH_TEST_CASE("update plan: a row whose content a kept row also has is a copy, not a move", "[fill]") {
+  RowIdentity old = rows({"a", "b", "c"}, {1, 2, 3});
+  for (uint8_t v : {11, 12, 13}) old.files.push_back(d(v));
+  // y, a copy of b's file (another name, so another row digest), before or after b
+  for (bool first : {false, true}) {
+    RowIdentity now = first ? rows({"y", "a", "b", "c"}, {8, 1, 2, 3}) : rows({"a", "b", "c", "y"}, {1, 2, 3, 8});
+    for (uint8_t v : {11, 12, 13}) now.files.push_back(d(v));
+    now.files.insert(first ? now.files.begin() : now.files.end(), d(12));
+    auto plan = fill::match_rows(old, {}, now);
+    const std::size_t y = first ? 0 : 3;
+    CATCH_CHECK(plan.source[y] == 1);
+    CATCH_CHECK(plan.fate[y] == fill::RowFate::copy);
+    CATCH_CHECK(plan.copies == 1);
+    CATCH_CHECK(plan.moved == 0);
+    CATCH_CHECK(plan.unchanged == 3);
+    CATCH_CHECK(plan.added == 0);
+    CATCH_CHECK(fill::rows_to_encode(plan).empty());
+  }
+  // b renamed twice (x and z, b gone): the first moved, the second a copy of it.
+  RowIdentity now = rows({"a", "x", "z", "c"}, {1, 7, 9, 3});
+  for (uint8_t v : {11, 12, 12, 13}) now.files.push_back(d(v));
+  auto twice = fill::match_rows(old, {}, now);
+  CATCH_CHECK(twice.source == std::vector<int64_t>{0, 1, 1, 2});
+  CATCH_CHECK(twice.fate == std::vector<fill::RowFate>{fill::RowFate::kept, fill::RowFate::moved, fill::RowFate::copy,
+                                                       fill::RowFate::kept});
+  CATCH_CHECK(twice.removed_rows == std::vector<int64_t>{1});
+  // By position: a line repeated below itself copies it; the lines after it move down one.
+  auto repeated = fill::match_rows(rows({}, {1, 2, 3}), {}, rows({}, {1, 1, 2, 3}));
+  CATCH_CHECK(repeated.source == std::vector<int64_t>{0, 0, 1, 2});
+  CATCH_CHECK(repeated.fate == std::vector<fill::RowFate>{fill::RowFate::kept, fill::RowFate::copy,
+                                                          fill::RowFate::moved, fill::RowFate::moved});
+  CATCH_CHECK(repeated.copies == 1);
+  CATCH_CHECK(repeated.moved == 2);
+  CATCH_CHECK(std::string(fill::fate_name(fill::RowFate::copy)) == "copy");
 }
 
 CATCH_TEST_CASE("update plan: a renamed file keeps the cache row of its bytes (file digests)", "[fill]") {
@@ -100,12 +137,12 @@ CATCH_TEST_CASE("update plan: a renamed file keeps the cache row of its bytes (f
   CATCH_CHECK(renamed.removed_rows == std::vector<int64_t>{1});
   CATCH_CHECK(renamed.fate ==
               std::vector<fill::RowFate>{fill::RowFate::kept, fill::RowFate::moved, fill::RowFate::kept});
-  // Two cached files with the same bytes match neither.
+  // Two cached files with the same bytes: the renamed one takes the first of them.
   old.files[2] = d(12);
   auto twice = fill::match_rows(old, {}, now);
-  CATCH_CHECK(twice.source == std::vector<int64_t>{0, -1, 2});
-  CATCH_CHECK(twice.moved == 0);
-  CATCH_CHECK(twice.added == 1);
+  CATCH_CHECK(twice.source == std::vector<int64_t>{0, 1, 2});
+  CATCH_CHECK(twice.moved == 1);
+  CATCH_CHECK(twice.added == 0);
   // Their numbers must agree with the row digests'.
   now.files.pop_back();
   CATCH_CHECK_THROWS_AS(fill::match_rows(old, {}, now), Error);

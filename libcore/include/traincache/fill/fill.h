@@ -187,6 +187,7 @@ struct FillResult {
     int64_t unchanged = 0, changed = 0, added = 0, removed = 0;  ///< as UpdatePlan counts them
     int64_t skipped_before = 0;  ///< unchanged rows the cache had skipped (--on-error skip): encoded again
     int64_t moved = 0;           ///< rows found by their content in another cache row (UpdatePlan::moved): copied
+    int64_t copies = 0;          ///< as moved, from a cache row another row also keeps (UpdatePlan::copies)
     int64_t copied = 0;          ///< rows of the new cache copied from the cache: every unchanged row it had encoded
     /// The encode time the copied rows saved, from this run's encode rate (0 when it encoded nothing).
     double seconds_saved = 0;

@@ -30,9 +30,10 @@ enum class RowFate : uint8_t {
   ambiguous,       ///< a key that is not unique in the cache or the input: encoded
   skipped_before,  ///< kept, but the cache had skipped it (--on-error skip): encoded
   moved,           ///< found by its digest in another cache row: copied from there
+  copy,            ///< as moved, from a cache row that a kept or an earlier moved row also has
 };
 /// The fate's name in --json and --changes: "kept", "changed", "added", "ambiguous",
-/// "skipped_before", "moved".
+/// "skipped_before", "moved", "copy".
 const char* fate_name(RowFate fate);
 
 /// What an update does with each row of the new input, and what changed since the cache was made.
@@ -48,9 +49,13 @@ struct UpdatePlan {
   /// Unchanged rows the cache had skipped (--on-error skip): read and encoded again.
   int64_t skipped_before = 0;
   /// Rows that match no cache row by key (or, by position, not the one in their place) whose
-  /// content (row digest) one cache row had, and no other: that row is copied (a renamed file, a
-  /// row moved by an insertion above it). Counted here, not as added or changed.
+  /// content (row digest, or file digest where both sides have them) a cache row had: that row is
+  /// copied (a renamed file, a row moved by an insertion above it; of cache rows that share the
+  /// content, the first). Counted here, not as added or changed.
   int64_t moved = 0;
+  /// Such rows whose cache row a kept row, or a moved row before them, also has (a copy of a file
+  /// the input still holds): copied as well, counted here and not as moved.
+  int64_t copies = 0;
   std::vector<RowFate> fate;  ///< per new row
   /// Per new row: the cache row its key (or place) found, -1 for none or an ambiguous key.
   std::vector<int64_t> found;
@@ -61,7 +66,7 @@ struct UpdatePlan {
 
 /// Matches `now` (the new input's rows) with `old` (the cache's rows, `old_skipped` the cache rows
 /// it skipped). With keys on both sides a row is found by key, otherwise by position; a row found
-/// so with another digest, or not found, is then found by its digest (moved). A kept row
+/// so with another digest, or not found, is then found by its digest (moved, or a copy). A kept row
 /// keeps its cache row unless that row was skipped (encoded again: it fails or reads as before);
 /// a key that occurs more than once on either side matches nothing. Error(internal) when a side's
 /// keys and digests differ in number.
