@@ -316,6 +316,14 @@ expect_rc 73
 expect_err "cache-fill: error: $WORK/sh-other.h5: is a cache merged from shards (cache-fill merge) of another job (changed: encoders/cnn/sha256): --update keeps rows only when the encoders, preprocessing and options are unchanged; use --force to fill it again"
 # Its rows are read through the shards: with one gone, the update is refused naming it.
 mv "$WORK/sh.h5.shard-1-of-2" "$WORK/away.h5"
+# (the updated cache reads nothing from them: its rows are its own)
+run "$TC_BIN/cache-inspect" "$WORK/sh.h5" --check
+expect_rc 0
+py "
+import h5py
+with h5py.File('$WORK/sh.h5', 'r') as f:
+    print(f['embeddings/cnn'].is_virtual, f['embeddings/cnn'][999].shape)"
+expect_out "False (32,)"
 run "$TC_BIN/cache-fill" --input "$WORK/small.h5" --out "$WORK/sh-other.h5" "${H[@]}" --update
 expect_rc 73
 expect_err "cache-fill: error: $WORK/sh-other.h5: exists and is not a readable traincache cache (virtual source $WORK/sh.h5.shard-1-of-2 is missing (no such file or directory)); use --force to overwrite it"
