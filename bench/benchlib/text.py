@@ -278,7 +278,10 @@ def linear_floors(build, model, texts, threads, seconds_3x):
     config.json), over the peak multiply-adds per second of float32 FMA, the exact int8 product
     without VNNI and VNNI's. A floor no kernel goes under on this CPU; `seconds_3x` is what each
     path may take in all for 3x encode() (keyed as floor_seconds), so `left_for_all_else` is the
-    time a fill at that floor would leave for its start, attention, rounding and the rest."""
+    time a fill at that floor would leave for its start, attention, rounding and the rest. None when
+    the build has not the two programs (TRAINCACHE_BUILD_BENCH=OFF)."""
+    if not all(os.path.exists(os.path.join(build, "bin", p)) for p in ("tokenize-bench", "int8-peak")):
+        return None
     strings = texts + ".strings"
     with open(texts, encoding="utf-8") as f, open(strings, "w", encoding="utf-8") as g:
         g.writelines(json.dumps(json.loads(line)["text"]) + "\n" for line in f)
@@ -408,10 +411,11 @@ def text_precision(build, out_dir):
     st_held = out.get("st_fp32_avx2_held", st)["seconds"]
     floors = linear_floors(ours, model, texts, int(threads),
                            {"int8_vnni": st["seconds"] / 3, "int8_exact_avx2": st_held / 3})
-    f = floors["floor_seconds"]
-    log(f"  the linear layers' {floors['linear_gmacs']:.0f} GMAC at this CPU's peak: "
-        + ", ".join(f"{k} {v:.2f} s" for k, v in f.items())
-        + "; 3x encode() leaves for all else: " + ", ".join(f"{k} {v:.2f} s" for k, v in floors["left_for_all_else"].items()))
+    if floors:
+        f = floors["floor_seconds"]
+        log(f"  the linear layers' {floors['linear_gmacs']:.0f} GMAC at this CPU's peak: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in f.items()) + "; 3x encode() leaves for all else: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in floors["left_for_all_else"].items()))
     for name, r in out.items():
         log(f"  {name}: {r['seconds']:.2f} s (x{r['times_st']:.2f} of encode's call), accuracy@1/@10 "
             f"{r['accuracy']['at_1']:.4f}/{r['accuracy']['at_10']:.4f}")
