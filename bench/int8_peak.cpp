@@ -49,59 +49,32 @@ double sum_chains(const V (&acc)[kChains]) {
   return sum;
 }
 
-// The empty asm says `a` changed, so that every product is computed (not one, hoisted).
-#define TC_FRESH(v) __asm__ volatile("" : "+x"(v))
-#define TC_FRESH512(v) __asm__ volatile("" : "+v"(v))
+// One kernel: NAME, built for TARGET, chains of vector type V (N lanes of type LANE), `a` set to
+// 3 and `b` to 2 by SET, the chains zeroed by ZERO, then kIters x kChains steps `c = STEP`. The
+// empty asm (REG: the register class of V) says `a` changed, so that every step's product is
+// computed, not one hoisted out of the loop.
+#define TC_PEAK_KERNEL(NAME, TARGET, V, LANE, N, REG, SET, ZERO, STEP) \
+  __attribute__((target(TARGET), noinline)) double NAME(long iters) {  \
+    V a = SET(3), acc[kChains];                                        \
+    const V b = SET(2);                                                \
+    for (auto& c : acc) c = ZERO();                                    \
+    for (long it = 0; it < iters; ++it) {                              \
+      _Pragma("GCC unroll 12") for (auto& c : acc) {                   \
+        __asm__ volatile("" : "+" REG(a));                             \
+        c = STEP;                                                      \
+      }                                                                \
+    }                                                                  \
+    return sum_chains<LANE, N>(acc);                                   \
+  }
 
-__attribute__((target("avx2,fma"), noinline)) double fp32_fma_avx2(long iters) {
-  __m256 a = _mm256_set1_ps(3.0f), b = _mm256_set1_ps(2.0f), acc[kChains];
-  for (auto& c : acc) c = _mm256_setzero_ps();
-  for (long it = 0; it < iters; ++it)
-#pragma GCC unroll 12
-    for (auto& c : acc) {
-      TC_FRESH(a);
-      c = _mm256_fmadd_ps(a, b, c);
-    }
-  return sum_chains<float, 8>(acc);
-}
-
-__attribute__((target("avx512f"), noinline)) double fp32_fma_avx512(long iters) {
-  __m512 a = _mm512_set1_ps(3.0f), b = _mm512_set1_ps(2.0f), acc[kChains];
-  for (auto& c : acc) c = _mm512_setzero_ps();
-  for (long it = 0; it < iters; ++it)
-#pragma GCC unroll 12
-    for (auto& c : acc) {
-      TC_FRESH512(a);
-      c = _mm512_fmadd_ps(a, b, c);
-    }
-  return sum_chains<float, 16>(acc);
-}
-
-__attribute__((target("avx2"), noinline)) double int8_exact_avx2(long iters) {
-  const __m256i b = _mm256_set1_epi8(2), ones = _mm256_set1_epi16(1);
-  __m256i a = _mm256_set1_epi8(3), acc[kChains];
-  for (auto& c : acc) c = _mm256_setzero_si256();
-  for (long it = 0; it < iters; ++it)
-#pragma GCC unroll 12
-    for (auto& c : acc) {
-      TC_FRESH(a);
-      c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-    }
-  return sum_chains<int32_t, 8>(acc);
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) double int8_vnni(long iters) {
-  const __m512i b = _mm512_set1_epi8(2);
-  __m512i a = _mm512_set1_epi8(3), acc[kChains];
-  for (auto& c : acc) c = _mm512_setzero_si512();
-  for (long it = 0; it < iters; ++it)
-#pragma GCC unroll 12
-    for (auto& c : acc) {
-      TC_FRESH512(a);
-      c = _mm512_dpbusd_epi32(c, a, b);
-    }
-  return sum_chains<int32_t, 16>(acc);
-}
+TC_PEAK_KERNEL(fp32_fma_avx2, "avx2,fma", __m256, float, 8, "x", _mm256_set1_ps, _mm256_setzero_ps,
+               _mm256_fmadd_ps(a, b, c))
+TC_PEAK_KERNEL(fp32_fma_avx512, "avx512f", __m512, float, 16, "v", _mm512_set1_ps, _mm512_setzero_ps,
+               _mm512_fmadd_ps(a, b, c))
+TC_PEAK_KERNEL(int8_exact_avx2, "avx2", __m256i, int32_t, 8, "x", _mm256_set1_epi8, _mm256_setzero_si256,
+               _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))))
+TC_PEAK_KERNEL(int8_vnni, "avx512f,avx512bw,avx512vnni", __m512i, int32_t, 16, "v", _mm512_set1_epi8,
+               _mm512_setzero_si512, _mm512_dpbusd_epi32(c, a, b))
 #endif
 
 struct Kernel {
