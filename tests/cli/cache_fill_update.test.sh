@@ -89,6 +89,8 @@ mv "$WORK/f3/dog/$last_dog" "$WORK/f3/dog/renamed.png"
 run "$TC_BIN/cache-fill" --input "$WORK/f3" --out "$WORK/rn.h5" "${IMG[@]}" --update --json
 expect_rc 0
 expect_eq "$(update_json matched_by added changed removed unchanged moved rows_copied)" "0 key 0 0 21 19 21 40"
+run "$TC_BIN/cache-inspect" "$WORK/rn.h5"
+expect_out_has "2. update: 40 rows, 0 encoded, 40 copied (by key: added 0, changed 0, removed 21, unchanged 19, moved 21)"
 full_fill rn --input "$WORK/f3" "${IMG[@]}"
 same_rows "$WORK/rn.h5" "$WORK/rn-full.h5" "$WORK/rn-one.h5"
 # A cache from before file digests (the dataset removed): renamed files are encoded, as they were.

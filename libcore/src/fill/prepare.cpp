@@ -333,8 +333,9 @@ void plan_update(FillRun& run, EncodePlan& planned) {
   const UpdatePlan& up = update->plan();
   const auto encoded = static_cast<int64_t>(update->rows_to_encode().size());
   entry.encoded = encoded;
-  entry.update = io::cache::HistoryEntry::Update{
-      plan.rows() - encoded, up.added, up.changed, up.removed, up.unchanged, up.by_key ? "key" : "position"};
+  entry.update =
+      io::cache::HistoryEntry::Update{plan.rows() - encoded,          up.added, up.changed, up.removed, up.unchanged,
+                                      up.by_key ? "key" : "position", up.moved, up.copies};
   prov.history = old->history;
   prov.history.push_back(entry);
   planned.update_in = update->encoded_inputs(in, plan.begin);

@@ -337,7 +337,9 @@ History parse_history(const std::string& text) {
                                       j.value("changed", int64_t{0}),
                                       j.value("removed", int64_t{0}),
                                       j.value("unchanged", j.value("kept", int64_t{0})),
-                                      j.value("matched_by", std::string("?"))};
+                                      j.value("matched_by", std::string("?")),
+                                      j.value("moved", int64_t{0}),
+                                      j.value("copies", int64_t{0})};
     e.shard = j.value("shard", int64_t{-1});
     e.shards = j.value("shards", int64_t{0});
     out.push_back(std::move(e));
@@ -361,6 +363,8 @@ std::string history_text(const History& history) {
       j["removed"] = e.update->removed;
       j["unchanged"] = e.update->unchanged;
       j["kept"] = e.update->unchanged;  // its name in 0.1 (and the only one older readers know): written until 0.2
+      if (e.update->moved) j["moved"] = e.update->moved;
+      if (e.update->copies) j["copies"] = e.update->copies;
     }
     if (e.shard >= 0) j["shard"] = e.shard;
     list.push_back(std::move(j));

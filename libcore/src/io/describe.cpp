@@ -126,7 +126,9 @@ void add_history(report::Record& r, const cache::CacheInfo& c) {
     if (const auto& u = h.update)
       text += ", " + std::to_string(u->copied) + " copied (by " + u->matched_by + ": added " +
               std::to_string(u->added) + ", changed " + std::to_string(u->changed) + ", removed " +
-              std::to_string(u->removed) + ", unchanged " + std::to_string(u->unchanged) + ")";
+              std::to_string(u->removed) + ", unchanged " + std::to_string(u->unchanged) +
+              (u->moved ? ", moved " + std::to_string(u->moved) : "") +
+              (u->copies ? ", copies " + std::to_string(u->copies) : "") + ")";
   }
   if (c.history.empty()) text = "not recorded (made before cache-fill kept it)";
   if (!c.row_digests) text += "; no row digests (cache-fill --update needs a full fill first)";

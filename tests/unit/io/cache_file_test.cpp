@@ -295,14 +295,21 @@ CATCH_TEST_CASE("cache export: file numbers are as wide as the largest, so name 
 
 CATCH_TEST_CASE("cache file: history is read and written in one format", "[cache]") {
   // What cache-fill writes: a fill, an update (its unchanged rows under both names, until 0.2), a
-  // merged shard's run and the merge, each with its keys in alphabetical order.
+  // merged shard's run and the merge, an update with rows found by their content, each with its
+  // keys in alphabetical order.
   const std::string stored =
       R"([{"encoded":40,"rows":40,"run":"fill"},)"
       R"({"added":10,"changed":2,"copied":38,"encoded":12,"kept":28,"matched_by":"key","removed":3,"rows":50,"run":"update","unchanged":28},)"
       R"({"encoded":25,"rows":25,"run":"fill","shard":1},)"
-      R"({"rows":50,"run":"merge","shards":2}])";
+      R"({"rows":50,"run":"merge","shards":2},)"
+      R"({"added":0,"changed":0,"copied":51,"copies":1,"encoded":0,"kept":45,"matched_by":"key","moved":5,"removed":5,"rows":51,"run":"update","unchanged":45}])";
   const io::cache::History h = io::cache::parse_history(stored);
-  CATCH_REQUIRE(h.size() == 4);
+  CATCH_REQUIRE(h.size() == 5);
+  CATCH_CHECK(h[1].update->moved == 0);
+  CATCH_CHECK(h[1].update->copies == 0);
+  CATCH_REQUIRE(h[4].update);
+  CATCH_CHECK(h[4].update->moved == 5);
+  CATCH_CHECK(h[4].update->copies == 1);
   CATCH_CHECK(h[0].run == "fill");
   CATCH_CHECK(h[0].encoded == 40);
   CATCH_CHECK(!h[0].update);

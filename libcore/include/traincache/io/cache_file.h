@@ -85,10 +85,12 @@ struct HistoryEntry {
   std::string run;      ///< "fill", "update" or "merge"
   int64_t rows = 0;     ///< the cache's rows after the run
   int64_t encoded = 0;  ///< rows encoded (fill, update)
-  /// An update's rows: copied from the cache it updated, matched by "key" or "position".
+  /// An update's rows: copied from the cache it updated, matched by "key" or "position"; moved
+  /// and copies (rows found by their content, fill::UpdatePlan) are stored only when not 0.
   struct Update {
     int64_t copied = 0, added = 0, changed = 0, removed = 0, unchanged = 0;
     std::string matched_by;
+    int64_t moved = 0, copies = 0;
   };
   std::optional<Update> update;
   int64_t shard = -1;  ///< in a merged cache: the shard (in row order) this run made; -1: none
