@@ -101,8 +101,9 @@ fuzz: build
 	scripts/make-fuzz-corpus $(BUILD_DIR)/bin build-fuzz/data build-fuzz/corpus
 	scripts/run-fuzz build-fuzz $(FUZZ_SECONDS)
 
+# Tracked C++ files and new ones not yet added (not the ignored: build folders, .gpu/).
 format:
-	clang-format-14 -i $$(git ls-files '*.cpp' '*.h')
+	clang-format-14 -i $$(git ls-files --cached --others --exclude-standard '*.cpp' '*.h')
 
 clean:
 	rm -rf $(BUILD_DIR)

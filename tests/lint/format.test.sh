@@ -15,7 +15,7 @@ if ! command -v clang-format-14 >/dev/null; then
 fi
 cd "$TC_SOURCE"
 
-mapfile -t files < <(git ls-files '*.cpp' '*.h')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.h')  # new files too
 (( ${#files[@]} > 50 )) || fail "only ${#files[@]} C++ files found under $TC_SOURCE"
 out=$(clang-format-14 --dry-run --Werror "${files[@]}" 2>&1) \
   || fail "files are not formatted (run make format):"$'\n'"$(grep -o '^[^:]*:[0-9]*' <<<"$out" | sort -u | head -20)"
