@@ -1,6 +1,8 @@
 """Helpers every benchmark of make bench uses: running a tool and measuring its CPU time, peak memory and closing JSON."""
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -21,26 +23,28 @@ def temp_beside(path: str) -> str:
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
 
 
-def machine() -> dict:
-    """What the figures of one run were measured on: the CPU's model name, vendor family and model,
-    the vector instructions it has (ISA_FLAGS), the cores this process may use, the memory, the
-    kernel and the UTC date."""
-    import datetime
-    import platform
+def cpu_info() -> dict:
+    """The first processor's block of /proc/cpuinfo, key by key ({} where it cannot be read)."""
     info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key in ("model name", "cpu family", "model", "flags") and key not in info:
-                    info[key] = value.strip()
                 if not line.strip() and info:
-                    break  # the first processor's block
+                    break
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return info
+
+
+def machine() -> dict:
+    """What the figures of one run were measured on: the CPU's model name, vendor family and model,
+    the vector instructions it has (ISA_FLAGS), the cores this process may use, the memory, the
+    kernel and the UTC date."""
+    info = cpu_info()
     flags = set(info.get("flags", "").split())
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return {"cpu": info.get("model name"), "cpu_family": info.get("cpu family"), "cpu_model": info.get("model"),
             "isa": [f for f in ISA_FLAGS if f in flags], "cores": len(os.sched_getaffinity(0)),
             "memory_gib": round(memory / 2**30, 1), "kernel": platform.release(),

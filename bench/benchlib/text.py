@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from benchlib.common import ROOT, cache_fill_json, log
+from benchlib.common import ROOT, cache_fill_json, cpu_info, log
 
 
 def text_data(out_dir):
@@ -263,12 +263,8 @@ AVX2_HELD = {"FBGEMM_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
 
 
 def cpu_has(flag):
-    """Whether /proc/cpuinfo's first flags line names `flag`."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and flag in line.split() for line in f)
-    except OSError:
-        return False
+    """Whether /proc/cpuinfo's flags (the first processor's) name `flag`."""
+    return flag in cpu_info().get("flags", "").split()
 
 
 def linear_floors(build, model, texts, threads, seconds_3x):
